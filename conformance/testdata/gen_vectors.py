@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Writes vectors.json: request sequences with their exact expected answers.
+
+This is an independent oracle: it computes with exact fractions of tokens
+(Python's Fraction) and whole microseconds, straight from the formulas of
+DESIGN section 1, sharing no code with any engine. Run it from this folder
+after changing a case: python3 gen_vectors.py > vectors.json
+"""
+import hashlib
+import json
+import math
+from fractions import Fraction as F
+
+S = 1_000_000  # microseconds per second; also micro-tokens per token
+
+
+def ceil(x):
+    return math.ceil(x)
+
+
+class TokenBucket:
+    def __init__(self, rate_per_us, cap, max_res):
+        self.r, self.cap, self.max_res = rate_per_us, cap, max_res
+        self.state = None
+
+    def step(self, now, cost, reserve, max_res, take):
+        if self.state is None:
+            tokens, stamp = F(self.cap), now
+        else:
+            tokens, stamp = self.state
+            if now > stamp:
+                tokens = min(F(self.cap), tokens + (now - stamp) * self.r)
+                stamp = now
+        lag = stamp - now
+        mr = self.max_res if max_res is None else max_res
+        out = dict(allowed=False, retry_after_us=0)
+        if tokens >= cost:
+            out["allowed"] = True
+            tokens -= cost
+        elif reserve and cost - tokens <= mr:
+            out["allowed"] = True
+            tokens -= cost
+            out["retry_after_us"] = lag + ceil(-tokens / self.r)
+        else:
+            need = cost - (mr if reserve else 0)
+            out["retry_after_us"] = lag + ceil((need - tokens) / self.r)
+        out["reset_after_us"] = lag + ceil((self.cap - tokens) / self.r) if tokens < self.cap else 0
+        out["tokens"] = math.floor(tokens)
+        if take and out["allowed"]:
+            self.state = (tokens, stamp)
+        return out
+
+
+class FixedWindow:
+    def __init__(self, rate, period, cap, offset, key):
+        self.rate, self.p, self.cap = rate, period, cap
+        if offset is None:
+            offset = int(hashlib.sha1(key.encode()).hexdigest()[:12], 16) % period
+        self.offset = offset
+        self.state = None
+
+    def step(self, now, cost, reserve, max_res, take):
+        if self.state is None:
+            tokens, start = self.cap, now - (now - self.offset) % self.p
+        else:
+            tokens, start = self.state
+            if now - start >= self.p:
+                k = (now - start) // self.p
+                start += k * self.p
+                tokens = min(self.cap, tokens + k * self.rate)
+        out = dict(allowed=False, retry_after_us=0)
+        if tokens >= cost:
+            out["allowed"] = True
+            tokens -= cost
+        else:
+            out["retry_after_us"] = start + ceil(F(cost - tokens, self.rate)) * self.p - now
+        out["reset_after_us"] = start + ceil(F(self.cap - tokens, self.rate)) * self.p - now if tokens < self.cap else 0
+        out["tokens"] = tokens
+        if take and out["allowed"]:
+            self.state = (tokens, start)
+        return out
+
+
+class SlidingLog:
+    def __init__(self, period, cap):
+        self.p, self.cap, self.log = period, cap, []
+
+    def step(self, now, cost, reserve, max_res, take):
+        eff = max([now] + [s for s, _ in self.log])
+        live = [(s, c) for s, c in self.log if s > eff - self.p]
+        used = sum(c for _, c in live)
+        out = dict(allowed=False, retry_after_us=0, reset_after_us=0)
+        if used + cost <= self.cap:
+            out["allowed"] = True
+            used += cost
+            if take:
+                live.append((eff, cost))
+                self.log = live
+            out["reset_after_us"] = eff + self.p - now
+        else:
+            excess = used + cost - self.cap
+            for s, c in live:
+                excess -= c
+                if excess <= 0:
+                    out["retry_after_us"] = s + self.p - now
+                    break
+            if live:
+                out["reset_after_us"] = live[-1][0] + self.p - now
+        out["tokens"] = self.cap - used
+        return out
+
+
+def engine(limit, key):
+    alg = limit["algorithm"]
+    if "tokens_per_second" in limit:
+        rate, period = F(str(limit["tokens_per_second"])), S
+        cap = F(str(limit.get("burst", limit["tokens_per_second"])))
+    else:
+        rate, period = F(str(limit["rate"])), limit.get("period_us", S)
+        cap = F(str(limit.get("capacity", limit["rate"] if alg != "leaky_bucket" else 1)))
+    cap_u, rate_u = int(cap * S), int(rate * S)
+    if alg in ("token_bucket", "leaky_bucket"):
+        r = F(rate_u, period)
+        if alg == "leaky_bucket":
+            mr = math.floor(limit.get("max_delay_us", S) * r)
+        else:
+            mr = int(F(str(limit.get("max_reserved", 0))) * S)
+        return TokenBucket(r, cap_u, mr)
+    if alg == "fixed_window":
+        return FixedWindow(rate_u, period, cap_u, limit.get("start_us"), key)
+    return SlidingLog(period, cap_u)
+
+
+def run(case):
+    eng = engine(case["limit"], case["key"])
+    steps = []
+    for st in case["steps"]:
+        op = st.get("op", "take")
+        if op == "reset":
+            eng = engine(case["limit"], case["key"])
+            steps.append(dict(st))
+            continue
+        if "want_error" in st:
+            steps.append(dict(st))
+            continue
+        cost = int(F(str(st.get("cost", 1))) * S)
+        reserve = st.get("reserve", False) or case["limit"]["algorithm"] == "leaky_bucket"
+        mr = st.get("max_reserved")
+        mr = None if mr is None else int(F(str(mr)) * S)
+        out = eng.step(st["t_us"], cost, reserve, mr, op == "take")
+        cap = eng.cap
+        out["remaining"] = max(0, out["tokens"] // S) if out["tokens"] > 0 else 0
+        s = dict(st)
+        s["want"] = {k: out[k] for k in ("allowed", "remaining", "tokens", "retry_after_us", "reset_after_us")}
+        steps.append(s)
+    c = dict(case)
+    c["steps"] = steps
+    return c
+
+
+def at(t_us, **kw):
+    d = {"t_us": t_us}
+    d.update(kw)
+    return d
+
+
+cases = []
+
+# Seed 001's worked example with the refill during the burst counted.
+steps = [at(k * S // 60) for k in range(60)]           # requests 1-60
+steps += [at(S)]                                        # request 61 at t = 1 s
+steps += [at(S + k * S // 60) for k in range(1, 61)]   # one second more: 1 in 6
+steps += [at(7 * S, op="peek", cost=50), at(7 * S)]     # 5 s idle: full again
+cases.append(dict(name="tb_seed_burst_refill_10rps_b50", key="client-a",
+                  note="r=10/s, b=50, a request every 1/60 s: 1-59 pass, 60 waits 16667us, 61 at t=1s finds exactly 1 token, then 1 in 6",
+                  limit=dict(algorithm="token_bucket", tokens_per_second=10, burst=50), steps=steps))
+
+# Exact boundaries at a rate that is no whole number of micro-tokens per us.
+cases.append(dict(name="tb_exact_boundary_7_per_3s", key="k",
+                  note="7 tokens per 3 s: 1 token takes 428571.43us; a wait of 428572us finds exactly enough",
+                  limit=dict(algorithm="token_bucket", rate=7, period_us=3 * S, capacity=2),
+                  steps=[at(0, cost=2), at(0), at(428571), at(428572), at(428572), at(857143), at(857144)]))
+cases.append(dict(name="tb_exact_boundary_one_per_10s", key="k",
+                  limit=dict(algorithm="token_bucket", tokens_per_second=0.1, burst=1),
+                  steps=[at(0), at(9_999_999), at(10 * S), at(20 * S - 1), at(20 * S)]))
+cases.append(dict(name="tb_one_per_day", key="k",
+                  limit=dict(algorithm="token_bucket", rate=1, period_us=86400 * S, capacity=1),
+                  steps=[at(0), at(86400 * S - 1), at(86400 * S)]))
+cases.append(dict(name="tb_billion_per_second", key="k",
+                  limit=dict(algorithm="token_bucket", tokens_per_second=1e9, burst=1e9),
+                  steps=[at(0, cost=1e9), at(0), at(1, cost=1000), at(1), at(2, cost=500.5), at(S, op="peek", cost=1e9)]))
+
+# Reservations.
+cases.append(dict(name="tb_reservation_debt", key="k",
+                  note="3 tokens, cost 5 reserved: 2 tokens of debt due after 2/r; with max_reserved 1: rejected, unchanged",
+                  limit=dict(algorithm="token_bucket", tokens_per_second=2, burst=10, max_reserved=4),
+                  steps=[at(0, cost=7), at(0, cost=5, reserve=True, max_reserved=1), at(0, op="peek", cost=3),
+                         at(0, cost=5, reserve=True), at(0, op="peek"), at(0, cost=1, reserve=True),
+                         at(0, cost=2, reserve=True), at(S, op="peek"), at(1_500_000), at(5 * S, op="peek", cost=10)]))
+
+# Fixed window against token bucket: the documented worst cases.
+cases.append(dict(name="fw_never_more_than_capacity", key="k",
+                  limit=dict(algorithm="fixed_window", rate=10, period_us=S, capacity=10, start_us=0),
+                  steps=[at(999_999, cost=10), at(S, cost=10), at(S), at(1_500_000, op="peek"), at(2 * S - 1), at(2 * S, cost=10), at(2 * S)]))
+cases.append(dict(name="tb_capacity_plus_rate_in_one_period", key="k",
+                  note="the token bucket's worst case: capacity + rate within one period (20 in [0s,1s])",
+                  limit=dict(algorithm="token_bucket", tokens_per_second=10, burst=10),
+                  steps=[at(0, cost=10), at(S, cost=10), at(S)]))
+cases.append(dict(name="fw_rollover_up_to_capacity", key="k",
+                  limit=dict(algorithm="fixed_window", rate=10, period_us=S, capacity=25, start_us=250_000),
+                  steps=[at(300_000, cost=25), at(400_000), at(1_250_000, cost=10), at(1_250_000),
+                         at(5_000_000, cost=25), at(5_000_000), at(5_100_000, cost=0.5, op="peek")]))
+cases.append(dict(name="fw_hashed_offset", key="user-42",
+                  limit=dict(algorithm="fixed_window", rate=100, period_us=60 * S),
+                  steps=[at(1_700_000_000 * S, cost=100), at(1_700_000_000 * S), at(1_700_000_060 * S), at(1_700_000_060 * S, cost=99)]))
+
+# Sliding log: exactly N in any window.
+cases.append(dict(name="sl_exact_count", key="k",
+                  limit=dict(algorithm="sliding_log", rate=3, period_us=S),
+                  steps=[at(0), at(100_000), at(200_000), at(300_000), at(999_999), at(S), at(S), at(1_100_000), at(1_200_000, cost=2), at(2_200_000, cost=3)]))
+
+# Leaky bucket: one slot every 1/r, up to the maximum delay.
+cases.append(dict(name="lb_shaping_slots", key="k",
+                  limit=dict(algorithm="leaky_bucket", rate=10, period_us=S, max_delay_us=500_000),
+                  steps=[at(0)] * 7 + [at(0), at(50_000), at(100_000)]))
+
+# Variable and fractional cost.
+cases.append(dict(name="tb_weighted_and_fractional", key="k",
+                  limit=dict(algorithm="token_bucket", tokens_per_second=10, burst=10),
+                  steps=[at(0, cost=5), at(0, cost=0.5), at(0, cost=4.5), at(0, cost=0.5), at(50_000, cost=0.5),
+                         at(50_000, cost=11, want_error="cost_exceeds_limit")]))
+
+# A clock that steps back adds nothing.
+cases.append(dict(name="tb_clock_steps_back", key="k",
+                  limit=dict(algorithm="token_bucket", tokens_per_second=1, burst=2),
+                  steps=[at(10 * S, cost=2), at(5 * S), at(10 * S), at(11 * S)]))
+
+# Peek consumes nothing; reset refills.
+cases.append(dict(name="tb_peek_and_reset", key="k",
+                  limit=dict(algorithm="token_bucket", tokens_per_second=1, burst=3),
+                  steps=[at(0, op="peek"), at(0, op="peek"), at(0, cost=3), at(0, op="peek"), at(0, op="reset"), at(0, cost=3)]))
+
+print(json.dumps({"cases": [run(c) for c in cases]}, indent=1))

@@ -1,0 +1,74 @@
+package sluice
+
+import (
+	"crypto/sha1"
+	"encoding/binary"
+)
+
+// WindowState is the stored state of one fixed-window key: the micro-tokens
+// left and the start of the window they were counted in (microseconds).
+type WindowState struct {
+	Tokens int64
+	Start  int64
+}
+
+// WindowOffset is where a key's windows start within the period when the
+// limit fixes no start: the first 48 bits of the SHA-1 of the key, modulo
+// the period. Spreading starts this way keeps every key from refilling at
+// the same instant (no thundering herd at :00). SHA-1 is chosen because
+// every engine has it (Redis scripts' redis.sha1hex, PostgreSQL's sha1()),
+// and 48 bits because a Lua number holds them exactly.
+func WindowOffset(key string, period int64) int64 {
+	sum := sha1.Sum([]byte(key))
+	var b [8]byte
+	copy(b[2:], sum[:6])
+	return int64(binary.BigEndian.Uint64(b[:]) % uint64(period))
+}
+
+// TakeFixedWindow decides one request against a fixed window with
+// rollover at time now (microseconds) and returns the state to store if the
+// request is admitted.
+//
+// Windows of Period microseconds start at offset (mod Period). At each
+// boundary WindowRate micro-tokens arrive; what is unused rolls over, up to
+// Capacity. Tokens arrive only at boundaries, so no window ever admits more
+// than Capacity, unlike a token bucket, which admits up to capacity + rate
+// within one period. An absent key starts full in the window containing
+// now. A clock that steps back stays in the window already counted.
+//
+// A rejected request gets RetryAfter = the wait until the boundary at which
+// enough tokens will have arrived; the state must not be written.
+func TakeFixedWindow(p *Params, st WindowState, present bool, now, cost, offset int64) (WindowState, Outcome) {
+	into := (now - offset) % p.Period
+	if into < 0 {
+		into += p.Period
+	}
+	tokens, start := p.Capacity, now-into
+	if present {
+		tokens, start = st.Tokens, st.Start
+		if now-start >= p.Period {
+			k := (now - start) / p.Period
+			start += k * p.Period
+			if room := p.Capacity - tokens; k > room/p.WindowRate {
+				tokens = p.Capacity
+			} else {
+				tokens += k * p.WindowRate
+			}
+		}
+		if tokens > p.Capacity {
+			tokens = p.Capacity
+		}
+	}
+	var o Outcome
+	if tokens >= cost {
+		o.Allowed = true
+		tokens -= cost
+	} else {
+		o.RetryAfter = start + ceilDiv(cost-tokens, p.WindowRate)*p.Period - now
+	}
+	o.Tokens = tokens
+	if tokens < p.Capacity {
+		o.ResetAfter = start + ceilDiv(p.Capacity-tokens, p.WindowRate)*p.Period - now
+	}
+	return WindowState{Tokens: tokens, Start: start}, o
+}

@@ -1,0 +1,300 @@
+package sluice
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"time"
+)
+
+// Spec describes a limit as a person writes it. It accepts both spellings
+// found in configuration files: a rate per second with a burst
+// (TokensPerSecond + Burst) and a rate per period with a capacity (Rate +
+// Period + Capacity, the capacity defaulting to the rate). Exactly one of
+// TokensPerSecond and Rate is set. NewLimit validates a Spec and compiles
+// it into a Limit.
+type Spec struct {
+	// Name identifies the limit in decisions, keys, headers and metrics.
+	Name      string
+	Algorithm Algorithm
+
+	// TokensPerSecond is the refill rate in the per-second spelling.
+	TokensPerSecond float64
+	// Burst is the bucket size in the per-second spelling.
+	Burst float64
+
+	// Rate tokens arrive every Period (default one second).
+	Rate   float64
+	Period time.Duration
+	// Capacity is the bucket, window rollover or log size; zero means Rate
+	// (or Burst in the per-second spelling).
+	Capacity float64
+
+	// Start fixes where fixed windows begin, as an offset from the Unix
+	// epoch. Nil spreads window starts over the period by a hash of each
+	// key, so that not every key refills at the same instant.
+	Start *time.Duration
+
+	// MaxReserved is how far into debt a reservation may take a token
+	// bucket, in tokens. For a leaky bucket it is derived from MaxDelay.
+	MaxReserved float64
+	// MaxDelay is a leaky bucket's longest queueing delay (default one
+	// second).
+	MaxDelay time.Duration
+}
+
+// Limit is a validated, compiled Spec: immutable and safe to share. Every
+// engine evaluates it from Params, which hold the integer form of the
+// rate and sizes.
+type Limit struct {
+	spec   Spec
+	params Params
+}
+
+// Params is the integer form of a Limit that every engine computes with.
+//
+// For token and leaky buckets, tokens are kept in "scaled units" of
+// 1/(TokenScale*RateDen) token, so that the refill over e microseconds is
+// exactly e*RateNum units: a rate of num/den micro-tokens per microsecond
+// needs no division and accumulates no rounding, however long the refill
+// runs. Every scaled value stays below 2^62.
+type Params struct {
+	Algorithm Algorithm
+	// RateNum/RateDen is the refill in micro-tokens per microsecond
+	// (token and leaky buckets), reduced to lowest terms.
+	RateNum, RateDen int64
+	// Capacity is the bucket, rollover or log size in micro-tokens.
+	Capacity int64
+	// MaxReserved is the debt a reservation may run up, in micro-tokens.
+	MaxReserved int64
+	// WindowRate is the micro-tokens each fixed window adds.
+	WindowRate int64
+	// Period is the fixed window or sliding log length in microseconds.
+	Period int64
+	// Offset is the fixed window start in microseconds, or -1 for a
+	// per-key offset (see WindowOffset).
+	Offset int64
+	// Reserve is set for leaky buckets, whose every request reserves a turn.
+	Reserve bool
+}
+
+const (
+	maxScaled  = 1 << 62
+	maxRateDen = 1_000_000_000
+)
+
+// NewLimit validates s and compiles it. Errors wrap ErrInvalidLimit and
+// name the offending field.
+func NewLimit(s Spec) (*Limit, error) {
+	bad := func(format string, a ...any) (*Limit, error) {
+		return nil, fmt.Errorf("%w %q: %s", ErrInvalidLimit, s.Name, fmt.Sprintf(format, a...))
+	}
+	if s.Name == "" {
+		return nil, fmt.Errorf("%w: a limit needs a name", ErrInvalidLimit)
+	}
+	if int(s.Algorithm) >= len(algorithmNames) {
+		return bad("unknown algorithm %d", s.Algorithm)
+	}
+	for field, v := range map[string]float64{"tokens_per_second": s.TokensPerSecond, "burst": s.Burst, "rate": s.Rate, "capacity": s.Capacity, "max_reserved": s.MaxReserved} {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return bad("%s must be a finite number >= 0, got %v", field, v)
+		}
+	}
+	if s.Period < 0 || s.MaxDelay < 0 {
+		return bad("period and max_delay must not be negative")
+	}
+	// Normalise the two spellings into rate per period plus capacity.
+	rate, period, capacity := s.Rate, s.Period, s.Capacity
+	switch {
+	case s.TokensPerSecond > 0 && s.Rate > 0:
+		return bad("give either tokens_per_second or rate, not both")
+	case s.TokensPerSecond > 0:
+		if s.Period != 0 && s.Period != time.Second {
+			return bad("tokens_per_second is per second; use rate with period for another period")
+		}
+		rate, period = s.TokensPerSecond, time.Second
+		if s.Burst > 0 && s.Capacity > 0 && s.Burst != s.Capacity {
+			return bad("burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
+		}
+		if s.Burst > 0 {
+			capacity = s.Burst
+		}
+	case s.Rate > 0:
+		if period == 0 {
+			period = time.Second
+		}
+		if s.Burst > 0 && s.Capacity > 0 && s.Burst != s.Capacity {
+			return bad("burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
+		}
+		if capacity == 0 {
+			capacity = s.Burst
+		}
+	default:
+		return bad("a rate is required: tokens_per_second (rps) or rate, > 0")
+	}
+	if period%time.Microsecond != 0 {
+		return bad("period %v is finer than the 1µs resolution", period)
+	}
+	if capacity == 0 {
+		capacity = rate
+		if s.Algorithm == LeakyBucket {
+			capacity = 1
+		}
+	}
+	p := Params{Algorithm: s.Algorithm, Period: int64(period / time.Microsecond), Offset: -1}
+	var err error
+	if p.Capacity, err = ToMicroTokens(capacity); err != nil {
+		return bad("capacity: %v", err)
+	}
+	if p.WindowRate, err = ToMicroTokens(rate); err != nil {
+		return bad("rate: %v", err)
+	}
+	if s.Start != nil {
+		if *s.Start < 0 {
+			return bad("start must not be negative")
+		}
+		p.Offset = int64(*s.Start/time.Microsecond) % p.Period
+	}
+	switch s.Algorithm {
+	case TokenBucket, LeakyBucket:
+		p.RateNum, p.RateDen, err = rational(rate, p.Period)
+		if err != nil {
+			return bad("%v", err)
+		}
+		if s.MaxReserved > 0 {
+			if p.MaxReserved, err = ToMicroTokens(s.MaxReserved); err != nil {
+				return bad("max_reserved: %v", err)
+			}
+		}
+		if s.Algorithm == LeakyBucket {
+			p.Reserve = true
+			delay := s.MaxDelay
+			if delay == 0 {
+				delay = time.Second
+			}
+			// The debt that drains in exactly delay.
+			p.MaxReserved = mulDiv(Micros(delay), p.RateNum, p.RateDen)
+		}
+		if hi := float64(p.Capacity+p.MaxReserved) * float64(p.RateDen); hi >= maxScaled {
+			return bad("capacity %v at this rate's precision overflows; give the rate as rate + period with whole numbers", capacity)
+		}
+	case FixedWindow, SlidingLog:
+		if s.MaxReserved > 0 {
+			return bad("max_reserved needs a token or leaky bucket")
+		}
+		if s.Algorithm == SlidingLog && p.Offset >= 0 {
+			return bad("start applies to fixed windows only")
+		}
+	}
+	return &Limit{spec: s, params: p}, nil
+}
+
+// MustLimit is NewLimit for limits written in code; it panics on an
+// invalid Spec and is meant for package-level variables and tests.
+func MustLimit(s Spec) *Limit {
+	l, err := NewLimit(s)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+// Name returns the limit's name.
+func (l *Limit) Name() string { return l.spec.Name }
+
+// Spec returns the specification the limit was compiled from.
+func (l *Limit) Spec() Spec { return l.spec }
+
+// Params returns the integer parameters every engine computes with.
+func (l *Limit) Params() *Params { return &l.params }
+
+// Algorithm returns how the limit counts.
+func (l *Limit) Algorithm() Algorithm { return l.params.Algorithm }
+
+// Capacity returns the burst or capacity in tokens.
+func (l *Limit) Capacity() float64 { return FromMicroTokens(l.params.Capacity) }
+
+// TokensPerSecond returns the long-run rate in tokens per second.
+func (l *Limit) TokensPerSecond() float64 {
+	if l.params.RateDen > 0 {
+		return float64(l.params.RateNum) / float64(l.params.RateDen)
+	}
+	return float64(l.params.WindowRate) / float64(l.params.Period)
+}
+
+// Cost validates a request's cost against l and returns it in
+// micro-tokens. A cost above the capacity is ErrCostExceedsLimit.
+func (l *Limit) Cost(cost float64) (int64, error) {
+	c, err := ToMicroTokens(cost)
+	if err != nil {
+		return 0, fmt.Errorf("limit %q: %w", l.spec.Name, err)
+	}
+	if c > l.params.Capacity {
+		return 0, fmt.Errorf("limit %q: cost %v > capacity %v: %w", l.spec.Name, cost, l.Capacity(), ErrCostExceedsLimit)
+	}
+	return c, nil
+}
+
+// rational expresses rate tokens per period microseconds as num/den
+// micro-tokens per microsecond in lowest terms. Whole micro-token rates are
+// exact; others take the closest fraction with a denominator of at most
+// 1e9 (a relative error below 1e-9 for any rate in range).
+func rational(rate float64, periodUs int64) (num, den int64, err error) {
+	micro := rate * TokenScale
+	if micro < 1 {
+		return 0, 0, fmt.Errorf("rate %v per %v is below one micro-token", rate, Duration(periodUs))
+	}
+	if micro == math.Trunc(micro) && micro < maxMicroTokens {
+		n, d := int64(micro), periodUs
+		g := gcd(n, d)
+		n, d = n/g, d/g
+		if d <= maxRateDen {
+			return n, d, nil
+		}
+	}
+	x := new(big.Rat).SetFloat64(micro)
+	x.Quo(x, new(big.Rat).SetInt64(periodUs))
+	n, d := bestRational(x, maxRateDen)
+	if n <= 0 || n >= maxScaled {
+		return 0, 0, fmt.Errorf("rate %v per %v is out of range", rate, Duration(periodUs))
+	}
+	return n, d, nil
+}
+
+// bestRational returns the closest fraction to x with denominator <= maxDen,
+// by continued fractions.
+func bestRational(x *big.Rat, maxDen int64) (int64, int64) {
+	// Convergents h/k of the continued fraction of x.
+	h0, h1 := big.NewInt(0), big.NewInt(1)
+	k0, k1 := big.NewInt(1), big.NewInt(0)
+	r := new(big.Rat).Set(x)
+	limit := big.NewInt(maxDen)
+	for i := 0; i < 64; i++ {
+		a := new(big.Int).Quo(r.Num(), r.Denom())
+		h2 := new(big.Int).Add(new(big.Int).Mul(a, h1), h0)
+		k2 := new(big.Int).Add(new(big.Int).Mul(a, k1), k0)
+		if k2.Cmp(limit) > 0 {
+			break
+		}
+		h0, h1, k0, k1 = h1, h2, k1, k2
+		frac := new(big.Rat).Sub(r, new(big.Rat).SetInt(a))
+		if frac.Sign() == 0 {
+			break
+		}
+		r.Inv(frac)
+	}
+	if !h1.IsInt64() || !k1.IsInt64() || k1.Sign() == 0 {
+		return 0, 1
+	}
+	return h1.Int64(), k1.Int64()
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	if a == 0 {
+		return 1
+	}
+	return a
+}

@@ -1,0 +1,229 @@
+package sluice
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Request asks a Limit for Cost tokens on behalf of Key.
+type Request struct {
+	Limit *Limit
+	// Key identifies whose bucket to charge within the limit ("user-42").
+	// Stores namespace it by the limit (see StorageKey), so the same key
+	// under two limits is two buckets.
+	Key string
+	// Cost is the number of tokens asked for; zero means 1. Fractions are
+	// fine (0.5 is half a token).
+	Cost float64
+	// Reserve admits the request even when the bucket is short, by taking
+	// the tokens on credit up to MaxReserved; the Decision's RetryAfter then
+	// says when the reserved turn comes. Token and leaky buckets only.
+	Reserve bool
+	// MaxReserved overrides the limit's MaxReserved for this request, in
+	// tokens; zero keeps the limit's.
+	MaxReserved float64
+}
+
+// Charge is a Request in the integer form the algorithms take.
+type Charge struct {
+	Cost        int64 // micro-tokens
+	Reserve     bool
+	MaxReserved int64 // micro-tokens
+}
+
+// Charge validates r and converts it to integers. Every store calls it, so
+// every store rejects the same bad input with the same error.
+func (r Request) Charge() (Charge, error) {
+	if r.Limit == nil {
+		return Charge{}, fmt.Errorf("%w: request for key %q has no limit", ErrInvalidLimit, r.Key)
+	}
+	cost := r.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	c, err := r.Limit.Cost(cost)
+	if err != nil {
+		return Charge{}, err
+	}
+	p := &r.Limit.params
+	ch := Charge{Cost: c, Reserve: r.Reserve || p.Reserve, MaxReserved: p.MaxReserved}
+	if ch.Reserve && p.RateDen == 0 {
+		return Charge{}, fmt.Errorf("limit %q (%s): %w", r.Limit.Name(), p.Algorithm, ErrReserveUnsupported)
+	}
+	if r.MaxReserved != 0 {
+		if ch.MaxReserved, err = ToMicroTokens(r.MaxReserved); err != nil {
+			return Charge{}, fmt.Errorf("limit %q: max_reserved: %w", r.Limit.Name(), err)
+		}
+		if float64(ch.MaxReserved)*float64(p.RateDen) >= maxScaled/2 {
+			return Charge{}, fmt.Errorf("limit %q: max_reserved %v is out of range: %w", r.Limit.Name(), r.MaxReserved, ErrInvalidCost)
+		}
+	}
+	return ch, nil
+}
+
+// Op says whether a store call consumes tokens.
+type Op uint8
+
+const (
+	// OpTake charges admitted requests.
+	OpTake Op = iota
+	// OpPeek answers what a take would, consuming nothing.
+	OpPeek
+)
+
+// Store keeps bucket state and applies the algorithms atomically. Every
+// engine (memory, redis, postgres) implements it with the same arithmetic,
+// checked by the conformance vectors in package conformance.
+type Store interface {
+	// Take decides one request. With OpTake an admitted request is charged
+	// atomically; a rejected one changes nothing.
+	Take(ctx context.Context, op Op, r Request) (Decision, error)
+	// TakeAll decides several requests all-or-nothing: they are charged
+	// only if every one is admitted, and a rejection charges none of them.
+	// The decisions are in the order of rs.
+	TakeAll(ctx context.Context, op Op, rs []Request) ([]Decision, error)
+	// Reset forgets the state of key under l: the bucket is full again.
+	Reset(ctx context.Context, l *Limit, key string) error
+}
+
+// StorageKey is the name under which a store keeps the state of key under
+// l: "{algorithm}:{limit}:{key}", for example "tb:per-org-rps:org-abc". A
+// Redis hash tag inside key ("{user-42}") keeps one identity's buckets in
+// one Cluster slot.
+func StorageKey(l *Limit, key string) string {
+	return l.params.Algorithm.KeyPrefix() + ":" + l.spec.Name + ":" + key
+}
+
+// Limiter is the library's entry point: it validates requests and asks its
+// Store. It is safe for concurrent use.
+type Limiter struct {
+	store Store
+}
+
+// New returns a Limiter over store.
+func New(store Store) *Limiter { return &Limiter{store: store} }
+
+// Store returns the limiter's store.
+func (l *Limiter) Store() Store { return l.store }
+
+// Take asks for r.Cost tokens and charges them if admitted.
+func (l *Limiter) Take(ctx context.Context, r Request) (Decision, error) {
+	return l.store.Take(ctx, OpTake, r)
+}
+
+// Allow is Take for one token of lim under key, reporting only whether it
+// was admitted. Errors count as not admitted.
+func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
+	d, err := l.store.Take(ctx, OpTake, Request{Limit: lim, Key: key, Cost: 1})
+	return err == nil && d.Allowed
+}
+
+// Peek answers what Take would, consuming nothing.
+func (l *Limiter) Peek(ctx context.Context, r Request) (Decision, error) {
+	return l.store.Take(ctx, OpPeek, r)
+}
+
+// TakeAll asks several limits at once (per user AND per endpoint AND
+// global): all are charged if every one admits, none if any rejects. It
+// returns the combined decision (see Combine) and each limit's own.
+func (l *Limiter) TakeAll(ctx context.Context, rs ...Request) (Decision, []Decision, error) {
+	ds, err := l.store.TakeAll(ctx, OpTake, rs)
+	if err != nil {
+		return Decision{}, nil, err
+	}
+	return Combine(ds), ds, nil
+}
+
+// PeekAll answers what TakeAll would, consuming nothing.
+func (l *Limiter) PeekAll(ctx context.Context, rs ...Request) (Decision, []Decision, error) {
+	ds, err := l.store.TakeAll(ctx, OpPeek, rs)
+	if err != nil {
+		return Decision{}, nil, err
+	}
+	return Combine(ds), ds, nil
+}
+
+// Reset refills key's bucket under lim.
+func (l *Limiter) Reset(ctx context.Context, lim *Limit, key string) error {
+	return l.store.Reset(ctx, lim, key)
+}
+
+// Outcome is an algorithm's answer in integers, the form every engine
+// returns before it becomes a Decision.
+type Outcome struct {
+	Allowed bool
+	// Tokens left after the decision, in micro-tokens; negative while a
+	// reservation is in debt.
+	Tokens int64
+	// RetryAfter is the wait in microseconds: until a rejected request
+	// would be admitted, or until an admitted reservation's turn.
+	RetryAfter int64
+	// ResetAfter is the wait in microseconds until the bucket is full.
+	ResetAfter int64
+}
+
+// Decision is the answer to a request.
+type Decision struct {
+	Allowed bool
+	// Limit is the capacity (burst) in whole tokens.
+	Limit int64
+	// Remaining is the whole tokens left after this decision.
+	Remaining int64
+	// RetryAfter is how long to wait: before retrying a rejected request,
+	// or before acting on an admitted reservation. Zero for a plain admit.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the bucket is full again.
+	ResetAfter time.Duration
+	// Rule names the limit that decided.
+	Rule string
+	// Tokens is the exact number of tokens left (negative while a
+	// reservation is in debt).
+	Tokens float64
+}
+
+// Decide turns an engine's Outcome into a Decision of l.
+func (l *Limit) Decide(o Outcome) Decision {
+	d := Decision{
+		Allowed:    o.Allowed,
+		Limit:      l.params.Capacity / TokenScale,
+		RetryAfter: Duration(o.RetryAfter),
+		ResetAfter: Duration(o.ResetAfter),
+		Rule:       l.spec.Name,
+		Tokens:     FromMicroTokens(o.Tokens),
+	}
+	if o.Tokens > 0 {
+		d.Remaining = o.Tokens / TokenScale
+	}
+	return d
+}
+
+// Combine merges the decisions of an all-or-nothing request. It is
+// rejected if any is; then it reports the rejection with the longest wait.
+// Otherwise it reports the limit closest to rejecting (fewest remaining),
+// with the longest reservation wait among them.
+func Combine(ds []Decision) Decision {
+	if len(ds) == 0 {
+		return Decision{Allowed: true}
+	}
+	best := -1
+	for i, d := range ds {
+		if !d.Allowed && (best < 0 || d.RetryAfter > ds[best].RetryAfter) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		return ds[best]
+	}
+	best = 0
+	var wait time.Duration
+	for i, d := range ds {
+		if d.Remaining < ds[best].Remaining {
+			best = i
+		}
+		wait = max(wait, d.RetryAfter)
+	}
+	out := ds[best]
+	out.RetryAfter = wait
+	return out
+}

@@ -1,0 +1,63 @@
+package sluice
+
+// LogEntry is one admitted request in a sliding log: when (microseconds)
+// and how much (micro-tokens).
+type LogEntry struct {
+	Stamp int64
+	Cost  int64
+}
+
+// TakeSlidingLog decides one request against a sliding-window log at time
+// now (microseconds).
+//
+// The log holds every admitted request of the last Period, oldest first.
+// A request is admitted when the cost of the entries newer than now-Period
+// plus its own stays within Capacity, so no window of Period ever admits more
+// than Capacity: the count is exact, at the price of O(Capacity) state per
+// key. A clock that steps back is held at the newest entry.
+//
+// With take set, expired entries are dropped in place and an admitted
+// request is appended; the returned slice is the log to store. Without it
+// (a peek) log is left untouched. A rejected request gets RetryAfter = the
+// wait until enough entries expire.
+func TakeSlidingLog(p *Params, log []LogEntry, now, cost int64, take bool) ([]LogEntry, Outcome) {
+	eff := now
+	if n := len(log); n > 0 && log[n-1].Stamp > eff {
+		eff = log[n-1].Stamp
+	}
+	first := 0
+	for first < len(log) && log[first].Stamp <= eff-p.Period {
+		first++
+	}
+	var used int64
+	for _, e := range log[first:] {
+		used += e.Cost
+	}
+	var o Outcome
+	if used+cost <= p.Capacity {
+		o.Allowed = true
+		used += cost
+		if take {
+			log = log[:copy(log, log[first:])]
+			log = append(log, LogEntry{Stamp: eff, Cost: cost})
+			first = 0
+		}
+	} else {
+		excess := used + cost - p.Capacity
+		for _, e := range log[first:] {
+			excess -= e.Cost
+			if excess <= 0 {
+				o.RetryAfter = e.Stamp + p.Period - now
+				break
+			}
+		}
+	}
+	o.Tokens = p.Capacity - used
+	switch {
+	case o.Allowed && !take:
+		o.ResetAfter = eff + p.Period - now
+	case len(log) > first:
+		o.ResetAfter = log[len(log)-1].Stamp + p.Period - now
+	}
+	return log, o
+}

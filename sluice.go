@@ -1,0 +1,145 @@
+// Package sluice is a rate limiter: token buckets, fixed windows with
+// rollover, sliding-window logs and leaky-bucket shaping, enforced per key
+// over a pluggable Store (in memory, Redis, Redis Cluster or PostgreSQL) with
+// the same answers on every store.
+//
+// The root package holds the domain: a Limit (what is allowed), a Request
+// (who asks, for how much), a Decision (the answer), the Store interface
+// every engine implements, and the pure arithmetic that defines every
+// algorithm. The arithmetic has no clock of its own: the time is passed in,
+// so each engine can use its own clock (Redis's TIME, PostgreSQL's
+// clock_timestamp(), the process's monotonic clock) and tests can use a
+// fake one.
+//
+// # Units
+//
+// Time is an int64 count of microseconds and tokens are int64 fixed-point
+// micro-tokens (1 token = 1e6). Microseconds are the resolution of the
+// clocks that the shared stores offer (Redis TIME, PostgreSQL timestamps),
+// so one resolution everywhere is what lets every engine give the very same
+// answer. Integers make boundaries exact: a request that arrives exactly
+// when the bucket holds its cost is allowed, not "almost" allowed as it
+// would be with floating point. See TakeTokenBucket for how rates are kept
+// exact.
+package sluice
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// TokenScale is the fixed-point scale of token amounts: costs, capacities
+// and remaining tokens are held as integer multiples of 1/TokenScale of a
+// token, so a cost of 0.5 is exactly 500000.
+const TokenScale = 1_000_000
+
+// Errors returned for requests that can never be decided as asked. They are
+// wrapped with detail; test with errors.Is.
+var (
+	// ErrInvalidCost is a cost that is not a finite number of at least one
+	// micro-token (zero, negative, NaN, infinite or too small).
+	ErrInvalidCost = errors.New("sluice: cost must be a finite number > 0")
+	// ErrCostExceedsLimit is a cost larger than the limit's burst or
+	// capacity: no amount of waiting would ever admit it.
+	ErrCostExceedsLimit = errors.New("sluice: cost exceeds the limit's capacity and can never succeed")
+	// ErrInvalidLimit is a Spec that cannot be enforced.
+	ErrInvalidLimit = errors.New("sluice: invalid limit")
+	// ErrReserveUnsupported is a reservation against an algorithm that has
+	// no notion of a future turn (fixed window, sliding log).
+	ErrReserveUnsupported = errors.New("sluice: reservations need a token or leaky bucket")
+)
+
+// Algorithm names how a Limit counts.
+type Algorithm uint8
+
+const (
+	// TokenBucket refills continuously at a rate up to a burst; it admits
+	// bursts and enforces the rate over time.
+	TokenBucket Algorithm = iota
+	// FixedWindow adds a rate of tokens at each window boundary; unused
+	// tokens roll over up to the capacity. No window admits more than the
+	// capacity.
+	FixedWindow
+	// SlidingLog keeps every admitted request of the last period and admits
+	// a request only if the total in any period stays within the capacity.
+	// Its state is O(capacity) per key.
+	SlidingLog
+	// LeakyBucket shapes traffic: a token bucket with a burst of one request
+	// where every request reserves its own turn, 1/rate apart, up to a
+	// maximum queueing delay.
+	LeakyBucket
+)
+
+var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_log", "leaky_bucket"}
+var algorithmPrefixes = [...]string{"tb", "fw", "sl", "lb"}
+
+// String returns the configuration name of a, such as "token_bucket".
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// KeyPrefix returns the short prefix of bucket keys for a ("tb", "fw", ...).
+func (a Algorithm) KeyPrefix() string {
+	if int(a) < len(algorithmPrefixes) {
+		return algorithmPrefixes[a]
+	}
+	return "x"
+}
+
+// ParseAlgorithm reads a configuration name such as "token_bucket".
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for i, n := range algorithmNames {
+		if n == s {
+			return Algorithm(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown algorithm %q (want token_bucket, fixed_window, sliding_log or leaky_bucket)", ErrInvalidLimit, s)
+}
+
+// Micros converts d to whole microseconds, rounding up so that a wait is
+// never shortened.
+func Micros(d time.Duration) int64 {
+	us := int64(d / time.Microsecond)
+	if d%time.Microsecond > 0 {
+		us++
+	}
+	return us
+}
+
+// Duration converts microseconds to a time.Duration, saturating.
+func Duration(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// ToMicroTokens converts an amount of tokens to fixed point, rejecting
+// values that would corrupt state: NaN, infinities, negatives, zero, amounts
+// below one micro-token and amounts beyond the representable range.
+func ToMicroTokens(amount float64) (int64, error) {
+	if math.IsNaN(amount) || math.IsInf(amount, 0) || amount <= 0 {
+		return 0, fmt.Errorf("%w (got %v)", ErrInvalidCost, amount)
+	}
+	v := math.Round(amount * TokenScale)
+	if v < 1 {
+		return 0, fmt.Errorf("%w (got %v, below 1e-6)", ErrInvalidCost, amount)
+	}
+	if v > maxMicroTokens {
+		return 0, fmt.Errorf("%w (got %v, above %v)", ErrInvalidCost, amount, float64(maxMicroTokens/TokenScale))
+	}
+	return int64(v), nil
+}
+
+// maxMicroTokens bounds capacities and costs at 2^53 micro-tokens (about
+// nine billion tokens): every value then survives a round trip through a
+// float64, which is what the Redis engine's Lua computes with.
+const maxMicroTokens = 1 << 53
+
+// FromMicroTokens converts fixed-point tokens back to a float.
+func FromMicroTokens(v int64) float64 { return float64(v) / TokenScale }

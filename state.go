@@ -1,0 +1,71 @@
+package sluice
+
+// State is one key's state for any algorithm, for engines that evaluate the
+// algorithms in Go (the memory store). A and B are BucketState's Tokens and
+// Stamp, or WindowState's Tokens and Start; Log is a sliding log's entries.
+type State struct {
+	A, B int64
+	Log  []LogEntry
+}
+
+// Evaluate decides ch against l at time now (microseconds) for key, whose
+// state is st (present reports whether the key has state at all). With
+// take set, an admitted request updates st in place and Evaluate returns
+// true: the caller keeps st. A peek, or a rejection, leaves st as it was.
+func (l *Limit) Evaluate(st *State, present bool, key string, now int64, ch Charge, take bool) (Outcome, bool) {
+	p := &l.params
+	switch p.Algorithm {
+	case FixedWindow:
+		offset := p.Offset
+		if offset < 0 && !present {
+			offset = WindowOffset(key, p.Period)
+		}
+		next, o := TakeFixedWindow(p, WindowState{Tokens: st.A, Start: st.B}, present, now, ch.Cost, offset)
+		if take && o.Allowed {
+			st.A, st.B = next.Tokens, next.Start
+			return o, true
+		}
+		return o, false
+	case SlidingLog:
+		log := st.Log
+		if !present {
+			log = nil
+		}
+		log, o := TakeSlidingLog(p, log, now, ch.Cost, take)
+		if take {
+			st.Log = log
+			return o, true
+		}
+		return o, false
+	default:
+		next, o := TakeTokenBucket(p, BucketState{Tokens: st.A, Stamp: st.B}, present, now, ch.Cost, ch.Reserve, ch.MaxReserved)
+		if take && o.Allowed {
+			st.A, st.B = next.Tokens, next.Stamp
+			return o, true
+		}
+		return o, false
+	}
+}
+
+// Full reports whether st, as of now, is equivalent to an absent key: a
+// bucket that has refilled to its capacity, a window back at capacity, a
+// log with nothing left in it. Such state can be dropped without changing
+// any answer.
+func (l *Limit) Full(st *State, now int64) bool {
+	p := &l.params
+	switch p.Algorithm {
+	case FixedWindow:
+		_, o := TakeFixedWindow(p, WindowState{Tokens: st.A, Start: st.B}, true, now, 1, 0)
+		return o.Tokens+1 >= p.Capacity
+	case SlidingLog:
+		n := len(st.Log)
+		return n == 0 || st.Log[n-1].Stamp <= now-p.Period
+	default:
+		if st.B > now {
+			return false
+		}
+		e := now - st.B
+		full := p.Capacity * p.RateDen
+		return st.A >= full || e >= ceilDiv(full-st.A, p.RateNum)
+	}
+}

@@ -1,0 +1,83 @@
+package sluice
+
+import "math/bits"
+
+// BucketState is the stored state of one token (or leaky) bucket key.
+//
+// Tokens is in scaled units of 1/(TokenScale*RateDen) token (see Params),
+// Stamp the microsecond up to which refill has been counted. A key with no
+// state is a full bucket: the zero value is not, so stores keep "absent"
+// apart from any BucketState.
+type BucketState struct {
+	Tokens int64
+	Stamp  int64
+}
+
+// TakeTokenBucket decides one request against a token bucket at time now
+// (microseconds) and returns the state to store if the request is admitted.
+//
+// The bucket refills lazily and continuously: elapsed = max(0, now-Stamp),
+// tokens = min(capacity, tokens + elapsed*rate). A clock that steps back
+// adds nothing and keeps Stamp where it was, so the same interval is never
+// counted twice. The request is admitted when tokens >= cost, leaving
+// tokens-cost.
+//
+// With reserve set, a request that finds too few tokens is admitted anyway
+// when the debt it leaves, cost-tokens, is at most maxReserved: the tokens go
+// negative and RetryAfter says when the reserved turn comes (when the
+// bucket is back at zero). Otherwise the request is rejected, RetryAfter is
+// the wait until it would be admitted, and the state must not be written:
+// a rejection changes nothing.
+//
+// Because tokens are scaled by RateDen, the refill is the exact integer
+// elapsed*RateNum: nothing is rounded away between calls, however often a
+// key is polled. Waits round up to the next microsecond, so a caller that
+// waits exactly RetryAfter finds the bucket holding its cost: boundaries
+// are exact.
+//
+// cost and maxReserved are in micro-tokens and have been validated
+// (0 < cost <= capacity).
+func TakeTokenBucket(p *Params, st BucketState, present bool, now, cost int64, reserve bool, maxReserved int64) (BucketState, Outcome) {
+	full := p.Capacity * p.RateDen
+	tokens, stamp := full, now
+	if present {
+		tokens, stamp = st.Tokens, st.Stamp
+		if now > stamp {
+			if tokens < full {
+				hi, lo := bits.Mul64(uint64(now-stamp), uint64(p.RateNum))
+				if hi != 0 || lo >= uint64(full-tokens) {
+					tokens = full
+				} else {
+					tokens += int64(lo)
+				}
+			}
+			stamp = now
+		}
+		if tokens > full { // the capacity was lowered since the state was written
+			tokens = full
+		}
+	}
+	lag := stamp - now // > 0 only when the clock stepped back
+	need := cost * p.RateDen
+	var o Outcome
+	switch {
+	case tokens >= need:
+		o.Allowed = true
+		tokens -= need
+	case reserve && need-tokens <= maxReserved*p.RateDen:
+		o.Allowed = true
+		tokens -= need
+		o.RetryAfter = lag + ceilDiv(-tokens, p.RateNum)
+	default:
+		if reserve {
+			// Admitted once the debt it would leave fits within maxReserved.
+			need -= maxReserved * p.RateDen
+		}
+		o.RetryAfter = lag + ceilDiv(need-tokens, p.RateNum)
+	}
+	o.Tokens = floorDiv(tokens, p.RateDen)
+	if tokens < full {
+		o.ResetAfter = lag + ceilDiv(full-tokens, p.RateNum)
+	}
+	return BucketState{Tokens: tokens, Stamp: stamp}, o
+}

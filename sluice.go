@@ -143,3 +143,13 @@ const maxMicroTokens = 1 << 53
 
 // FromMicroTokens converts fixed-point tokens back to a float.
 func FromMicroTokens(v int64) float64 { return float64(v) / TokenScale }
+
+// IsInputError reports whether err is the caller's fault (a bad cost, an
+// impossible cost, an invalid limit, a reservation the algorithm cannot
+// make) rather than the store's. Input errors are answered with a 4xx;
+// every other error is a store failure, handled by the rule's
+// on_store_error.
+func IsInputError(err error) bool {
+	return errors.Is(err, ErrInvalidCost) || errors.Is(err, ErrCostExceedsLimit) ||
+		errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrReserveUnsupported)
+}

@@ -123,6 +123,9 @@ func Duration(us int64) time.Duration {
 // values that would corrupt state: NaN, infinities, negatives, zero, amounts
 // below one micro-token and amounts beyond the representable range.
 func ToMicroTokens(amount float64) (int64, error) {
+	if amount >= 1 && amount <= 1<<30 && amount == float64(int64(amount)) {
+		return int64(amount) * TokenScale, nil // whole tokens, the common case
+	}
 	if math.IsNaN(amount) || math.IsInf(amount, 0) || amount <= 0 {
 		return 0, fmt.Errorf("%w (got %v)", ErrInvalidCost, amount)
 	}

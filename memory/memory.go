@@ -19,7 +19,6 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -32,9 +31,13 @@ type Options struct {
 	// (default 256).
 	Shards int
 	// Clock overrides the time source (for tests and simulations). The
-	// default reads the monotonic clock once per call, which is immune to
-	// wall-clock steps and costs about half of time.Now.
+	// default is the process's monotonic clock, immune to wall-clock
+	// steps, read as described in clock.go.
 	Clock sluice.Clock
+	// PreciseClock reads the precise clock for every decision instead of
+	// the coarse one for token-bucket admits (see clock.go): about 25ns
+	// more per Take, for bounds that hold to the microsecond in real time.
+	PreciseClock bool
 }
 
 // evictionSample is how many keys an insert into a full shard inspects.
@@ -42,12 +45,11 @@ const evictionSample = 16
 
 // Store is the in-memory Store. The zero value is not usable; use New.
 type Store struct {
-	shards []shard
-	mask   uint64
-	seed   maphash.Seed
-	clock  sluice.Clock
-	epoch  time.Time // monotonic anchor of the default clock
-	epochU int64     // epoch in Unix microseconds
+	shards  []shard
+	mask    uint64
+	seed    maphash.Seed
+	clock   sluice.Clock
+	precise bool
 }
 
 type key struct {
@@ -55,18 +57,31 @@ type key struct {
 	key   string
 }
 
-// slot is one key's state: 40 bytes, no pointers.
+// slot is one key's state (72 bytes). The index maps a 64-bit hash of the
+// limit name and key to a slot, so a Take hashes its key once; the slot
+// holds the names to confirm the match.
 type slot struct {
-	a, b   int64 // sluice.State.A and .B
-	fullAt int64 // when the state becomes equivalent to absent (µs)
-	used   int64 // last write (µs), for LRU eviction
-	den    uint32
-	alg    sluice.Algorithm
+	limit, key string
+	a, b       int64 // sluice.State.A and .B
+	fullAt     int64 // when the state becomes equivalent to absent (µs)
+	used       int64 // last write (µs), for LRU eviction
+	den        uint32
+	alg        sluice.Algorithm
+}
+
+// spilled is a spill entry: the slot and the hash it shares.
+type spilled struct {
+	i uint32
+	h uint64
 }
 
 type shard struct {
-	mu    sync.Mutex
-	idx   map[key]uint32
+	mu  sync.Mutex
+	idx map[uint64]uint32
+	// spill holds the rare keys whose hash equals another held key's. A key
+	// is in spill only while that other key is in idx (remove promotes), so
+	// a miss in idx is a miss.
+	spill map[key]spilled
 	slots []slot
 	free  []uint32
 	logs  map[uint32][]sluice.LogEntry // sliding logs, by slot
@@ -90,26 +105,46 @@ func New(opts Options) *Store {
 	for n > 1 && opts.MaxKeys/n < evictionSample {
 		n >>= 1
 	}
-	now := time.Now()
-	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seed: maphash.MakeSeed(), clock: opts.Clock, epoch: now, epochU: now.UnixMicro()}
+	coarse.once.Do(startCoarse)
+	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seed: maphash.MakeSeed(), clock: opts.Clock, precise: opts.PreciseClock}
 	per := (opts.MaxKeys + n - 1) / n
 	for i := range s.shards {
-		s.shards[i].idx = make(map[key]uint32)
+		s.shards[i].idx = make(map[uint64]uint32)
+		s.shards[i].spill = make(map[key]spilled)
 		s.shards[i].logs = make(map[uint32][]sluice.LogEntry)
 		s.shards[i].max = per
 	}
 	return s
 }
 
-func (s *Store) now() int64 {
-	if s.clock != nil {
-		return s.clock.Now().UnixMicro()
+// now returns the time for a decision by alg, and whether it came from
+// the coarse clock (see clock.go).
+func (s *Store) now(alg sluice.Algorithm) (int64, bool) {
+	switch {
+	case s.clock != nil:
+		return s.clock.Now().UnixMicro(), false
+	case s.precise || alg == sluice.FixedWindow || alg == sluice.SlidingLog:
+		return preciseNow(), false
 	}
-	return s.epochU + int64(time.Since(s.epoch)/time.Microsecond)
+	return coarseNow(), true
 }
 
-func (s *Store) shardOf(k string) int {
-	return int(maphash.String(s.seed, k) & s.mask)
+// hash is the one hash a key is looked up by: its shard and its index entry.
+func (s *Store) hash(limit, k string) uint64 {
+	return maphash.String(s.seed, k) ^ maphash.String(s.seed, limit)*0x9e3779b97f4a7c15
+}
+
+// find returns k's slot in sh.
+func (sh *shard) find(h uint64, limit, k string) (uint32, bool) {
+	i, ok := sh.idx[h]
+	if !ok {
+		return 0, false
+	}
+	if sl := &sh.slots[i]; sl.key == k && sl.limit == limit {
+		return i, true
+	}
+	sp, ok := sh.spill[key{limit, k}]
+	return sp.i, ok
 }
 
 // Len returns the number of keys held.
@@ -118,7 +153,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.idx)
+		n += len(sh.slots) - len(sh.free)
 		sh.mu.Unlock()
 	}
 	return n
@@ -132,12 +167,13 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	}
 	lim := r.Limit
 	p := lim.Params()
-	k := key{limit: lim.Name(), key: r.Key}
-	now := s.now()
+	name := lim.Name()
 	take := op == sluice.OpTake
-	sh := &s.shards[s.shardOf(r.Key)]
+	now, early := s.now(p.Algorithm)
+	h := s.hash(name, r.Key)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
-	i, present := sh.idx[k]
+	i, present := sh.find(h, name, r.Key)
 	var st sluice.State
 	if present {
 		sl := &sh.slots[i]
@@ -151,17 +187,28 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 		}
 	}
 	o, write := lim.Evaluate(&st, present, r.Key, now, ch, take)
+	if early && !o.Allowed && o.RetryAfter <= recheckWithin {
+		// Near the boundary, the precise clock decides (see clock.go).
+		now = preciseNow()
+		o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
+	}
 	if write {
-		sh.store(k, i, present, &st, o, p, now)
+		sh.store(h, name, r.Key, i, present, &st, o, p, now)
 	}
 	sh.mu.Unlock()
 	return lim.Decide(o), nil
 }
 
-// store writes st for k; i is k's slot when it had one.
-func (sh *shard) store(k key, i uint32, had bool, st *sluice.State, o sluice.Outcome, p *sluice.Params, now int64) {
-	if _, ok := sh.idx[k]; !ok {
-		if len(sh.idx) >= sh.max {
+// store writes st for the key (limit, k) with hash h; i is its slot when
+// it had one.
+func (sh *shard) store(h uint64, limit, k string, i uint32, had bool, st *sluice.State, o sluice.Outcome, p *sluice.Params, now int64) {
+	if !had {
+		if j, ok := sh.find(h, limit, k); ok {
+			i, had = j, true // held under another shape of the limit: reuse
+		}
+	}
+	if !had {
+		if len(sh.slots)-len(sh.free) >= sh.max {
 			sh.evict(now)
 		}
 		if n := len(sh.free); n > 0 {
@@ -171,8 +218,13 @@ func (sh *shard) store(k key, i uint32, had bool, st *sluice.State, o sluice.Out
 			i = uint32(len(sh.slots))
 			sh.slots = append(sh.slots, slot{})
 		}
-		k.key = strings.Clone(k.key) // do not pin a caller's larger buffer
-		sh.idx[k] = i
+		k = strings.Clone(k) // do not pin a caller's larger buffer
+		sh.slots[i].limit, sh.slots[i].key = limit, k
+		if _, taken := sh.idx[h]; taken {
+			sh.spill[key{limit, k}] = spilled{i, h}
+		} else {
+			sh.idx[h] = i
+		}
 	}
 	sl := &sh.slots[i]
 	sl.a, sl.b, sl.used = st.A, st.B, now
@@ -180,36 +232,50 @@ func (sh *shard) store(k key, i uint32, had bool, st *sluice.State, o sluice.Out
 	sl.den, sl.alg = uint32(p.RateDen), p.Algorithm
 	if p.Algorithm == sluice.SlidingLog {
 		sh.logs[i] = st.Log
-	} else if !had {
-		delete(sh.logs, i)
+	} else if had && len(sh.logs) > 0 {
+		delete(sh.logs, i) // the limit changed from a sliding log
 	}
 }
 
 // evict drops one key: the first sampled one that is already full, else the
 // least recently written of the sample.
 func (sh *shard) evict(now int64) {
-	var victim key
+	var vh uint64
 	var vi uint32
 	oldest := int64(1<<63 - 1)
 	n := 0
-	for k, i := range sh.idx { // map iteration starts at a random place
+	for h, i := range sh.idx { // map iteration starts at a random place
 		sl := &sh.slots[i]
 		if sl.fullAt <= now {
-			victim, vi = k, i
+			vh, vi = h, i
 			break
 		}
 		if sl.used < oldest {
-			oldest, victim, vi = sl.used, k, i
+			oldest, vh, vi = sl.used, h, i
 		}
 		if n++; n >= evictionSample {
 			break
 		}
 	}
-	sh.remove(victim, vi)
+	sh.remove(vh, vi)
 }
 
-func (sh *shard) remove(k key, i uint32) {
-	delete(sh.idx, k)
+// remove forgets slot i, whose hash is h.
+func (sh *shard) remove(h uint64, i uint32) {
+	sl := &sh.slots[i]
+	k := key{sl.limit, sl.key}
+	if sp, ok := sh.spill[k]; ok && sp.i == i {
+		delete(sh.spill, k)
+	} else {
+		delete(sh.idx, h)
+		for sk, sp := range sh.spill { // promote a key that shared the hash
+			if sp.h == h {
+				delete(sh.spill, sk)
+				sh.idx[h] = sp.i
+				break
+			}
+		}
+	}
 	delete(sh.logs, i)
 	sh.slots[i] = slot{}
 	sh.free = append(sh.free, i)
@@ -220,11 +286,11 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, k string) error {
 	if l == nil {
 		return fmt.Errorf("memory reset %q: %w", k, sluice.ErrInvalidLimit)
 	}
-	kk := key{limit: l.Name(), key: k}
-	sh := &s.shards[s.shardOf(k)]
+	h := s.hash(l.Name(), k)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
-	if i, ok := sh.idx[kk]; ok {
-		sh.remove(kk, i)
+	if i, ok := sh.find(h, l.Name(), k); ok {
+		sh.remove(h, i)
 	}
 	sh.mu.Unlock()
 	return nil
@@ -233,6 +299,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, k string) error {
 // work is one request of a TakeAll with its tentative state.
 type work struct {
 	ch      sluice.Charge
+	h       uint64
 	shard   int
 	k       key
 	slot    uint32
@@ -251,7 +318,8 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		if err != nil {
 			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
 		}
-		ws[i] = work{ch: ch, shard: s.shardOf(r.Key), k: key{limit: r.Limit.Name(), key: r.Key}, same: -1}
+		h := s.hash(r.Limit.Name(), r.Key)
+		ws[i] = work{ch: ch, h: h, shard: int(h & s.mask), k: key{limit: r.Limit.Name(), key: r.Key}, same: -1}
 		for j := 0; j < i; j++ {
 			if ws[j].k == ws[i].k {
 				ws[i].same = j
@@ -264,7 +332,12 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 			s.shards[i].mu.Unlock()
 		}
 	}()
-	now := s.now()
+	// One precise time for all: a coarse one would need a re-decision per
+	// rejection, and TakeAll is not the path where 25ns matter.
+	now := preciseNow()
+	if s.clock != nil {
+		now = s.clock.Now().UnixMicro()
+	}
 	out := make([]sluice.Outcome, len(rs))
 	all := true
 	for i := range ws {
@@ -275,7 +348,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 			w.present, w.st, w.slot = prev.present, prev.st, prev.slot
 		} else {
 			sh := &s.shards[w.shard]
-			if si, ok := sh.idx[w.k]; ok && sh.slots[si].alg == p.Algorithm && sh.slots[si].den == uint32(p.RateDen) {
+			if si, ok := sh.find(w.h, w.k.limit, w.k.key); ok && sh.slots[si].alg == p.Algorithm && sh.slots[si].den == uint32(p.RateDen) {
 				sl := &sh.slots[si]
 				w.slot, w.present = si, true
 				w.st.A, w.st.B = sl.a, sl.b
@@ -305,8 +378,8 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		}
 		w := &ws[i]
 		sh := &s.shards[w.shard]
-		_, had := sh.idx[w.k]
-		sh.store(w.k, w.slot, had, &w.st, out[i], rs[i].Limit.Params(), now)
+		_, had := sh.find(w.h, w.k.limit, w.k.key)
+		sh.store(w.h, w.k.limit, w.k.key, w.slot, had, &w.st, out[i], rs[i].Limit.Params(), now)
 	}
 	return ds, nil
 }

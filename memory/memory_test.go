@@ -14,4 +14,6 @@ func newStore(t *testing.T, clock sluice.Clock) sluice.Store {
 
 func TestConformance(t *testing.T) { conformance.Run(t, newStore) }
 
-func TestInvariants(t *testing.T) { conformance.RunInvariants(t, newStore, conformance.InvariantOptions{}) }
+func TestInvariants(t *testing.T) {
+	conformance.RunInvariants(t, newStore, conformance.InvariantOptions{})
+}

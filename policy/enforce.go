@@ -1,0 +1,237 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Match is one limit that applies to a request.
+type Match struct {
+	Rule *Rule
+	// Request is what to ask the store: the selected limit (the matching
+	// tier's, or the rule's own), the composite Key and the Cost. The store
+	// keeps the bucket under sluice.StorageKey(Request.Limit, Request.Key),
+	// e.g. "tb:per-org-rps:org-abc" or "tb:api.enterprise:k-123".
+	Request sluice.Request
+	// Identity seeds the Retry-After jitter: the verified JWT subject,
+	// else the client IP.
+	Identity string
+	// Tier is the tier that matched, nil for the rule's own limit.
+	Tier *Tier
+}
+
+// Match returns the limits that apply to in, in rule order: for every rule
+// whose match holds, the first tier whose match holds (or, when none does,
+// the rule's own limit if it has one), with the key built from the rule's
+// limit_keys and the cost from its cost_source. A rule whose key source is
+// absent applies with AbsentMarker in the key (missing_key: shared, the
+// default) or not at all (skip). The error is reserved for input that
+// cannot be evaluated at all; none is currently produced.
+func (p *Policy) Match(in *Input) ([]Match, error) {
+	e := &eval{p: p, r: in}
+	var out []Match
+	for _, rule := range p.Rules {
+		if !e.holds(rule.match) {
+			continue
+		}
+		v, tier := rule.own, (*Tier)(nil)
+		for _, t := range rule.Tiers {
+			if e.holds(t.match) {
+				v, tier = t.v, t
+				break
+			}
+		}
+		if v == nil {
+			continue
+		}
+		key, ok := e.key(rule)
+		if !ok {
+			continue
+		}
+		out = append(out, Match{
+			Rule:     rule,
+			Request:  sluice.Request{Limit: v.limit, Key: key, Cost: e.cost(v.cost), Reserve: v.reserve},
+			Identity: e.identity(),
+			Tier:     tier,
+		})
+	}
+	return out, nil
+}
+
+func (e *eval) identity() string {
+	if s, ok := claim(e.verifiedClaims(), "sub"); ok {
+		if sub, ok := scalarString(s); ok && sub != "" {
+			return "sub:" + sub
+		}
+	}
+	if ip := e.clientIP(); ip.IsValid() {
+		return "ip:" + ip.String()
+	}
+	return ""
+}
+
+// Verdict is the outcome of Enforce.
+type Verdict struct {
+	// Allowed is false iff an enforce-mode rule rejected, or its store
+	// failed and its on_store_error is deny. Shadow rules never make it
+	// false.
+	Allowed bool
+	// Overall is sluice.Combine over the enforce-mode decisions (the zero
+	// Decision when there are none).
+	Overall sluice.Decision
+	// Results has one entry per match, in the same order.
+	Results []Result
+}
+
+// Result is one match's outcome.
+type Result struct {
+	Match Match
+	// Decision is the limit's decision. For a shadow rule it says what
+	// enforcing would have done.
+	Decision sluice.Decision
+	// Shadow is set for shadow-mode rules.
+	Shadow bool
+	// StoreErr is the store's failure, when it failed for this rule;
+	// Decision then follows the rule's on_store_error.
+	StoreErr error
+}
+
+// Observer is told every decision; httpgate implements it with Prometheus
+// counters.
+type Observer interface {
+	// Observe counts one decision of rule; result is one of "allowed",
+	// "rejected", "shadow_rejected" or "store_error".
+	Observe(rule string, result string)
+}
+
+// StoreErrorRetry is the wait a rejection by on_store_error: deny reports.
+const StoreErrorRetry = time.Second
+
+// Enforce decides ms with op (sluice.OpTake, or sluice.OpPeek to answer
+// without consuming):
+//
+//   - The enforce-mode matches go to the store in one all-or-nothing
+//     Limiter.TakeAll: all are charged if every one admits, none if any
+//     rejects. A cost above a limit's capacity (which can never succeed)
+//     is a rejection decided without the store; the others are then only
+//     peeked, so nothing is charged.
+//   - When the store fails (or answers with an input error, which a
+//     validated policy never causes), every enforce-mode match of the call
+//     gets the error and follows its rule's on_store_error: allow (admitted,
+//     state untouched) or deny (rejected, retry after StoreErrorRetry).
+//   - Shadow-mode matches never reject and never block charging the
+//     others. Each is decided on its own after the enforce-mode ones:
+//     charged when the request was allowed, peeked when it was rejected,
+//     so its counts are what enforcing it alongside the others would have
+//     produced. Its store errors are recorded and otherwise ignored.
+//
+// obs, when not nil, is told each match's result.
+func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
+	v := Verdict{Allowed: true, Results: make([]Result, len(ms))}
+	var enf, shadow []int
+	for i, m := range ms {
+		v.Results[i] = Result{Match: m, Shadow: m.Rule != nil && m.Rule.Mode == Shadow}
+		if v.Results[i].Shadow {
+			shadow = append(shadow, i)
+		} else {
+			enf = append(enf, i)
+		}
+	}
+
+	var reqs []sluice.Request
+	var idx []int
+	impossible := false
+	for _, i := range enf {
+		r := &v.Results[i]
+		if exceeds(r.Match.Request) {
+			r.Decision, impossible = rejectCost(r.Match.Request.Limit), true
+			continue
+		}
+		reqs = append(reqs, r.Match.Request)
+		idx = append(idx, i)
+	}
+	if len(reqs) > 0 {
+		do := lim.TakeAll
+		if op == sluice.OpPeek || impossible {
+			do = lim.PeekAll
+		}
+		_, ds, err := do(ctx, reqs...)
+		for k, i := range idx {
+			if err != nil {
+				v.Results[i].storeFailed(err)
+			} else {
+				v.Results[i].Decision = ds[k]
+			}
+		}
+	}
+	if len(enf) > 0 {
+		ds := make([]sluice.Decision, len(enf))
+		for k, i := range enf {
+			ds[k] = v.Results[i].Decision
+		}
+		v.Overall = sluice.Combine(ds)
+		v.Allowed = v.Overall.Allowed
+	}
+
+	for _, i := range shadow {
+		r := &v.Results[i]
+		if exceeds(r.Match.Request) {
+			r.Decision = rejectCost(r.Match.Request.Limit)
+			continue
+		}
+		do := lim.Take
+		if op == sluice.OpPeek || !v.Allowed {
+			do = lim.Peek
+		}
+		d, err := do(ctx, r.Match.Request)
+		if err != nil {
+			r.storeFailed(err)
+		} else {
+			r.Decision = d
+		}
+	}
+
+	if obs != nil {
+		for _, r := range v.Results {
+			obs.Observe(r.Match.Rule.Name, r.result())
+		}
+	}
+	return v
+}
+
+// result names r for the Observer.
+func (r *Result) result() string {
+	switch {
+	case r.StoreErr != nil:
+		return "store_error"
+	case r.Decision.Allowed:
+		return "allowed"
+	case r.Shadow:
+		return "shadow_rejected"
+	}
+	return "rejected"
+}
+
+func (r *Result) storeFailed(err error) {
+	r.StoreErr = err
+	l := r.Match.Request.Limit
+	c := l.Capacity()
+	d := sluice.Decision{Allowed: true, Limit: int64(c), Remaining: int64(c), Rule: l.Name(), Tokens: c}
+	if r.Match.Rule != nil && r.Match.Rule.OnStoreError == DenyOnError {
+		d.Allowed, d.Remaining, d.Tokens, d.RetryAfter = false, 0, 0, StoreErrorRetry
+	}
+	r.Decision = d
+}
+
+// exceeds reports whether r's cost can never be admitted by its limit.
+func exceeds(r sluice.Request) bool {
+	_, err := r.Limit.Cost(r.Cost)
+	return errors.Is(err, sluice.ErrCostExceedsLimit) || (err != nil && r.Cost > r.Limit.Capacity())
+}
+
+func rejectCost(l *sluice.Limit) sluice.Decision {
+	return sluice.Decision{Allowed: false, Limit: int64(l.Capacity()), Rule: l.Name()}
+}

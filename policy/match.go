@@ -1,0 +1,78 @@
+package policy
+
+import (
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+)
+
+// cond is one match condition: the source's value equals one of values,
+// or, for path_prefix, starts with one of them.
+type cond struct {
+	src    source
+	values []string
+	prefix bool
+}
+
+func (e *eval) holds(cs []cond) bool {
+	for _, c := range cs {
+		if !e.holdsOne(c) {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *eval) holdsOne(c cond) bool {
+	if c.prefix {
+		p := e.cleanPath()
+		for _, v := range c.values {
+			if strings.HasPrefix(p, v) {
+				return true
+			}
+		}
+		return false
+	}
+	got := e.values(c.src)
+	for _, g := range got {
+		switch c.src.kind {
+		case srcMethod:
+			g = strings.ToUpper(g)
+		}
+		for _, v := range c.values {
+			if g == v {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// costSpec is how a request's cost is found.
+type costSpec struct {
+	src   *source // nil: fixed
+	fixed float64 // cost when src is nil
+	def   float64 // cost when src is absent or not a usable number
+}
+
+// cost returns the request's cost under c. A value that is absent, not a
+// number, NaN, zero, negative or below one micro-token costs the default;
+// a value above the limit's capacity (infinity included) is returned as it
+// is, so the rule rejects the request, which could never succeed, without
+// charging anything: a client never pays less by sending an absurd cost.
+func (e *eval) cost(c costSpec) float64 {
+	if c.src == nil {
+		return c.fixed
+	}
+	v, ok := e.value(*c.src)
+	if !ok {
+		return c.def
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if (err != nil && !math.IsInf(f, 1)) || math.IsNaN(f) || f <= 0 || f*sluice.TokenScale < 1 {
+		return c.def
+	}
+	return f
+}

@@ -1,0 +1,266 @@
+// Package policy turns a sluice configuration file (YAML or JSON, one
+// schema) into compiled rules, builds each rule's bucket key from a
+// request, and enforces the rules that apply to a request all-or-nothing.
+//
+// Load and Parse validate the whole file and report every problem at once,
+// each located as FILE:LINE: path: message. A Policy is immutable once
+// loaded and safe for concurrent use.
+//
+// The request-shaped paths (forward auth, reverse proxy, Envoy, the Go
+// middleware) describe the request as an Input (FromHTTP), ask Match for
+// the limits that apply and pass them to Enforce. The decision API, which
+// names a rule and brings its own key, builds the Match itself from
+// Rule.Limit (or Policy.Limit for a tier), so shadow mode and
+// on_store_error behave the same on both shapes.
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Policy is a loaded, validated configuration.
+type Policy struct {
+	// Source is the file the policy was loaded from, or "embedded default".
+	Source string
+	// Settings are the non-rule settings, for wiring.
+	Settings Settings
+	// Rules in file order.
+	Rules []*Rule
+
+	jwt    *verifier
+	byName map[string]*Rule
+	limits map[string]*sluice.Limit
+}
+
+// Settings are a policy's top-level settings besides its rules.
+type Settings struct {
+	// Listen is the decision API's address (default ":8080").
+	Listen string
+	// GRPCListen is the Envoy RateLimitService address (default ":8081";
+	// grpc_listen: "" disables it).
+	GRPCListen string
+	// StoreURL says where bucket state lives (default "memory://").
+	StoreURL string
+	// AdminTokenEnv names the environment variable holding the admin token
+	// for /v1/reset ("" = reset disabled).
+	AdminTokenEnv string
+	// ProxyListen and ProxyUpstream configure the reverse proxy, enabled
+	// when ProxyUpstream (an absolute http or https URL) is set.
+	ProxyListen, ProxyUpstream string
+	// Headers are the response header sets: any of "draft", "trio",
+	// "legacy", or "none" alone (default ["draft", "trio"]).
+	Headers []string
+	// DenyStatus is the status of a forward-auth rejection (default 429;
+	// 403 for nginx auth_request).
+	DenyStatus int
+	// AuditLog is the path of the JSON-lines audit log of rejections
+	// ("" = off).
+	AuditLog string
+
+	// TrustedProxies are the peers whose X-Forwarded-For / Forwarded (and
+	// forward-auth X-Forwarded-*) headers are believed.
+	TrustedProxies []netip.Prefix
+	// IPv6Prefix is the prefix length IPv6 clients are grouped by in
+	// ip:address keys (default 64).
+	IPv6Prefix int
+	// MissingKey is the default for rules whose key source is absent.
+	MissingKey MissingKey
+}
+
+// Mode says whether a rule's rejections are enforced.
+type Mode uint8
+
+// The modes.
+const (
+	// EnforceMode rejects requests the rule rejects (the default). (The
+	// function Enforce owns the shorter name.)
+	EnforceMode Mode = iota
+	// Shadow decides, counts and logs, but never rejects and emits no
+	// headers.
+	Shadow
+)
+
+func (m Mode) String() string {
+	if m == Shadow {
+		return "shadow"
+	}
+	return "enforce"
+}
+
+// OnStoreError is what a rule does when the store fails.
+type OnStoreError uint8
+
+// The store error actions.
+const (
+	// AllowOnError admits the request, leaves state untouched and counts
+	// the error (the default).
+	AllowOnError OnStoreError = iota
+	// DenyOnError rejects the request.
+	DenyOnError
+)
+
+func (o OnStoreError) String() string {
+	if o == DenyOnError {
+		return "deny"
+	}
+	return "allow"
+}
+
+// MissingKey is what a rule does with a request whose limit_keys source is
+// absent (no such header, no verified JWT claim, ...).
+type MissingKey uint8
+
+// The missing key behaviours.
+const (
+	// MissingShared puts every such request in one bucket per rule: the
+	// absent component is replaced by AbsentMarker, which no present value
+	// can produce. The default: an absent key never escapes the limit.
+	MissingShared MissingKey = iota
+	// MissingSkip makes the rule not apply to such a request.
+	MissingSkip
+)
+
+func (m MissingKey) String() string {
+	if m == MissingSkip {
+		return "skip"
+	}
+	return "shared"
+}
+
+// AbsentMarker is the key component of an absent source under
+// missing_key: shared.
+const AbsentMarker = "(absent)"
+
+// Rule is a compiled rule.
+type Rule struct {
+	Name         string
+	Mode         Mode
+	OnStoreError OnStoreError
+	// Limit is the rule's own limit (named like the rule), used by
+	// /v1/take. A tiered rule without an algorithm_config of its own has
+	// none: Limit is then its last tier's limit, while Match applies no
+	// limit of the rule to a request matching no tier.
+	Limit *sluice.Limit
+	// Tiers are tried in order; the first whose match holds decides. Each
+	// has its own limit named "RULE.TIER".
+	Tiers []*Tier
+	// Algorithm counts for the rule and all its tiers.
+	Algorithm sluice.Algorithm
+	// LimitKeys are the key sources as written ("header:x-api-key").
+	LimitKeys []string
+	// MissingKey is shared or skip.
+	MissingKey MissingKey
+	// Line is where the rule starts in its file.
+	Line int
+
+	own   *variant // nil for a tiered rule without its own config
+	keys  []source
+	match []cond
+}
+
+// Tier is a compiled tier of a rule.
+type Tier struct {
+	// Name is unique within the rule.
+	Name string
+	// Limit is the tier's limit, named "RULE.TIER".
+	Limit *sluice.Limit
+
+	v     *variant
+	match []cond
+}
+
+// variant is one limit of a rule (its own or a tier's) with the
+// per-request settings of its algorithm_config.
+type variant struct {
+	limit   *sluice.Limit
+	cost    costSpec
+	reserve bool
+}
+
+// Rule returns the rule called name, or nil.
+func (p *Policy) Rule(name string) *Rule { return p.byName[name] }
+
+// Limit resolves a limit name: a rule's name for its Rule.Limit
+// ("per-ip"), or "RULE.TIER" for a tier's limit ("api.enterprise"). It
+// returns nil when there is no such limit.
+func (p *Policy) Limit(name string) *sluice.Limit { return p.limits[name] }
+
+// Limits returns every compiled limit, the rules' own and their tiers', in
+// file order.
+func (p *Policy) Limits() []*sluice.Limit {
+	var out []*sluice.Limit
+	for _, r := range p.Rules {
+		if r.own != nil {
+			out = append(out, r.own.limit)
+		}
+		for _, t := range r.Tiers {
+			out = append(out, t.Limit)
+		}
+	}
+	return out
+}
+
+// TrustedProxy reports whether addr is inside trusted_proxies.
+func (p *Policy) TrustedProxy(addr netip.Addr) bool {
+	addr = addr.Unmap().WithZone("")
+	for _, pr := range p.Settings.TrustedProxies {
+		if pr.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// validName reports whether s is a valid rule or tier name.
+func validName(s string) bool {
+	return s != "" && len(s) <= 64 &&
+		strings.Trim(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == ""
+}
+
+// Errors is every problem found in a configuration file, in line order.
+// Load and Parse return it as a *Errors; each item is an *Error.
+type Errors struct{ List []error }
+
+// Error lists the problems, one per line.
+func (es *Errors) Error() string {
+	lines := make([]string, len(es.List))
+	for i, e := range es.List {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Error is one problem in a configuration file, located by file, line and
+// path ("rules[2].algorithm_config.burst").
+type Error struct {
+	File string
+	// Line is 1-based; 0 when the problem has no line (an unreadable file).
+	Line int
+	// Path names the field, "" for the whole file.
+	Path string
+	Msg  string
+}
+
+// Error formats e as "FILE:LINE: path: message".
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+		}
+		b.WriteString(": ")
+	} else if e.Line > 0 {
+		fmt.Fprintf(&b, "line %d: ", e.Line)
+	}
+	if e.Path != "" {
+		b.WriteString(e.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}

@@ -1,0 +1,531 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// Input describes one request to limit: the parts of an HTTP request (or
+// of an Envoy rate limit descriptor) that limit_keys, match and
+// cost_source read. FromHTTP fills it from an *http.Request; forward auth
+// fills Method, Host, Path and Header from the forwarded headers (only from
+// trusted proxies), sets Peer and calls ResolveClient; Envoy sets Domain
+// and Descriptor.
+type Input struct {
+	// Method is the HTTP method ("GET"), compared upper-cased.
+	Method string
+	// Host is the requested host, with or without a port; it is compared
+	// and keyed lower-cased and without the port.
+	Host string
+	// Path is the URL path, decoded, without the query. It is cleaned
+	// (path.Clean, keeping a trailing slash) before matching and keying, so
+	// "/x/../admin" is "/admin".
+	Path string
+	// Header holds the request headers (canonical keys, as net/http keeps
+	// them).
+	Header http.Header
+	// Query holds the query parameters.
+	Query url.Values
+	// Peer is the socket peer.
+	Peer netip.AddrPort
+	// ClientIP is the resolved client address (FromHTTP and ResolveClient
+	// set it). Match resolves it itself when it is not set.
+	ClientIP netip.Addr
+
+	// Domain is the Envoy rate limit domain.
+	Domain string
+	// Descriptor is one Envoy rate limit descriptor, in order.
+	Descriptor []DescriptorEntry
+}
+
+// DescriptorEntry is one entry of an Envoy rate limit descriptor.
+type DescriptorEntry struct{ Key, Value string }
+
+// FromHTTP describes r as the rules see it, with the client address
+// resolved (see ResolveClient). It does not read the body.
+func (p *Policy) FromHTTP(r *http.Request) *Input {
+	in := &Input{Method: r.Method, Host: r.Host, Header: r.Header}
+	if r.URL != nil {
+		in.Path = r.URL.Path
+		in.Query = r.URL.Query()
+	}
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		in.Peer = ap
+	} else if a := parseHostAddr(r.RemoteAddr); a.IsValid() {
+		in.Peer = netip.AddrPortFrom(a, 0)
+	}
+	p.ResolveClient(in)
+	return in
+}
+
+// ResolveClient sets in.ClientIP: the socket peer, unless the peer is a
+// trusted proxy; then X-Forwarded-For (or, when the request has none,
+// Forwarded) is walked from the right, skipping trusted hops, and the first
+// untrusted hop is the client. An unparsable hop stops the walk at the last
+// trusted address, so garbage never mints a fresh identity. ClientIP stays
+// invalid when there is no peer (Envoy, a Unix socket).
+func (p *Policy) ResolveClient(in *Input) {
+	in.ClientIP = p.clientIP(in)
+}
+
+func (p *Policy) clientIP(in *Input) netip.Addr {
+	if !in.Peer.IsValid() {
+		return netip.Addr{}
+	}
+	peer := in.Peer.Addr().Unmap().WithZone("")
+	if !p.TrustedProxy(peer) {
+		return peer
+	}
+	hops := forwardedFor(in.Header)
+	client := peer
+	for i := len(hops) - 1; i >= 0; i-- {
+		a := parseHostAddr(hops[i])
+		if !a.IsValid() {
+			return client
+		}
+		client = a
+		if !p.TrustedProxy(a) {
+			return a
+		}
+	}
+	return client
+}
+
+// forwardedFor lists the hops of X-Forwarded-For, or of Forwarded's for=
+// parameters when there is no X-Forwarded-For, oldest first. A trusted
+// proxy must append to X-Forwarded-For (every common one does): when it
+// is present, a client-supplied Forwarded header is never consulted.
+func forwardedFor(h http.Header) []string {
+	var hops []string
+	for _, line := range h.Values("X-Forwarded-For") {
+		for _, part := range strings.Split(line, ",") {
+			hops = append(hops, strings.TrimSpace(part))
+		}
+	}
+	if len(hops) > 0 {
+		return hops
+	}
+	for _, line := range h.Values("Forwarded") {
+		for _, elem := range strings.Split(line, ",") {
+			for _, pair := range strings.Split(elem, ";") {
+				k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+				if ok && strings.EqualFold(strings.TrimSpace(k), "for") {
+					hops = append(hops, strings.Trim(strings.TrimSpace(v), `"`))
+				}
+			}
+		}
+	}
+	return hops
+}
+
+// parseHostAddr reads "ip", "ip:port", "[ipv6]" or "[ipv6]:port",
+// unmapping IPv4-in-IPv6 and dropping zones.
+func parseHostAddr(s string) netip.Addr {
+	s = strings.TrimSpace(s)
+	if s == "" || len(s) > 64 {
+		return netip.Addr{}
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap().WithZone("")
+	}
+	if host, _, err := net.SplitHostPort(s); err == nil {
+		s = host
+	} else {
+		s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a.Unmap().WithZone("")
+}
+
+// sourceKind is where a value comes from.
+type sourceKind uint8
+
+const (
+	srcIP sourceKind = iota
+	srcHeader
+	srcQuery
+	srcJWT
+	srcPath
+	srcMethod
+	srcHost
+	srcDescriptorKey
+	srcDescriptor
+	srcDomain // match only
+)
+
+// source is a parsed "kind:name" value source.
+type source struct {
+	kind sourceKind
+	name string // header name (canonical), query name, claim, descriptor key
+	text string // as written
+}
+
+// parseSource reads a limit_keys entry (or a match key when match is set,
+// which also allows domain).
+func parseSource(s string, match bool) (source, string) {
+	kind, name, hasName := strings.Cut(s, ":")
+	src := source{text: s, name: name}
+	switch kind {
+	case "ip":
+		if name != "address" {
+			return src, "ip takes only ip:address"
+		}
+		src.kind = srcIP
+		return src, ""
+	case "header", "query", "jwt":
+		if !hasName || name == "" {
+			return src, kind + " needs a name: " + kind + ":NAME"
+		}
+		if strings.TrimSpace(name) != name || strings.ContainsAny(name, " \t\r\n") {
+			return src, "the name must not contain white space"
+		}
+		switch kind {
+		case "header":
+			src.kind, src.name = srcHeader, http.CanonicalHeaderKey(name)
+		case "query":
+			src.kind = srcQuery
+		case "jwt":
+			src.kind = srcJWT
+		}
+		return src, ""
+	case "descriptor":
+		if !hasName {
+			src.kind = srcDescriptor
+			return src, ""
+		}
+		if name == "" {
+			return src, "descriptor needs a key (descriptor:KEY), or none for the whole descriptor"
+		}
+		src.kind = srcDescriptorKey
+		return src, ""
+	case "path", "method", "host", "domain":
+		if hasName {
+			return src, kind + " takes no name"
+		}
+		if kind == "domain" && !match {
+			return src, "domain can be matched but not used as a key"
+		}
+		src.kind = map[string]sourceKind{"path": srcPath, "method": srcMethod, "host": srcHost, "domain": srcDomain}[kind]
+		return src, ""
+	}
+	want := "ip:address, header:NAME, query:NAME, jwt:CLAIM, path, method, host, descriptor:KEY or descriptor"
+	if match {
+		want += ", domain or path_prefix"
+	}
+	return src, "unknown source " + strconvQuote(s) + " (want " + want + ")"
+}
+
+func strconvQuote(s string) string { return strconv.Quote(s) }
+
+// eval evaluates one request against one policy, caching what is costly
+// to compute (the client address, the verified claims).
+type eval struct {
+	p        *Policy
+	r        *Input
+	ip       netip.Addr
+	ipDone   bool
+	claims   map[string]any
+	jwtDone  bool
+	pathDone bool
+	path     string
+}
+
+func (e *eval) clientIP() netip.Addr {
+	if !e.ipDone {
+		e.ip, e.ipDone = e.r.ClientIP, true
+		if !e.ip.IsValid() {
+			e.ip = e.p.clientIP(e.r)
+		}
+		e.ip = e.ip.Unmap().WithZone("")
+	}
+	return e.ip
+}
+
+func (e *eval) verifiedClaims() map[string]any {
+	if !e.jwtDone {
+		e.jwtDone = true
+		if e.p.jwt != nil {
+			e.claims = e.p.jwt.claims(e.r.Header)
+		}
+	}
+	return e.claims
+}
+
+func (e *eval) cleanPath() string {
+	if !e.pathDone {
+		e.pathDone = true
+		e.path = cleanPath(e.r.Path)
+	}
+	return e.path
+}
+
+// cleanPath is path.Clean that keeps a trailing slash and roots the path.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	c := path.Clean("/" + p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
+
+// values returns the values of src in r for matching; nil when absent.
+func (e *eval) values(src source) []string {
+	switch src.kind {
+	case srcJWT:
+		v, ok := claim(e.verifiedClaims(), src.name)
+		if !ok {
+			return nil
+		}
+		return claimStrings(v)
+	case srcDomain:
+		if e.r.Domain == "" {
+			return nil
+		}
+		return []string{e.r.Domain}
+	}
+	v, ok := e.value(src)
+	if !ok {
+		return nil
+	}
+	return []string{v}
+}
+
+// value returns the single value of src in r as it goes into a key
+// (before escaping), and whether it is present.
+func (e *eval) value(src source) (string, bool) {
+	r := e.r
+	switch src.kind {
+	case srcIP:
+		a := e.clientIP()
+		if !a.IsValid() {
+			return "", false
+		}
+		if a.Is6() {
+			return netip.PrefixFrom(a, e.p.Settings.IPv6Prefix).Masked().String(), true
+		}
+		return a.String(), true
+	case srcHeader:
+		vs := r.Header[src.name]
+		if len(vs) == 0 {
+			return "", false
+		}
+		return vs[0], true
+	case srcQuery:
+		vs, ok := r.Query[src.name]
+		if !ok || len(vs) == 0 {
+			return "", false
+		}
+		return vs[0], true
+	case srcJWT:
+		v, ok := claim(e.verifiedClaims(), src.name)
+		if !ok {
+			return "", false
+		}
+		if s, ok := scalarString(v); ok {
+			return s, true
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return "", false
+		}
+		return string(b), true
+	case srcPath:
+		return e.cleanPath(), true
+	case srcMethod:
+		if r.Method == "" {
+			return "", false
+		}
+		return strings.ToUpper(r.Method), true
+	case srcHost:
+		h := hostOnly(r.Host)
+		if h == "" {
+			return "", false
+		}
+		return h, true
+	case srcDescriptorKey:
+		for _, en := range r.Descriptor {
+			if en.Key == src.name {
+				return en.Value, true
+			}
+		}
+		return "", false
+	case srcDescriptor:
+		if len(r.Descriptor) == 0 {
+			return "", false
+		}
+		var b strings.Builder
+		for i, en := range r.Descriptor {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(escape(en.Key, ",="))
+			b.WriteByte('=')
+			b.WriteString(escape(en.Value, ",="))
+		}
+		return b.String(), true
+	case srcDomain:
+		return r.Domain, r.Domain != ""
+	}
+	return "", false
+}
+
+// hostOnly lower-cases a Host header and drops its port.
+func hostOnly(h string) string {
+	h = strings.ToLower(strings.TrimSpace(h))
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		return strings.Trim(host, "[]")
+	}
+	return strings.TrimSuffix(h, ".")
+}
+
+// claim looks a claim up by name, then as a dotted path into nested
+// objects ("org.id").
+func claim(claims map[string]any, name string) (any, bool) {
+	if claims == nil {
+		return nil, false
+	}
+	if v, ok := claims[name]; ok {
+		return v, v != nil
+	}
+	var cur any = claims
+	for _, part := range strings.Split(name, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[part]; !ok {
+			return nil, false
+		}
+	}
+	return cur, cur != nil
+}
+
+func scalarString(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case json.Number:
+		return x.String(), true
+	case bool:
+		return strconv.FormatBool(x), true
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64), true
+	}
+	return "", false
+}
+
+// claimStrings returns the values a match compares against: the claim
+// itself when scalar, each scalar element of an array claim ("roles").
+func claimStrings(v any) []string {
+	if s, ok := scalarString(v); ok {
+		return []string{s}
+	}
+	if arr, ok := v.([]any); ok {
+		var out []string
+		for _, x := range arr {
+			if s, ok := scalarString(x); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// maxComponent bounds one key component; longer ones are hashed.
+const maxComponent = 128
+
+// component encodes one key value: escaped, or hashed when long.
+func component(src source, v string) string {
+	if src.kind == srcIP {
+		return v // a canonical address or prefix: no separator can occur
+	}
+	e := escape(v, "")
+	if len(e) > maxComponent {
+		sum := sha256.Sum256([]byte(v))
+		return "#" + hex.EncodeToString(sum[:])
+	}
+	return e
+}
+
+// escape percent-encodes every byte that is not printable ASCII, and the
+// bytes that structure keys: '%' (the escape), '|' (between components),
+// ':' (between a key's parts), '{' and '}' (Redis Cluster hash tags), '('
+// and ')' (the absent marker), '#' (a hashed component) and any of extra.
+// Escaped values never contain those bytes, so no value can forge another
+// component, another key or the marker of an absent or hashed one.
+func escape(s, extra string) string {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if mustEscape(s[i], extra) {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	const hexd = "0123456789ABCDEF"
+	b := make([]byte, 0, len(s)+2*n)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if mustEscape(c, extra) {
+			b = append(b, '%', hexd[c>>4], hexd[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func mustEscape(c byte, extra string) bool {
+	if c <= 0x20 || c >= 0x7f {
+		return true
+	}
+	switch c {
+	case '%', '|', ':', '{', '}', '(', ')', '#':
+		return true
+	}
+	return extra != "" && strings.IndexByte(extra, c) >= 0
+}
+
+// globalKey is the composite key of a rule without limit_keys.
+const globalKey = "*"
+
+// key builds the composite key of rule for r. ok is false when the rule
+// does not apply because a source is absent and the rule skips such
+// requests.
+func (e *eval) key(rule *Rule) (string, bool) {
+	if len(rule.keys) == 0 {
+		return globalKey, true
+	}
+	var b strings.Builder
+	for i, src := range rule.keys {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		v, ok := e.value(src)
+		if !ok {
+			if rule.MissingKey == MissingSkip {
+				return "", false
+			}
+			b.WriteString(AbsentMarker)
+			continue
+		}
+		b.WriteString(component(src, v))
+	}
+	return b.String(), true
+}

@@ -17,7 +17,6 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
-	"strings"
 	"sync"
 
 	"github.com/sluicehq/sluice"
@@ -45,48 +44,19 @@ const evictionSample = 16
 
 // Store is the in-memory Store. The zero value is not usable; use New.
 type Store struct {
-	shards  []shard
-	mask    uint64
-	seed    maphash.Seed
-	clock   sluice.Clock
-	precise bool
-}
-
-type key struct {
-	limit string
-	key   string
-}
-
-// slot is one key's state (72 bytes). The index maps a 64-bit hash of the
-// limit name and key to a slot, so a Take hashes its key once; the slot
-// holds the names to confirm the match.
-type slot struct {
-	limit, key string
-	a, b       int64 // sluice.State.A and .B
-	fullAt     int64 // when the state becomes equivalent to absent (µs)
-	used       int64 // last write (µs), for LRU eviction
-	den        uint32
-	alg        sluice.Algorithm
-}
-
-// spilled is a spill entry: the slot and the hash it shares.
-type spilled struct {
-	i uint32
-	h uint64
+	shards      []shard
+	mask        uint64
+	seed, seed2 maphash.Seed
+	clock       sluice.Clock
+	precise     bool
 }
 
 type shard struct {
-	mu  sync.Mutex
-	idx map[uint64]uint32
-	// spill holds the rare keys whose hash equals another held key's. A key
-	// is in spill only while that other key is in idx (remove promotes), so
-	// a miss in idx is a miss.
-	spill map[key]spilled
-	slots []slot
-	free  []uint32
-	logs  map[uint32][]sluice.LogEntry // sliding logs, by slot
-	max   int
-	_     [64]byte // keep neighbouring shards' mutexes off one cache line
+	mu   sync.Mutex
+	t    table
+	logs map[[2]uint64][]sluice.LogEntry // sliding logs, by (h, check)
+	max  int
+	_    [64]byte // keep neighbouring shards' mutexes off one cache line
 }
 
 // New returns an empty Store.
@@ -106,12 +76,10 @@ func New(opts Options) *Store {
 		n >>= 1
 	}
 	coarse.once.Do(startCoarse)
-	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seed: maphash.MakeSeed(), clock: opts.Clock, precise: opts.PreciseClock}
+	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seed: maphash.MakeSeed(), seed2: maphash.MakeSeed(), clock: opts.Clock, precise: opts.PreciseClock}
 	per := (opts.MaxKeys + n - 1) / n
 	for i := range s.shards {
-		s.shards[i].idx = make(map[uint64]uint32)
-		s.shards[i].spill = make(map[key]spilled)
-		s.shards[i].logs = make(map[uint32][]sluice.LogEntry)
+		s.shards[i].logs = make(map[[2]uint64][]sluice.LogEntry)
 		s.shards[i].max = per
 	}
 	return s
@@ -129,22 +97,15 @@ func (s *Store) now(alg sluice.Algorithm) (int64, bool) {
 	return coarseNow(), true
 }
 
-// hash is the one hash a key is looked up by: its shard and its index entry.
-func (s *Store) hash(limit, k string) uint64 {
-	return maphash.String(s.seed, k) ^ maphash.String(s.seed, limit)*0x9e3779b97f4a7c15
-}
-
-// find returns k's slot in sh.
-func (sh *shard) find(h uint64, limit, k string) (uint32, bool) {
-	i, ok := sh.idx[h]
-	if !ok {
-		return 0, false
+// hashes returns the two hashes that identify (limit, key): h places it
+// (shard and table position), check confirms it (see entry).
+func (s *Store) hashes(limit, key string) (h, check uint64) {
+	n := maphash.String(s.seed, limit)
+	h = maphash.String(s.seed, key) ^ n*0x9e3779b97f4a7c15
+	if h == 0 {
+		h = 1
 	}
-	if sl := &sh.slots[i]; sl.key == k && sl.limit == limit {
-		return i, true
-	}
-	sp, ok := sh.spill[key{limit, k}]
-	return sp.i, ok
+	return h, maphash.String(s.seed2, key) + n
 }
 
 // Len returns the number of keys held.
@@ -153,10 +114,28 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.slots) - len(sh.free)
+		n += sh.t.count
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// load reads the state at table index i into st, reporting whether it is
+// state of p's shape (a limit that changed algorithm or rate denominator
+// under the same name starts afresh).
+func (sh *shard) load(i int, p *sluice.Params, st *sluice.State) bool {
+	if i < 0 {
+		return false
+	}
+	e := &sh.t.entries[i]
+	if e.alg != p.Algorithm || e.den != uint32(p.RateDen) {
+		return false
+	}
+	st.A, st.B = e.a, e.b
+	if p.Algorithm == sluice.SlidingLog {
+		st.Log = sh.logs[[2]uint64{e.h, e.check}]
+	}
+	return true
 }
 
 // Take implements sluice.Store.
@@ -167,25 +146,14 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	}
 	lim := r.Limit
 	p := lim.Params()
-	name := lim.Name()
 	take := op == sluice.OpTake
 	now, early := s.now(p.Algorithm)
-	h := s.hash(name, r.Key)
+	h, check := s.hashes(lim.Name(), r.Key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
-	i, present := sh.find(h, name, r.Key)
+	i := sh.t.find(h, check)
 	var st sluice.State
-	if present {
-		sl := &sh.slots[i]
-		if sl.alg != p.Algorithm || sl.den != uint32(p.RateDen) {
-			present = false // the limit changed shape: its old state means nothing
-		} else {
-			st.A, st.B = sl.a, sl.b
-			if p.Algorithm == sluice.SlidingLog {
-				st.Log = sh.logs[i]
-			}
-		}
-	}
+	present := sh.load(i, p, &st)
 	o, write := lim.Evaluate(&st, present, r.Key, now, ch, take)
 	if early && !o.Allowed && o.RetryAfter <= recheckWithin {
 		// Near the boundary, the precise clock decides (see clock.go).
@@ -193,92 +161,64 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 		o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
 	}
 	if write {
-		sh.store(h, name, r.Key, i, present, &st, o, p, now)
+		sh.store(i, h, check, &st, o, p, now)
 	}
 	sh.mu.Unlock()
 	return lim.Decide(o), nil
 }
 
-// store writes st for the key (limit, k) with hash h; i is its slot when
-// it had one.
-func (sh *shard) store(h uint64, limit, k string, i uint32, had bool, st *sluice.State, o sluice.Outcome, p *sluice.Params, now int64) {
-	if !had {
-		if j, ok := sh.find(h, limit, k); ok {
-			i, had = j, true // held under another shape of the limit: reuse
+// store writes st for (h, check), whose table index is i or -1 if absent.
+func (sh *shard) store(i int, h, check uint64, st *sluice.State, o sluice.Outcome, p *sluice.Params, now int64) {
+	if i < 0 {
+		if sh.t.count >= sh.max {
+			sh.evict(now, h)
 		}
+		i = sh.t.insert(h, check, sh.max)
 	}
-	if !had {
-		if len(sh.slots)-len(sh.free) >= sh.max {
-			sh.evict(now)
-		}
-		if n := len(sh.free); n > 0 {
-			i = sh.free[n-1]
-			sh.free = sh.free[:n-1]
-		} else {
-			i = uint32(len(sh.slots))
-			sh.slots = append(sh.slots, slot{})
-		}
-		k = strings.Clone(k) // do not pin a caller's larger buffer
-		sh.slots[i].limit, sh.slots[i].key = limit, k
-		if _, taken := sh.idx[h]; taken {
-			sh.spill[key{limit, k}] = spilled{i, h}
-		} else {
-			sh.idx[h] = i
-		}
-	}
-	sl := &sh.slots[i]
-	sl.a, sl.b, sl.used = st.A, st.B, now
-	sl.fullAt = now + o.ResetAfter
-	sl.den, sl.alg = uint32(p.RateDen), p.Algorithm
+	e := &sh.t.entries[i]
+	e.a, e.b, e.used = st.A, st.B, now
+	e.fullAt = now + o.ResetAfter
+	e.den, e.alg = uint32(p.RateDen), p.Algorithm
 	if p.Algorithm == sluice.SlidingLog {
-		sh.logs[i] = st.Log
-	} else if had && len(sh.logs) > 0 {
-		delete(sh.logs, i) // the limit changed from a sliding log
+		sh.logs[[2]uint64{h, check}] = st.Log
+	} else if len(sh.logs) > 0 {
+		delete(sh.logs, [2]uint64{h, check}) // the limit was a sliding log before
 	}
 }
 
 // evict drops one key: the first sampled one that is already full, else the
-// least recently written of the sample.
-func (sh *shard) evict(now int64) {
-	var vh uint64
-	var vi uint32
-	oldest := int64(1<<63 - 1)
-	n := 0
-	for h, i := range sh.idx { // map iteration starts at a random place
-		sl := &sh.slots[i]
-		if sl.fullAt <= now {
-			vh, vi = h, i
-			break
-		}
-		if sl.used < oldest {
-			oldest, vh, vi = sl.used, h, i
-		}
-		if n++; n >= evictionSample {
-			break
-		}
-	}
-	sh.remove(vh, vi)
-}
-
-// remove forgets slot i, whose hash is h.
-func (sh *shard) remove(h uint64, i uint32) {
-	sl := &sh.slots[i]
-	k := key{sl.limit, sl.key}
-	if sp, ok := sh.spill[k]; ok && sp.i == i {
-		delete(sh.spill, k)
-	} else {
-		delete(sh.idx, h)
-		for sk, sp := range sh.spill { // promote a key that shared the hash
-			if sp.h == h {
-				delete(sh.spill, sk)
-				sh.idx[h] = sp.i
+// least recently written of the sample. The sample starts at a place
+// derived from the incoming key's hash, which is as good as random.
+func (sh *shard) evict(now int64, seed uint64) {
+	n := len(sh.t.entries)
+	victim, oldest := -1, int64(1<<63-1)
+	seen := 0
+	for i, steps := sh.t.home(seed*0x9e3779b97f4a7c15|1), 0; steps < n && seen < evictionSample; steps++ {
+		if e := &sh.t.entries[i]; e.h != 0 {
+			seen++
+			if e.fullAt <= now {
+				victim = i
 				break
 			}
+			if e.used < oldest {
+				victim, oldest = i, e.used
+			}
+		}
+		if i++; i == n {
+			i = 0
 		}
 	}
-	delete(sh.logs, i)
-	sh.slots[i] = slot{}
-	sh.free = append(sh.free, i)
+	if victim >= 0 {
+		sh.remove(victim)
+	}
+}
+
+func (sh *shard) remove(i int) {
+	e := &sh.t.entries[i]
+	if len(sh.logs) > 0 {
+		delete(sh.logs, [2]uint64{e.h, e.check})
+	}
+	sh.t.remove(i)
 }
 
 // Reset implements sluice.Store.
@@ -286,11 +226,11 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, k string) error {
 	if l == nil {
 		return fmt.Errorf("memory reset %q: %w", k, sluice.ErrInvalidLimit)
 	}
-	h := s.hash(l.Name(), k)
+	h, check := s.hashes(l.Name(), k)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
-	if i, ok := sh.find(h, l.Name(), k); ok {
-		sh.remove(h, i)
+	if i := sh.t.find(h, check); i >= 0 {
+		sh.remove(i)
 	}
 	sh.mu.Unlock()
 	return nil
@@ -298,14 +238,12 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, k string) error {
 
 // work is one request of a TakeAll with its tentative state.
 type work struct {
-	ch      sluice.Charge
-	h       uint64
-	shard   int
-	k       key
-	slot    uint32
-	present bool
-	st      sluice.State
-	same    int // index of an earlier request on the same bucket, or -1
+	ch       sluice.Charge
+	h, check uint64
+	shard    int
+	present  bool
+	st       sluice.State
+	same     int // index of an earlier request on the same bucket, or -1
 }
 
 // TakeAll implements sluice.Store: every bucket is decided on a scratch
@@ -318,10 +256,10 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		if err != nil {
 			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
 		}
-		h := s.hash(r.Limit.Name(), r.Key)
-		ws[i] = work{ch: ch, h: h, shard: int(h & s.mask), k: key{limit: r.Limit.Name(), key: r.Key}, same: -1}
+		h, check := s.hashes(r.Limit.Name(), r.Key)
+		ws[i] = work{ch: ch, h: h, check: check, shard: int(h & s.mask), same: -1}
 		for j := 0; j < i; j++ {
-			if ws[j].k == ws[i].k {
+			if ws[j].h == h && ws[j].check == check {
 				ws[i].same = j
 			}
 		}
@@ -345,17 +283,12 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		p := rs[i].Limit.Params()
 		if w.same >= 0 { // the same bucket twice: continue from the earlier copy
 			prev := &ws[w.same]
-			w.present, w.st, w.slot = prev.present, prev.st, prev.slot
+			w.present, w.st = prev.present, prev.st
 		} else {
 			sh := &s.shards[w.shard]
-			if si, ok := sh.find(w.h, w.k.limit, w.k.key); ok && sh.slots[si].alg == p.Algorithm && sh.slots[si].den == uint32(p.RateDen) {
-				sl := &sh.slots[si]
-				w.slot, w.present = si, true
-				w.st.A, w.st.B = sl.a, sl.b
-				if p.Algorithm == sluice.SlidingLog {
-					w.st.Log = append([]sluice.LogEntry(nil), sh.logs[si]...)
-				}
-			}
+			w.present = sh.load(sh.t.find(w.h, w.check), p, &w.st)
+			// The log is decided on a copy: a rejection elsewhere must leave it as it was.
+			w.st.Log = append([]sluice.LogEntry(nil), w.st.Log...)
 		}
 		var written bool
 		out[i], written = rs[i].Limit.Evaluate(&w.st, w.present, rs[i].Key, now, w.ch, true)
@@ -378,15 +311,14 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		}
 		w := &ws[i]
 		sh := &s.shards[w.shard]
-		_, had := sh.find(w.h, w.k.limit, w.k.key)
-		sh.store(w.h, w.k.limit, w.k.key, w.slot, had, &w.st, out[i], rs[i].Limit.Params(), now)
+		sh.store(sh.t.find(w.h, w.check), w.h, w.check, &w.st, out[i], rs[i].Limit.Params(), now)
 	}
 	return ds, nil
 }
 
 func laterSame(ws []work, i int) bool {
 	for j := i + 1; j < len(ws); j++ {
-		if ws[j].same == i || ws[j].k == ws[i].k {
+		if ws[j].h == ws[i].h && ws[j].check == ws[i].check {
 			return true
 		}
 	}

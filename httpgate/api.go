@@ -1,0 +1,352 @@
+package httpgate
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Bounds on decision API requests: a body never needs more, and a key or
+// batch beyond them is a mistake or abuse.
+const (
+	maxBody  = 64 << 10
+	maxKey   = 1024
+	maxTakes = 100
+)
+
+// TakeRequest is the body of /v1/take and /v1/peek: one take (Rule, Key,
+// Cost, Reserve) or several (Takes), decided all-or-nothing.
+type TakeRequest struct {
+	Rule    string     `json:"rule,omitempty"`
+	Key     string     `json:"key,omitempty"`
+	Cost    *float64   `json:"cost,omitempty"`
+	Reserve bool       `json:"reserve,omitempty"`
+	Takes   []TakeItem `json:"takes,omitempty"`
+}
+
+// TakeItem is one take of a batch.
+type TakeItem struct {
+	Rule    string   `json:"rule"`
+	Key     string   `json:"key"`
+	Cost    *float64 `json:"cost,omitempty"`
+	Reserve bool     `json:"reserve,omitempty"`
+}
+
+// DecisionResponse is the answer of /v1/take and /v1/peek. For a batch it
+// is the overall decision (the rejection with the longest wait, or the
+// limit closest to rejecting) with one entry per take in Takes.
+type DecisionResponse struct {
+	Allowed      bool   `json:"allowed"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+	ResetAfterMs int64  `json:"reset_after_ms"`
+	Rule         string `json:"rule"`
+	// Reason says why the request was rejected ("token_bucket_exceeded",
+	// "store_unavailable"); "" when allowed. For a shadow-mode rule it
+	// says why enforcing would have rejected.
+	Reason string `json:"reason"`
+	Key    string `json:"key,omitempty"`
+	// Shadow marks a shadow-mode rule's entry: never rejected.
+	Shadow bool `json:"shadow,omitempty"`
+	// StoreError is set when the store failed and the rule's
+	// on_store_error decided.
+	StoreError bool               `json:"store_error,omitempty"`
+	Takes      []DecisionResponse `json:"takes,omitempty"`
+}
+
+// ResetRequest is the body of /v1/reset.
+type ResetRequest struct {
+	Rule string `json:"rule"`
+	Key  string `json:"key"`
+}
+
+// Handler serves the decision API, forward auth, metrics and health:
+//
+//	POST /v1/take, POST /v1/peek, POST /v1/reset, ANY /v1/auth,
+//	GET /metrics, GET /healthz, GET /readyz
+func (g *Gate) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/take", func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpTake) })
+	mux.HandleFunc("POST /v1/peek", func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpPeek) })
+	mux.HandleFunc("POST /v1/reset", g.reset)
+	mux.HandleFunc("/v1/auth", g.ForwardAuth)
+	if g.opts.Metrics != nil {
+		mux.Handle("GET /metrics", g.opts.Metrics.Handler())
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", g.ready)
+	return mux
+}
+
+// readyProbe is peeked at by /readyz: a round trip to the store that
+// creates no state.
+var readyProbe = sluice.MustLimit(sluice.Spec{Name: "sluice-readyz", TokensPerSecond: 1, Burst: 1})
+
+func (g *Gate) ready(w http.ResponseWriter, r *http.Request) {
+	if g.draining.Load() {
+		badRequest(w, http.StatusServiceUnavailable, "shutting down")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if _, err := g.lim.Peek(ctx, sluice.Request{Limit: readyProbe, Key: "probe"}); err != nil {
+		badRequest(w, http.StatusServiceUnavailable, fmt.Sprintf("store: %v", err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ready\n")
+}
+
+// decodeBody reads a JSON body into v strictly: bounded size, no unknown
+// fields, nothing after the value. It writes the 4xx itself and reports
+// whether decoding succeeded.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("unexpected data after the JSON value")
+	}
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("unexpected data after the JSON value")
+		}
+	}
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			badRequest(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
+			return false
+		}
+		if errors.Is(err, io.EOF) {
+			err = errors.New("empty body")
+		}
+		badRequest(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// inputError is a request the decision API refuses, with its status.
+type inputError struct {
+	status int
+	msg    string
+}
+
+func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
+	var body TakeRequest
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	items := body.Takes
+	single := len(items) == 0
+	switch {
+	case single && body.Rule == "" && body.Key == "" && body.Cost == nil:
+		badRequest(w, http.StatusBadRequest, `give "rule" and "key", or "takes"`)
+		return
+	case single:
+		items = []TakeItem{{Rule: body.Rule, Key: body.Key, Cost: body.Cost, Reserve: body.Reserve}}
+	case body.Rule != "" || body.Key != "" || body.Cost != nil || body.Reserve:
+		badRequest(w, http.StatusBadRequest, `give either "rule"/"key"/"cost"/"reserve" or "takes", not both`)
+		return
+	case len(items) > maxTakes:
+		badRequest(w, http.StatusBadRequest, fmt.Sprintf("at most %d takes per request, got %d", maxTakes, len(items)))
+		return
+	}
+	p := g.Policy()
+	ms := make([]policy.Match, len(items))
+	for i, it := range items {
+		m, ie := matchFor(p, it)
+		if ie != nil {
+			msg := ie.msg
+			if !single {
+				msg = fmt.Sprintf("takes[%d]: %s", i, msg)
+			}
+			badRequest(w, ie.status, msg)
+			return
+		}
+		ms[i] = m
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), g.opts.StoreTimeout)
+	defer cancel()
+	var obs policy.Observer
+	if op == sluice.OpTake && g.opts.Metrics != nil {
+		obs = g.opts.Metrics
+	}
+	v := policy.Enforce(ctx, g.lim, op, ms, obs)
+	if op == sluice.OpTake {
+		in := p.FromHTTP(r)
+		g.record(ctx, &v, in.ClientIP, r.URL.Path)
+	}
+	entries := make([]DecisionResponse, len(v.Results))
+	for i := range v.Results {
+		rr := &v.Results[i]
+		e := DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: ResultReason(rr), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
+		fill(&e, rr.Decision)
+		entries[i] = e
+	}
+	var out DecisionResponse
+	if single {
+		// One take: the answer is that take's.
+		out = entries[0]
+		out.Key = ""
+	} else {
+		out = DecisionResponse{Allowed: v.Allowed, Reason: VerdictReason(&v), Takes: entries}
+		fill(&out, v.Overall)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, out)
+}
+
+// matchFor validates one take against p and builds its Match.
+func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
+	if it.Rule == "" {
+		return policy.Match{}, &inputError{http.StatusBadRequest, `"rule" is required`}
+	}
+	lim := p.Limit(it.Rule)
+	if lim == nil {
+		if rr := p.Rule(it.Rule); rr != nil && len(rr.Tiers) > 0 {
+			names := make([]string, len(rr.Tiers))
+			for i, t := range rr.Tiers {
+				names[i] = t.Limit.Name()
+			}
+			return policy.Match{}, &inputError{http.StatusBadRequest, fmt.Sprintf("rule %q has tiers and no limit of its own: name a tier (%s)", it.Rule, strings.Join(names, ", "))}
+		}
+		return policy.Match{}, &inputError{http.StatusBadRequest, fmt.Sprintf("unknown rule %q", it.Rule)}
+	}
+	rule := ruleOf(p, it.Rule, lim)
+	if len(it.Key) > maxKey {
+		return policy.Match{}, &inputError{http.StatusBadRequest, fmt.Sprintf("key is %d bytes, at most %d", len(it.Key), maxKey)}
+	}
+	cost := 1.0
+	if it.Cost != nil {
+		cost = *it.Cost
+		if math.IsNaN(cost) || math.IsInf(cost, 0) || cost <= 0 {
+			return policy.Match{}, &inputError{http.StatusBadRequest, fmt.Sprintf("cost must be a finite number > 0, got %v", cost)}
+		}
+	}
+	req := sluice.Request{Limit: lim, Key: it.Key, Cost: cost, Reserve: it.Reserve}
+	if _, err := req.Charge(); err != nil {
+		if errors.Is(err, sluice.ErrCostExceedsLimit) {
+			return policy.Match{}, &inputError{http.StatusUnprocessableEntity, fmt.Sprintf("cost %v exceeds the burst of %q (%v) and can never succeed", cost, lim.Name(), lim.Capacity())}
+		}
+		return policy.Match{}, &inputError{http.StatusBadRequest, err.Error()}
+	}
+	return policy.Match{Rule: rule, Request: req, Identity: it.Key}, nil
+}
+
+// ruleOf finds the rule that owns lim, which name resolved to: the rule
+// called name, or the rule with a tier of that limit.
+func ruleOf(p *policy.Policy, name string, lim *sluice.Limit) *policy.Rule {
+	if r := p.Rule(name); r != nil {
+		return r
+	}
+	for _, r := range p.Rules {
+		for _, t := range r.Tiers {
+			if t.Limit == lim {
+				return r
+			}
+		}
+	}
+	// Unreachable for a policy's own limits; a synthetic rule keeps
+	// Enforce's defaults (enforce mode, allow on store errors).
+	return &policy.Rule{Name: name, Limit: lim}
+}
+
+func fill(out *DecisionResponse, d sluice.Decision) {
+	out.Limit = d.Limit
+	out.Remaining = d.Remaining
+	if !d.Allowed {
+		out.Remaining = 0
+	}
+	out.RetryAfterMs = ceilMillis(d.RetryAfter)
+	out.ResetAfterMs = ceilMillis(d.ResetAfter)
+	out.Rule = d.Rule
+}
+
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		badRequest(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// reset refills a key's bucket; it needs the admin token.
+func (g *Gate) reset(w http.ResponseWriter, r *http.Request) {
+	p := g.Policy()
+	if !g.admin(w, r, p) {
+		return
+	}
+	var body ResetRequest
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	if body.Rule == "" {
+		badRequest(w, http.StatusBadRequest, `"rule" is required`)
+		return
+	}
+	lim := p.Limit(body.Rule)
+	if lim == nil {
+		badRequest(w, http.StatusBadRequest, fmt.Sprintf("unknown rule %q", body.Rule))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), g.opts.StoreTimeout)
+	defer cancel()
+	if err := g.lim.Reset(ctx, lim, body.Key); err != nil {
+		g.opts.Logger.Error("reset", "rule", body.Rule, "err", err)
+		badRequest(w, http.StatusServiceUnavailable, fmt.Sprintf("reset %q: %v", body.Rule, err))
+		return
+	}
+	g.opts.Logger.Info("reset", "rule", body.Rule, "key", body.Key, "peer", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, map[string]any{"reset": true, "rule": body.Rule, "key": body.Key})
+}
+
+// admin checks the bearer token against the one in the environment
+// variable the policy names. Without a configured token the admin API is
+// disabled rather than open.
+func (g *Gate) admin(w http.ResponseWriter, r *http.Request, p *policy.Policy) bool {
+	want := ""
+	if env := p.Settings.AdminTokenEnv; env != "" {
+		want = g.opts.Getenv(env)
+	}
+	if want == "" {
+		badRequest(w, http.StatusForbidden, "reset is disabled: no admin token is configured (admin_token_env)")
+		return false
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	// Compare digests so that neither the content nor the length of the
+	// token leaks through timing.
+	gs, ws := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	if !ok || subtle.ConstantTimeCompare(gs[:], ws[:]) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+		badRequest(w, http.StatusUnauthorized, "a valid admin token is required: Authorization: Bearer <token>")
+		return false
+	}
+	return true
+}

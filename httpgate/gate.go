@@ -1,0 +1,201 @@
+package httpgate
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Options configures a Gate. The zero value works: no metrics, no audit
+// log, the default slog logger.
+type Options struct {
+	// Metrics counts decisions and store calls; nil counts nothing. Wrap
+	// the limiter's store with Metrics.InstrumentStore to time store calls.
+	Metrics *Metrics
+	// Audit records every rejection; nil records none.
+	Audit *Audit
+	// Logger receives operational logs (default slog.Default()).
+	Logger *slog.Logger
+	// StoreTimeout is the deadline of one decision's store calls (default
+	// 2s). A store that does not answer in time is a store error, handled
+	// by each rule's on_store_error.
+	StoreTimeout time.Duration
+	// Getenv reads the admin token's environment variable (default
+	// os.Getenv); the token is read on every /v1/reset, so rotating it
+	// needs no restart.
+	Getenv func(string) string
+}
+
+// Gate decides HTTP requests against a policy that can be replaced while
+// it serves (hot reload). It is safe for concurrent use.
+type Gate struct {
+	pol      atomic.Pointer[policy.Policy]
+	lim      *sluice.Limiter
+	opts     Options
+	draining atomic.Bool
+}
+
+// New returns a Gate enforcing p with lim.
+func New(p *policy.Policy, lim *sluice.Limiter, opts Options) *Gate {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.StoreTimeout <= 0 {
+		opts.StoreTimeout = 2 * time.Second
+	}
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	g := &Gate{lim: lim, opts: opts}
+	g.pol.Store(p)
+	return g
+}
+
+// Policy returns the policy in force.
+func (g *Gate) Policy() *policy.Policy { return g.pol.Load() }
+
+// SetPolicy replaces the policy atomically: requests already deciding
+// finish with the old one, later ones use p. Bucket state lives in the
+// store under each limit's name, so rules that keep their name (and
+// algorithm) keep their state.
+func (g *Gate) SetPolicy(p *policy.Policy) { g.pol.Store(p) }
+
+// Drain makes /readyz fail, so that load balancers stop sending traffic
+// before a graceful shutdown.
+func (g *Gate) Drain() { g.draining.Store(true) }
+
+// Limiter returns the gate's limiter.
+func (g *Gate) Limiter() *sluice.Limiter { return g.lim }
+
+// Middleware wraps handlers with p's rules: every request is decided by
+// policy.Policy.Enforce with the same headers and rejections as sluice
+// serve's proxy and forward auth, and only admitted requests reach next.
+// A rejected request gets a 429 with Retry-After, the RateLimit fields and
+// an application/problem+json body.
+func Middleware(p *policy.Policy, lim *sluice.Limiter, opts Options) func(http.Handler) http.Handler {
+	return New(p, lim, opts).Wrap
+}
+
+// Wrap limits requests to next with the gate's current policy.
+func (g *Gate) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := g.Policy()
+		if g.enforce(w, r, p, p.FromHTTP(r), http.StatusTooManyRequests) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// Check decides in against the current policy (charging the tokens) and
+// returns the verdict with the response fields to send, counting it in the
+// metrics and writing rejections to the audit log.
+func (g *Gate) Check(ctx context.Context, in *policy.Input) (policy.Verdict, http.Header, error) {
+	return g.check(ctx, g.Policy(), in)
+}
+
+func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (policy.Verdict, http.Header, error) {
+	ms, err := p.Match(in)
+	if err != nil {
+		return policy.Verdict{}, nil, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.opts.StoreTimeout)
+	defer cancel()
+	var obs policy.Observer
+	if g.opts.Metrics != nil {
+		obs = g.opts.Metrics
+	}
+	v := policy.Enforce(ctx, g.lim, sluice.OpTake, ms, obs)
+	g.record(ctx, &v, in.ClientIP, in.Path)
+	return v, RateLimitHeaders(v, Identity(&v), in.Path, p.Settings.Headers), nil
+}
+
+// enforce decides in, sets the rate limit fields on w and, on rejection,
+// writes the deny status and a problem body. It reports whether the
+// request may proceed.
+func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int) bool {
+	v, h, err := g.check(r.Context(), p, in)
+	if err != nil {
+		badRequest(w, http.StatusBadRequest, err.Error())
+		return false
+	}
+	dst := w.Header()
+	for k, vs := range h {
+		dst[k] = vs
+	}
+	if v.Allowed {
+		return true
+	}
+	WriteRejection(w, v, denyStatus)
+	return false
+}
+
+// WriteRejection writes the status and application/problem+json body of a
+// rejection (type quota-exceeded, naming the violated limits) whose
+// fields, from RateLimitHeaders, are already set on w.
+func WriteRejection(w http.ResponseWriter, v policy.Verdict, status int) {
+	if status == 0 {
+		status = http.StatusTooManyRequests
+	}
+	ra, _ := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
+	names := violated(&v)
+	detail := "rate limit exceeded"
+	if len(names) > 0 {
+		detail = "rate limit exceeded: " + joinQuoted(names)
+	}
+	writeProblem(w, Problem{
+		Type:             QuotaExceededType,
+		Title:            "Too Many Requests",
+		Status:           status,
+		Detail:           detail,
+		ViolatedPolicies: names,
+		Reason:           VerdictReason(&v),
+		RetryAfter:       ra,
+	})
+}
+
+// record writes v's rejections (shadow ones too) to the audit log and logs
+// store failures.
+func (g *Gate) record(ctx context.Context, v *policy.Verdict, clientIP netip.Addr, path string) {
+	ip := ""
+	if clientIP.IsValid() {
+		ip = clientIP.String()
+	}
+	for i := range v.Results {
+		r := &v.Results[i]
+		lim := r.Match.Request.Limit
+		if r.StoreErr != nil {
+			g.opts.Logger.Warn("store error", "limit", lim.Name(), "err", r.StoreErr, "denied", !r.Decision.Allowed)
+		}
+		if r.Decision.Allowed {
+			continue
+		}
+		g.opts.Audit.Write(ctx, Record{
+			Rule:     lim.Name(),
+			Key:      r.Match.Request.Key,
+			ClientIP: ip,
+			Path:     path,
+			Tokens:   r.Decision.Tokens,
+			Shadow:   r.Shadow,
+			Reason:   ResultReason(r),
+		})
+	}
+}
+
+// joinQuoted lists names as "a", "b".
+func joinQuoted(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}

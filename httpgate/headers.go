@@ -1,0 +1,289 @@
+package httpgate
+
+import (
+	"errors"
+	"hash/fnv"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Header sets that the policy's `headers` setting (Settings.Headers) names.
+const (
+	// SetDraft is RateLimit-Policy and RateLimit as Structured Field lists
+	// (draft-ietf-httpapi-ratelimit-headers-11).
+	SetDraft = "draft"
+	// SetTrio is RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset.
+	SetTrio = "trio"
+	// SetLegacy is X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset.
+	SetLegacy = "legacy"
+	// SetNone emits no rate limit fields. Retry-After, X-Sluice-Reason and
+	// Cache-Control are still set on rejections: a 429 must say when to
+	// retry.
+	SetNone = "none"
+)
+
+// DefaultSets is what an empty `headers` setting means.
+var DefaultSets = []string{SetDraft, SetTrio}
+
+// Reasons of a rejection besides "{algorithm}_exceeded" (see Reason).
+const (
+	// ReasonStoreUnavailable: the store failed and the rule says
+	// on_store_error: deny.
+	ReasonStoreUnavailable = "store_unavailable"
+	// ReasonCostExceedsLimit: the request's cost is above the limit's
+	// burst, so no wait would ever admit it.
+	ReasonCostExceedsLimit = "cost_exceeds_limit"
+)
+
+// Reason is the X-Sluice-Reason of a rejection by a limit of algorithm a:
+// "token_bucket_exceeded", "fixed_window_exceeded", "sliding_log_exceeded"
+// or "leaky_bucket_exceeded".
+func Reason(a sluice.Algorithm) string { return a.String() + "_exceeded" }
+
+// ResultReason says why r rejected: Reason of its algorithm,
+// ReasonStoreUnavailable or ReasonCostExceedsLimit; "" when it admitted.
+// For a shadow-mode result it says why enforcing would have rejected.
+func ResultReason(r *policy.Result) string {
+	switch {
+	case r.Decision.Allowed || r.Match.Request.Limit == nil:
+		return ""
+	case r.StoreErr != nil:
+		return ReasonStoreUnavailable
+	}
+	if _, err := r.Match.Request.Limit.Cost(costOf(r.Match.Request)); errors.Is(err, sluice.ErrCostExceedsLimit) {
+		return ReasonCostExceedsLimit
+	}
+	return Reason(r.Match.Request.Limit.Algorithm())
+}
+
+func costOf(r sluice.Request) float64 {
+	if r.Cost == 0 {
+		return 1
+	}
+	return r.Cost
+}
+
+// VerdictReason says why v rejected: the reason of the enforce-mode
+// rejection with the longest wait (the one v.Overall reports); "" when v
+// admitted.
+func VerdictReason(v *policy.Verdict) string {
+	if v.Allowed {
+		return ""
+	}
+	reason, wait := "", time.Duration(-1)
+	for i := range v.Results {
+		r := &v.Results[i]
+		if r.Shadow || r.Decision.Allowed {
+			continue
+		}
+		if r.Decision.RetryAfter > wait || r.Decision.Rule == v.Overall.Rule && r.Decision.RetryAfter == wait {
+			reason, wait = ResultReason(r), r.Decision.RetryAfter
+		}
+	}
+	if reason == "" {
+		reason = "rate_limited"
+	}
+	return reason
+}
+
+// Identity is the seed of a client's Retry-After jitter for v: the
+// Identity of its first match (the verified JWT subject, else the client
+// IP).
+func Identity(v *policy.Verdict) string {
+	for i := range v.Results {
+		if id := v.Results[i].Match.Identity; id != "" {
+			return id
+		}
+	}
+	return ""
+}
+
+// RateLimitHeaders builds the response fields for a verdict: the ones every
+// request-shaped path (forward auth, proxy, middleware, and Envoy's
+// response_headers_to_add) sends, so that all of them answer alike.
+//
+// identity and path seed the Retry-After jitter: pass Identity(&v) (or a
+// match's Identity) and the request path. sets picks the header sets
+// (Settings.Headers: SetDraft, SetTrio, SetLegacy, SetNone); empty means
+// DefaultSets.
+//
+//   - draft: RateLimit-Policy: "per-ip";q=20;w=2 and RateLimit:
+//     "per-ip";r=19;t=1 (draft-ietf-httpapi-ratelimit-headers-11), one
+//     list item per enforce-mode limit, named by the limit (a tier's limit
+//     is "RULE.TIER"). q is the burst or capacity, w the seconds it takes
+//     to refill from empty (the period for windows and logs), r the whole
+//     tokens left (0 on rejection) and t the seconds until the limit
+//     admits again when it rejected, else until it is full.
+//   - trio: RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset with the
+//     same values for the limit closest to rejecting (v.Overall).
+//   - legacy: the trio named X-RateLimit-Limit, -Remaining, -Reset.
+//
+// Shadow-mode limits and limits whose store failed contribute nothing. On
+// rejection it adds Retry-After (whole seconds with jitter, see
+// RetryAfterSeconds), X-Sluice-Reason (see VerdictReason) and
+// Cache-Control: no-store, whatever the sets. The status code and body
+// are the caller's to write (see WriteRejection).
+func RateLimitHeaders(v policy.Verdict, identity, path string, sets []string) http.Header {
+	h := make(http.Header)
+	if len(sets) == 0 {
+		sets = DefaultSets
+	}
+	var draft, trio, legacy bool
+	for _, s := range sets {
+		switch s {
+		case SetDraft:
+			draft = true
+		case SetTrio:
+			trio = true
+		case SetLegacy:
+			legacy = true
+		}
+	}
+	var policies, states []string
+	enforced := 0
+	for i := range v.Results {
+		r := &v.Results[i]
+		lim := r.Match.Request.Limit
+		if r.Shadow || r.StoreErr != nil || lim == nil {
+			continue
+		}
+		enforced++
+		if draft {
+			name := sfString(lim.Name())
+			policies = append(policies, name+";q="+strconv.FormatInt(r.Decision.Limit, 10)+";w="+strconv.FormatInt(windowSeconds(lim), 10))
+			states = append(states, name+";r="+strconv.FormatInt(remaining(r.Decision), 10)+";t="+strconv.FormatInt(resetSeconds(r.Decision), 10))
+		}
+	}
+	if len(policies) > 0 {
+		h.Set("RateLimit-Policy", strings.Join(policies, ", "))
+		h.Set("RateLimit", strings.Join(states, ", "))
+	}
+	if enforced > 0 && (trio || legacy) {
+		d := v.Overall
+		limit, rem, reset := strconv.FormatInt(d.Limit, 10), strconv.FormatInt(remaining(d), 10), strconv.FormatInt(resetSeconds(d), 10)
+		if trio {
+			h.Set("RateLimit-Limit", limit)
+			h.Set("RateLimit-Remaining", rem)
+			h.Set("RateLimit-Reset", reset)
+		}
+		if legacy {
+			h.Set("X-RateLimit-Limit", limit)
+			h.Set("X-RateLimit-Remaining", rem)
+			h.Set("X-RateLimit-Reset", reset)
+		}
+	}
+	if !v.Allowed {
+		h.Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(v.Overall.RetryAfter, identity, path), 10))
+		h.Set("X-Sluice-Reason", VerdictReason(&v))
+		h.Set("Cache-Control", "no-store")
+	}
+	return h
+}
+
+// violated lists the enforce-mode limits that rejected (or denied on a
+// store failure), for the problem body.
+func violated(v *policy.Verdict) []string {
+	var names []string
+	for i := range v.Results {
+		r := &v.Results[i]
+		if !r.Shadow && r.Match.Request.Limit != nil && !r.Decision.Allowed {
+			names = append(names, r.Match.Request.Limit.Name())
+		}
+	}
+	return names
+}
+
+// RetryAfterSeconds is the Retry-After for a wait: ceil(wait) in whole
+// seconds (at least 1) plus a jitter of 0 to 50% of that, chosen by a hash
+// of identity and path. The same client asking for the same path always
+// gets the same offset, so its retries stay predictable, while clients
+// rejected together come back spread over time instead of as one herd. It
+// is never earlier than the wait.
+func RetryAfterSeconds(wait time.Duration, identity, path string) int64 {
+	base := ceilSeconds(wait)
+	if base < 1 {
+		base = 1
+	}
+	h := fnv.New64a()
+	h.Write([]byte(identity))
+	h.Write([]byte{0})
+	h.Write([]byte(path))
+	span := uint64(base/2) + 1 // offsets 0..floor(base/2)
+	return base + int64(h.Sum64()%span)
+}
+
+// remaining is the draft's r: zero on rejection, never negative.
+func remaining(d sluice.Decision) int64 {
+	if !d.Allowed || d.Remaining < 0 {
+		return 0
+	}
+	return d.Remaining
+}
+
+// resetSeconds is the draft's t: when the quota admits the rejected request
+// again, or, when admitted, when the bucket is full again.
+func resetSeconds(d sluice.Decision) int64 {
+	if !d.Allowed {
+		return max(ceilSeconds(d.RetryAfter), 1)
+	}
+	return ceilSeconds(d.ResetAfter)
+}
+
+// windowSeconds is the draft's w: the period in which the quota q is
+// granted. For a bucket that is the time to refill from empty to full.
+func windowSeconds(l *sluice.Limit) int64 {
+	p := l.Params()
+	switch l.Algorithm() {
+	case sluice.FixedWindow, sluice.SlidingLog:
+		return max(ceilSeconds(sluice.Duration(p.Period)), 1)
+	}
+	rate := l.TokensPerSecond() // micro-tokens per microsecond = tokens per second
+	if rate <= 0 {
+		return 1
+	}
+	w := math.Ceil(l.Capacity()/rate - 1e-9)
+	if w < 1 {
+		return 1
+	}
+	if w > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int64(w)
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// sfString encodes s as a Structured Field sf-string (RFC 9651): printable
+// ASCII, with quote and backslash escaped. Other bytes cannot be expressed
+// and become '?'; rule names are plain identifiers in practice.
+func sfString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

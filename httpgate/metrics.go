@@ -1,0 +1,146 @@
+package httpgate
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sluicehq/sluice"
+
+	"net/http"
+)
+
+// Decision results counted by Metrics.Observe.
+const (
+	ResultAllowed        = "allowed"
+	ResultRejected       = "rejected"
+	ResultShadowRejected = "shadow_rejected"
+	ResultStoreError     = "store_error"
+)
+
+// Metrics holds sluice's Prometheus collectors, registered on a registry
+// of the caller's choosing (so a library user can keep them off the
+// global one). It implements policy.Observer.
+type Metrics struct {
+	reg          *prometheus.Registry
+	decisions    *prometheus.CounterVec
+	storeErrors  *prometheus.CounterVec
+	storeLatency *prometheus.HistogramVec
+	reloads      *prometheus.CounterVec
+}
+
+// NewMetrics creates the collectors and registers them on reg.
+func NewMetrics(reg *prometheus.Registry) *Metrics {
+	m := &Metrics{
+		reg: reg,
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decisions_total",
+			Help: "Rate limit decisions by rule and result (allowed, rejected, shadow_rejected, store_error).",
+		}, []string{"rule", "result"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_store_errors_total",
+			Help: "Store calls that failed, by operation.",
+		}, []string{"op"}),
+		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_store_latency_seconds",
+			Help:    "Latency of store calls, by operation.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"op"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_config_reloads_total",
+			Help: "Configuration reloads by result (success, failure).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.decisions, m.storeErrors, m.storeLatency, m.reloads)
+	return m
+}
+
+// Observe counts one decision of rule; result is one of the Result
+// constants. It implements policy.Observer.
+func (m *Metrics) Observe(rule, result string) {
+	if m == nil {
+		return
+	}
+	m.decisions.WithLabelValues(rule, result).Inc()
+}
+
+// Reloaded counts a configuration reload attempt.
+func (m *Metrics) Reloaded(ok bool) {
+	if m == nil {
+		return
+	}
+	if ok {
+		m.reloads.WithLabelValues("success").Inc()
+	} else {
+		m.reloads.WithLabelValues("failure").Inc()
+	}
+}
+
+// WatchKeys exports sluice_live_keys from a store that can count its keys
+// (the memory store's Len); stores that cannot are left out.
+func (m *Metrics) WatchKeys(store sluice.Store) {
+	lener, ok := store.(interface{ Len() int })
+	if m == nil || !ok {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_live_keys",
+		Help: "Keys with state in the store.",
+	}, func() float64 { return float64(lener.Len()) }))
+}
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// InstrumentStore wraps s so that every call's latency and failure is
+// recorded. Input errors (a bad cost) are the caller's, not the store's,
+// and are not counted as store errors.
+func (m *Metrics) InstrumentStore(s sluice.Store) sluice.Store {
+	if m == nil {
+		return s
+	}
+	return &instrumented{s: s, m: m}
+}
+
+type instrumented struct {
+	s sluice.Store
+	m *Metrics
+}
+
+func (i *instrumented) observe(op string, start time.Time, err error) {
+	i.m.storeLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	if err != nil && !sluice.IsInputError(err) {
+		i.m.storeErrors.WithLabelValues(op).Inc()
+	}
+}
+
+func opName(op sluice.Op) string {
+	if op == sluice.OpPeek {
+		return "peek"
+	}
+	return "take"
+}
+
+func (i *instrumented) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+	start := time.Now()
+	d, err := i.s.Take(ctx, op, r)
+	i.observe(opName(op), start, err)
+	return d, err
+}
+
+func (i *instrumented) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+	start := time.Now()
+	ds, err := i.s.TakeAll(ctx, op, rs)
+	i.observe(opName(op)+"_all", start, err)
+	return ds, err
+}
+
+func (i *instrumented) Reset(ctx context.Context, l *sluice.Limit, key string) error {
+	start := time.Now()
+	err := i.s.Reset(ctx, l, key)
+	i.observe("reset", start, err)
+	return err
+}

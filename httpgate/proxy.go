@@ -1,0 +1,103 @@
+package httpgate
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"time"
+)
+
+// ProxyOptions tunes the reverse proxy's transport. Zero values take the
+// defaults noted.
+type ProxyOptions struct {
+	// DialTimeout bounds connecting to the upstream (default 10s).
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for the upstream's response
+	// headers (default 60s). A body, such as an event stream, may then
+	// run as long as it likes.
+	ResponseHeaderTimeout time.Duration
+	// IdleConnTimeout closes idle upstream connections (default 90s).
+	IdleConnTimeout time.Duration
+	// TrustedPeer reports whether the inbound peer is a trusted proxy whose
+	// X-Forwarded-For is extended rather than replaced. Nil trusts none.
+	TrustedPeer func(netip.Addr) bool
+}
+
+// NewReverseProxy forwards requests to upstream with
+// httputil.ReverseProxy: hop-by-hop headers are dropped, Upgrade requests
+// (websockets) are passed through, responses are flushed as they arrive so
+// event streams and long polls stream, X-Forwarded-For/-Host/-Proto are
+// set, and an unreachable or slow upstream is a 502 or 504 problem.
+func NewReverseProxy(upstream *url.URL, opts ProxyOptions) *httputil.ReverseProxy {
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 10 * time.Second
+	}
+	if opts.ResponseHeaderTimeout <= 0 {
+		opts.ResponseHeaderTimeout = 60 * time.Second
+	}
+	if opts.IdleConnTimeout <= 0 {
+		opts.IdleConnTimeout = 90 * time.Second
+	}
+	tr := &http.Transport{
+		Proxy:                 nil, // never send upstream traffic through an environment proxy
+		DialContext:           (&net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       opts.IdleConnTimeout,
+		TLSHandshakeTimeout:   opts.DialTimeout,
+		ResponseHeaderTimeout: opts.ResponseHeaderTimeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			// Keep the client's Host header? Upstreams behind a proxy
+			// usually expect their own; SetURL already set it. Extend the
+			// forwarding chain only when the peer is a proxy we trust.
+			if peer := peerAddr(pr.In.RemoteAddr); peer.IsValid() && opts.TrustedPeer != nil && opts.TrustedPeer(peer) {
+				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+			}
+			pr.SetXForwarded()
+		},
+		Transport:     tr,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			status := http.StatusBadGateway
+			var ne net.Error
+			if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+				status = http.StatusGatewayTimeout
+			}
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				return // the client went away; nobody to answer
+			}
+			writeProblem(w, Problem{Status: status, Detail: "upstream: " + err.Error()})
+		},
+	}
+}
+
+// peerAddr parses a RemoteAddr ("ip:port" or "ip").
+func peerAddr(remote string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		return ap.Addr().Unmap()
+	}
+	if a, err := netip.ParseAddr(remote); err == nil {
+		return a.Unmap()
+	}
+	return netip.Addr{}
+}
+
+// Proxy returns the reverse proxy handler: requests the current policy
+// admits are forwarded to upstream (with the rate limit fields added to
+// the upstream's response); rejected ones are answered here with a 429
+// and never reach the upstream.
+func (g *Gate) Proxy(upstream *url.URL, opts ProxyOptions) http.Handler {
+	if opts.TrustedPeer == nil {
+		opts.TrustedPeer = func(a netip.Addr) bool { return g.Policy().TrustedProxy(a) }
+	}
+	return g.Wrap(NewReverseProxy(upstream, opts))
+}

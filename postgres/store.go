@@ -1,0 +1,393 @@
+// Package postgres is sluice's PostgreSQL store, with the two tables that
+// live beside it: rate-limit rules managed with SQL (a rule source that
+// reloads on LISTEN/NOTIFY) and an audit trail of violations written in
+// batches with COPY.
+//
+// A take is one statement, INSERT ... ON CONFLICT (key) DO UPDATE ...
+// RETURNING, whose update evaluates the algorithm (the root package's
+// integer arithmetic, transcribed to the PL/pgSQL function sluice_step)
+// on the locked row. That makes it race-free under READ COMMITTED: the
+// update runs once, on the newest version of the row, however many
+// sessions collide. The time is the server's clock_timestamp() (not now(),
+// which is frozen at the start of the transaction), read once per
+// statement; a clock that steps back adds no tokens. A rejection leaves the
+// state as it was and still reports remaining and retry-after.
+//
+// TakeAll runs in one transaction, locking its rows in key order so that
+// concurrent multi-limit requests never deadlock, and rolls back when any
+// limit rejects. WithTx binds the store to a caller's transaction, so a
+// charge made inside it is undone by its rollback.
+//
+// Rows whose bucket has refilled are equivalent to absent rows: a
+// housekeeping loop deletes them in small batches through an index on the
+// time they become full.
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Options configures a Store.
+type Options struct {
+	// KeyPrefix is prepended to every storage key, so that several
+	// applications (or tests) can share one table without sharing buckets.
+	KeyPrefix string
+	// Migrate applies the embedded migrations when the store opens.
+	Migrate bool
+	// HousekeepingInterval is how often rows of full buckets are deleted
+	// (default one minute); negative disables the loop (call Housekeep).
+	HousekeepingInterval time.Duration
+	// HousekeepingBatch is the most rows one DELETE removes (default 1000),
+	// which bounds how long it holds row locks.
+	HousekeepingBatch int
+	// Violations, when set, records every rejection of a take.
+	Violations *ViolationLog
+	// Clock replaces the server's clock. For tests only: in production every
+	// client must read the one server clock so that they agree.
+	Clock sluice.Clock
+}
+
+// querier is what the store needs of a pool or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Store is the PostgreSQL Store. It is safe for concurrent use, except a
+// Store returned by WithTx, which is as safe as its transaction (not).
+type Store struct {
+	pool   *pgxpool.Pool
+	q      querier
+	opts   Options
+	ownsDB bool
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+}
+
+// clockSQL reads the server's clock in integer microseconds. extract
+// returns numeric (PostgreSQL 14+), so the conversion is exact.
+const clockSQL = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
+
+// stepArgs are the arguments of sluice_step after the state, in the
+// statements' parameter numbering ($4 now, $5 cost, $6 num, ...).
+const stepArgs = `$5::bigint, %s, $6::bigint, $3::bigint, $7::bigint, $8::bigint, $9::bigint, $10::bigint, $11::boolean, $12::bigint`
+
+var (
+	takeSQL = `INSERT INTO sluice_buckets AS t
+    (key, alg, den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset)
+SELECT $1::text, $2::smallint, $3::bigint, s.a, s.b, s.log_at, s.log_cost, c.now + s.reset, c.now,
+    s.allowed, s.tokens, s.retry, s.reset
+FROM (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now) c
+CROSS JOIN LATERAL sluice_step(false, $2::smallint, 0, 0, NULL, NULL, c.now, ` + fmt.Sprintf(stepArgs, "true") + `) s
+ON CONFLICT (key) DO UPDATE SET
+    (alg, den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset) = (
+    SELECT
+        CASE WHEN s.write THEN EXCLUDED.alg ELSE t.alg END,
+        CASE WHEN s.write THEN EXCLUDED.den ELSE t.den END,
+        CASE WHEN s.write THEN s.a ELSE t.a END,
+        CASE WHEN s.write THEN s.b ELSE t.b END,
+        CASE WHEN s.write THEN s.log_at ELSE t.log_at END,
+        CASE WHEN s.write THEN s.log_cost ELSE t.log_cost END,
+        CASE WHEN s.write THEN EXCLUDED.at + s.reset ELSE t.full_at END,
+        EXCLUDED.at, s.allowed, s.tokens, s.retry, s.reset
+    FROM sluice_step(t.alg = EXCLUDED.alg AND t.den = EXCLUDED.den, EXCLUDED.alg,
+        t.a, t.b, t.log_at, t.log_cost, EXCLUDED.at, ` + fmt.Sprintf(stepArgs, "true") + `) s)
+RETURNING o_allowed, o_tokens, o_retry, o_reset`
+
+	peekSQL = `SELECT s.allowed, s.tokens, s.retry, s.reset
+FROM (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now) c
+LEFT JOIN sluice_buckets t ON t.key = $1::text
+CROSS JOIN LATERAL sluice_step(coalesce(t.alg = $2::smallint AND t.den = $3::bigint, false), $2::smallint,
+    t.a, t.b, t.log_at, t.log_cost, c.now, ` + fmt.Sprintf(stepArgs, "false") + `) s`
+)
+
+// New returns a Store over pool, which the caller keeps and closes after
+// Close. It applies the migrations first when opts.Migrate is set.
+func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+	if opts.HousekeepingInterval == 0 {
+		opts.HousekeepingInterval = time.Minute
+	}
+	if opts.HousekeepingBatch <= 0 {
+		opts.HousekeepingBatch = 1000
+	}
+	if opts.Migrate {
+		if _, err := MigratePool(ctx, pool); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{pool: pool, q: pool, opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	if opts.HousekeepingInterval > 0 {
+		go s.housekeeping()
+	} else {
+		close(s.done)
+	}
+	return s, nil
+}
+
+// Open connects to the database at url (a PostgreSQL connection URL; pgxpool
+// settings such as pool_max_conns go in its query) and returns a Store that
+// owns the connection pool.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres store: %w", err)
+	}
+	s, err := New(ctx, pool, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownsDB = true
+	return s, nil
+}
+
+// Close stops housekeeping and, for a store made by Open, closes the pool.
+func (s *Store) Close() {
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.done
+		if s.ownsDB {
+			s.pool.Close()
+		}
+	})
+}
+
+// Pool returns the store's connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// WithTx returns a view of the store that runs every statement in tx, the
+// caller's transaction: a charge made through it commits or rolls back
+// with tx. Its row locks are held until tx ends, so keep such transactions
+// short. TakeAll through it uses a savepoint. The view runs no
+// housekeeping and needs no Close.
+func (s *Store) WithTx(tx pgx.Tx) *Store {
+	v := &Store{pool: s.pool, q: tx, opts: s.opts, stop: make(chan struct{}), done: make(chan struct{})}
+	close(v.done)
+	return v
+}
+
+// now returns the test clock's time, or nil for the server's clock.
+func (s *Store) now() any {
+	if s.opts.Clock == nil {
+		return nil
+	}
+	return s.opts.Clock.Now().UnixMicro()
+}
+
+// args are the statement parameters of one request.
+func (s *Store) args(r sluice.Request, ch sluice.Charge, now any) []any {
+	p := r.Limit.Params()
+	var off int64
+	if p.Algorithm == sluice.FixedWindow {
+		off = p.Offset
+		if off < 0 {
+			off = sluice.WindowOffset(r.Key, p.Period)
+		}
+	}
+	return []any{
+		s.opts.KeyPrefix + sluice.StorageKey(r.Limit, r.Key), int16(p.Algorithm), p.RateDen, now,
+		ch.Cost, p.RateNum, p.Capacity, p.WindowRate, p.Period, off, ch.Reserve, ch.MaxReserved,
+	}
+}
+
+// Take implements sluice.Store.
+func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+	ch, err := r.Charge()
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	args := s.args(r, ch, s.now())
+	sql := takeSQL
+	if op != sluice.OpTake {
+		sql = peekSQL
+	}
+	var o sluice.Outcome
+	if err := s.q.QueryRow(ctx, sql, args...).Scan(&o.Allowed, &o.Tokens, &o.RetryAfter, &o.ResetAfter); err != nil {
+		return sluice.Decision{}, fmt.Errorf("postgres take %q: %w", args[0], err)
+	}
+	d := r.Limit.Decide(o)
+	if !d.Allowed && op == sluice.OpTake {
+		s.recordViolation(args[0].(string), d)
+	}
+	return d, nil
+}
+
+// TakeAll implements sluice.Store. The takes run in one transaction (a
+// savepoint inside a caller's), sent as one batch in the order of their
+// storage keys, which is the order every TakeAll locks rows in; when any
+// rejects, the transaction is rolled back and nothing is charged.
+func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+	type item struct {
+		i    int
+		args []any
+	}
+	now := s.now()
+	items := make([]item, len(rs))
+	for i, r := range rs {
+		ch, err := r.Charge()
+		if err != nil {
+			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
+		}
+		items[i] = item{i: i, args: s.args(r, ch, now)}
+	}
+	// Stable: the same bucket twice keeps its requests' order.
+	slices.SortStableFunc(items, func(a, b item) int {
+		switch ka, kb := a.args[0].(string), b.args[0].(string); {
+		case ka < kb:
+			return -1
+		case ka > kb:
+			return 1
+		}
+		return 0
+	})
+	dup := false
+	for i := 1; i < len(items); i++ {
+		dup = dup || items[i].args[0] == items[i-1].args[0]
+	}
+	sql := takeSQL
+	if op != sluice.OpTake && !dup {
+		// Peeks change nothing and need no transaction. With the same
+		// bucket twice, the second must see the first's charge: that is a
+		// take in a transaction that is always rolled back.
+		sql = peekSQL
+	}
+	tx, err := s.q.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres take all: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	b := &pgx.Batch{}
+	for _, it := range items {
+		b.Queue(sql, it.args...)
+	}
+	out := make([]sluice.Outcome, len(rs))
+	br := tx.SendBatch(ctx, b)
+	all := true
+	for _, it := range items {
+		o := &out[it.i]
+		if err := br.QueryRow().Scan(&o.Allowed, &o.Tokens, &o.RetryAfter, &o.ResetAfter); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("postgres take all %q: %w", it.args[0], err)
+		}
+		all = all && o.Allowed
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("postgres take all: %w", err)
+	}
+	ds := make([]sluice.Decision, len(rs))
+	for i, r := range rs {
+		if !all {
+			if op == sluice.OpTake && !out[i].Allowed {
+				s.recordViolation(items[slices.IndexFunc(items, func(it item) bool { return it.i == i })].args[0].(string), r.Limit.Decide(out[i]))
+			}
+			out[i].Allowed = false
+		}
+		ds[i] = r.Limit.Decide(out[i])
+	}
+	if all && op == sluice.OpTake {
+		if err := tx.Commit(ctx); err != nil {
+			return nil, fmt.Errorf("postgres take all: commit: %w", err)
+		}
+	}
+	return ds, nil
+}
+
+// Reset implements sluice.Store.
+func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
+	if l == nil {
+		return fmt.Errorf("postgres reset %q: %w", key, sluice.ErrInvalidLimit)
+	}
+	k := s.opts.KeyPrefix + sluice.StorageKey(l, key)
+	if _, err := s.q.Exec(ctx, "DELETE FROM sluice_buckets WHERE key = $1", k); err != nil {
+		return fmt.Errorf("postgres reset %q: %w", k, err)
+	}
+	return nil
+}
+
+func (s *Store) recordViolation(key string, d sluice.Decision) {
+	if s.opts.Violations == nil {
+		return
+	}
+	at := time.Now()
+	if s.opts.Clock != nil {
+		at = s.opts.Clock.Now()
+	}
+	s.opts.Violations.Record(Violation{BucketKey: key, Rule: d.Rule, Tokens: d.Tokens, At: at})
+}
+
+// Len returns the number of rows under the store's key prefix.
+func (s *Store) Len(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.q.QueryRow(ctx, "SELECT count(*) FROM sluice_buckets WHERE starts_with(key, $1)", s.opts.KeyPrefix).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("postgres len: %w", err)
+	}
+	return n, nil
+}
+
+// housekeepSQL deletes one batch of full buckets. The inner SELECT walks
+// the full_at index; the outer condition is re-checked on the newest row
+// version, so a row that a concurrent take just charged is left alone.
+const housekeepSQL = `DELETE FROM sluice_buckets
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM sluice_buckets
+    WHERE full_at <= coalesce($1::bigint, ` + clockSQL + `) AND starts_with(key, $2::text)
+    LIMIT $3::int))
+  AND full_at <= coalesce($1::bigint, ` + clockSQL + `) AND starts_with(key, $2::text)`
+
+// Housekeep deletes the rows of buckets that have refilled (and are
+// therefore equivalent to absent rows), one batch per statement so that
+// no statement holds many row locks, until a batch comes back short. It
+// returns the number of rows deleted.
+func (s *Store) Housekeep(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.q.Exec(ctx, housekeepSQL, s.now(), s.opts.KeyPrefix, s.opts.HousekeepingBatch)
+		if err != nil {
+			return total, fmt.Errorf("postgres housekeeping: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(s.opts.HousekeepingBatch) {
+			return total, nil
+		}
+		select {
+		case <-ctx.Done():
+			return total, ctx.Err()
+		default:
+		}
+	}
+}
+
+func (s *Store) housekeeping() {
+	defer close(s.done)
+	t := time.NewTicker(s.opts.HousekeepingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.HousekeepingInterval)
+			// A failed pass is retried at the next tick; the rows it left
+			// change no answer.
+			_, err := s.Housekeep(ctx)
+			cancel()
+			_ = err
+		}
+	}
+}
+
+var _ sluice.Store = (*Store)(nil)
+

@@ -1,0 +1,283 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Violation is one rejected request.
+type Violation struct {
+	ID        int64 // set when read back
+	BucketKey string
+	UserID    string     // "" when unknown
+	IP        netip.Addr // invalid when unknown
+	Endpoint  string
+	At        time.Time
+	Tokens    float64 // tokens in the bucket when the request was rejected
+	Rule      string
+	RuleID    int64 // the sluice_rules row, or 0
+}
+
+// ViolationOptions configures a ViolationLog.
+type ViolationOptions struct {
+	// QueueSize bounds the violations waiting to be written (default
+	// 10000); when it is full new ones are dropped and counted, so that a
+	// slow database never slows the requests being limited.
+	QueueSize int
+	// BatchSize is the most rows one COPY writes (default 500).
+	BatchSize int
+	// FlushInterval is the longest a violation waits for its batch to fill
+	// (default one second).
+	FlushInterval time.Duration
+	// Registerer, when set, receives the log's counters.
+	Registerer prometheus.Registerer
+	// Logger reports failed writes (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// ViolationLog writes violations to sluice_violations off the request
+// path: Record queues without blocking and one goroutine writes the queue
+// in batches with COPY.
+type ViolationLog struct {
+	pool    *pgxpool.Pool
+	opts    ViolationOptions
+	queue   chan Violation
+	flushed chan chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+
+	dropped, written, failed atomic.Uint64
+	mDropped, mWritten       prometheus.Counter
+	mFailed                  prometheus.Counter
+}
+
+// violationColumns are the columns COPY fills, in order.
+var violationColumns = []string{"bucket_key", "user_id", "ip_address", "endpoint", "requested_at", "tokens_at_time", "rule", "rule_id"}
+
+// NewViolationLog starts a log writing through pool. Close it to write
+// what is queued.
+func NewViolationLog(pool *pgxpool.Pool, opts ViolationOptions) (*ViolationLog, error) {
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = 10000
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 500
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	v := &ViolationLog{
+		pool: pool, opts: opts,
+		queue:   make(chan Violation, opts.QueueSize),
+		flushed: make(chan chan struct{}),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		mDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_postgres_violations_dropped_total",
+			Help: "Violations not recorded because the write queue was full.",
+		}),
+		mWritten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_postgres_violations_written_total",
+			Help: "Violations written to sluice_violations.",
+		}),
+		mFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_postgres_violations_failed_total",
+			Help: "Violations lost because their batch could not be written.",
+		}),
+	}
+	if opts.Registerer != nil {
+		for _, c := range []prometheus.Collector{v.mDropped, v.mWritten, v.mFailed} {
+			if err := opts.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("postgres violations: register metrics: %w", err)
+			}
+		}
+	}
+	go v.run()
+	return v, nil
+}
+
+// Record queues x for writing and reports whether it was queued; a full
+// queue drops it (counted in Dropped and the metrics). It never blocks.
+// A zero At is the current time.
+func (v *ViolationLog) Record(x Violation) bool {
+	if x.At.IsZero() {
+		x.At = time.Now()
+	}
+	select {
+	case v.queue <- x:
+		return true
+	default:
+		v.dropped.Add(1)
+		v.mDropped.Inc()
+		return false
+	}
+}
+
+// Dropped returns how many violations were dropped on a full queue.
+func (v *ViolationLog) Dropped() uint64 { return v.dropped.Load() }
+
+// Written returns how many violations were written.
+func (v *ViolationLog) Written() uint64 { return v.written.Load() }
+
+// Failed returns how many violations were lost to failed writes.
+func (v *ViolationLog) Failed() uint64 { return v.failed.Load() }
+
+// Flush writes everything queued before it was called, or returns when ctx
+// ends.
+func (v *ViolationLog) Flush(ctx context.Context) error {
+	ack := make(chan struct{})
+	select {
+	case v.flushed <- ack:
+	case <-v.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-ack:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close writes what is queued and stops the writer.
+func (v *ViolationLog) Close() {
+	v.once.Do(func() { close(v.stop) })
+	<-v.done
+}
+
+func (v *ViolationLog) run() {
+	defer close(v.done)
+	batch := make([]Violation, 0, v.opts.BatchSize)
+	t := time.NewTicker(v.opts.FlushInterval)
+	defer t.Stop()
+	drain := func() {
+		for len(batch) < v.opts.BatchSize {
+			select {
+			case x := <-v.queue:
+				batch = append(batch, x)
+			default:
+				return
+			}
+		}
+	}
+	for {
+		select {
+		case x := <-v.queue:
+			batch = append(batch, x)
+			drain()
+			if len(batch) >= v.opts.BatchSize {
+				batch = v.write(batch)
+			}
+		case <-t.C:
+			batch = v.write(batch)
+		case ack := <-v.flushed:
+			for {
+				drain()
+				batch = v.write(batch)
+				if len(v.queue) == 0 {
+					break
+				}
+			}
+			close(ack)
+		case <-v.stop:
+			for {
+				drain()
+				batch = v.write(batch)
+				if len(v.queue) == 0 {
+					return
+				}
+			}
+		}
+	}
+}
+
+// write copies batch into the table and returns it emptied.
+func (v *ViolationLog) write(batch []Violation) []Violation {
+	if len(batch) == 0 {
+		return batch
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows := make([][]any, len(batch))
+	for i, x := range batch {
+		rows[i] = []any{x.BucketKey, nullString(x.UserID), nullAddr(x.IP), nullString(x.Endpoint), x.At, x.Tokens, x.Rule, nullID(x.RuleID)}
+	}
+	n, err := v.pool.CopyFrom(ctx, pgx.Identifier{"sluice_violations"}, violationColumns, pgx.CopyFromRows(rows))
+	if err != nil {
+		v.failed.Add(uint64(len(batch)))
+		v.mFailed.Add(float64(len(batch)))
+		v.opts.Logger.Warn("postgres: writing violations failed", "rows", len(batch), "err", err)
+	} else {
+		v.written.Add(uint64(n))
+		v.mWritten.Add(float64(n))
+	}
+	clear(batch)
+	return batch[:0]
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nullAddr(a netip.Addr) any {
+	if !a.IsValid() {
+		return nil
+	}
+	return a
+}
+
+func nullID(id int64) any {
+	if id == 0 {
+		return nil
+	}
+	return id
+}
+
+// ListViolations returns the newest violations since since, newest first,
+// at most limit of them.
+func ListViolations(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, since time.Time, limit int) ([]Violation, error) {
+	rows, err := q.Query(ctx, `SELECT violation_id, bucket_key, coalesce(user_id, ''), ip_address, coalesce(endpoint, ''),
+       requested_at, tokens_at_time, rule, coalesce(rule_id, 0)
+FROM sluice_violations WHERE requested_at >= $1
+ORDER BY requested_at DESC, violation_id DESC LIMIT $2`, since, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres violations: %w", err)
+	}
+	defer rows.Close()
+	var out []Violation
+	for rows.Next() {
+		var x Violation
+		var ip *netip.Prefix
+		if err := rows.Scan(&x.ID, &x.BucketKey, &x.UserID, &ip, &x.Endpoint, &x.At, &x.Tokens, &x.Rule, &x.RuleID); err != nil {
+			return nil, fmt.Errorf("postgres violations: %w", err)
+		}
+		if ip != nil {
+			x.IP = ip.Addr()
+		}
+		out = append(out, x)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres violations: %w", err)
+	}
+	return out, nil
+}

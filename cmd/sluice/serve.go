@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/policy"
+)
+
+func init() {
+	commands["serve"] = command{"serve the decision API, forward auth, proxy and metrics", func(args []string, _, stderr io.Writer) int {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		return serve(ctx, args, stderr, nil)
+	}}
+}
+
+// server is what serve has built, for the listeners that other files add
+// (see startGRPC).
+type server struct {
+	// Gate holds the policy in force (Gate.Policy, replaced on reload) and
+	// decides requests (Gate.Check).
+	Gate     *httpgate.Gate
+	Limiter  *sluice.Limiter
+	Metrics  *httpgate.Metrics
+	Registry *prometheus.Registry
+	Logger   *slog.Logger
+}
+
+// startGRPC, when set (the Envoy rate limit service's file sets it from
+// its init), starts the gRPC listener on addr (Settings.GRPCListen) once
+// the HTTP listener runs. It must not block; serve calls stop on shutdown.
+var startGRPC func(ctx context.Context, s *server, addr string) (stop func(), err error)
+
+// reloadPoll is how often serve checks the config file for changes.
+var reloadPoll = time.Second
+
+// listening reports the addresses serve listens on, for tests.
+type listening struct {
+	API, Proxy string
+}
+
+// serve runs until ctx is done; ready, when not nil, is called once the
+// listeners accept connections.
+func serve(ctx context.Context, args []string, stderr io.Writer, ready func(listening)) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config := fs.String("config", "", "policy file (YAML or JSON); default: the embedded per-IP policy")
+	listen := fs.String("listen", "", "decision API address (overrides the policy's listen)")
+	proxyListen := fs.String("proxy-listen", "", "reverse proxy address (overrides proxy.listen)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+
+	var p *policy.Policy
+	var sum [32]byte
+	if *config == "" {
+		p = policy.Default()
+	} else {
+		data, err := os.ReadFile(*config)
+		if err == nil {
+			sum = sha256.Sum256(data)
+			p, err = policy.Parse(*config, data)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+			return 1
+		}
+	}
+	set := p.Settings
+	if *listen != "" {
+		set.Listen = *listen
+	}
+	if *proxyListen != "" {
+		set.ProxyListen = *proxyListen
+	}
+
+	store, closeStore, err := openStore(ctx, set.StoreURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 1
+	}
+	defer closeStore()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := httpgate.NewMetrics(reg)
+	metrics.WatchKeys(store)
+	lim := sluice.New(metrics.InstrumentStore(store))
+
+	var audit *httpgate.Audit
+	if set.AuditLog != "" {
+		f, err := os.OpenFile(set.AuditLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice serve: audit log: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		audit = httpgate.NewAudit(f)
+	}
+	gate := httpgate.New(p, lim, httpgate.Options{Metrics: metrics, Audit: audit, Logger: log})
+	srv := &server{Gate: gate, Limiter: lim, Metrics: metrics, Registry: reg, Logger: log}
+
+	// Listeners: the decision API, then the optional proxy and gRPC.
+	var servers []*http.Server
+	errc := make(chan error, 2)
+	start := func(name, addr string, h http.Handler) (string, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return "", fmt.Errorf("%s: listen %s: %w", name, addr, err)
+		}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		servers = append(servers, hs)
+		go func() {
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+		log.Info("listening", "server", name, "addr", ln.Addr().String(), "policy", p.Source, "store", set.StoreURL)
+		return ln.Addr().String(), nil
+	}
+	shutdown := func() {
+		gate.Drain()
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, hs := range servers {
+			hs.Shutdown(sctx)
+		}
+	}
+	var addrs listening
+	if addrs.API, err = start("api", set.Listen, gate.Handler()); err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 1
+	}
+	if set.ProxyUpstream != "" {
+		up, err := url.Parse(set.ProxyUpstream)
+		if err == nil {
+			addrs.Proxy, err = start("proxy", set.ProxyListen, gate.Proxy(up, httpgate.ProxyOptions{}))
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice serve: proxy: %v\n", err)
+			shutdown()
+			return 1
+		}
+	}
+	if startGRPC != nil && set.GRPCListen != "" {
+		stop, err := startGRPC(ctx, srv, set.GRPCListen)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice serve: grpc: %v\n", err)
+			shutdown()
+			return 1
+		}
+		defer stop()
+	}
+	if ready != nil {
+		ready(addrs)
+	}
+
+	// Reload on SIGHUP and when the file's content changes.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	tick := time.NewTicker(reloadPoll)
+	defer tick.Stop()
+	reload := func(why string, force bool) {
+		if *config == "" {
+			return
+		}
+		data, err := os.ReadFile(*config)
+		if err != nil {
+			// A file being replaced may vanish for a moment; the next
+			// poll sees the new one.
+			if force {
+				log.Error("reload refused, keeping the policy in force", "why", why, "err", err)
+				metrics.Reloaded(false)
+			}
+			return
+		}
+		s := sha256.Sum256(data)
+		if s == sum && !force {
+			return
+		}
+		sum = s
+		np, err := policy.Parse(*config, data)
+		if err != nil {
+			log.Error("reload refused, keeping the policy in force", "why", why, "err", err)
+			metrics.Reloaded(false)
+			return
+		}
+		warnRestart(log, p.Settings, np.Settings)
+		gate.SetPolicy(np)
+		metrics.Reloaded(true)
+		log.Info("policy reloaded", "why", why, "file", *config, "rules", len(np.Rules))
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down")
+			shutdown()
+			return 0
+		case err := <-errc:
+			log.Error("server failed", "err", err)
+			shutdown()
+			return 1
+		case <-hup:
+			reload("SIGHUP", true)
+		case <-tick.C:
+			reload("file changed", false)
+		}
+	}
+}
+
+// warnRestart logs the settings a reload cannot change: they are bound
+// when serve starts.
+func warnRestart(log *slog.Logger, old, new policy.Settings) {
+	for _, c := range []struct {
+		name     string
+		old, new string
+	}{
+		{"listen", old.Listen, new.Listen},
+		{"grpc_listen", old.GRPCListen, new.GRPCListen},
+		{"store.url", old.StoreURL, new.StoreURL},
+		{"proxy.listen", old.ProxyListen, new.ProxyListen},
+		{"proxy.upstream", old.ProxyUpstream, new.ProxyUpstream},
+		{"audit_log", old.AuditLog, new.AuditLog},
+	} {
+		if c.old != c.new {
+			log.Warn("setting changed; it takes effect after a restart", "setting", c.name, "running", c.old, "file", c.new)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice"
 )
@@ -44,6 +45,8 @@ const evictionSample = 16
 
 // Store is the in-memory Store. The zero value is not usable; use New.
 type Store struct {
+	keys        atomic.Int64 // keys held, across shards
+	maxKeys     int64
 	shards      []shard
 	mask        uint64
 	seed, seed2 maphash.Seed
@@ -55,8 +58,9 @@ type shard struct {
 	mu   sync.Mutex
 	t    table
 	logs map[[2]uint64][]sluice.LogEntry // sliding logs, by (h, check)
-	max  int
-	_    [64]byte // keep neighbouring shards' mutexes off one cache line
+	max  int                             // table sizing hint
+	keys *atomic.Int64                   // the store's key count
+	_    [64]byte                        // keep neighbouring shards' mutexes off one cache line
 }
 
 // New returns an empty Store.
@@ -77,10 +81,14 @@ func New(opts Options) *Store {
 	}
 	coarse.once.Do(startCoarse)
 	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seed: maphash.MakeSeed(), seed2: maphash.MakeSeed(), clock: opts.Clock, precise: opts.PreciseClock}
-	per := (opts.MaxKeys + n - 1) / n
+	s.maxKeys = int64(opts.MaxKeys)
+	// A shard's table is sized for its share of the keys with room for an
+	// uneven spread; the bound itself is the store-wide count.
+	per := (opts.MaxKeys+n-1)/n + opts.MaxKeys/n/8 + 8
 	for i := range s.shards {
 		s.shards[i].logs = make(map[[2]uint64][]sluice.LogEntry)
 		s.shards[i].max = per
+		s.shards[i].keys = &s.keys
 	}
 	return s
 }
@@ -110,14 +118,7 @@ func (s *Store) hashes(limit, key string) (h, check uint64) {
 
 // Len returns the number of keys held.
 func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += sh.t.count
-		sh.mu.Unlock()
-	}
-	return n
+	return int(s.keys.Load())
 }
 
 // load reads the state at table index i into st, reporting whether it is
@@ -161,19 +162,22 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 		o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
 	}
 	if write {
-		sh.store(i, h, check, &st, o, p, now)
+		sh.store(i, h, check, &st, o, p, now, s.maxKeys)
 	}
 	sh.mu.Unlock()
 	return lim.Decide(o), nil
 }
 
 // store writes st for (h, check), whose table index is i or -1 if absent.
-func (sh *shard) store(i int, h, check uint64, st *sluice.State, o sluice.Outcome, p *sluice.Params, now int64) {
+// At the store's key bound, a key of this shard makes room: the bound may
+// be passed by the few keys that land in an empty shard, never more.
+func (sh *shard) store(i int, h, check uint64, st *sluice.State, o sluice.Outcome, p *sluice.Params, now, maxKeys int64) {
 	if i < 0 {
-		if sh.t.count >= sh.max {
+		if sh.keys.Load() >= maxKeys && sh.t.count > 0 {
 			sh.evict(now, h)
 		}
 		i = sh.t.insert(h, check, sh.max)
+		sh.keys.Add(1)
 	}
 	e := &sh.t.entries[i]
 	e.a, e.b, e.used = st.A, st.B, now
@@ -219,6 +223,7 @@ func (sh *shard) remove(i int) {
 		delete(sh.logs, [2]uint64{e.h, e.check})
 	}
 	sh.t.remove(i)
+	sh.keys.Add(-1)
 }
 
 // Reset implements sluice.Store.
@@ -311,7 +316,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		}
 		w := &ws[i]
 		sh := &s.shards[w.shard]
-		sh.store(sh.t.find(w.h, w.check), w.h, w.check, &w.st, out[i], rs[i].Limit.Params(), now)
+		sh.store(sh.t.find(w.h, w.check), w.h, w.check, &w.st, out[i], rs[i].Limit.Params(), now, s.maxKeys)
 	}
 	return ds, nil
 }

@@ -1,0 +1,391 @@
+package envoyrls
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// The reference server's file format, as envoyproxy/ratelimit reads it.
+// Each YAML document is one domain; several documents (separated by ---)
+// configure several domains, the way the reference server reads one file per
+// domain from its runtime directory.
+type refRoot struct {
+	Domain      string          `yaml:"domain"`
+	Descriptors []refDescriptor `yaml:"descriptors"`
+}
+
+type refDescriptor struct {
+	Key            string          `yaml:"key"`
+	Value          string          `yaml:"value"`
+	RateLimit      *refRateLimit   `yaml:"rate_limit"`
+	Descriptors    []refDescriptor `yaml:"descriptors"`
+	ShadowMode     bool            `yaml:"shadow_mode"`
+	DetailedMetric bool            `yaml:"detailed_metric"`
+	ValueToMetric  bool            `yaml:"value_to_metric"`
+	ShareThreshold bool            `yaml:"share_threshold"`
+}
+
+type refRateLimit struct {
+	RequestsPerUnit *uint32      `yaml:"requests_per_unit"`
+	Unit            string       `yaml:"unit"`
+	UnitMultiplier  *uint32      `yaml:"unit_multiplier"`
+	Unlimited       bool         `yaml:"unlimited"`
+	Name            string       `yaml:"name"`
+	Replaces        []refReplace `yaml:"replaces"`
+}
+
+type refReplace struct {
+	Name string `yaml:"name"`
+}
+
+// unitSeconds is the length of each unit as the reference server counts it:
+// a month is 30 days and a year 365, and windows are aligned to multiples
+// of the unit since the Unix epoch.
+var unitSeconds = map[rlspb.RateLimitResponse_RateLimit_Unit]int64{
+	rlspb.RateLimitResponse_RateLimit_SECOND: 1,
+	rlspb.RateLimitResponse_RateLimit_MINUTE: 60,
+	rlspb.RateLimitResponse_RateLimit_HOUR:   3600,
+	rlspb.RateLimitResponse_RateLimit_DAY:    86400,
+	rlspb.RateLimitResponse_RateLimit_WEEK:   7 * 86400,
+	rlspb.RateLimitResponse_RateLimit_MONTH:  30 * 86400,
+	rlspb.RateLimitResponse_RateLimit_YEAR:   365 * 86400,
+}
+
+// refLimit is one rate_limit of the file, compiled.
+type refLimit struct {
+	rule       string // the sluice rule that enforces it ("" when unlimited or zero)
+	name       string // rate_limit.name, "" when unnamed
+	path       string // where it is in the file, for messages
+	rpu        uint32
+	unit       rlspb.RateLimitResponse_RateLimit_Unit
+	multiplier uint32
+	unlimited  bool
+	shadow     bool
+	replaces   []string
+	share      string // share_threshold: the wildcard value whose matches share one bucket
+	policyRule *policy.Rule
+}
+
+func (l *refLimit) period() time.Duration {
+	return time.Duration(unitSeconds[l.unit]*int64(max(l.multiplier, 1))) * time.Second
+}
+
+// currentLimit is the limit as the reference server reports it.
+func (l *refLimit) currentLimit() *rlspb.RateLimitResponse_RateLimit {
+	cl := &rlspb.RateLimitResponse_RateLimit{Name: l.name, RequestsPerUnit: l.rpu, Unit: l.unit}
+	if l.multiplier > 1 {
+		cl.UnitMultiplier = wrapU32(l.multiplier)
+	}
+	return cl
+}
+
+// refNode is one descriptor of the tree.
+type refNode struct {
+	limit *refLimit
+	// children by "key_value" (exact) and "key" (any value);
+	// wildcards ("key_prefix*") are tried in file order.
+	children  map[string]*refNode
+	wildcards []refWildcard
+}
+
+type refWildcard struct {
+	prefix string // "key_prefix" without the star
+	node   *refNode
+}
+
+// refConfig is a whole reference file: one tree per domain.
+type refConfig struct {
+	domains map[string]*refNode
+	limits  []*refLimit // every rate_limit with requests_per_unit > 0, in file order
+
+	overMu    sync.Mutex
+	overrides map[overrideKey]*refLimit
+}
+
+// refError collects located problems.
+type refError struct {
+	file string
+	list []string
+}
+
+func (e *refError) add(line int, path, format string, a ...any) {
+	loc := e.file
+	if line > 0 {
+		loc += ":" + strconv.Itoa(line)
+	}
+	e.list = append(e.list, fmt.Sprintf("%s: %s: %s", loc, path, fmt.Sprintf(format, a...)))
+}
+
+func (e *refError) Error() string { return strings.Join(e.list, "\n") }
+
+var knownRefKeys = map[string]bool{
+	"domain": true, "descriptors": true, "key": true, "value": true, "rate_limit": true,
+	"shadow_mode": true, "detailed_metric": true, "value_to_metric": true, "share_threshold": true,
+	"requests_per_unit": true, "unit": true, "unit_multiplier": true, "unlimited": true,
+	"name": true, "replaces": true,
+}
+
+// checkKeys reports keys the reference server does not know: it refuses
+// them too, and a misspelt "shadow_mode" must not silently enforce.
+func checkKeys(n *yaml.Node, path string, e *refError) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if !knownRefKeys[k.Value] {
+				e.add(k.Line, path, "unknown key %q", k.Value)
+				continue
+			}
+			p := k.Value
+			if path != "" {
+				p = path + "." + k.Value
+			}
+			checkKeys(n.Content[i+1], p, e)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			checkKeys(c, fmt.Sprintf("%s[%d]", path, i), e)
+		}
+	}
+}
+
+// parseReference reads and validates a reference-format file.
+func parseReference(filename string, data []byte) (*refConfig, error) {
+	e := &refError{file: filename}
+	cfg := &refConfig{domains: map[string]*refNode{}, overrides: map[overrideKey]*refLimit{}}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for doc := 0; ; doc++ {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			if doc == 0 {
+				e.add(0, "domain", "the file is empty")
+			}
+			break
+		}
+		if err != nil {
+			e.add(0, "yaml", "%v", err)
+			break
+		}
+		if len(n.Content) == 0 {
+			continue
+		}
+		root := n.Content[0]
+		checkKeys(root, "", e)
+		var r refRoot
+		if err := root.Decode(&r); err != nil {
+			e.add(root.Line, "yaml", "%v", err)
+			continue
+		}
+		if r.Domain == "" {
+			e.add(root.Line, "domain", "must not be empty")
+			continue
+		}
+		if _, dup := cfg.domains[r.Domain]; dup {
+			e.add(root.Line, "domain", "duplicate domain %q", r.Domain)
+			continue
+		}
+		top := &refNode{}
+		cfg.domains[r.Domain] = top
+		lines := descriptorLines(root)
+		cfg.load(e, r.Domain, top, r.Descriptors, "descriptors", lines)
+	}
+	if len(e.list) > 0 {
+		return nil, e
+	}
+	return cfg, nil
+}
+
+// descriptorLines maps each descriptor's path to its line, so messages
+// can point into the file.
+func descriptorLines(root *yaml.Node) map[string]int {
+	out := map[string]int{}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := path + "." + k.Value
+			if path == "" {
+				p = k.Value
+			}
+			out[p] = k.Line
+			if k.Value == "descriptors" && v.Kind == yaml.SequenceNode {
+				for j, c := range v.Content {
+					cp := fmt.Sprintf("%s[%d]", p, j)
+					out[cp] = c.Line
+					walk(c, cp)
+				}
+			} else {
+				walk(v, p)
+			}
+		}
+	}
+	walk(root, "")
+	return out
+}
+
+func (cfg *refConfig) load(e *refError, domain string, parent *refNode, ds []refDescriptor, path string, lines map[string]int) {
+	parent.children = map[string]*refNode{}
+	for i, d := range ds {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		line := lines[p]
+		if d.Key == "" {
+			e.add(line, p+".key", "must not be empty")
+			continue
+		}
+		final := d.Key
+		if d.Value != "" {
+			final += "_" + d.Value
+		}
+		if _, dup := parent.children[final]; dup {
+			e.add(line, p, "duplicate descriptor composite key %q", final)
+			continue
+		}
+		n := &refNode{}
+		parent.children[final] = n
+		if d.Value != "" && strings.HasSuffix(d.Value, "*") {
+			parent.wildcards = append(parent.wildcards, refWildcard{prefix: strings.TrimSuffix(final, "*"), node: n})
+		}
+		if rl := d.RateLimit; rl != nil {
+			n.limit = cfg.compileLimit(e, domain, d, p, lines)
+		}
+		if len(d.Descriptors) > 0 {
+			cfg.load(e, domain, n, d.Descriptors, p+".descriptors", lines)
+		}
+	}
+}
+
+func (cfg *refConfig) compileLimit(e *refError, domain string, d refDescriptor, p string, lines map[string]int) *refLimit {
+	rl := d.RateLimit
+	rp := p + ".rate_limit"
+	line := lines[rp]
+	l := &refLimit{name: rl.Name, path: domain + "." + p, unlimited: rl.Unlimited, shadow: d.ShadowMode}
+	if rl.UnitMultiplier != nil {
+		l.multiplier = *rl.UnitMultiplier
+		if l.multiplier == 0 {
+			e.add(lines[rp+".unit_multiplier"], rp+".unit_multiplier", "must be at least 1")
+		}
+	}
+	for j, r := range rl.Replaces {
+		if r.Name == "" {
+			e.add(line, fmt.Sprintf("%s.replaces[%d].name", rp, j), "must not be empty")
+			continue
+		}
+		l.replaces = append(l.replaces, r.Name)
+	}
+	unit, known := rlspb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(rl.Unit)]
+	l.unit = rlspb.RateLimitResponse_RateLimit_Unit(unit)
+	switch {
+	case rl.Unlimited:
+		if known && l.unit != rlspb.RateLimitResponse_RateLimit_UNKNOWN {
+			e.add(lines[rp+".unit"], rp+".unit", "should not specify rate limit unit when unlimited")
+		}
+		return l
+	case !known || l.unit == rlspb.RateLimitResponse_RateLimit_UNKNOWN:
+		e.add(lines[rp+".unit"], rp+".unit", "invalid rate limit unit %q (want second, minute, hour, day, week, month or year)", rl.Unit)
+		return l
+	}
+	for _, r := range l.replaces {
+		if r == rl.Name {
+			e.add(line, rp+".replaces", "should not contain name of same descriptor (%q)", r)
+		}
+	}
+	if rl.RequestsPerUnit != nil {
+		l.rpu = *rl.RequestsPerUnit // absent is 0, as in the reference server: every request is over the limit
+	}
+	if d.ShareThreshold {
+		if !strings.HasSuffix(d.Value, "*") {
+			e.add(line, p+".share_threshold", "applies to wildcard values (\"prefix*\") only")
+		}
+		l.share = d.Value
+	}
+	if l.rpu > 0 {
+		l.rule = ruleName(domain, len(cfg.limits))
+		cfg.limits = append(cfg.limits, l)
+	}
+	return l
+}
+
+// ruleName is the sluice rule enforcing the n-th limit of domain's file.
+// Rule names are restricted to [A-Za-z0-9_.-]; domain names are not, so
+// anything else becomes "_" and the index keeps the name unique.
+func ruleName(domain string, n int) string {
+	d := ruleUnsafe.ReplaceAllString(domain, "_")
+	if len(d) > 40 {
+		d = d[:40]
+	}
+	return fmt.Sprintf("envoy.%s.%d", d, n)
+}
+
+var ruleUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
+
+// lookup finds the limit for one descriptor the way the reference server
+// does: walk the entries in order, at each level preferring the exact
+// "key_value", then the first wildcard "key_prefix*" that matches, then the
+// bare "key" (any value); the limit applies only when the node reached by
+// the last entry has one.
+func (cfg *refConfig) lookup(domain string, entries []entry) *refLimit {
+	n := cfg.domains[domain]
+	if n == nil {
+		return nil
+	}
+	var found *refLimit
+	for i, en := range entries {
+		final := en.key + "_" + en.value
+		next := n.children[final]
+		if next == nil {
+			for _, w := range n.wildcards {
+				if strings.HasPrefix(final, w.prefix) {
+					next = w.node
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = n.children[en.key]
+		}
+		if next == nil {
+			return nil
+		}
+		if i == len(entries)-1 {
+			found = next.limit
+		}
+		if len(next.children) == 0 {
+			break
+		}
+		n = next
+	}
+	return found
+}
+
+type entry struct{ key, value string }
+
+func wrapU32(v uint32) *wrapperspb.UInt32Value { return wrapperspb.UInt32(v) }
+
+// clampU32 converts a count to the protocol's uint32, saturating.
+func clampU32(v int64) uint32 {
+	if v <= 0 {
+		return 0
+	}
+	if v > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(v)
+}

@@ -1,0 +1,219 @@
+package envoyrls
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+	"weak"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// IsReferenceConfig reports whether data is in the reference server's
+// format (a top-level "domain") rather than sluice's own (top-level
+// "rules" and settings).
+func IsReferenceConfig(data []byte) bool {
+	var top map[string]any
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&top); err != nil {
+		return false
+	}
+	_, hasDomain := top["domain"]
+	_, hasRules := top["rules"]
+	return hasDomain && !hasRules
+}
+
+// ParseReferenceConfig reads a configuration in the reference server's
+// format (envoyproxy/ratelimit: domain, nested descriptors with key, value,
+// rate_limit, shadow_mode, unlimited, replaces, wildcard values; several
+// domains as several YAML documents) and compiles each rate_limit into a
+// sluice rule: a fixed window of unit (times unit_multiplier), aligned to
+// the epoch as the reference server aligns it, holding requests_per_unit.
+// Every problem is reported at once, as FILE:LINE: path: message.
+//
+// The returned policy has the default settings and no rules of its own:
+// the file only speaks about Envoy descriptors, so the HTTP paths limit
+// nothing. A Server given the policy finds limits exactly as the reference
+// server does (see the package documentation) and enforces them with
+// policy.Enforce, like any other rule.
+func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) {
+	cfg, err := parseReference(filename, data)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range cfg.limits {
+		mode := policy.EnforceMode
+		if l.shadow {
+			mode = policy.Shadow
+		}
+		lim, err := sluice.NewLimit(sluice.Spec{Name: l.rule, Algorithm: sluice.FixedWindow, Rate: float64(l.rpu), Period: l.period(), Start: new(time.Duration)})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", filename, l.path, err)
+		}
+		l.policyRule = &policy.Rule{Name: l.rule, Mode: mode, OnStoreError: policy.AllowOnError, Limit: lim, Algorithm: sluice.FixedWindow}
+	}
+	pol := &policy.Policy{Source: filename, Settings: policy.Default().Settings}
+	remember(pol, cfg)
+	return pol, nil
+}
+
+// The reference lookup of a policy made by ParseReferenceConfig is kept
+// beside it, keyed weakly so that a policy replaced by a reload is
+// collected with its lookup.
+var (
+	refMu  sync.Mutex
+	refMap = map[weak.Pointer[policy.Policy]]*refConfig{}
+)
+
+func remember(pol *policy.Policy, cfg *refConfig) {
+	wp := weak.Make(pol)
+	refMu.Lock()
+	refMap[wp] = cfg
+	refMu.Unlock()
+	runtime.AddCleanup(pol, func(wp weak.Pointer[policy.Policy]) {
+		refMu.Lock()
+		delete(refMap, wp)
+		refMu.Unlock()
+	}, wp)
+}
+
+func referenceOf(pol *policy.Policy) *refConfig {
+	refMu.Lock()
+	defer refMu.Unlock()
+	return refMap[weak.Make(pol)]
+}
+
+// lookupDescriptor is lookup for a request's descriptor.
+func (cfg *refConfig) lookupDescriptor(domain string, d *rlv3.RateLimitDescriptor) *refLimit {
+	var buf [8]entry
+	es := buf[:0]
+	for _, en := range d.Entries {
+		es = append(es, entry{en.Key, en.Value})
+	}
+	return cfg.lookup(domain, es)
+}
+
+// limitsFor finds the limit of each descriptor of req as the reference
+// server does: a descriptor's own limit override, else the configured
+// lookup; then every limit named in another found limit's replaces is
+// dropped.
+func (cfg *refConfig) limitsFor(req *rlspb.RateLimitRequest) []*refLimit {
+	out := make([]*refLimit, len(req.Descriptors))
+	var replaced map[string]bool
+	for i, d := range req.Descriptors {
+		if d.Limit != nil {
+			out[i] = cfg.override(req.Domain, d.Limit)
+		} else {
+			out[i] = cfg.lookupDescriptor(req.Domain, d)
+		}
+		if l := out[i]; l != nil && len(l.replaces) > 0 {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			for _, n := range l.replaces {
+				replaced[n] = true
+			}
+		}
+	}
+	if replaced != nil {
+		for i, l := range out {
+			if l != nil && l.name != "" && replaced[l.name] {
+				out[i] = nil
+			}
+		}
+	}
+	return out
+}
+
+// refKey is the bucket of d under l: the reference server counts per
+// value of every entry, so the key is the whole descriptor (a wildcard
+// with share_threshold counts every matching value together).
+func refKey(d *rlv3.RateLimitDescriptor, l *refLimit) string {
+	var b strings.Builder
+	for i, en := range d.Entries {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		v := en.Value
+		if l.share != "" && i == len(d.Entries)-1 {
+			v = l.share
+		}
+		b.WriteString(keyComponent(en.Key))
+		b.WriteByte('=')
+		b.WriteString(keyComponent(v))
+	}
+	return b.String()
+}
+
+// keyComponent escapes one key part so that no value can forge another
+// entry, a Redis Cluster hash tag or another limit's key; long parts are
+// hashed so that keys stay bounded.
+func keyComponent(s string) string {
+	const hexd = "0123456789ABCDEF"
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= 0x20 || c >= 0x7f || strings.IndexByte("%|:={}()#", c) >= 0 {
+			if b == nil {
+				b = append(make([]byte, 0, len(s)+8), s[:i]...)
+			}
+			b = append(b, '%', hexd[c>>4], hexd[c&15])
+		} else if b != nil {
+			b = append(b, c)
+		}
+	}
+	if b != nil {
+		s = string(b)
+	}
+	if len(s) > 128 {
+		sum := sha256.Sum256([]byte(s))
+		return "#" + hex.EncodeToString(sum[:])
+	}
+	return s
+}
+
+// override is a limit a descriptor brings along (RateLimitOverride),
+// which the reference server applies instead of the configured one.
+func (cfg *refConfig) override(domain string, o *rlv3.RateLimitDescriptor_RateLimitOverride) *refLimit {
+	unit := rlspb.RateLimitResponse_RateLimit_Unit(o.Unit)
+	if _, ok := unitSeconds[unit]; !ok || cfg.domains[domain] == nil {
+		return nil
+	}
+	k := overrideKey{o.RequestsPerUnit, unit}
+	cfg.overMu.Lock()
+	defer cfg.overMu.Unlock()
+	if l, ok := cfg.overrides[k]; ok {
+		return l
+	}
+	l := &refLimit{rpu: o.RequestsPerUnit, unit: unit, multiplier: 1}
+	if l.rpu > 0 {
+		l.rule = fmt.Sprintf("envoy.override.%d.%s", l.rpu, strings.ToLower(unit.String()))
+		lim, err := sluice.NewLimit(sluice.Spec{Name: l.rule, Algorithm: sluice.FixedWindow, Rate: float64(l.rpu), Period: l.period(), Start: new(time.Duration)})
+		if err != nil {
+			return nil
+		}
+		l.policyRule = &policy.Rule{Name: l.rule, Algorithm: sluice.FixedWindow, Mode: policy.EnforceMode, OnStoreError: policy.AllowOnError, Limit: lim}
+	}
+	if len(cfg.overrides) < maxOverrides {
+		cfg.overrides[k] = l
+	}
+	return l
+}
+
+// maxOverrides bounds the compiled overrides kept; others are compiled
+// per call.
+const maxOverrides = 1024
+
+type overrideKey struct {
+	rpu  uint32
+	unit rlspb.RateLimitResponse_RateLimit_Unit
+}

@@ -1,0 +1,440 @@
+package envoyrls
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// ServiceName is the gRPC service sluice answers, as Envoy names it.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// Bounds on a request, so that a hostile caller cannot make one call
+// arbitrarily expensive or fill the store with huge keys.
+const (
+	maxDescriptors = 64
+	maxEntries     = 32
+	maxEntryBytes  = 4096
+	// maxHits bounds hits_addend: more than any limit can hold is an
+	// impossible cost either way, and a float64 holds it exactly.
+	maxHits = 1 << 40
+)
+
+// Options configures a Server.
+type Options struct {
+	// StoreTimeout bounds each store call (default 250ms); Envoy's own
+	// deadline, when shorter, applies too. A call that runs out of time is
+	// a store failure, decided by each rule's on_store_error.
+	StoreTimeout time.Duration
+	// Clock tells the time for the reference format's window boundaries
+	// (duration_until_reset); it must be the store's clock. Default: the
+	// system clock.
+	Clock sluice.Clock
+	// Logger receives store failures (default slog.Default()).
+	Logger *slog.Logger
+	// Observer, when set, is told every rule's decision (metrics).
+	Observer policy.Observer
+}
+
+// Server implements envoy.service.ratelimit.v3.RateLimitService over a
+// sluice Limiter. It is safe for concurrent use; SetPolicy swaps the rules
+// without dropping a call.
+type Server struct {
+	rlspb.UnimplementedRateLimitServiceServer
+
+	lim     *sluice.Limiter
+	engine  atomic.Pointer[engine]
+	timeout time.Duration
+	clock   sluice.Clock
+	log     *slog.Logger
+	obs     policy.Observer
+}
+
+// engine is one loaded policy and how descriptors find its rules.
+type engine struct {
+	pol     *policy.Policy
+	ref     *refConfig // non-nil for a policy read from the reference format
+	headers []string
+}
+
+// New returns a Server enforcing pol on lim. A policy returned by
+// ParseReferenceConfig is enforced with the reference server's lookup (see
+// the package documentation); any other policy matches descriptors with
+// its rules' match and limit_keys.
+func New(pol *policy.Policy, lim *sluice.Limiter, opts Options) *Server {
+	if opts.StoreTimeout <= 0 {
+		opts.StoreTimeout = 250 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{lim: lim, timeout: opts.StoreTimeout, clock: opts.Clock, log: opts.Logger, obs: opts.Observer}
+	s.SetPolicy(pol)
+	return s
+}
+
+// SetPolicy makes pol the policy of every call that starts after it.
+func (s *Server) SetPolicy(pol *policy.Policy) {
+	s.engine.Store(&engine{pol: pol, ref: referenceOf(pol), headers: pol.Settings.Headers})
+}
+
+// Register adds the rate limit service, the standard health service
+// (reporting SERVING for "" and ServiceName) and server reflection to g.
+func (s *Server) Register(g *grpc.Server) *health.Server {
+	rlspb.RegisterRateLimitServiceServer(g, s)
+	h := health.NewServer()
+	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	h.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, h)
+	reflection.Register(g)
+	return h
+}
+
+// descKind says how one descriptor's cost is applied.
+type descKind uint8
+
+const (
+	kindTake   descKind = iota // charge its hits
+	kindPeek                   // hits_addend 0: check without charging
+	kindRefund                 // is_negative_hits: give tokens back
+)
+
+// descState is one descriptor of a call while it is being decided.
+type descState struct {
+	kind      descKind
+	cost      float64
+	unlimited bool      // the reference format's unlimited: always OK
+	blocked   *refLimit // requests_per_unit 0: always over (unless shadow)
+	ref       *refLimit // the reference limit that applies, if any
+	first, n  int       // its matches: group[kind].ms[first:first+n]
+}
+
+// group is the matches decided in one policy.Apply.
+type group struct {
+	ms  []policy.Match
+	res *policy.Verdict
+	op  sluice.Op
+}
+
+// ShouldRateLimit implements RateLimitServiceServer.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	if err := validate(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	e := s.engine.Load()
+	ds := make([]descState, len(req.Descriptors))
+	var refs []*refLimit
+	if e.ref != nil {
+		refs = e.ref.limitsFor(req)
+	}
+	var groups [3]group
+	blockedAny := false
+	for i, d := range req.Descriptors {
+		st := &ds[i]
+		st.kind, st.cost = costOf(req, d)
+		g := &groups[st.kind]
+		st.first = len(g.ms)
+		if e.ref != nil {
+			switch l := refs[i]; {
+			case l == nil:
+			case l.unlimited:
+				st.unlimited = true
+			case l.rpu == 0:
+				st.blocked = l
+				blockedAny = blockedAny || !l.shadow
+			default:
+				st.ref = l
+				g.ms = append(g.ms, policy.Match{Rule: l.policyRule, Request: sluice.Request{Limit: l.policyRule.Limit, Key: refKey(d, l), Cost: st.cost}})
+			}
+		} else {
+			ms, err := e.pol.Match(&policy.Input{Domain: req.Domain, Descriptor: entriesOf(d)})
+			if err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: %v", i, err)
+			}
+			for _, m := range ms {
+				if m.Request.Limit == nil {
+					continue
+				}
+				m.Request.Cost = st.cost
+				m.Request.Reserve = false // Envoy has no notion of a reserved turn
+				g.ms = append(g.ms, m)
+			}
+		}
+		st.n = len(g.ms) - st.first
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	// Peeks first: a check without charging that fails makes the call
+	// OVER_LIMIT, and then nothing may be charged.
+	groups[kindPeek].op = sluice.OpPeek
+	groups[kindRefund].op = sluice.OpPeek
+	s.apply(ctx, &groups[kindPeek])
+	groups[kindTake].op = sluice.OpTake
+	if blockedAny || (groups[kindPeek].res != nil && !groups[kindPeek].res.Allowed) {
+		groups[kindTake].op = sluice.OpPeek
+	}
+	s.apply(ctx, &groups[kindTake])
+	s.apply(ctx, &groups[kindRefund])
+
+	allowed := !blockedAny
+	for _, k := range []descKind{kindTake, kindPeek} {
+		if r := groups[k].res; r != nil && !r.Allowed {
+			allowed = false
+		}
+	}
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
+	if !allowed {
+		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+	}
+	// The headers describe every enforce-mode limit of the call as its
+	// bucket stands afterwards.
+	merged := policy.Verdict{Allowed: allowed}
+	var enf []sluice.Decision
+	for i := range ds {
+		st := &ds[i]
+		g := &groups[st.kind]
+		var rrs []policy.Result
+		if g.res != nil {
+			rrs = g.res.Results[st.first : st.first+st.n]
+		}
+		charged := g.op == sluice.OpTake && g.res != nil && g.res.Allowed
+		resp.Statuses[i] = s.status(st, rrs, charged)
+		if st.kind == kindRefund {
+			continue
+		}
+		for _, rr := range rrs {
+			rr.Decision = adjusted(rr, charged)
+			if !rr.Shadow {
+				rr.Decision.Allowed = !culprit(rr) && (allowed || rr.Decision.Allowed)
+				enf = append(enf, rr.Decision)
+			}
+			merged.Results = append(merged.Results, rr)
+		}
+		if st.blocked != nil && !st.blocked.shadow {
+			d := sluice.Decision{Rule: st.blocked.name, RetryAfter: resp.Statuses[i].DurationUntilReset.AsDuration()}
+			enf = append(enf, d)
+		}
+	}
+	if len(enf) > 0 {
+		merged.Overall = sluice.Combine(enf)
+		merged.Overall.Allowed = allowed
+		resp.ResponseHeadersToAdd = headerValues(rateLimitHeaders(merged, identityOf(req), req.Domain, e.headers))
+	}
+	return resp, nil
+}
+
+// identityOf seeds the Retry-After jitter: the first descriptor, which
+// usually names the client (remote_address, an API key).
+func identityOf(req *rlspb.RateLimitRequest) string {
+	d := req.Descriptors[0]
+	if len(d.Entries) == 0 {
+		return ""
+	}
+	return d.Entries[0].Key + "=" + d.Entries[0].Value
+}
+
+// apply decides one group.
+func (s *Server) apply(ctx context.Context, g *group) {
+	if len(g.ms) == 0 {
+		return
+	}
+	v := policy.Enforce(ctx, s.lim, g.op, g.ms, s.obs)
+	for _, rr := range v.Results {
+		if rr.StoreErr != nil {
+			s.log.Warn("rate limit store failed", "rule", rr.Match.Rule.Name, "key", rr.Match.Request.Key, "err", rr.StoreErr, "on_store_error", rr.Match.Rule.OnStoreError.String())
+		}
+	}
+	g.res = &v
+}
+
+// costOf is a descriptor's cost as the protocol defines it: the
+// descriptor's own hits_addend when set (0 checks without charging), else
+// the request's, at least 1; is_negative_hits gives tokens back.
+func costOf(req *rlspb.RateLimitRequest, d *rlv3.RateLimitDescriptor) (descKind, float64) {
+	hits := uint64(max(1, req.HitsAddend))
+	if d.HitsAddend != nil {
+		hits = d.HitsAddend.Value
+	}
+	hits = min(hits, maxHits)
+	switch {
+	case d.IsNegativeHits && hits > 0:
+		return kindRefund, float64(hits)
+	case hits == 0:
+		return kindPeek, 1
+	}
+	return kindTake, float64(hits)
+}
+
+func validate(req *rlspb.RateLimitRequest) error {
+	switch {
+	case req.Domain == "":
+		return fmt.Errorf("rate limit domain must not be empty")
+	case len(req.Descriptors) == 0:
+		return fmt.Errorf("rate limit descriptor list must not be empty")
+	case len(req.Descriptors) > maxDescriptors:
+		return fmt.Errorf("%d descriptors: at most %d per request", len(req.Descriptors), maxDescriptors)
+	case len(req.Domain) > maxEntryBytes:
+		return fmt.Errorf("domain longer than %d bytes", maxEntryBytes)
+	}
+	for i, d := range req.Descriptors {
+		if d == nil || len(d.Entries) == 0 {
+			return fmt.Errorf("descriptors[%d]: no entries", i)
+		}
+		if len(d.Entries) > maxEntries {
+			return fmt.Errorf("descriptors[%d]: %d entries, at most %d", i, len(d.Entries), maxEntries)
+		}
+		for j, en := range d.Entries {
+			if en == nil || en.Key == "" {
+				return fmt.Errorf("descriptors[%d].entries[%d]: empty key", i, j)
+			}
+			if len(en.Key) > maxEntryBytes || len(en.Value) > maxEntryBytes {
+				return fmt.Errorf("descriptors[%d].entries[%d]: key or value longer than %d bytes", i, j, maxEntryBytes)
+			}
+		}
+	}
+	return nil
+}
+
+func entriesOf(d *rlv3.RateLimitDescriptor) []policy.DescriptorEntry {
+	out := make([]policy.DescriptorEntry, len(d.Entries))
+	for i, en := range d.Entries {
+		out[i] = policy.DescriptorEntry{Key: en.Key, Value: en.Value}
+	}
+	return out
+}
+
+// culprit reports whether rr itself rejected: its own bucket was short, its
+// cost can never pass, or its store failed with on_store_error deny. In a
+// rejected all-or-nothing call every decision reads "not allowed"; only
+// these caused it.
+func culprit(rr policy.Result) bool {
+	d := rr.Decision
+	return !d.Allowed && (d.RetryAfter > 0 || rr.StoreErr != nil || impossible(rr.Match.Request))
+}
+
+// impossible reports whether r's cost exceeds what its limit can ever hold.
+func impossible(r sluice.Request) bool {
+	return r.Cost > r.Limit.Capacity()
+}
+
+// adjusted is rr's decision as the bucket stands after the call. Stores
+// report what a take would leave; when nothing was charged (a peek, or an
+// all-or-nothing call another limit rejected) the tokens the bucket would
+// have admitted are still there.
+func adjusted(rr policy.Result, charged bool) sluice.Decision {
+	d := rr.Decision
+	if charged || culprit(rr) || rr.StoreErr != nil {
+		return d
+	}
+	d.Tokens += rr.Match.Request.Cost
+	d.Remaining = int64(math.Floor(math.Max(0, d.Tokens)))
+	d.Remaining = min(d.Remaining, d.Limit)
+	return d
+}
+
+// status is one descriptor's answer.
+func (s *Server) status(st *descState, rrs []policy.Result, charged bool) *rlspb.RateLimitResponse_DescriptorStatus {
+	out := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+	switch {
+	case st.unlimited:
+		out.LimitRemaining = math.MaxUint32
+		return out
+	case st.blocked != nil:
+		if !st.blocked.shadow {
+			out.Code = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+		out.CurrentLimit = st.blocked.currentLimit()
+		out.DurationUntilReset = durationpb.New(s.untilBoundary(st.blocked.period(), 0))
+		return out
+	case len(rrs) == 0:
+		return out
+	}
+	// The rule that speaks for the descriptor: a rejecting one, else the one
+	// closest to rejecting; enforce-mode rules before shadow ones.
+	var enf, shadow []sluice.Decision
+	var ei, si []int
+	over := false
+	for k, rr := range rrs {
+		d := adjusted(rr, charged)
+		if rr.Shadow {
+			shadow, si = append(shadow, d), append(si, k)
+			continue
+		}
+		if culprit(rr) {
+			over = true
+			d.Allowed = false
+		} else {
+			d.Allowed = true // not the cause of a rejection
+		}
+		enf, ei = append(enf, d), append(ei, k)
+	}
+	if over && st.kind != kindRefund {
+		out.Code = rlspb.RateLimitResponse_OVER_LIMIT
+	}
+	ds, idx := enf, ei
+	if len(ds) == 0 {
+		ds, idx = shadow, si
+	}
+	best := sluice.Combine(ds)
+	var lim *sluice.Limit
+	for _, k := range idx {
+		if l := rrs[k].Match.Request.Limit; l.Name() == best.Rule {
+			lim = l
+			break
+		}
+	}
+	if st.ref != nil {
+		out.CurrentLimit = st.ref.currentLimit()
+	} else if lim != nil {
+		out.CurrentLimit = inferLimit(lim.Name(), lim)
+	}
+	out.LimitRemaining = clampU32(best.Remaining)
+	reset := best.ResetAfter
+	if lim != nil {
+		if p := lim.Params(); p.Algorithm == sluice.FixedWindow && p.Offset >= 0 {
+			// The reference server reports the time to the end of the current
+			// window, whatever the count; so do windows with a fixed start.
+			reset = s.untilBoundary(time.Duration(p.Period)*time.Microsecond, p.Offset)
+		}
+	}
+	out.DurationUntilReset = durationpb.New(reset)
+	return out
+}
+
+// untilBoundary is the time to the next window boundary of windows of
+// period starting at offset microseconds past the epoch.
+func (s *Server) untilBoundary(period time.Duration, offset int64) time.Duration {
+	now := time.Now()
+	if s.clock != nil {
+		now = s.clock.Now()
+	}
+	p := sluice.Micros(period)
+	if p <= 0 {
+		return 0
+	}
+	into := (now.UnixMicro() - offset) % p
+	if into < 0 {
+		into += p
+	}
+	return sluice.Duration(p - into)
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -1,0 +1,232 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
+)
+
+// mapStore evaluates the algorithms with nothing around them: a map under
+// one mutex. Running the vectors through it checks the pure arithmetic
+// itself, apart from any engine's storage.
+type mapStore struct {
+	mu    sync.Mutex
+	clock sluice.Clock
+	m     map[string]*sluice.State
+}
+
+func (s *mapStore) Take(_ context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+	ds, err := s.TakeAll(context.Background(), op, []sluice.Request{r})
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	return ds[0], nil
+}
+
+func (s *mapStore) TakeAll(_ context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now().UnixMicro()
+	scratch := map[string]*sluice.State{}
+	out := make([]sluice.Outcome, len(rs))
+	all := true
+	for i, r := range rs {
+		ch, err := r.Charge()
+		if err != nil {
+			return nil, err
+		}
+		k := sluice.StorageKey(r.Limit, r.Key)
+		st, present := scratch[k]
+		if !present {
+			st = &sluice.State{}
+			if old, had := s.m[k]; had {
+				*st = *old
+				st.Log = append([]sluice.LogEntry(nil), old.Log...)
+				present = true
+			}
+		}
+		var written bool
+		out[i], written = r.Limit.Evaluate(st, present, r.Key, now, ch, true)
+		if present || written {
+			scratch[k] = st
+		}
+		all = all && out[i].Allowed
+	}
+	ds := make([]sluice.Decision, len(rs))
+	for i, r := range rs {
+		if !all {
+			out[i].Allowed = false
+		}
+		ds[i] = r.Limit.Decide(out[i])
+	}
+	if all && op == sluice.OpTake {
+		for k, st := range scratch {
+			s.m[k] = st
+		}
+	}
+	return ds, nil
+}
+
+func (s *mapStore) Reset(_ context.Context, l *sluice.Limit, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, sluice.StorageKey(l, key))
+	return nil
+}
+
+func newMapStore(t *testing.T, clock sluice.Clock) sluice.Store {
+	return &mapStore{clock: clock, m: map[string]*sluice.State{}}
+}
+
+func TestVectorsPureArithmetic(t *testing.T) { conformance.Run(t, newMapStore) }
+
+func TestInvariantsPureArithmetic(t *testing.T) {
+	conformance.RunInvariants(t, newMapStore, conformance.InvariantOptions{Goroutines: []int{1, 4}})
+}
+
+// The worked example of the token bucket, asserted directly: r = 10/s,
+// b = 50, a request every 1/60 s from t = 0.
+func TestWorkedExample(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(0))
+	lim := sluice.New(newMapStore(t, clock))
+	l := sluice.MustLimit(sluice.Spec{Name: "example", TokensPerSecond: 10, Burst: 50})
+	take := func(tUs int64) sluice.Decision {
+		clock.Set(time.UnixMicro(tUs))
+		d, err := lim.Take(context.Background(), sluice.Request{Limit: l, Key: "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for k := int64(0); k < 59; k++ {
+		if d := take(k * 1e6 / 60); !d.Allowed {
+			t.Fatalf("request %d rejected", k+1)
+		}
+	}
+	d := take(59 * 1_000_000 / 60)
+	if d.Allowed || d.RetryAfter != 16667*time.Microsecond {
+		t.Fatalf("request 60: %+v, want rejected with 16.667ms to wait", d)
+	}
+	if d := take(1e6); !d.Allowed || d.Tokens != 0 {
+		t.Fatalf("request 61 at t=1s: %+v, want allowed finding exactly one token", d)
+	}
+	allowed := 0
+	for k := int64(1); k <= 60; k++ {
+		if take(1e6 + k*1e6/60).Allowed {
+			allowed++
+		}
+	}
+	if allowed != 10 {
+		t.Fatalf("%d of 60 allowed in the next second, want 1 in 6", allowed)
+	}
+	clock.Set(time.UnixMicro(7e6))
+	if d, _ := lim.Peek(context.Background(), sluice.Request{Limit: l, Key: "c", Cost: 50}); !d.Allowed {
+		t.Fatalf("after 5 s idle the bucket is not full: %+v", d)
+	}
+}
+
+func TestBadCosts(t *testing.T) {
+	l := sluice.MustLimit(sluice.Spec{Name: "c", TokensPerSecond: 10, Burst: 5})
+	for _, c := range []float64{-1, math.NaN(), math.Inf(1), math.Inf(-1), 1e-9, 1e300, -0.5} {
+		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(); !errors.Is(err, sluice.ErrInvalidCost) {
+			t.Errorf("cost %v: got %v, want ErrInvalidCost", c, err)
+		}
+	}
+	if _, err := (sluice.Request{Limit: l, Cost: 5.000001}).Charge(); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+		t.Errorf("cost above burst: got %v", err)
+	}
+	if ch, err := (sluice.Request{Limit: l, Cost: 0.5}).Charge(); err != nil || ch.Cost != 500000 {
+		t.Errorf("cost 0.5: %+v %v", ch, err)
+	}
+	fw := sluice.MustLimit(sluice.Spec{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 5})
+	if _, err := (sluice.Request{Limit: fw, Reserve: true}).Charge(); !errors.Is(err, sluice.ErrReserveUnsupported) {
+		t.Errorf("reserve on a fixed window: %v", err)
+	}
+	if _, err := (sluice.Request{Limit: l, Reserve: true, MaxReserved: math.NaN()}).Charge(); err == nil {
+		t.Error("NaN max_reserved accepted")
+	}
+	if sluice.IsInputError(errors.New("connection refused")) || !sluice.IsInputError(sluice.ErrCostExceedsLimit) {
+		t.Error("IsInputError misclassifies")
+	}
+}
+
+func TestSpecValidation(t *testing.T) {
+	bad := []sluice.Spec{
+		{},
+		{Name: "no-rate"},
+		{Name: "both", TokensPerSecond: 1, Rate: 1},
+		{Name: "neg", TokensPerSecond: -1},
+		{Name: "nan", TokensPerSecond: math.NaN()},
+		{Name: "inf-burst", TokensPerSecond: 1, Burst: math.Inf(1)},
+		{Name: "tps-period", TokensPerSecond: 1, Period: time.Minute},
+		{Name: "sub-us", Rate: 1, Period: time.Nanosecond * 1500},
+		{Name: "tiny", Rate: 1e-9},
+		{Name: "huge", TokensPerSecond: 1, Burst: 1e300},
+		{Name: "fw-reserve", Algorithm: sluice.FixedWindow, Rate: 1, MaxReserved: 1},
+		{Name: "disagree", Rate: 1, Burst: 2, Capacity: 3},
+		{Name: "alg", Algorithm: 9, Rate: 1},
+	}
+	for _, s := range bad {
+		if _, err := sluice.NewLimit(s); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Errorf("%+v: got %v, want ErrInvalidLimit", s, err)
+		}
+	}
+}
+
+// Rates from one a day to a billion a second are held exactly.
+func TestRatePrecision(t *testing.T) {
+	cases := []struct {
+		spec     sluice.Spec
+		num, den int64
+	}{
+		{sluice.Spec{Name: "a", TokensPerSecond: 10, Burst: 50}, 10, 1},
+		{sluice.Spec{Name: "b", Rate: 1, Period: 24 * time.Hour}, 1, 86400},
+		{sluice.Spec{Name: "c", TokensPerSecond: 1e9, Burst: 1e9}, 1_000_000_000, 1},
+		{sluice.Spec{Name: "d", TokensPerSecond: 0.5, Burst: 1}, 1, 2},
+		{sluice.Spec{Name: "e", Rate: 7, Period: 3 * time.Second, Capacity: 2}, 7, 3},
+		{sluice.Spec{Name: "f", TokensPerSecond: 1.0 / 3, Burst: 1}, 1, 3},
+		{sluice.Spec{Name: "g", Rate: 100, Period: time.Minute}, 5, 3},
+	}
+	for _, c := range cases {
+		p := sluice.MustLimit(c.spec).Params()
+		if p.RateNum != c.num || p.RateDen != c.den {
+			t.Errorf("%s: rate %d/%d micro-tokens per µs, want %d/%d", c.spec.Name, p.RateNum, p.RateDen, c.num, c.den)
+		}
+	}
+}
+
+func TestCombine(t *testing.T) {
+	ds := []sluice.Decision{
+		{Allowed: true, Remaining: 5, Rule: "a"},
+		{Allowed: true, Remaining: 2, Rule: "b", RetryAfter: time.Second},
+		{Allowed: true, Remaining: 9, Rule: "c", RetryAfter: 3 * time.Second},
+	}
+	if c := sluice.Combine(ds); !c.Allowed || c.Rule != "b" || c.RetryAfter != 3*time.Second {
+		t.Errorf("all allowed: %+v", c)
+	}
+	ds[0].Allowed, ds[0].RetryAfter = false, time.Second
+	ds[2].Allowed, ds[2].RetryAfter = false, 2*time.Second
+	if c := sluice.Combine(ds); c.Allowed || c.Rule != "c" {
+		t.Errorf("two rejected: %+v", c)
+	}
+}
+
+func TestWindowOffsetSpreads(t *testing.T) {
+	seen := map[int64]bool{}
+	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		off := sluice.WindowOffset(k, 60e6)
+		if off < 0 || off >= 60e6 {
+			t.Fatalf("offset %d outside the period", off)
+		}
+		seen[off] = true
+	}
+	if len(seen) < 7 {
+		t.Fatalf("offsets do not spread: %v", seen)
+	}
+}

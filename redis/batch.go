@@ -1,0 +1,132 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// batcher carries several waiting calls in one script call. Callers
+// enqueue; each of a few writer goroutines takes the first waiting call,
+// adds whatever else is already queued (never waiting for more, so no
+// latency is added), and sends them as one EVALSHA of independent groups.
+// Redis pays its per-call cost (parsing, script lookup, TIME, reply
+// framing) once per batch instead of once per take, which is where a
+// Redis-bound limiter spends most of its CPU. Each group stays atomic on
+// its own; a rejection in one group affects no other.
+type batcher struct {
+	q       chan *call
+	exec    func(ctx context.Context, keys, args []string) ([]int64, error)
+	timeout time.Duration
+	pad     string
+	maxOps  int
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// call is one caller's groups, waiting for a writer.
+type call struct {
+	ctx  context.Context
+	keys []string
+	args []string // groups, without the script's leading TTL padding
+	res  []int64
+	err  error
+	done chan struct{}
+}
+
+func newBatcher(writers, maxOps int, timeout time.Duration, pad string, exec func(context.Context, []string, []string) ([]int64, error)) *batcher {
+	b := &batcher{q: make(chan *call, 4*maxOps), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{})}
+	for range writers {
+		b.wg.Add(1)
+		go b.loop()
+	}
+	return b
+}
+
+func (b *batcher) close() {
+	close(b.stop)
+	b.wg.Wait()
+}
+
+// do runs c's groups in some batch and returns their replies.
+func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) {
+	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+	select {
+	case b.q <- c:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-b.stop:
+		return nil, fmt.Errorf("redis store closed")
+	}
+	select {
+	case <-c.done:
+		return c.res, c.err
+	case <-ctx.Done():
+		// The writer may still send the call; like any timed-out write, it
+		// may or may not have been applied.
+		return nil, ctx.Err()
+	}
+}
+
+func (b *batcher) loop() {
+	defer b.wg.Done()
+	batch := make([]*call, 0, 64)
+	var keys, args []string
+	for {
+		var first *call
+		select {
+		case first = <-b.q:
+		case <-b.stop:
+			return
+		}
+		batch = append(batch[:0], first)
+		ops := len(first.keys)
+	drain:
+		for ops < b.maxOps {
+			select {
+			case c := <-b.q:
+				batch = append(batch, c)
+				ops += len(c.keys)
+			default:
+				break drain
+			}
+		}
+		// Calls whose caller has already given up are not sent.
+		live := batch[:0]
+		for _, c := range batch {
+			if err := c.ctx.Err(); err != nil {
+				c.err = err
+				close(c.done)
+				continue
+			}
+			live = append(live, c)
+		}
+		if len(live) == 0 {
+			continue
+		}
+		keys, args = keys[:0], append(args[:0], b.pad)
+		for _, c := range live {
+			keys = append(keys, c.keys...)
+			args = append(args, c.args...)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		res, err := b.exec(ctx, keys, args)
+		cancel()
+		if err == nil && len(res) != replyWidth*len(keys) {
+			err = fmt.Errorf("redis store: script returned %d values for %d keys", len(res), len(keys))
+		}
+		off := 0
+		for _, c := range live {
+			if err != nil {
+				c.err = err
+			} else {
+				n := replyWidth * len(c.keys)
+				c.res = res[off : off+n : off+n]
+				off += n
+			}
+			close(c.done)
+		}
+		clear(batch)
+	}
+}

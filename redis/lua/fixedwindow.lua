@@ -1,0 +1,59 @@
+-- Fixed window with rollover: sluice.TakeFixedWindow, line for line.
+-- State: micro-tokens left and the start of the window they count in.
+
+local function fw_load(raw)
+  if not raw then return nil end
+  local tokens, start = struct.unpack('<dd', raw)
+  return {tokens, start}
+end
+
+local function fw_dump(st)
+  return struct.pack('<dd', st[1], st[2])
+end
+
+-- sluice.WindowOffset: the first 48 bits of SHA-1(key), modulo period.
+local function fw_offset(key, period)
+  return fmod(tonumber(string.sub(redis.sha1hex(key), 1, 12), 16), period)
+end
+
+local function fw_roll(st, now, cap, wrate, period)
+  local tokens, start = st[1], st[2]
+  if now - start >= period then
+    local k = fdiv(now - start, period)
+    start = start + k * period
+    if k > fdiv(cap - tokens, wrate) then
+      tokens = cap
+    else
+      tokens = tokens + k * wrate
+    end
+  end
+  if tokens > cap then tokens = cap end
+  return tokens, start
+end
+
+local function fw_take(st, now, cost, cap, wrate, period, offset, hkey)
+  local tokens, start
+  if st then
+    tokens, start = fw_roll(st, now, cap, wrate, period)
+  else
+    if offset < 0 then offset = fw_offset(hkey, period) end
+    tokens, start = cap, now - fmod(now - offset, period)
+  end
+  local allowed, retry, reset = 0, 0, 0
+  if tokens >= cost then
+    allowed = 1
+    tokens = tokens - cost
+  else
+    retry = start + cdiv(cost - tokens, wrate) * period - now
+  end
+  if tokens < cap then reset = start + cdiv(cap - tokens, wrate) * period - now end
+  return allowed, {tokens, start}, tokens, retry, reset
+end
+
+local function fw_refund(st, now, cost, cap, wrate, period)
+  if not st then return nil, 0 end
+  local tokens, start = fw_roll(st, now, cap, wrate, period)
+  tokens = tokens + cost
+  if tokens >= cap then return nil, 0 end
+  return {tokens, start}, start + cdiv(cap - tokens, wrate) * period - now
+end

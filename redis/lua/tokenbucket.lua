@@ -1,0 +1,73 @@
+-- Token (and leaky) bucket: sluice.TakeTokenBucket, line for line.
+-- State: tokens in units of 1/(1e6*den) token, the stamp refill is
+-- counted to, and den (a state written under another rate denominator
+-- means nothing and counts as absent).
+
+local function tb_load(raw, den)
+  if not raw then return nil end
+  local tokens, stamp, d = struct.unpack('<ddd', raw)
+  if d ~= den then return nil end
+  return {tokens, stamp}
+end
+
+local function tb_dump(st, den)
+  return struct.pack('<ddd', st[1], st[2], den)
+end
+
+-- Returns allowed (0/1), the new state, tokens left (micro-tokens),
+-- retry_after and reset_after (microseconds).
+local function tb_take(st, now, cost, reserve, maxres, cap, num, den)
+  local full = cap * den
+  local tokens, stamp = full, now
+  if st then
+    tokens, stamp = st[1], st[2]
+    if now > stamp then
+      if tokens < full then
+        -- elapsed*num can pass 2^53; compare elapsed with the time to fill
+        -- instead, and multiply only when the product stays below full.
+        local e = now - stamp
+        if e >= cdiv(full - tokens, num) then
+          tokens = full
+        else
+          tokens = tokens + e * num
+        end
+      end
+      stamp = now
+    end
+    if tokens > full then tokens = full end
+  end
+  local lag = stamp - now
+  local need = cost * den
+  local allowed, retry, reset = 0, 0, 0
+  if tokens >= need then
+    allowed = 1
+    tokens = tokens - need
+  elseif reserve and need - tokens <= maxres * den then
+    allowed = 1
+    tokens = tokens - need
+    retry = lag + cdiv(-tokens, num)
+  else
+    if reserve then need = need - maxres * den end
+    retry = lag + cdiv(need - tokens, num)
+  end
+  if tokens < full then reset = lag + cdiv(full - tokens, num) end
+  return allowed, {tokens, stamp}, fdiv(tokens, den), retry, reset
+end
+
+-- Gives back a charge of cost micro-tokens taken earlier: refill to now,
+-- add the scaled cost back, cap at full. Returns the state and reset_after.
+local function tb_refund(st, now, cost, cap, num, den)
+  local full = cap * den
+  if not st then return nil, 0 end
+  local tokens, stamp = st[1], st[2]
+  if now > stamp then
+    if tokens < full then
+      local e = now - stamp
+      if e >= cdiv(full - tokens, num) then tokens = full else tokens = tokens + e * num end
+    end
+    stamp = now
+  end
+  tokens = tokens + cost * den
+  if tokens >= full then return nil, 0 end
+  return {tokens, stamp}, stamp - now + cdiv(full - tokens, num)
+end

@@ -1,0 +1,63 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the store's counters. They exist (and count) whether or not
+// a Registerer was given, so the code that counts never checks.
+type metrics struct {
+	errors         prometheus.Counter
+	breakerOpens   prometheus.Counter
+	breakerState   prometheus.Gauge
+	cacheHits      prometheus.Counter
+	refundFailures prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_redis_store_errors_total",
+			Help: "Calls to Redis that failed (errors, timeouts, or refused by the open circuit breaker).",
+		}),
+		breakerOpens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_redis_breaker_opens_total",
+			Help: "Times the circuit breaker opened.",
+		}),
+		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_redis_breaker_state",
+			Help: "Circuit breaker state: 0 closed, 1 open, 2 probing.",
+		}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_redis_overlimit_cache_hits_total",
+			Help: "Takes rejected in process from the over-limit cache, without a round trip.",
+		}),
+		refundFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_redis_refund_failures_total",
+			Help: "Cluster TakeAll refunds that failed, leaving a charge for a rejected request.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.errors, m.breakerOpens, m.breakerState, m.cacheHits, m.refundFailures} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, fmt.Errorf("redis store metrics: already registered (one store per registry): %w", err)
+			}
+			return nil, fmt.Errorf("redis store metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) breakerChanged(state int32, opened bool) {
+	m.breakerState.Set(float64(state))
+	if opened {
+		m.breakerOpens.Inc()
+	}
+}

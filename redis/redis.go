@@ -1,0 +1,467 @@
+// Package redis is sluice's Redis and Redis Cluster Store: the same
+// limits, with the same answers as the memory store, shared by every
+// process of a fleet.
+//
+// # Scripts
+//
+// Every decision is one Lua script call: the algorithms of the root
+// package (TakeTokenBucket, TakeFixedWindow with its hashed WindowOffset,
+// TakeSlidingLog) are ported line for line to lua/*.lua, in integers held
+// exactly in Lua's doubles (see maxLuaScaled for the one limit that
+// imposes), and checked against the same conformance vectors. The script
+// reads the time with TIME, so callers whose clocks disagree still agree
+// on every bucket; Options.Clock passes the time in instead, for tests.
+//
+// The script runs with EVALSHA and is sent again with EVAL when Redis
+// answers NOSCRIPT (after a restart, a failover or SCRIPT FLUSH), which
+// rueidis.Lua does. Redis 7 functions (FCALL) were the alternative; they
+// survive restarts, but must be loaded on every primary of a Cluster,
+// including a replica just promoted and a node just added, which needs a
+// loader that watches the topology. EVALSHA needs nothing: the first call
+// to a node without the script loads it, on any topology, any Redis
+// version since 2.6.
+//
+// # State
+//
+// A token bucket is 24 bytes (tokens, stamp and rate denominator, packed
+// doubles), a fixed window 16, a sliding log 16 per admitted request of
+// the last period. Keys are sluice.StorageKey, so a hash tag in a request
+// key ("{user-42}") puts all of one identity's buckets in one Cluster slot.
+// Every write sets a TTL equal to the time until the bucket is full again:
+// a full bucket and an absent key give the same answers, so idle keys cost
+// nothing. A rejected request writes nothing.
+//
+// # Several limits
+//
+// TakeAll on one Redis is one script over all its keys: all are charged or
+// none. On a Cluster, the keys of one slot go in one script; slots are
+// charged one after another in ascending slot order, and when a later slot
+// rejects, the earlier ones are refunded (the scaled cost added back,
+// capped at full; a sliding log's entry removed). Until the refund lands,
+// about one round trip, the earlier buckets hold a charge that in the end
+// was not made: a concurrent request may be rejected that would have
+// passed. The error is towards rejecting, never admitting too much; to
+// avoid it, give one identity's limits a common hash tag.
+//
+// # Speed
+//
+// Calls that wait while a script is in flight are carried together in the
+// next script call (see batcher): Redis's per-call overhead is paid once
+// per batch. Rejected keys are remembered in process until their
+// RetryAfter (see overLimit). On a Cluster, batches are not formed (a
+// script may only touch one slot); rueidis pipelines the calls instead.
+//
+// # Failures
+//
+// Every call carries a deadline (Options.Timeout). Store errors come back
+// wrapped and are not input errors (sluice.IsInputError), so the caller
+// applies the rule's on_store_error. A circuit breaker fails calls at once
+// while Redis is down and lets one probe through per backoff; rueidis
+// reconnects by itself, so the store recovers without a restart.
+package redis
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+)
+
+// Options configures a Store. The zero value is usable.
+type Options struct {
+	// Timeout bounds every call to Redis (default 10ms, well within
+	// Envoy's 20ms rate limit service timeout). A caller's earlier
+	// deadline wins.
+	Timeout time.Duration
+	// Clock passes the time into the scripts instead of Redis's TIME. For
+	// tests only: in production every process must use the server's clock.
+	Clock sluice.Clock
+	// Registerer, when set, receives the store's metrics.
+	Registerer prometheus.Registerer
+	// NoOverLimitCache turns off the in-process cache of rejected keys.
+	NoOverLimitCache bool
+	// OverLimitCacheSize bounds that cache (default 100,000 keys).
+	OverLimitCacheSize int
+	// BreakerFailures is how many consecutive failures open the circuit
+	// breaker (default 5); BreakerBackoff how long it stays open before a
+	// probe (default 500ms).
+	BreakerFailures int
+	BreakerBackoff  time.Duration
+	// NoBatch sends every call as its own script call.
+	NoBatch bool
+	// BatchWriters is the number of batches in flight at once (default 4);
+	// BatchMaxOps bounds the requests in one batch (default 256).
+	BatchWriters int
+	BatchMaxOps  int
+}
+
+// Store is the Redis Store. It is safe for concurrent use.
+type Store struct {
+	client  rueidis.Client
+	owned   bool
+	script  *rueidis.Lua
+	cluster bool
+	timeout time.Duration
+	clock   sluice.Clock
+	epoch   time.Time
+	pad     string
+	br      *breaker
+	cache   *overLimit
+	batch   *batcher
+	met     *metrics
+}
+
+// New returns a Store over client, which the caller keeps and closes.
+func New(client rueidis.Client, opts Options) (*Store, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Millisecond
+	}
+	if opts.BreakerFailures <= 0 {
+		opts.BreakerFailures = 5
+	}
+	if opts.BreakerBackoff <= 0 {
+		opts.BreakerBackoff = 500 * time.Millisecond
+	}
+	if opts.OverLimitCacheSize <= 0 {
+		opts.OverLimitCacheSize = 100_000
+	}
+	if opts.BatchWriters <= 0 {
+		opts.BatchWriters = 4
+	}
+	if opts.BatchMaxOps <= 0 {
+		opts.BatchMaxOps = 256
+	}
+	met, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		client:  client,
+		script:  rueidis.NewLuaScript(scriptSource),
+		cluster: client.Mode() == rueidis.ClientModeCluster,
+		timeout: opts.Timeout,
+		clock:   opts.Clock,
+		epoch:   time.Now(),
+		pad:     "0",
+		met:     met,
+	}
+	if opts.Clock != nil {
+		// Test clocks jump far ahead of real time; keys must outlive the
+		// real time a test takes, or they would expire early.
+		s.pad = "3600000"
+	}
+	s.br = newBreaker(opts.BreakerFailures, opts.BreakerBackoff, met.breakerChanged)
+	if !opts.NoOverLimitCache {
+		s.cache = newOverLimit(opts.OverLimitCacheSize)
+	}
+	if !opts.NoBatch && !s.cluster {
+		s.batch = newBatcher(opts.BatchWriters, opts.BatchMaxOps, opts.Timeout, s.pad, s.exec)
+	}
+	return s, nil
+}
+
+// Close stops the batch writers and, if the store opened its client,
+// closes it.
+func (s *Store) Close() error {
+	if s.batch != nil {
+		s.batch.close()
+	}
+	if s.owned {
+		s.client.Close()
+	}
+	return nil
+}
+
+// Client returns the underlying client.
+func (s *Store) Client() rueidis.Client { return s.client }
+
+// exec runs the script once.
+func (s *Store) exec(ctx context.Context, keys, args []string) ([]int64, error) {
+	return s.script.Exec(ctx, s.client, keys, args).AsIntSlice()
+}
+
+// nowArg is the time argument of a group: "" for the server's clock.
+func (s *Store) nowArg() string {
+	if s.clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
+}
+
+// localNow is this process's time in microseconds, for the over-limit
+// cache: monotonic, or the test clock.
+func (s *Store) localNow() int64 {
+	if s.clock != nil {
+		return s.clock.Now().UnixMicro()
+	}
+	return int64(time.Since(s.epoch) / time.Microsecond)
+}
+
+// run sends groups through the breaker, with the deadline, batched when it
+// can be.
+func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) ([]int64, error) {
+	if !s.br.allow() {
+		s.met.errors.Inc()
+		return nil, ErrBreakerOpen
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var res []int64
+	var err error
+	if batchable && s.batch != nil {
+		res, err = s.batch.do(cctx, keys, groups)
+	} else {
+		args := make([]string, 0, len(groups)+1)
+		args = append(append(args, s.pad), groups...)
+		res, err = s.exec(cctx, keys, args)
+		if err == nil && len(res) != replyWidth*len(keys) {
+			err = fmt.Errorf("script returned %d values for %d keys", len(res), len(keys))
+		}
+	}
+	if err != nil {
+		if ctx.Err() == nil { // the caller's own cancellation is not Redis's failure
+			s.br.done(false)
+		}
+		s.met.errors.Inc()
+		return nil, err
+	}
+	s.br.done(true)
+	return res, nil
+}
+
+// Take implements sluice.Store.
+func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+	ch, err := r.Charge()
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	if err := fits(&r, ch); err != nil {
+		return sluice.Decision{}, err
+	}
+	key := sluice.StorageKey(r.Limit, r.Key)
+	cacheable := s.cache != nil && op == sluice.OpTake && !ch.Reserve
+	var sent int64
+	if cacheable {
+		sent = s.localNow()
+		if d, ok := s.cache.get(key, ch.Cost, sent); ok {
+			s.met.cacheHits.Inc()
+			return d, nil
+		}
+	}
+	args := make([]string, 0, 10)
+	args = appendGroup(args, 1, opOf(op), s.nowArg())
+	args = appendRequest(args, &r, ch)
+	res, err := s.run(ctx, []string{key}, args, true)
+	if err != nil {
+		return sluice.Decision{}, fmt.Errorf("redis take %q: %w", key, err)
+	}
+	o := outcome(res)
+	d := r.Limit.Decide(o)
+	if cacheable && !o.Allowed && o.RetryAfter > 0 {
+		s.cache.put(key, ch.Cost, sent, sent+o.RetryAfter, d)
+	}
+	return d, nil
+}
+
+func opOf(op sluice.Op) string {
+	if op == sluice.OpTake {
+		return opTake
+	}
+	return opPeek
+}
+
+// Reset implements sluice.Store.
+func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
+	if l == nil {
+		return fmt.Errorf("redis reset %q: %w", key, sluice.ErrInvalidLimit)
+	}
+	k := sluice.StorageKey(l, key)
+	if s.cache != nil {
+		s.cache.drop(k)
+	}
+	if !s.br.allow() {
+		s.met.errors.Inc()
+		return fmt.Errorf("redis reset %q: %w", k, ErrBreakerOpen)
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := s.client.Do(cctx, s.client.B().Del().Key(k).Build()).Error(); err != nil {
+		if ctx.Err() == nil {
+			s.br.done(false)
+		}
+		s.met.errors.Inc()
+		return fmt.Errorf("redis reset %q: %w", k, err)
+	}
+	s.br.done(true)
+	return nil
+}
+
+// TakeAll implements sluice.Store. On one Redis it is one script; on a
+// Cluster, one script per slot, charged in slot order and refunded when a
+// later slot rejects (see the package documentation).
+func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	chs := make([]sluice.Charge, len(rs))
+	keys := make([]string, len(rs))
+	for i := range rs {
+		ch, err := rs[i].Charge()
+		if err == nil {
+			err = fits(&rs[i], ch)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
+		}
+		chs[i], keys[i] = ch, sluice.StorageKey(rs[i].Limit, rs[i].Key)
+	}
+	if !s.cluster {
+		res, err := s.runGroup(ctx, rs, chs, keys, allIndexes(len(rs)), opOf(op), s.nowArg())
+		if err != nil {
+			return nil, fmt.Errorf("redis take all %q: %w", keys, err)
+		}
+		return s.decide(rs, res, true), nil
+	}
+	return s.takeAllCluster(ctx, op, rs, chs, keys)
+}
+
+func allIndexes(n int) []int {
+	ix := make([]int, n)
+	for i := range ix {
+		ix[i] = i
+	}
+	return ix
+}
+
+// runGroup runs the requests ix of rs as one all-or-nothing group and
+// returns their replies in the order of ix.
+func (s *Store) runGroup(ctx context.Context, rs []sluice.Request, chs []sluice.Charge, keys []string, ix []int, op, now string) ([]int64, error) {
+	gk := make([]string, len(ix))
+	args := make([]string, 0, 3+8*len(ix))
+	args = appendGroup(args, len(ix), op, now)
+	for j, i := range ix {
+		gk[j] = keys[i]
+		args = appendRequest(args, &rs[i], chs[i])
+	}
+	return s.run(ctx, gk, args, !s.cluster)
+}
+
+// decide turns replies (in the order of rs) into decisions.
+func (s *Store) decide(rs []sluice.Request, res []int64, _ bool) []sluice.Decision {
+	ds := make([]sluice.Decision, len(rs))
+	for i := range rs {
+		ds[i] = rs[i].Limit.Decide(outcome(res[replyWidth*i:]))
+	}
+	return ds
+}
+
+// slotGroup is the requests of one Cluster slot.
+type slotGroup struct {
+	slot uint16
+	ix   []int
+	res  []int64
+}
+
+func (s *Store) slotGroups(keys []string) []*slotGroup {
+	var gs []*slotGroup
+	for i, k := range keys {
+		cmd := s.client.B().Get().Key(k).Build()
+		slot := cmd.Slot()
+		j := slices.IndexFunc(gs, func(g *slotGroup) bool { return g.slot == slot })
+		if j < 0 {
+			gs = append(gs, &slotGroup{slot: slot})
+			j = len(gs) - 1
+		}
+		gs[j].ix = append(gs[j].ix, i)
+	}
+	slices.SortFunc(gs, func(a, b *slotGroup) int { return cmp.Compare(a.slot, b.slot) })
+	return gs
+}
+
+func (s *Store) takeAllCluster(ctx context.Context, op sluice.Op, rs []sluice.Request, chs []sluice.Charge, keys []string) ([]sluice.Decision, error) {
+	gs := s.slotGroups(keys)
+	res := make([]int64, replyWidth*len(rs))
+	place := func(g *slotGroup) {
+		for j, i := range g.ix {
+			copy(res[replyWidth*i:replyWidth*(i+1)], g.res[replyWidth*j:])
+		}
+	}
+	now := s.nowArg()
+	if op == sluice.OpPeek {
+		for _, g := range gs {
+			var err error
+			if g.res, err = s.runGroup(ctx, rs, chs, keys, g.ix, opPeek, now); err != nil {
+				return nil, fmt.Errorf("redis peek all %q: %w", keys, err)
+			}
+			place(g)
+		}
+		return s.decide(rs, res, true), nil
+	}
+	for n, g := range gs {
+		var err error
+		g.res, err = s.runGroup(ctx, rs, chs, keys, g.ix, opTake, now)
+		if err != nil {
+			// The earlier slots were charged; this one may or may not have
+			// been (a timeout says nothing). Give back what is known.
+			rerr := s.refund(ctx, rs, chs, keys, gs[:n])
+			return nil, errors.Join(fmt.Errorf("redis take all %q: %w", keys, err), rerr)
+		}
+		place(g)
+		if g.res[0] == 1 {
+			continue
+		}
+		// Rejected: refund the slots already charged, and ask the rest
+		// what they would have said.
+		if err := s.refund(ctx, rs, chs, keys, gs[:n]); err != nil {
+			return nil, fmt.Errorf("redis take all %q: rejected, and the refund failed: %w", keys, err)
+		}
+		for _, g := range gs[n+1:] {
+			if g.res, err = s.runGroup(ctx, rs, chs, keys, g.ix, opPeek, now); err != nil {
+				return nil, fmt.Errorf("redis take all %q: %w", keys, err)
+			}
+			place(g)
+		}
+		ds := s.decide(rs, res, false)
+		for i := range ds {
+			ds[i].Allowed = false
+		}
+		return ds, nil
+	}
+	return s.decide(rs, res, true), nil
+}
+
+// refund gives back the charges of the groups gs. It runs with its own
+// deadline even when the caller's has passed: a refund left undone is a
+// charge nobody was admitted for.
+func (s *Store) refund(ctx context.Context, rs []sluice.Request, chs []sluice.Charge, keys []string, gs []*slotGroup) error {
+	var errs []error
+	for _, g := range gs {
+		gk := make([]string, len(g.ix))
+		args := []string{s.pad}
+		args = appendGroup(args, len(g.ix), opRefund, s.nowArg())
+		for j, i := range g.ix {
+			gk[j] = keys[i]
+			args = appendRequest(args, &rs[i], chs[i])
+			if rs[i].Limit.Algorithm() == sluice.SlidingLog {
+				args = append(args, strconv.FormatInt(g.res[replyWidth*j+4], 10))
+			}
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.timeout)
+		_, err := s.exec(rctx, gk, args)
+		cancel()
+		if err != nil {
+			s.met.refundFailures.Inc()
+			errs = append(errs, fmt.Errorf("refund slot %d: %w", g.slot, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var _ sluice.Store = (*Store)(nil)

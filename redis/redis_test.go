@@ -1,0 +1,129 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/redis"
+)
+
+// testPrefix keeps each test's keys apart on a shared server: every test
+// gets limits named uniquely, so StorageKey never collides.
+var testSeq atomic.Int64
+
+// open connects a store to url with test options; opts may adjust them.
+func open(t testing.TB, url string, opts redis.Options) *redis.Store {
+	t.Helper()
+	if opts.Timeout == 0 {
+		opts.Timeout = 2 * time.Second // -race on 2 shared cores is slow
+	}
+	s, err := redis.Open(url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// flush empties the store's server(s) so that every conformance case
+// starts from absent keys.
+func flush(t testing.TB, s *redis.Store) {
+	t.Helper()
+	c := s.Client()
+	ctx := context.Background()
+	for _, n := range c.Nodes() {
+		// Replicas refuse writes; only primaries need flushing.
+		if err := n.Do(ctx, n.B().Flushall().Build()).Error(); err != nil && !strings.Contains(err.Error(), "READONLY") {
+			t.Fatalf("flushall: %v", err)
+		}
+	}
+}
+
+// vectorStore adapts open to conformance.NewStore for the vectors: the
+// test clock is passed in, the over-limit cache is off (its answers are
+// rejections with approximate token counts; the vectors check exact ones).
+func vectorStore(url string, opts redis.Options) conformance.NewStore {
+	return func(t *testing.T, clock sluice.Clock) sluice.Store {
+		o := opts
+		o.Clock = clock
+		o.NoOverLimitCache = true
+		s := open(t, url, o)
+		flush(t, s)
+		return s
+	}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, vectorStore(standaloneURL(t), redis.Options{}))
+}
+
+func TestConformanceNoBatch(t *testing.T) {
+	conformance.Run(t, vectorStore(standaloneURL(t), redis.Options{NoBatch: true}))
+}
+
+func TestInvariants(t *testing.T) {
+	conformance.RunInvariants(t, vectorStore(standaloneURL(t), redis.Options{}), conformance.InvariantOptions{Rounds: 60, Goroutines: []int{1, 16}})
+}
+
+func TestClusterConformance(t *testing.T) {
+	conformance.Run(t, vectorStore(clusterURL(t), redis.Options{}))
+}
+
+func TestClusterInvariants(t *testing.T) {
+	conformance.RunInvariants(t, vectorStore(clusterURL(t), redis.Options{}), conformance.InvariantOptions{Rounds: 40, Goroutines: []int{1, 16}})
+}
+
+// uniqueLimit returns a token bucket limit with a name no other test uses.
+func uniqueLimit(t testing.TB, spec sluice.Spec) *sluice.Limit {
+	spec.Name = fmt.Sprintf("%s-%d-%d", spec.Name, time.Now().UnixNano(), testSeq.Add(1))
+	return sluice.MustLimit(spec)
+}
+
+func TestScaledCapacityBeyondLuaRefused(t *testing.T) {
+	s := open(t, standaloneURL(t), redis.Options{})
+	// 1e9 tokens with a rate of denominator 3: 3e15*3 scaled units > 2^52.
+	lim := uniqueLimit(t, sluice.Spec{Name: "huge", Rate: 1, Period: 3 * time.Second, Capacity: 2e9})
+	_, err := s.Take(context.Background(), sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+	if !errors.Is(err, sluice.ErrInvalidLimit) || !sluice.IsInputError(err) {
+		t.Fatalf("want an input error wrapping ErrInvalidLimit, got %v", err)
+	}
+}
+
+func TestTTLIsTimeToFull(t *testing.T) {
+	s := open(t, standaloneURL(t), redis.Options{})
+	ctx := context.Background()
+	lim := uniqueLimit(t, sluice.Spec{Name: "ttl", TokensPerSecond: 10, Burst: 50})
+	d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 20})
+	if err != nil || !d.Allowed {
+		t.Fatalf("take: %v %+v", err, d)
+	}
+	c := s.Client()
+	key := sluice.StorageKey(lim, "k")
+	pttl, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 20 tokens at 10/s: full again in 2s.
+	if pttl <= 1900 || pttl > 2000 {
+		t.Fatalf("PTTL %dms, want about 2000", pttl)
+	}
+	// A rejected take writes nothing: the TTL is not refreshed.
+	if _, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 40}); err != nil {
+		t.Fatal(err)
+	}
+	// Peeks write nothing either.
+	other := sluice.StorageKey(lim, "peeked")
+	if _, err := s.Take(ctx, sluice.OpPeek, sluice.Request{Limit: lim, Key: "peeked"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.Do(ctx, c.B().Exists().Key(other).Build()).AsInt64(); n != 0 {
+		t.Fatal("a peek created a key")
+	}
+}

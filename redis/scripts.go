@@ -1,0 +1,100 @@
+package redis
+
+import (
+	_ "embed"
+	"fmt"
+	"strconv"
+
+	"github.com/sluicehq/sluice"
+)
+
+// One Lua file per algorithm, each a line-for-line port of the root
+// package's Go function, joined with the driver into one script: TakeAll
+// mixes algorithms in one atomic call, and the batch writer mixes keys of
+// every limit, so every algorithm has to be in the script that runs.
+var (
+	//go:embed lua/head.lua
+	luaHead string
+	//go:embed lua/tokenbucket.lua
+	luaTokenBucket string
+	//go:embed lua/fixedwindow.lua
+	luaFixedWindow string
+	//go:embed lua/slidinglog.lua
+	luaSlidingLog string
+	//go:embed lua/main.lua
+	luaMain string
+)
+
+// scriptSource is the whole script, as sent to Redis.
+var scriptSource = luaHead + luaTokenBucket + luaFixedWindow + luaSlidingLog + luaMain
+
+// replyWidth is the number of integers the script returns per request.
+const replyWidth = 5
+
+// maxLuaScaled bounds every value the script computes with. Lua numbers
+// are doubles, exact for integers below 2^53; the root package allows
+// scaled token-bucket values up to 2^62. Limits whose scaled capacity
+// (capacity plus max_reserved, times the rate's denominator) reaches 2^52
+// are refused, which leaves every intermediate (a sum, a quotient times its
+// divisor) below 2^53. In practice this refuses only buckets of billions
+// of tokens, or of millions with a rate that has no short fraction.
+const maxLuaScaled = 1 << 52
+
+// Group operations in the script's arguments.
+const (
+	opTake   = "t"
+	opPeek   = "p"
+	opRefund = "r"
+)
+
+// fits refuses limits and requests the script cannot compute exactly. The
+// error is an input error (sluice.ErrInvalidLimit): no store call would
+// ever succeed for it.
+func fits(r *sluice.Request, ch sluice.Charge) error {
+	p := r.Limit.Params()
+	den := p.RateDen
+	if den <= 0 {
+		den = 1
+	}
+	res := max(p.MaxReserved, ch.MaxReserved)
+	if hi := (float64(p.Capacity) + float64(res)) * float64(den); hi >= maxLuaScaled {
+		return fmt.Errorf("redis store: limit %q: %w: capacity plus max_reserved times the rate denominator %d is %.3g scaled units, beyond the 2^52 the store's Lua computes exactly; write the rate as whole tokens per period or lower the capacity",
+			r.Limit.Name(), sluice.ErrInvalidLimit, den, hi)
+	}
+	return nil
+}
+
+// appendGroup writes a group header: n requests, op, now ("" for the
+// server's clock).
+func appendGroup(args []string, n int, op, now string) []string {
+	return append(args, strconv.Itoa(n), op, now)
+}
+
+// appendRequest writes one request's arguments (see lua/main.lua).
+func appendRequest(args []string, r *sluice.Request, ch sluice.Charge) []string {
+	p := r.Limit.Params()
+	cost := strconv.FormatInt(ch.Cost, 10)
+	switch p.Algorithm {
+	case sluice.FixedWindow:
+		hkey := ""
+		if p.Offset < 0 {
+			hkey = r.Key
+		}
+		return append(args, "fw", cost, strconv.FormatInt(p.Capacity, 10), strconv.FormatInt(p.WindowRate, 10),
+			strconv.FormatInt(p.Period, 10), strconv.FormatInt(p.Offset, 10), hkey)
+	case sluice.SlidingLog:
+		return append(args, "sl", cost, strconv.FormatInt(p.Capacity, 10), strconv.FormatInt(p.Period, 10))
+	default:
+		reserve := "0"
+		if ch.Reserve {
+			reserve = "1"
+		}
+		return append(args, "tb", cost, reserve, strconv.FormatInt(ch.MaxReserved, 10),
+			strconv.FormatInt(p.Capacity, 10), strconv.FormatInt(p.RateNum, 10), strconv.FormatInt(p.RateDen, 10))
+	}
+}
+
+// outcome reads one request's reply.
+func outcome(v []int64) sluice.Outcome {
+	return sluice.Outcome{Allowed: v[0] == 1, Tokens: v[1], RetryAfter: v[2], ResetAfter: v[3]}
+}

@@ -26,6 +26,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -50,6 +51,8 @@ type Options struct {
 	// HousekeepingBatch is the most rows one DELETE removes (default 1000),
 	// which bounds how long it holds row locks.
 	HousekeepingBatch int
+	// Logger reports housekeeping failures (default slog.Default()).
+	Logger *slog.Logger
 	// Violations, when set, records every rejection of a take.
 	Violations *ViolationLog
 	// Clock replaces the server's clock. For tests only: in production every
@@ -121,6 +124,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	}
 	if opts.HousekeepingBatch <= 0 {
 		opts.HousekeepingBatch = 1000
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	if opts.Migrate {
 		if _, err := MigratePool(ctx, pool); err != nil {
@@ -382,12 +388,12 @@ func (s *Store) housekeeping() {
 			ctx, cancel := context.WithTimeout(context.Background(), s.opts.HousekeepingInterval)
 			// A failed pass is retried at the next tick; the rows it left
 			// change no answer.
-			_, err := s.Housekeep(ctx)
+			if _, err := s.Housekeep(ctx); err != nil {
+				s.opts.Logger.Warn("postgres: housekeeping failed", "err", err)
+			}
 			cancel()
-			_ = err
 		}
 	}
 }
 
 var _ sluice.Store = (*Store)(nil)
-

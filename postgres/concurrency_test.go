@@ -1,0 +1,215 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/postgres"
+)
+
+// serverMicros reads the server's clock, the one the takes use.
+func serverMicros(t *testing.T, s *postgres.Store) int64 {
+	t.Helper()
+	var us int64
+	if err := s.Pool().QueryRow(context.Background(), `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`).Scan(&us); err != nil {
+		t.Fatal(err)
+	}
+	return us
+}
+
+// hammer runs 64 goroutines taking one token each from one key for d on
+// the server's clock; take reports whether a request was admitted and
+// charged. It returns the admitted count and the server-time span
+// [start, end] that contains every take.
+func hammer(t *testing.T, s *postgres.Store, d time.Duration, take func(ctx context.Context) (bool, error)) (admitted int64, spanUs int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
+	defer cancel()
+	start := serverMicros(t, s)
+	deadline := time.Now().Add(d)
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				ok, err := take(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					n.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return n.Load(), serverMicros(t, s) - start
+}
+
+// The headline property under real contention and the real server clock:
+// 64 goroutines on one key (r=100/s, b=100) for five seconds admit at most
+// b + r*t, and not much less.
+func TestConcurrentOneKeyServerClock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for five seconds")
+	}
+	lim := sluice.MustLimit(sluice.Spec{Name: "hot", TokensPerSecond: 100, Burst: 100})
+	t.Run("commit", func(t *testing.T) {
+		t.Parallel()
+		s := newStoreOpts(t, postgres.Options{})
+		admitted, span := hammer(t, s, 5*time.Second, func(ctx context.Context) (bool, error) {
+			d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+			return d.Allowed, err
+		})
+		bound := 100 + span*100/1_000_000
+		t.Logf("admitted %d in %dus, bound %d", admitted, span, bound)
+		if admitted > bound {
+			t.Fatalf("admitted %d > b + r*t = %d", admitted, bound)
+		}
+		if admitted < bound*9/10 {
+			t.Fatalf("admitted %d, far below b + r*t = %d: the store is over-restrictive", admitted, bound)
+		}
+	})
+	t.Run("caller-transactions", func(t *testing.T) {
+		t.Parallel()
+		s := newStoreOpts(t, postgres.Options{})
+		var rolledBackAdmits atomic.Int64
+		admitted, span := hammer(t, s, 5*time.Second, func(ctx context.Context) (bool, error) {
+			tx, err := s.Pool().Begin(ctx)
+			if err != nil {
+				return false, err
+			}
+			defer tx.Rollback(ctx)
+			d, err := s.WithTx(tx).Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+			if err != nil {
+				return false, err
+			}
+			if rand.IntN(2) == 0 {
+				if d.Allowed {
+					rolledBackAdmits.Add(1)
+				}
+				return false, tx.Rollback(ctx)
+			}
+			return d.Allowed, tx.Commit(ctx)
+		})
+		bound := 100 + span*100/1_000_000
+		t.Logf("committed %d admits (and rolled back %d) in %dus, bound %d", admitted, rolledBackAdmits.Load(), span, bound)
+		if admitted > bound {
+			t.Fatalf("committed admits %d > b + r*t = %d: rolled-back charges leaked or the store over-admits", admitted, bound)
+		}
+		if admitted < bound*9/10 {
+			t.Fatalf("committed admits %d, far below b + r*t = %d: rolled-back transactions charged", admitted, bound)
+		}
+	})
+}
+
+// A take made in a caller's transaction is undone by its rollback, and a
+// TakeAll in it uses a savepoint: its rejection does not abort the
+// caller's transaction.
+func TestCallerTransaction(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(1_000_000))
+	s := newStoreOpts(t, postgres.Options{Clock: clock})
+	ctx := context.Background()
+	lim := sluice.MustLimit(sluice.Spec{Name: "tx", TokensPerSecond: 1, Burst: 3})
+	tokens := func() float64 {
+		d, err := s.Take(ctx, sluice.OpPeek, sluice.Request{Limit: lim, Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Tokens + 1 // a peek reports what would be left after one token
+	}
+
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.WithTx(tx)
+	for i := 0; i < 3; i++ {
+		if d, err := st.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
+			t.Fatalf("take %d in tx: %+v %v", i, d, err)
+		}
+	}
+	if d, _ := st.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); d.Allowed {
+		t.Fatal("fourth take in tx admitted")
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := tokens(); got != 3 {
+		t.Fatalf("after rollback the bucket holds %v tokens, want 3", got)
+	}
+
+	other := sluice.MustLimit(sluice.Spec{Name: "tx-other", TokensPerSecond: 1, Burst: 1})
+	tx, err = s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = s.WithTx(tx)
+	if _, err := st.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := st.TakeAll(ctx, sluice.OpTake, []sluice.Request{{Limit: lim, Key: "k"}, {Limit: other, Key: "k", Cost: 1}, {Limit: other, Key: "k", Cost: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sluice.Combine(ds).Allowed {
+		t.Fatal("TakeAll asking a burst-1 bucket twice was admitted")
+	}
+	// The savepoint was rolled back; the transaction goes on.
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit after a rejected TakeAll: %v", err)
+	}
+	if got := tokens(); got != 2 {
+		t.Fatalf("after commit the bucket holds %v tokens, want 2 (only the plain take)", got)
+	}
+}
+
+// TakeAll locks in key order: goroutines asking for the same buckets in
+// opposite orders never deadlock (PostgreSQL would abort one with 40P01).
+func TestTakeAllNoDeadlock(t *testing.T) {
+	s := newStoreOpts(t, postgres.Options{})
+	a := sluice.MustLimit(sluice.Spec{Name: "dl-a", TokensPerSecond: 1e6, Burst: 1e6})
+	b := sluice.MustLimit(sluice.Spec{Name: "dl-b", TokensPerSecond: 1e6, Burst: 1e6})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				rs := []sluice.Request{{Limit: a, Key: "x"}, {Limit: b, Key: "y"}}
+				if (g+i)%2 == 0 {
+					rs[0], rs[1] = rs[1], rs[0]
+				}
+				ds, err := s.TakeAll(ctx, sluice.OpTake, rs)
+				if err == nil && !sluice.Combine(ds).Allowed {
+					err = errors.New("rejected with a million tokens")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}

@@ -43,7 +43,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.errors, m.breakerOpens, m.breakerState, m.cacheHits, m.refundFailures} {
+	for _, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -60,4 +60,8 @@ func (m *metrics) breakerChanged(state int32, opened bool) {
 	if opened {
 		m.breakerOpens.Inc()
 	}
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.errors, m.breakerOpens, m.breakerState, m.cacheHits, m.refundFailures}
 }

@@ -464,4 +464,22 @@ func (s *Store) refund(ctx context.Context, rs []sluice.Request, chs []sluice.Ch
 	return errors.Join(errs...)
 }
 
-var _ sluice.Store = (*Store)(nil)
+// Describe implements prometheus.Collector, for registries that were not
+// known when the store was opened.
+func (s *Store) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range s.met.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (s *Store) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range s.met.collectors() {
+		c.Collect(ch)
+	}
+}
+
+var (
+	_ sluice.Store         = (*Store)(nil)
+	_ prometheus.Collector = (*Store)(nil)
+)

@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"fmt"
+	"hash/maphash"
 	"math"
 	"math/big"
 	"time"
@@ -49,7 +50,11 @@ type Spec struct {
 type Limit struct {
 	spec   Spec
 	params Params
+	nameID uint64
 }
+
+// nameSeed seeds NameID: random per process, so IDs never leave it.
+var nameSeed = maphash.MakeSeed()
 
 // Params is the integer form of a Limit that every engine computes with.
 //
@@ -186,8 +191,14 @@ func NewLimit(s Spec) (*Limit, error) {
 			return bad("start applies to fixed windows only")
 		}
 	}
-	return &Limit{spec: s, params: p}, nil
+	return &Limit{spec: s, params: p, nameID: maphash.String(nameSeed, s.Name)}, nil
 }
+
+// NameID is a 64-bit hash of the limit's name, the same for every Limit of
+// that name within this process (and different in the next). In-process
+// stores key state by name so that a reloaded limit keeps its buckets; the
+// ID spares them hashing the name on every request.
+func (l *Limit) NameID() uint64 { return l.nameID }
 
 // MustLimit is NewLimit for limits written in code; it panics on an
 // invalid Spec and is meant for package-level variables and tests.

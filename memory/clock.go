@@ -23,10 +23,12 @@ import (
 //     longer wait stands: it would stand at the precise time too unless the
 //     ticker has fallen more than recheckWithin behind (a process starved
 //     of CPU), and then the error is a late admit, never an early one.
-//     The cost: an interval's admissions may include up to rate*coarseTick
-//     tokens that a precise clock would have placed just before it (with
-//     the 1ms tick and 100 rps, a tenth of a token); Options.PreciseClock
-//     removes even that, for about 25ns more per Take.
+//     The cost: an interval's admissions may include up to rate*lag tokens
+//     that a precise clock would have placed just before it, where lag is
+//     how far the coarse clock trails: one tick (with 100 rps, a tenth of a
+//     token), more only while the ticker waits for a CPU and no precise
+//     read has brought the clock forward. Options.PreciseClock removes
+//     even that, for about 25ns more per Take.
 //   - Fixed windows and sliding logs always use the precise clock: an early
 //     time could place a request in the previous window and let one window
 //     admit more than its capacity.
@@ -34,7 +36,8 @@ import (
 // The clock never steps back: both clocks read the same monotonic source.
 const (
 	coarseTick    = time.Millisecond
-	recheckWithin = int64(4 * coarseTick / time.Microsecond)
+	tickMicros    = int64(coarseTick / time.Microsecond)
+	recheckWithin = 2 * tickMicros
 )
 
 var coarse struct {
@@ -57,10 +60,17 @@ func startCoarse() {
 }
 
 // preciseNow reads the monotonic clock, anchored to the wall clock once.
-// Only the ticker writes the coarse clock: readers writing it too would
-// bounce its cache line between cores.
+// A reader that finds the coarse clock more than a tick behind brings it
+// forward, so that a ticker waiting for a CPU does not let it fall far
+// behind while the process is busy. That write happens at most about once
+// per tick, not per call: readers writing on every call would bounce the
+// clock's cache line between cores.
 func preciseNow() int64 {
-	return coarse.epochU + int64(time.Since(coarse.epoch)/time.Microsecond)
+	now := coarse.epochU + int64(time.Since(coarse.epoch)/time.Microsecond)
+	if c := coarse.now.Load(); c < now-tickMicros {
+		coarse.now.CompareAndSwap(c, now)
+	}
+	return now
 }
 
 // coarseNow returns the coarse clock, starting it on first use.

@@ -105,10 +105,11 @@ func (s *Store) now(alg sluice.Algorithm) (int64, bool) {
 	return coarseNow(), true
 }
 
-// hashes returns the two hashes that identify (limit, key): h places it
-// (shard and table position), check confirms it (see entry).
-func (s *Store) hashes(limit, key string) (h, check uint64) {
-	n := maphash.String(s.seed, limit)
+// hashes returns the two hashes that identify (l, key): h places it
+// (shard and table position), check confirms it (see entry). Both mix in
+// the limit's name, so one key under two limits is two buckets.
+func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
+	n := l.NameID()
 	h = maphash.String(s.seed, key) ^ n*0x9e3779b97f4a7c15
 	if h == 0 {
 		h = 1
@@ -149,7 +150,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	p := lim.Params()
 	take := op == sluice.OpTake
 	now, early := s.now(p.Algorithm)
-	h, check := s.hashes(lim.Name(), r.Key)
+	h, check := s.hashes(lim, r.Key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	i := sh.t.find(h, check)
@@ -231,7 +232,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, k string) error {
 	if l == nil {
 		return fmt.Errorf("memory reset %q: %w", k, sluice.ErrInvalidLimit)
 	}
-	h, check := s.hashes(l.Name(), k)
+	h, check := s.hashes(l, k)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	if i := sh.t.find(h, check); i >= 0 {
@@ -261,7 +262,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		if err != nil {
 			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
 		}
-		h, check := s.hashes(r.Limit.Name(), r.Key)
+		h, check := s.hashes(r.Limit, r.Key)
 		ws[i] = work{ch: ch, h: h, check: check, shard: int(h & s.mask), same: -1}
 		for j := 0; j < i; j++ {
 			if ws[j].h == h && ws[j].check == check {

@@ -205,10 +205,10 @@ func TestBadInputLeavesStateAlone(t *testing.T) {
 	}
 }
 
-// The default clock: decisions made without a manual clock stay within the
-// bound too (admits may use the coarse clock, see clock.go).
+// With the precise clock, decisions against real time keep the bound to
+// the token: burst + rate*elapsed.
 func TestRealClockBound(t *testing.T) {
-	s := memory.New(memory.Options{})
+	s := memory.New(memory.Options{PreciseClock: true})
 	lim := sluice.MustLimit(sluice.Spec{Name: "real", TokensPerSecond: 1000, Burst: 10})
 	start := time.Now()
 	admitted := 0
@@ -218,8 +218,7 @@ func TestRealClockBound(t *testing.T) {
 		}
 	}
 	elapsed := time.Since(start)
-	// burst + rate*elapsed, plus one tick of rate for the coarse clock.
-	bound := 10 + 1000*(elapsed.Seconds()+0.001)
+	bound := 10 + 1000*elapsed.Seconds()
 	if float64(admitted) > bound || admitted < 10 {
 		t.Fatalf("admitted %d in %v, bound %.1f", admitted, elapsed, bound)
 	}

@@ -51,6 +51,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Observer, when set, is told every rule's decision (metrics).
 	Observer policy.Observer
+	// Source, when set, is asked for the policy in force at every call, so
+	// that the server follows a reload (sluice serve passes the HTTP
+	// gate's policy); the policy given to New is used until it answers.
+	Source func() *policy.Policy
 }
 
 // Server implements envoy.service.ratelimit.v3.RateLimitService over a
@@ -65,6 +69,7 @@ type Server struct {
 	clock   sluice.Clock
 	log     *slog.Logger
 	obs     policy.Observer
+	source  func() *policy.Policy
 }
 
 // engine is one loaded policy and how descriptors find its rules.
@@ -85,14 +90,18 @@ func New(pol *policy.Policy, lim *sluice.Limiter, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Server{lim: lim, timeout: opts.StoreTimeout, clock: opts.Clock, log: opts.Logger, obs: opts.Observer}
+	s := &Server{lim: lim, timeout: opts.StoreTimeout, clock: opts.Clock, log: opts.Logger, obs: opts.Observer, source: opts.Source}
 	s.SetPolicy(pol)
 	return s
 }
 
 // SetPolicy makes pol the policy of every call that starts after it.
-func (s *Server) SetPolicy(pol *policy.Policy) {
-	s.engine.Store(&engine{pol: pol, ref: referenceOf(pol), headers: pol.Settings.Headers})
+func (s *Server) SetPolicy(pol *policy.Policy) { s.setPolicy(pol) }
+
+func (s *Server) setPolicy(pol *policy.Policy) *engine {
+	e := &engine{pol: pol, ref: referenceOf(pol), headers: pol.Settings.Headers}
+	s.engine.Store(e)
+	return e
 }
 
 // Register adds the rate limit service, the standard health service
@@ -123,6 +132,7 @@ type descState struct {
 	unlimited bool      // the reference format's unlimited: always OK
 	blocked   *refLimit // requests_per_unit 0: always over (unless shadow)
 	ref       *refLimit // the reference limit that applies, if any
+	tooBig    bool      // its cost exceeds an enforce-mode limit's capacity
 	first, n  int       // its matches: group[kind].ms[first:first+n]
 }
 
@@ -139,6 +149,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	e := s.engine.Load()
+	if s.source != nil {
+		if p := s.source(); p != nil && p != e.pol {
+			e = s.setPolicy(p)
+		}
+	}
 	ds := make([]descState, len(req.Descriptors))
 	var refs []*refLimit
 	if e.ref != nil {
@@ -178,6 +193,19 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			}
 		}
 		st.n = len(g.ms) - st.first
+		if st.kind == kindTake && tooBig(g.ms[st.first:]) {
+			// A cost no bucket of it can ever hold: over the limit without
+			// asking the store, and answered with the bucket as it stands.
+			moved := g.ms[st.first:]
+			g.ms = g.ms[:st.first]
+			st.kind, st.tooBig, blockedAny = kindPeek, true, true
+			p := &groups[kindPeek]
+			st.first = len(p.ms)
+			for _, m := range moved {
+				m.Request.Cost = 1
+				p.ms = append(p.ms, m)
+			}
+		}
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -330,6 +358,17 @@ func culprit(rr policy.Result) bool {
 	return !d.Allowed && (d.RetryAfter > 0 || rr.StoreErr != nil || impossible(rr.Match.Request))
 }
 
+// tooBig reports whether an enforce-mode match asks more than its limit
+// can ever hold.
+func tooBig(ms []policy.Match) bool {
+	for _, m := range ms {
+		if m.Rule.Mode != policy.Shadow && impossible(m.Request) {
+			return true
+		}
+	}
+	return false
+}
+
 // impossible reports whether r's cost exceeds what its limit can ever hold.
 func impossible(r sluice.Request) bool {
 	return r.Cost > r.Limit.Capacity()
@@ -386,7 +425,7 @@ func (s *Server) status(st *descState, rrs []policy.Result, charged bool) *rlspb
 		}
 		enf, ei = append(enf, d), append(ei, k)
 	}
-	if over && st.kind != kindRefund {
+	if (over || st.tooBig) && st.kind != kindRefund {
 		out.Code = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	ds, idx := enf, ei

@@ -1,0 +1,387 @@
+package envoyrls_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/policy"
+)
+
+const (
+	OK   = rlspb.RateLimitResponse_OK
+	OVER = rlspb.RateLimitResponse_OVER_LIMIT
+)
+
+// t0 is midnight UTC, a boundary of every unit's windows.
+var t0 = time.Unix(1767225600, 0)
+
+// harness is a Server on a loopback listener and a client built from the
+// same go-control-plane types Envoy uses.
+type harness struct {
+	rls   rlspb.RateLimitServiceClient
+	conn  *grpc.ClientConn
+	clock *sluice.ManualClock
+	store *faultStore
+}
+
+// faultStore is a memory store that can be made to fail, for the store
+// failures a real memory store never has.
+type faultStore struct {
+	sluice.Store
+	down atomic.Bool
+}
+
+var errDown = errors.New("store unreachable")
+
+func (f *faultStore) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+	if f.down.Load() {
+		return sluice.Decision{}, errDown
+	}
+	return f.Store.Take(ctx, op, r)
+}
+
+func (f *faultStore) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+	if f.down.Load() {
+		return nil, errDown
+	}
+	return f.Store.TakeAll(ctx, op, rs)
+}
+
+func start(t *testing.T, pol *policy.Policy) *harness {
+	t.Helper()
+	clock := sluice.NewManualClock(t0)
+	store := &faultStore{Store: memory.New(memory.Options{Clock: clock})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	envoyrls.New(pol, sluice.New(store), envoyrls.Options{Clock: clock, Logger: slog.New(slog.DiscardHandler)}).Register(g)
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &harness{rls: rlspb.NewRateLimitServiceClient(conn), conn: conn, clock: clock, store: store}
+}
+
+// desc builds a descriptor from key, value pairs.
+func desc(kv ...string) *rlv3.RateLimitDescriptor {
+	d := &rlv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func hits(d *rlv3.RateLimitDescriptor, n uint64) *rlv3.RateLimitDescriptor {
+	d.HitsAddend = wrapperspb.UInt64(n)
+	return d
+}
+
+func (h *harness) call(t *testing.T, domain string, requestHits uint32, ds ...*rlv3.RateLimitDescriptor) *rlspb.RateLimitResponse {
+	t.Helper()
+	resp, err := h.rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: requestHits})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	if len(resp.Statuses) != len(ds) {
+		t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(ds))
+	}
+	return resp
+}
+
+// expect checks the overall code and each descriptor's code and remaining.
+func expect(t *testing.T, resp *rlspb.RateLimitResponse, overall rlspb.RateLimitResponse_Code, want ...any) {
+	t.Helper()
+	if resp.OverallCode != overall {
+		t.Errorf("overall %v, want %v (%v)", resp.OverallCode, overall, resp)
+	}
+	for i := 0; i+1 < len(want); i += 2 {
+		st := resp.Statuses[i/2]
+		if st.Code != want[i].(rlspb.RateLimitResponse_Code) || st.LimitRemaining != uint32(want[i+1].(int)) {
+			t.Errorf("status %d: %v remaining %d, want %v remaining %d", i/2, st.Code, st.LimitRemaining, want[i], want[i+1])
+		}
+	}
+}
+
+func header(resp *rlspb.RateLimitResponse, name string) string {
+	for _, h := range resp.ResponseHeadersToAdd {
+		if strings.EqualFold(h.Key, name) {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+const refYAML = `domain: test
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: a
+    value: x
+    descriptors:
+      - key: b
+        rate_limit: {name: ab, unit: minute, requests_per_unit: 600}
+  - key: big
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: ua
+    value: bot*
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: ua
+    value: botany
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: shared
+    value: bot*
+    share_threshold: true
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: open
+    rate_limit: {unlimited: true}
+  - key: zero
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: p
+    rate_limit: {name: base, unit: second, requests_per_unit: 1}
+  - key: q
+    rate_limit:
+      name: override
+      unit: hour
+      unit_multiplier: 2
+      requests_per_unit: 5
+      replaces: [{name: base}]
+`
+
+func startRef(t *testing.T) *harness {
+	t.Helper()
+	pol, err := envoyrls.ParseReferenceConfig("test.yaml", []byte(refYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start(t, pol)
+}
+
+func TestSingleDescriptor(t *testing.T) {
+	h := startRef(t)
+	for want := 2; want >= 0; want-- {
+		expect(t, h.call(t, "test", 0, desc("k", "v1")), OK, OK, want)
+	}
+	resp := h.call(t, "test", 0, desc("k", "v1"))
+	expect(t, resp, OVER, OVER, 0)
+	st := resp.Statuses[0]
+	if cl := st.CurrentLimit; cl == nil || cl.RequestsPerUnit != 3 || cl.Unit != rlspb.RateLimitResponse_RateLimit_SECOND {
+		t.Errorf("current_limit %v, want 3/SECOND", cl)
+	}
+	if d := st.DurationUntilReset.AsDuration(); d != time.Second {
+		t.Errorf("duration_until_reset %v, want 1s (the window ends at the next second)", d)
+	}
+	if header(resp, "Retry-After") == "" || header(resp, "RateLimit-Remaining") != "0" {
+		t.Errorf("OVER_LIMIT headers %v", resp.ResponseHeadersToAdd)
+	}
+	// Another value has its own bucket; the window ends on the second.
+	expect(t, h.call(t, "test", 0, desc("k", "v2")), OK, OK, 2)
+	h.clock.Advance(time.Second)
+	resp = h.call(t, "test", 0, desc("k", "v1"))
+	expect(t, resp, OK, OK, 2)
+	if header(resp, "RateLimit-Limit") != "3" || header(resp, "RateLimit-Remaining") != "2" || header(resp, "Retry-After") != "" {
+		t.Errorf("OK headers %v", resp.ResponseHeadersToAdd)
+	}
+	// Another domain knows nothing of these limits.
+	resp = h.call(t, "other", 0, desc("k", "v1"))
+	expect(t, resp, OK, OK, 0)
+	if resp.Statuses[0].CurrentLimit != nil || len(resp.ResponseHeadersToAdd) != 0 {
+		t.Errorf("unknown domain answered %v", resp)
+	}
+}
+
+func TestNestedEntries(t *testing.T) {
+	h := startRef(t)
+	resp := h.call(t, "test", 0, desc("a", "x", "b", "u1"))
+	expect(t, resp, OK, OK, 599)
+	if cl := resp.Statuses[0].CurrentLimit; cl == nil || cl.Name != "ab" || cl.RequestsPerUnit != 600 || cl.Unit != rlspb.RateLimitResponse_RateLimit_MINUTE {
+		t.Errorf("current_limit %v, want ab 600/MINUTE", cl)
+	}
+	expect(t, h.call(t, "test", 0, desc("a", "x", "b", "u2")), OK, OK, 599)
+	expect(t, h.call(t, "test", 0, desc("a", "x", "b", "u1")), OK, OK, 598)
+	// Only the full configured path is limited, as in the reference server.
+	for _, d := range []*rlv3.RateLimitDescriptor{desc("a", "x"), desc("a", "y", "b", "u1"), desc("a", "x", "b", "u1", "c", "z"), desc("b", "u1")} {
+		if resp := h.call(t, "test", 0, d); resp.OverallCode != OK || resp.Statuses[0].CurrentLimit != nil {
+			t.Errorf("%v: limited: %v", d, resp)
+		}
+	}
+}
+
+func TestAllOrNothing(t *testing.T) {
+	h := startRef(t)
+	expect(t, h.call(t, "test", 3, desc("k", "v")), OK, OK, 0)
+	// k=v is exhausted: the call is over the limit and big=w is not charged.
+	resp := h.call(t, "test", 0, desc("k", "v"), desc("big", "w"))
+	expect(t, resp, OVER, OVER, 0, OK, 100)
+	resp = h.call(t, "test", 0, desc("k", "v"), desc("big", "w"), desc("a", "x", "b", "u"))
+	expect(t, resp, OVER, OVER, 0, OK, 100, OK, 600)
+	// A check without charging shows the bucket untouched.
+	expect(t, h.call(t, "test", 0, hits(desc("big", "w"), 0)), OK, OK, 100)
+	// When every descriptor fits, all are charged together.
+	h.clock.Advance(time.Second)
+	expect(t, h.call(t, "test", 0, desc("k", "v"), desc("big", "w")), OK, OK, 2, OK, 99)
+}
+
+func TestHitsAddend(t *testing.T) {
+	h := startRef(t)
+	expect(t, h.call(t, "test", 2, desc("big", "a")), OK, OK, 98)          // the request's hits_addend
+	expect(t, h.call(t, "test", 2, hits(desc("big", "a"), 5)), OK, OK, 93) // the descriptor's own wins
+	expect(t, h.call(t, "test", 0, desc("big", "a")), OK, OK, 92)          // unset counts 1
+	expect(t, h.call(t, "test", 7, hits(desc("big", "a"), 0)), OK, OK, 92) // 0 checks without charging
+	// More than the limit can ever hold is over the limit and charges nothing.
+	expect(t, h.call(t, "test", 0, hits(desc("big", "a"), 101), desc("k", "z")), OVER, OVER, 92, OK, 3)
+	expect(t, h.call(t, "test", 0, hits(desc("big", "a"), 92)), OK, OK, 0)
+	// A check of an exhausted bucket fails the call: nothing else is charged.
+	resp := h.call(t, "test", 0, hits(desc("big", "a"), 0), desc("k", "z"))
+	expect(t, resp, OVER, OVER, 0, OK, 3)
+	expect(t, h.call(t, "test", 0, hits(desc("k", "z"), 0)), OK, OK, 3)
+}
+
+func TestNegativeHits(t *testing.T) {
+	h := startRef(t)
+	expect(t, h.call(t, "test", 3, desc("k", "n")), OK, OK, 0)
+	// The store has no refund: a negative hit is answered, never rejected,
+	// and changes nothing.
+	d := hits(desc("k", "n"), 2)
+	d.IsNegativeHits = true
+	expect(t, h.call(t, "test", 0, d), OK, OK, 0)
+	expect(t, h.call(t, "test", 0, desc("k", "n")), OVER, OVER, 0)
+}
+
+func TestShadowMode(t *testing.T) {
+	h := startRef(t)
+	expect(t, h.call(t, "test", 0, desc("shadow", "s")), OK, OK, 0)
+	// Over the shadow limit: still OK, and the other descriptor is charged.
+	resp := h.call(t, "test", 0, desc("shadow", "s"), desc("k", "s"))
+	expect(t, resp, OK, OK, 0, OK, 2)
+	if cl := resp.Statuses[0].CurrentLimit; cl == nil || cl.RequestsPerUnit != 1 {
+		t.Errorf("shadow current_limit %v", cl)
+	}
+	// Shadow limits add no headers of their own.
+	if strings.Contains(header(resp, "RateLimit-Policy"), "q=1;") {
+		t.Errorf("shadow limit in headers: %v", resp.ResponseHeadersToAdd)
+	}
+}
+
+func TestWildcardUnlimitedZeroReplaces(t *testing.T) {
+	h := startRef(t)
+	// "bot*" matches every value with that prefix, one bucket per value;
+	// an exact value wins over the wildcard.
+	expect(t, h.call(t, "test", 2, desc("ua", "bot-1")), OK, OK, 0)
+	expect(t, h.call(t, "test", 0, desc("ua", "bot-1")), OVER, OVER, 0)
+	expect(t, h.call(t, "test", 0, desc("ua", "bot-2")), OK, OK, 1)
+	expect(t, h.call(t, "test", 0, desc("ua", "botany")), OK, OK, 4)
+	// share_threshold: every matching value shares one bucket.
+	expect(t, h.call(t, "test", 2, desc("shared", "bot-1")), OK, OK, 0)
+	expect(t, h.call(t, "test", 0, desc("shared", "bot-2")), OVER, OVER, 0)
+	// unlimited never limits.
+	resp := h.call(t, "test", 1000, desc("open", "x"))
+	expect(t, resp, OK, OK, int(^uint32(0)))
+	// requests_per_unit 0 rejects everything, and charges nothing else.
+	expect(t, h.call(t, "test", 0, desc("zero", "x"), desc("big", "z")), OVER, OVER, 0, OK, 100)
+	// replaces: q's limit replaces the limit named base when both apply.
+	expect(t, h.call(t, "test", 0, desc("p", "1")), OK, OK, 0)
+	resp = h.call(t, "test", 0, desc("p", "1"), desc("q", "1"))
+	expect(t, resp, OK, OK, 0, OK, 4)
+	if resp.Statuses[0].CurrentLimit != nil {
+		t.Errorf("replaced limit still reported: %v", resp.Statuses[0])
+	}
+	if cl := resp.Statuses[1].CurrentLimit; cl.GetUnitMultiplier().GetValue() != 2 || cl.Unit != rlspb.RateLimitResponse_RateLimit_HOUR {
+		t.Errorf("current_limit %v, want 5 per 2 HOUR", cl)
+	}
+	expect(t, h.call(t, "test", 0, desc("p", "1")), OVER, OVER, 0)
+}
+
+func TestDescriptorLimitOverride(t *testing.T) {
+	h := startRef(t)
+	d := desc("k", "o")
+	d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
+	expect(t, h.call(t, "test", 0, d), OK, OK, 0)
+	expect(t, h.call(t, "test", 0, d), OVER, OVER, 0)
+	// The configured 3/s limit of the same descriptor is a separate bucket.
+	expect(t, h.call(t, "test", 0, desc("k", "o")), OK, OK, 2)
+}
+
+func TestStoreDownAllows(t *testing.T) {
+	h := startRef(t)
+	h.store.down.Store(true)
+	// The reference format's rules follow on_store_error: allow.
+	for i := 0; i < 5; i++ {
+		expect(t, h.call(t, "test", 0, desc("k", "down")), OK, OK, 3)
+	}
+	h.store.down.Store(false)
+	expect(t, h.call(t, "test", 0, desc("k", "down")), OK, OK, 2) // nothing was charged meanwhile
+}
+
+func TestInvalidRequests(t *testing.T) {
+	h := startRef(t)
+	for name, req := range map[string]*rlspb.RateLimitRequest{
+		"no domain":      {Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}},
+		"no descriptors": {Domain: "test"},
+		"empty entries":  {Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{{}}},
+		"empty key":      {Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("", "v")}},
+		"huge value":     {Domain: "test", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", strings.Repeat("x", 5000))}},
+	} {
+		_, err := h.rls.ShouldRateLimit(context.Background(), req)
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+}
+
+func TestHealthAndReflection(t *testing.T) {
+	h := startRef(t)
+	for _, svc := range []string{"", envoyrls.ServiceName} {
+		resp, err := healthpb.NewHealthClient(h.conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health %q: %v %v", svc, resp, err)
+		}
+	}
+	stream, err := reflectionpb.NewServerReflectionClient(h.conn).ServerReflectionInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		found = found || s.Name == envoyrls.ServiceName
+	}
+	if !found {
+		t.Errorf("reflection lists %v, want %s", resp.GetListServicesResponse(), envoyrls.ServiceName)
+	}
+	stream.CloseSend()
+}

@@ -55,6 +55,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Violations, when set, records every rejection of a take.
 	Violations *ViolationLog
+	// RecordViolations, when set and Violations is not, makes the store
+	// start a ViolationLog of its own on its pool (closed by Close).
+	RecordViolations *ViolationOptions
 	// Clock replaces the server's clock. For tests only: in production every
 	// client must read the one server clock so that they agree.
 	Clock sluice.Clock
@@ -74,6 +77,8 @@ type Store struct {
 	q      querier
 	opts   Options
 	ownsDB bool
+	// ownsLog: the violation log was started by the store.
+	ownsLog bool
 	stop   chan struct{}
 	done   chan struct{}
 	once   sync.Once
@@ -134,6 +139,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		}
 	}
 	s := &Store{pool: pool, q: pool, opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	if opts.Violations == nil && opts.RecordViolations != nil {
+		v, err := NewViolationLog(pool, *opts.RecordViolations)
+		if err != nil {
+			return nil, err
+		}
+		s.opts.Violations, s.ownsLog = v, true
+	}
 	if opts.HousekeepingInterval > 0 {
 		go s.housekeeping()
 	} else {
@@ -164,11 +176,17 @@ func (s *Store) Close() {
 	s.once.Do(func() {
 		close(s.stop)
 		<-s.done
+		if s.ownsLog {
+			s.opts.Violations.Close()
+		}
 		if s.ownsDB {
 			s.pool.Close()
 		}
 	})
 }
+
+// Violations returns the store's violation log, or nil.
+func (s *Store) Violations() *ViolationLog { return s.opts.Violations }
 
 // Pool returns the store's connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
@@ -179,7 +197,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // short. TakeAll through it uses a savepoint. The view runs no
 // housekeeping and needs no Close.
 func (s *Store) WithTx(tx pgx.Tx) *Store {
-	v := &Store{pool: s.pool, q: tx, opts: s.opts, stop: make(chan struct{}), done: make(chan struct{})}
+	v := &Store{pool: s.pool, q: tx, opts: s.opts, ownsLog: false, stop: make(chan struct{}), done: make(chan struct{})}
 	close(v.done)
 	return v
 }

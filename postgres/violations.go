@@ -251,15 +251,39 @@ func nullID(id int64) any {
 	return id
 }
 
-// ListViolations returns the newest violations since since, newest first,
-// at most limit of them.
-func ListViolations(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, since time.Time, limit int) ([]Violation, error) {
-	rows, err := q.Query(ctx, `SELECT violation_id, bucket_key, coalesce(user_id, ''), ip_address, coalesce(endpoint, ''),
+// ViolationQuery selects violations for ListViolations.
+type ViolationQuery struct {
+	Since  time.Time  // only violations at or after Since
+	UserID string     // only this user's, when set (uses the by-user index)
+	IP     netip.Addr // only this client's, when valid (uses the by-IP index)
+	Limit  int        // at most this many (default 100)
+}
+
+// Queryer is what ListViolations needs: a pool, a connection or a
+// transaction.
+type Queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// ListViolations returns the violations q selects, newest first.
+func ListViolations(ctx context.Context, db Queryer, q ViolationQuery) ([]Violation, error) {
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	sql := `SELECT violation_id, bucket_key, coalesce(user_id, ''), ip_address, coalesce(endpoint, ''),
        requested_at, tokens_at_time, rule, coalesce(rule_id, 0)
-FROM sluice_violations WHERE requested_at >= $1
-ORDER BY requested_at DESC, violation_id DESC LIMIT $2`, since, limit)
+FROM sluice_violations WHERE requested_at >= $1`
+	args := []any{q.Since, q.Limit}
+	if q.UserID != "" {
+		args = append(args, q.UserID)
+		sql += fmt.Sprintf(" AND user_id = $%d", len(args))
+	}
+	if q.IP.IsValid() {
+		args = append(args, q.IP)
+		sql += fmt.Sprintf(" AND ip_address = $%d", len(args))
+	}
+	sql += " ORDER BY requested_at DESC, violation_id DESC LIMIT $2"
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres violations: %w", err)
 	}

@@ -1,0 +1,72 @@
+package postgres
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// URL parameters sluice reads from a store URL and removes before handing
+// the rest to pgx (which would send unknown ones to the server as settings).
+const (
+	paramMigrate      = "sluice_migrate"      // true: apply migrations at start
+	paramKeyPrefix    = "sluice_key_prefix"   // Options.KeyPrefix
+	paramHousekeeping = "sluice_housekeeping" // Options.HousekeepingInterval, e.g. 30s; 0 disables
+	paramViolations   = "sluice_violations"   // true: record rejections in sluice_violations
+)
+
+// URLOptions are the sluice settings found in a store URL.
+type URLOptions struct {
+	Options
+	// LogViolations asks the opener to attach a ViolationLog.
+	LogViolations bool
+}
+
+// SplitURL separates sluice's own parameters (sluice_migrate,
+// sluice_key_prefix, sluice_housekeeping, sluice_violations) from a
+// postgres:// URL and returns the URL pgx should connect with.
+func SplitURL(raw string) (string, URLOptions, error) {
+	var o URLOptions
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", o, fmt.Errorf("postgres url: %w", err)
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return "", o, fmt.Errorf("postgres url: scheme %q, want postgres or postgresql", u.Scheme)
+	}
+	q := u.Query()
+	boolParam := func(name string) (bool, error) {
+		v := q.Get(name)
+		if v == "" {
+			return false, nil
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, fmt.Errorf("postgres url: %s=%q is not true or false", name, v)
+		}
+		return b, nil
+	}
+	if o.Migrate, err = boolParam(paramMigrate); err != nil {
+		return "", o, err
+	}
+	if o.LogViolations, err = boolParam(paramViolations); err != nil {
+		return "", o, err
+	}
+	o.KeyPrefix = q.Get(paramKeyPrefix)
+	if v := q.Get(paramHousekeeping); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return "", o, fmt.Errorf("postgres url: %s=%q is not a duration >= 0", paramHousekeeping, v)
+		}
+		o.HousekeepingInterval = d
+		if d == 0 {
+			o.HousekeepingInterval = -1
+		}
+	}
+	for _, p := range []string{paramMigrate, paramKeyPrefix, paramHousekeeping, paramViolations} {
+		q.Del(p)
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), o, nil
+}

@@ -79,9 +79,9 @@ type Store struct {
 	ownsDB bool
 	// ownsLog: the violation log was started by the store.
 	ownsLog bool
-	stop   chan struct{}
-	done   chan struct{}
-	once   sync.Once
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
 }
 
 // clockSQL reads the server's clock in integer microseconds. extract

@@ -1,0 +1,166 @@
+package httpgate_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// nginxBinary finds nginx: Debian's /usr/sbin/nginx or one on PATH. When it
+// is missing the test is skipped, except in CI, where that is a failure.
+func nginxBinary(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("nginx"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/nginx"); err == nil {
+		return "/usr/sbin/nginx"
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("nginx is not installed (apt-get install nginx); CI=true requires it")
+	}
+	t.Skip("nginx is not installed (apt-get install nginx); skipping the nginx integration test")
+	return ""
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestNginxAuthRequest runs examples/nginx.conf in a real nginx in front of
+// an upstream, with sluice's forward auth as its auth_request: a client
+// over its limit gets a 429 with Retry-After and the RateLimit fields, and
+// the upstream never sees the rejected requests.
+func TestNginxAuthRequest(t *testing.T) {
+	bin := nginxBinary(t)
+	e := newEnv(t, tightPolicy)
+	var hits atomic.Int64
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, "app: "+r.URL.Path)
+	}))
+	t.Cleanup(app.Close)
+
+	conf, err := os.ReadFile("../examples/nginx.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	addr := freePort(t)
+	cfg := string(conf)
+	for old, new := range map[string]string{
+		"127.0.0.1:8080;": strings.TrimPrefix(e.srv.URL, "http://") + ";",
+		"127.0.0.1:3000;": strings.TrimPrefix(app.URL, "http://") + ";",
+		"listen 8000;":    "listen " + addr + ";",
+		"http {": "http {\n    access_log " + filepath.Join(dir, "access.log") + ";\n" +
+			"    client_body_temp_path " + filepath.Join(dir, "body") + ";\n" +
+			"    proxy_temp_path " + filepath.Join(dir, "proxy") + ";\n" +
+			"    fastcgi_temp_path " + filepath.Join(dir, "fastcgi") + ";\n" +
+			"    uwsgi_temp_path " + filepath.Join(dir, "uwsgi") + ";\n" +
+			"    scgi_temp_path " + filepath.Join(dir, "scgi") + ";\n",
+	} {
+		if !strings.Contains(cfg, old) {
+			t.Fatalf("examples/nginx.conf no longer contains %q", old)
+		}
+		cfg = strings.Replace(cfg, old, new, 1)
+	}
+	if os.Geteuid() == 0 {
+		cfg = "user root;\n" + cfg
+	}
+	confPath := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(confPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errLog := filepath.Join(dir, "error.log")
+	ctx, cancel := context.WithCancel(context.Background())
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "-p", dir, "-c", confPath, "-e", errLog,
+		"-g", "daemon off; master_process on; worker_processes 1; pid "+filepath.Join(dir, "nginx.pid")+"; error_log "+errLog+" warn;")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // fast shutdown, workers included
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("start nginx: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		cmd.Wait()
+	})
+	logs := func() string {
+		b, _ := os.ReadFile(errLog)
+		return out.String() + string(b)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) || cmd.ProcessState != nil {
+			t.Fatalf("nginx did not come up on %s: %v\n%s", addr, err, logs())
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for a process to listen, not for tokens
+	}
+
+	get := func() (*http.Response, string) {
+		resp, err := http.Get("http://" + addr + "/orders?id=7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	for i := 0; i < 2; i++ {
+		resp, body := get()
+		if resp.StatusCode != 200 || body != "app: /orders" {
+			t.Fatalf("request %d: %d %q\n%s", i, resp.StatusCode, body, logs())
+		}
+		if rl := resp.Header.Get("RateLimit"); rl == "" {
+			t.Errorf("allowed request %d without RateLimit: %v", i, resp.Header)
+		}
+	}
+	resp, body := get()
+	if resp.StatusCode != 429 {
+		t.Fatalf("third request: %d %q\n%s", resp.StatusCode, body, logs())
+	}
+	wantHeaders(t, resp.Header, map[string]string{
+		"Retry-After":         "1",
+		"RateLimit-Policy":    `"per-ip";q=2;w=2`,
+		"RateLimit":           `"per-ip";r=0;t=1`,
+		"RateLimit-Limit":     "2",
+		"RateLimit-Remaining": "0",
+		"RateLimit-Reset":     "1",
+		"X-Sluice-Reason":     "token_bucket_exceeded",
+		"Cache-Control":       "no-store",
+		"Content-Type":        "application/problem+json",
+	})
+	if !strings.Contains(body, "quota-exceeded") {
+		t.Errorf("body %q", body)
+	}
+	if n := hits.Load(); n != 2 {
+		t.Errorf("the app saw %d requests, want 2: rejected requests must not reach it", n)
+	}
+	// sluice judged the original request: the client's address and path.
+	if a := e.audit.String(); !strings.Contains(a, `"path":"/orders"`) || !strings.Contains(a, `"client_ip":"127.0.0.1"`) {
+		t.Errorf("audit log %q", a)
+	}
+}

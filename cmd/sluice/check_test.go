@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCheckValidFile(t *testing.T) {
+	t.Setenv("SLUICE_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+	var out, errb bytes.Buffer
+	code := run([]string{"check", "../../examples/global-rps.yaml", "../../examples/policy.yaml"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errb.String())
+	}
+	want := "../../examples/global-rps.yaml: ok (1 rule)\n"
+	if !strings.HasPrefix(out.String(), want) {
+		t.Fatalf("stdout %q, want it to start with %q", out.String(), want)
+	}
+}
+
+func TestCheckInvalidFile(t *testing.T) {
+	t.Setenv("SLUICE_JWT_SECRET", "")
+	file := filepath.Join(t.TempDir(), "bad.yaml")
+	cfg := `listen: ":8080"
+rules:
+  - name: ok
+    algorithm_config: {rps: 10, burst: 20}
+  - name: typo
+    limit_key: ["ip:address"]
+    algorithm_config: {rps: 10, burst: 20}
+  - name: low-burst
+    algorithm_config:
+      tokens_per_second: 100
+      burst: 50
+`
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", file}, &out, &errb); code != 1 {
+		t.Fatalf("exit %d, want 1; stdout %q stderr %q", code, out.String(), errb.String())
+	}
+	want := file + ":6: rules[1].limit_key: unknown field (did you mean \"limit_keys\"?)\n" +
+		file + ":11: rules[2].algorithm_config.burst: must be >= tokens_per_second (100)\n"
+	if errb.String() != want {
+		t.Fatalf("stderr:\n%s\nwant:\n%s", errb.String(), want)
+	}
+	if out.Len() != 0 {
+		t.Fatalf("stdout %q, want nothing", out.String())
+	}
+}
+
+func TestCheckUnknownStore(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "store.yaml")
+	cfg := "store: {url: \"memroy://\"}\nrules:\n  - name: a\n    algorithm_config: {rps: 1, burst: 1}\n"
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", file}, &out, &errb); code != 1 || !strings.Contains(errb.String(), `store.url: unknown store "memroy"`) {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+func TestCheckUsage(t *testing.T) {
+	for _, args := range [][]string{{"check"}, {"check", "--bogus", "x.yaml"}} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+		if !strings.Contains(errb.String(), "usage: sluice check") {
+			t.Errorf("%v: stderr %q lacks the usage", args, errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", filepath.Join(t.TempDir(), "missing.yaml")}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "missing.yaml: open") {
+		t.Errorf("missing file: exit %d, stderr %q", code, errb.String())
+	}
+}

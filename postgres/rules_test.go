@@ -1,0 +1,236 @@
+package postgres_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/postgres"
+)
+
+const baseConfig = `
+rules:
+  - name: file-rule
+    limit_keys: [ip:address]
+    algorithm_config: {tokens_per_second: 10, burst: 20}
+`
+
+// capacities returns, per rule name, the burst of the limit that applies to
+// a request with the given plan, user and path.
+func capacities(t *testing.T, p *policy.Policy, plan, user, path string) map[string]float64 {
+	t.Helper()
+	r := httptest.NewRequest("GET", path, nil)
+	r.RemoteAddr = "192.0.2.1:1234"
+	if plan != "" {
+		r.Header.Set("X-Plan", plan)
+	}
+	if user != "" {
+		r.Header.Set("X-User-ID", user)
+	}
+	ms, err := p.Match(p.FromHTTP(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, m := range ms {
+		out[m.Rule.Name] = m.Request.Limit.Capacity()
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, ch <-chan *policy.Policy) *policy.Policy {
+	t.Helper()
+	select {
+	case p := <-ch:
+		return p
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		return nil
+	}
+}
+
+func TestRulesTable(t *testing.T) {
+	p := pool(t)
+	ctx := pgtestContext(t)
+	if _, err := p.Exec(ctx, "TRUNCATE sluice_rules RESTART IDENTITY CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	var userNull int64
+	err := p.QueryRow(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity, plan, description) VALUES
+  ('user:{user_id}', 'user', 1, 5, NULL, 'everyone else'),
+  ('user:{user_id}', 'user', 10, 50, 'free', NULL),
+  ('user:{user_id}', 'user', 100, 500, 'pro', NULL),
+  ('endpoint:/api/search', 'endpoint', 1000, 2000, NULL, NULL),
+  ('global', 'global', 50000, 100000, NULL, NULL),
+  ('ip:{ip}', 'ip', 5, 10, NULL, NULL)
+RETURNING rule_id`).Scan(&userNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A plan may not have two rows for one pattern, and neither may NULL.
+	if _, err := p.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('user:{user_id}', 'user', 1, 1)`); err == nil {
+		t.Fatal("a second NULL-plan row for one key_pattern was accepted")
+	}
+
+	changes := make(chan *policy.Policy, 16)
+	src, err := postgres.NewPolicySource(ctx, p, postgres.PolicySourceOptions{
+		Filename: "sluice.yaml", Config: []byte(baseConfig), Interval: time.Hour,
+		OnChange: func(pol *policy.Policy) { changes <- pol },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	first := waitFor(t, "the first load", changes)
+	if len(first.Rules) != 5 || first.Rules[0].Name != "file-rule" {
+		names := []string{}
+		for _, r := range first.Rules {
+			names = append(names, r.Name)
+		}
+		t.Fatalf("rules %v, want file-rule and four from the table", names)
+	}
+	// The LISTEN connection's own first refresh may come too.
+	drain := func() {
+		for {
+			select {
+			case <-changes:
+			case <-time.After(300 * time.Millisecond):
+				return
+			}
+		}
+	}
+	drain()
+
+	userRule := "db-1"
+	for _, tc := range []struct {
+		plan string
+		want float64
+	}{{"pro", 500}, {"free", 50}, {"", 5}, {"enterprise", 5}} {
+		got := capacities(t, src.Policy(), tc.plan, "u1", "/api/search")
+		if got[userRule] != tc.want {
+			t.Errorf("plan %q: user rule burst %v, want %v (all: %v)", tc.plan, got[userRule], tc.want, got)
+		}
+		if got["db-4"] != 2000 || got["db-5"] != 100000 || got["db-6"] != 10 || got["file-rule"] != 20 {
+			t.Errorf("plan %q: %v", tc.plan, got)
+		}
+	}
+	if got := capacities(t, src.Policy(), "", "u1", "/other"); got["db-4"] != 0 {
+		t.Errorf("the /api/search rule applied to /other: %v", got)
+	}
+
+	// A change is picked up through NOTIFY.
+	if _, err := p.Exec(ctx, `UPDATE sluice_rules SET burst_capacity = 700 WHERE plan = 'pro'`); err != nil {
+		t.Fatal(err)
+	}
+	pol := waitFor(t, "the NOTIFY refresh", changes)
+	if got := capacities(t, pol, "pro", "u1", "/"); got[userRule] != 700 {
+		t.Fatalf("after the update the pro burst is %v, want 700", got[userRule])
+	}
+	drain()
+
+	// An invalid row is refused as a whole; the last good policy stays.
+	good := src.Policy()
+	if _, err := p.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('endpoint:/bad', 'endpoint', 'NaN', 3)`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for src.LastError() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the invalid row was never refused")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(src.LastError().Error(), "rate_per_second") {
+		t.Fatalf("refusal %v does not name the field", src.LastError())
+	}
+	if src.Policy() != good {
+		t.Fatal("the policy changed although the refresh was refused")
+	}
+	// Deactivating the bad row heals.
+	if _, err := p.Exec(ctx, `UPDATE sluice_rules SET is_active = false WHERE key_pattern = 'endpoint:/bad'`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the refresh after the fix", changes)
+	if src.LastError() != nil {
+		t.Fatalf("error after the fix: %v", src.LastError())
+	}
+}
+
+// Without LISTEN the timer alone picks changes up.
+func TestRulesTimerRefresh(t *testing.T) {
+	p := pool(t)
+	ctx := pgtestContext(t)
+	if _, err := p.Exec(ctx, "TRUNCATE sluice_rules RESTART IDENTITY CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('global', 'global', 10, 10)`); err != nil {
+		t.Fatal(err)
+	}
+	changes := make(chan *policy.Policy, 16)
+	src, err := postgres.NewPolicySource(ctx, p, postgres.PolicySourceOptions{
+		NoListen: true, Interval: 50 * time.Millisecond,
+		OnChange: func(pol *policy.Policy) { changes <- pol },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	waitFor(t, "the first load", changes)
+	if _, err := p.Exec(ctx, `UPDATE sluice_rules SET burst_capacity = 30`); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		pol := waitFor(t, "a timer refresh", changes)
+		if pol.Rule("db-1").Limit.Capacity() == 30 {
+			return
+		}
+	}
+}
+
+func TestForPlan(t *testing.T) {
+	rows := []postgres.RuleRow{
+		{ID: 1, KeyPattern: "a", Plan: "free"},
+		{ID: 2, KeyPattern: "a", Plan: "pro"},
+		{ID: 3, KeyPattern: "a"},
+		{ID: 4, KeyPattern: "b", Plan: "pro"},
+		{ID: 5, KeyPattern: "c"},
+	}
+	ids := func(rs []postgres.RuleRow) []int64 {
+		var out []int64
+		for _, r := range rs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	for plan, want := range map[string][]int64{"pro": {2, 4, 5}, "free": {1, 5}, "": {3, 5}, "other": {3, 5}} {
+		if got := ids(postgres.ForPlan(rows, plan)); len(got) != len(want) || (len(got) > 0 && got[0] != want[0]) || got[len(got)-1] != want[len(want)-1] {
+			t.Errorf("plan %q: %v, want %v", plan, got, want)
+		}
+	}
+}
+
+func TestRulesYAMLRejectsBadRows(t *testing.T) {
+	for _, tc := range []struct {
+		row  postgres.RuleRow
+		want string
+	}{
+		{postgres.RuleRow{ID: 1, KeyPattern: "x", Scope: "global", RatePerSecond: 0, Burst: 1}, "rate_per_second"},
+		{postgres.RuleRow{ID: 1, KeyPattern: "x", Scope: "global", RatePerSecond: 1, Burst: 0}, "burst_capacity"},
+		{postgres.RuleRow{ID: 1, KeyPattern: "x", Scope: "planet", RatePerSecond: 1, Burst: 1}, "unknown scope"},
+		{postgres.RuleRow{ID: 1, KeyPattern: "search", Scope: "endpoint", RatePerSecond: 1, Burst: 1}, "endpoint:/path"},
+		{postgres.RuleRow{ID: 1, KeyPattern: "x", Scope: "user", RatePerSecond: 1, Burst: 1, Plan: "bad plan"}, "plan"},
+	} {
+		if _, err := postgres.RulesYAML([]postgres.RuleRow{tc.row}, postgres.RulesOptions{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want one naming %q", tc.row, err, tc.want)
+		}
+	}
+}
+
+func pgtestContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -190,6 +190,10 @@ func NewLimit(s Spec) (*Limit, error) {
 		if s.Algorithm == SlidingLog && p.Offset >= 0 {
 			return bad("start applies to fixed windows only")
 		}
+		// Waits reach up to capacity/rate windows ahead; keep them in range.
+		if windows := float64(p.Capacity/p.WindowRate + 1); windows*float64(p.Period) >= maxScaled {
+			return bad("refilling capacity %v at rate %v per %v takes too long to express", capacity, rate, period)
+		}
 	}
 	return &Limit{spec: s, params: p, nameID: maphash.String(nameSeed, s.Name)}, nil
 }

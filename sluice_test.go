@@ -230,3 +230,10 @@ func TestWindowOffsetSpreads(t *testing.T) {
 		t.Fatalf("offsets do not spread: %v", seen)
 	}
 }
+
+func TestFixedWindowRefillRange(t *testing.T) {
+	_, err := sluice.NewLimit(sluice.Spec{Name: "slow-fw", Algorithm: sluice.FixedWindow, Rate: 1e-6, Capacity: 1e9, Period: 24 * time.Hour})
+	if !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Fatalf("a window refill beyond the time range was accepted: %v", err)
+	}
+}

@@ -1,0 +1,101 @@
+package envoyrls_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// A policy in sluice's own format: token buckets, any period, per-rule
+// on_store_error.
+const sluiceYAML = `rules:
+  - name: per-client
+    match: {domain: edge}
+    limit_keys: ["descriptor:client"]
+    missing_key: skip
+    algorithm: token_bucket
+    algorithm_config: {rate: 600, period: 1m, capacity: 5}
+  - name: strict
+    match: {domain: edge, "descriptor:tier": free}
+    limit_keys: [descriptor]
+    algorithm: fixed_window
+    algorithm_config: {rate: 2, period: 10s, start: 0s}
+    on_store_error: deny
+  - name: trial
+    mode: shadow
+    match: {domain: edge, "descriptor:trial": "yes"}
+    algorithm: token_bucket
+    algorithm_config: {rps: 1, burst: 1}
+`
+
+func startSluice(t *testing.T) *harness {
+	t.Helper()
+	pol, err := policy.Parse("sluice.yaml", []byte(sluiceYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start(t, pol)
+}
+
+func TestSluicePolicyTokenBucket(t *testing.T) {
+	h := startSluice(t)
+	for want := 4; want >= 0; want-- {
+		expect(t, h.call(t, "edge", 0, desc("client", "c1")), OK, OK, want)
+	}
+	resp := h.call(t, "edge", 0, desc("client", "c1"))
+	expect(t, resp, OVER, OVER, 0)
+	// 600 per minute is said per minute, not as 10 per second.
+	if cl := resp.Statuses[0].CurrentLimit; cl == nil || cl.Name != "per-client" || cl.RequestsPerUnit != 600 || cl.Unit != rlspb.RateLimitResponse_RateLimit_MINUTE {
+		t.Errorf("current_limit %v, want per-client 600/MINUTE", cl)
+	}
+	if d := resp.Statuses[0].DurationUntilReset.AsDuration(); d != 500*time.Millisecond {
+		t.Errorf("duration_until_reset %v, want 500ms until the bucket is full", d)
+	}
+	if !strings.Contains(header(resp, "RateLimit-Policy"), `"per-client";q=5`) || header(resp, "Retry-After") != "1" {
+		t.Errorf("headers %v", resp.ResponseHeadersToAdd)
+	}
+	// A token bucket refills continuously: one token every 100ms.
+	h.clock.Advance(100 * time.Millisecond)
+	expect(t, h.call(t, "edge", 0, desc("client", "c1")), OK, OK, 0)
+	// Other domains and descriptors without the key are not limited.
+	expect(t, h.call(t, "other", 0, desc("client", "c1")), OK, OK, 0)
+	if resp := h.call(t, "edge", 0, desc("path", "/")); resp.Statuses[0].CurrentLimit != nil {
+		t.Errorf("unrelated descriptor limited: %v", resp)
+	}
+}
+
+func TestSluicePolicyAllOrNothingAndShadow(t *testing.T) {
+	h := startSluice(t)
+	// One descriptor may match several rules: all of them decide it.
+	expect(t, h.call(t, "edge", 0, desc("tier", "free", "client", "c2")), OK, OK, 1)
+	expect(t, h.call(t, "edge", 0, desc("tier", "free", "client", "c2")), OK, OK, 0)
+	resp := h.call(t, "edge", 0, desc("tier", "free", "client", "c2"), desc("client", "c3"))
+	expect(t, resp, OVER, OVER, 0, OK, 5)
+	if cl := resp.Statuses[0].CurrentLimit; cl.GetName() != "strict" || cl.RequestsPerUnit != 2 || cl.Unit != rlspb.RateLimitResponse_RateLimit_SECOND || cl.GetUnitMultiplier().GetValue() != 10 {
+		t.Errorf("current_limit %v, want strict 2 per 10 SECOND", cl)
+	}
+	// c2's token bucket kept the 3 tokens the rejected calls did not take.
+	expect(t, h.call(t, "edge", 0, hits(desc("client", "c2"), 0)), OK, OK, 3)
+	// Shadow rules count but never reject.
+	expect(t, h.call(t, "edge", 0, desc("trial", "yes")), OK, OK, 0)
+	expect(t, h.call(t, "edge", 0, desc("trial", "yes"), desc("client", "c4")), OK, OK, 0, OK, 4)
+}
+
+func TestSluicePolicyStoreDown(t *testing.T) {
+	h := startSluice(t)
+	h.store.down.Store(true)
+	// per-client says on_store_error: allow (the default)...
+	expect(t, h.call(t, "edge", 0, desc("client", "c5")), OK, OK, 5)
+	// ...strict says deny: over the limit, and Envoy is told to retry.
+	resp := h.call(t, "edge", 0, desc("tier", "free", "client", "c5"))
+	expect(t, resp, OVER, OVER, 0)
+	if header(resp, "Retry-After") == "" {
+		t.Errorf("no Retry-After on a denied store failure: %v", resp.ResponseHeadersToAdd)
+	}
+	h.store.down.Store(false)
+	expect(t, h.call(t, "edge", 0, desc("client", "c5")), OK, OK, 4)
+}

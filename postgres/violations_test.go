@@ -1,0 +1,192 @@
+package postgres_test
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/postgres"
+)
+
+func TestViolationLog(t *testing.T) {
+	p := pool(t)
+	ctx := pgtestContext(t)
+	if _, err := p.Exec(ctx, "TRUNCATE sluice_violations"); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{BatchSize: 7, FlushInterval: time.Hour, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vl.Close()
+	base := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
+	for i := 0; i < 30; i++ {
+		v := postgres.Violation{
+			BucketKey: fmt.Sprintf("tb:per-user:u%d", i%3), UserID: fmt.Sprintf("u%d", i%3),
+			IP: netip.AddrFrom4([4]byte{192, 0, 2, byte(i % 5)}), Endpoint: "/api/search",
+			At: base.Add(time.Duration(i) * time.Second), Tokens: 0.5, Rule: "per-user",
+		}
+		if !vl.Record(v) {
+			t.Fatal("a violation was dropped from an empty queue")
+		}
+	}
+	if err := vl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if vl.Written() != 30 || metricValue(t, reg, "sluice_postgres_violations_written_total") != 30 {
+		t.Fatalf("written %d", vl.Written())
+	}
+	byUser, err := postgres.ListViolations(ctx, p, postgres.ViolationQuery{Since: base, UserID: "u1", Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(byUser) != 3 || !byUser[0].At.After(byUser[1].At) || byUser[0].UserID != "u1" || !byUser[0].At.Equal(base.Add(28*time.Second)) {
+		t.Fatalf("by user, newest first: %+v", byUser)
+	}
+	byIP, err := postgres.ListViolations(ctx, p, postgres.ViolationQuery{Since: base, IP: netip.MustParseAddr("192.0.2.4")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(byIP) != 6 || byIP[0].IP != netip.MustParseAddr("192.0.2.4") || byIP[0].Endpoint != "/api/search" || byIP[0].Tokens != 0.5 {
+		t.Fatalf("by IP: %d rows, first %+v", len(byIP), byIP[0])
+	}
+
+	// Both lookups are index scans, newest first, with no sort.
+	for _, q := range []string{
+		`SELECT * FROM sluice_violations WHERE user_id = 'u1' ORDER BY requested_at DESC LIMIT 10`,
+		`SELECT * FROM sluice_violations WHERE ip_address = '192.0.2.4' ORDER BY requested_at DESC LIMIT 10`,
+	} {
+		plan := explain(t, q)
+		if !strings.Contains(plan, "Index Scan") || strings.Contains(plan, "Sort") {
+			t.Errorf("%s:\n%s", q, plan)
+		}
+	}
+}
+
+func explain(t *testing.T, q string) string {
+	t.Helper()
+	ctx := pgtestContext(t)
+	tx, err := pool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN "+q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
+}
+
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
+}
+
+// When the database stalls (here: the table is locked), the queue fills
+// and further violations are dropped and counted, never blocking the
+// caller; once the database is back everything queued is written.
+func TestViolationLogDropsWhenFull(t *testing.T) {
+	p := pool(t)
+	ctx := pgtestContext(t)
+	reg := prometheus.NewRegistry()
+	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{QueueSize: 5, BatchSize: 2, FlushInterval: time.Hour, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vl.Close()
+	before := vl.Written()
+	lock, err := p.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(ctx, "LOCK TABLE sluice_violations IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	const total = 200
+	start := time.Now()
+	for i := 0; i < total; i++ {
+		vl.Record(postgres.Violation{BucketKey: "k", Rule: "r", Tokens: 0})
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("recording blocked for %v", d)
+	}
+	dropped := vl.Dropped()
+	if dropped == 0 || dropped > total-5 {
+		t.Fatalf("dropped %d of %d with a stalled database and a queue of 5", dropped, total)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := vl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := vl.Written() - before; got+dropped != total {
+		t.Fatalf("written %d + dropped %d != %d recorded", got, dropped, total)
+	}
+	if got := metricValue(t, reg, "sluice_postgres_violations_dropped_total"); got != float64(dropped) {
+		t.Fatalf("dropped counter %v, want %d", got, dropped)
+	}
+}
+
+// A store with a violation log records its rejections: bucket key, rule
+// and the tokens left.
+func TestStoreRecordsRejections(t *testing.T) {
+	p := pool(t)
+	ctx := pgtestContext(t)
+	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vl.Close()
+	clock := sluice.NewManualClock(time.Now())
+	s := newStoreOpts(t, postgres.Options{Clock: clock, Violations: vl})
+	lim := sluice.MustLimit(sluice.Spec{Name: "rec", TokensPerSecond: 1, Burst: 2})
+	for i := 0; i < 3; i++ {
+		s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "someone", Cost: 0.75})
+	}
+	if _, err := s.TakeAll(ctx, sluice.OpTake, []sluice.Request{{Limit: lim, Key: "other"}, {Limit: lim, Key: "someone"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := vl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var tokens float64
+	if err := p.QueryRow(ctx, `SELECT count(*), max(tokens_at_time) FROM sluice_violations WHERE bucket_key LIKE '%tb:rec:someone' AND rule = 'rec'`).Scan(&n, &tokens); err != nil {
+		t.Fatal(err)
+	}
+	// Three takes of 0.75 from 2: the third is rejected with 0.5 left; the
+	// TakeAll is rejected by "someone" alone.
+	if n != 2 || tokens != 0.5 {
+		t.Fatalf("%d violations recorded for the bucket with %v tokens, want 2 with 0.5", n, tokens)
+	}
+}

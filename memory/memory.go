@@ -256,7 +256,15 @@ type work struct {
 // copy of its state while all the shards involved are locked; the copies
 // are written back only if every request was admitted.
 func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
-	ws := make([]work, len(rs))
+	// Small requests (the usual three or four limits) work on the stack.
+	var wsBuf [8]work
+	var outBuf [8]sluice.Outcome
+	var idBuf [8]int
+	ws, out := wsBuf[:0], outBuf[:0]
+	if len(rs) > len(wsBuf) {
+		ws, out = make([]work, 0, len(rs)), make([]sluice.Outcome, 0, len(rs))
+	}
+	ws, out = ws[:len(rs)], out[:len(rs)]
 	for i, r := range rs {
 		ch, err := r.Charge()
 		if err != nil {
@@ -270,7 +278,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 			}
 		}
 	}
-	locked := s.lockAll(ws)
+	locked := s.lockAll(ws, idBuf[:0])
 	defer func() {
 		for _, i := range locked {
 			s.shards[i].mu.Unlock()
@@ -282,7 +290,6 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 	if s.clock != nil {
 		now = s.clock.Now().UnixMicro()
 	}
-	out := make([]sluice.Outcome, len(rs))
 	all := true
 	for i := range ws {
 		w := &ws[i]
@@ -293,8 +300,10 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		} else {
 			sh := &s.shards[w.shard]
 			w.present = sh.load(sh.t.find(w.h, w.check), p, &w.st)
-			// The log is decided on a copy: a rejection elsewhere must leave it as it was.
-			w.st.Log = append([]sluice.LogEntry(nil), w.st.Log...)
+			if w.st.Log != nil {
+				// The log is decided on a copy: a rejection elsewhere must leave it as it was.
+				w.st.Log = append([]sluice.LogEntry(nil), w.st.Log...)
+			}
 		}
 		var written bool
 		out[i], written = rs[i].Limit.Evaluate(&w.st, w.present, rs[i].Key, now, w.ch, true)
@@ -333,8 +342,7 @@ func laterSame(ws []work, i int) bool {
 
 // lockAll locks the distinct shards of ws in ascending order, the one order
 // every caller uses, and returns them.
-func (s *Store) lockAll(ws []work) []int {
-	ids := make([]int, 0, len(ws))
+func (s *Store) lockAll(ws []work, ids []int) []int {
 	for _, w := range ws {
 		dup := false
 		for _, id := range ids {

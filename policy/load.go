@@ -409,25 +409,26 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	s.DenyStatus, s.IPv6Prefix = 429, 64
 
 	addrs := map[string]string{}
-	listenAt := func(field string, dst *string, allowEmpty bool) {
+	listenAt := func(field string, dst *string, allowEmpty bool) bool {
 		v, n, ok := o.str(field)
-		if !ok {
-			return
-		}
-		if v == "" && allowEmpty {
+		switch {
+		case !ok:
+			return n == nil // absent: the default stands
+		case v == "" && allowEmpty:
 			*dst = ""
-			return
+			return true
 		}
 		if msg := checkListen(v); msg != "" {
 			l.errf(n, field, "%s", msg)
-			return
+			return false
 		}
 		*dst = v
+		return true
 	}
-	listenAt("listen", &s.Listen, false)
-	listenAt("grpc_listen", &s.GRPCListen, true)
-	addrs["listen"] = s.Listen
-	if s.GRPCListen != "" {
+	if listenAt("listen", &s.Listen, false) {
+		addrs["listen"] = s.Listen
+	}
+	if listenAt("grpc_listen", &s.GRPCListen, true) && s.GRPCListen != "" {
 		addrs["grpc_listen"] = s.GRPCListen
 	}
 	if n, ok := o.vals["store"]; ok {

@@ -454,7 +454,10 @@ func component(src source, v string) string {
 	if src.kind == srcIP {
 		return v // a canonical address or prefix: no separator can occur
 	}
-	e := escape(v, "")
+	e := v
+	if src.kind != srcDescriptor { // that one is escaped entry by entry
+		e = escape(v, "")
+	}
 	if len(e) > maxComponent {
 		sum := sha256.Sum256([]byte(v))
 		return "#" + hex.EncodeToString(sum[:])

@@ -1,0 +1,284 @@
+package policy_test
+
+import (
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// keyOf returns the composite key of the only match of in, or "-" when no
+// rule applies.
+func keyOf(t *testing.T, p *policy.Policy, in *policy.Input) string {
+	t.Helper()
+	ms, err := p.Match(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch len(ms) {
+	case 0:
+		return "-"
+	case 1:
+		return ms[0].Request.Key
+	}
+	t.Fatalf("%d matches", len(ms))
+	return ""
+}
+
+func peer(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+func TestClientIPTrustedProxies(t *testing.T) {
+	p := mustParse(t, `trusted_proxies: ["10.0.0.0/8", "fd00::/8", "192.0.2.7"]
+rules:
+  - name: per-ip
+    limit_keys: ["ip:address"]
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	cases := []struct {
+		name string
+		peer string
+		h    http.Header
+		want string
+	}{
+		{"no proxy", "203.0.113.5:1234", nil, "203.0.113.5"},
+		{"spoofed XFF from an untrusted peer", "203.0.113.5:1234", http.Header{"X-Forwarded-For": {"1.2.3.4"}}, "203.0.113.5"},
+		{"spoofed Forwarded from an untrusted peer", "203.0.113.5:1234", http.Header{"Forwarded": {"for=1.2.3.4"}}, "203.0.113.5"},
+		{"XFF from a trusted proxy", "10.0.0.1:80", http.Header{"X-Forwarded-For": {"1.2.3.4"}}, "1.2.3.4"},
+		{"single trusted address", "192.0.2.7:80", http.Header{"X-Forwarded-For": {"1.2.3.4"}}, "1.2.3.4"},
+		{"client-supplied hops before the proxy's", "10.0.0.1:80", http.Header{"X-Forwarded-For": {"6.6.6.6, 1.2.3.4, 10.0.0.2"}}, "1.2.3.4"},
+		{"several XFF lines", "10.0.0.1:80", http.Header{"X-Forwarded-For": {"6.6.6.6", "1.2.3.4"}}, "1.2.3.4"},
+		{"only trusted hops", "10.0.0.1:80", http.Header{"X-Forwarded-For": {"10.0.0.3, 10.0.0.2"}}, "10.0.0.3"},
+		{"garbage hop stops at the last trusted address", "10.0.0.1:80", http.Header{"X-Forwarded-For": {"1.2.3.4, garbage"}}, "10.0.0.1"},
+		{"garbage before the client", "10.0.0.1:80", http.Header{"X-Forwarded-For": {"garbage, 1.2.3.4"}}, "1.2.3.4"},
+		{"XFF with ports", "10.0.0.1:80", http.Header{"X-Forwarded-For": {"1.2.3.4:5678"}}, "1.2.3.4"},
+		{"Forwarded when there is no XFF", "10.0.0.1:80", http.Header{"Forwarded": {`for="[2001:db8::1]:443";proto=https, for=10.0.0.9`}}, "2001:db8::/64"},
+		{"XFF wins over a client-supplied Forwarded", "10.0.0.1:80", http.Header{"X-Forwarded-For": {"1.2.3.4"}, "Forwarded": {"for=6.6.6.6"}}, "1.2.3.4"},
+		{"IPv6 trusted proxy", "[fd00::1]:80", http.Header{"X-Forwarded-For": {"1.2.3.4"}}, "1.2.3.4"},
+		{"IPv4-mapped peer", "[::ffff:203.0.113.5]:80", nil, "203.0.113.5"},
+		{"IPv4-mapped trusted peer", "[::ffff:10.0.0.1]:80", http.Header{"X-Forwarded-For": {"1.2.3.4"}}, "1.2.3.4"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := &policy.Input{Peer: peer(tc.peer), Header: tc.h}
+			if got := keyOf(t, p, in); got != tc.want {
+				t.Errorf("Match: key %q, want %q", got, tc.want)
+			}
+			p.ResolveClient(in)
+			want := tc.want
+			if pr, err := netip.ParsePrefix(want); err == nil {
+				want = "2001:db8::1" // the address itself; keys group it by /64
+				_ = pr
+			}
+			if got := in.ClientIP.String(); got != want {
+				t.Errorf("ResolveClient: %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if !p.TrustedProxy(netip.MustParseAddr("10.1.2.3")) || p.TrustedProxy(netip.MustParseAddr("11.0.0.1")) {
+		t.Error("TrustedProxy")
+	}
+
+	// FromHTTP resolves the client from the socket address.
+	r := httptest.NewRequest("GET", "http://Example.COM:8080/a/../b?x=1", nil)
+	r.RemoteAddr = "10.0.0.1:5555"
+	r.Header.Set("X-Forwarded-For", "198.51.100.7")
+	in := p.FromHTTP(r)
+	if in.ClientIP.String() != "198.51.100.7" || in.Path != "/b" && in.Path != "/a/../b" || in.Method != "GET" || in.Query.Get("x") != "1" {
+		t.Fatalf("FromHTTP: %+v", in)
+	}
+}
+
+func TestIPv6Grouping(t *testing.T) {
+	cfg := "rules:\n  - name: per-ip\n    limit_keys: [\"ip:address\"]\n    algorithm_config: {rps: 1, burst: 1}\n"
+	p := mustParse(t, cfg)
+	a := keyOf(t, p, &policy.Input{Peer: peer("[2001:db8:1:2:aaaa::1]:1")})
+	b := keyOf(t, p, &policy.Input{Peer: peer("[2001:db8:1:2:bbbb:cccc:dddd:eeee]:1")})
+	c := keyOf(t, p, &policy.Input{Peer: peer("[2001:db8:1:3::1]:1")})
+	if a != "2001:db8:1:2::/64" || a != b || a == c {
+		t.Fatalf("/64 grouping: %q %q %q", a, b, c)
+	}
+	if k := keyOf(t, p, &policy.Input{Peer: peer("192.0.2.1:1")}); k != "192.0.2.1" {
+		t.Fatalf("IPv4 key %q", k)
+	}
+	p48 := mustParse(t, "ipv6_prefix: 48\n"+cfg)
+	if k := keyOf(t, p48, &policy.Input{Peer: peer("[2001:db8:1:3::1]:1")}); k != "2001:db8:1::/48" {
+		t.Fatalf("/48 key %q", k)
+	}
+	p128 := mustParse(t, "ipv6_prefix: 128\n"+cfg)
+	if k := keyOf(t, p128, &policy.Input{Peer: peer("[2001:db8::1]:1")}); k != "2001:db8::1/128" {
+		t.Fatalf("/128 key %q", k)
+	}
+}
+
+func TestAbsentKey(t *testing.T) {
+	cfg := `rules:
+  - name: per-key
+    limit_keys: ["header:x-api-key"]
+    algorithm_config: {rps: 1, burst: 1}
+`
+	p := mustParse(t, cfg)
+	none := keyOf(t, p, &policy.Input{})
+	none2 := keyOf(t, p, &policy.Input{Header: http.Header{"X-Other": {"x"}}})
+	if none != policy.AbsentMarker || none2 != none {
+		t.Fatalf("absent keys %q %q, want both %q (one shared bucket)", none, none2, policy.AbsentMarker)
+	}
+	if k := keyOf(t, p, &policy.Input{Header: http.Header{"X-Api-Key": {"(absent)"}}}); k == none {
+		t.Fatalf("a present value forged the absent bucket: %q", k)
+	}
+	if k := keyOf(t, p, &policy.Input{Header: http.Header{"X-Api-Key": {""}}}); k != "" {
+		t.Fatalf("an empty header is present and empty, got %q", k)
+	}
+	skip := mustParse(t, "missing_key: skip\n"+cfg)
+	if k := keyOf(t, skip, &policy.Input{}); k != "-" {
+		t.Fatalf("missing_key: skip applied the rule with key %q", k)
+	}
+	perRule := mustParse(t, strings.Replace(cfg, "    algorithm_config", "    missing_key: skip\n    algorithm_config", 1))
+	if k := keyOf(t, perRule, &policy.Input{}); k != "-" {
+		t.Fatalf("rule-level missing_key: skip applied the rule with key %q", k)
+	}
+	global := mustParse(t, "rules:\n  - name: all\n    algorithm_config: {rps: 1, burst: 1}\n")
+	if k := keyOf(t, global, &policy.Input{}); k != "*" {
+		t.Fatalf("global key %q", k)
+	}
+}
+
+func TestKeyInjection(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: per-org-rps
+    limit_keys: ["header:x-a", "header:x-b"]
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	key := func(a, b string) string {
+		return keyOf(t, p, &policy.Input{Header: http.Header{"X-A": {a}, "X-B": {b}}})
+	}
+	if k := key("org-abc", "x"); k != "org-abc|x" {
+		t.Fatalf("plain key %q", k)
+	}
+	pairs := [][2][2]string{
+		{{"1|2", "3"}, {"1", "2|3"}},
+		{{"a:b", "c"}, {"a", "b:c"}},
+		{{"a%7Cb", "c"}, {"a|b", "c"}},
+		{{"(absent)", "x"}, {"", "x"}},
+		{{"x", "y"}, {"x|y", ""}},
+	}
+	for _, pr := range pairs {
+		k1, k2 := key(pr[0][0], pr[0][1]), key(pr[1][0], pr[1][1])
+		if k1 == k2 {
+			t.Errorf("%q and %q collide as %q", pr[0], pr[1], k1)
+		}
+	}
+	for _, v := range []string{"a|b", "a:b", "{tag}", "a\nb", "a b", "é", "#x", "(x)", "%"} {
+		k := key(v, "z")
+		if strings.ContainsAny(strings.TrimSuffix(k, "|z"), "|:{}\n ()#") || !strings.HasSuffix(k, "|z") {
+			t.Errorf("value %q leaks separators into key %q", v, k)
+		}
+	}
+	long := strings.Repeat("x", 200)
+	k := key(long, "z")
+	if len(k) != 1+64+2 || k[0] != '#' || key(long, "z") != k || key(long+"y", "z") == k {
+		t.Errorf("long value key %q", k)
+	}
+	lim := p.Rule("per-org-rps").Limit
+	if got := sluice.StorageKey(lim, key("org-abc", "x")); got != "tb:per-org-rps:org-abc|x" {
+		t.Errorf("storage key %q", got)
+	}
+}
+
+func TestMatchConditions(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: api-writes
+    limit_keys: ["method", "path", "host"]
+    match:
+      path_prefix: [/api/, /v2/]
+      method: [post, PUT]
+      host: API.example.com
+    algorithm_config: {rps: 1, burst: 1}
+  - name: search
+    limit_keys: ["query:q"]
+    match: {path: /search/, "query:lang": en}
+    algorithm_config: {rps: 1, burst: 1}
+  - name: envoy
+    limit_keys: ["descriptor:user", "descriptor"]
+    match: {domain: edge, "descriptor:route": [a, b]}
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	names := func(in *policy.Input) string {
+		ms, _ := p.Match(in)
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.Rule.Name+"="+m.Request.Key)
+		}
+		return strings.Join(out, ",")
+	}
+	cases := []struct {
+		in   *policy.Input
+		want string
+	}{
+		{&policy.Input{Method: "POST", Path: "/api/x", Host: "api.example.com:8443"}, "api-writes=POST|/api/x|api.example.com"},
+		{&policy.Input{Method: "put", Path: "/x/../api/y", Host: "Api.Example.Com"}, "api-writes=PUT|/api/y|api.example.com"},
+		{&policy.Input{Method: "GET", Path: "/api/x", Host: "api.example.com"}, ""},
+		{&policy.Input{Method: "POST", Path: "/apix", Host: "api.example.com"}, ""},
+		{&policy.Input{Method: "POST", Path: "/api/x", Host: "other.example.com"}, ""},
+		{&policy.Input{Path: "/search", Query: url.Values{"lang": {"en"}, "q": {"go"}}}, ""},
+		{&policy.Input{Path: "/search/", Query: url.Values{"lang": {"en"}, "q": {"go"}}}, "search=go"},
+		{&policy.Input{Path: "/search/", Query: url.Values{"lang": {"de"}}}, ""},
+		{&policy.Input{Domain: "edge", Descriptor: []policy.DescriptorEntry{{"route", "a"}, {"user", "u=1"}}}, "envoy=u=1|route=a,user=u%3D1"},
+		{&policy.Input{Domain: "edge", Descriptor: []policy.DescriptorEntry{{"route", "c"}}}, ""},
+		{&policy.Input{Domain: "other", Descriptor: []policy.DescriptorEntry{{"route", "a"}}}, ""},
+	}
+	for i, tc := range cases {
+		if got := names(tc.in); got != tc.want {
+			t.Errorf("case %d: %q, want %q", i, got, tc.want)
+		}
+	}
+}
+
+func TestCostSource(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: weighted
+    algorithm_config:
+      rps: 10
+      burst: 100
+      cost_source: header:x-weight
+      default_cost: 2
+  - name: by-query
+    algorithm_config: {rps: 10, burst: 100, cost_source: "query:cost"}
+  - name: fixed
+    algorithm_config: {rps: 10, burst: 100, fixed_cost: 3}
+`)
+	costs := func(weight string, q url.Values) []float64 {
+		h := http.Header{}
+		if weight != "" {
+			h.Set("X-Weight", weight)
+		}
+		ms, _ := p.Match(&policy.Input{Header: h, Query: q})
+		var out []float64
+		for _, m := range ms {
+			out = append(out, m.Request.Cost)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		weight string
+		want   float64
+	}{
+		{"5", 5}, {" 0.5 ", 0.5}, {"", 2}, {"abc", 2}, {"-3", 2}, {"0", 2}, {"NaN", 2}, {"1e-9", 2},
+		{"1e400", math.Inf(1)}, {"+Inf", math.Inf(1)}, {"1000", 1000},
+	} {
+		if got := costs(tc.weight, nil); got[0] != tc.want {
+			t.Errorf("weight %q: cost %v, want %v", tc.weight, got[0], tc.want)
+		}
+	}
+	if got := costs("", url.Values{"cost": {"7"}}); got[1] != 7 || got[2] != 3 {
+		t.Errorf("query and fixed costs: %v", got)
+	}
+	if got := costs("", nil); got[1] != 1 {
+		t.Errorf("default default_cost: %v", got)
+	}
+}

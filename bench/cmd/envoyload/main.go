@@ -1,0 +1,190 @@
+// Command envoyload drives Envoy's RateLimitService/ShouldRateLimit over
+// loopback gRPC, with the go-control-plane types Envoy itself uses, and
+// reports requests per second and latency percentiles per concurrency.
+//
+// Many callers share a few connections (as an Envoy fleet does); every
+// call carries one descriptor [user=<value>] whose value is drawn from
+// 10,000 values with a Zipf skew, so a few are hot and most are cold.
+//
+// Without -addr it starts sluice's service in this process on a loopback
+// listener, over the store -store names (memory:// or redis://HOST:PORT);
+// with -addr it drives a server already running (sluice, or the reference
+// server for a comparison).
+//
+//	go run ./cmd/envoyload -store memory:// -callers 16,64,256
+//	go run ./cmd/envoyload -store redis://127.0.0.1:16379 -callers 16,64,256
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/redis"
+)
+
+// The workload's policy: a token bucket per user, 100 per second with a
+// burst of 100, like the library benchmarks'. The reference config the
+// comparison ran against the reference server says the same with a fixed
+// window of 100 per second (see BENCHMARKS.md).
+const policyYAML = `rules:
+  - name: per-user
+    match: {domain: bench}
+    limit_keys: ["descriptor:user"]
+    algorithm: token_bucket
+    algorithm_config: {rps: 100, burst: 100}
+`
+
+func main() {
+	addr := flag.String("addr", "", "server to drive (default: start sluice in this process)")
+	storeURL := flag.String("store", "memory://", "store of the in-process server: memory:// or redis://HOST:PORT")
+	callersFlag := flag.String("callers", "16,64,256", "concurrent callers, one run per value")
+	conns := flag.Int("conns", 4, "gRPC connections the callers share")
+	duration := flag.Duration("duration", 10*time.Second, "measured time per run")
+	warmup := flag.Duration("warmup", 2*time.Second, "unmeasured time before each run")
+	nkeys := flag.Int("keys", 10_000, "distinct descriptor values")
+	skew := flag.Float64("zipf", 1.1, "Zipf exponent of the values (> 1)")
+	flag.Parse()
+
+	if *addr == "" {
+		a, stop, err := serve(*storeURL)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "envoyload:", err)
+			os.Exit(1)
+		}
+		defer stop()
+		*addr = a
+	}
+	clients := make([]rlspb.RateLimitServiceClient, *conns)
+	for i := range clients {
+		cc, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "envoyload:", err)
+			os.Exit(1)
+		}
+		defer cc.Close()
+		clients[i] = rlspb.NewRateLimitServiceClient(cc)
+	}
+	keys := make([]string, *nkeys)
+	for i := range keys {
+		keys[i] = "user-" + strconv.Itoa(i)
+	}
+	fmt.Printf("target %s, store %s, %d connections, %d Zipf(%.2f) values, %v per run\n", *addr, *storeURL, *conns, *nkeys, *skew, *duration)
+	fmt.Printf("%8s %12s %10s %10s %10s %8s %8s\n", "callers", "req/s", "p50", "p99", "p99.9", "over%", "errors")
+	for _, f := range strings.Split(*callersFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "envoyload: bad -callers value %q\n", f)
+			os.Exit(2)
+		}
+		run(clients, keys, *skew, n, *warmup, *duration)
+	}
+}
+
+// serve starts sluice's rate limit service on a loopback port.
+func serve(storeURL string) (string, func(), error) {
+	var store sluice.Store
+	closeStore := func() {}
+	switch {
+	case strings.HasPrefix(storeURL, "memory://"):
+		store = memory.New(memory.Options{})
+	case strings.HasPrefix(storeURL, "redis"):
+		s, err := redis.Open(storeURL, redis.Options{})
+		if err != nil {
+			return "", nil, err
+		}
+		store, closeStore = s, func() { s.Close() }
+	default:
+		return "", nil, fmt.Errorf("unknown store %q", storeURL)
+	}
+	pol, err := policy.Parse("envoyload", []byte(policyYAML))
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	g := grpc.NewServer()
+	envoyrls.New(pol, sluice.New(store), envoyrls.Options{Logger: slog.New(slog.DiscardHandler)}).Register(g)
+	go g.Serve(ln)
+	return ln.Addr().String(), func() { g.Stop(); closeStore() }, nil
+}
+
+// run drives callers concurrent callers for warmup+duration and prints
+// one line of results.
+func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, callers int, warmup, duration time.Duration) {
+	var measuring, stop atomic.Bool
+	var over, errs atomic.Int64
+	lat := make([][]time.Duration, callers)
+	var wg sync.WaitGroup
+	for c := 0; c < callers; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), 42))
+			z := rand.NewZipf(rng, skew, 1, uint64(len(keys)-1))
+			cl := clients[c%len(clients)]
+			ls := make([]time.Duration, 0, 1<<16)
+			for !stop.Load() {
+				req := &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
+					Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: keys[z.Uint64()]}},
+				}}}
+				t := time.Now()
+				resp, err := cl.ShouldRateLimit(context.Background(), req)
+				d := time.Since(t)
+				if !measuring.Load() {
+					continue
+				}
+				ls = append(ls, d)
+				switch {
+				case err != nil:
+					errs.Add(1)
+				case resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT:
+					over.Add(1)
+				}
+			}
+			lat[c] = ls
+		}(c)
+	}
+	time.Sleep(warmup)
+	measuring.Store(true)
+	began := time.Now()
+	time.Sleep(duration)
+	measuring.Store(false)
+	elapsed := time.Since(began)
+	stop.Store(true)
+	wg.Wait()
+	var all []time.Duration
+	for _, ls := range lat {
+		all = append(all, ls...)
+	}
+	if len(all) == 0 {
+		fmt.Printf("%8d no calls completed\n", callers)
+		return
+	}
+	slices.Sort(all)
+	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
+	fmt.Printf("%8d %12.0f %10v %10v %10v %7.1f%% %8d\n", callers, float64(len(all))/elapsed.Seconds(),
+		pct(0.50).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(0.999).Round(time.Microsecond),
+		100*float64(over.Load())/float64(len(all)), errs.Load())
+}

@@ -97,6 +97,15 @@ type Result struct {
 	// StoreErr is the store's failure, when it failed for this rule;
 	// Decision then follows the rule's on_store_error.
 	StoreErr error
+	// Violated is set when this limit itself refused the request: it was
+	// short of tokens, the cost can never fit it, or its store failed under
+	// on_store_error: deny. In a rejected request every enforce-mode
+	// Decision says not allowed (nothing was charged), but only the limits
+	// that caused the rejection are Violated. A shadow result is Violated
+	// when enforcing it would have rejected.
+	Violated bool
+
+	impossible bool // the cost exceeds the limit's capacity
 }
 
 // Observer is told every decision; httpgate implements it with Prometheus
@@ -147,7 +156,7 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 	for _, i := range enf {
 		r := &v.Results[i]
 		if exceeds(r.Match.Request) {
-			r.Decision, impossible = rejectCost(r.Match.Request.Limit), true
+			r.Decision, r.impossible, impossible = rejectCost(r.Match.Request.Limit), true, true
 			continue
 		}
 		reqs = append(reqs, r.Match.Request)
@@ -179,7 +188,7 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 	for _, i := range shadow {
 		r := &v.Results[i]
 		if exceeds(r.Match.Request) {
-			r.Decision = rejectCost(r.Match.Request.Limit)
+			r.Decision, r.impossible = rejectCost(r.Match.Request.Limit), true
 			continue
 		}
 		do := lim.Take
@@ -194,6 +203,12 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		}
 	}
 
+	for i := range v.Results {
+		r := &v.Results[i]
+		// A limit short of tokens always reports a positive wait; one that
+		// passed but was not charged because another refused reports none.
+		r.Violated = !r.Decision.Allowed && (r.Decision.RetryAfter > 0 || r.impossible || r.StoreErr != nil)
+	}
 	if obs != nil {
 		for _, r := range v.Results {
 			obs.Observe(r.Match.Rule.Name, r.result())

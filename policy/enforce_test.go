@@ -1,0 +1,312 @@
+package policy_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/policy"
+)
+
+func newLimiter() (*sluice.Limiter, *sluice.ManualClock) {
+	clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+	return sluice.New(memory.New(memory.Options{Clock: clk})), clk
+}
+
+// counter is an Observer that counts results per rule.
+type counter map[string]int
+
+func (c counter) Observe(rule, result string) { c[rule+"/"+result]++ }
+
+// decide matches in and enforces the matches.
+func decide(t *testing.T, p *policy.Policy, lim *sluice.Limiter, in *policy.Input, op sluice.Op, obs policy.Observer) policy.Verdict {
+	t.Helper()
+	ms, err := p.Match(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return policy.Enforce(context.Background(), lim, op, ms, obs)
+}
+
+func fromIP(ip string) *policy.Input {
+	return &policy.Input{Method: "GET", Path: "/", Peer: netip.AddrPortFrom(netip.MustParseAddr(ip), 1)}
+}
+
+// remaining peeks at the tokens in limit's bucket for key.
+func remaining(t *testing.T, p *policy.Policy, lim *sluice.Limiter, limit, key string) int64 {
+	t.Helper()
+	d, err := lim.Peek(context.Background(), sluice.Request{Limit: p.Limit(limit), Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed {
+		return int64(d.Tokens) + 1 // the peek's token of cost 1
+	}
+	return int64(d.Tokens)
+}
+
+func TestEnforceAllOrNothing(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: per-ip
+    limit_keys: ["ip:address"]
+    algorithm_config: {rps: 1, burst: 2}
+  - name: global
+    algorithm_config: {rps: 1, burst: 3}
+`)
+	lim, _ := newLimiter()
+	for i := 0; i < 2; i++ {
+		if v := decide(t, p, lim, fromIP("192.0.2.1"), sluice.OpTake, nil); !v.Allowed {
+			t.Fatalf("A request %d rejected: %+v", i+1, v)
+		}
+	}
+	v := decide(t, p, lim, fromIP("192.0.2.1"), sluice.OpTake, nil)
+	if v.Allowed || v.Overall.Rule != "per-ip" || v.Overall.RetryAfter != time.Second || len(v.Results) != 2 ||
+		!v.Results[0].Violated || v.Results[1].Violated {
+		t.Fatalf("A's third request: %+v", v)
+	}
+	if got := remaining(t, p, lim, "global", "*"); got != 1 {
+		t.Fatalf("a rejected request charged the global bucket: %d left, want 1", got)
+	}
+	if v := decide(t, p, lim, fromIP("192.0.2.2"), sluice.OpTake, nil); !v.Allowed || v.Overall.Rule != "global" || v.Overall.Remaining != 0 {
+		t.Fatalf("B's first request: %+v", v.Overall)
+	}
+	v = decide(t, p, lim, fromIP("192.0.2.2"), sluice.OpTake, nil)
+	if v.Allowed || v.Overall.Rule != "global" {
+		t.Fatalf("B's second request: %+v", v.Overall)
+	}
+	if got := remaining(t, p, lim, "per-ip", "192.0.2.2"); got != 1 {
+		t.Fatalf("a rejected request charged B's bucket: %d left, want 1", got)
+	}
+}
+
+func TestEnforcePeek(t *testing.T) {
+	p := mustParse(t, "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n")
+	lim, _ := newLimiter()
+	for i := 0; i < 3; i++ {
+		if v := decide(t, p, lim, &policy.Input{}, sluice.OpPeek, nil); !v.Allowed {
+			t.Fatalf("peek %d rejected", i)
+		}
+	}
+	if v := decide(t, p, lim, &policy.Input{}, sluice.OpTake, nil); !v.Allowed {
+		t.Fatal("peeks consumed tokens")
+	}
+	if v := decide(t, p, lim, &policy.Input{}, sluice.OpPeek, nil); v.Allowed {
+		t.Fatal("peek on an empty bucket allowed")
+	}
+}
+
+func TestShadowNeverRejects(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: trial
+    mode: shadow
+    algorithm_config: {rps: 1, burst: 1}
+  - name: real
+    algorithm_config: {rps: 1, burst: 3}
+`)
+	lim, _ := newLimiter()
+	obs := counter{}
+	for i := 0; i < 3; i++ {
+		v := decide(t, p, lim, &policy.Input{}, sluice.OpTake, obs)
+		if !v.Allowed {
+			t.Fatalf("request %d rejected: %+v", i+1, v)
+		}
+		if v.Overall.Rule != "real" || !v.Results[0].Shadow || v.Results[1].Shadow {
+			t.Fatalf("request %d: shadow decided overall: %+v", i+1, v)
+		}
+		if shadowOK := v.Results[0].Decision.Allowed; shadowOK != (i == 0) {
+			t.Fatalf("request %d: shadow decision allowed=%v", i+1, shadowOK)
+		}
+	}
+	if obs["trial/allowed"] != 1 || obs["trial/shadow_rejected"] != 2 || obs["real/allowed"] != 3 {
+		t.Fatalf("observed %v", obs)
+	}
+	// Once the enforced rule rejects, the shadow rule is only peeked: its
+	// counts stay what enforcing both would have produced.
+	v := decide(t, p, lim, &policy.Input{}, sluice.OpTake, obs)
+	if v.Allowed || obs["real/rejected"] != 1 {
+		t.Fatalf("fourth request: %+v %v", v, obs)
+	}
+	// Shadow-only policies allow everything.
+	sp := mustParse(t, "rules:\n  - name: s\n    mode: shadow\n    algorithm_config: {rps: 1, burst: 1}\n")
+	for i := 0; i < 3; i++ {
+		if v := decide(t, sp, lim, &policy.Input{}, sluice.OpTake, nil); !v.Allowed || v.Overall != (sluice.Decision{}) {
+			t.Fatalf("shadow-only request %d: %+v", i+1, v)
+		}
+	}
+}
+
+// faulty is a Store that fails on demand: a real store cannot be made to
+// fail at a chosen call.
+type faulty struct {
+	sluice.Store
+	fail atomic.Bool
+}
+
+var errDown = errors.New("store down")
+
+func (f *faulty) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+	if f.fail.Load() {
+		return sluice.Decision{}, errDown
+	}
+	return f.Store.Take(ctx, op, r)
+}
+
+func (f *faulty) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+	if f.fail.Load() {
+		return nil, errDown
+	}
+	return f.Store.TakeAll(ctx, op, rs)
+}
+
+func TestStoreErrors(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: open
+    algorithm_config: {rps: 1, burst: 2}
+  - name: closed
+    on_store_error: deny
+    match: {path_prefix: /pay}
+    algorithm_config: {rps: 1, burst: 2}
+  - name: shadow
+    mode: shadow
+    on_store_error: deny
+    algorithm_config: {rps: 1, burst: 2}
+`)
+	clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+	st := &faulty{Store: memory.New(memory.Options{Clock: clk})}
+	lim := sluice.New(st)
+	st.fail.Store(true)
+	obs := counter{}
+
+	v := decide(t, p, lim, &policy.Input{Path: "/"}, sluice.OpTake, obs)
+	if !v.Allowed || len(v.Results) != 2 || !errors.Is(v.Results[0].StoreErr, errDown) || !errors.Is(v.Results[1].StoreErr, errDown) {
+		t.Fatalf("on_store_error allow: %+v", v)
+	}
+	v = decide(t, p, lim, &policy.Input{Path: "/pay"}, sluice.OpTake, obs)
+	if v.Allowed || v.Overall.Rule != "closed" || v.Overall.RetryAfter != policy.StoreErrorRetry {
+		t.Fatalf("on_store_error deny: %+v", v)
+	}
+	if obs["open/store_error"] != 2 || obs["closed/store_error"] != 1 || obs["shadow/store_error"] != 2 {
+		t.Fatalf("observed %v", obs)
+	}
+	// Nothing was charged while the store was down.
+	st.fail.Store(false)
+	if got := remaining(t, p, lim, "open", "*"); got != 2 {
+		t.Fatalf("state changed during the outage: %d left", got)
+	}
+}
+
+func TestCostAboveCapacity(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: other
+    algorithm_config: {rps: 1, burst: 5}
+  - name: weighted
+    algorithm_config: {rps: 1, burst: 10, cost_source: "header:x-weight"}
+`)
+	lim, _ := newLimiter()
+	for _, w := range []string{"11", "1e400", "Inf"} {
+		v := decide(t, p, lim, &policy.Input{Header: http.Header{"X-Weight": {w}}}, sluice.OpTake, nil)
+		if v.Allowed || v.Results[1].Decision.Allowed || v.Results[1].Decision.Rule != "weighted" {
+			t.Fatalf("weight %s: %+v", w, v)
+		}
+	}
+	if got := remaining(t, p, lim, "other", "*"); got != 5 {
+		t.Fatalf("an impossible request charged another rule: %d left", got)
+	}
+	if v := decide(t, p, lim, &policy.Input{Header: http.Header{"X-Weight": {"-100"}}}, sluice.OpTake, nil); !v.Allowed {
+		t.Fatalf("negative weight (default cost 1) rejected: %+v", v)
+	}
+	if got := remaining(t, p, lim, "weighted", "*"); got != 9 {
+		t.Fatalf("negative weight charged %d tokens, want the default 1", 10-got)
+	}
+}
+
+func TestTiersEnforced(t *testing.T) {
+	t.Setenv("SLUICE_JWT_SECRET", testSecret)
+	p, err := policy.Load("../examples/tiered.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, clk := newLimiter()
+	exp := time.Now().Add(time.Hour).Unix() // tokens are checked on the real clock
+	enterprise := sign(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{"plan": "enterprise", "sub": "acme", "exp": exp})
+	forged := sign(t, jwt.SigningMethodHS256, []byte("not-the-secret-but-long-enough-0123456789"), jwt.MapClaims{"plan": "enterprise", "exp": exp})
+	req := func(token string) *policy.Input {
+		h := http.Header{"X-Api-Key": {"key-1"}}
+		if token != "" {
+			h.Set("Authorization", "Bearer "+token)
+		}
+		return &policy.Input{Method: "GET", Path: "/", Header: h, Peer: netip.MustParseAddrPort("192.0.2.1:1")}
+	}
+	// A free caller gets 20, then is rejected by the free tier.
+	for i := 0; i < 20; i++ {
+		if v := decide(t, p, lim, req(""), sluice.OpTake, nil); !v.Allowed {
+			t.Fatalf("free request %d rejected", i+1)
+		}
+	}
+	v := decide(t, p, lim, req(""), sluice.OpTake, nil)
+	if v.Allowed || v.Overall.Rule != "api-key.free" || v.Overall.Limit != 20 {
+		t.Fatalf("free request 21: %+v", v.Overall)
+	}
+	// A forged enterprise token is a free caller.
+	if v := decide(t, p, lim, req(forged), sluice.OpTake, nil); v.Allowed || v.Overall.Rule != "api-key.free" {
+		t.Fatalf("forged token: %+v", v.Overall)
+	}
+	// The same API key with a verified enterprise token is limited only by
+	// the enterprise tier: the exhausted free bucket does not apply.
+	for i := 0; i < 2000; i++ {
+		v := decide(t, p, lim, req(enterprise), sluice.OpTake, nil)
+		if !v.Allowed || v.Overall.Rule != "api-key.enterprise" {
+			t.Fatalf("enterprise request %d: %+v", i+1, v.Overall)
+		}
+		if i == 0 && (v.Results[0].Match.Identity != "sub:acme" || v.Results[0].Match.Tier.Name != "enterprise") {
+			t.Fatalf("enterprise match: %+v", v.Results[0].Match)
+		}
+	}
+	if v := decide(t, p, lim, req(enterprise), sluice.OpTake, nil); v.Allowed || v.Overall.Limit != 2000 {
+		t.Fatalf("enterprise request 2001: %+v", v.Overall)
+	}
+	// And enterprise traffic never drained the free bucket: after one
+	// second it holds the 10 tokens of refill.
+	clk.Advance(time.Second)
+	if got := remaining(t, p, lim, "api-key.free", "key-1"); got != 10 {
+		t.Fatalf("free bucket holds %d, want 10", got)
+	}
+	if ms, _ := p.Match(req("")); ms[0].Identity != "ip:192.0.2.1" {
+		t.Fatalf("identity without a token: %q", ms[0].Identity)
+	}
+}
+
+func TestTierFallback(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: api
+    tiers:
+      - name: writes
+        match: {method: [POST, PUT]}
+        algorithm_config: {rps: 1, burst: 1}
+    algorithm_config: {rps: 5, burst: 5}
+  - name: tier-only
+    tiers:
+      - name: gets
+        match: {method: GET}
+        algorithm_config: {rps: 1, burst: 1}
+`)
+	ms, _ := p.Match(&policy.Input{Method: "DELETE"})
+	if len(ms) != 1 || ms[0].Request.Limit.Name() != "api" || ms[0].Tier != nil {
+		t.Fatalf("no tier matched: want the rule's own limit only, got %+v", ms)
+	}
+	ms, _ = p.Match(&policy.Input{Method: "GET"})
+	if len(ms) != 2 || ms[1].Request.Limit.Name() != "tier-only.gets" {
+		t.Fatalf("GET: %+v", ms)
+	}
+	if r := p.Rule("tier-only"); r.Limit != p.Limit("tier-only.gets") {
+		t.Fatalf("Rule.Limit of a tier-only rule is its last tier's limit")
+	}
+}

@@ -197,7 +197,7 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	for i := range v.Results {
 		rr := &v.Results[i]
 		e := DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: ResultReason(rr), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
-		fill(&e, rr.Decision)
+		fill(&e, Effective(rr), Violated(rr))
 		entries[i] = e
 	}
 	var out DecisionResponse
@@ -207,7 +207,7 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		out.Key = ""
 	} else {
 		out = DecisionResponse{Allowed: v.Allowed, Reason: VerdictReason(&v), Takes: entries}
-		fill(&out, v.Overall)
+		fill(&out, v.Overall, !v.Allowed)
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, out)
@@ -268,10 +268,11 @@ func ruleOf(p *policy.Policy, name string, lim *sluice.Limit) *policy.Rule {
 	return &policy.Rule{Name: name, Limit: lim}
 }
 
-func fill(out *DecisionResponse, d sluice.Decision) {
+// fill copies d into out; a limit that rejected has nothing remaining.
+func fill(out *DecisionResponse, d sluice.Decision, rejected bool) {
 	out.Limit = d.Limit
-	out.Remaining = d.Remaining
-	if !d.Allowed {
+	out.Remaining = max(d.Remaining, 0)
+	if rejected {
 		out.Remaining = 0
 	}
 	out.RetryAfterMs = ceilMillis(d.RetryAfter)

@@ -81,6 +81,13 @@ func TestTakesAllOrNothing(t *testing.T) {
 	// per-user has 1 left: the batch is rejected and per-org not charged.
 	_, m = e.post("/v1/take", body)
 	wantFields(t, m, map[string]any{"allowed": false, "rule": "per-user", "reason": "token_bucket_exceeded", "retry_after_ms": 1000})
+	takes, _ = m["takes"].([]any)
+	if len(takes) != 2 {
+		t.Fatalf("takes: %v", m)
+	}
+	wantFields(t, takes[0].(map[string]any), map[string]any{"allowed": false, "reason": "token_bucket_exceeded", "remaining": 0})
+	// per-org had room: not a cause, and it still holds its 6 tokens.
+	wantFields(t, takes[1].(map[string]any), map[string]any{"allowed": false, "reason": "", "remaining": 6})
 	_, m = e.post("/v1/peek", `{"rule":"per-org","key":"acme"}`)
 	wantFields(t, m, map[string]any{"remaining": 5}) // 6 left; a take of 1 leaves 5
 }

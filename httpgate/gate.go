@@ -176,7 +176,7 @@ func (g *Gate) record(ctx context.Context, v *policy.Verdict, clientIP netip.Add
 		if r.StoreErr != nil {
 			g.opts.Logger.Warn("store error", "limit", lim.Name(), "err", r.StoreErr, "denied", !r.Decision.Allowed)
 		}
-		if r.Decision.Allowed {
+		if !Violated(r) {
 			continue
 		}
 		g.opts.Audit.Write(ctx, Record{

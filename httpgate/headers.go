@@ -48,19 +48,52 @@ const (
 func Reason(a sluice.Algorithm) string { return a.String() + "_exceeded" }
 
 // ResultReason says why r rejected: Reason of its algorithm,
-// ReasonStoreUnavailable or ReasonCostExceedsLimit; "" when it admitted.
-// For a shadow-mode result it says why enforcing would have rejected.
+// ReasonStoreUnavailable or ReasonCostExceedsLimit; "" when it admitted or
+// when it would have admitted and was rejected only with the others of an
+// all-or-nothing request. For a shadow-mode result it says why enforcing
+// would have rejected.
 func ResultReason(r *policy.Result) string {
 	switch {
 	case r.Decision.Allowed || r.Match.Request.Limit == nil:
 		return ""
 	case r.StoreErr != nil:
 		return ReasonStoreUnavailable
-	}
-	if _, err := r.Match.Request.Limit.Cost(costOf(r.Match.Request)); errors.Is(err, sluice.ErrCostExceedsLimit) {
+	case costExceeds(r):
 		return ReasonCostExceedsLimit
+	case r.Decision.RetryAfter <= 0:
+		return "" // not a cause: it had room, another limit rejected
 	}
 	return Reason(r.Match.Request.Limit.Algorithm())
+}
+
+// Violated reports whether r is a cause of its request's rejection, as
+// opposed to a limit that had room but was not charged because another
+// limit of the all-or-nothing request rejected.
+func Violated(r *policy.Result) bool { return ResultReason(r) != "" }
+
+func costExceeds(r *policy.Result) bool {
+	_, err := r.Match.Request.Limit.Cost(costOf(r.Match.Request))
+	return errors.Is(err, sluice.ErrCostExceedsLimit)
+}
+
+// Effective is r's decision as the client should see it. A limit that had
+// room in a rejected all-or-nothing request reports what the store
+// answered for the take it did not make (its tokens after the cost); its
+// state is untouched, so the tokens left and the time to full are
+// reported before the cost.
+func Effective(r *policy.Result) sluice.Decision {
+	d := r.Decision
+	if d.Allowed || Violated(r) || r.Match.Request.Limit == nil {
+		return d
+	}
+	lim := r.Match.Request.Limit
+	cost := costOf(r.Match.Request)
+	d.Tokens += cost
+	d.Remaining = min(int64(math.Floor(d.Tokens+1e-9)), d.Limit)
+	if rate := lim.TokensPerSecond(); rate > 0 {
+		d.ResetAfter = max(0, d.ResetAfter-time.Duration(cost/rate*float64(time.Second)))
+	}
+	return d
 }
 
 func costOf(r sluice.Request) float64 {
@@ -80,7 +113,7 @@ func VerdictReason(v *policy.Verdict) string {
 	reason, wait := "", time.Duration(-1)
 	for i := range v.Results {
 		r := &v.Results[i]
-		if r.Shadow || r.Decision.Allowed {
+		if r.Shadow || !Violated(r) {
 			continue
 		}
 		if r.Decision.RetryAfter > wait || r.Decision.Rule == v.Overall.Rule && r.Decision.RetryAfter == wait {
@@ -156,9 +189,10 @@ func RateLimitHeaders(v policy.Verdict, identity, path string, sets []string) ht
 		}
 		enforced++
 		if draft {
+			d := Effective(r)
 			name := sfString(lim.Name())
-			policies = append(policies, name+";q="+strconv.FormatInt(r.Decision.Limit, 10)+";w="+strconv.FormatInt(windowSeconds(lim), 10))
-			states = append(states, name+";r="+strconv.FormatInt(remaining(r.Decision), 10)+";t="+strconv.FormatInt(resetSeconds(r.Decision), 10))
+			policies = append(policies, name+";q="+strconv.FormatInt(d.Limit, 10)+";w="+strconv.FormatInt(windowSeconds(lim), 10))
+			states = append(states, name+";r="+strconv.FormatInt(remaining(d, Violated(r)), 10)+";t="+strconv.FormatInt(resetSeconds(d, Violated(r)), 10))
 		}
 	}
 	if len(policies) > 0 {
@@ -167,7 +201,7 @@ func RateLimitHeaders(v policy.Verdict, identity, path string, sets []string) ht
 	}
 	if enforced > 0 && (trio || legacy) {
 		d := v.Overall
-		limit, rem, reset := strconv.FormatInt(d.Limit, 10), strconv.FormatInt(remaining(d), 10), strconv.FormatInt(resetSeconds(d), 10)
+		limit, rem, reset := strconv.FormatInt(d.Limit, 10), strconv.FormatInt(remaining(d, !v.Allowed), 10), strconv.FormatInt(resetSeconds(d, !v.Allowed), 10)
 		if trio {
 			h.Set("RateLimit-Limit", limit)
 			h.Set("RateLimit-Remaining", rem)
@@ -193,7 +227,7 @@ func violated(v *policy.Verdict) []string {
 	var names []string
 	for i := range v.Results {
 		r := &v.Results[i]
-		if !r.Shadow && r.Match.Request.Limit != nil && !r.Decision.Allowed {
+		if !r.Shadow && Violated(r) {
 			names = append(names, r.Match.Request.Limit.Name())
 		}
 	}
@@ -219,18 +253,19 @@ func RetryAfterSeconds(wait time.Duration, identity, path string) int64 {
 	return base + int64(h.Sum64()%span)
 }
 
-// remaining is the draft's r: zero on rejection, never negative.
-func remaining(d sluice.Decision) int64 {
-	if !d.Allowed || d.Remaining < 0 {
+// remaining is the draft's r: zero for a limit that rejected, never
+// negative.
+func remaining(d sluice.Decision, rejected bool) int64 {
+	if rejected || d.Remaining < 0 {
 		return 0
 	}
 	return d.Remaining
 }
 
-// resetSeconds is the draft's t: when the quota admits the rejected request
-// again, or, when admitted, when the bucket is full again.
-func resetSeconds(d sluice.Decision) int64 {
-	if !d.Allowed {
+// resetSeconds is the draft's t: when a limit that rejected admits the
+// request again, else when the bucket is full again.
+func resetSeconds(d sluice.Decision, rejected bool) int64 {
+	if rejected {
 		return max(ceilSeconds(d.RetryAfter), 1)
 	}
 	return ceilSeconds(d.ResetAfter)

@@ -64,6 +64,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	config := fs.String("config", "", "policy file (YAML or JSON); default: the embedded per-IP policy")
 	listen := fs.String("listen", "", "decision API address (overrides the policy's listen)")
 	proxyListen := fs.String("proxy-listen", "", "reverse proxy address (overrides proxy.listen)")
+	grpcListen := fs.String("grpc-listen", "", "Envoy rate limit service address (overrides grpc_listen; \"off\" disables it)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -74,7 +75,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
 	var p *policy.Policy
-	var sum [32]byte
+	var sum [32]byte // of the file in force
 	if *config == "" {
 		p = policy.Default()
 	} else {
@@ -94,6 +95,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	}
 	if *proxyListen != "" {
 		set.ProxyListen = *proxyListen
+	}
+	switch *grpcListen {
+	case "":
+	case "off":
+		set.GRPCListen = ""
+	default:
+		set.GRPCListen = *grpcListen
 	}
 
 	store, closeStore, err := openStore(ctx, set.StoreURL)
@@ -183,6 +191,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	defer signal.Stop(hup)
 	tick := time.NewTicker(reloadPoll)
 	defer tick.Stop()
+	// A change is applied once two polls in a row see the same content,
+	// so that a file caught half-written is not refused (or worse, half
+	// applied) before the writer finishes.
+	var pending [32]byte
 	reload := func(why string, force bool) {
 		if *config == "" {
 			return
@@ -198,10 +210,17 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 			return
 		}
 		s := sha256.Sum256(data)
-		if s == sum && !force {
-			return
+		if !force {
+			if s == sum {
+				pending = sum
+				return
+			}
+			if s != pending {
+				pending = s
+				return
+			}
 		}
-		sum = s
+		sum, pending = s, s
 		np, err := policy.Parse(*config, data)
 		if err != nil {
 			log.Error("reload refused, keeping the policy in force", "why", why, "err", err)

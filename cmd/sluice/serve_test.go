@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startServe runs serve with args until the test ends and returns its
+// addresses and log.
+func startServe(t *testing.T, args ...string) (listening, *lockedBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &lockedBuffer{}
+	readyc := make(chan listening, 1)
+	done := make(chan int, 1)
+	go func() {
+		done <- serve(ctx, append([]string{"--listen", "127.0.0.1:0", "--grpc-listen", "off"}, args...), logs, func(l listening) { readyc <- l })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("serve exited %d:\n%s", code, logs.String())
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("serve did not shut down:\n%s", logs.String())
+		}
+	})
+	select {
+	case l := <-readyc:
+		return l, logs
+	case code := <-done:
+		t.Fatalf("serve exited %d:\n%s", code, logs.String())
+	case <-time.After(15 * time.Second):
+		t.Fatalf("serve did not start:\n%s", logs.String())
+	}
+	return listening{}, nil
+}
+
+func take(t *testing.T, addr, body string) map[string]any {
+	t.Helper()
+	resp, err := http.Post("http://"+addr+"/v1/take", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestServeEmbeddedDefault(t *testing.T) {
+	l, logs := startServe(t)
+	if !strings.Contains(logs.String(), "listening") || !strings.Contains(logs.String(), l.API) {
+		t.Errorf("serve did not log where it listens:\n%s", logs.String())
+	}
+	// Per-IP token bucket, burst 20.
+	var last *http.Response
+	for i := 0; i < 21; i++ {
+		resp, err := http.Get("http://" + l.API + "/v1/auth")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if i < 20 && resp.StatusCode != 200 {
+			// Refill at 10/s can only help; a rejection this early is a bug.
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+		last = resp
+	}
+	// 21 requests within well under 100ms exceed the burst.
+	if last.StatusCode != 429 || last.Header.Get("Retry-After") == "" || last.Header.Get("RateLimit-Limit") != "20" {
+		t.Logf("21st request: %d %v (slow machine: the bucket refilled)", last.StatusCode, last.Header)
+	}
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := http.Get("http://" + l.API + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("%s: %d", p, resp.StatusCode)
+		}
+		if p == "/metrics" && (!strings.Contains(string(b), `sluice_decisions_total{result="allowed",rule="per-ip"}`) || !strings.Contains(string(b), "sluice_live_keys 1")) {
+			t.Errorf("metrics:\n%s", b)
+		}
+	}
+}
+
+const reloadV1 = `
+rules:
+  - name: hourly
+    algorithm: token_bucket
+    algorithm_config: {rate: 3, period: 1h}
+  - name: other
+    algorithm: token_bucket
+    algorithm_config: {rate: 5, period: 1h}
+`
+
+func reloads(t *testing.T, addr string) (ok, failed int) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		var n int
+		if _, err := fmtSscan(line, `sluice_config_reloads_total{result="success"} `, &n); err == nil {
+			ok = n
+		}
+		if _, err := fmtSscan(line, `sluice_config_reloads_total{result="failure"} `, &n); err == nil {
+			failed = n
+		}
+	}
+	return ok, failed
+}
+
+func fmtSscan(line, prefix string, n *int) (int, error) {
+	rest, found := strings.CutPrefix(line, prefix)
+	if !found {
+		return 0, os.ErrNotExist
+	}
+	return 1, json.Unmarshal([]byte(rest), n)
+}
+
+// waitReloads polls until the reload counters reach want: the file is
+// polled in the background, so this waits on serve, not on tokens.
+func waitReloads(t *testing.T, addr string, wantOK, wantFailed int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, failed := reloads(t, addr)
+		if ok == wantOK && failed == wantFailed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reloads: %d ok, %d failed; want %d, %d", ok, failed, wantOK, wantFailed)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestServeHotReload(t *testing.T) {
+	old := reloadPoll
+	reloadPoll = 10 * time.Millisecond
+	t.Cleanup(func() { reloadPoll = old })
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(cfg, []byte(reloadV1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, logs := startServe(t, "--config", cfg)
+
+	for i := 0; i < 3; i++ {
+		if m := take(t, l.API, `{"rule":"hourly","key":"k"}`); m["allowed"] != true {
+			t.Fatalf("take %d: %v", i, m)
+		}
+	}
+	if m := take(t, l.API, `{"rule":"hourly","key":"k"}`); m["allowed"] != false {
+		t.Fatalf("4th take: %v", m)
+	}
+
+	// A valid change: "other" grows, "hourly" is untouched and keeps its
+	// state; "added" is new.
+	v2 := strings.Replace(reloadV1, "rate: 5, period: 1h", "rate: 50, period: 1h", 1) + `
+  - name: added
+    algorithm: token_bucket
+    algorithm_config: {rps: 1, burst: 2}
+`
+	if err := os.WriteFile(cfg, []byte(v2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitReloads(t, l.API, 1, 0)
+	if m := take(t, l.API, `{"rule":"hourly","key":"k"}`); m["allowed"] != false {
+		t.Errorf("hourly lost its state on reload: %v", m)
+	}
+	if m := take(t, l.API, `{"rule":"other","key":"k"}`); m["limit"] != 50.0 {
+		t.Errorf("other after reload: %v", m)
+	}
+	if m := take(t, l.API, `{"rule":"added","key":"k"}`); m["allowed"] != true {
+		t.Errorf("added after reload: %v", m)
+	}
+
+	// An invalid file is refused and the old policy keeps serving.
+	if err := os.WriteFile(cfg, []byte(strings.Replace(v2, "burst: 2", "burst: 2, bogus: 1", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitReloads(t, l.API, 1, 1)
+	if !strings.Contains(logs.String(), "reload refused") || !strings.Contains(logs.String(), "bogus") {
+		t.Errorf("the refusal is not logged with its reason:\n%s", logs.String())
+	}
+	if m := take(t, l.API, `{"rule":"added","key":"k"}`); m["allowed"] != true || m["limit"] != 2.0 {
+		t.Errorf("after a refused reload: %v", m)
+	}
+
+	// SIGHUP reloads on demand.
+	if err := os.WriteFile(cfg, []byte(v2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitReloads(t, l.API, 2, 1)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitReloads(t, l.API, 3, 1)
+}
+
+func TestServeRefusesInvalidConfig(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(cfg, []byte("rules:\n  - name: x\n    algorithm: token_bucket\n    algorithm_config: {rps: 10, burst: 5}\n"), 0o644)
+	var logs lockedBuffer
+	code := serve(context.Background(), []string{"--config", cfg, "--listen", "127.0.0.1:0"}, &logs, nil)
+	if code != 1 || !strings.Contains(logs.String(), "bad.yaml:4") || !strings.Contains(logs.String(), "burst") {
+		t.Errorf("exit %d, output:\n%s", code, logs.String())
+	}
+}

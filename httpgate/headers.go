@@ -54,22 +54,20 @@ func Reason(a sluice.Algorithm) string { return a.String() + "_exceeded" }
 // would have rejected.
 func ResultReason(r *policy.Result) string {
 	switch {
-	case r.Decision.Allowed || r.Match.Request.Limit == nil:
+	case !r.Violated || r.Match.Request.Limit == nil:
 		return ""
 	case r.StoreErr != nil:
 		return ReasonStoreUnavailable
 	case costExceeds(r):
 		return ReasonCostExceedsLimit
-	case r.Decision.RetryAfter <= 0:
-		return "" // not a cause: it had room, another limit rejected
 	}
 	return Reason(r.Match.Request.Limit.Algorithm())
 }
 
 // Violated reports whether r is a cause of its request's rejection, as
 // opposed to a limit that had room but was not charged because another
-// limit of the all-or-nothing request rejected.
-func Violated(r *policy.Result) bool { return ResultReason(r) != "" }
+// limit of the all-or-nothing request rejected (policy.Result.Violated).
+func Violated(r *policy.Result) bool { return r.Violated && r.Match.Request.Limit != nil }
 
 func costExceeds(r *policy.Result) bool {
 	_, err := r.Match.Request.Limit.Cost(costOf(r.Match.Request))

@@ -223,7 +223,7 @@ func startCluster() ([]*server, error) {
 		}
 		shared.dirs = append(shared.dirs, dir)
 		s, err := startServer(ports[i], dir, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(ports[6+i]),
-			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "1000")
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0")
 		if err != nil {
 			return srvs, err
 		}
@@ -241,7 +241,9 @@ func startCluster() ([]*server, error) {
 	return srvs, nil
 }
 
-// waitClusterOK waits until every reachable node reports cluster_state:ok.
+// waitClusterOK waits until every node reports cluster_state:ok and every
+// replica is in sync with its primary (a replica that never synced will not
+// take over).
 func waitClusterOK(addrs []string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
@@ -249,6 +251,11 @@ func waitClusterOK(addrs []string, limit time.Duration) error {
 		for _, a := range addrs {
 			out, err := cli(a, "CLUSTER", "INFO")
 			if err != nil || !strings.Contains(out, "cluster_state:ok") {
+				ok = false
+				break
+			}
+			out, err = cli(a, "INFO", "replication")
+			if err != nil || (strings.Contains(out, "role:slave") && !strings.Contains(out, "master_link_status:up")) {
 				ok = false
 				break
 			}

@@ -1,0 +1,278 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/redis"
+)
+
+func slotOf(t testing.TB, c rueidis.Client, key string) uint16 {
+	t.Helper()
+	cmd := c.B().Get().Key(key).Build()
+	return cmd.Slot()
+}
+
+// A rejected TakeAll across slots charges the earlier slots, then refunds
+// them: once the refunds have landed, every bucket answers, and is stored,
+// exactly as before.
+func TestClusterTakeAllRefund(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(5_000_000_000_000))
+	s := open(t, clusterURL(t), redis.Options{Clock: clock, NoOverLimitCache: true})
+	c := s.Client()
+	if c.Mode() != rueidis.ClientModeCluster {
+		t.Fatalf("client mode %s, want cluster", c.Mode())
+	}
+	ctx := context.Background()
+	start := time.Duration(0)
+	limits := []*sluice.Limit{
+		uniqueLimit(t, sluice.Spec{Name: "ref-tb", TokensPerSecond: 10, Burst: 10, MaxReserved: 3}),
+		uniqueLimit(t, sluice.Spec{Name: "ref-fw", Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Second, Start: &start}),
+		uniqueLimit(t, sluice.Spec{Name: "ref-sl", Algorithm: sluice.SlidingLog, Rate: 4, Period: time.Second}),
+		uniqueLimit(t, sluice.Spec{Name: "ref-tb2", TokensPerSecond: 1, Burst: 3}),
+	}
+	var reqs []sluice.Request
+	var keys []string
+	slots := map[uint16]bool{}
+	last := 0
+	for i, l := range limits {
+		reqs = append(reqs, sluice.Request{Limit: l, Key: "x", Cost: 1})
+		keys = append(keys, sluice.StorageKey(l, "x"))
+		slot := slotOf(t, c, keys[i])
+		slots[slot] = true
+		if slot > slotOf(t, c, keys[last]) {
+			last = i
+		}
+	}
+	if len(slots) < 3 {
+		t.Skipf("keys fell in %d slots; the test needs several", len(slots))
+	}
+	// Some state in every bucket, then drain the one charged last.
+	if ds, err := s.TakeAll(ctx, sluice.OpTake, reqs); err != nil || !sluice.Combine(ds).Allowed {
+		t.Fatalf("first TakeAll: %v %+v", err, ds)
+	}
+	for {
+		d, err := s.Take(ctx, sluice.OpTake, reqs[last])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			break
+		}
+	}
+	raw := func() []string {
+		out := make([]string, len(keys))
+		for i, k := range keys {
+			v, err := c.Do(ctx, c.B().Get().Key(k).Build()).ToString()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				t.Fatal(err)
+			}
+			out[i] = v
+		}
+		return out
+	}
+	before, err := s.TakeAll(ctx, sluice.OpPeek, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawBefore := raw()
+	ds, err := s.TakeAll(ctx, sluice.OpTake, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sluice.Combine(ds).Allowed {
+		t.Fatal("TakeAll admitted although one bucket is empty")
+	}
+	for i, d := range ds {
+		if d.Allowed {
+			t.Fatalf("decision %d of a rejected TakeAll is allowed", i)
+		}
+	}
+	after, err := s.TakeAll(ctx, sluice.OpPeek, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawAfter := raw()
+	for i := range reqs {
+		if before[i].Tokens != after[i].Tokens || before[i].ResetAfter != after[i].ResetAfter || before[i].RetryAfter != after[i].RetryAfter {
+			t.Errorf("%s: before %+v after %+v", limits[i].Name(), before[i], after[i])
+		}
+		if rawBefore[i] != rawAfter[i] {
+			t.Errorf("%s: stored state changed: %q -> %q", limits[i].Name(), rawBefore[i], rawAfter[i])
+		}
+	}
+	// A hash tag puts one identity's buckets in one slot: one script.
+	a, b := sluice.StorageKey(limits[0], "{user-42}"), sluice.StorageKey(limits[3], "{user-42}")
+	if slotOf(t, c, a) != slotOf(t, c, b) {
+		t.Fatal("hash-tagged keys in different slots")
+	}
+}
+
+// nodeForSlot returns the address of the primary serving slot, from
+// CLUSTER NODES as seen by any node in addrs.
+func nodeForSlot(addrs []string, slot uint16) string {
+	for _, a := range addrs {
+		out, err := cli(a, "CLUSTER", "NODES")
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 9 || !strings.Contains(f[2], "master") || strings.Contains(f[2], "fail") {
+				continue
+			}
+			for _, r := range f[8:] {
+				lo, hi, ok := strings.Cut(r, "-")
+				if !ok {
+					hi = lo
+				}
+				l, err1 := strconv.Atoi(lo)
+				h, err2 := strconv.Atoi(hi)
+				if err1 == nil && err2 == nil && int(slot) >= l && int(slot) <= h {
+					addr, _, _ := strings.Cut(f[1], "@")
+					return addr
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// Kill the primary of a key's slot under load: calls fail (for the caller
+// to apply on_store_error) until the replica takes over, then answers
+// resume without a restart, and count correctly.
+func TestClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("failover takes seconds")
+	}
+	url := clusterURL(t)
+	shared.mu.Lock()
+	srvs := shared.clusterSrvs
+	shared.mu.Unlock()
+	if srvs == nil {
+		t.Skip("failover needs the test's own cluster, not SLUICE_REDIS_CLUSTER_URL")
+	}
+	s := open(t, url, redis.Options{Timeout: 200 * time.Millisecond, NoOverLimitCache: true, BreakerBackoff: 50 * time.Millisecond})
+	ctx := context.Background()
+	lim := uniqueLimit(t, sluice.Spec{Name: "failover", TokensPerSecond: 1e6, Burst: 1e6})
+	key := sluice.StorageKey(lim, "k")
+	var addrs []string
+	for _, sv := range srvs {
+		addrs = append(addrs, sv.addr())
+	}
+	primary := nodeForSlot(addrs, slotOf(t, s.Client(), key))
+	var victim *server
+	for _, sv := range srvs {
+		if sv.addr() == primary {
+			victim = sv
+		}
+	}
+	if victim == nil {
+		t.Fatalf("no primary found for %s", key)
+	}
+
+	var ok, failed atomic.Int64
+	var mu sync.Mutex
+	var lastFail, firstFail time.Time
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+				if err != nil {
+					if sluice.IsInputError(err) {
+						t.Errorf("store failure reported as input error: %v", err)
+					}
+					failed.Add(1)
+					mu.Lock()
+					if firstFail.IsZero() {
+						firstFail = time.Now()
+					}
+					lastFail = time.Now()
+					mu.Unlock()
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	killed := time.Now()
+	victim.stop()
+	deadline := time.Now().Add(30 * time.Second)
+	recovered := false
+	for time.Now().Before(deadline) {
+		before := ok.Load()
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		quiet := !lastFail.IsZero() && time.Since(lastFail) > 300*time.Millisecond
+		mu.Unlock()
+		if quiet && ok.Load() > before {
+			recovered = true
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if !recovered {
+		_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		t.Logf("last error: %v; slot now served by %s", err, nodeForSlot(addrs, slotOf(t, s.Client(), key)))
+		for _, a := range addrs {
+			out, err := cli(a, "CLUSTER", "NODES")
+			if err == nil && !strings.Contains(out, "Could not") {
+				t.Logf("%s:\n%s", a, out)
+				break
+			}
+		}
+		t.Fatalf("no recovery within 30s of killing %s (ok %d, failed %d)", primary, ok.Load(), failed.Load())
+	}
+	mu.Lock()
+	t.Logf("killed primary %s: first failure %v after the kill, last failure %v after; gap of failed answers %v; %d failed, %d answered",
+		primary, firstFail.Sub(killed), lastFail.Sub(killed), lastFail.Sub(firstFail), failed.Load(), ok.Load())
+	mu.Unlock()
+
+	// Counting is right on the promoted replica.
+	clock := sluice.NewManualClock(time.UnixMicro(6_000_000_000_000))
+	s2 := open(t, url, redis.Options{Clock: clock, NoOverLimitCache: true})
+	exact := uniqueLimit(t, sluice.Spec{Name: "after-failover", TokensPerSecond: 1, Burst: 5})
+	admitted := 0
+	for range 8 {
+		d, err := s2.Take(ctx, sluice.OpTake, sluice.Request{Limit: exact, Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("admitted %d of burst 5 after failover", admitted)
+	}
+
+	// Bring the old primary back as a replica, for the tests that follow.
+	if err := victim.start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitClusterOK(addrs, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var _ = errors.Is

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -208,8 +209,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
 	// Peeks first: a check without charging that fails makes the call
 	// OVER_LIMIT, and then nothing may be charged.
 	groups[kindPeek].op = sluice.OpPeek
@@ -249,9 +253,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			continue
 		}
 		for _, rr := range rrs {
+			// As the bucket stands after the call, and Violated only for
+			// the limits that caused a rejection, so that the headers say
+			// what the statuses say.
 			rr.Decision = adjusted(rr, charged)
+			rr.Violated = culprit(rr) || (st.tooBig && !rr.Shadow)
+			rr.Decision.Allowed = !rr.Violated
 			if !rr.Shadow {
-				rr.Decision.Allowed = !culprit(rr) && (allowed || rr.Decision.Allowed)
 				enf = append(enf, rr.Decision)
 			}
 			merged.Results = append(merged.Results, rr)
@@ -264,7 +272,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	if len(enf) > 0 {
 		merged.Overall = sluice.Combine(enf)
 		merged.Overall.Allowed = allowed
-		resp.ResponseHeadersToAdd = headerValues(rateLimitHeaders(merged, identityOf(req), req.Domain, e.headers))
+		resp.ResponseHeadersToAdd = headerValues(httpgate.RateLimitHeaders(merged, identityOf(req), req.Domain, e.headers))
 	}
 	return resp, nil
 }
@@ -349,14 +357,10 @@ func entriesOf(d *rlv3.RateLimitDescriptor) []policy.DescriptorEntry {
 	return out
 }
 
-// culprit reports whether rr itself rejected: its own bucket was short, its
-// cost can never pass, or its store failed with on_store_error deny. In a
-// rejected all-or-nothing call every decision reads "not allowed"; only
-// these caused it.
-func culprit(rr policy.Result) bool {
-	d := rr.Decision
-	return !d.Allowed && (d.RetryAfter > 0 || rr.StoreErr != nil || impossible(rr.Match.Request))
-}
+// culprit reports whether rr itself rejected (policy.Result.Violated): in
+// a rejected all-or-nothing call every decision reads "not allowed", but
+// only these caused it.
+func culprit(rr policy.Result) bool { return rr.Violated }
 
 // tooBig reports whether an enforce-mode match asks more than its limit
 // can ever hold.
@@ -380,12 +384,15 @@ func impossible(r sluice.Request) bool {
 // have admitted are still there.
 func adjusted(rr policy.Result, charged bool) sluice.Decision {
 	d := rr.Decision
-	if charged || culprit(rr) || rr.StoreErr != nil {
+	if charged || rr.Violated || rr.StoreErr != nil {
 		return d
 	}
-	d.Tokens += rr.Match.Request.Cost
-	d.Remaining = int64(math.Floor(math.Max(0, d.Tokens)))
-	d.Remaining = min(d.Remaining, d.Limit)
+	cost := rr.Match.Request.Cost
+	d.Tokens += cost
+	d.Remaining = min(int64(math.Floor(math.Max(0, d.Tokens)+1e-9)), d.Limit)
+	if l := rr.Match.Request.Limit; l.Algorithm() == sluice.TokenBucket || l.Algorithm() == sluice.LeakyBucket {
+		d.ResetAfter = max(0, d.ResetAfter-time.Duration(cost/l.TokensPerSecond()*float64(time.Second)))
+	}
 	return d
 }
 

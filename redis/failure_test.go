@@ -1,0 +1,318 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/redis"
+)
+
+// Redis stopped and restarted under load: while it is down every call
+// fails within the deadline (the breaker makes most fail at once), with a
+// store error, not an input error; the rule's on_store_error decides from
+// there. When it is back, calls succeed again without a new store, and no
+// goroutines were left behind.
+func TestRestartUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restart takes seconds")
+	}
+	srv := newStandalone(t)
+	reg := prometheus.NewRegistry()
+	const timeout = 100 * time.Millisecond
+	s := open(t, "redis://"+srv.addr(), redis.Options{Timeout: timeout, Registerer: reg, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
+	ctx := context.Background()
+	lim := uniqueLimit(t, sluice.Spec{Name: "restart", TokensPerSecond: 1e6, Burst: 1e6})
+	goroutinesBefore := runtime.NumGoroutine()
+
+	var phase atomic.Int32 // 0 up, 1 down, 2 restarted
+	var okUp, okAfter, failDown atomic.Int64
+	var maxFailLatency atomic.Int64
+	var inputErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+				lat := time.Since(start)
+				switch {
+				case err == nil && phase.Load() == 0:
+					okUp.Add(1)
+				case err == nil && phase.Load() == 2:
+					okAfter.Add(1)
+				case err != nil:
+					if sluice.IsInputError(err) {
+						inputErr.Store(err)
+					}
+					if phase.Load() == 1 {
+						failDown.Add(1)
+						for {
+							m := maxFailLatency.Load()
+							if int64(lat) <= m || maxFailLatency.CompareAndSwap(m, int64(lat)) {
+								break
+							}
+						}
+					}
+					time.Sleep(time.Millisecond) // a caller answering per on_store_error
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	phase.Store(1)
+	srv.stop()
+	time.Sleep(time.Second)
+	if err := srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	phase.Store(2)
+	deadline := time.Now().Add(10 * time.Second)
+	for okAfter.Load() < 100 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+
+	if v := inputErr.Load(); v != nil {
+		t.Fatalf("a store failure was reported as an input error: %v", v)
+	}
+	if okUp.Load() == 0 || failDown.Load() == 0 {
+		t.Fatalf("up %d, failed while down %d: the test tests nothing", okUp.Load(), failDown.Load())
+	}
+	if okAfter.Load() < 100 {
+		t.Fatalf("only %d takes succeeded in 10s after the restart: no recovery", okAfter.Load())
+	}
+	// Bounded by the deadline, with slack for a loaded 2-core machine.
+	if lat := time.Duration(maxFailLatency.Load()); lat > timeout+150*time.Millisecond {
+		t.Fatalf("a failing call took %v, deadline %v", lat, timeout)
+	}
+	opens := metricValue(t, reg, "sluice_redis_breaker_opens_total")
+	errs := metricValue(t, reg, "sluice_redis_store_errors_total")
+	if opens < 1 || errs < 1 {
+		t.Fatalf("breaker opens %v, store errors %v: not counted", opens, errs)
+	}
+	t.Logf("up: %d ok; down 1s: %d failed, slowest failure %v; breaker opened %v times; after restart: %d ok",
+		okUp.Load(), failDown.Load(), time.Duration(maxFailLatency.Load()), opens, okAfter.Load())
+	// No goroutine pile-up: the store's goroutines are a fixed set.
+	time.Sleep(100 * time.Millisecond)
+	if after := runtime.NumGoroutine(); after > goroutinesBefore+5 {
+		t.Fatalf("goroutines %d before the load, %d after", goroutinesBefore, after)
+	}
+}
+
+// metricValue reads a registered counter or gauge by name.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			v := mf.GetMetric()[0]
+			if v.Counter != nil {
+				return v.Counter.GetValue()
+			}
+			return v.Gauge.GetValue()
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
+}
+
+// Three separately connected clients, 32 goroutines each, one key at
+// r=100/s, b=100, for 5s on the server's clock: no more than b + r*t is
+// admitted, where t is this process's measure of the run (which contains
+// the server's).
+func TestNoOverAdmissionAcrossClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 5s of real time")
+	}
+	url := standaloneURL(t)
+	lim := uniqueLimit(t, sluice.Spec{Name: "fleet", TokensPerSecond: 100, Burst: 100})
+	var stores []*redis.Store
+	for range 3 {
+		stores = append(stores, open(t, url, redis.Options{Timeout: time.Second}))
+	}
+	ctx := context.Background()
+	var admitted, errs atomic.Int64
+	start := time.Now()
+	end := start.Add(5 * time.Second)
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		for range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "one"})
+					if err != nil {
+						errs.Add(1)
+						continue
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	bound := 100 + int64(100*elapsed.Seconds())
+	t.Logf("admitted %d in %v (bound b + r*t = %d), %d errors", admitted.Load(), elapsed, bound, errs.Load())
+	if admitted.Load() > bound {
+		t.Fatalf("admitted %d > b + r*t = %d", admitted.Load(), bound)
+	}
+	if admitted.Load() < bound*8/10 {
+		t.Fatalf("admitted only %d of a possible %d: the limiter starves", admitted.Load(), bound)
+	}
+}
+
+// The over-limit cache answers a rejected key in process until its
+// RetryAfter, counted, and lets it through again after.
+func TestOverLimitCache(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(7_000_000_000_000))
+	reg := prometheus.NewRegistry()
+	s := open(t, standaloneURL(t), redis.Options{Clock: clock, Registerer: reg})
+	ctx := context.Background()
+	lim := uniqueLimit(t, sluice.Spec{Name: "cache", TokensPerSecond: 1, Burst: 2})
+	take := func(cost float64) sluice.Decision {
+		t.Helper()
+		d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: cost})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	take(2)
+	d := take(1)
+	if d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("want a rejection for 1s, got %+v", d)
+	}
+	// Answered in process: the key is deleted behind the store's back,
+	// and still the cached rejection answers.
+	c := s.Client()
+	if err := c.Do(ctx, c.B().Del().Key(sluice.StorageKey(lim, "k")).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(400 * time.Millisecond)
+	d = take(1)
+	if d.Allowed || d.RetryAfter != 600*time.Millisecond {
+		t.Fatalf("cached answer: %+v", d)
+	}
+	if hits := metricValue(t, reg, "sluice_redis_overlimit_cache_hits_total"); hits != 1 {
+		t.Fatalf("cache hits %v, want 1", hits)
+	}
+	// A smaller cost than the one rejected is asked of Redis.
+	if d := take(0.5); !d.Allowed {
+		t.Fatalf("cost 0.5 after the key was deleted: %+v", d)
+	}
+	// A Reset through the store drops the entry.
+	if err := s.Reset(ctx, lim, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if d := take(1); !d.Allowed {
+		t.Fatalf("after Reset: %+v", d)
+	}
+	// After the deadline, Redis is asked again.
+	take(2)
+	take(2)
+	clock.Advance(2 * time.Second)
+	if d := take(2); !d.Allowed {
+		t.Fatalf("after RetryAfter: %+v", d)
+	}
+}
+
+func TestBreakerOpensAndProbes(t *testing.T) {
+	srv := newStandalone(t)
+	s := open(t, "redis://"+srv.addr(), redis.Options{Timeout: 50 * time.Millisecond, BreakerFailures: 3, BreakerBackoff: 200 * time.Millisecond})
+	ctx := context.Background()
+	lim := uniqueLimit(t, sluice.Spec{Name: "breaker", TokensPerSecond: 10, Burst: 10})
+	req := sluice.Request{Limit: lim, Key: "k"}
+	if _, err := s.Take(ctx, sluice.OpTake, req); err != nil {
+		t.Fatal(err)
+	}
+	srv.stop()
+	for range 3 {
+		if _, err := s.Take(ctx, sluice.OpTake, req); err == nil {
+			t.Fatal("take succeeded against a stopped server")
+		}
+	}
+	start := time.Now()
+	_, err := s.Take(ctx, sluice.OpTake, req)
+	if !errors.Is(err, redis.ErrBreakerOpen) || time.Since(start) > 10*time.Millisecond {
+		t.Fatalf("want an immediate ErrBreakerOpen, got %v after %v", err, time.Since(start))
+	}
+	if err := srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err = s.Take(ctx, sluice.OpTake, req); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		url     string
+		addrs   []string
+		user    string
+		pass    string
+		db      int
+		timeout time.Duration
+		master  string
+		tls     bool
+	}{
+		{url: "redis://localhost:6380/2?timeout=5ms", addrs: []string{"localhost:6380"}, db: 2, timeout: 5 * time.Millisecond},
+		{url: "redis://bob:secret@h:1", addrs: []string{"h:1"}, user: "bob", pass: "secret"},
+		{url: "rediss://h:2", addrs: []string{"h:2"}, tls: true},
+		{url: "redis+cluster://u:p@a:1,b:2,c?timeout=3ms", addrs: []string{"a:1", "b:2", "c:6379"}, user: "u", pass: "p", timeout: 3 * time.Millisecond},
+		{url: "redis+sentinel://s1:26379,s2/mymaster/3", addrs: []string{"s1:26379", "s2:26379"}, master: "mymaster", db: 3},
+	} {
+		co, timeout, err := redis.ParseURL(tc.url)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		if len(co.InitAddress) != len(tc.addrs) || co.Username != tc.user || co.Password != tc.pass || co.SelectDB != tc.db ||
+			timeout != tc.timeout || co.Sentinel.MasterSet != tc.master || (co.TLSConfig != nil) != tc.tls {
+			t.Fatalf("%s: got addrs %v user %q db %d timeout %v master %q tls %v", tc.url, co.InitAddress, co.Username, co.SelectDB, timeout, co.Sentinel.MasterSet, co.TLSConfig != nil)
+		}
+		for i := range tc.addrs {
+			if co.InitAddress[i] != tc.addrs[i] {
+				t.Fatalf("%s: addrs %v", tc.url, co.InitAddress)
+			}
+		}
+	}
+	for _, bad := range []string{"mysql://x", "redis://h?timeout=-1s", "redis+sentinel://h:1", "nohost"} {
+		if _, _, err := redis.ParseURL(bad); err == nil {
+			t.Fatalf("%s: no error", bad)
+		}
+	}
+	if _, err := redis.Open("redis://u:hunter2@127.0.0.1:1?timeout=bad", redis.Options{}); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("error leaks the password or is missing: %v", err)
+	}
+}
+

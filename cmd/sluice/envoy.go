@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -32,11 +35,11 @@ func startEnvoy(ctx context.Context, s *server, addr string) (stop func(), err e
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 15 * time.Minute}),
 	)
-	rls := envoyrls.New(s.Gate.Policy(), s.Limiter, envoyrls.Options{
-		Logger:   s.Logger,
-		Observer: s.Metrics,
-		Source:   s.Gate.Policy,
-	})
+	opts := envoyrls.Options{Logger: s.Logger, Source: s.Gate.Policy}
+	if s.Metrics != nil {
+		opts.Observer = s.Metrics
+	}
+	rls := envoyrls.New(s.Gate.Policy(), s.Limiter, opts)
 	health := rls.Register(g)
 	go func() {
 		if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -59,9 +62,39 @@ func startEnvoy(ctx context.Context, s *server, addr string) (stop func(), err e
 // parsePolicy reads a configuration in sluice's format or in the format
 // of envoyproxy/ratelimit, the reference Envoy rate limit server, so an
 // existing deployment switches by pointing Envoy at sluice.
+//
+// A reference file has no settings; as with the reference server, the
+// environment chooses the store (REDIS_URL, "host:port" or a URL, with
+// REDIS_AUTH) and the gRPC address (GRPC_HOST, GRPC_PORT).
 func parsePolicy(name string, data []byte) (*policy.Policy, error) {
-	if envoyrls.IsReferenceConfig(data) {
-		return envoyrls.ParseReferenceConfig(name, data)
+	if !envoyrls.IsReferenceConfig(data) {
+		return policy.Parse(name, data)
 	}
-	return policy.Parse(name, data)
+	p, err := envoyrls.ParseReferenceConfig(name, data)
+	if err != nil {
+		return nil, err
+	}
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		if !strings.Contains(u, "://") {
+			if auth := os.Getenv("REDIS_AUTH"); auth != "" {
+				u = url.QueryEscape(auth) + "@" + u
+				u = ":" + u
+			}
+			u = "redis://" + u
+		}
+		p.Settings.StoreURL = u
+	}
+	if port := os.Getenv("GRPC_PORT"); port != "" {
+		p.Settings.GRPCListen = net.JoinHostPort(os.Getenv("GRPC_HOST"), port)
+	}
+	return p, nil
+}
+
+// loadPolicy is policy.Load for both formats (see parsePolicy).
+func loadPolicy(path string) (*policy.Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return policy.Load(path) // its error names the file the same way
+	}
+	return parsePolicy(path, data)
 }

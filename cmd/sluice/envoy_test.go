@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/memory"
+)
+
+func TestParsePolicyReferenceFormat(t *testing.T) {
+	t.Setenv("REDIS_URL", "127.0.0.1:16379")
+	t.Setenv("REDIS_AUTH", "s3cret")
+	t.Setenv("GRPC_PORT", "18081")
+	p, err := loadPolicy("../../examples/ratelimit-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Settings.StoreURL != "redis://:s3cret@127.0.0.1:16379" || p.Settings.GRPCListen != ":18081" {
+		t.Errorf("settings from the environment: store %q, grpc %q", p.Settings.StoreURL, p.Settings.GRPCListen)
+	}
+	if _, err := parsePolicy("bad.yaml", []byte("domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")); err == nil {
+		t.Error("an invalid unit was accepted")
+	}
+	// sluice's own format still goes to the policy package.
+	if p, err := parsePolicy("own.yaml", []byte("rules:\n  - name: r\n    algorithm: token_bucket\n    algorithm_config: {rps: 1, burst: 1}\n")); err != nil || len(p.Rules) != 1 {
+		t.Errorf("own format: %v", err)
+	}
+}
+
+func TestEnvoyServesExample(t *testing.T) {
+	data, err := os.ReadFile("../../examples/ratelimit-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := parsePolicy("ratelimit-config.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := sluice.New(memory.New(memory.Options{}))
+	log := slog.New(slog.DiscardHandler)
+	gate := httpgate.New(p, lim, httpgate.Options{Logger: log})
+	addr := envoyFreeAddr(t)
+	stop, err := startEnvoy(context.Background(), &server{Gate: gate, Limiter: lim, Logger: log}, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if _, err := startEnvoy(context.Background(), &server{Gate: gate, Limiter: lim, Logger: log}, addr); err == nil {
+		t.Error("a second listener on the same address was accepted")
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	rls := rlspb.NewRateLimitServiceClient(cc)
+	call := func() *rlspb.RateLimitResponse {
+		resp, err := rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{
+			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "192.0.2.66"}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if resp := call(); resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("the blocked address got %v", resp)
+	}
+}
+
+// envoyFreeAddr returns a loopback address with a port that was free a
+// moment ago.
+func envoyFreeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}

@@ -43,7 +43,8 @@ type PolicySource struct {
 	pool    *pgxpool.Pool
 	opts    PolicySourceOptions
 	current atomic.Pointer[policy.Policy]
-	mu      sync.Mutex // serialises refreshes
+	mu      sync.Mutex // serialises refreshes and guards opts.Filename, opts.Config, rows
+	rows    []RuleRow  // of the policy in force
 	lastErr atomic.Pointer[error]
 	loads   atomic.Int64
 	kick    chan struct{}
@@ -110,12 +111,33 @@ func (s *PolicySource) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.rows = rows
+	s.install(p)
+	return nil
+}
+
+// SetConfig replaces the config file the table's rules join (a reloaded
+// file) and recompiles with the rows in force. When the result is invalid
+// it returns the error and changes nothing.
+func (s *PolicySource) SetConfig(filename string, config []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, err := CompilePolicy(filename, config, s.rows, s.opts.Rules)
+	if err != nil {
+		return err
+	}
+	s.opts.Filename, s.opts.Config = filename, config
+	s.install(p)
+	return nil
+}
+
+// install puts p in force; s.mu is held.
+func (s *PolicySource) install(p *policy.Policy) {
 	s.current.Store(p)
 	s.loads.Add(1)
 	if s.opts.OnChange != nil {
 		s.opts.OnChange(p)
 	}
-	return nil
 }
 
 // Close stops watching.

@@ -14,6 +14,7 @@ const (
 	paramKeyPrefix    = "sluice_key_prefix"   // Options.KeyPrefix
 	paramHousekeeping = "sluice_housekeeping" // Options.HousekeepingInterval, e.g. 30s; 0 disables
 	paramViolations   = "sluice_violations"   // true: record rejections in sluice_violations
+	paramRules        = "sluice_rules"        // true: serve also loads rules from sluice_rules
 )
 
 // URLOptions are the sluice settings found in a store URL.
@@ -21,10 +22,12 @@ type URLOptions struct {
 	Options
 	// LogViolations asks the opener to attach a ViolationLog.
 	LogViolations bool
+	// Rules asks serve to load sluice_rules into its policy.
+	Rules bool
 }
 
 // SplitURL separates sluice's own parameters (sluice_migrate,
-// sluice_key_prefix, sluice_housekeeping, sluice_violations) from a
+// sluice_key_prefix, sluice_housekeeping, sluice_violations, sluice_rules) from a
 // postgres:// URL and returns the URL pgx should connect with.
 func SplitURL(raw string) (string, URLOptions, error) {
 	var o URLOptions
@@ -53,6 +56,9 @@ func SplitURL(raw string) (string, URLOptions, error) {
 	if o.LogViolations, err = boolParam(paramViolations); err != nil {
 		return "", o, err
 	}
+	if o.Rules, err = boolParam(paramRules); err != nil {
+		return "", o, err
+	}
 	o.KeyPrefix = q.Get(paramKeyPrefix)
 	if v := q.Get(paramHousekeeping); v != "" {
 		d, err := time.ParseDuration(v)
@@ -64,7 +70,7 @@ func SplitURL(raw string) (string, URLOptions, error) {
 			o.HousekeepingInterval = -1
 		}
 	}
-	for _, p := range []string{paramMigrate, paramKeyPrefix, paramHousekeeping, paramViolations} {
+	for _, p := range []string{paramMigrate, paramKeyPrefix, paramHousekeeping, paramViolations, paramRules} {
 		q.Del(p)
 	}
 	u.RawQuery = q.Encode()

@@ -6,19 +6,28 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/policy"
+
 	"github.com/sluicehq/sluice/postgres/pgtest"
 )
 
-// newPostgresDB starts a throwaway PostgreSQL for the test and returns the
-// URL of an empty database on it.
-func newPostgresDB(t *testing.T) string {
-	t.Helper()
+// TestPostgres runs the PostgreSQL commands' tests against one throwaway
+// server (starting one takes seconds), each on a database of its own.
+func TestPostgres(t *testing.T) {
 	srv := pgtest.ForTest(t)
-	u, err := srv.NewDatabase(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	newDB := func(t *testing.T) string {
+		t.Helper()
+		u, err := srv.NewDatabase(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
 	}
-	return u
+	t.Run("migrate", func(t *testing.T) { testMigrate(t, newDB(t)) })
+	t.Run("violations", func(t *testing.T) { testViolationsCommand(t, newDB(t)) })
+	t.Run("rules-hook", func(t *testing.T) { testPostgresRulesHook(t, newDB(t)) })
 }
 
 // withParams appends query parameters to a URL.
@@ -29,8 +38,7 @@ func withParams(u, params string) string {
 	return u + "?" + params
 }
 
-func TestMigrate(t *testing.T) {
-	u := newPostgresDB(t)
+func testMigrate(t *testing.T, u string) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"migrate", "--url", u}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
@@ -65,5 +73,43 @@ func TestMigrateBadInput(t *testing.T) {
 		if code := run(tc.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want 2 and %q", tc.args, code, errb.String(), tc.want)
 		}
+	}
+}
+
+// serve's hook for sluice_rules compiles the file with the table's rows
+// and installs every change.
+func testPostgresRulesHook(t *testing.T, u string) {
+	ctx := context.Background()
+	var out, errb bytes.Buffer
+	if code := run([]string{"migrate", "--url", u}, &out, &errb); code != 0 {
+		t.Fatalf("migrate: %s", errb.String())
+	}
+	if src, stop, err := startPostgresRules(ctx, u, "f.yaml", nil, nil); src != nil || stop != nil || err != nil {
+		t.Fatalf("without sluice_rules=true: %v %v", src, err)
+	}
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('ip:{ip}', 'ip', 5, 10)`); err != nil {
+		t.Fatal(err)
+	}
+	installed := make(chan *policy.Policy, 8)
+	file := []byte("rules:\n  - name: from-file\n    algorithm_config: {tokens_per_second: 1, burst: 1}\n")
+	src, stop, err := startPostgresRules(ctx, withParams(u, "sluice_rules=true"), "f.yaml", file, func(p *policy.Policy) { installed <- p })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	p := <-installed
+	if p.Rule("from-file") == nil || p.Rule("db-1") == nil {
+		t.Fatalf("rules %v", p.Rules)
+	}
+	if err := src.SetConfig("f.yaml", []byte("rules:\n  - name: no-config\n")); err == nil {
+		t.Fatal("an invalid file was accepted")
+	}
+	if src.Policy() != p {
+		t.Fatal("the refused file replaced the policy")
 	}
 }

@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/postgres"
 )
 
@@ -44,4 +49,35 @@ func registererOnce() prometheus.Registerer {
 	}
 	violationMetricsRegistered = true
 	return prometheus.DefaultRegisterer
+}
+
+// startPostgresRules is serve's hook for rules kept in sluice_rules: when
+// the store URL is postgres:// with sluice_rules=true it compiles the
+// config file (filename, data) together with the table's rows, calls
+// install with the result and again after every change to the table, and
+// returns the source (whose SetConfig takes a reloaded file) and a stop
+// function. For any other store URL it returns nil, nil, nil.
+func startPostgresRules(ctx context.Context, storeURL, filename string, data []byte, install func(*policy.Policy)) (*postgres.PolicySource, func(), error) {
+	if !strings.HasPrefix(storeURL, "postgres://") && !strings.HasPrefix(storeURL, "postgresql://") {
+		return nil, nil, nil
+	}
+	connURL, o, err := postgres.SplitURL(storeURL)
+	if err != nil || !o.Rules {
+		return nil, nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(connURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sluice_rules: %w", err)
+	}
+	cfg.MaxConns = 2 // one LISTENs, one reloads
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sluice_rules: %w", err)
+	}
+	src, err := postgres.NewPolicySource(ctx, pool, postgres.PolicySourceOptions{Filename: filename, Config: data, OnChange: install})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return src, func() { src.Close(); pool.Close() }, nil
 }

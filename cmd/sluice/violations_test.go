@@ -14,8 +14,7 @@ import (
 // A store opened from a URL with sluice_migrate and sluice_violations
 // records its rejections, and `sluice violations` lists them, newest
 // first, filtered by user or IP.
-func TestViolationsCommand(t *testing.T) {
-	u := newPostgresDB(t)
+func testViolationsCommand(t *testing.T, u string) {
 	ctx := context.Background()
 	store, closeStore, err := openStore(ctx, withParams(u, "sluice_migrate=true&sluice_violations=true&sluice_housekeeping=0"))
 	if err != nil {

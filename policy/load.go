@@ -40,7 +40,30 @@ func Load(path string) (*Policy, error) {
 // paths in it (PEM and JWKS files) are resolved against its directory.
 // On failure the error is a *Errors listing every problem, in line order.
 func Parse(filename string, data []byte) (*Policy, error) {
-	return parse(filename, data, os.Getenv, os.ReadFile)
+	return parse(filename, data, os.Getenv, readKeyFile)
+}
+
+// maxKeyFile bounds PEM and JWKS files.
+const maxKeyFile = 1 << 20
+
+// readKeyFile reads a PEM or JWKS file: a regular file of bounded size, so
+// a config naming a device or a huge file fails instead of hanging.
+func readKeyFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	if err == nil && len(data) > maxKeyFile {
+		err = fmt.Errorf("%s is larger than %d bytes", path, maxKeyFile)
+	}
+	return data, err
 }
 
 // DefaultYAML is the embedded policy that sluice serve runs without a

@@ -15,8 +15,9 @@ func init() {
 	commands["check"] = command{"validate configuration files: exit 0 when valid, 1 with every problem as FILE:LINE: path: message", runCheck}
 }
 
-// runCheck validates each file named in args. It prints every problem of
-// every file, so one run shows all that needs fixing.
+// runCheck validates each file named in args the way serve loads it. It
+// prints every problem of every file, so one run shows all that needs
+// fixing.
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -35,7 +36,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	code := 0
 	for _, file := range fs.Args() {
-		p, err := policy.Load(file)
+		p, err := loadPolicy(file) // sluice's format, or envoyproxy/ratelimit's
 		if err == nil {
 			err = checkStore(p)
 		}

@@ -24,6 +24,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -95,7 +96,7 @@ const stepArgs = `$5::bigint, %s, $6::bigint, $3::bigint, $7::bigint, $8::bigint
 var (
 	takeSQL = `INSERT INTO sluice_buckets AS t
     (key, alg, den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset)
-SELECT $1::text, $2::smallint, $3::bigint, s.a, s.b, s.log_at, s.log_cost, c.now + s.reset, c.now,
+SELECT $1::bytea, $2::smallint, $3::bigint, s.a, s.b, s.log_at, s.log_cost, c.now + s.reset, c.now,
     s.allowed, s.tokens, s.retry, s.reset
 FROM (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now) c
 CROSS JOIN LATERAL sluice_step(false, $2::smallint, 0, 0, NULL, NULL, c.now, ` + fmt.Sprintf(stepArgs, "true") + `) s
@@ -116,7 +117,7 @@ RETURNING o_allowed, o_tokens, o_retry, o_reset`
 
 	peekSQL = `SELECT s.allowed, s.tokens, s.retry, s.reset
 FROM (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now) c
-LEFT JOIN sluice_buckets t ON t.key = $1::text
+LEFT JOIN sluice_buckets t ON t.key = $1::bytea
 CROSS JOIN LATERAL sluice_step(coalesce(t.alg = $2::smallint AND t.den = $3::bigint, false), $2::smallint,
     t.a, t.b, t.log_at, t.log_cost, c.now, ` + fmt.Sprintf(stepArgs, "false") + `) s`
 )
@@ -221,7 +222,7 @@ func (s *Store) args(r sluice.Request, ch sluice.Charge, now any) []any {
 		}
 	}
 	return []any{
-		s.opts.KeyPrefix + sluice.StorageKey(r.Limit, r.Key), int16(p.Algorithm), p.RateDen, now,
+		[]byte(s.opts.KeyPrefix + sluice.StorageKey(r.Limit, r.Key)), int16(p.Algorithm), p.RateDen, now,
 		ch.Cost, p.RateNum, p.Capacity, p.WindowRate, p.Period, off, ch.Reserve, ch.MaxReserved,
 	}
 }
@@ -243,7 +244,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	}
 	d := r.Limit.Decide(o)
 	if !d.Allowed && op == sluice.OpTake {
-		s.recordViolation(args[0].(string), d)
+		s.recordViolation(args[0].([]byte), d)
 	}
 	return d, nil
 }
@@ -268,17 +269,11 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 	}
 	// Stable: the same bucket twice keeps its requests' order.
 	slices.SortStableFunc(items, func(a, b item) int {
-		switch ka, kb := a.args[0].(string), b.args[0].(string); {
-		case ka < kb:
-			return -1
-		case ka > kb:
-			return 1
-		}
-		return 0
+		return bytes.Compare(a.args[0].([]byte), b.args[0].([]byte))
 	})
 	dup := false
 	for i := 1; i < len(items); i++ {
-		dup = dup || items[i].args[0] == items[i-1].args[0]
+		dup = dup || bytes.Equal(items[i].args[0].([]byte), items[i-1].args[0].([]byte))
 	}
 	sql := takeSQL
 	if op != sluice.OpTake && !dup {
@@ -314,7 +309,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 	for i, r := range rs {
 		if !all {
 			if op == sluice.OpTake && !out[i].Allowed {
-				s.recordViolation(items[slices.IndexFunc(items, func(it item) bool { return it.i == i })].args[0].(string), r.Limit.Decide(out[i]))
+				s.recordViolation(items[slices.IndexFunc(items, func(it item) bool { return it.i == i })].args[0].([]byte), r.Limit.Decide(out[i]))
 			}
 			out[i].Allowed = false
 		}
@@ -334,13 +329,13 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 		return fmt.Errorf("postgres reset %q: %w", key, sluice.ErrInvalidLimit)
 	}
 	k := s.opts.KeyPrefix + sluice.StorageKey(l, key)
-	if _, err := s.q.Exec(ctx, "DELETE FROM sluice_buckets WHERE key = $1", k); err != nil {
+	if _, err := s.q.Exec(ctx, "DELETE FROM sluice_buckets WHERE key = $1", []byte(k)); err != nil {
 		return fmt.Errorf("postgres reset %q: %w", k, err)
 	}
 	return nil
 }
 
-func (s *Store) recordViolation(key string, d sluice.Decision) {
+func (s *Store) recordViolation(key []byte, d sluice.Decision) {
 	if s.opts.Violations == nil {
 		return
 	}
@@ -348,13 +343,13 @@ func (s *Store) recordViolation(key string, d sluice.Decision) {
 	if s.opts.Clock != nil {
 		at = s.opts.Clock.Now()
 	}
-	s.opts.Violations.Record(Violation{BucketKey: key, Rule: d.Rule, Tokens: d.Tokens, At: at})
+	s.opts.Violations.Record(Violation{BucketKey: string(key), Rule: d.Rule, Tokens: d.Tokens, At: at})
 }
 
 // Len returns the number of rows under the store's key prefix.
 func (s *Store) Len(ctx context.Context) (int64, error) {
 	var n int64
-	err := s.q.QueryRow(ctx, "SELECT count(*) FROM sluice_buckets WHERE starts_with(key, $1)", s.opts.KeyPrefix).Scan(&n)
+	err := s.q.QueryRow(ctx, "SELECT count(*) FROM sluice_buckets WHERE "+hasPrefix("$1"), []byte(s.opts.KeyPrefix)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("postgres len: %w", err)
 	}
@@ -364,12 +359,17 @@ func (s *Store) Len(ctx context.Context) (int64, error) {
 // housekeepSQL deletes one batch of full buckets. The inner SELECT walks
 // the full_at index; the outer condition is re-checked on the newest row
 // version, so a row that a concurrent take just charged is left alone.
-const housekeepSQL = `DELETE FROM sluice_buckets
+var housekeepSQL = `DELETE FROM sluice_buckets
 WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM sluice_buckets
-    WHERE full_at <= coalesce($1::bigint, ` + clockSQL + `) AND starts_with(key, $2::text)
+    WHERE full_at <= coalesce($1::bigint, ` + clockSQL + `) AND ` + hasPrefix("$2") + `
     LIMIT $3::int))
-  AND full_at <= coalesce($1::bigint, ` + clockSQL + `) AND starts_with(key, $2::text)`
+  AND full_at <= coalesce($1::bigint, ` + clockSQL + `) AND ` + hasPrefix("$2")
+
+// hasPrefix is the SQL condition "key starts with the bytea parameter p".
+func hasPrefix(p string) string {
+	return "(octet_length(" + p + "::bytea) = 0 OR substring(key FROM 1 FOR octet_length(" + p + "::bytea)) = " + p + "::bytea)"
+}
 
 // Housekeep deletes the rows of buckets that have refilled (and are
 // therefore equivalent to absent rows), one batch per statement so that
@@ -378,7 +378,7 @@ WHERE ctid = ANY (ARRAY(
 func (s *Store) Housekeep(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		tag, err := s.q.Exec(ctx, housekeepSQL, s.now(), s.opts.KeyPrefix, s.opts.HousekeepingBatch)
+		tag, err := s.q.Exec(ctx, housekeepSQL, s.now(), []byte(s.opts.KeyPrefix), s.opts.HousekeepingBatch)
 		if err != nil {
 			return total, fmt.Errorf("postgres housekeeping: %w", err)
 		}

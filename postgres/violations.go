@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -215,7 +217,9 @@ func (v *ViolationLog) write(batch []Violation) []Violation {
 	defer cancel()
 	rows := make([][]any, len(batch))
 	for i, x := range batch {
-		rows[i] = []any{x.BucketKey, nullString(x.UserID), nullAddr(x.IP), nullString(x.Endpoint), x.At, x.Tokens, x.Rule, nullID(x.RuleID)}
+		// Client-supplied text must not fail the whole batch: the columns
+		// take valid UTF-8 without NUL, and two have a length limit.
+		rows[i] = []any{clean(x.BucketKey, 256), nullString(clean(x.UserID, 0)), nullAddr(x.IP), nullString(clean(x.Endpoint, 255)), x.At, x.Tokens, clean(x.Rule, 0), nullID(x.RuleID)}
 	}
 	n, err := v.pool.CopyFrom(ctx, pgx.Identifier{"sluice_violations"}, violationColumns, pgx.CopyFromRows(rows))
 	if err != nil {
@@ -228,6 +232,21 @@ func (v *ViolationLog) write(batch []Violation) []Violation {
 	}
 	clear(batch)
 	return batch[:0]
+}
+
+// clean makes s storable in a text column: invalid UTF-8 and NUL become
+// U+FFFD, and it is cut to max characters when max > 0.
+func clean(s string, max int) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
+	if max > 0 && utf8.RuneCountInString(s) > max {
+		s = string([]rune(s)[:max])
+	}
+	return s
 }
 
 func nullString(s string) any {

@@ -189,4 +189,23 @@ func TestStoreRecordsRejections(t *testing.T) {
 	if n != 2 || tokens != 0.5 {
 		t.Fatalf("%d violations recorded for the bucket with %v tokens, want 2 with 0.5", n, tokens)
 	}
+
+	// Keys are client bytes: invalid UTF-8, NUL and great length are
+	// limited like any other key and recorded without failing the batch.
+	before := vl.Written()
+	for _, key := range []string{"bad\xff\x00key", strings.Repeat("long", 500)} {
+		req := sluice.Request{Limit: lim, Key: key, Cost: 2}
+		if d, err := s.Take(ctx, sluice.OpTake, req); err != nil || !d.Allowed {
+			t.Fatalf("first take of %q: %+v %v", key[:8], d, err)
+		}
+		if d, err := s.Take(ctx, sluice.OpTake, req); err != nil || d.Allowed {
+			t.Fatalf("second take of %q: %+v %v", key[:8], d, err)
+		}
+	}
+	if err := vl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := vl.Written() - before; got != 2 || vl.Failed() != 0 {
+		t.Fatalf("%d violations written, %d failed; want 2 and 0", got, vl.Failed())
+	}
 }

@@ -1,4 +1,5 @@
--- Bucket state, one row per storage key ("tb:per-user:user-42").
+-- Bucket state, one row per storage key ("tb:per-user:user-42"). Keys are
+-- bytea: they carry client-supplied bytes, which need not be valid UTF-8.
 --
 -- a, b are sluice.State's A and B (token-bucket scaled tokens and stamp,
 -- or fixed-window tokens and window start); log_at/log_cost hold a sliding
@@ -15,7 +16,7 @@
 -- (through EXCLUDED) and the o_* columns let RETURNING report a rejection's
 -- remaining and retry-after although the state itself is left as it was.
 CREATE TABLE sluice_buckets (
-    key       text     PRIMARY KEY,
+    key       bytea    PRIMARY KEY,
     alg       smallint NOT NULL,
     den       bigint   NOT NULL,
     a         bigint   NOT NULL,

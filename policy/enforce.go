@@ -33,6 +33,7 @@ type Match struct {
 func (p *Policy) Match(in *Input) ([]Match, error) {
 	e := &eval{p: p, r: in}
 	var out []Match
+	identity := ""
 	for _, rule := range p.Rules {
 		if !e.holds(rule.match) {
 			continue
@@ -44,6 +45,11 @@ func (p *Policy) Match(in *Input) ([]Match, error) {
 				break
 			}
 		}
+		if v == nil && len(rule.Tiers) == 0 && rule.Limit != nil {
+			// A Rule built in code rather than loaded: its Limit, one
+			// token per request.
+			v = &variant{limit: rule.Limit, cost: costSpec{fixed: 1, def: 1}}
+		}
 		if v == nil {
 			continue
 		}
@@ -51,10 +57,13 @@ func (p *Policy) Match(in *Input) ([]Match, error) {
 		if !ok {
 			continue
 		}
+		if len(out) == 0 {
+			identity = e.identity()
+		}
 		out = append(out, Match{
 			Rule:     rule,
 			Request:  sluice.Request{Limit: v.limit, Key: key, Cost: e.cost(v.cost), Reserve: v.reserve},
-			Identity: e.identity(),
+			Identity: identity,
 			Tier:     tier,
 		})
 	}

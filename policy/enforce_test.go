@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"sync/atomic"
@@ -308,5 +309,25 @@ func TestTierFallback(t *testing.T) {
 	}
 	if r := p.Rule("tier-only"); r.Limit != p.Limit("tier-only.gets") {
 		t.Fatalf("Rule.Limit of a tier-only rule is its last tier's limit")
+	}
+}
+
+func TestHandBuiltRule(t *testing.T) {
+	lim := sluice.MustLimit(sluice.Spec{Name: "h", TokensPerSecond: 1, Burst: 1})
+	p := &policy.Policy{Rules: []*policy.Rule{{Name: "h", Limit: lim}}}
+	ms, err := p.Match(&policy.Input{})
+	if err != nil || len(ms) != 1 || ms[0].Request.Limit != lim || ms[0].Request.Key != "*" || ms[0].Request.Cost != 1 {
+		t.Fatalf("hand-built rule: %+v %v", ms, err)
+	}
+	if ls := p.Limits(); len(ls) != 1 || ls[0] != lim {
+		t.Fatalf("Limits: %v", ls)
+	}
+	loaded := mustParse(t, tieredCfg)
+	var names []string
+	for _, l := range loaded.Limits() {
+		names = append(names, l.Name())
+	}
+	if got := fmt.Sprint(names); got != "[api-key.enterprise api-key.free]" {
+		t.Fatalf("Limits of a tiered rule: %s", got)
 	}
 }

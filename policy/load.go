@@ -226,8 +226,7 @@ func (l *loader) object(n *yaml.Node, path string, allowed []string) *obj {
 	return o
 }
 
-// keyNode returns the key node of field name, for errors about the field
-// itself rather than its value.
+// has reports whether the mapping sets field name (validly or not).
 func (o *obj) has(name string) bool { _, ok := o.vals[name]; return ok }
 
 func (o *obj) str(name string) (string, *yaml.Node, bool) {
@@ -646,14 +645,13 @@ func (l *loader) headers(o *obj, vals []string, nodes []*yaml.Node, s *Settings)
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func checkListen(v string) string {
-	host, port, err := net.SplitHostPort(v)
+	_, port, err := net.SplitHostPort(v)
 	if err != nil {
 		return fmt.Sprintf("must be an address such as \":8080\" or \"127.0.0.1:8080\" (got %q)", v)
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return fmt.Sprintf("port %q must be a number from 0 to 65535", port)
 	}
-	_ = host
 	return ""
 }
 
@@ -993,12 +991,12 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 		}
 		return v, vn, ok
 	}
-	tps, tpsN, tpsOK := positive("tokens_per_second")
+	tps, _, tpsOK := positive("tokens_per_second")
 	rps, rpsN, rpsOK := positive("rps")
 	if o.has("tokens_per_second") && o.has("rps") {
 		l.errf(rpsN, join(path, "rps"), "is an alias of tokens_per_second: give one of them")
 	} else if rpsOK {
-		tps, tpsN, tpsOK = rps, rpsN, true
+		tps, tpsOK = rps, true
 	}
 	perSecond := o.has("tokens_per_second") || o.has("rps")
 	tpsName := "tokens_per_second"
@@ -1039,7 +1037,6 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 	if tpsOK {
 		spec.TokensPerSecond = tps
 	}
-	_ = tpsN
 	if rateOK {
 		spec.Rate = rate
 	}

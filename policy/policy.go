@@ -194,8 +194,8 @@ func (p *Policy) Limit(name string) *sluice.Limit { return p.limits[name] }
 func (p *Policy) Limits() []*sluice.Limit {
 	var out []*sluice.Limit
 	for _, r := range p.Rules {
-		if r.own != nil {
-			out = append(out, r.own.limit)
+		if r.own != nil || (len(r.Tiers) == 0 && r.Limit != nil) {
+			out = append(out, r.Limit)
 		}
 		for _, t := range r.Tiers {
 			out = append(out, t.Limit)

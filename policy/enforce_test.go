@@ -322,7 +322,7 @@ func TestHandBuiltRule(t *testing.T) {
 	if ls := p.Limits(); len(ls) != 1 || ls[0] != lim {
 		t.Fatalf("Limits: %v", ls)
 	}
-	loaded := mustParse(t, tieredCfg)
+	loaded := mustParse(t, "jwt: {verify: false}\n"+tieredCfg)
 	var names []string
 	for _, l := range loaded.Limits() {
 		names = append(names, l.Name())

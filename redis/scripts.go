@@ -98,3 +98,8 @@ func appendRequest(args []string, r *sluice.Request, ch sluice.Charge) []string 
 func outcome(v []int64) sluice.Outcome {
 	return sluice.Outcome{Allowed: v[0] == 1, Tokens: v[1], RetryAfter: v[2], ResetAfter: v[3]}
 }
+
+// ScriptSource returns the Lua script the store runs, for tools and
+// benchmarks that drive it directly (the argument layout is documented at
+// the top of lua/main.lua).
+func ScriptSource() string { return scriptSource }

@@ -226,12 +226,14 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 	return v
 }
 
-// result names r for the Observer.
+// result names r for the Observer. A limit that would have admitted the
+// request but was not charged because another refused counts as allowed:
+// only the limits that refused count as rejecting.
 func (r *Result) result() string {
 	switch {
 	case r.StoreErr != nil:
 		return "store_error"
-	case r.Decision.Allowed:
+	case !r.Violated:
 		return "allowed"
 	case r.Shadow:
 		return "shadow_rejected"

@@ -86,6 +86,16 @@ func TestEnforceAllOrNothing(t *testing.T) {
 	if got := remaining(t, p, lim, "per-ip", "192.0.2.2"); got != 1 {
 		t.Fatalf("a rejected request charged B's bucket: %d left, want 1", got)
 	}
+	// Only the limit that refused counts as rejecting.
+	obs := counter{}
+	decide(t, p, lim, fromIP("192.0.2.1"), sluice.OpTake, obs)
+	if obs["per-ip/rejected"] != 1 || obs["global/rejected"] != 1 || len(obs) != 2 {
+		t.Fatalf("observed %v", obs)
+	}
+	decide(t, p, lim, fromIP("192.0.2.3"), sluice.OpTake, obs)
+	if obs["per-ip/allowed"] != 1 || obs["global/rejected"] != 2 {
+		t.Fatalf("observed %v", obs)
+	}
 }
 
 func TestEnforcePeek(t *testing.T) {
@@ -329,5 +339,31 @@ func TestHandBuiltRule(t *testing.T) {
 	}
 	if got := fmt.Sprint(names); got != "[api-key.enterprise api-key.free]" {
 		t.Fatalf("Limits of a tiered rule: %s", got)
+	}
+}
+
+func BenchmarkMatchEnforce(b *testing.B) {
+	p := mustParse(b, `trusted_proxies: ["10.0.0.0/8"]
+rules:
+  - name: per-ip
+    limit_keys: ["ip:address"]
+    algorithm_config: {rps: 1000000, burst: 1000000}
+  - name: per-key
+    limit_keys: ["header:x-api-key", "path"]
+    match: {path_prefix: /api/}
+    algorithm_config: {rps: 1000000, burst: 1000000}
+  - name: global
+    algorithm_config: {rps: 1000000000, burst: 1000000000}
+`)
+	lim, _ := newLimiter()
+	in := &policy.Input{Method: "GET", Path: "/api/items", Peer: netip.MustParseAddrPort("10.0.0.1:5"),
+		Header: http.Header{"X-Api-Key": {"key-123"}, "X-Forwarded-For": {"198.51.100.7"}}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		ms, _ := p.Match(in)
+		if v := policy.Enforce(ctx, lim, sluice.OpTake, ms, nil); !v.Allowed {
+			b.Fatal("rejected")
+		}
 	}
 }

@@ -35,12 +35,7 @@ func (e *eval) holdsOne(c cond) bool {
 		}
 		return false
 	}
-	got := e.values(c.src)
-	for _, g := range got {
-		switch c.src.kind {
-		case srcMethod:
-			g = strings.ToUpper(g)
-		}
+	for _, g := range e.values(c.src) {
 		for _, v := range c.values {
 			if g == v {
 				return true

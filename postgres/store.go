@@ -68,6 +68,7 @@ type Options struct {
 type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
@@ -195,8 +196,11 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // WithTx returns a view of the store that runs every statement in tx, the
 // caller's transaction: a charge made through it commits or rolls back
 // with tx. Its row locks are held until tx ends, so keep such transactions
-// short. TakeAll through it uses a savepoint. The view runs no
-// housekeeping and needs no Close.
+// short. TakeAll through it uses a savepoint. The transaction should be
+// READ COMMITTED (PostgreSQL's default): under REPEATABLE READ or
+// SERIALIZABLE a take on a row that another transaction changed fails
+// with a serialization error, which the caller must retry. The view runs
+// no housekeeping and needs no Close.
 func (s *Store) WithTx(tx pgx.Tx) *Store {
 	v := &Store{pool: s.pool, q: tx, opts: s.opts, ownsLog: false, stop: make(chan struct{}), done: make(chan struct{})}
 	close(v.done)
@@ -276,23 +280,30 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		dup = dup || bytes.Equal(items[i].args[0].([]byte), items[i-1].args[0].([]byte))
 	}
 	sql := takeSQL
+	var tx pgx.Tx
 	if op != sluice.OpTake && !dup {
 		// Peeks change nothing and need no transaction. With the same
 		// bucket twice, the second must see the first's charge: that is a
 		// take in a transaction that is always rolled back.
 		sql = peekSQL
+	} else {
+		var err error
+		if tx, err = s.q.Begin(ctx); err != nil {
+			return nil, fmt.Errorf("postgres take all: begin: %w", err)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
 	}
-	tx, err := s.q.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("postgres take all: begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
 	b := &pgx.Batch{}
 	for _, it := range items {
 		b.Queue(sql, it.args...)
 	}
 	out := make([]sluice.Outcome, len(rs))
-	br := tx.SendBatch(ctx, b)
+	var br pgx.BatchResults
+	if tx != nil {
+		br = tx.SendBatch(ctx, b)
+	} else {
+		br = s.q.SendBatch(ctx, b)
+	}
 	all := true
 	for _, it := range items {
 		o := &out[it.i]

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,6 +35,8 @@ type Server struct {
 	ctl  string
 	as   []string // command prefix that runs as the cluster's owner
 	owns bool
+	mu   sync.Mutex
+	dbs  []string // databases NewDatabase created
 }
 
 // ErrMissing reports that no PostgreSQL binaries were found.
@@ -107,9 +110,12 @@ func (s *Server) run(name string, args ...string) ([]byte, error) {
 	return cmd.CombinedOutput()
 }
 
-// Stop stops a cluster Start started and removes its directory.
+// Stop stops a cluster Start started and removes its directory. On a
+// server given by SLUICE_POSTGRES_URL it drops the databases NewDatabase
+// created instead.
 func (s *Server) Stop() {
 	if !s.owns {
+		s.dropDatabases()
 		return
 	}
 	if _, err := os.Stat(filepath.Join(s.dir, "data", "postmaster.pid")); err == nil {
@@ -132,7 +138,30 @@ func (s *Server) NewDatabase(ctx context.Context) (string, error) {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", fmt.Errorf("pgtest: create database: %w", err)
 	}
+	s.mu.Lock()
+	s.dbs = append(s.dbs, name)
+	s.mu.Unlock()
 	return replaceDatabase(s.URL, name), nil
+}
+
+func (s *Server) dropDatabases() {
+	s.mu.Lock()
+	dbs := s.dbs
+	s.dbs = nil
+	s.mu.Unlock()
+	if len(dbs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.URL)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	for _, db := range dbs {
+		conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)")
+	}
 }
 
 // replaceDatabase swaps the database of a postgres:// URL.

@@ -3,11 +3,15 @@ package envoyrls_test
 import (
 	"context"
 	"log/slog"
+	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/envoyrls"
@@ -53,4 +57,53 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkShouldRateLimitGRPC is a call through gRPC over loopback, from
+// 64 concurrent callers on 4 connections, on the memory store.
+func BenchmarkShouldRateLimitGRPC(b *testing.B) {
+	pol, err := policy.Parse("bench", []byte("rules:\n  - name: per-user\n    match: {domain: bench}\n    limit_keys: [\"descriptor:user\"]\n    algorithm: token_bucket\n    algorithm_config: {rps: 100, burst: 100}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := grpc.NewServer(envoyrls.ServerOptions()...)
+	envoyrls.New(pol, sluice.New(memory.New(memory.Options{})), envoyrls.Options{Logger: slog.New(slog.DiscardHandler)}).Register(g)
+	go g.Serve(ln)
+	defer g.Stop()
+	clients := make([]rlspb.RateLimitServiceClient, 4)
+	for i := range clients {
+		cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cc.Close()
+		clients[i] = rlspb.NewRateLimitServiceClient(cc)
+	}
+	reqs := make([]*rlspb.RateLimitRequest, 10_000)
+	for i := range reqs {
+		reqs[i] = &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
+			Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "user-" + strconv.Itoa(i)}},
+		}}}
+	}
+	var next atomic.Int64
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		n := int(next.Add(1))
+		cl := clients[n%len(clients)]
+		i := n * 7919
+		for pb.Next() {
+			if _, err := cl.ShouldRateLimit(ctx, reqs[i%len(reqs)]); err != nil {
+				b.Error(err)
+				return
+			}
+			i += 7
+		}
+	})
 }

@@ -78,19 +78,25 @@ type refLimit struct {
 	replaces   []string
 	share      string // share_threshold: the wildcard value whose matches share one bucket
 	policyRule *policy.Rule
+
+	clOnce sync.Once
+	cl     *rlspb.RateLimitResponse_RateLimit
 }
 
 func (l *refLimit) period() time.Duration {
 	return time.Duration(unitSeconds[l.unit]*int64(max(l.multiplier, 1))) * time.Second
 }
 
-// currentLimit is the limit as the reference server reports it.
+// currentLimit is the limit as the reference server reports it, made
+// once and shared by every response (only ever read).
 func (l *refLimit) currentLimit() *rlspb.RateLimitResponse_RateLimit {
-	cl := &rlspb.RateLimitResponse_RateLimit{Name: l.name, RequestsPerUnit: l.rpu, Unit: l.unit}
-	if l.multiplier > 1 {
-		cl.UnitMultiplier = wrapU32(l.multiplier)
-	}
-	return cl
+	l.clOnce.Do(func() {
+		l.cl = &rlspb.RateLimitResponse_RateLimit{Name: l.name, RequestsPerUnit: l.rpu, Unit: l.unit}
+		if l.multiplier > 1 {
+			l.cl.UnitMultiplier = wrapU32(l.multiplier)
+		}
+	})
+	return l.cl
 }
 
 // refNode is one descriptor of the tree.

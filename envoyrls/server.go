@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,6 +72,7 @@ type Server struct {
 	log     *slog.Logger
 	obs     policy.Observer
 	source  func() *policy.Policy
+	limits  sync.Map // *sluice.Limit -> *rlspb.RateLimitResponse_RateLimit
 }
 
 // engine is one loaded policy and how descriptors find its rules.
@@ -102,6 +104,7 @@ func (s *Server) SetPolicy(pol *policy.Policy) { s.setPolicy(pol) }
 func (s *Server) setPolicy(pol *policy.Policy) *engine {
 	e := &engine{pol: pol, ref: referenceOf(pol), headers: pol.Settings.Headers}
 	s.engine.Store(e)
+	s.limits.Clear() // the old policy's limits are no longer asked about
 	return e
 }
 
@@ -115,6 +118,14 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	healthpb.RegisterHealthServer(g, h)
 	reflection.Register(g)
 	return h
+}
+
+// ServerOptions are the gRPC server options sluice serves Envoy with:
+// Envoy keeps a few long-lived HTTP/2 connections and sends many small
+// calls on each, so write buffers are shared rather than kept per
+// connection.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.SharedWriteBuffer(true)}
 }
 
 // descKind says how one descriptor's cost is applied.
@@ -450,7 +461,7 @@ func (s *Server) status(st *descState, rrs []policy.Result, charged bool) *rlspb
 	if st.ref != nil {
 		out.CurrentLimit = st.ref.currentLimit()
 	} else if lim != nil {
-		out.CurrentLimit = inferLimit(lim.Name(), lim)
+		out.CurrentLimit = s.limitOf(lim)
 	}
 	out.LimitRemaining = clampU32(best.Remaining)
 	reset := best.ResetAfter
@@ -463,6 +474,18 @@ func (s *Server) status(st *descState, rrs []policy.Result, charged bool) *rlspb
 	}
 	out.DurationUntilReset = durationpb.New(reset)
 	return out
+}
+
+// limitOf is inferLimit, computed once per limit. The messages are shared
+// by every response that reports the limit, which is safe because they
+// are never changed after they are made: marshalling only reads them.
+func (s *Server) limitOf(l *sluice.Limit) *rlspb.RateLimitResponse_RateLimit {
+	if v, ok := s.limits.Load(l); ok {
+		return v.(*rlspb.RateLimitResponse_RateLimit)
+	}
+	cl := inferLimit(l.Name(), l)
+	s.limits.Store(l, cl)
+	return cl
 }
 
 // untilBoundary is the time to the next window boundary of windows of

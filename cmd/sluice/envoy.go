@@ -29,12 +29,12 @@ func startEnvoy(ctx context.Context, s *server, addr string) (stop func(), err e
 	if err != nil {
 		return nil, fmt.Errorf("envoy rate limit service: listen %s: %w", addr, err)
 	}
-	g := grpc.NewServer(
+	g := grpc.NewServer(append(envoyrls.ServerOptions(),
 		// Envoy keeps its connections to the rate limit service open;
 		// let it ping them, and keep idle ones from piling up forever.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 15 * time.Minute}),
-	)
+	)...)
 	opts := envoyrls.Options{Logger: s.Logger, Source: s.Gate.Policy}
 	if s.Metrics != nil {
 		opts.Observer = s.Metrics

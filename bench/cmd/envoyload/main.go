@@ -63,6 +63,7 @@ func main() {
 	warmup := flag.Duration("warmup", 2*time.Second, "unmeasured time before each run")
 	nkeys := flag.Int("keys", 10_000, "distinct descriptor values")
 	skew := flag.Float64("zipf", 1.1, "Zipf exponent of the values (> 1)")
+	rate := flag.Float64("rate", 0, "offered calls per second in all (0: every caller calls again as soon as answered)")
 	flag.Parse()
 
 	if *addr == "" {
@@ -88,7 +89,11 @@ func main() {
 	for i := range keys {
 		keys[i] = "user-" + strconv.Itoa(i)
 	}
-	fmt.Printf("target %s, store %s, %d connections, %d Zipf(%.2f) values, %v per run\n", *addr, *storeURL, *conns, *nkeys, *skew, *duration)
+	mode := "closed loop"
+	if *rate > 0 {
+		mode = fmt.Sprintf("offered %.0f calls/s", *rate)
+	}
+	fmt.Printf("target %s, store %s, %d connections, %d Zipf(%.2f) values, %s, %v per run\n", *addr, *storeURL, *conns, *nkeys, *skew, mode, *duration)
 	fmt.Printf("%8s %12s %10s %10s %10s %8s %8s\n", "callers", "req/s", "p50", "p99", "p99.9", "over%", "errors")
 	for _, f := range strings.Split(*callersFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -96,7 +101,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "envoyload: bad -callers value %q\n", f)
 			os.Exit(2)
 		}
-		run(clients, keys, *skew, n, *warmup, *duration)
+		run(clients, keys, *skew, n, *rate, *warmup, *duration)
 	}
 }
 
@@ -124,15 +129,17 @@ func serve(storeURL string) (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(envoyrls.ServerOptions()...)
 	envoyrls.New(pol, sluice.New(store), envoyrls.Options{Logger: slog.New(slog.DiscardHandler)}).Register(g)
 	go g.Serve(ln)
 	return ln.Addr().String(), func() { g.Stop(); closeStore() }, nil
 }
 
 // run drives callers concurrent callers for warmup+duration and prints
-// one line of results.
-func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, callers int, warmup, duration time.Duration) {
+// one line of results. With rate > 0 each caller sends at its share of
+// the rate on a fixed schedule and latency counts from the scheduled time,
+// so a slow answer also counts against the calls queued behind it.
+func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, callers int, rate float64, warmup, duration time.Duration) {
 	var measuring, stop atomic.Bool
 	var over, errs atomic.Int64
 	lat := make([][]time.Duration, callers)
@@ -145,11 +152,23 @@ func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, ca
 			z := rand.NewZipf(rng, skew, 1, uint64(len(keys)-1))
 			cl := clients[c%len(clients)]
 			ls := make([]time.Duration, 0, 1<<16)
+			var every time.Duration
+			next := time.Now()
+			if rate > 0 {
+				every = time.Duration(float64(callers) / rate * float64(time.Second))
+				next = next.Add(time.Duration(rng.Int64N(int64(every)))) // spread the callers' phases
+			}
 			for !stop.Load() {
 				req := &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
 					Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: keys[z.Uint64()]}},
 				}}}
 				t := time.Now()
+				if every > 0 {
+					if w := time.Until(next); w > 0 {
+						time.Sleep(w)
+					}
+					t, next = next, next.Add(every)
+				}
 				resp, err := cl.ShouldRateLimit(context.Background(), req)
 				d := time.Since(t)
 				if !measuring.Load() {

@@ -134,7 +134,7 @@ type descKind uint8
 const (
 	kindTake   descKind = iota // charge its hits
 	kindPeek                   // hits_addend 0: check without charging
-	kindRefund                 // is_negative_hits: give tokens back
+	kindRefund                 // is_negative_hits: would give tokens back; the Store has no refund, so only answered
 )
 
 // descState is one descriptor of a call while it is being decided.
@@ -323,7 +323,7 @@ func costOf(req *rlspb.RateLimitRequest, d *rlv3.RateLimitDescriptor) (descKind,
 	hits = min(hits, maxHits)
 	switch {
 	case d.IsNegativeHits && hits > 0:
-		return kindRefund, float64(hits)
+		return kindRefund, 1 // answered as a check of one request
 	case hits == 0:
 		return kindPeek, 1
 	}

@@ -262,6 +262,9 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		i    int
 		args []any
 	}
+	if len(rs) == 0 {
+		return []sluice.Decision{}, nil
+	}
 	now := s.now()
 	items := make([]item, len(rs))
 	for i, r := range rs {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,8 +125,9 @@ type refConfig struct {
 
 // refError collects located problems.
 type refError struct {
-	file string
-	list []string
+	file  string
+	list  []string
+	lines []int
 }
 
 func (e *refError) add(line int, path, format string, a ...any) {
@@ -133,7 +135,47 @@ func (e *refError) add(line int, path, format string, a ...any) {
 	if line > 0 {
 		loc += ":" + strconv.Itoa(line)
 	}
-	e.list = append(e.list, fmt.Sprintf("%s: %s: %s", loc, path, fmt.Sprintf(format, a...)))
+	msg := fmt.Sprintf(format, a...)
+	if path != "" {
+		msg = path + ": " + msg
+	}
+	e.list = append(e.list, loc+": "+msg)
+	e.lines = append(e.lines, line)
+}
+
+// sort orders the problems by line, as a reader goes through the file.
+func (e *refError) sort() {
+	idx := make([]int, len(e.list))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return e.lines[idx[a]] < e.lines[idx[b]] })
+	list := make([]string, len(idx))
+	for i, j := range idx {
+		list[i] = e.list[j]
+	}
+	e.list = list
+}
+
+// addYAML reports a decoding error, each of a TypeError's problems at its
+// own line.
+func (e *refError) addYAML(line int, err error) {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		e.add(line, "", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		return
+	}
+	for _, m := range te.Errors {
+		l := line
+		if rest, ok := strings.CutPrefix(m, "line "); ok {
+			if n, msg, ok := strings.Cut(rest, ": "); ok {
+				if v, err := strconv.Atoi(n); err == nil {
+					l, m = v, msg
+				}
+			}
+		}
+		e.add(l, "", "%s", m)
+	}
 }
 
 func (e *refError) Error() string { return strings.Join(e.list, "\n") }
@@ -184,7 +226,7 @@ func parseReference(filename string, data []byte) (*refConfig, error) {
 			break
 		}
 		if err != nil {
-			e.add(0, "yaml", "%v", err)
+			e.addYAML(0, err)
 			break
 		}
 		if len(n.Content) == 0 {
@@ -194,8 +236,12 @@ func parseReference(filename string, data []byte) (*refConfig, error) {
 		checkKeys(root, "", e)
 		var r refRoot
 		if err := root.Decode(&r); err != nil {
-			e.add(root.Line, "yaml", "%v", err)
-			continue
+			e.addYAML(root.Line, err)
+			var te *yaml.TypeError
+			if !errors.As(err, &te) {
+				continue
+			}
+			// The rest decoded: check it too, so one run shows every problem.
 		}
 		if r.Domain == "" {
 			e.add(root.Line, "domain", "must not be empty")
@@ -211,6 +257,7 @@ func parseReference(filename string, data []byte) (*refConfig, error) {
 		cfg.load(e, r.Domain, top, r.Descriptors, "descriptors", lines)
 	}
 	if len(e.list) > 0 {
+		e.sort()
 		return nil, e
 	}
 	return cfg, nil

@@ -151,7 +151,7 @@ func BenchmarkRedisClient(b *testing.B) {
 	src := sredis.ScriptSource()
 	// One token-bucket take of 1 token at 100/s, burst 100 (see the
 	// argument layout in redis/lua/main.lua).
-	args := []string{"0", "1", "t", "", "tb", "1000000", "0", "0", "100000000", "100", "1"}
+	args := []string{"0", "t1", "tb 100000000 100 1", "1000000", ""}
 	iargs := make([]any, len(args))
 	for i, a := range args {
 		iargs[i] = a

@@ -255,7 +255,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 			return d, nil
 		}
 	}
-	args := make([]string, 0, 10)
+	args := make([]string, 0, 4)
 	args = appendGroup(args, 1, opOf(op), s.nowArg())
 	args = appendRequest(args, &r, ch)
 	res, err := s.run(ctx, []string{key}, args, true)
@@ -344,7 +344,7 @@ func allIndexes(n int) []int {
 // returns their replies in the order of ix.
 func (s *Store) runGroup(ctx context.Context, rs []sluice.Request, chs []sluice.Charge, keys []string, ix []int, op, now string) ([]int64, error) {
 	gk := make([]string, len(ix))
-	args := make([]string, 0, 3+8*len(ix))
+	args := make([]string, 0, 1+3*len(ix))
 	args = appendGroup(args, len(ix), op, now)
 	for j, i := range ix {
 		gk[j] = keys[i]
@@ -448,10 +448,11 @@ func (s *Store) refund(ctx context.Context, rs []sluice.Request, chs []sluice.Ch
 		args = appendGroup(args, len(g.ix), opRefund, s.nowArg())
 		for j, i := range g.ix {
 			gk[j] = keys[i]
-			args = appendRequest(args, &rs[i], chs[i])
+			extra := ""
 			if rs[i].Limit.Algorithm() == sluice.SlidingLog {
-				args = append(args, strconv.FormatInt(g.res[replyWidth*j+4], 10))
+				extra = strconv.FormatInt(g.res[replyWidth*j+4], 10)
 			}
+			args = appendRequestExtra(args, &rs[i], chs[i], extra)
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.timeout)
 		_, err := s.exec(rctx, gk, args)

@@ -64,34 +64,56 @@ func fits(r *sluice.Request, ch sluice.Charge) error {
 	return nil
 }
 
-// appendGroup writes a group header: n requests, op, now ("" for the
-// server's clock).
+// appendGroup writes a group header: op, n requests and the time (""
+// for the server's clock).
 func appendGroup(args []string, n int, op, now string) []string {
-	return append(args, strconv.Itoa(n), op, now)
+	h := op + strconv.Itoa(n)
+	if now != "" {
+		h += ":" + now
+	}
+	return append(args, h)
 }
 
-// appendRequest writes one request's arguments (see lua/main.lua).
+// appendRequest writes one request's arguments (see lua/main.lua): the
+// limit, the cost, and extra ("" unless a token bucket reserves or a fixed
+// window hashes its offset from the key).
 func appendRequest(args []string, r *sluice.Request, ch sluice.Charge) []string {
+	return appendRequestExtra(args, r, ch, "")
+}
+
+func appendRequestExtra(args []string, r *sluice.Request, ch sluice.Charge, extra string) []string {
 	p := r.Limit.Params()
-	cost := strconv.FormatInt(ch.Cost, 10)
+	var b []byte
 	switch p.Algorithm {
 	case sluice.FixedWindow:
-		hkey := ""
-		if p.Offset < 0 {
-			hkey = r.Key
+		b = append(b, "fw "...)
+		b = strconv.AppendInt(b, p.Capacity, 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, p.WindowRate, 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, p.Period, 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, p.Offset, 10)
+		if p.Offset < 0 && extra == "" {
+			extra = r.Key
 		}
-		return append(args, "fw", cost, strconv.FormatInt(p.Capacity, 10), strconv.FormatInt(p.WindowRate, 10),
-			strconv.FormatInt(p.Period, 10), strconv.FormatInt(p.Offset, 10), hkey)
 	case sluice.SlidingLog:
-		return append(args, "sl", cost, strconv.FormatInt(p.Capacity, 10), strconv.FormatInt(p.Period, 10))
+		b = append(b, "sl "...)
+		b = strconv.AppendInt(b, p.Capacity, 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, p.Period, 10)
 	default:
-		reserve := "0"
-		if ch.Reserve {
-			reserve = "1"
+		b = append(b, "tb "...)
+		b = strconv.AppendInt(b, p.Capacity, 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, p.RateNum, 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, p.RateDen, 10)
+		if ch.Reserve && extra == "" {
+			extra = strconv.FormatInt(ch.MaxReserved, 10)
 		}
-		return append(args, "tb", cost, reserve, strconv.FormatInt(ch.MaxReserved, 10),
-			strconv.FormatInt(p.Capacity, 10), strconv.FormatInt(p.RateNum, 10), strconv.FormatInt(p.RateDen, 10))
 	}
+	return append(args, string(b), strconv.FormatInt(ch.Cost, 10), extra)
 }
 
 // outcome reads one request's reply.

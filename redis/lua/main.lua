@@ -1,33 +1,39 @@
 -- sluice: the driver. KEYS are bucket keys, one per request. ARGV[1] is
--- the TTL padding in milliseconds (zero outside tests); then come groups:
+-- the TTL padding in milliseconds (zero outside tests); then come groups,
+-- each a header and three arguments per request:
 --
---   n, op, now, then n requests
+--   header       op, request count and optionally the time: "t1", "p3",
+--                "r2:1700000000000000"; op is t (take), p (peek) or
+--                r (refund); the time is in microseconds, and without it
+--                the server's clock (TIME) is used
+--   limit        "tb capacity rate_num rate_den"
+--                "fw capacity window_rate period offset" (offset -1: hashed)
+--                "sl capacity period"
+--   cost         micro-tokens
+--   extra        tb: max_reserved when the request reserves, else ""
+--                fw: the request key when the offset is hashed, else ""
+--                sl: in refund groups, the stamp the take gave the entry
 --
--- op is "t" (take), "p" (peek) or "r" (refund); now is the time in
--- microseconds, or "" for the server's clock (TIME). A group of takes is
--- all-or-nothing: every request in it is charged, or none. Groups are
--- independent of each other and run in order, so a batch of unrelated
--- takes is many groups of one. Each request is
---
---   "tb", cost, reserve (0/1), max_reserved, capacity, rate_num, rate_den
---   "fw", cost, capacity, window_rate, period, offset (-1: hashed), hash_key
---   "sl", cost, capacity, period
---
--- with, in refund groups, one more argument for "sl": the stamp the take
--- gave the entry. The reply has five integers per request: allowed,
--- tokens left (micro-tokens), retry_after, reset_after (microseconds) and,
--- for sliding logs, the stamp an admitted entry got.
+-- Headers and limits repeat across the requests of a batch; each distinct
+-- string is parsed once. A group of takes is all-or-nothing: every request
+-- in it is charged, or none. Groups are independent of each other and run
+-- in order, so a batch of unrelated takes is many groups of one. The reply
+-- has five integers per request: allowed, tokens left (micro-tokens),
+-- retry_after, reset_after (microseconds) and, for sliding logs, the stamp
+-- an admitted entry got.
 --
 -- Writes are deferred to the end of the script: a hot key taken by many
 -- groups of one batch is read once and written once.
 
 local pad = tonumber(ARGV[1])
 local servertime = nil
-local cache = {}  -- key -> {st = state or false}
-local dirty = {}  -- key -> ttl in microseconds (0: delete)
-local kinds = {}  -- key -> {alg, den}
+-- The batch's view of its keys, so a hot key taken by many groups is read
+-- once and written once: state (false when absent), algorithm, rate
+-- denominator and TTL of the state to write.
+local cst, calg, cden, cttl = {}, {}, {}, {}
 local order = {}
 local out = {}
+local ai, ki = 2, 1
 
 local function clock(arg)
   if arg ~= '' then return tonumber(arg) end
@@ -38,110 +44,156 @@ local function clock(arg)
   return servertime
 end
 
+local lims, hdrs = {}, {}
+
+local function limit(d)
+  local l = lims[d]
+  if l then return l end
+  local alg, a, b, c, e = string.match(d, '^(%a+) (%-?%d+) (%-?%d+) ?(%-?%d*) ?(%-?%d*)$')
+  l = {alg, tonumber(a), tonumber(b), tonumber(c), tonumber(e)}
+  lims[d] = l
+  return l
+end
+
+local function header(h)
+  local v = hdrs[h]
+  if not v then
+    local op, n, now = string.match(h, '^(%a)(%d+):?(%d*)$')
+    v = {op, tonumber(n), now}
+    hdrs[h] = v
+  end
+  return v[1], v[2], clock(v[3])
+end
+
 local function load(key, alg, den)
-  local c = cache[key]
-  if c then return c.st or nil end
+  local v = cst[key]
+  if v ~= nil then
+    -- a token bucket seen under another rate denominator (a limit changed
+    -- while this batch was queued) is absent, as tb_load would say
+    if alg == 'tb' and cden[key] ~= den then return nil end
+    return v or nil
+  end
   local raw = redis.call('GET', key)
   if not raw then raw = nil end
   local st
   if alg == 'tb' then st = tb_load(raw, den)
   elseif alg == 'fw' then st = fw_load(raw)
   else st = sl_load(raw) end
-  cache[key] = {st = st or false}
+  cst[key] = st or false
+  cden[key] = den
   return st
 end
 
 local function save(key, st, ttl, alg, den)
-  cache[key] = {st = st or false}
-  if dirty[key] == nil then order[#order + 1] = key end
-  dirty[key] = ttl
-  kinds[key] = {alg, den}
+  if cttl[key] == nil then order[#order + 1] = key end
+  cst[key] = st or false
+  cttl[key] = ttl
+  calg[key] = alg
+  cden[key] = den
 end
 
-local ai, ki = 2, 1
-while ai <= #ARGV do
-  local n, op = tonumber(ARGV[ai]), ARGV[ai + 1]
-  local now = clock(ARGV[ai + 2])
+-- eval decides (or refunds) the request at ARGV[ai] against the state
+-- prev(key, alg, den) returns, and advances ai. It returns allowed, the
+-- state to keep, tokens, retry_after, reset_after, aux, alg and den.
+local function eval(key, op, now, prev)
+  local l = limit(ARGV[ai])
+  local cost, extra = tonumber(ARGV[ai + 1]), ARGV[ai + 2]
   ai = ai + 3
-  local all = true
-  local pending = {} -- tentative states of this group, by key
-  local results = {}
-  for j = 1, n do
+  local alg, cap = l[1], l[2]
+  if alg == 'tb' then
+    local num, den = l[3], l[4]
+    local st = prev(key, alg, den)
+    if op == 'r' then
+      local nst, reset = tb_refund(st, now, cost, cap, num, den)
+      return 1, nst, 0, 0, reset, 0, alg, den
+    end
+    local reserve, maxres = extra ~= '', 0
+    if reserve then maxres = tonumber(extra) end
+    local allowed, nst, tokens, retry, reset = tb_take(st, now, cost, reserve, maxres, cap, num, den)
+    return allowed, nst, tokens, retry, reset, 0, alg, den
+  elseif alg == 'fw' then
+    local wrate, period = l[3], l[4]
+    local st = prev(key, alg, 0)
+    if op == 'r' then
+      local nst, reset = fw_refund(st, now, cost, cap, wrate, period)
+      return 1, nst, 0, 0, reset, 0, alg, 0
+    end
+    local allowed, nst, tokens, retry, reset = fw_take(st, now, cost, cap, wrate, period, l[5], extra)
+    return allowed, nst, tokens, retry, reset, 0, alg, 0
+  end
+  local period = l[3]
+  local log = prev(key, alg, 0) or {}
+  if op == 'r' then
+    -- work on a copy: the batch's cached log must not change under a
+    -- group that is not committed
+    local copy = {}
+    for i = 1, #log do copy[i] = log[i] end
+    local nst, reset = sl_refund(copy, now, cost, period, tonumber(extra))
+    return 1, nst, 0, 0, reset, 0, alg, 0
+  end
+  local allowed, nst, tokens, retry, reset, aux = sl_take(log, now, cost, cap, period, op == 't')
+  if nst == nil then nst = log end
+  return allowed, nst, tokens, retry, reset, aux, alg, 0
+end
+
+local function emit(allowed, tokens, retry, reset, aux)
+  local n = #out
+  out[n + 1] = allowed
+  out[n + 2] = tokens
+  out[n + 3] = retry
+  out[n + 4] = reset
+  out[n + 5] = aux
+end
+
+while ai <= #ARGV do
+  local op, n, now = header(ARGV[ai])
+  ai = ai + 1
+  if n == 1 then
+    -- One request: its own answer is the group's; no tentative copies.
     local key = KEYS[ki]
     ki = ki + 1
-    local alg = ARGV[ai]
-    local cost = tonumber(ARGV[ai + 1])
-    local allowed, st, tokens, retry, reset, aux = 1, nil, 0, 0, 0, 0
-    local den = 0
-    if alg == 'tb' then
-      local reserve, maxres = ARGV[ai + 2] == '1', tonumber(ARGV[ai + 3])
-      local cap, num = tonumber(ARGV[ai + 4]), tonumber(ARGV[ai + 5])
-      den = tonumber(ARGV[ai + 6])
-      ai = ai + 7
-      local prev = pending[key]
-      if prev == nil then prev = load(key, alg, den) else prev = prev.st or nil end
-      if op == 'r' then
-        st, reset = tb_refund(prev, now, cost, cap, num, den)
-      else
-        allowed, st, tokens, retry, reset = tb_take(prev, now, cost, reserve, maxres, cap, num, den)
-      end
-    elseif alg == 'fw' then
-      local cap, wrate, period = tonumber(ARGV[ai + 2]), tonumber(ARGV[ai + 3]), tonumber(ARGV[ai + 4])
-      local offset, hkey = tonumber(ARGV[ai + 5]), ARGV[ai + 6]
-      ai = ai + 7
-      local prev = pending[key]
-      if prev == nil then prev = load(key, alg, 0) else prev = prev.st or nil end
-      if op == 'r' then
-        st, reset = fw_refund(prev, now, cost, cap, wrate, period)
-      else
-        allowed, st, tokens, retry, reset = fw_take(prev, now, cost, cap, wrate, period, offset, hkey)
-      end
-    else
-      local cap, period = tonumber(ARGV[ai + 2]), tonumber(ARGV[ai + 3])
-      ai = ai + 4
-      local prev = pending[key]
-      if prev == nil then prev = load(key, alg, 0) else prev = prev.st or {} end
-      if op == 'r' then
-        local stamp = tonumber(ARGV[ai])
-        ai = ai + 1
-        -- work on a copy: the cached log must not change under a later group
-        local copy = {}
-        for i = 1, #prev do copy[i] = prev[i] end
-        st, reset = sl_refund(copy, now, cost, period, stamp)
-      else
-        allowed, st, tokens, retry, reset, aux = sl_take(prev, now, cost, cap, period, op == 't')
-        if st == nil then st = prev end
-      end
+    local allowed, st, tokens, retry, reset, aux, alg, den = eval(key, op, now, load)
+    if allowed == 1 and op ~= 'p' then save(key, st, reset, alg, den) end
+    emit(allowed, tokens, retry, reset, aux)
+  else
+    local all = true
+    local pst, pttl, palg, pden = {}, {}, {}, {} -- tentative, by key
+    local pkeys = {}
+    local function prev(key, alg, den)
+      local v = pst[key]
+      if v ~= nil then return v or nil end
+      return load(key, alg, den)
     end
-    if allowed == 0 then all = false end
-    pending[key] = {st = st or false, ttl = reset, alg = alg, den = den}
-    results[j] = {allowed, tokens, retry, reset, aux}
-  end
-  if all and op ~= 'p' then
-    for key, p in pairs(pending) do save(key, p.st, p.ttl, p.alg, p.den) end
-  end
-  for j = 1, n do
-    local r = results[j]
-    if not all then r[1] = 0 end
-    out[#out + 1] = r[1]
-    out[#out + 1] = r[2]
-    out[#out + 1] = r[3]
-    out[#out + 1] = r[4]
-    out[#out + 1] = r[5]
+    local base = #out
+    for j = 1, n do
+      local key = KEYS[ki]
+      ki = ki + 1
+      local allowed, st, tokens, retry, reset, aux, alg, den = eval(key, op, now, prev)
+      if allowed == 0 then all = false end
+      if pst[key] == nil then pkeys[#pkeys + 1] = key end
+      pst[key], pttl[key], palg[key], pden[key] = st or false, reset, alg, den
+      emit(allowed, tokens, retry, reset, aux)
+    end
+    if all and op ~= 'p' then
+      for _, key in ipairs(pkeys) do save(key, pst[key], pttl[key], palg[key], pden[key]) end
+    end
+    if not all then
+      for j = 0, n - 1 do out[base + 5 * j + 1] = 0 end
+    end
   end
 end
 
 for _, key in ipairs(order) do
-  local ttl = dirty[key]
-  local c = cache[key].st
-  if not c or ttl <= 0 then
+  local ttl = cttl[key]
+  local st = cst[key]
+  if not st or ttl <= 0 then
     redis.call('DEL', key)
   else
-    local k = kinds[key]
+    local alg = calg[key]
     local raw
-    if k[1] == 'tb' then raw = tb_dump(c, k[2])
-    elseif k[1] == 'fw' then raw = fw_dump(c)
-    else raw = sl_dump(c, 1) end
+    if alg == 'tb' then raw = tb_dump(st, cden[key])
+    elseif alg == 'fw' then raw = fw_dump(st)
+    else raw = sl_dump(st, 1) end
     redis.call('SET', key, raw, 'PX', cdiv(ttl, 1000) + pad)
   end
 end

@@ -57,6 +57,7 @@ const policyYAML = `rules:
 func main() {
 	addr := flag.String("addr", "", "server to drive (default: start sluice in this process)")
 	storeURL := flag.String("store", "memory://", "store of the in-process server: memory:// or redis://HOST:PORT")
+	config := flag.String("config", "", "policy of the in-process server, sluice's format or the reference server's (default: a token bucket per user, 100/s, burst 100)")
 	callersFlag := flag.String("callers", "16,64,256", "concurrent callers, one run per value")
 	conns := flag.Int("conns", 4, "gRPC connections the callers share")
 	duration := flag.Duration("duration", 10*time.Second, "measured time per run")
@@ -66,14 +67,19 @@ func main() {
 	rate := flag.Float64("rate", 0, "offered calls per second in all (0: every caller calls again as soon as answered)")
 	flag.Parse()
 
+	target := *addr + " (external server)"
 	if *addr == "" {
-		a, stop, err := serve(*storeURL)
+		a, stop, err := serve(*storeURL, *config)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "envoyload:", err)
 			os.Exit(1)
 		}
 		defer stop()
 		*addr = a
+		target = fmt.Sprintf("sluice in process on %s, store %s", a, *storeURL)
+		if *config != "" {
+			target += ", policy " + *config
+		}
 	}
 	clients := make([]rlspb.RateLimitServiceClient, *conns)
 	for i := range clients {
@@ -93,7 +99,7 @@ func main() {
 	if *rate > 0 {
 		mode = fmt.Sprintf("offered %.0f calls/s", *rate)
 	}
-	fmt.Printf("target %s, store %s, %d connections, %d Zipf(%.2f) values, %s, %v per run\n", *addr, *storeURL, *conns, *nkeys, *skew, mode, *duration)
+	fmt.Printf("%s; %d connections, %d Zipf(%.2f) values, %s, %v per run\n", target, *conns, *nkeys, *skew, mode, *duration)
 	fmt.Printf("%8s %12s %10s %10s %10s %8s %8s\n", "callers", "req/s", "p50", "p99", "p99.9", "over%", "errors")
 	for _, f := range strings.Split(*callersFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -106,7 +112,7 @@ func main() {
 }
 
 // serve starts sluice's rate limit service on a loopback port.
-func serve(storeURL string) (string, func(), error) {
+func serve(storeURL, config string) (string, func(), error) {
 	var store sluice.Store
 	closeStore := func() {}
 	switch {
@@ -121,7 +127,21 @@ func serve(storeURL string) (string, func(), error) {
 	default:
 		return "", nil, fmt.Errorf("unknown store %q", storeURL)
 	}
-	pol, err := policy.Parse("envoyload", []byte(policyYAML))
+	name, data := "envoyload", []byte(policyYAML)
+	if config != "" {
+		b, err := os.ReadFile(config)
+		if err != nil {
+			return "", nil, err
+		}
+		name, data = config, b
+	}
+	var pol *policy.Policy
+	var err error
+	if envoyrls.IsReferenceConfig(data) {
+		pol, err = envoyrls.ParseReferenceConfig(name, data)
+	} else {
+		pol, err = policy.Parse(name, data)
+	}
 	if err != nil {
 		return "", nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,7 +16,12 @@ import (
 // framing) once per batch instead of once per take, which is where a
 // Redis-bound limiter spends most of its CPU. Each group stays atomic on
 // its own; a rejection in one group affects no other.
+//
+// A call that finds no script call in flight goes straight to Redis from
+// its own goroutine: batching only starts when calls overlap, so a lone
+// caller pays no hand-off to a writer.
 type batcher struct {
+	active  atomic.Int32 // script calls in flight
 	q       chan *call
 	exec    func(ctx context.Context, keys, args []string) ([]int64, error)
 	timeout time.Duration
@@ -51,6 +57,16 @@ func (b *batcher) close() {
 
 // do runs c's groups in some batch and returns their replies.
 func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) {
+	if b.active.Load() == 0 && b.active.CompareAndSwap(0, 1) {
+		full := make([]string, 0, len(args)+1)
+		full = append(append(full, b.pad), args...)
+		res, err := b.exec(ctx, keys, full)
+		b.active.Add(-1)
+		if err == nil && len(res) != replyWidth*len(keys) {
+			err = fmt.Errorf("redis store: script returned %d values for %d keys", len(res), len(keys))
+		}
+		return res, err
+	}
 	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
 	select {
 	case b.q <- c:
@@ -111,7 +127,9 @@ func (b *batcher) loop() {
 			args = append(args, c.args...)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		b.active.Add(1)
 		res, err := b.exec(ctx, keys, args)
+		b.active.Add(-1)
 		cancel()
 		if err == nil && len(res) != replyWidth*len(keys) {
 			err = fmt.Errorf("redis store: script returned %d values for %d keys", len(res), len(keys))

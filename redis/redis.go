@@ -63,6 +63,7 @@ package redis
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -83,6 +84,10 @@ type Options struct {
 	// Clock passes the time into the scripts instead of Redis's TIME. For
 	// tests only: in production every process must use the server's clock.
 	Clock sluice.Clock
+	// TLSConfig, for Open with a rediss:// URL, replaces the default TLS
+	// settings (system roots, the URL's host as server name): a private CA,
+	// client certificates.
+	TLSConfig *tls.Config
 	// Registerer, when set, receives the store's metrics.
 	Registerer prometheus.Registerer
 	// NoOverLimitCache turns off the in-process cache of rejected keys.

@@ -29,6 +29,16 @@ func Open(rawURL string, opts Options) (*Store, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = timeout
 	}
+	if opts.TLSConfig != nil {
+		if co.TLSConfig == nil {
+			return nil, fmt.Errorf("redis store url %s: Options.TLSConfig needs a rediss:// URL", redact(rawURL))
+		}
+		cfg := opts.TLSConfig.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName = co.TLSConfig.ServerName
+		}
+		co.TLSConfig = cfg
+	}
 	client, err := rueidis.NewClient(co)
 	if err != nil {
 		return nil, fmt.Errorf("redis store %s: %w", redact(rawURL), err)

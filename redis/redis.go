@@ -332,7 +332,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		if err != nil {
 			return nil, fmt.Errorf("redis take all %q: %w", keys, err)
 		}
-		return s.decide(rs, res, true), nil
+		return s.decide(rs, res), nil
 	}
 	return s.takeAllCluster(ctx, op, rs, chs, keys)
 }
@@ -359,7 +359,7 @@ func (s *Store) runGroup(ctx context.Context, rs []sluice.Request, chs []sluice.
 }
 
 // decide turns replies (in the order of rs) into decisions.
-func (s *Store) decide(rs []sluice.Request, res []int64, _ bool) []sluice.Decision {
+func (s *Store) decide(rs []sluice.Request, res []int64) []sluice.Decision {
 	ds := make([]sluice.Decision, len(rs))
 	for i := range rs {
 		ds[i] = rs[i].Limit.Decide(outcome(res[replyWidth*i:]))
@@ -407,7 +407,7 @@ func (s *Store) takeAllCluster(ctx context.Context, op sluice.Op, rs []sluice.Re
 			}
 			place(g)
 		}
-		return s.decide(rs, res, true), nil
+		return s.decide(rs, res), nil
 	}
 	for n, g := range gs {
 		var err error
@@ -433,13 +433,13 @@ func (s *Store) takeAllCluster(ctx context.Context, op sluice.Op, rs []sluice.Re
 			}
 			place(g)
 		}
-		ds := s.decide(rs, res, false)
+		ds := s.decide(rs, res)
 		for i := range ds {
 			ds[i].Allowed = false
 		}
 		return ds, nil
 	}
-	return s.decide(rs, res, true), nil
+	return s.decide(rs, res), nil
 }
 
 // refund gives back the charges of the groups gs. It runs with its own

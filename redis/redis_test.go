@@ -94,6 +94,12 @@ func TestScaledCapacityBeyondLuaRefused(t *testing.T) {
 	if !errors.Is(err, sluice.ErrInvalidLimit) || !sluice.IsInputError(err) {
 		t.Fatalf("want an input error wrapping ErrInvalidLimit, got %v", err)
 	}
+	// A fixed window whose reset can lie more than 2^52us (142 years) ahead.
+	decade := 10 * 365 * 24 * time.Hour
+	fw := uniqueLimit(t, sluice.Spec{Name: "slow-fw", Algorithm: sluice.FixedWindow, Rate: 1, Period: decade, Capacity: 20})
+	if _, err := s.Take(context.Background(), sluice.OpTake, sluice.Request{Limit: fw, Key: "k"}); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Fatalf("want ErrInvalidLimit for a 210-year refill, got %v", err)
+	}
 }
 
 func TestTTLIsTimeToFull(t *testing.T) {

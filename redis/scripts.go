@@ -61,6 +61,14 @@ func fits(r *sluice.Request, ch sluice.Charge) error {
 		return fmt.Errorf("redis store: limit %q: %w: capacity plus max_reserved times the rate denominator %d is %.3g scaled units, beyond the 2^52 the store's Lua computes exactly; write the rate as whole tokens per period or lower the capacity",
 			r.Limit.Name(), sluice.ErrInvalidLimit, den, hi)
 	}
+	if p.Algorithm == sluice.FixedWindow {
+		// A reset time is up to ceil(capacity/rate)+1 periods ahead.
+		windows := (p.Capacity+p.WindowRate-1)/p.WindowRate + 1
+		if hi := float64(windows) * float64(p.Period); hi >= maxLuaScaled {
+			return fmt.Errorf("redis store: limit %q: %w: refilling the capacity takes %d periods of %dus, beyond the 2^52us the store's Lua computes exactly",
+				r.Limit.Name(), sluice.ErrInvalidLimit, windows, p.Period)
+		}
+	}
 	return nil
 }
 

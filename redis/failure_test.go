@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redis"
 )
 
@@ -319,5 +320,77 @@ func TestParseURL(t *testing.T) {
 	}
 	if _, err := redis.Open("redis://u:hunter2@127.0.0.1:1?timeout=bad", redis.Options{}); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("error leaks the password or is missing: %v", err)
+	}
+}
+
+// With Redis down, the rules' on_store_error applies through the policy
+// layer: allow admits and charges nothing, deny rejects; once Redis is
+// back, the same rules are enforced from the state Redis kept.
+func TestOnStoreErrorWithRedisDown(t *testing.T) {
+	srv := newStandalone(t)
+	p, err := policy.Parse("redis-down.yaml", []byte(`
+rules:
+  - name: open
+    algorithm_config: {rps: 1, burst: 2}
+    on_store_error: allow
+  - name: closed
+    algorithm_config: {rps: 1, burst: 2}
+    on_store_error: deny
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := sluice.NewManualClock(time.UnixMicro(8_000_000_000_000))
+	s := open(t, "redis://"+srv.addr(), redis.Options{Timeout: 100 * time.Millisecond, Clock: clock, NoOverLimitCache: true, BreakerBackoff: 10 * time.Millisecond})
+	lim := sluice.New(s)
+	ctx := context.Background()
+	enforce := func(name string) policy.Verdict {
+		var r *policy.Rule
+		for _, x := range p.Rules {
+			if x.Name == name {
+				r = x
+			}
+		}
+		return policy.Enforce(ctx, lim, sluice.OpTake, []policy.Match{{Rule: r, Request: sluice.Request{Limit: r.Limit, Key: "k", Cost: 1}}}, nil)
+	}
+	// One token of each bucket spent while Redis is up.
+	for _, name := range []string{"open", "closed"} {
+		if v := enforce(name); !v.Allowed {
+			t.Fatalf("%s: first take rejected: %+v", name, v)
+		}
+	}
+	srv.stop()
+	for range 5 {
+		start := time.Now()
+		allow, deny := enforce("open"), enforce("closed")
+		if !allow.Allowed || allow.Results[0].StoreErr == nil {
+			t.Fatalf("on_store_error allow: %+v", allow)
+		}
+		if deny.Allowed || deny.Results[0].StoreErr == nil {
+			t.Fatalf("on_store_error deny: %+v", deny)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("two decisions took %v with Redis down", d)
+		}
+	}
+	if err := srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	// The restart emptied Redis (no persistence), so the bucket is full
+	// again: the first take after recovery leaves burst-1, which also shows
+	// the allows while Redis was down left nothing behind to replay.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v := enforce("open")
+		if v.Results[0].StoreErr == nil {
+			if !v.Allowed || v.Results[0].Decision.Remaining != 1 {
+				t.Fatalf("after restart: %+v", v.Results[0].Decision)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery: %v", v.Results[0].StoreErr)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

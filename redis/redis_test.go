@@ -133,3 +133,27 @@ func TestTTLIsTimeToFull(t *testing.T) {
 		t.Fatal("a peek created a key")
 	}
 }
+
+// A value sluice did not write at a bucket's key (another type, a string
+// of another shape) reads as a full bucket instead of failing the script,
+// which would fail every take batched with it.
+func TestForeignValueAtKey(t *testing.T) {
+	s := open(t, standaloneURL(t), redis.Options{NoOverLimitCache: true})
+	ctx := context.Background()
+	c := s.Client()
+	tb := uniqueLimit(t, sluice.Spec{Name: "foreign-tb", TokensPerSecond: 1, Burst: 3})
+	sl := uniqueLimit(t, sluice.Spec{Name: "foreign-sl", Algorithm: sluice.SlidingLog, Rate: 3, Period: time.Second})
+	if err := c.Do(ctx, c.B().Hset().Key(sluice.StorageKey(tb, "k")).FieldValue().FieldValue("a", "b").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, c.B().Set().Key(sluice.StorageKey(sl, "k")).Value("garbage").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := s.TakeAll(ctx, sluice.OpTake, []sluice.Request{{Limit: tb, Key: "k"}, {Limit: sl, Key: "k"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ds[0].Allowed || ds[0].Remaining != 2 || !ds[1].Allowed || ds[1].Remaining != 2 {
+		t.Fatalf("want full buckets charged once, got %+v", ds)
+	}
+}

@@ -2,7 +2,7 @@
 -- State: micro-tokens left and the start of the window they count in.
 
 local function fw_load(raw)
-  if not raw then return nil end
+  if not raw or #raw ~= 16 then return nil end
   local tokens, start = struct.unpack('<dd', raw)
   return {tokens, start}
 end

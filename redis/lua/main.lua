@@ -73,8 +73,10 @@ local function load(key, alg, den)
     if alg == 'tb' and cden[key] ~= den then return nil end
     return v or nil
   end
-  local raw = redis.call('GET', key)
-  if not raw then raw = nil end
+  -- A value sluice did not write (another type, another length) reads as
+  -- absent and is overwritten, rather than failing every take in the batch.
+  local raw = redis.pcall('GET', key)
+  if type(raw) ~= 'string' then raw = nil end
   local st
   if alg == 'tb' then st = tb_load(raw, den)
   elseif alg == 'fw' then st = fw_load(raw)

@@ -4,7 +4,7 @@
 
 local function sl_load(raw)
   local log = {}
-  if not raw then return log end
+  if not raw or #raw % 16 ~= 0 then return log end
   local n, pos = 0, 1
   while pos < #raw do
     local s, c

@@ -4,7 +4,7 @@
 -- means nothing and counts as absent).
 
 local function tb_load(raw, den)
-  if not raw then return nil end
+  if not raw or #raw ~= 24 then return nil end
   local tokens, stamp, d = struct.unpack('<ddd', raw)
   if d ~= den then return nil end
   return {tokens, stamp}

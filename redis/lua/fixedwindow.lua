@@ -3,12 +3,12 @@
 
 local function fw_load(raw)
   if not raw or #raw ~= 16 then return nil end
-  local tokens, start = struct.unpack('<dd', raw)
+  local tokens, start = sunpack('<dd', raw)
   return {tokens, start}
 end
 
 local function fw_dump(st)
-  return struct.pack('<dd', st[1], st[2])
+  return spack('<dd', st[1], st[2])
 end
 
 -- sluice.WindowOffset: the first 48 bits of SHA-1(key), modulo period.

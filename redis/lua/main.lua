@@ -32,8 +32,21 @@ local servertime = nil
 -- denominator and TTL of the state to write.
 local cst, calg, cden, cttl = {}, {}, {}, {}
 local order = {}
-local out = {}
+local out, nout = {}, 0
 local ai, ki = 2, 1
+
+-- Read every key of the batch with one MGET rather than one GET each (MGET
+-- answers nil for a key of another type). unpack is bounded by Lua's
+-- stack, so very large calls fall back to GET per key.
+local raws, prefetched = {}, false
+if #KEYS > 0 and #KEYS <= 4000 then
+  local vals = redis.call('MGET', unpack(KEYS))
+  for i = 1, #KEYS do
+    local v = vals[i]
+    if v then raws[KEYS[i]] = v end
+  end
+  prefetched = true
+end
 
 local function clock(arg)
   if arg ~= '' then return tonumber(arg) end
@@ -75,8 +88,13 @@ local function load(key, alg, den)
   end
   -- A value sluice did not write (another type, another length) reads as
   -- absent and is overwritten, rather than failing every take in the batch.
-  local raw = redis.pcall('GET', key)
-  if type(raw) ~= 'string' then raw = nil end
+  local raw
+  if prefetched then
+    raw = raws[key]
+  else
+    raw = redis.pcall('GET', key)
+    if type(raw) ~= 'string' then raw = nil end
+  end
   local st
   if alg == 'tb' then st = tb_load(raw, den)
   elseif alg == 'fw' then st = fw_load(raw)
@@ -139,12 +157,12 @@ local function eval(key, op, now, prev)
 end
 
 local function emit(allowed, tokens, retry, reset, aux)
-  local n = #out
-  out[n + 1] = allowed
-  out[n + 2] = tokens
-  out[n + 3] = retry
-  out[n + 4] = reset
-  out[n + 5] = aux
+  out[nout + 1] = allowed
+  out[nout + 2] = tokens
+  out[nout + 3] = retry
+  out[nout + 4] = reset
+  out[nout + 5] = aux
+  nout = nout + 5
 end
 
 while ai <= #ARGV do
@@ -166,7 +184,7 @@ while ai <= #ARGV do
       if v ~= nil then return v or nil end
       return load(key, alg, den)
     end
-    local base = #out
+    local base = nout
     for j = 1, n do
       local key = KEYS[ki]
       ki = ki + 1

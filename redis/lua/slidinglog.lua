@@ -8,7 +8,7 @@ local function sl_load(raw)
   local n, pos = 0, 1
   while pos < #raw do
     local s, c
-    s, c, pos = struct.unpack('<dd', raw, pos)
+    s, c, pos = sunpack('<dd', raw, pos)
     log[n + 1] = s
     log[n + 2] = c
     n = n + 2
@@ -19,7 +19,7 @@ end
 local function sl_dump(log, first)
   local parts = {}
   for i = first, #log, 2 do
-    parts[#parts + 1] = struct.pack('<dd', log[i], log[i + 1])
+    parts[#parts + 1] = spack('<dd', log[i], log[i + 1])
   end
   return table.concat(parts)
 end

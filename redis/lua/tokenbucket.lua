@@ -5,13 +5,13 @@
 
 local function tb_load(raw, den)
   if not raw or #raw ~= 24 then return nil end
-  local tokens, stamp, d = struct.unpack('<ddd', raw)
+  local tokens, stamp, d = sunpack('<ddd', raw)
   if d ~= den then return nil end
   return {tokens, stamp}
 end
 
 local function tb_dump(st, den)
-  return struct.pack('<ddd', st[1], st[2], den)
+  return spack('<ddd', st[1], st[2], den)
 end
 
 -- Returns allowed (0/1), the new state, tokens left (micro-tokens),

@@ -85,6 +85,21 @@ func (b *breaker) done(ok bool) {
 	b.mu.Unlock()
 }
 
+// abort records a call that ended without telling anything about Redis
+// (its caller gave up): a probe it was is released, so the next call
+// probes instead.
+func (b *breaker) abort() {
+	if b.state.Load() != breakerProbing {
+		return
+	}
+	b.mu.Lock()
+	if b.state.Load() == breakerProbing {
+		b.until = time.Now()
+		b.set(breakerOpen, false)
+	}
+	b.mu.Unlock()
+}
+
 func (b *breaker) set(st int32, opened bool) {
 	b.state.Store(st)
 	if b.onChange != nil {

@@ -231,8 +231,10 @@ func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) 
 		}
 	}
 	if err != nil {
-		if ctx.Err() == nil { // the caller's own cancellation is not Redis's failure
+		if ctx.Err() == nil {
 			s.br.done(false)
+		} else {
+			s.br.abort() // the caller's own cancellation is not Redis's failure
 		}
 		s.met.errors.Inc()
 		return nil, err
@@ -300,6 +302,8 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 	if err := s.client.Do(cctx, s.client.B().Del().Key(k).Build()).Error(); err != nil {
 		if ctx.Err() == nil {
 			s.br.done(false)
+		} else {
+			s.br.abort()
 		}
 		s.met.errors.Inc()
 		return fmt.Errorf("redis reset %q: %w", k, err)

@@ -1,0 +1,49 @@
+package redis
+
+import (
+	"testing"
+	"time"
+)
+
+// The breaker's state machine, driven directly: the real-server tests
+// (TestBreakerOpensAndProbes, TestRestartUnderLoad) cannot force a probe
+// whose caller gives up.
+func TestBreakerStates(t *testing.T) {
+	var opens int
+	b := newBreaker(2, 20*time.Millisecond, func(_ int32, opened bool) {
+		if opened {
+			opens++
+		}
+	})
+	b.done(false)
+	if !b.allow() {
+		t.Fatal("open after one failure of two")
+	}
+	b.done(false)
+	if b.allow() || opens != 1 {
+		t.Fatalf("not open after two failures (opens %d)", opens)
+	}
+	time.Sleep(25 * time.Millisecond)
+	if !b.allow() {
+		t.Fatal("no probe after the backoff")
+	}
+	if b.allow() {
+		t.Fatal("a second call went through while the probe is out")
+	}
+	b.abort() // the probe's caller gave up: the next call probes
+	if !b.allow() {
+		t.Fatal("an aborted probe kept the breaker shut")
+	}
+	b.done(false)
+	if b.allow() || opens != 2 {
+		t.Fatalf("a failed probe did not reopen (opens %d)", opens)
+	}
+	time.Sleep(25 * time.Millisecond)
+	if !b.allow() {
+		t.Fatal("no probe")
+	}
+	b.done(true)
+	if !b.allow() || !b.allow() {
+		t.Fatal("a successful probe did not close")
+	}
+}

@@ -82,7 +82,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		data, err := os.ReadFile(*config)
 		if err == nil {
 			sum = sha256.Sum256(data)
-			p, err = policy.Parse(*config, data)
+			p, err = parsePolicy(*config, data) // sluice's format or envoyproxy/ratelimit's
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice serve: %v\n", err)
@@ -221,7 +221,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 			}
 		}
 		sum, pending = s, s
-		np, err := policy.Parse(*config, data)
+		np, err := parsePolicy(*config, data)
 		if err != nil {
 			log.Error("reload refused, keeping the policy in force", "why", why, "err", err)
 			metrics.Reloaded(false)

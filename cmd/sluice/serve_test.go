@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -39,25 +42,30 @@ func startServe(t *testing.T, args ...string) (listening, *lockedBuffer) {
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &lockedBuffer{}
 	readyc := make(chan listening, 1)
-	done := make(chan int, 1)
+	exited := make(chan struct{})
+	var code int
 	go func() {
-		done <- serve(ctx, append([]string{"--listen", "127.0.0.1:0", "--grpc-listen", "off"}, args...), logs, func(l listening) { readyc <- l })
+		defer close(exited)
+		code = serve(ctx, append([]string{"--listen", "127.0.0.1:0", "--grpc-listen", "off"}, args...), logs, func(l listening) { readyc <- l })
 	}()
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("serve exited %d:\n%s", code, logs.String())
-			}
+		case <-exited:
 		case <-time.After(15 * time.Second):
 			t.Errorf("serve did not shut down:\n%s", logs.String())
 		}
 	})
 	select {
 	case l := <-readyc:
+		t.Cleanup(func() {
+			cancel()
+			if <-exited; code != 0 {
+				t.Errorf("serve exited %d:\n%s", code, logs.String())
+			}
+		})
 		return l, logs
-	case code := <-done:
+	case <-exited:
 		t.Fatalf("serve exited %d:\n%s", code, logs.String())
 	case <-time.After(15 * time.Second):
 		t.Fatalf("serve did not start:\n%s", logs.String())
@@ -245,5 +253,39 @@ func TestServeRefusesInvalidConfig(t *testing.T) {
 	code := serve(context.Background(), []string{"--config", cfg, "--listen", "127.0.0.1:0"}, &logs, nil)
 	if code != 1 || !strings.Contains(logs.String(), "bad.yaml:4") || !strings.Contains(logs.String(), "burst") {
 		t.Errorf("exit %d, output:\n%s", code, logs.String())
+	}
+}
+
+func TestServeProxy(t *testing.T) {
+	var hits atomic.Int64
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, "app")
+	}))
+	t.Cleanup(app.Close)
+	cfg := filepath.Join(t.TempDir(), "policy.yaml")
+	os.WriteFile(cfg, []byte(`
+proxy:
+  listen: 127.0.0.1:0
+  upstream: `+app.URL+`
+rules:
+  - name: per-ip
+    limit_keys: ["ip:address"]
+    algorithm: token_bucket
+    algorithm_config: {rate: 2, period: 1h}
+`), 0o644)
+	l, _ := startServe(t, "--config", cfg)
+	var codes []int
+	for i := 0; i < 3; i++ {
+		resp, err := http.Get("http://" + l.Proxy + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+	if fmt.Sprint(codes) != "[200 200 429]" || hits.Load() != 2 {
+		t.Errorf("statuses %v, upstream hits %d", codes, hits.Load())
 	}
 }

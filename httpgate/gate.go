@@ -34,6 +34,22 @@ type Options struct {
 	// os.Getenv); the token is read on every /v1/reset, so rotating it
 	// needs no restart.
 	Getenv func(string) string
+	// Delay holds an admitted request until its reserved turn (leaky
+	// buckets, reserve: true), or fails when ctx ends first. The default
+	// waits on a timer; tests pass one that records the wait.
+	Delay func(ctx context.Context, d time.Duration) error
+}
+
+// wait is the default Options.Delay.
+func wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Gate decides HTTP requests against a policy that can be replaced while
@@ -43,6 +59,9 @@ type Gate struct {
 	lim      *sluice.Limiter
 	opts     Options
 	draining atomic.Bool
+	// lastStoreLog throttles store error logs to one a second: an outage
+	// must not turn every request into a log line.
+	lastStoreLog atomic.Int64
 }
 
 // New returns a Gate enforcing p with lim.
@@ -55,6 +74,9 @@ func New(p *policy.Policy, lim *sluice.Limiter, opts Options) *Gate {
 	}
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
+	}
+	if opts.Delay == nil {
+		opts.Delay = wait
 	}
 	g := &Gate{lim: lim, opts: opts}
 	g.pol.Store(p)
@@ -132,11 +154,18 @@ func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy,
 	for k, vs := range h {
 		dst[k] = vs
 	}
-	if v.Allowed {
-		return true
+	if !v.Allowed {
+		WriteRejection(w, v, denyStatus)
+		return false
 	}
-	WriteRejection(w, v, denyStatus)
-	return false
+	// An admitted reservation (a leaky bucket shaping traffic) goes ahead
+	// when its turn comes: holding it here is what spaces the requests.
+	if d := v.Overall.RetryAfter; d > 0 {
+		if err := g.opts.Delay(r.Context(), d); err != nil {
+			return false // the client gave up; nobody to answer
+		}
+	}
+	return true
 }
 
 // WriteRejection writes the status and application/problem+json body of a
@@ -174,7 +203,9 @@ func (g *Gate) record(ctx context.Context, v *policy.Verdict, clientIP netip.Add
 		r := &v.Results[i]
 		lim := r.Match.Request.Limit
 		if r.StoreErr != nil {
-			g.opts.Logger.Warn("store error", "limit", lim.Name(), "err", r.StoreErr, "denied", !r.Decision.Allowed)
+			if now, last := time.Now().Unix(), g.lastStoreLog.Load(); now != last && g.lastStoreLog.CompareAndSwap(last, now) {
+				g.opts.Logger.Warn("store error (logged at most once a second; see sluice_store_errors_total)", "limit", lim.Name(), "err", r.StoreErr, "denied", !r.Decision.Allowed)
+			}
 		}
 		if !Violated(r) {
 			continue

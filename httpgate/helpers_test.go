@@ -2,6 +2,7 @@ package httpgate_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -28,6 +29,15 @@ type env struct {
 	srv   *httptest.Server
 	audit *syncBuffer
 	env   map[string]string
+
+	mu     sync.Mutex
+	delays []time.Duration // the waits Options.Delay was asked for
+}
+
+func (e *env) waits() []time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]time.Duration(nil), e.delays...)
 }
 
 type syncBuffer struct {
@@ -79,6 +89,12 @@ func newEnvStore(t *testing.T, yaml string, wrap func(sluice.Store) sluice.Store
 		Metrics: m,
 		Audit:   httpgate.NewAudit(e.audit),
 		Getenv:  func(k string) string { return e.env[k] },
+		Delay: func(_ context.Context, d time.Duration) error {
+			e.mu.Lock()
+			e.delays = append(e.delays, d)
+			e.mu.Unlock()
+			return nil
+		},
 	})
 	e.srv = httptest.NewServer(e.gate.Handler())
 	t.Cleanup(e.srv.Close)

@@ -43,6 +43,8 @@ func newUpstream(t *testing.T) *upstream {
 				return
 			}
 			fmt.Fprint(w, "data: two\n\n")
+		case "/slow":
+			<-r.Context().Done() // never answers; the proxy gives up
 		case "/ws":
 			if r.Header.Get("Upgrade") != "echo" {
 				http.Error(w, "want Upgrade: echo", 400)
@@ -116,6 +118,19 @@ func TestReverseProxy(t *testing.T) {
 	r2.Body.Close()
 	if r2.StatusCode != 502 || r2.Header.Get("Content-Type") != "application/problem+json" {
 		t.Errorf("dead upstream: %d %q", r2.StatusCode, r2.Header.Get("Content-Type"))
+	}
+
+	// An upstream that does not answer in time is a 504.
+	slow := httptest.NewServer(e.gate.Proxy(upURL, httpgate.ProxyOptions{ResponseHeaderTimeout: 50 * time.Millisecond}))
+	t.Cleanup(slow.Close)
+	e.clk.Advance(time.Minute)
+	r3, err := http.Get(slow.URL + "/slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r3.Body.Close()
+	if r3.StatusCode != 504 {
+		t.Errorf("slow upstream: %d", r3.StatusCode)
 	}
 }
 

@@ -263,8 +263,11 @@ func TestServeProxy(t *testing.T) {
 		io.WriteString(w, "app")
 	}))
 	t.Cleanup(app.Close)
-	cfg := filepath.Join(t.TempDir(), "policy.yaml")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "policy.yaml")
+	auditLog := filepath.Join(dir, "audit.log")
 	os.WriteFile(cfg, []byte(`
+audit_log: `+auditLog+`
 proxy:
   listen: 127.0.0.1:0
   upstream: `+app.URL+`
@@ -287,5 +290,17 @@ rules:
 	}
 	if fmt.Sprint(codes) != "[200 200 429]" || hits.Load() != 2 {
 		t.Errorf("statuses %v, upstream hits %d", codes, hits.Load())
+	}
+	// The rejection is in the audit log, one JSON line.
+	data, err := os.ReadFile(auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(data, &rec); err != nil {
+		t.Fatalf("audit log %q: %v", data, err)
+	}
+	if rec["rule"] != "per-ip" || rec["path"] != "/x" || rec["client_ip"] != "127.0.0.1" || rec["tokens"] != 0.0 {
+		t.Errorf("audit record %v", rec)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // batcher carries several waiting calls in one script call. Callers
@@ -20,10 +22,17 @@ import (
 // A call that finds no script call in flight goes straight to Redis from
 // its own goroutine: batching only starts when calls overlap, so a lone
 // caller pays no hand-off to a writer.
+//
+// On a Cluster a script may only touch keys of one slot: the writer then
+// groups the drained calls by slot and sends one script call per slot, all
+// in one pipelined round (multi). Takes of a hot key still share a call.
 type batcher struct {
 	active  atomic.Int32 // script calls in flight
 	q       chan *call
 	exec    func(ctx context.Context, keys, args []string) ([]int64, error)
+	slotOf  func(key string) uint16 // nil: one node, one script call per batch
+	multi   func(ctx context.Context, keys, args [][]string) ([][]int64, []error)
+	sizes   prometheus.Histogram // requests per script call
 	timeout time.Duration
 	pad     string
 	maxOps  int
@@ -41,8 +50,8 @@ type call struct {
 	done chan struct{}
 }
 
-func newBatcher(writers, maxOps int, timeout time.Duration, pad string, exec func(context.Context, []string, []string) ([]int64, error)) *batcher {
-	b := &batcher{q: make(chan *call, 4*maxOps), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{})}
+func newBatcher(writers, maxOps int, timeout time.Duration, pad string, exec func(context.Context, []string, []string) ([]int64, error), sizes prometheus.Histogram) *batcher {
+	b := &batcher{q: make(chan *call, 4*maxOps), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{}), sizes: sizes}
 	for range writers {
 		b.wg.Add(1)
 		go b.loop()
@@ -58,6 +67,7 @@ func (b *batcher) close() {
 // do runs c's groups in some batch and returns their replies.
 func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) {
 	if b.active.Load() == 0 && b.active.CompareAndSwap(0, 1) {
+		b.sizes.Observe(float64(len(keys)))
 		full := make([]string, 0, len(args)+1)
 		full = append(append(full, b.pad), args...)
 		res, err := b.exec(ctx, keys, full)
@@ -121,11 +131,17 @@ func (b *batcher) loop() {
 		if len(live) == 0 {
 			continue
 		}
+		if b.slotOf != nil {
+			b.flushSlots(live)
+			clear(batch)
+			continue
+		}
 		keys, args = keys[:0], append(args[:0], b.pad)
 		for _, c := range live {
 			keys = append(keys, c.keys...)
 			args = append(args, c.args...)
 		}
+		b.sizes.Observe(float64(len(keys)))
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 		b.active.Add(1)
 		res, err := b.exec(ctx, keys, args)
@@ -146,5 +162,50 @@ func (b *batcher) loop() {
 			close(c.done)
 		}
 		clear(batch)
+	}
+}
+
+// flushSlots sends live as one script call per slot, pipelined.
+func (b *batcher) flushSlots(live []*call) {
+	var slots []uint16
+	bySlot := map[uint16][]*call{}
+	for _, c := range live {
+		slot := b.slotOf(c.keys[0])
+		if _, ok := bySlot[slot]; !ok {
+			slots = append(slots, slot)
+		}
+		bySlot[slot] = append(bySlot[slot], c)
+	}
+	keys := make([][]string, len(slots))
+	args := make([][]string, len(slots))
+	for i, slot := range slots {
+		args[i] = []string{b.pad}
+		for _, c := range bySlot[slot] {
+			keys[i] = append(keys[i], c.keys...)
+			args[i] = append(args[i], c.args...)
+		}
+		b.sizes.Observe(float64(len(keys[i])))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	b.active.Add(1)
+	res, errs := b.multi(ctx, keys, args)
+	b.active.Add(-1)
+	cancel()
+	for i, slot := range slots {
+		err := errs[i]
+		if err == nil && len(res[i]) != replyWidth*len(keys[i]) {
+			err = fmt.Errorf("redis store: script returned %d values for %d keys", len(res[i]), len(keys[i]))
+		}
+		off := 0
+		for _, c := range bySlot[slot] {
+			if err != nil {
+				c.err = err
+			} else {
+				n := replyWidth * len(c.keys)
+				c.res = res[i][off : off+n : off+n]
+				off += n
+			}
+			close(c.done)
+		}
 	}
 }

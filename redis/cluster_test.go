@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/redis"
@@ -276,3 +277,68 @@ func TestClusterFailover(t *testing.T) {
 }
 
 var _ = errors.Is
+
+// Batching: many goroutines on a few keys, on one Redis and on a Cluster
+// (one script call per slot). Script calls carry several requests, and the
+// answers are exact: each key admits its burst and not one more.
+func TestBatchingExact(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		url  func(testing.TB) string
+	}{{"standalone", standaloneURL}, {"cluster", clusterURL}} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			clock := sluice.NewManualClock(time.UnixMicro(9_000_000_000_000))
+			s := open(t, tc.url(t), redis.Options{Clock: clock, NoOverLimitCache: true, Registerer: reg})
+			lim := uniqueLimit(t, sluice.Spec{Name: "batch", TokensPerSecond: 1, Burst: 50})
+			keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+			ctx := context.Background()
+			var admitted [8]atomic.Int64
+			var wg sync.WaitGroup
+			for w := range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 20 {
+						k := (w + i) % len(keys)
+						d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: keys[k]})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							admitted[k].Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for k := range keys {
+				if n := admitted[k].Load(); n != 50 {
+					t.Errorf("key %s admitted %d of 160 asks, want exactly the burst 50", keys[k], n)
+				}
+			}
+			count, sum := histogram(t, reg, "sluice_redis_batch_requests")
+			t.Logf("%d script calls carried %d requests", count, sum)
+			if sum != 64*20 || count >= sum {
+				t.Fatalf("%d script calls for %d requests: no batching", count, sum)
+			}
+		})
+	}
+}
+
+func histogram(t *testing.T, reg *prometheus.Registry, name string) (count, sum uint64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), uint64(h.GetSampleSum())
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0, 0
+}

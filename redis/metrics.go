@@ -15,6 +15,7 @@ type metrics struct {
 	breakerState   prometheus.Gauge
 	cacheHits      prometheus.Counter
 	refundFailures prometheus.Counter
+	batchSize      prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -38,6 +39,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		refundFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_redis_refund_failures_total",
 			Help: "Cluster TakeAll refunds that failed, leaving a charge for a rejected request.",
+		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_redis_batch_requests",
+			Help:    "Requests carried by one script call of the batch writers.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 9),
 		}),
 	}
 	if reg == nil {
@@ -63,5 +69,5 @@ func (m *metrics) breakerChanged(state int32, opened bool) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.errors, m.breakerOpens, m.breakerState, m.cacheHits, m.refundFailures}
+	return []prometheus.Collector{m.errors, m.breakerOpens, m.breakerState, m.cacheHits, m.refundFailures, m.batchSize}
 }

@@ -51,8 +51,8 @@
 // script call (see batcher), so Redis's per-call overhead is paid once per
 // batch, and a batch reads its keys with one MGET. Rejected keys are
 // remembered in process until their RetryAfter (see overLimit). On a
-// Cluster, batches are not formed (a script may only touch one slot);
-// rueidis pipelines the calls instead. BENCHMARKS.md has the figures.
+// Cluster a script may only touch one slot, so a batch becomes one script
+// call per slot, pipelined in one round. BENCHMARKS.md has the figures.
 //
 // # Failures
 //
@@ -66,7 +66,9 @@ package redis
 import (
 	"cmp"
 	"context"
+	"crypto/sha1"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -169,8 +171,11 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 	if !opts.NoOverLimitCache {
 		s.cache = newOverLimit(opts.OverLimitCacheSize)
 	}
-	if !opts.NoBatch && !s.cluster {
-		s.batch = newBatcher(opts.BatchWriters, opts.BatchMaxOps, opts.Timeout, s.pad, s.exec)
+	if !opts.NoBatch {
+		s.batch = newBatcher(opts.BatchWriters, opts.BatchMaxOps, opts.Timeout, s.pad, s.exec, met.batchSize)
+		if s.cluster {
+			s.batch.slotOf, s.batch.multi = s.slotOf, s.execMulti
+		}
 	}
 	return s, nil
 }
@@ -193,6 +198,37 @@ func (s *Store) Client() rueidis.Client { return s.client }
 // exec runs the script once.
 func (s *Store) exec(ctx context.Context, keys, args []string) ([]int64, error) {
 	return s.script.Exec(ctx, s.client, keys, args).AsIntSlice()
+}
+
+// scriptSHA is the SHA-1 Redis knows the script by.
+var scriptSHA = func() string {
+	sum := sha1.Sum([]byte(scriptSource))
+	return hex.EncodeToString(sum[:])
+}()
+
+// execMulti runs the script once per element of keys and args, in one
+// pipelined round across the Cluster's nodes. A node that does not have
+// the script yet (NOSCRIPT) gets it sent again through exec.
+func (s *Store) execMulti(ctx context.Context, keys, args [][]string) ([][]int64, []error) {
+	cmds := make(rueidis.Commands, len(keys))
+	for i := range keys {
+		cmds[i] = s.client.B().Evalsha().Sha1(scriptSHA).Numkeys(int64(len(keys[i]))).Key(keys[i]...).Arg(args[i]...).Build()
+	}
+	out := make([][]int64, len(keys))
+	errs := make([]error, len(keys))
+	for i, r := range s.client.DoMulti(ctx, cmds...) {
+		out[i], errs[i] = r.AsIntSlice()
+		if rerr, ok := rueidis.IsRedisErr(errs[i]); ok && rerr.IsNoScript() {
+			out[i], errs[i] = s.exec(ctx, keys[i], args[i])
+		}
+	}
+	return out, errs
+}
+
+// slotOf is key's Cluster slot.
+func (s *Store) slotOf(key string) uint16 {
+	cmd := s.client.B().Get().Key(key).Build()
+	return cmd.Slot()
 }
 
 // nowArg is the time argument of a group: "" for the server's clock.
@@ -362,7 +398,7 @@ func (s *Store) runGroup(ctx context.Context, rs []sluice.Request, chs []sluice.
 		gk[j] = keys[i]
 		args = appendRequest(args, &rs[i], chs[i])
 	}
-	return s.run(ctx, gk, args, !s.cluster)
+	return s.run(ctx, gk, args, true)
 }
 
 // decide turns replies (in the order of rs) into decisions.
@@ -384,8 +420,7 @@ type slotGroup struct {
 func (s *Store) slotGroups(keys []string) []*slotGroup {
 	var gs []*slotGroup
 	for i, k := range keys {
-		cmd := s.client.B().Get().Key(k).Build()
-		slot := cmd.Slot()
+		slot := s.slotOf(k)
 		j := slices.IndexFunc(gs, func(g *slotGroup) bool { return g.slot == slot })
 		if j < 0 {
 			gs = append(gs, &slotGroup{slot: slot})

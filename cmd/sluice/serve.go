@@ -181,14 +181,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		}
 		defer stop()
 	}
-	if ready != nil {
-		ready(addrs)
-	}
-
 	// Reload on SIGHUP and when the file's content changes.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	if ready != nil {
+		ready(addrs)
+	}
 	tick := time.NewTicker(reloadPoll)
 	defer tick.Stop()
 	// A change is applied once two polls in a row see the same content,

@@ -145,7 +145,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 				errc <- fmt.Errorf("%s: %w", name, err)
 			}
 		}()
-		log.Info("listening", "server", name, "addr", ln.Addr().String(), "policy", p.Source, "store", set.StoreURL)
+		log.Info("listening", "server", name, "addr", ln.Addr().String(), "policy", p.Source, "store", redact(set.StoreURL))
 		return ln.Addr().String(), nil
 	}
 	shutdown := func() {
@@ -258,7 +258,7 @@ func warnRestart(log *slog.Logger, old, new policy.Settings) {
 	}{
 		{"listen", old.Listen, new.Listen},
 		{"grpc_listen", old.GRPCListen, new.GRPCListen},
-		{"store.url", old.StoreURL, new.StoreURL},
+		{"store.url", redact(old.StoreURL), redact(new.StoreURL)},
 		{"proxy.listen", old.ProxyListen, new.ProxyListen},
 		{"proxy.upstream", old.ProxyUpstream, new.ProxyUpstream},
 		{"audit_log", old.AuditLog, new.AuditLog},
@@ -267,4 +267,13 @@ func warnRestart(log *slog.Logger, old, new policy.Settings) {
 			log.Warn("setting changed; it takes effect after a restart", "setting", c.name, "running", c.old, "file", c.new)
 		}
 	}
+}
+
+// redact hides the password of a store URL in logs.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable store url)"
+	}
+	return u.Redacted()
 }

@@ -245,6 +245,18 @@ func TestOverLimitCache(t *testing.T) {
 	if d := take(2); !d.Allowed {
 		t.Fatalf("after RetryAfter: %+v", d)
 	}
+
+	// The switch, from the store URL.
+	reg2 := prometheus.NewRegistry()
+	off := open(t, standaloneURL(t)+"?overlimit_cache=0", redis.Options{Clock: clock, Registerer: reg2})
+	for range 3 {
+		if _, err := off.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if hits := metricValue(t, reg2, "sluice_redis_overlimit_cache_hits_total"); hits != 0 {
+		t.Fatalf("overlimit_cache=0: %v cache hits", hits)
+	}
 }
 
 func TestBreakerOpensAndProbes(t *testing.T) {
@@ -312,6 +324,9 @@ func TestParseURL(t *testing.T) {
 				t.Fatalf("%s: addrs %v", tc.url, co.InitAddress)
 			}
 		}
+	}
+	if _, err := redis.Open("redis://127.0.0.1:1?batch=maybe", redis.Options{}); err == nil || !strings.Contains(err.Error(), "batch must be 0 or 1") {
+		t.Fatalf("batch=maybe: %v", err)
 	}
 	for _, bad := range []string{"mysql://x", "redis://h?timeout=-1s", "redis+sentinel://h:1", "nohost"} {
 		if _, _, err := redis.ParseURL(bad); err == nil {

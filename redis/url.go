@@ -18,8 +18,9 @@ import (
 //	redis+sentinel://[user:password@]host:port,host:port/master[/db][?...]
 //	redis+cluster://[user:password@]host:port,host:port[?...]
 //
-// timeout sets Options.Timeout when the options leave it zero; the other
-// query parameters are rueidis's (dial_timeout, write_timeout,
+// timeout sets Options.Timeout when the options leave it zero;
+// overlimit_cache=0 sets NoOverLimitCache and batch=0 sets NoBatch. The
+// other query parameters are rueidis's (dial_timeout, write_timeout,
 // client_name, skip_verify for rediss, ...).
 func Open(rawURL string, opts Options) (*Store, error) {
 	co, timeout, err := ParseURL(rawURL)
@@ -28,6 +29,9 @@ func Open(rawURL string, opts Options) (*Store, error) {
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = timeout
+	}
+	if err := switches(rawURL, &opts); err != nil {
+		return nil, err
 	}
 	if opts.TLSConfig != nil {
 		if co.TLSConfig == nil {
@@ -164,4 +168,25 @@ func redact(rawURL string) string {
 		return rawURL
 	}
 	return scheme + "://" + user + ":xxxxx" + rest[i:]
+}
+
+// switches reads the store's own on/off query parameters.
+func switches(rawURL string, opts *Options) error {
+	_, query, _ := strings.Cut(rawURL, "?")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return fmt.Errorf("redis store url %s: %v", redact(rawURL), err)
+	}
+	for name, off := range map[string]*bool{"overlimit_cache": &opts.NoOverLimitCache, "batch": &opts.NoBatch} {
+		switch v := q.Get(name); v {
+		case "":
+		case "0", "false":
+			*off = true
+		case "1", "true":
+			*off = false
+		default:
+			return fmt.Errorf("redis store url %s: %s must be 0 or 1, got %q", redact(rawURL), name, v)
+		}
+	}
+	return nil
 }

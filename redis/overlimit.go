@@ -19,7 +19,8 @@ import (
 // entry; a Reset through another process, or a TakeAll refund on Cluster,
 // can put tokens back sooner, and takes answered here until the deadline
 // are then rejected although they would have passed: a conservative error,
-// bounded by one RetryAfter.
+// bounded by one RetryAfter. The same holds for a limit redefined under
+// the same name by a configuration reload.
 type overLimit struct {
 	seed   maphash.Seed
 	shards [16]overShard

@@ -122,13 +122,18 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 // returns the verdict with the response fields to send, counting it in the
 // metrics and writing rejections to the audit log.
 func (g *Gate) Check(ctx context.Context, in *policy.Input) (policy.Verdict, http.Header, error) {
-	return g.check(ctx, g.Policy(), in)
+	p := g.Policy()
+	v, err := g.check(ctx, p, in)
+	if err != nil {
+		return v, nil, err
+	}
+	return v, RateLimitHeaders(v, Identity(&v), in.Path, p.Settings.Headers), nil
 }
 
-func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (policy.Verdict, http.Header, error) {
+func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (policy.Verdict, error) {
 	ms, err := p.Match(in)
 	if err != nil {
-		return policy.Verdict{}, nil, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
+		return policy.Verdict{}, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.opts.StoreTimeout)
 	defer cancel()
@@ -138,22 +143,19 @@ func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (p
 	}
 	v := policy.Enforce(ctx, g.lim, sluice.OpTake, ms, obs)
 	g.record(ctx, &v, in.ClientIP, in.Path)
-	return v, RateLimitHeaders(v, Identity(&v), in.Path, p.Settings.Headers), nil
+	return v, nil
 }
 
 // enforce decides in, sets the rate limit fields on w and, on rejection,
 // writes the deny status and a problem body. It reports whether the
 // request may proceed.
 func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int) bool {
-	v, h, err := g.check(r.Context(), p, in)
+	v, err := g.check(r.Context(), p, in)
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, err.Error())
 		return false
 	}
-	dst := w.Header()
-	for k, vs := range h {
-		dst[k] = vs
-	}
+	setRateLimitHeaders(w.Header(), &v, Identity(&v), in.Path, p.Settings.Headers)
 	if !v.Allowed {
 		WriteRejection(w, v, denyStatus)
 		return false
@@ -195,10 +197,6 @@ func WriteRejection(w http.ResponseWriter, v policy.Verdict, status int) {
 // record writes v's rejections (shadow ones too) to the audit log and logs
 // store failures.
 func (g *Gate) record(ctx context.Context, v *policy.Verdict, clientIP netip.Addr, path string) {
-	ip := ""
-	if clientIP.IsValid() {
-		ip = clientIP.String()
-	}
 	for i := range v.Results {
 		r := &v.Results[i]
 		lim := r.Match.Request.Limit
@@ -209,6 +207,13 @@ func (g *Gate) record(ctx context.Context, v *policy.Verdict, clientIP netip.Add
 		}
 		if !Violated(r) {
 			continue
+		}
+		if g.opts.Audit == nil {
+			continue
+		}
+		ip := ""
+		if clientIP.IsValid() {
+			ip = clientIP.String()
 		}
 		g.opts.Audit.Write(ctx, Record{
 			Rule:     lim.Name(),

@@ -6,7 +6,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -162,7 +161,31 @@ func Identity(v *policy.Verdict) string {
 // Cache-Control: no-store, whatever the sets. The status code and body
 // are the caller's to write (see WriteRejection).
 func RateLimitHeaders(v policy.Verdict, identity, path string, sets []string) http.Header {
-	h := make(http.Header)
+	h := make(http.Header, 8)
+	setRateLimitHeaders(h, &v, identity, path, sets)
+	return h
+}
+
+// Canonical forms of the field names, so that setting them allocates
+// nothing (http.Header.Set would canonicalize "RateLimit-Policy" anew each
+// time).
+const (
+	hPolicy         = "Ratelimit-Policy"
+	hRateLimit      = "Ratelimit"
+	hLimit          = "Ratelimit-Limit"
+	hRemaining      = "Ratelimit-Remaining"
+	hReset          = "Ratelimit-Reset"
+	hLegacyLimit    = "X-Ratelimit-Limit"
+	hLegacyRemain   = "X-Ratelimit-Remaining"
+	hLegacyReset    = "X-Ratelimit-Reset"
+	hRetryAfter     = "Retry-After"
+	hReason         = "X-Sluice-Reason"
+	hCacheControl   = "Cache-Control"
+	headerListDelim = ", "
+)
+
+// setRateLimitHeaders is RateLimitHeaders writing into h.
+func setRateLimitHeaders(h http.Header, v *policy.Verdict, identity, path string, sets []string) {
 	if len(sets) == 0 {
 		sets = DefaultSets
 	}
@@ -177,7 +200,7 @@ func RateLimitHeaders(v policy.Verdict, identity, path string, sets []string) ht
 			legacy = true
 		}
 	}
-	var policies, states []string
+	var pol, state []byte
 	enforced := 0
 	for i := range v.Results {
 		r := &v.Results[i]
@@ -188,35 +211,55 @@ func RateLimitHeaders(v policy.Verdict, identity, path string, sets []string) ht
 		enforced++
 		if draft {
 			d := Effective(r)
-			name := sfString(lim.Name())
-			policies = append(policies, name+";q="+strconv.FormatInt(d.Limit, 10)+";w="+strconv.FormatInt(windowSeconds(lim), 10))
-			states = append(states, name+";r="+strconv.FormatInt(remaining(d, Violated(r)), 10)+";t="+strconv.FormatInt(resetSeconds(d, Violated(r)), 10))
+			viol := Violated(r)
+			if len(pol) > 0 {
+				pol = append(pol, headerListDelim...)
+				state = append(state, headerListDelim...)
+			}
+			pol = appendSFString(pol, lim.Name())
+			pol = strconv.AppendInt(append(pol, ";q="...), d.Limit, 10)
+			pol = strconv.AppendInt(append(pol, ";w="...), windowSeconds(lim), 10)
+			state = appendSFString(state, lim.Name())
+			state = strconv.AppendInt(append(state, ";r="...), remaining(d, viol), 10)
+			state = strconv.AppendInt(append(state, ";t="...), resetSeconds(d, viol), 10)
 		}
 	}
-	if len(policies) > 0 {
-		h.Set("RateLimit-Policy", strings.Join(policies, ", "))
-		h.Set("RateLimit", strings.Join(states, ", "))
+	// One backing array for every value set below.
+	vals := make([]string, 0, 8)
+	set := func(k, val string) {
+		vals = append(vals, val)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	if len(pol) > 0 {
+		set(hPolicy, string(pol))
+		set(hRateLimit, string(state))
 	}
 	if enforced > 0 && (trio || legacy) {
 		d := v.Overall
-		limit, rem, reset := strconv.FormatInt(d.Limit, 10), strconv.FormatInt(remaining(d, !v.Allowed), 10), strconv.FormatInt(resetSeconds(d, !v.Allowed), 10)
+		var buf [64]byte
+		nums := strconv.AppendInt(buf[:0], d.Limit, 10)
+		n1 := len(nums)
+		nums = strconv.AppendInt(nums, remaining(d, !v.Allowed), 10)
+		n2 := len(nums)
+		nums = strconv.AppendInt(nums, resetSeconds(d, !v.Allowed), 10)
+		all := string(nums)
+		limit, rem, reset := all[:n1], all[n1:n2], all[n2:]
 		if trio {
-			h.Set("RateLimit-Limit", limit)
-			h.Set("RateLimit-Remaining", rem)
-			h.Set("RateLimit-Reset", reset)
+			set(hLimit, limit)
+			set(hRemaining, rem)
+			set(hReset, reset)
 		}
 		if legacy {
-			h.Set("X-RateLimit-Limit", limit)
-			h.Set("X-RateLimit-Remaining", rem)
-			h.Set("X-RateLimit-Reset", reset)
+			set(hLegacyLimit, limit)
+			set(hLegacyRemain, rem)
+			set(hLegacyReset, reset)
 		}
 	}
 	if !v.Allowed {
-		h.Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(v.Overall.RetryAfter, identity, path), 10))
-		h.Set("X-Sluice-Reason", VerdictReason(&v))
-		h.Set("Cache-Control", "no-store")
+		set(hRetryAfter, strconv.FormatInt(RetryAfterSeconds(v.Overall.RetryAfter, identity, path), 10))
+		set(hReason, VerdictReason(v))
+		set(hCacheControl, "no-store")
 	}
-	return h
 }
 
 // violated lists the enforce-mode limits that rejected (or denied on a
@@ -298,25 +341,21 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// sfString encodes s as a Structured Field sf-string (RFC 9651): printable
-// ASCII, with quote and backslash escaped. Other bytes cannot be expressed
-// and become '?'; rule names are plain identifiers in practice.
-func sfString(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
+// appendSFString appends s as a Structured Field sf-string (RFC 9651):
+// printable ASCII, with quote and backslash escaped. Other bytes cannot be
+// expressed and become '?'; rule names are plain identifiers in practice.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			b = append(b, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
+			b = append(b, '?')
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(b, '"')
 }

@@ -120,9 +120,18 @@ func TestTTLIsTimeToFull(t *testing.T) {
 	if pttl <= 1900 || pttl > 2000 {
 		t.Fatalf("PTTL %dms, want about 2000", pttl)
 	}
-	// A rejected take writes nothing: the TTL is not refreshed.
-	if _, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 40}); err != nil {
+	// A rejected take writes nothing: a write would have refilled the
+	// state to the call's time, changing its stamp.
+	before, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+	if err != nil {
 		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 40}); err != nil || d.Allowed {
+		t.Fatalf("want a rejection: %v %+v", err, d)
+	}
+	if after, _ := c.Do(ctx, c.B().Get().Key(key).Build()).ToString(); after != before {
+		t.Fatal("a rejected take rewrote the state")
 	}
 	// Peeks write nothing either.
 	other := sluice.StorageKey(lim, "peeked")

@@ -335,3 +335,118 @@ func TestRelativeKeyPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestMoreValidationErrors(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "x.pem")
+	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ok := "    algorithm_config: {rps: 1, burst: 1}\n"
+	cases := []struct {
+		name string
+		cfg  string
+		want []string
+	}{
+		{"wrong kinds", "listen: 8080\nrules: {a: 1}\n", []string{
+			"c.yaml:1: listen: must be a string (got the number 8080)",
+			"c.yaml:2: rules: must be a list (got a mapping)",
+		}},
+		{"rule kinds", "rules:\n  - name: r\n    limit_keys: ip:address\n    mode: true\n    tiers: {a: 1}\n" + ok, []string{
+			`c.yaml:3: rules[0].limit_keys: must be a list (got the string "ip:address")`,
+			"c.yaml:4: rules[0].mode: must be a string (got true)",
+			"c.yaml:5: rules[0].tiers: must be a list of tiers (got a mapping)",
+		}},
+		{"non-scalar field name", "rules:\n  - name: r\n    [a]: 1\n" + ok, []string{"c.yaml:3: rules[0]: field names must be plain strings"}},
+		{"booleans and whole numbers", "deny_status: 429.5\nrules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1, reserve: \"yes\"}\n", []string{
+			"c.yaml:1: deny_status: must be a whole number",
+			`c.yaml:4: rules[0].algorithm_config.reserve: must be true or false (got the string "yes")`,
+		}},
+		{"null rule", "rules:\n  -\n", []string{"c.yaml:2: rules[0]: must be a mapping of fields (got nothing)"}},
+		{"tier problems", `rules:
+  - name: r
+    tiers:
+      - name: a
+        match: {method: GET}
+        algorithm_config: {rps: 1, burst: 1}
+      - name: a
+        match: {method: PUT}
+      - name: c
+        algorithm_config: {rps: 1, burst: 1}
+    algorithm_config: {rps: 1, burst: 1}
+`, []string{
+			`c.yaml:7: rules[0].tiers[1].name: "a" is already a tier of this rule`,
+			"c.yaml:7: rules[0].tiers[1].algorithm_config: is required",
+			"c.yaml:9: rules[0].tiers[2]: has no match, so it takes every request and the rule's own algorithm_config is never used; give it a match or remove one of them",
+		}},
+		{"empty tiers", "rules:\n  - name: r\n    tiers: []\n", []string{"c.yaml:3: rules[0].tiers: must hold at least one tier (or leave tiers out)"}},
+		{"match values", "rules:\n  - name: r\n    match:\n      method: {a: 1}\n      host: [a, [b]]\n      path: ~\n" + ok, []string{
+			"c.yaml:4: rules[0].match.method: must be a value or a list of values (got a mapping)",
+			"c.yaml:5: rules[0].match.host[1]: must be a value or a list of values (got a list)",
+			"c.yaml:6: rules[0].match.path: must be a value or a list of values (got nothing)",
+		}},
+		{"sources", "rules:\n  - name: r\n    limit_keys: [\"ip:port\", \"header:a b\", \"descriptor:\", \"method:x\"]\n" + ok, []string{
+			"c.yaml:3: rules[0].limit_keys[0]: ip takes only ip:address",
+			"c.yaml:3: rules[0].limit_keys[1]: the name must not contain white space",
+			"c.yaml:3: rules[0].limit_keys[2]: descriptor needs a key (descriptor:KEY), or none for the whole descriptor",
+			"c.yaml:3: rules[0].limit_keys[3]: method takes no name",
+		}},
+		{"durations", `rules:
+  - name: w
+    algorithm: fixed_window
+    algorithm_config: {rate: 1, period: 0s, start: "yesterday"}
+  - name: l
+    algorithm: leaky_bucket
+    algorithm_config: {rps: 1, max_delay: -1s}
+  - name: s
+    algorithm: fixed_window
+    algorithm_config: {rate: 1, period: 1s, start: -5s}
+`, []string{
+			`c.yaml:4: rules[0].algorithm_config.period: must be > 0 (got "0s")`,
+			`c.yaml:4: rules[0].algorithm_config.start: must be a duration offset such as "30m" or an RFC 3339 time such as "2024-01-01T00:00:00Z" (got "yesterday")`,
+			"c.yaml:7: rules[1].algorithm_config.max_delay: must be > 0",
+			"c.yaml:10: rules[2].algorithm_config.start: must not be negative",
+		}},
+		{"rate without period for a window", "rules:\n  - name: s\n    algorithm: sliding_log\n    algorithm_config: {rps: 5}\n", []string{
+			"c.yaml:4: rules[0].algorithm_config.rps: does not apply to sliding_log (it takes rate, period, capacity, cost_source, fixed_cost, default_cost)",
+			"c.yaml:4: rules[0].algorithm_config: needs rate and period",
+		}},
+		{"capacity with rps", "rules:\n  - name: r\n    algorithm_config: {rps: 5, capacity: 5}\n", []string{
+			"c.yaml:3: rules[0].algorithm_config.capacity: goes with rate and period; with rps, the bucket size is burst",
+		}},
+		{"rate and rps", "rules:\n  - name: r\n    algorithm_config: {rps: 5, burst: 5, rate: 5}\n", []string{
+			"c.yaml:3: rules[0].algorithm_config.rate: give either rps or rate (with period), not both",
+		}},
+		{"tiny fixed cost", "rules:\n  - name: r\n    algorithm_config: {rps: 5, burst: 5, fixed_cost: 0.0000001}\n", []string{
+			"c.yaml:3: rules[0].algorithm_config.fixed_cost: 1e-07 is not a usable cost (at least 0.000001)",
+		}},
+		{"proxy and headers", "proxy: {listen: \":9000\"}\nheaders: [none, draft]\n" + "rules:\n  - name: r\n" + ok, []string{
+			"c.yaml:1: proxy.upstream: is required with proxy.listen (the URL requests are forwarded to)",
+			"c.yaml:2: headers: none must stand alone",
+		}},
+		{"empty headers", "headers: []\nrules:\n  - name: r\n" + ok, []string{
+			"c.yaml:1: headers: must name at least one header set (draft, trio, legacy), or none",
+		}},
+		{"jwt settings", "jwt:\n  verify: false\n  leeway: 2h\nrules:\n  - name: r\n" + ok, []string{
+			`c.yaml:3: jwt.leeway: must be between 0s and 1h (got "2h")`,
+		}},
+		{"key files", "jwt:\n  public_keys: [\"" + notPEM + "\", \"" + dir + "\"]\nrules:\n  - name: r\n" + ok, []string{
+			"c.yaml:2: jwt.public_keys[0]: " + notPEM + " holds no PEM public key",
+			"c.yaml:2: jwt.public_keys[1]: " + dir + " is not a regular file",
+		}},
+		{"jwks", "jwt:\n  jwks_file: \"" + notPEM + "\"\nrules:\n  - name: r\n" + ok, []string{
+			"c.yaml:2: jwt.jwks_file: " + notPEM + " is not a JSON Web Key Set: invalid character 'h' looking for beginning of value",
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := problems(t, tc.cfg)
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+	if _, err := policy.Parse("big.yaml", make([]byte, policy.MaxFileSize+1)); err == nil || !strings.Contains(err.Error(), "big.yaml: the file is larger than") {
+		t.Errorf("oversized file: %v", err)
+	}
+}

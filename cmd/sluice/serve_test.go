@@ -300,7 +300,8 @@ rules:
 	if err := json.Unmarshal(data, &rec); err != nil {
 		t.Fatalf("audit log %q: %v", data, err)
 	}
-	if rec["rule"] != "per-ip" || rec["path"] != "/x" || rec["client_ip"] != "127.0.0.1" || rec["tokens"] != 0.0 {
+	// The real clock refills a few micro-tokens between the requests.
+	if tok, _ := rec["tokens"].(float64); rec["rule"] != "per-ip" || rec["path"] != "/x" || rec["client_ip"] != "127.0.0.1" || tok >= 1 {
 		t.Errorf("audit record %v", rec)
 	}
 }

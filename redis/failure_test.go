@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -405,6 +406,62 @@ rules:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no recovery: %v", v.Results[0].StoreErr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A Redis that hangs (SIGSTOP: connections open, no answers) is the case a
+// deadline exists for: every call ends by its deadline, the breaker then
+// fails calls at once, and answers resume when the server does (SIGCONT).
+func TestHungRedis(t *testing.T) {
+	srv := newStandalone(t)
+	const timeout = 100 * time.Millisecond
+	s := open(t, "redis://"+srv.addr(), redis.Options{Timeout: timeout, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
+	ctx := context.Background()
+	lim := uniqueLimit(t, sluice.Spec{Name: "hung", TokensPerSecond: 1e6, Burst: 1e6})
+	req := sluice.Request{Limit: lim, Key: "k"}
+	if _, err := s.Take(ctx, sluice.OpTake, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	var slowest time.Duration
+	var breakerOpen int
+	for range 30 {
+		start := time.Now()
+		_, err := s.Take(ctx, sluice.OpTake, req)
+		slowest = max(slowest, time.Since(start))
+		if err == nil {
+			t.Fatal("a take succeeded against a stopped server")
+		}
+		if errors.Is(err, redis.ErrBreakerOpen) {
+			breakerOpen++
+		}
+	}
+	// Generous slack for -race on a loaded 2-core machine.
+	if slowest > timeout+time.Second {
+		t.Fatalf("a call against a hung server took %v, deadline %v", slowest, timeout)
+	}
+	if breakerOpen == 0 {
+		t.Fatal("the breaker never opened")
+	}
+	t.Logf("hung server: slowest call %v (deadline %v), %d of 30 refused by the open breaker", slowest, timeout, breakerOpen)
+	srv.cmd.Process.Signal(syscall.SIGCONT)
+	resumed = true
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := s.Take(ctx, sluice.OpTake, req); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no recovery after SIGCONT: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -60,7 +60,10 @@
 // wrapped and are not input errors (sluice.IsInputError), so the caller
 // applies the rule's on_store_error. A circuit breaker fails calls at once
 // while Redis is down and lets one probe through per backoff; rueidis
-// reconnects by itself, so the store recovers without a restart.
+// reconnects by itself, so the store recovers without a restart. As with
+// any timed-out write, a take whose deadline passed may still be applied
+// when a slow Redis gets to it: the error means "unknown", not "not
+// charged" (a stopped or unreachable Redis applies nothing).
 package redis
 
 import (

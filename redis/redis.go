@@ -42,7 +42,10 @@
 // about one round trip, the earlier buckets hold a charge that in the end
 // was not made: a concurrent request may be rejected that would have
 // passed. The error is towards rejecting, never admitting too much; to
-// avoid it, give one identity's limits a common hash tag.
+// avoid it, give one identity's limits a common hash tag. When a slot's
+// call fails instead (an error or a timeout), the earlier slots are
+// refunded too and the error returned; that slot's own charge is then
+// unknown, as for any timed-out write, and is left as Redis has it.
 //
 // # Speed
 //

@@ -1,12 +1,18 @@
 package envoyrls_test
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -98,4 +104,33 @@ func TestSluicePolicyStoreDown(t *testing.T) {
 	}
 	h.store.down.Store(false)
 	expect(t, h.call(t, "edge", 0, desc("client", "c5")), OK, OK, 4)
+}
+
+func TestFollowsPolicySource(t *testing.T) {
+	one, err := policy.Parse("one.yaml", []byte("rules:\n  - name: r\n    match: {domain: edge}\n    limit_keys: [\"descriptor:client\"]\n    algorithm: token_bucket\n    algorithm_config: {rps: 1, burst: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := envoyrls.ParseReferenceConfig("ref.yaml", []byte("domain: edge\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var current atomic.Pointer[policy.Policy]
+	current.Store(one)
+	clock := sluice.NewManualClock(t0)
+	s := envoyrls.New(one, sluice.New(memory.New(memory.Options{Clock: clock})), envoyrls.Options{Clock: clock, Source: current.Load})
+	ask := func() *rlspb.RateLimitResponse {
+		resp, err := s.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{desc("client", "c")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	expect(t, ask(), OK, OK, 0)
+	expect(t, ask(), OVER, OVER, 0)
+	current.Store(ref) // a reload, to the reference format
+	expect(t, ask(), OK, OK, 2)
+	if cl := ask().Statuses[0].CurrentLimit; cl.RequestsPerUnit != 3 || cl.Unit != rlspb.RateLimitResponse_RateLimit_MINUTE {
+		t.Errorf("after the reload: %v", cl)
+	}
 }

@@ -57,6 +57,18 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// sluiceEpoch is where the manual clocks of the tests start.
+var sluiceEpoch = time.Unix(1_700_000_000, 0)
+
+func mustPolicyF(f *testing.F, yaml string) *policy.Policy {
+	f.Helper()
+	p, err := policy.Parse("fuzz.yaml", []byte(yaml))
+	if err != nil {
+		f.Fatalf("policy: %v", err)
+	}
+	return p
+}
+
 func mustPolicy(t *testing.T, yaml string) *policy.Policy {
 	t.Helper()
 	p, err := policy.Parse("test.yaml", []byte(yaml))
@@ -75,7 +87,7 @@ func newEnv(t *testing.T, yaml string) *env {
 // (for fault injection).
 func newEnvStore(t *testing.T, yaml string, wrap func(sluice.Store) sluice.Store) *env {
 	t.Helper()
-	e := &env{t: t, clk: sluice.NewManualClock(time.Unix(1_700_000_000, 0)), audit: &syncBuffer{}, env: map[string]string{}}
+	e := &env{t: t, clk: sluice.NewManualClock(sluiceEpoch), audit: &syncBuffer{}, env: map[string]string{}}
 	e.store = memory.New(memory.Options{Clock: e.clk})
 	reg := prometheus.NewRegistry()
 	m := httpgate.NewMetrics(reg)

@@ -87,7 +87,10 @@ func Effective(r *policy.Result) sluice.Decision {
 	cost := costOf(r.Match.Request)
 	d.Tokens += cost
 	d.Remaining = min(int64(math.Floor(d.Tokens+1e-9)), d.Limit)
-	if rate := lim.TokensPerSecond(); rate > 0 {
+	// A bucket refills continuously: it is full cost/rate sooner than the
+	// store's answer says. A window refills at its boundaries, which the
+	// cost does not move, so its answer stands (at worst a window late).
+	if rate := lim.TokensPerSecond(); lim.Params().RateDen > 0 && rate > 0 {
 		d.ResetAfter = max(0, d.ResetAfter-time.Duration(cost/rate*float64(time.Second)))
 	}
 	return d

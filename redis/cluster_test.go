@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -275,8 +274,6 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-var _ = errors.Is
 
 // Batching: many goroutines on a few keys, on one Redis and on a Cluster
 // (one script call per slot). Script calls carry several requests, and the

@@ -14,8 +14,8 @@ import (
 	"github.com/sluicehq/sluice/redis"
 )
 
-// testPrefix keeps each test's keys apart on a shared server: every test
-// gets limits named uniquely, so StorageKey never collides.
+// testSeq keeps each test's keys apart on a shared server: every test's
+// limits are named uniquely (uniqueLimit), so StorageKey never collides.
 var testSeq atomic.Int64
 
 // open connects a store to url with test options; opts may adjust them.

@@ -1,8 +1,6 @@
 package redis_test
 
 import (
-	"bufio"
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -151,8 +149,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// standaloneAddr is the shared standalone server's address (or
-// SLUICE_REDIS_URL's).
+// standaloneURL is the shared standalone server's URL (or
+// SLUICE_REDIS_URL).
 func standaloneURL(t testing.TB) string {
 	t.Helper()
 	if u := os.Getenv("SLUICE_REDIS_URL"); u != "" {
@@ -267,20 +265,3 @@ func waitClusterOK(addrs []string, limit time.Duration) error {
 	}
 	return fmt.Errorf("cluster not ok after %v", limit)
 }
-
-// clusterInfo returns a field of CLUSTER INFO from addr.
-func clusterField(addr, field string) string {
-	out, err := cli(addr, "CLUSTER", "INFO")
-	if err != nil {
-		return ""
-	}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), field+":"); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-var _ = context.Background

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -101,6 +102,7 @@ func newEnvStore(t *testing.T, yaml string, wrap func(sluice.Store) sluice.Store
 		Metrics: m,
 		Audit:   httpgate.NewAudit(e.audit),
 		Getenv:  func(k string) string { return e.env[k] },
+		Logger:  slog.New(slog.NewTextHandler(t.Output(), nil)),
 		Delay: func(_ context.Context, d time.Duration) error {
 			e.mu.Lock()
 			e.delays = append(e.delays, d)

@@ -26,7 +26,8 @@
 //
 // A token bucket is 24 bytes (tokens, stamp and rate denominator, packed
 // doubles), a fixed window 16, a sliding log 16 per admitted request of
-// the last period. Keys are sluice.StorageKey, so a hash tag in a request
+// the last period. Keys are sluice.StorageKey (after Options.KeyPrefix,
+// when set), so a hash tag in a request
 // key ("{user-42}") puts all of one identity's buckets in one Cluster slot.
 // Every write sets a TTL equal to the time until the bucket is full again:
 // a full bucket and an absent key give the same answers, so idle keys cost
@@ -79,6 +80,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,6 +94,10 @@ type Options struct {
 	// Envoy's 20ms rate limit service timeout). A caller's earlier
 	// deadline wins.
 	Timeout time.Duration
+	// KeyPrefix is put before every key, to share a Redis with other
+	// users ("sluice:"). It may not contain braces: a hash tag in it would
+	// put every bucket in one Cluster slot.
+	KeyPrefix string
 	// Clock passes the time into the scripts instead of Redis's TIME. For
 	// tests only: in production every process must use the server's clock.
 	Clock sluice.Clock
@@ -122,6 +128,7 @@ type Options struct {
 type Store struct {
 	client  rueidis.Client
 	owned   bool
+	prefix  string
 	script  *rueidis.Lua
 	cluster bool
 	timeout time.Duration
@@ -154,12 +161,16 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 	if opts.BatchMaxOps <= 0 {
 		opts.BatchMaxOps = 256
 	}
+	if strings.ContainsAny(opts.KeyPrefix, "{}") {
+		return nil, fmt.Errorf("redis store: key prefix %q: braces would make a hash tag", opts.KeyPrefix)
+	}
 	met, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	s := &Store{
 		client:  client,
+		prefix:  opts.KeyPrefix,
 		script:  rueidis.NewLuaScript(scriptSource),
 		cluster: client.Mode() == rueidis.ClientModeCluster,
 		timeout: opts.Timeout,
@@ -297,7 +308,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	if err := fits(&r, ch); err != nil {
 		return sluice.Decision{}, err
 	}
-	key := sluice.StorageKey(r.Limit, r.Key)
+	key := s.prefix + sluice.StorageKey(r.Limit, r.Key)
 	cacheable := s.cache != nil && op == sluice.OpTake && !ch.Reserve
 	var sent int64
 	if cacheable {
@@ -334,7 +345,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 	if l == nil {
 		return fmt.Errorf("redis reset %q: %w", key, sluice.ErrInvalidLimit)
 	}
-	k := sluice.StorageKey(l, key)
+	k := s.prefix + sluice.StorageKey(l, key)
 	if s.cache != nil {
 		s.cache.drop(k)
 	}
@@ -374,7 +385,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		if err != nil {
 			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
 		}
-		chs[i], keys[i] = ch, sluice.StorageKey(rs[i].Limit, rs[i].Key)
+		chs[i], keys[i] = ch, s.prefix+sluice.StorageKey(rs[i].Limit, rs[i].Key)
 	}
 	if !s.cluster {
 		res, err := s.runGroup(ctx, rs, chs, keys, allIndexes(len(rs)), opOf(op), s.nowArg())

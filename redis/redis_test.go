@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,31 +31,18 @@ func open(t testing.TB, url string, opts redis.Options) *redis.Store {
 	return s
 }
 
-// flush empties the store's server(s) so that every conformance case
-// starts from absent keys.
-func flush(t testing.TB, s *redis.Store) {
-	t.Helper()
-	c := s.Client()
-	ctx := context.Background()
-	for _, n := range c.Nodes() {
-		// Replicas refuse writes; only primaries need flushing.
-		if err := n.Do(ctx, n.B().Flushall().Build()).Error(); err != nil && !strings.Contains(err.Error(), "READONLY") {
-			t.Fatalf("flushall: %v", err)
-		}
-	}
-}
-
 // vectorStore adapts open to conformance.NewStore for the vectors: the
 // test clock is passed in, the over-limit cache is off (its answers are
-// rejections with approximate token counts; the vectors check exact ones).
+// rejections with approximate token counts; the vectors check exact ones),
+// and every store gets a key prefix of its own, so each case starts from
+// absent keys without flushing a server that SLUICE_REDIS_URL may share.
 func vectorStore(url string, opts redis.Options) conformance.NewStore {
 	return func(t *testing.T, clock sluice.Clock) sluice.Store {
 		o := opts
 		o.Clock = clock
 		o.NoOverLimitCache = true
-		s := open(t, url, o)
-		flush(t, s)
-		return s
+		o.KeyPrefix = fmt.Sprintf("test%d-%d:", time.Now().UnixNano(), testSeq.Add(1))
+		return open(t, url, o)
 	}
 }
 
@@ -164,5 +150,27 @@ func TestForeignValueAtKey(t *testing.T) {
 	}
 	if !ds[0].Allowed || ds[0].Remaining != 2 || !ds[1].Allowed || ds[1].Remaining != 2 {
 		t.Fatalf("want full buckets charged once, got %+v", ds)
+	}
+}
+
+func TestKeyPrefix(t *testing.T) {
+	s := open(t, standaloneURL(t)+"?key_prefix=app1:", redis.Options{})
+	ctx := context.Background()
+	lim := uniqueLimit(t, sluice.Spec{Name: "prefix", TokensPerSecond: 1, Burst: 2})
+	if _, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client()
+	if n, _ := c.Do(ctx, c.B().Exists().Key("app1:"+sluice.StorageKey(lim, "k")).Build()).AsInt64(); n != 1 {
+		t.Fatal("prefixed key not written")
+	}
+	if err := s.Reset(ctx, lim, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.Do(ctx, c.B().Exists().Key("app1:"+sluice.StorageKey(lim, "k")).Build()).AsInt64(); n != 0 {
+		t.Fatal("Reset left the prefixed key")
+	}
+	if _, err := redis.New(c, redis.Options{KeyPrefix: "{x}:"}); err == nil {
+		t.Fatal("a hash tag in the prefix was accepted")
 	}
 }

@@ -18,8 +18,9 @@ import (
 //	redis+sentinel://[user:password@]host:port,host:port/master[/db][?...]
 //	redis+cluster://[user:password@]host:port,host:port[?...]
 //
-// timeout sets Options.Timeout when the options leave it zero;
-// overlimit_cache=0 sets NoOverLimitCache and batch=0 sets NoBatch. The
+// timeout sets Options.Timeout and key_prefix Options.KeyPrefix when the
+// options leave them zero; overlimit_cache=0 sets NoOverLimitCache and
+// batch=0 sets NoBatch. The
 // other query parameters are rueidis's (dial_timeout, write_timeout,
 // client_name, skip_verify for rediss, ...).
 func Open(rawURL string, opts Options) (*Store, error) {
@@ -176,6 +177,9 @@ func switches(rawURL string, opts *Options) error {
 	q, err := url.ParseQuery(query)
 	if err != nil {
 		return fmt.Errorf("redis store url %s: %v", redact(rawURL), err)
+	}
+	if v := q.Get("key_prefix"); v != "" && opts.KeyPrefix == "" {
+		opts.KeyPrefix = v
 	}
 	for name, off := range map[string]*bool{"overlimit_cache": &opts.NoOverLimitCache, "batch": &opts.NoBatch} {
 		switch v := q.Get(name); v {

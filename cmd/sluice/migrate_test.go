@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -28,6 +32,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("migrate", func(t *testing.T) { testMigrate(t, newDB(t)) })
 	t.Run("violations", func(t *testing.T) { testViolationsCommand(t, newDB(t)) })
 	t.Run("rules-hook", func(t *testing.T) { testPostgresRulesHook(t, newDB(t)) })
+	t.Run("serve-rules-table", func(t *testing.T) { testServeRulesTable(t, newDB(t)) })
 }
 
 // withParams appends query parameters to a URL.
@@ -111,5 +116,55 @@ func testPostgresRulesHook(t *testing.T, u string) {
 	}
 	if src.Policy() != p {
 		t.Fatal("the refused file replaced the policy")
+	}
+}
+
+// testServeRulesTable runs sluice serve on the postgres store with rules in
+// sluice_rules: a row's rule is enforced beside the file's, and a row added
+// while serving takes effect through NOTIFY.
+func testServeRulesTable(t *testing.T, u string) {
+	ctx := context.Background()
+	var out, errb bytes.Buffer
+	if code := run([]string{"migrate", "--url", u}, &out, &errb); code != 0 {
+		t.Fatalf("migrate: %s", errb.String())
+	}
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('user:{user}', 'user', 0.01, 3)`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
+	file := "store:\n  url: " + strconv.Quote(withParams(u, "sluice_rules=true")) + "\nrules:\n  - name: from-file\n    algorithm_config: {tokens_per_second: 1, burst: 1}\n"
+	if err := os.WriteFile(cfg, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, logs := startServe(t, "--config", cfg)
+	for i := 0; i < 3; i++ {
+		if d := take(t, l.API, `{"rule":"db-1.all-plans","key":"u1"}`); d["allowed"] != true {
+			t.Fatalf("take %d of the table's rule: %v\n%s", i+1, d, logs.String())
+		}
+	}
+	if d := take(t, l.API, `{"rule":"db-1.all-plans","key":"u1"}`); d["allowed"] != false {
+		t.Fatalf("the table's burst of 3 admitted a fourth: %v", d)
+	}
+	if d := take(t, l.API, `{"rule":"from-file","key":"u1"}`); d["allowed"] != true {
+		t.Fatalf("the file's rule: %v", d)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('global', 'global', 0.01, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		d := take(t, l.API, `{"rule":"db-2.all-plans","key":"g"}`)
+		if d["allowed"] == true {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rule added while serving never took effect: %v\n%s", d, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for NOTIFY, not for tokens
 	}
 }

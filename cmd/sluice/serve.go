@@ -76,10 +76,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 
 	var p *policy.Policy
 	var sum [32]byte // of the file in force
+	source, data := "embedded default", []byte(policy.DefaultYAML)
 	if *config == "" {
 		p = policy.Default()
 	} else {
-		data, err := os.ReadFile(*config)
+		source = *config
+		var err error
+		data, err = os.ReadFile(*config)
 		if err == nil {
 			sum = sha256.Sum256(data)
 			p, err = parsePolicy(*config, data) // sluice's format or envoyproxy/ratelimit's
@@ -129,6 +132,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	}
 	gate := httpgate.New(p, lim, httpgate.Options{Metrics: metrics, Audit: audit, Logger: log})
 	srv := &server{Gate: gate, Limiter: lim, Metrics: metrics, Registry: reg, Logger: log}
+
+	// Rules kept in PostgreSQL (store.url postgres://...?sluice_rules=true)
+	// join the file's; the source installs the merged policy now and after
+	// every change to the table.
+	rules, stopRules, err := startPostgresRules(ctx, set.StoreURL, source, data, gate.SetPolicy)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 1
+	}
+	if stopRules != nil {
+		defer stopRules()
+	}
 
 	// Listeners: the decision API, then the optional proxy and gRPC.
 	var servers []*http.Server
@@ -221,13 +236,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		}
 		sum, pending = s, s
 		np, err := parsePolicy(*config, data)
+		if err == nil && rules != nil {
+			err = rules.SetConfig(*config, data) // merges the table's rules and installs
+			np = rules.Policy()
+		}
 		if err != nil {
 			log.Error("reload refused, keeping the policy in force", "why", why, "err", err)
 			metrics.Reloaded(false)
 			return
 		}
 		warnRestart(log, p.Settings, np.Settings)
-		gate.SetPolicy(np)
+		if rules == nil {
+			gate.SetPolicy(np)
+		}
 		metrics.Reloaded(true)
 		log.Info("policy reloaded", "why", why, "file", *config, "rules", len(np.Rules))
 	}

@@ -60,8 +60,13 @@ func startServe(t *testing.T, args ...string) (listening, *lockedBuffer) {
 	case l := <-readyc:
 		t.Cleanup(func() {
 			cancel()
-			if <-exited; code != 0 {
-				t.Errorf("serve exited %d:\n%s", code, logs.String())
+			select {
+			case <-exited:
+				if code != 0 {
+					t.Errorf("serve exited %d:\n%s", code, logs.String())
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("serve did not shut down:\n%s", logs.String())
 			}
 		})
 		return l, logs

@@ -182,7 +182,8 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		}
 		ms[i] = m
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), g.opts.StoreTimeout)
+	in := p.FromHTTP(r)
+	ctx, cancel := context.WithTimeout(withCaller(r.Context(), ms, in.ClientIP, r.URL.Path), g.opts.StoreTimeout)
 	defer cancel()
 	var obs policy.Observer
 	if op == sluice.OpTake && g.opts.Metrics != nil {
@@ -190,7 +191,6 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	}
 	v := policy.Enforce(ctx, g.lim, op, ms, obs)
 	if op == sluice.OpTake {
-		in := p.FromHTTP(r)
 		g.record(ctx, &v, in.ClientIP, r.URL.Path)
 	}
 	entries := make([]DecisionResponse, len(v.Results))

@@ -135,7 +135,7 @@ func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (p
 	if err != nil {
 		return policy.Verdict{}, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, g.opts.StoreTimeout)
+	ctx, cancel := context.WithTimeout(withCaller(ctx, ms, in.ClientIP, in.Path), g.opts.StoreTimeout)
 	defer cancel()
 	var obs policy.Observer
 	if g.opts.Metrics != nil {
@@ -144,6 +144,19 @@ func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (p
 	v := policy.Enforce(ctx, g.lim, sluice.OpTake, ms, obs)
 	g.record(ctx, &v, in.ClientIP, in.Path)
 	return v, nil
+}
+
+// withCaller tells the store whom the request is for (see sluice.Caller):
+// the verified JWT subject when a match has one, the client and the path.
+func withCaller(ctx context.Context, ms []policy.Match, clientIP netip.Addr, path string) context.Context {
+	c := sluice.Caller{IP: clientIP, Endpoint: path}
+	for _, m := range ms {
+		if sub, ok := strings.CutPrefix(m.Identity, "sub:"); ok {
+			c.User = sub
+			break
+		}
+	}
+	return sluice.WithCaller(ctx, c)
 }
 
 // enforce decides in, sets the rate limit fields on w and, on rejection,

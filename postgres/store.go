@@ -248,7 +248,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	}
 	d := r.Limit.Decide(o)
 	if !d.Allowed && op == sluice.OpTake {
-		s.recordViolation(args[0].([]byte), d)
+		s.recordViolation(ctx, args[0].([]byte), d)
 	}
 	return d, nil
 }
@@ -323,7 +323,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 	for i, r := range rs {
 		if !all {
 			if op == sluice.OpTake && !out[i].Allowed {
-				s.recordViolation(items[slices.IndexFunc(items, func(it item) bool { return it.i == i })].args[0].([]byte), r.Limit.Decide(out[i]))
+				s.recordViolation(ctx, items[slices.IndexFunc(items, func(it item) bool { return it.i == i })].args[0].([]byte), r.Limit.Decide(out[i]))
 			}
 			out[i].Allowed = false
 		}
@@ -349,7 +349,10 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 	return nil
 }
 
-func (s *Store) recordViolation(key []byte, d sluice.Decision) {
+// recordViolation queues a rejection for the violations table, with the
+// user, client and endpoint when the caller put them in ctx (see
+// sluice.WithCaller).
+func (s *Store) recordViolation(ctx context.Context, key []byte, d sluice.Decision) {
 	if s.opts.Violations == nil {
 		return
 	}
@@ -357,7 +360,11 @@ func (s *Store) recordViolation(key []byte, d sluice.Decision) {
 	if s.opts.Clock != nil {
 		at = s.opts.Clock.Now()
 	}
-	s.opts.Violations.Record(Violation{BucketKey: string(key), Rule: d.Rule, Tokens: d.Tokens, At: at})
+	v := Violation{BucketKey: string(key), Rule: d.Rule, Tokens: d.Tokens, At: at}
+	if c, ok := sluice.CallerFrom(ctx); ok {
+		v.UserID, v.IP, v.Endpoint = c.User, c.IP, c.Endpoint
+	}
+	s.opts.Violations.Record(v)
 }
 
 // Len returns the number of rows under the store's key prefix.

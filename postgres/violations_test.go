@@ -209,3 +209,33 @@ func TestStoreRecordsRejections(t *testing.T) {
 		t.Fatalf("%d violations written, %d failed; want 2 and 0", got, vl.Failed())
 	}
 }
+
+// A server that says whom a request is for (sluice.WithCaller) gets the
+// user, client and endpoint recorded with the rejection.
+func TestStoreRecordsCaller(t *testing.T) {
+	p := pool(t)
+	ctx := pgtestContext(t)
+	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vl.Close()
+	s := newStoreOpts(t, postgres.Options{Clock: sluice.NewManualClock(time.Now()), Violations: vl})
+	lim := sluice.MustLimit(sluice.Spec{Name: "who", TokensPerSecond: 1, Burst: 1})
+	cctx := sluice.WithCaller(ctx, sluice.Caller{User: "alice", IP: netip.MustParseAddr("2001:db8::7"), Endpoint: "/search"})
+	for i := 0; i < 2; i++ {
+		if _, err := s.Take(cctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := vl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var user, ip, endpoint string
+	if err := p.QueryRow(ctx, `SELECT user_id, host(ip_address), endpoint FROM sluice_violations WHERE rule = 'who'`).Scan(&user, &ip, &endpoint); err != nil {
+		t.Fatal(err)
+	}
+	if user != "alice" || ip != "2001:db8::7" || endpoint != "/search" {
+		t.Fatalf("recorded user %q ip %q endpoint %q", user, ip, endpoint)
+	}
+}

@@ -107,15 +107,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		set.GRPCListen = *grpcListen
 	}
 
-	store, closeStore, err := openStore(ctx, set.StoreURL)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	store, closeStore, err := openStore(ctx, set.StoreURL, reg)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 1
 	}
 	defer closeStore()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := httpgate.NewMetrics(reg)
 	metrics.WatchKeys(store)
 	lim := sluice.New(metrics.InstrumentStore(store))

@@ -7,18 +7,19 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memory"
 )
 
 // storeOpener opens a store from its URL and returns it with a function
-// that releases it.
-type storeOpener func(ctx context.Context, rawURL string) (sluice.Store, func() error, error)
+// that releases it. The store's own metrics go to reg (nil: none).
+type storeOpener func(ctx context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error)
 
 // storeOpeners maps URL schemes to openers; each store's file adds its
 // schemes in an init function.
 var storeOpeners = map[string]storeOpener{
-	"memory": func(_ context.Context, rawURL string) (sluice.Store, func() error, error) {
+	"memory": func(_ context.Context, rawURL string, _ prometheus.Registerer) (sluice.Store, func() error, error) {
 		u, err := url.Parse(rawURL)
 		if err != nil {
 			return nil, nil, err
@@ -33,8 +34,9 @@ var storeOpeners = map[string]storeOpener{
 	},
 }
 
-// openStore opens the store that rawURL names ("memory://" by default).
-func openStore(ctx context.Context, rawURL string) (sluice.Store, func() error, error) {
+// openStore opens the store that rawURL names ("memory://" by default),
+// registering its metrics with reg when not nil.
+func openStore(ctx context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error) {
 	if rawURL == "" {
 		rawURL = "memory://"
 	}
@@ -51,5 +53,5 @@ func openStore(ctx context.Context, rawURL string) (sluice.Store, func() error, 
 		sort.Strings(known)
 		return nil, nil, fmt.Errorf("store url %q: unknown scheme %q (known: %s)", rawURL, scheme, strings.Join(known, ", "))
 	}
-	return open(ctx, rawURL)
+	return open(ctx, rawURL, reg)
 }

@@ -16,7 +16,7 @@ import (
 // first, filtered by user or IP.
 func testViolationsCommand(t *testing.T, u string) {
 	ctx := context.Background()
-	store, closeStore, err := openStore(ctx, withParams(u, "sluice_migrate=true&sluice_violations=true&sluice_housekeeping=0"))
+	store, closeStore, err := openStore(ctx, withParams(u, "sluice_migrate=true&sluice_violations=true&sluice_housekeeping=0"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

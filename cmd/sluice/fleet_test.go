@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startRedisServer runs a throwaway redis-server on a free loopback port
+// and returns its address (SLUICE_REDIS_URL is not used here: the test
+// needs a server of its own to count on). Without redis-server the test
+// skips, unless CI=true.
+func startRedisServer(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server not found and CI=true: install redis-server")
+		}
+		t.Skip("redis-server not found: install redis-server to run this test")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not start", addr)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for the server, not for tokens
+	}
+}
+
+// Two sluice processes' worth of serve share one Redis and enforce one
+// limit together: a burst of 5 is 5 across the fleet, not 5 each. The
+// Redis store's metrics appear on /metrics.
+func TestServeRedisFleet(t *testing.T) {
+	addr := startRedisServer(t)
+	cfg := filepath.Join(t.TempDir(), "fleet.yaml")
+	conf := fmt.Sprintf(`store:
+  url: redis://%s/0
+rules:
+  - name: shared
+    algorithm_config: {rate: 1, period: 1h, capacity: 5}
+`, addr)
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := startServe(t, "--config", cfg)
+	b, _ := startServe(t, "--config", cfg)
+	admitted := 0
+	for i := 0; i < 12; i++ {
+		api := a.API
+		if i%2 == 1 {
+			api = b.API
+		}
+		if d := take(t, api, `{"rule":"shared","key":"k"}`); d["allowed"] == true {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("the fleet admitted %d, want the shared burst of 5", admitted)
+	}
+	resp, err := http.Get("http://" + a.API + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "sluice_redis_breaker_state") {
+		t.Fatalf("/metrics lacks the Redis store's metrics:\n%s", body)
+	}
+}

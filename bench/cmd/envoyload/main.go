@@ -184,10 +184,16 @@ func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, ca
 				}}}
 				t := time.Now()
 				if every > 0 {
-					if w := time.Until(next); w > 0 {
+					// On schedule, the call starts when the timer wakes (its
+					// lateness is not the server's); behind schedule, the
+					// wait since the call was due counts too.
+					if w := next.Sub(t); w > 0 {
 						time.Sleep(w)
+						t = time.Now()
+					} else {
+						t = next
 					}
-					t, next = next, next.Add(every)
+					next = next.Add(every)
 				}
 				resp, err := cl.ShouldRateLimit(context.Background(), req)
 				d := time.Since(t)

@@ -248,6 +248,14 @@ func TestAllOrNothing(t *testing.T) {
 	// When every descriptor fits, all are charged together.
 	h.clock.Advance(time.Second)
 	expect(t, h.call(t, "test", 0, desc("k", "v"), desc("big", "w")), OK, OK, 2, OK, 99)
+	// The same bucket twice in one call counts twice: 2 + 2 > 3 rejects
+	// both and takes nothing.
+	h.clock.Advance(time.Second)
+	resp = h.call(t, "test", 2, desc("k", "v"), desc("k", "v"), desc("big", "w"))
+	if resp.OverallCode != OVER || resp.Statuses[2].Code != OK {
+		t.Errorf("same bucket twice: %v", resp)
+	}
+	expect(t, h.call(t, "test", 0, hits(desc("k", "v"), 0), hits(desc("big", "w"), 0)), OK, OK, 3, OK, 99)
 }
 
 func TestHitsAddend(t *testing.T) {

@@ -102,6 +102,9 @@ func New(pol *policy.Policy, lim *sluice.Limiter, opts Options) *Server {
 func (s *Server) SetPolicy(pol *policy.Policy) { s.setPolicy(pol) }
 
 func (s *Server) setPolicy(pol *policy.Policy) *engine {
+	if pol == nil {
+		pol = &policy.Policy{} // no rules: nothing is limited
+	}
 	e := &engine{pol: pol, ref: referenceOf(pol), headers: pol.Settings.Headers}
 	s.engine.Store(e)
 	s.limits.Clear() // the old policy's limits are no longer asked about
@@ -148,7 +151,7 @@ type descState struct {
 	first, n  int       // its matches: group[kind].ms[first:first+n]
 }
 
-// group is the matches decided in one policy.Apply.
+// group is the matches decided in one policy.Enforce.
 type group struct {
 	ms  []policy.Match
 	res *policy.Verdict

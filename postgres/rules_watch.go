@@ -112,6 +112,7 @@ func (s *PolicySource) refresh(ctx context.Context) error {
 		return err
 	}
 	s.rows = rows
+	s.lastErr.Store(nil) // before install, whose OnChange may ask
 	s.install(p)
 	return nil
 }

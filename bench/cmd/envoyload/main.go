@@ -56,6 +56,7 @@ const policyYAML = `rules:
 
 func main() {
 	addr := flag.String("addr", "", "server to drive (default: start sluice in this process)")
+	serveOnly := flag.String("serve", "", "only serve sluice's service on this address (for a load client in another process)")
 	storeURL := flag.String("store", "memory://", "store of the in-process server: memory:// or redis://HOST:PORT")
 	config := flag.String("config", "", "policy of the in-process server, sluice's format or the reference server's (default: a token bucket per user, 100/s, burst 100)")
 	callersFlag := flag.String("callers", "16,64,256", "concurrent callers, one run per value")
@@ -67,6 +68,13 @@ func main() {
 	rate := flag.Float64("rate", 0, "offered calls per second in all (0: every caller calls again as soon as answered)")
 	flag.Parse()
 
+	if *serveOnly != "" {
+		if err := serveForever(*serveOnly, *storeURL, *config); err != nil {
+			fmt.Fprintln(os.Stderr, "envoyload:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	target := *addr + " (external server)"
 	if *addr == "" {
 		a, stop, err := serve(*storeURL, *config)
@@ -111,27 +119,33 @@ func main() {
 	}
 }
 
+// serveForever serves on addr until the process is stopped.
+func serveForever(addr, storeURL, config string) error {
+	g, ln, stop, err := newServer(addr, storeURL, config)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	fmt.Printf("serving on %s, store %s\n", ln.Addr(), storeURL)
+	return g.Serve(ln)
+}
+
 // serve starts sluice's rate limit service on a loopback port.
 func serve(storeURL, config string) (string, func(), error) {
-	var store sluice.Store
-	closeStore := func() {}
-	switch {
-	case strings.HasPrefix(storeURL, "memory://"):
-		store = memory.New(memory.Options{})
-	case strings.HasPrefix(storeURL, "redis"):
-		s, err := redis.Open(storeURL, redis.Options{})
-		if err != nil {
-			return "", nil, err
-		}
-		store, closeStore = s, func() { s.Close() }
-	default:
-		return "", nil, fmt.Errorf("unknown store %q", storeURL)
+	g, ln, stop, err := newServer("127.0.0.1:0", storeURL, config)
+	if err != nil {
+		return "", nil, err
 	}
+	go g.Serve(ln)
+	return ln.Addr().String(), func() { g.Stop(); stop() }, nil
+}
+
+func newServer(addr, storeURL, config string) (*grpc.Server, net.Listener, func(), error) {
 	name, data := "envoyload", []byte(policyYAML)
 	if config != "" {
 		b, err := os.ReadFile(config)
 		if err != nil {
-			return "", nil, err
+			return nil, nil, nil, err
 		}
 		name, data = config, b
 	}
@@ -143,16 +157,30 @@ func serve(storeURL, config string) (string, func(), error) {
 		pol, err = policy.Parse(name, data)
 	}
 	if err != nil {
-		return "", nil, err
+		return nil, nil, nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var store sluice.Store
+	closeStore := func() {}
+	switch {
+	case strings.HasPrefix(storeURL, "memory://"):
+		store = memory.New(memory.Options{})
+	case strings.HasPrefix(storeURL, "redis"):
+		s, err := redis.Open(storeURL, redis.Options{})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		store, closeStore = s, func() { s.Close() }
+	default:
+		return nil, nil, nil, fmt.Errorf("unknown store %q", storeURL)
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", nil, err
+		closeStore()
+		return nil, nil, nil, err
 	}
 	g := grpc.NewServer(envoyrls.ServerOptions()...)
 	envoyrls.New(pol, sluice.New(store), envoyrls.Options{Logger: slog.New(slog.DiscardHandler)}).Register(g)
-	go g.Serve(ln)
-	return ln.Addr().String(), func() { g.Stop(); closeStore() }, nil
+	return g, ln, closeStore, nil
 }
 
 // run drives callers concurrent callers for warmup+duration and prints

@@ -89,3 +89,34 @@ func envoyFreeAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// TestServeReferenceConfig runs sluice serve on the reference server's
+// format, as a deployment switching from it would, and asks over gRPC.
+func TestServeReferenceConfig(t *testing.T) {
+	addr := envoyFreeAddr(t)
+	startServe(t, "--config", "../../examples/ratelimit-config.yaml", "--grpc-listen", addr)
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	rls := rlspb.NewRateLimitServiceClient(cc)
+	ask := func(hits uint32) *rlspb.RateLimitResponse {
+		t.Helper()
+		resp, err := rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge", HitsAddend: hits, Descriptors: []*rlv3.RateLimitDescriptor{
+			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "path", Value: "/api/search"}, {Key: "client_id", Value: "c1"}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	// search-per-client: 10 per second. A window may end between the two
+	// calls, so the second is over the limit or finds a fresh window.
+	if resp := ask(10); resp.OverallCode != rlspb.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit.GetName() != "search-per-client" {
+		t.Fatalf("first call: %v", resp)
+	}
+	if resp := ask(1); resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT && resp.Statuses[0].LimitRemaining != 9 {
+		t.Errorf("second call: %v", resp)
+	}
+}

@@ -38,6 +38,11 @@ func (r Request) Charge() (Charge, error) {
 	if r.Limit == nil {
 		return Charge{}, fmt.Errorf("%w: request for key %q has no limit", ErrInvalidLimit, r.Key)
 	}
+	p := &r.Limit.params
+	if (r.Cost == 0 || r.Cost == 1) && !r.Reserve && r.MaxReserved == 0 && p.Capacity >= TokenScale {
+		// The common request, one token: nothing to convert or validate.
+		return Charge{Cost: TokenScale, Reserve: p.Reserve, MaxReserved: p.MaxReserved}, nil
+	}
 	cost := r.Cost
 	if cost == 0 {
 		cost = 1
@@ -46,7 +51,6 @@ func (r Request) Charge() (Charge, error) {
 	if err != nil {
 		return Charge{}, err
 	}
-	p := &r.Limit.params
 	ch := Charge{Cost: c, Reserve: r.Reserve || p.Reserve, MaxReserved: p.MaxReserved}
 	if ch.Reserve && p.RateDen == 0 {
 		return Charge{}, fmt.Errorf("limit %q (%s): %w", r.Limit.Name(), p.Algorithm, ErrReserveUnsupported)

@@ -75,7 +75,10 @@ func TakeTokenBucket(p *Params, st BucketState, present bool, now, cost int64, r
 		}
 		o.RetryAfter = lag + ceilDiv(need-tokens, p.RateNum)
 	}
-	o.Tokens = floorDiv(tokens, p.RateDen)
+	o.Tokens = tokens
+	if p.RateDen != 1 { // whole micro-tokens per µs need no division
+		o.Tokens = floorDiv(tokens, p.RateDen)
+	}
 	if tokens < full {
 		o.ResetAfter = lag + ceilDiv(full-tokens, p.RateNum)
 	}

@@ -25,9 +25,12 @@ import (
 //     of CPU), and then the error is a late admit, never an early one.
 //     The cost: an interval's admissions may include up to rate*lag tokens
 //     that a precise clock would have placed just before it, where lag is
-//     how far the coarse clock trails: one tick (with 100 rps, a tenth of a
-//     token), more only while the ticker waits for a CPU and no precise
-//     read has brought the clock forward. Options.PreciseClock removes
+//     how far the coarse clock trails: at most one tick (with 100 rps, a
+//     tenth of a token) while the ticker runs on time. A busy process may
+//     keep the ticker from a CPU; then every refreshEvery-th decision of a
+//     shard reads the precise clock and brings the coarse one forward, so
+//     the lag stays within the time the busy shards take for that many
+//     decisions. Options.PreciseClock removes
 //     even that, for about 25ns more per Take.
 //   - Fixed windows and sliding logs always use the precise clock: an early
 //     time could place a request in the previous window and let one window
@@ -35,6 +38,7 @@ import (
 //
 // The clock never steps back: both clocks read the same monotonic source.
 const (
+	refreshEvery  = 64 // see Store.Take
 	coarseTick    = time.Millisecond
 	tickMicros    = int64(coarseTick / time.Microsecond)
 	recheckWithin = 2 * tickMicros

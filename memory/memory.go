@@ -55,12 +55,21 @@ type Store struct {
 }
 
 type shard struct {
-	mu   sync.Mutex
-	t    table
-	logs map[[2]uint64][]sluice.LogEntry // sliding logs, by (h, check)
-	max  int                             // table sizing hint
-	keys *atomic.Int64                   // the store's key count
-	_    [64]byte                        // keep neighbouring shards' mutexes off one cache line
+	mu sync.Mutex
+	// seq is a sequence lock over the table: odd while a writer (holding
+	// mu) changes it. A decision that changes nothing, a rejection or a
+	// peek, reads the table without mu and stands only if seq was even and
+	// unchanged across the read; otherwise it is decided again under mu.
+	// Rejections are what an overloaded limiter mostly answers, so they
+	// never wait for the lock or bounce its cache line between cores.
+	seq   atomic.Uint64
+	view  atomic.Pointer[[]entry] // t.entries, for lock-free readers
+	t     table
+	logs  map[[2]uint64][]sluice.LogEntry // sliding logs, by (h, check)
+	max   int                             // table sizing hint
+	keys  *atomic.Int64                   // the store's key count
+	calls uint32                          // decisions on the coarse clock, for refreshEvery
+	_     [64]byte                        // keep neighbouring shards' mutexes off one cache line
 }
 
 // New returns an empty Store.
@@ -86,6 +95,7 @@ func New(opts Options) *Store {
 	// uneven spread; the bound itself is the store-wide count.
 	per := (opts.MaxKeys+n-1)/n + opts.MaxKeys/n/8 + 8
 	for i := range s.shards {
+		s.shards[i].view.Store(new([]entry))
 		s.shards[i].logs = make(map[[2]uint64][]sluice.LogEntry)
 		s.shards[i].max = per
 		s.shards[i].keys = &s.keys
@@ -126,16 +136,70 @@ func (s *Store) Len() int {
 // state of p's shape (a limit that changed algorithm or rate denominator
 // under the same name starts afresh).
 func (sh *shard) load(i int, p *sluice.Params, st *sluice.State) bool {
+	if !loadEntry(sh.t.entries, i, p, st) {
+		return false
+	}
+	if p.Algorithm == sluice.SlidingLog {
+		e := &sh.t.entries[i]
+		st.Log = sh.logs[[2]uint64{e.h, e.check}]
+	}
+	return true
+}
+
+// loadEntry reads the bucket state of entries[i] (i < 0: absent), with
+// atomic loads so that it may run without the lock.
+func loadEntry(entries []entry, i int, p *sluice.Params, st *sluice.State) bool {
 	if i < 0 {
 		return false
 	}
-	e := &sh.t.entries[i]
-	if e.alg != p.Algorithm || e.den != uint32(p.RateDen) {
+	e := &entries[i]
+	if atomic.LoadUint64(&e.shape) != shapeOf(p) {
 		return false
 	}
-	st.A, st.B = e.a, e.b
-	if p.Algorithm == sluice.SlidingLog {
-		st.Log = sh.logs[[2]uint64{e.h, e.check}]
+	st.A, st.B = atomic.LoadInt64(&e.a), atomic.LoadInt64(&e.b)
+	return true
+}
+
+// attempt is a decision made without the shard's lock.
+type attempt struct {
+	seq     uint64 // shard.seq when read; even
+	valid   bool   // the read saw a stable table
+	present bool
+	i       int   // the key's entry, or -1
+	a, b    int64 // the state after the decision (sluice.State.A, .B)
+	o       sluice.Outcome
+}
+
+// decideUnlocked decides r without the lock, into at. The decision stands
+// (true) when it changes nothing, a peek or a rejected take, and the table
+// did not change while it was read. An admitted take needs the lock to
+// write; it can reuse the attempt if the table is still unchanged once the
+// lock is held. Sliding logs, whose entries live in a map, always take the
+// lock.
+func (sh *shard) decideUnlocked(at *attempt, lim *sluice.Limit, key string, ch sluice.Charge, h, check uint64, now int64, early, take bool) bool {
+	p := lim.Params()
+	at.seq = sh.seq.Load()
+	if p.Algorithm == sluice.SlidingLog || at.seq&1 != 0 {
+		return false
+	}
+	entries := *sh.view.Load()
+	at.i = find(entries, h, check)
+	var st sluice.State
+	at.present = loadEntry(entries, at.i, p, &st)
+	if p.Algorithm == sluice.FixedWindow {
+		at.o, _ = lim.Evaluate(&st, at.present, key, now, ch, take)
+		at.a, at.b = st.A, st.B
+	} else { // token and leaky buckets: the hot path, called directly
+		next, o := sluice.TakeTokenBucket(p, sluice.BucketState{Tokens: st.A, Stamp: st.B}, at.present, now, ch.Cost, ch.Reserve, ch.MaxReserved)
+		at.o, at.a, at.b = o, next.Tokens, next.Stamp
+	}
+	at.valid = sh.seq.Load() == at.seq
+	switch {
+	case !at.valid || (take && at.o.Allowed):
+		return false
+	case !at.o.Allowed && early && at.o.RetryAfter <= recheckWithin:
+		at.valid = false // near the boundary: the precise clock decides
+		return false
 	}
 	return true
 }
@@ -152,15 +216,31 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	now, early := s.now(p.Algorithm)
 	h, check := s.hashes(lim, r.Key)
 	sh := &s.shards[h&s.mask]
+	var at attempt
+	if sh.decideUnlocked(&at, lim, r.Key, ch, h, check, now, early, take) {
+		return lim.Decide(at.o), nil
+	}
 	sh.mu.Lock()
-	i := sh.t.find(h, check)
-	var st sluice.State
-	present := sh.load(i, p, &st)
-	o, write := lim.Evaluate(&st, present, r.Key, now, ch, take)
-	if early && !o.Allowed && o.RetryAfter <= recheckWithin {
-		// Near the boundary, the precise clock decides (see clock.go).
-		now = preciseNow()
+	i, st, o, write := at.i, sluice.State{A: at.a, B: at.b}, at.o, true
+	if !at.valid || sh.seq.Load() != at.seq { // the attempt is stale: decide again
+		if early {
+			// Every refreshEvery-th locked decision of a shard reads the
+			// precise clock, which also brings the coarse clock forward
+			// when the ticker is late (a busy process): staleness stays
+			// bounded by traffic, not by when the ticker gets a CPU.
+			if sh.calls++; sh.calls%refreshEvery == 0 {
+				now, early = preciseNow(), false
+			}
+		}
+		i = sh.t.find(h, check)
+		st = sluice.State{}
+		present := sh.load(i, p, &st)
 		o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
+		if early && !o.Allowed && o.RetryAfter <= recheckWithin {
+			// Near the boundary, the precise clock decides (see clock.go).
+			now = preciseNow()
+			o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
+		}
 	}
 	if write {
 		sh.store(i, h, check, &st, o, p, now, s.maxKeys)
@@ -173,17 +253,21 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 // At the store's key bound, a key of this shard makes room: the bound may
 // be passed by the few keys that land in an empty shard, never more.
 func (sh *shard) store(i int, h, check uint64, st *sluice.State, o sluice.Outcome, p *sluice.Params, now, maxKeys int64) {
+	sh.seq.Add(1) // odd: lock-free readers retry under the lock
+	defer sh.seq.Add(1)
 	if i < 0 {
 		if sh.keys.Load() >= maxKeys && sh.t.count > 0 {
 			sh.evict(now, h)
 		}
+		n := len(sh.t.entries)
 		i = sh.t.insert(h, check, sh.max)
 		sh.keys.Add(1)
+		if len(sh.t.entries) != n { // grown: publish the new table
+			entries := sh.t.entries
+			sh.view.Store(&entries)
+		}
 	}
-	e := &sh.t.entries[i]
-	e.a, e.b, e.used = st.A, st.B, now
-	e.fullAt = now + o.ResetAfter
-	e.den, e.alg = uint32(p.RateDen), p.Algorithm
+	sh.t.entries[i].set(&entry{h: h, check: check, a: st.A, b: st.B, shape: shapeOf(p), fullAt: now + o.ResetAfter, used: now})
 	if p.Algorithm == sluice.SlidingLog {
 		sh.logs[[2]uint64{h, check}] = st.Log
 	} else if len(sh.logs) > 0 {
@@ -236,7 +320,9 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, k string) error {
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	if i := sh.t.find(h, check); i >= 0 {
+		sh.seq.Add(1)
 		sh.remove(i)
+		sh.seq.Add(1)
 	}
 	sh.mu.Unlock()
 	return nil

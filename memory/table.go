@@ -2,6 +2,7 @@ package memory
 
 import (
 	"math/bits"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice"
 )
@@ -14,15 +15,30 @@ import (
 // name and key (h and check) rather than by its bytes. Two keys would share
 // a bucket only if both hashes collided; with n keys the chance is about
 // n²/2^129, which at a billion keys is below 10^-20.
+//
+// Decisions that change nothing (rejections, peeks) read entries without
+// the shard's lock (see shard.seq), so the fields such a reader reads (h,
+// check, a, b, shape) are read and written with atomic operations.
 type entry struct {
 	h      uint64 // 0 marks an empty entry
 	check  uint64
-	a, b   int64 // sluice.State.A and .B
-	fullAt int64 // when the state becomes equivalent to absent (µs)
-	used   int64 // last write (µs), for LRU eviction
-	den    uint32
-	alg    sluice.Algorithm
-	_      [3]byte
+	a, b   int64  // sluice.State.A and .B
+	shape  uint64 // the limit's RateDen<<8 | Algorithm: state of another shape means nothing
+	fullAt int64  // when the state becomes equivalent to absent (µs)
+	used   int64  // last write (µs), for LRU eviction
+	_      uint64
+}
+
+func shapeOf(p *sluice.Params) uint64 { return uint64(p.RateDen)<<8 | uint64(p.Algorithm) }
+
+// set overwrites e with x, field by field, for lock-free readers.
+func (e *entry) set(x *entry) {
+	atomic.StoreUint64(&e.h, x.h)
+	atomic.StoreUint64(&e.check, x.check)
+	atomic.StoreInt64(&e.a, x.a)
+	atomic.StoreInt64(&e.b, x.b)
+	atomic.StoreUint64(&e.shape, x.shape)
+	e.fullAt, e.used = x.fullAt, x.used
 }
 
 // table is an open-addressing hash table with linear probing and
@@ -36,29 +52,37 @@ type table struct {
 // maxLoad is the fill ratio at which a table grows (in 1/8ths).
 const maxLoad = 7
 
-func (t *table) home(h uint64) int {
-	hi, _ := bits.Mul64(h, uint64(len(t.entries)))
+func (t *table) home(h uint64) int { return home(h, len(t.entries)) }
+
+func home(h uint64, n int) int {
+	hi, _ := bits.Mul64(h, uint64(n))
 	return int(hi)
 }
 
 // find returns the index of the entry for (h, check), or -1.
-func (t *table) find(h, check uint64) int {
-	n := len(t.entries)
+func (t *table) find(h, check uint64) int { return find(t.entries, h, check) }
+
+// find looks (h, check) up in entries, with atomic loads so that it may
+// run without the lock (a torn result is caught by shard.seq).
+func find(entries []entry, h, check uint64) int {
+	n := len(entries)
 	if n == 0 {
 		return -1
 	}
-	for i := t.home(h); ; {
-		e := &t.entries[i]
-		if e.h == h && e.check == check {
+	for i, probes := home(h, n), 0; probes < n; probes++ {
+		e := &entries[i]
+		eh := atomic.LoadUint64(&e.h)
+		if eh == h && atomic.LoadUint64(&e.check) == check {
 			return i
 		}
-		if e.h == 0 {
+		if eh == 0 {
 			return -1
 		}
 		if i++; i == n {
 			i = 0
 		}
 	}
+	return -1
 }
 
 // insert adds (h, check), which must be absent, and returns its index.
@@ -74,7 +98,7 @@ func (t *table) insert(h, check uint64, limit int) int {
 			i = 0
 		}
 	}
-	t.entries[i] = entry{h: h, check: check}
+	t.entries[i].set(&entry{h: h, check: check})
 	t.count++
 	return i
 }
@@ -88,7 +112,7 @@ func (t *table) grow(limit int) {
 		size = ceiling
 	}
 	old := t.entries
-	t.entries = make([]entry, size)
+	t.entries = make([]entry, size) // published by the shard after the write
 	for i := range old {
 		if e := &old[i]; e.h != 0 {
 			j := t.home(e.h)
@@ -117,10 +141,10 @@ func (t *table) remove(i int) {
 		// e may move to i if its home is not cyclically within (i, j].
 		k := t.home(e.h)
 		if (i <= j && (k <= i || k > j)) || (i > j && k <= i && k > j) {
-			t.entries[i] = *e
+			t.entries[i].set(e)
 			i = j
 		}
 	}
-	t.entries[i] = entry{}
+	t.entries[i].set(&entry{})
 	t.count--
 }

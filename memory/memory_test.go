@@ -291,3 +291,54 @@ func BenchmarkBytesPerKey(b *testing.B) {
 		runtime.KeepAlive(s)
 	}
 }
+
+// Lock-free readers racing table growth and backward-shift deletion (one
+// shard, so that every key shares the table): keys that are neither
+// evicted nor reset keep exact counts.
+func TestLockFreeReadsUnderChurn(t *testing.T) {
+	clock := sluice.NewManualClock(time.Unix(1000, 0))
+	s := memory.New(memory.Options{Clock: clock, Shards: 1, MaxKeys: 1 << 20})
+	probe := sluice.MustLimit(sluice.Spec{Name: "probe", Rate: 1, Period: time.Hour, Capacity: 5})
+	churn := sluice.MustLimit(sluice.Spec{Name: "churn", TokensPerSecond: 1, Burst: 1})
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := strconv.Itoa(g*1_000_000 + i)
+				s.Take(ctx, sluice.OpTake, sluice.Request{Limit: churn, Key: k})
+				if i%3 == 0 {
+					s.Reset(ctx, churn, k) // a removal shifts later entries back
+				}
+			}
+		}()
+	}
+	var pw sync.WaitGroup
+	counts := make([]int, 8)
+	for g := range counts {
+		pw.Add(1)
+		go func() {
+			defer pw.Done()
+			for i := 0; i < 3000; i++ {
+				if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: probe, Key: "p" + strconv.Itoa(g)}); err == nil && d.Allowed {
+					counts[g]++
+				}
+			}
+		}()
+	}
+	pw.Wait()
+	close(stop)
+	wg.Wait()
+	for g, n := range counts {
+		if n != 5 {
+			t.Errorf("probe %d admitted %d, want its capacity of 5", g, n)
+		}
+	}
+}

@@ -267,7 +267,15 @@ func (sh *shard) store(i int, h, check uint64, st *sluice.State, o sluice.Outcom
 			sh.view.Store(&entries)
 		}
 	}
-	sh.t.entries[i].set(&entry{h: h, check: check, a: st.A, b: st.B, shape: shapeOf(p), fullAt: now + o.ResetAfter, used: now})
+	e, shape := &sh.t.entries[i], shapeOf(p)
+	if e.shape == shape { // the common write: the state of a key already held
+		// Atomic stores are full barriers on amd64: write only what changes.
+		atomic.StoreInt64(&e.a, st.A)
+		atomic.StoreInt64(&e.b, st.B)
+		e.fullAt, e.used = now+o.ResetAfter, now
+	} else {
+		e.set(&entry{h: h, check: check, a: st.A, b: st.B, shape: shape, fullAt: now + o.ResetAfter, used: now})
+	}
 	if p.Algorithm == sluice.SlidingLog {
 		sh.logs[[2]uint64{h, check}] = st.Log
 	} else if len(sh.logs) > 0 {

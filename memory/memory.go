@@ -2,15 +2,19 @@
 // memory, sharded and lock-striped, bounded by a maximum key count.
 //
 // A Take on an existing key allocates nothing. Keys hash to one of a
-// power-of-two number of shards, each a mutex over an index map and a slab
-// of fixed-size slots, so the garbage collector sees no pointer per key.
-// TakeAll locks the shards it needs in ascending order, so concurrent
-// multi-limit requests never deadlock.
+// power-of-two number of shards, each a mutex and a sequence lock over an
+// open-addressing table of one-cache-line entries with no pointers (see
+// table.go), so the garbage collector sees nothing per key. Rejections
+// and peeks read without the mutex; admissions write under it. TakeAll
+// locks the shards it needs in ascending order, so concurrent multi-limit
+// requests never deadlock.
 //
-// When a shard is full, inserting evicts a sampled key: first one whose
-// bucket has refilled to full (such state is equivalent to no state, so
-// dropping it changes no answer), else the least recently used of the
-// sample, the way Redis approximates LRU. No goroutine runs per key.
+// When the store holds its maximum key count, inserting evicts a sampled
+// key: first one whose bucket has refilled to full (such state is
+// equivalent to no state, so dropping it changes no answer), else the
+// least recently used of the sample, the way Redis approximates LRU. No
+// goroutine runs per key; one per process advances the coarse clock (see
+// clock.go).
 package memory
 
 import (

@@ -93,7 +93,7 @@ func TestSluicePolicyAllOrNothingAndShadow(t *testing.T) {
 
 func TestSluicePolicyStoreDown(t *testing.T) {
 	h := startSluice(t)
-	h.store.down.Store(true)
+	h.store.Down.Store(true)
 	// per-client says on_store_error: allow (the default)...
 	expect(t, h.call(t, "edge", 0, desc("client", "c5")), OK, OK, 5)
 	// ...strict says deny: over the limit, and Envoy is told to retry.
@@ -102,7 +102,7 @@ func TestSluicePolicyStoreDown(t *testing.T) {
 	if header(resp, "Retry-After") == "" {
 		t.Errorf("no Retry-After on a denied store failure: %v", resp.ResponseHeadersToAdd)
 	}
-	h.store.down.Store(false)
+	h.store.Down.Store(false)
 	expect(t, h.call(t, "edge", 0, desc("client", "c5")), OK, OK, 4)
 }
 

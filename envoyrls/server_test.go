@@ -2,11 +2,9 @@ package envoyrls_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
@@ -42,36 +41,13 @@ type harness struct {
 	rls   rlspb.RateLimitServiceClient
 	conn  *grpc.ClientConn
 	clock *sluice.ManualClock
-	store *faultStore
-}
-
-// faultStore is a memory store that can be made to fail, for the store
-// failures a real memory store never has.
-type faultStore struct {
-	sluice.Store
-	down atomic.Bool
-}
-
-var errDown = errors.New("store unreachable")
-
-func (f *faultStore) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
-	if f.down.Load() {
-		return sluice.Decision{}, errDown
-	}
-	return f.Store.Take(ctx, op, r)
-}
-
-func (f *faultStore) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
-	if f.down.Load() {
-		return nil, errDown
-	}
-	return f.Store.TakeAll(ctx, op, rs)
+	store *conformance.FaultyStore
 }
 
 func start(t *testing.T, pol *policy.Policy) *harness {
 	t.Helper()
 	clock := sluice.NewManualClock(t0)
-	store := &faultStore{Store: memory.New(memory.Options{Clock: clock})}
+	store := &conformance.FaultyStore{Store: memory.New(memory.Options{Clock: clock})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -340,12 +316,12 @@ func TestDescriptorLimitOverride(t *testing.T) {
 
 func TestStoreDownAllows(t *testing.T) {
 	h := startRef(t)
-	h.store.down.Store(true)
+	h.store.Down.Store(true)
 	// The reference format's rules follow on_store_error: allow.
 	for i := 0; i < 5; i++ {
 		expect(t, h.call(t, "test", 0, desc("k", "down")), OK, OK, 3)
 	}
-	h.store.down.Store(false)
+	h.store.Down.Store(false)
 	expect(t, h.call(t, "test", 0, desc("k", "down")), OK, OK, 2) // nothing was charged meanwhile
 }
 

@@ -1,41 +1,15 @@
 package httpgate_test
 
 import (
-	"context"
-	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 )
 
-// failing is the memory store with a switch that makes every call fail as
-// an unreachable shared store would: a fault no real store produces on
-// demand. The other tests run the same paths on the real memory store.
-type failing struct {
-	sluice.Store
-	down atomic.Bool
-}
-
-var errDown = errors.New("dial tcp 10.0.0.9:6379: connect: connection refused")
-
-func (f *failing) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
-	if f.down.Load() {
-		return sluice.Decision{}, errDown
-	}
-	return f.Store.Take(ctx, op, r)
-}
-
-func (f *failing) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
-	if f.down.Load() {
-		return nil, errDown
-	}
-	return f.Store.TakeAll(ctx, op, rs)
-}
-
 func TestStoreErrorsFollowOnStoreError(t *testing.T) {
-	var f *failing
+	var f *conformance.FaultyStore
 	policy := `
 rules:
   - name: open
@@ -47,8 +21,8 @@ rules:
     algorithm: token_bucket
     algorithm_config: {rps: 1, burst: 5}
 `
-	e := newEnvStore(t, policy, func(s sluice.Store) sluice.Store { f = &failing{Store: s}; return f })
-	f.down.Store(true)
+	e := newEnvStore(t, policy, func(s sluice.Store) sluice.Store { f = &conformance.FaultyStore{Store: s}; return f })
+	f.Down.Store(true)
 
 	// Fail open: allowed, no state written.
 	_, m := e.post("/v1/take", `{"rule":"open","key":"k"}`)
@@ -59,8 +33,8 @@ rules:
 
 	// Request-shaped: the open rule alone lets the request through...
 	e2 := newEnvStore(t, policy[:strings.Index(policy, "  - name: closed")], func(s sluice.Store) sluice.Store {
-		g := &failing{Store: s}
-		g.down.Store(true)
+		g := &conformance.FaultyStore{Store: s}
+		g.Down.Store(true)
 		return g
 	})
 	if resp, _ := e2.get("/v1/auth"); resp.StatusCode != 200 {
@@ -87,7 +61,7 @@ rules:
 	if resp, _ := e.get("/readyz"); resp.StatusCode != 503 {
 		t.Errorf("/readyz with the store down: %d", resp.StatusCode)
 	}
-	f.down.Store(false)
+	f.Down.Store(false)
 	if resp, _ := e.get("/readyz"); resp.StatusCode != 200 {
 		t.Errorf("/readyz with the store back: %d", resp.StatusCode)
 	}

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -154,29 +154,6 @@ func TestShadowNeverRejects(t *testing.T) {
 	}
 }
 
-// faulty is a Store that fails on demand: a real store cannot be made to
-// fail at a chosen call.
-type faulty struct {
-	sluice.Store
-	fail atomic.Bool
-}
-
-var errDown = errors.New("store down")
-
-func (f *faulty) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
-	if f.fail.Load() {
-		return sluice.Decision{}, errDown
-	}
-	return f.Store.Take(ctx, op, r)
-}
-
-func (f *faulty) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
-	if f.fail.Load() {
-		return nil, errDown
-	}
-	return f.Store.TakeAll(ctx, op, rs)
-}
-
 func TestStoreErrors(t *testing.T) {
 	p := mustParse(t, `rules:
   - name: open
@@ -191,13 +168,13 @@ func TestStoreErrors(t *testing.T) {
     algorithm_config: {rps: 1, burst: 2}
 `)
 	clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
-	st := &faulty{Store: memory.New(memory.Options{Clock: clk})}
+	st := &conformance.FaultyStore{Store: memory.New(memory.Options{Clock: clk})}
 	lim := sluice.New(st)
-	st.fail.Store(true)
+	st.Down.Store(true)
 	obs := counter{}
 
 	v := decide(t, p, lim, &policy.Input{Path: "/"}, sluice.OpTake, obs)
-	if !v.Allowed || len(v.Results) != 2 || !errors.Is(v.Results[0].StoreErr, errDown) || !errors.Is(v.Results[1].StoreErr, errDown) {
+	if !v.Allowed || len(v.Results) != 2 || !errors.Is(v.Results[0].StoreErr, conformance.ErrStoreDown) || !errors.Is(v.Results[1].StoreErr, conformance.ErrStoreDown) {
 		t.Fatalf("on_store_error allow: %+v", v)
 	}
 	v = decide(t, p, lim, &policy.Input{Path: "/pay"}, sluice.OpTake, obs)
@@ -208,7 +185,7 @@ func TestStoreErrors(t *testing.T) {
 		t.Fatalf("observed %v", obs)
 	}
 	// Nothing was charged while the store was down.
-	st.fail.Store(false)
+	st.Down.Store(false)
 	if got := remaining(t, p, lim, "open", "*"); got != 2 {
 		t.Fatalf("state changed during the outage: %d left", got)
 	}

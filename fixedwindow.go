@@ -39,26 +39,7 @@ func WindowOffset(key string, period int64) int64 {
 // A rejected request gets RetryAfter = the wait until the boundary at which
 // enough tokens will have arrived; the state must not be written.
 func TakeFixedWindow(p *Params, st WindowState, present bool, now, cost, offset int64) (WindowState, Outcome) {
-	into := (now - offset) % p.Period
-	if into < 0 {
-		into += p.Period
-	}
-	tokens, start := p.Capacity, now-into
-	if present {
-		tokens, start = st.Tokens, st.Start
-		if now-start >= p.Period {
-			k := (now - start) / p.Period
-			start += k * p.Period
-			if room := p.Capacity - tokens; k > room/p.WindowRate {
-				tokens = p.Capacity
-			} else {
-				tokens += k * p.WindowRate
-			}
-		}
-		if tokens > p.Capacity {
-			tokens = p.Capacity
-		}
-	}
+	tokens, start := rollWindow(p, st, present, now, offset)
 	var o Outcome
 	if tokens >= cost {
 		o.Allowed = true
@@ -66,9 +47,50 @@ func TakeFixedWindow(p *Params, st WindowState, present bool, now, cost, offset 
 	} else {
 		o.RetryAfter = start + ceilDiv(cost-tokens, p.WindowRate)*p.Period - now
 	}
+	windowOutcome(p, tokens, start, now, &o)
+	return WindowState{Tokens: tokens, Start: start}, o
+}
+
+// rollWindow returns a key's tokens and window start as of now: the
+// boundaries crossed since the state was written, each adding WindowRate
+// up to Capacity. An absent key is full in the window containing now.
+func rollWindow(p *Params, st WindowState, present bool, now, offset int64) (tokens, start int64) {
+	if !present {
+		into := (now - offset) % p.Period
+		if into < 0 {
+			into += p.Period
+		}
+		return p.Capacity, now - into
+	}
+	tokens, start = st.Tokens, st.Start
+	if now-start >= p.Period {
+		k := (now - start) / p.Period
+		start += k * p.Period
+		if room := p.Capacity - tokens; k > room/p.WindowRate {
+			tokens = p.Capacity
+		} else {
+			tokens += k * p.WindowRate
+		}
+	}
+	return min(tokens, p.Capacity), start
+}
+
+func windowOutcome(p *Params, tokens, start, now int64, o *Outcome) {
 	o.Tokens = tokens
 	if tokens < p.Capacity {
 		o.ResetAfter = start + ceilDiv(p.Capacity-tokens, p.WindowRate)*p.Period - now
 	}
-	return WindowState{Tokens: tokens, Start: start}, o
+}
+
+// RefundFixedWindow gives amount micro-tokens back to a fixed window at
+// time now, never above its capacity, after rolling it forward as a take
+// would. An absent key is full: nothing to give back, write is false.
+func RefundFixedWindow(p *Params, st WindowState, present bool, now, amount, offset int64) (next WindowState, o Outcome, write bool) {
+	tokens, start := rollWindow(p, st, present, now, offset)
+	if present {
+		tokens = min(p.Capacity, tokens+min(amount, p.Capacity))
+	}
+	o.Allowed = true
+	windowOutcome(p, tokens, start, now, &o)
+	return WindowState{Tokens: tokens, Start: start}, o, present
 }

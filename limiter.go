@@ -74,6 +74,11 @@ const (
 	OpTake Op = iota
 	// OpPeek answers what a take would, consuming nothing.
 	OpPeek
+	// OpRefund gives Cost tokens back, never above the capacity, for a
+	// request that was charged but not carried out (Envoy's negative
+	// hits). A key with no state is full and stays so. Its Decision is
+	// allowed and describes the bucket after the refund.
+	OpRefund
 )
 
 // Store keeps bucket state and applies the algorithms atomically. Every
@@ -81,11 +86,12 @@ const (
 // checked by the conformance vectors in package conformance.
 type Store interface {
 	// Take decides one request. With OpTake an admitted request is charged
-	// atomically; a rejected one changes nothing.
+	// atomically; a rejected one changes nothing. OpRefund gives its cost
+	// back.
 	Take(ctx context.Context, op Op, r Request) (Decision, error)
 	// TakeAll decides several requests all-or-nothing: they are charged
 	// only if every one is admitted, and a rejection charges none of them.
-	// The decisions are in the order of rs.
+	// The decisions are in the order of rs. OpRefund refunds every one.
 	TakeAll(ctx context.Context, op Op, rs []Request) ([]Decision, error)
 	// Reset forgets the state of key under l: the bucket is full again.
 	Reset(ctx context.Context, l *Limit, key string) error
@@ -146,6 +152,11 @@ func (l *Limiter) PeekAll(ctx context.Context, rs ...Request) (Decision, []Decis
 		return Decision{}, nil, err
 	}
 	return Combine(ds), ds, nil
+}
+
+// Refund gives r.Cost tokens back to r's bucket, never above its capacity.
+func (l *Limiter) Refund(ctx context.Context, r Request) (Decision, error) {
+	return l.store.Take(ctx, OpRefund, r)
 }
 
 // Reset refills key's bucket under lim.

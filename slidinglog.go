@@ -61,3 +61,37 @@ func TakeSlidingLog(p *Params, log []LogEntry, now, cost int64, take bool) ([]Lo
 	}
 	return log, o
 }
+
+// RefundSlidingLog takes amount micro-tokens back out of the log at time
+// now, from its newest entries (an entry partly refunded keeps the rest of
+// its cost), after dropping the expired ones. The log is changed in place
+// and the returned slice is the log to store.
+func RefundSlidingLog(p *Params, log []LogEntry, now, amount int64) ([]LogEntry, Outcome) {
+	eff := now
+	if n := len(log); n > 0 && log[n-1].Stamp > eff {
+		eff = log[n-1].Stamp
+	}
+	first := 0
+	for first < len(log) && log[first].Stamp <= eff-p.Period {
+		first++
+	}
+	log = log[:copy(log, log[first:])]
+	for len(log) > 0 && amount > 0 {
+		last := &log[len(log)-1]
+		if last.Cost > amount {
+			last.Cost -= amount
+			break
+		}
+		amount -= last.Cost
+		log = log[:len(log)-1]
+	}
+	var used int64
+	for _, e := range log {
+		used += e.Cost
+	}
+	o := Outcome{Allowed: true, Tokens: p.Capacity - used}
+	if n := len(log); n > 0 {
+		o.ResetAfter = log[n-1].Stamp + p.Period - now
+	}
+	return log, o
+}

@@ -52,7 +52,11 @@ func (s *mapStore) TakeAll(_ context.Context, op sluice.Op, rs []sluice.Request)
 			}
 		}
 		var written bool
-		out[i], written = r.Limit.Evaluate(st, present, r.Key, now, ch, true)
+		if op == sluice.OpRefund {
+			out[i], written = r.Limit.Refund(st, present, r.Key, now, ch)
+		} else {
+			out[i], written = r.Limit.Evaluate(st, present, r.Key, now, ch, true)
+		}
 		if present || written {
 			scratch[k] = st
 		}
@@ -65,7 +69,7 @@ func (s *mapStore) TakeAll(_ context.Context, op sluice.Op, rs []sluice.Request)
 		}
 		ds[i] = r.Limit.Decide(out[i])
 	}
-	if all && op == sluice.OpTake {
+	if all && op != sluice.OpPeek {
 		for k, st := range scratch {
 			s.m[k] = st
 		}

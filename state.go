@@ -69,3 +69,31 @@ func (l *Limit) Full(st *State, now int64) bool {
 		return st.A >= full || e >= ceilDiv(full-st.A, p.RateNum)
 	}
 }
+
+// Refund gives ch.Cost back to st at time now (see OpRefund), updating st
+// in place; it reports whether st is to be kept (false for an absent key,
+// which is full already).
+func (l *Limit) Refund(st *State, present bool, key string, now int64, ch Charge) (Outcome, bool) {
+	p := &l.params
+	switch p.Algorithm {
+	case FixedWindow:
+		offset := p.Offset
+		if offset < 0 && !present {
+			offset = WindowOffset(key, p.Period)
+		}
+		next, o, write := RefundFixedWindow(p, WindowState{Tokens: st.A, Start: st.B}, present, now, ch.Cost, offset)
+		st.A, st.B = next.Tokens, next.Start
+		return o, write
+	case SlidingLog:
+		if !present {
+			return Outcome{Allowed: true, Tokens: p.Capacity}, false
+		}
+		log, o := RefundSlidingLog(p, st.Log, now, ch.Cost)
+		st.Log = log
+		return o, true
+	default:
+		next, o, write := RefundTokenBucket(p, BucketState{Tokens: st.A, Stamp: st.B}, present, now, ch.Cost)
+		st.A, st.B = next.Tokens, next.Stamp
+		return o, write
+	}
+}

@@ -38,25 +38,7 @@ type BucketState struct {
 // cost and maxReserved are in micro-tokens and have been validated
 // (0 < cost <= capacity).
 func TakeTokenBucket(p *Params, st BucketState, present bool, now, cost int64, reserve bool, maxReserved int64) (BucketState, Outcome) {
-	full := p.Capacity * p.RateDen
-	tokens, stamp := full, now
-	if present {
-		tokens, stamp = st.Tokens, st.Stamp
-		if now > stamp {
-			if tokens < full {
-				hi, lo := bits.Mul64(uint64(now-stamp), uint64(p.RateNum))
-				if hi != 0 || lo >= uint64(full-tokens) {
-					tokens = full
-				} else {
-					tokens += int64(lo)
-				}
-			}
-			stamp = now
-		}
-		if tokens > full { // the capacity was lowered since the state was written
-			tokens = full
-		}
-	}
+	tokens, stamp := refillBucket(p, st, present, now)
 	lag := stamp - now // > 0 only when the clock stepped back
 	need := cost * p.RateDen
 	var o Outcome
@@ -75,12 +57,63 @@ func TakeTokenBucket(p *Params, st BucketState, present bool, now, cost int64, r
 		}
 		o.RetryAfter = lag + ceilDiv(need-tokens, p.RateNum)
 	}
+	bucketOutcome(p, tokens, lag, &o)
+	return BucketState{Tokens: tokens, Stamp: stamp}, o
+}
+
+// refillBucket returns a bucket's scaled tokens and stamp as of now: the
+// lazy, continuous refill shared by takes and refunds.
+func refillBucket(p *Params, st BucketState, present bool, now int64) (tokens, stamp int64) {
+	full := p.Capacity * p.RateDen
+	if !present {
+		return full, now
+	}
+	tokens, stamp = st.Tokens, st.Stamp
+	if now > stamp {
+		if tokens < full {
+			hi, lo := bits.Mul64(uint64(now-stamp), uint64(p.RateNum))
+			if hi != 0 || lo >= uint64(full-tokens) {
+				tokens = full
+			} else {
+				tokens += int64(lo)
+			}
+		}
+		stamp = now
+	}
+	if tokens > full { // the capacity was lowered since the state was written
+		tokens = full
+	}
+	return tokens, stamp
+}
+
+// bucketOutcome fills o's tokens and reset wait from scaled tokens.
+func bucketOutcome(p *Params, tokens, lag int64, o *Outcome) {
 	o.Tokens = tokens
 	if p.RateDen != 1 { // whole micro-tokens per µs need no division
 		o.Tokens = floorDiv(tokens, p.RateDen)
 	}
-	if tokens < full {
+	if full := p.Capacity * p.RateDen; tokens < full {
 		o.ResetAfter = lag + ceilDiv(full-tokens, p.RateNum)
 	}
-	return BucketState{Tokens: tokens, Stamp: stamp}, o
+}
+
+// RefundTokenBucket gives amount micro-tokens back to a token (or leaky)
+// bucket at time now, never above its capacity: for a request that was
+// charged but not carried out (Envoy's negative hits). The bucket is
+// refilled to now first, exactly as a take would. A refund also pays back
+// reservation debt. An absent key is a full bucket: nothing to give back,
+// and write is false. The Outcome is allowed, with the tokens after.
+func RefundTokenBucket(p *Params, st BucketState, present bool, now, amount int64) (next BucketState, o Outcome, write bool) {
+	tokens, stamp := refillBucket(p, st, present, now)
+	full := p.Capacity * p.RateDen
+	if present {
+		if amount >= (full-tokens)/p.RateDen+1 { // also guards the product below
+			tokens = full
+		} else {
+			tokens = min(full, tokens+amount*p.RateDen)
+		}
+	}
+	o.Allowed = true
+	bucketOutcome(p, tokens, stamp-now, &o)
+	return BucketState{Tokens: tokens, Stamp: stamp}, o, present
 }

@@ -128,8 +128,11 @@ func Run(t *testing.T, newStore NewStore) {
 					continue
 				}
 				op := sluice.OpTake
-				if s.Op == "peek" {
+				switch s.Op {
+				case "peek":
 					op = sluice.OpPeek
+				case "refund":
+					op = sluice.OpRefund
 				}
 				d, err := store.Take(ctx, op, sluice.Request{Limit: lim, Key: c.Key, Cost: s.Cost, Reserve: s.Reserve, MaxReserved: s.MaxReserved})
 				if s.WantError != "" {

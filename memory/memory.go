@@ -220,6 +220,9 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	now, early := s.now(p.Algorithm)
 	h, check := s.hashes(lim, r.Key)
 	sh := &s.shards[h&s.mask]
+	if op == sluice.OpRefund {
+		return s.refund(sh, lim, r.Key, ch, h, check), nil
+	}
 	var at attempt
 	if sh.decideUnlocked(&at, lim, r.Key, ch, h, check, now, early, take) {
 		return lim.Decide(at.o), nil
@@ -251,6 +254,23 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	}
 	sh.mu.Unlock()
 	return lim.Decide(o), nil
+}
+
+// refund gives ch.Cost back to the key (h, check) of sh (see
+// sluice.OpRefund), at the precise time: a refund is no hot path.
+func (s *Store) refund(sh *shard, lim *sluice.Limit, key string, ch sluice.Charge, h, check uint64) sluice.Decision {
+	p := lim.Params()
+	now, _ := s.now(sluice.SlidingLog) // the precise clock, or the test's
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.t.find(h, check)
+	var st sluice.State
+	present := sh.load(i, p, &st)
+	o, write := lim.Refund(&st, present, key, now, ch)
+	if write {
+		sh.store(i, h, check, &st, o, p, now, s.maxKeys)
+	}
+	return lim.Decide(o)
 }
 
 // store writes st for (h, check), whose table index is i or -1 if absent.
@@ -404,7 +424,11 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 			}
 		}
 		var written bool
-		out[i], written = rs[i].Limit.Evaluate(&w.st, w.present, rs[i].Key, now, w.ch, true)
+		if op == sluice.OpRefund {
+			out[i], written = rs[i].Limit.Refund(&w.st, w.present, rs[i].Key, now, w.ch)
+		} else {
+			out[i], written = rs[i].Limit.Evaluate(&w.st, w.present, rs[i].Key, now, w.ch, true)
+		}
 		w.present = w.present || written
 		all = all && out[i].Allowed
 	}
@@ -415,12 +439,12 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		}
 		ds[i] = rs[i].Limit.Decide(out[i])
 	}
-	if !all || op != sluice.OpTake {
+	if !all || op == sluice.OpPeek {
 		return ds, nil
 	}
 	for i := range ws {
-		if laterSame(ws, i) {
-			continue // the last request on a bucket carries its final state
+		if laterSame(ws, i) || !ws[i].present {
+			continue // the last request on a bucket carries its final state; absent stays absent
 		}
 		w := &ws[i]
 		sh := &s.shards[w.shard]

@@ -51,6 +51,23 @@ class TokenBucket:
         return out
 
 
+def tb_refund(self, now, amount):
+    if self.state is None:
+        return dict(allowed=True, retry_after_us=0, reset_after_us=0, tokens=math.floor(self.cap))
+    tokens, stamp = self.state
+    if now > stamp:
+        tokens = min(F(self.cap), tokens + (now - stamp) * self.r)
+        stamp = now
+    tokens = min(F(self.cap), tokens + amount)
+    self.state = (tokens, stamp)
+    lag = stamp - now
+    reset = lag + ceil((self.cap - tokens) / self.r) if tokens < self.cap else 0
+    return dict(allowed=True, retry_after_us=0, reset_after_us=reset, tokens=math.floor(tokens))
+
+
+TokenBucket.refund = tb_refund
+
+
 class FixedWindow:
     def __init__(self, rate, period, cap, offset, key):
         self.rate, self.p, self.cap = rate, period, cap
@@ -81,6 +98,23 @@ class FixedWindow:
         return out
 
 
+def fw_refund(self, now, amount):
+    if self.state is None:
+        return dict(allowed=True, retry_after_us=0, reset_after_us=0, tokens=self.cap)
+    tokens, start = self.state
+    if now - start >= self.p:
+        k = (now - start) // self.p
+        start += k * self.p
+        tokens = min(self.cap, tokens + k * self.rate)
+    tokens = min(self.cap, tokens + amount)
+    self.state = (tokens, start)
+    reset = start + ceil(F(self.cap - tokens, self.rate)) * self.p - now if tokens < self.cap else 0
+    return dict(allowed=True, retry_after_us=0, reset_after_us=reset, tokens=tokens)
+
+
+FixedWindow.refund = fw_refund
+
+
 class SlidingLog:
     def __init__(self, period, cap):
         self.p, self.cap, self.log = period, cap, []
@@ -108,6 +142,25 @@ class SlidingLog:
                 out["reset_after_us"] = live[-1][0] + self.p - now
         out["tokens"] = self.cap - used
         return out
+
+
+def sl_refund(self, now, amount):
+    eff = max([now] + [s for s, _ in self.log])
+    live = [[s, c] for s, c in self.log if s > eff - self.p]
+    while live and amount > 0:
+        if live[-1][1] > amount:
+            live[-1][1] -= amount
+            amount = 0
+        else:
+            amount -= live[-1][1]
+            live.pop()
+    self.log = [(s, c) for s, c in live]
+    used = sum(c for _, c in self.log)
+    reset = self.log[-1][0] + self.p - now if self.log else 0
+    return dict(allowed=True, retry_after_us=0, reset_after_us=reset, tokens=self.cap - used)
+
+
+SlidingLog.refund = sl_refund
 
 
 def engine(limit, key):
@@ -147,7 +200,10 @@ def run(case):
         reserve = st.get("reserve", False) or case["limit"]["algorithm"] == "leaky_bucket"
         mr = st.get("max_reserved")
         mr = None if mr is None else int(F(str(mr)) * S)
-        out = eng.step(st["t_us"], cost, reserve, mr, op == "take")
+        if op == "refund":
+            out = eng.refund(st["t_us"], cost)
+        else:
+            out = eng.step(st["t_us"], cost, reserve, mr, op == "take")
         cap = eng.cap
         out["remaining"] = max(0, out["tokens"] // S) if out["tokens"] > 0 else 0
         s = dict(st)
@@ -239,5 +295,20 @@ cases.append(dict(name="tb_clock_steps_back", key="k",
 cases.append(dict(name="tb_peek_and_reset", key="k",
                   limit=dict(algorithm="token_bucket", tokens_per_second=1, burst=3),
                   steps=[at(0, op="peek"), at(0, op="peek"), at(0, cost=3), at(0, op="peek"), at(0, op="reset"), at(0, cost=3)]))
+
+# Refunds (Envoy's negative hits): back up to the capacity, never above.
+cases.append(dict(name="tb_refund", key="k",
+                  limit=dict(algorithm="token_bucket", tokens_per_second=1, burst=10, max_reserved=5),
+                  steps=[at(0, op="refund", cost=3), at(0, op="peek", cost=10), at(0, cost=8), at(0, op="refund", cost=3),
+                         at(500_000, op="refund", cost=9), at(500_000, cost=10), at(500_000, cost=4, reserve=True),
+                         at(500_000, op="refund", cost=1.5), at(600_000, op="peek")]))
+cases.append(dict(name="fw_refund", key="k",
+                  limit=dict(algorithm="fixed_window", rate=10, period_us=S, capacity=15, start_us=0),
+                  steps=[at(500_000, cost=15), at(600_000, op="refund", cost=4), at(600_000, cost=5), at(700_000, op="refund", cost=15),
+                         at(1_200_000, op="peek", cost=15), at(1_200_000, cost=15), at(3_000_000, op="refund", cost=1)]))
+cases.append(dict(name="sl_refund", key="k",
+                  limit=dict(algorithm="sliding_log", rate=3, period_us=S),
+                  steps=[at(0, op="refund"), at(0), at(100_000, cost=2), at(150_000), at(200_000, op="refund"), at(300_000),
+                         at(400_000), at(450_000, op="refund", cost=2.5), at(500_000, cost=2.5), at(1_200_000, op="refund", cost=3), at(1_200_000, cost=3)]))
 
 print(json.dumps({"cases": [run(c) for c in cases]}, indent=1))

@@ -159,6 +159,12 @@ func (l *Limiter) Refund(ctx context.Context, r Request) (Decision, error) {
 	return l.store.Take(ctx, OpRefund, r)
 }
 
+// RefundAll refunds several requests at once; each decision describes its
+// bucket after the refund.
+func (l *Limiter) RefundAll(ctx context.Context, rs ...Request) ([]Decision, error) {
+	return l.store.TakeAll(ctx, OpRefund, rs)
+}
+
 // Reset refills key's bucket under lim.
 func (l *Limiter) Reset(ctx context.Context, lim *Limit, key string) error {
 	return l.store.Reset(ctx, lim, key)

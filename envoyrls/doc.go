@@ -17,9 +17,10 @@
 // charging: the descriptor is answered as a peek for one request, and if
 // that peek fails the call is OVER_LIMIT and nothing is charged (the peek
 // and the charge of the others are two store calls, so the peek may be a
-// moment stale). is_negative_hits asks to give tokens back; the Store
-// interface has no refund, so such a descriptor is answered as a peek, is
-// always OK and changes nothing.
+// moment stale). is_negative_hits gives hits_addend tokens back to every
+// limit the descriptor matches (sluice.OpRefund), never above a limit's
+// capacity; such a descriptor is always OK, and its status describes the
+// bucket after the refund.
 //
 // All descriptors of one call are all-or-nothing, unlike the reference
 // server: the enforce-mode limits of every charged descriptor go to the

@@ -137,7 +137,7 @@ type descKind uint8
 const (
 	kindTake   descKind = iota // charge its hits
 	kindPeek                   // hits_addend 0: check without charging
-	kindRefund                 // is_negative_hits: would give tokens back; the Store has no refund, so only answered
+	kindRefund                 // is_negative_hits: gives tokens back (sluice.OpRefund)
 )
 
 // descState is one descriptor of a call while it is being decided.
@@ -231,7 +231,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	// Peeks first: a check without charging that fails makes the call
 	// OVER_LIMIT, and then nothing may be charged.
 	groups[kindPeek].op = sluice.OpPeek
-	groups[kindRefund].op = sluice.OpPeek
+	groups[kindRefund].op = sluice.OpRefund
 	s.apply(ctx, &groups[kindPeek])
 	groups[kindTake].op = sluice.OpTake
 	if blockedAny || (groups[kindPeek].res != nil && !groups[kindPeek].res.Allowed) {
@@ -261,7 +261,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		if g.res != nil {
 			rrs = g.res.Results[st.first : st.first+st.n]
 		}
-		charged := g.op == sluice.OpTake && g.res != nil && g.res.Allowed
+		// A refund's decisions describe the bucket after it, as a charge's do.
+		charged := g.res != nil && (g.op == sluice.OpRefund || (g.op == sluice.OpTake && g.res.Allowed))
 		resp.Statuses[i] = s.status(st, rrs, charged)
 		if st.kind == kindRefund {
 			continue
@@ -326,7 +327,7 @@ func costOf(req *rlspb.RateLimitRequest, d *rlv3.RateLimitDescriptor) (descKind,
 	hits = min(hits, maxHits)
 	switch {
 	case d.IsNegativeHits && hits > 0:
-		return kindRefund, 1 // answered as a check of one request
+		return kindRefund, float64(hits)
 	case hits == 0:
 		return kindPeek, 1
 	}

@@ -252,12 +252,18 @@ func TestHitsAddend(t *testing.T) {
 func TestNegativeHits(t *testing.T) {
 	h := startRef(t)
 	expect(t, h.call(t, "test", 3, desc("k", "n")), OK, OK, 0)
-	// The store has no refund: a negative hit is answered, never rejected,
-	// and changes nothing.
+	// A negative hit gives tokens back, never above the limit (3 here),
+	// and is never rejected.
 	d := hits(desc("k", "n"), 2)
 	d.IsNegativeHits = true
-	expect(t, h.call(t, "test", 0, d), OK, OK, 0)
+	expect(t, h.call(t, "test", 0, d), OK, OK, 2)
+	expect(t, h.call(t, "test", 0, desc("k", "n")), OK, OK, 1)
+	expect(t, h.call(t, "test", 0, desc("k", "n")), OK, OK, 0)
 	expect(t, h.call(t, "test", 0, desc("k", "n")), OVER, OVER, 0)
+	d = hits(desc("k", "n"), 100)
+	d.IsNegativeHits = true
+	expect(t, h.call(t, "test", 0, d), OK, OK, 3)
+	expect(t, h.call(t, "test", 4, desc("k", "n")), OVER, OVER, 3)
 }
 
 func TestShadowMode(t *testing.T) {

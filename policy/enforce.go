@@ -148,6 +148,9 @@ const StoreErrorRetry = time.Second
 //
 // obs, when not nil, is told each match's result.
 func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
+	if op == sluice.OpRefund {
+		return refund(ctx, lim, ms)
+	}
 	v := Verdict{Allowed: true, Results: make([]Result, len(ms))}
 	var enf, shadow []int
 	for i, m := range ms {
@@ -222,6 +225,47 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		for _, r := range v.Results {
 			obs.Observe(r.Match.Rule.Name, r.result())
 		}
+	}
+	return v
+}
+
+// refund gives every match's cost back (sluice.OpRefund), shadow-mode
+// rules included, since they were charged alike. A refund never rejects:
+// the verdict is allowed, each result describes its bucket after the
+// refund, and a store failure is recorded without denying anything. A cost
+// above a limit's capacity refunds the capacity. Refunds are not
+// decisions, so the Observer is not told.
+func refund(ctx context.Context, lim *sluice.Limiter, ms []Match) Verdict {
+	v := Verdict{Allowed: true, Results: make([]Result, len(ms))}
+	reqs := make([]sluice.Request, len(ms))
+	for i, m := range ms {
+		v.Results[i] = Result{Match: m, Shadow: m.Rule != nil && m.Rule.Mode == Shadow}
+		reqs[i] = m.Request
+		reqs[i].Reserve = false
+		if c := m.Request.Limit.Capacity(); !(reqs[i].Cost <= c) {
+			reqs[i].Cost = c
+		}
+	}
+	if len(reqs) == 0 {
+		return v
+	}
+	ds, err := lim.RefundAll(ctx, reqs...)
+	var enf []sluice.Decision
+	for i := range v.Results {
+		r := &v.Results[i]
+		if err != nil {
+			r.StoreErr = err
+			l := r.Match.Request.Limit
+			r.Decision = sluice.Decision{Allowed: true, Limit: int64(l.Capacity()), Rule: l.Name()}
+		} else {
+			r.Decision = ds[i]
+		}
+		if !r.Shadow {
+			enf = append(enf, r.Decision)
+		}
+	}
+	if len(enf) > 0 {
+		v.Overall = sluice.Combine(enf)
 	}
 	return v
 }

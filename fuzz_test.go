@@ -34,7 +34,11 @@ func FuzzLimitAndCost(f *testing.F) {
 			if i%2 == 1 && stepUs > -1e12 && stepUs < 1e12 {
 				clock.Advance(time.Duration(stepUs) * time.Microsecond)
 			}
-			d, err := store.Take(context.Background(), sluice.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: c, Reserve: reserve})
+			op := sluice.OpTake
+			if i == 2 {
+				op = sluice.OpRefund // refunds never lift a bucket above its capacity
+			}
+			d, err := store.Take(context.Background(), op, sluice.Request{Limit: lim, Key: "k", Cost: c, Reserve: reserve})
 			if err != nil {
 				if !sluice.IsInputError(err) {
 					t.Fatalf("cost %v: an input problem reported as %v", c, err)

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -137,7 +139,7 @@ func testServeRulesTable(t *testing.T, u string) {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
-	file := "store:\n  url: " + strconv.Quote(withParams(u, "sluice_rules=true")) + "\nrules:\n  - name: from-file\n    algorithm_config: {tokens_per_second: 1, burst: 1}\n"
+	file := "store:\n  url: " + strconv.Quote(withParams(u, "sluice_rules=true&sluice_violations=true")) + "\nrules:\n  - name: from-file\n    algorithm_config: {tokens_per_second: 1, burst: 1}\n"
 	if err := os.WriteFile(cfg, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +154,31 @@ func testServeRulesTable(t *testing.T, u string) {
 	}
 	if d := take(t, l.API, `{"rule":"from-file","key":"u1"}`); d["allowed"] != true {
 		t.Fatalf("the file's rule: %v", d)
+	}
+	// The rejection is in sluice_violations with the client and endpoint
+	// (written off the request path, so poll), and the violation log's
+	// counters are on /metrics.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM sluice_violations WHERE rule = 'db-1.all-plans' AND host(ip_address) = '127.0.0.1' AND endpoint = '/v1/take'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d violations recorded for the rejection, want 1", n)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for the batch writer, not for tokens
+	}
+	resp, err := http.Get("http://" + l.API + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "sluice_postgres_violations_written_total") {
+		t.Fatalf("/metrics lacks the violation log's counters")
 	}
 	if _, err := conn.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('global', 'global', 0.01, 1)`); err != nil {
 		t.Fatal(err)

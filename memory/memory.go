@@ -110,13 +110,18 @@ func New(opts Options) *Store {
 // now returns the time for a decision by alg, and whether it came from
 // the coarse clock (see clock.go).
 func (s *Store) now(alg sluice.Algorithm) (int64, bool) {
-	switch {
-	case s.clock != nil:
-		return s.clock.Now().UnixMicro(), false
-	case s.precise || alg == sluice.FixedWindow || alg == sluice.SlidingLog:
-		return preciseNow(), false
+	if s.clock != nil || s.precise || alg == sluice.FixedWindow || alg == sluice.SlidingLog {
+		return s.preciseTime(), false
 	}
 	return coarseNow(), true
+}
+
+// preciseTime is the precise clock, or the test's.
+func (s *Store) preciseTime() int64 {
+	if s.clock != nil {
+		return s.clock.Now().UnixMicro()
+	}
+	return preciseNow()
 }
 
 // hashes returns the two hashes that identify (l, key): h places it
@@ -260,7 +265,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 // sluice.OpRefund), at the precise time: a refund is no hot path.
 func (s *Store) refund(sh *shard, lim *sluice.Limit, key string, ch sluice.Charge, h, check uint64) sluice.Decision {
 	p := lim.Params()
-	now, _ := s.now(sluice.SlidingLog) // the precise clock, or the test's
+	now := s.preciseTime()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	i := sh.t.find(h, check)
@@ -404,10 +409,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 	}()
 	// One precise time for all: a coarse one would need a re-decision per
 	// rejection, and TakeAll is not the path where 25ns matter.
-	now := preciseNow()
-	if s.clock != nil {
-		now = s.clock.Now().UnixMicro()
-	}
+	now := s.preciseTime()
 	all := true
 	for i := range ws {
 		w := &ws[i]

@@ -1,0 +1,176 @@
+package httpgate_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// caddyBinary finds caddy (Debian's /usr/bin/caddy or one on PATH). When it
+// is missing the test is skipped, except in CI, where that is a failure.
+func caddyBinary(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("caddy"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/caddy"); err == nil {
+		return "/usr/bin/caddy"
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("caddy is not installed (apt-get install caddy); CI=true requires it")
+	}
+	t.Skip("caddy is not installed (apt-get install caddy); skipping the Caddy integration test")
+	return ""
+}
+
+// TestCaddyForwardAuth runs examples/Caddyfile in a real Caddy in front of
+// an upstream, with sluice's forward auth as its forward_auth target: a
+// client over its limit gets sluice's 429 with Retry-After and the
+// RateLimit fields, and the upstream never sees the rejected requests.
+func TestCaddyForwardAuth(t *testing.T) {
+	bin := caddyBinary(t)
+	e := newEnv(t, tightPolicy)
+	var (
+		hits    atomic.Int64
+		mu      sync.Mutex
+		appSeen []http.Header // the headers of the requests the app served
+	)
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		mu.Lock()
+		appSeen = append(appSeen, r.Header.Clone())
+		mu.Unlock()
+		io.WriteString(w, "app: "+r.URL.Path)
+	}))
+	t.Cleanup(app.Close)
+
+	conf, err := os.ReadFile("../examples/Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	addr := freePort(t)
+	cfg := string(conf)
+	for old, new := range map[string]string{
+		":8000 {":                        "http://" + addr + " {",
+		"forward_auth 127.0.0.1:8080 {":  "forward_auth " + strings.TrimPrefix(e.srv.URL, "http://") + " {",
+		"reverse_proxy 127.0.0.1:3000\n": "reverse_proxy " + strings.TrimPrefix(app.URL, "http://") + "\n",
+	} {
+		if !strings.Contains(cfg, old) {
+			t.Fatalf("examples/Caddyfile no longer contains %q", old)
+		}
+		cfg = strings.Replace(cfg, old, new, 1)
+	}
+	// Global options: no admin endpoint, no certificates, storage in dir
+	// (HOME and XDG_* below keep the autosaved config there too). The
+	// global block must come first; comments may precede it.
+	cfg = "{\n\tadmin off\n\tauto_https off\n\tstorage file_system " +
+		filepath.Join(dir, "data") + "\n}\n\n" + cfg
+	confPath := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(confPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	cmd := exec.CommandContext(ctx, bin, "run", "--config", confPath, "--adapter", "caddyfile")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"HOME="+dir,
+		"XDG_CONFIG_HOME="+filepath.Join(dir, "config"),
+		"XDG_DATA_HOME="+filepath.Join(dir, "data"),
+	)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // graceful stop
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("start caddy: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-exited
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-exited:
+			t.Fatalf("caddy exited before listening on %s\n%s", addr, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("caddy did not come up on %s: %v\n%s", addr, err, out.String())
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for a process to listen, not for tokens
+	}
+
+	get := func() (*http.Response, string) {
+		resp, err := http.Get("http://" + addr + "/orders?id=7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	for i := 0; i < 2; i++ {
+		resp, body := get()
+		if resp.StatusCode != 200 || body != "app: /orders" {
+			t.Fatalf("request %d: %d %q\n%s", i, resp.StatusCode, body, out.String())
+		}
+	}
+	// copy_headers hands sluice's view of allowed requests to the app.
+	mu.Lock()
+	for i, h := range appSeen {
+		if h.Get("RateLimit") == "" || h.Get("RateLimit-Policy") == "" || h.Get("RateLimit-Remaining") == "" {
+			t.Errorf("app request %d without sluice's RateLimit fields: %v", i, h)
+		}
+	}
+	mu.Unlock()
+
+	resp, body := get()
+	if resp.StatusCode != 429 {
+		t.Fatalf("third request: %d %q\n%s", resp.StatusCode, body, out.String())
+	}
+	wantHeaders(t, resp.Header, map[string]string{
+		"Retry-After":         "1",
+		"RateLimit-Policy":    `"per-ip";q=2;w=2`,
+		"RateLimit":           `"per-ip";r=0;t=1`,
+		"RateLimit-Limit":     "2",
+		"RateLimit-Remaining": "0",
+		"RateLimit-Reset":     "1",
+		"X-Sluice-Reason":     "token_bucket_exceeded",
+		"Cache-Control":       "no-store",
+		"Content-Type":        "application/problem+json",
+	})
+	if !strings.Contains(body, "quota-exceeded") {
+		t.Errorf("body %q", body)
+	}
+	if n := hits.Load(); n != 2 {
+		t.Errorf("the app saw %d requests, want 2: rejected requests must not reach it", n)
+	}
+	// sluice judged the original request: the client's address and path.
+	if a := e.audit.String(); !strings.Contains(a, `"path":"/orders"`) || !strings.Contains(a, `"client_ip":"127.0.0.1"`) {
+		t.Errorf("audit log %q", a)
+	}
+}

@@ -13,6 +13,10 @@
 // statement; a clock that steps back adds no tokens. A rejection leaves the
 // state as it was and still reports remaining and retry-after.
 //
+// A refund (sluice.OpRefund) is one UPDATE of an existing row through the
+// PL/pgSQL function sluice_refund, the root package's refund arithmetic;
+// it inserts nothing, since a key with no row is full already.
+//
 // TakeAll runs in one transaction, locking its rows in key order so that
 // concurrent multi-limit requests never deadlock, and rolls back when any
 // limit rejects. WithTx binds the store to a caller's transaction, so a
@@ -94,6 +98,10 @@ const clockSQL = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
 // statements' parameter numbering ($4 now, $5 cost, $6 num, ...).
 const stepArgs = `$5::bigint, %s, $6::bigint, $3::bigint, $7::bigint, $8::bigint, $9::bigint, $10::bigint, $11::boolean, $12::bigint`
 
+// refundArgs are the arguments of sluice_refund after the time, in the
+// same parameter numbering ($5 is the amount to give back).
+const refundArgs = `$5::bigint, $6::bigint, $3::bigint, $7::bigint, $8::bigint, $9::bigint, $10::bigint`
+
 var (
 	takeSQL = `INSERT INTO sluice_buckets AS t
     (key, alg, den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset)
@@ -115,6 +123,26 @@ ON CONFLICT (key) DO UPDATE SET
     FROM sluice_step(t.alg = EXCLUDED.alg AND t.den = EXCLUDED.den, EXCLUDED.alg,
         t.a, t.b, t.log_at, t.log_cost, EXCLUDED.at, ` + fmt.Sprintf(stepArgs, "true") + `) s)
 RETURNING o_allowed, o_tokens, o_retry, o_reset`
+
+	// refundSQL gives tokens back to an existing row (sluice_refund) and
+	// inserts none: an absent key is full already, and so is a row written
+	// under another shape, which is left as it is. Under READ COMMITTED the
+	// update waits for a concurrent take's lock and then refunds the newest
+	// row version. When it updates nothing, the second branch answers for
+	// the absent key. The clock is read once, in the CTE c.
+	refundSQL = `WITH c AS MATERIALIZED (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now),
+u AS (
+    UPDATE sluice_buckets AS t SET
+        (a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset) = (
+        SELECT s.a, s.b, s.log_at, s.log_cost, c.now + s.reset, c.now, s.allowed, s.tokens, s.retry, s.reset
+        FROM c CROSS JOIN LATERAL sluice_refund(true, t.alg, t.a, t.b, t.log_at, t.log_cost, c.now, ` + refundArgs + `) s)
+    WHERE t.key = $1::bytea AND t.alg = $2::smallint AND t.den = $3::bigint
+    RETURNING t.o_allowed, t.o_tokens, t.o_retry, t.o_reset)
+SELECT o_allowed, o_tokens, o_retry, o_reset FROM u
+UNION ALL
+SELECT s.allowed, s.tokens, s.retry, s.reset
+FROM c CROSS JOIN LATERAL sluice_refund(false, $2::smallint, 0, 0, NULL, NULL, c.now, ` + refundArgs + `) s
+WHERE NOT EXISTS (SELECT FROM u)`
 
 	peekSQL = `SELECT s.allowed, s.tokens, s.retry, s.reset
 FROM (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now) c
@@ -231,6 +259,19 @@ func (s *Store) args(r sluice.Request, ch sluice.Charge, now any) []any {
 	}
 }
 
+// opSQL returns the statement of op and how many of the parameters that
+// args makes it takes. An unknown op is a peek, which changes nothing.
+func opSQL(op sluice.Op) (string, int) {
+	switch op {
+	case sluice.OpTake:
+		return takeSQL, 12
+	case sluice.OpRefund:
+		return refundSQL, 10
+	default:
+		return peekSQL, 12
+	}
+}
+
 // Take implements sluice.Store.
 func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
 	ch, err := r.Charge()
@@ -238,12 +279,9 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 		return sluice.Decision{}, err
 	}
 	args := s.args(r, ch, s.now())
-	sql := takeSQL
-	if op != sluice.OpTake {
-		sql = peekSQL
-	}
+	sql, params := opSQL(op)
 	var o sluice.Outcome
-	if err := s.q.QueryRow(ctx, sql, args...).Scan(&o.Allowed, &o.Tokens, &o.RetryAfter, &o.ResetAfter); err != nil {
+	if err := s.q.QueryRow(ctx, sql, args[:params]...).Scan(&o.Allowed, &o.Tokens, &o.RetryAfter, &o.ResetAfter); err != nil {
 		return sluice.Decision{}, fmt.Errorf("postgres take %q: %w", args[0], err)
 	}
 	d := r.Limit.Decide(o)
@@ -256,7 +294,8 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 // TakeAll implements sluice.Store. The takes run in one transaction (a
 // savepoint inside a caller's), sent as one batch in the order of their
 // storage keys, which is the order every TakeAll locks rows in; when any
-// rejects, the transaction is rolled back and nothing is charged.
+// rejects, the transaction is rolled back and nothing is charged. Refunds
+// run the same way and always commit.
 func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
 	type item struct {
 		i    int
@@ -282,14 +321,17 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 	for i := 1; i < len(items); i++ {
 		dup = dup || bytes.Equal(items[i].args[0].([]byte), items[i-1].args[0].([]byte))
 	}
-	sql := takeSQL
+	sql, params := opSQL(op)
 	var tx pgx.Tx
-	if op != sluice.OpTake && !dup {
-		// Peeks change nothing and need no transaction. With the same
-		// bucket twice, the second must see the first's charge: that is a
-		// take in a transaction that is always rolled back.
-		sql = peekSQL
-	} else {
+	if sql == peekSQL && dup {
+		// With the same bucket twice, the second peek must see the first's
+		// charge: that is a take in a transaction that is always rolled
+		// back.
+		sql, params = takeSQL, 12
+	}
+	// Peeks change nothing and need no transaction; takes and refunds are
+	// all-or-nothing.
+	if sql != peekSQL {
 		var err error
 		if tx, err = s.q.Begin(ctx); err != nil {
 			return nil, fmt.Errorf("postgres take all: begin: %w", err)
@@ -298,7 +340,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 	}
 	b := &pgx.Batch{}
 	for _, it := range items {
-		b.Queue(sql, it.args...)
+		b.Queue(sql, it.args[:params]...)
 	}
 	out := make([]sluice.Outcome, len(rs))
 	var br pgx.BatchResults
@@ -329,7 +371,8 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		}
 		ds[i] = r.Limit.Decide(out[i])
 	}
-	if all && op == sluice.OpTake {
+	// A refund is always allowed, so every refund commits.
+	if all && (op == sluice.OpTake || op == sluice.OpRefund) {
 		if err := tx.Commit(ctx); err != nil {
 			return nil, fmt.Errorf("postgres take all: commit: %w", err)
 		}

@@ -15,9 +15,12 @@ import (
 //
 // The deadline is counted from when the request was sent, not when the
 // answer came back, so it never runs past the server's own: the server
-// decided at or after that moment. A Reset through this store drops its
-// entry; a Reset through another process, or a TakeAll refund on Cluster,
-// can put tokens back sooner, and takes answered here until the deadline
+// decided at or after that moment. A Reset or a refund (sluice.OpRefund)
+// through this store drops its entry once Redis has applied it, and a
+// rejection decided before that is not cached after it: every drop bumps
+// its shard's generation, which put compares with the one get saw before
+// the take was sent. A Reset or refund through another process, or a
+// TakeAll rolled back on Cluster, can put tokens back sooner, and takes answered here until the deadline
 // are then rejected although they would have passed: a conservative error,
 // bounded by one RetryAfter. The same holds for a limit redefined under
 // the same name by a configuration reload.
@@ -28,8 +31,9 @@ type overLimit struct {
 }
 
 type overShard struct {
-	mu sync.Mutex
-	m  map[string]overEntry
+	mu  sync.Mutex
+	gen uint64 // bumped by every drop
+	m   map[string]overEntry
 }
 
 type overEntry struct {
@@ -50,10 +54,12 @@ func (c *overLimit) shard(key string) *overShard {
 	return &c.shards[maphash.String(c.seed, key)&15]
 }
 
-// get returns the cached rejection of key for a take of cost at now.
-func (c *overLimit) get(key string, cost, now int64) (sluice.Decision, bool) {
+// get returns the cached rejection of key for a take of cost at now, and
+// the generation to pass to put if the take is sent to Redis instead.
+func (c *overLimit) get(key string, cost, now int64) (sluice.Decision, uint64, bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
+	gen := sh.gen
 	e, ok := sh.m[key]
 	if ok && now >= e.until {
 		delete(sh.m, key)
@@ -61,18 +67,25 @@ func (c *overLimit) get(key string, cost, now int64) (sluice.Decision, bool) {
 	}
 	sh.mu.Unlock()
 	if !ok || cost < e.cost {
-		return sluice.Decision{}, false
+		return sluice.Decision{}, gen, false
 	}
 	d := e.d
 	d.RetryAfter = sluice.Duration(e.until - now)
 	d.ResetAfter = max(0, d.ResetAfter-sluice.Duration(now-e.at))
-	return d, true
+	return d, gen, true
 }
 
 // put records that a take of cost, sent at at, was rejected until until.
-func (c *overLimit) put(key string, cost, at, until int64, d sluice.Decision) {
+// gen is what get returned before the take was sent: if the shard has
+// seen a drop since, the rejection may predate a refund or a Reset of
+// key, and is not recorded.
+func (c *overLimit) put(key string, gen uint64, cost, at, until int64, d sluice.Decision) {
 	sh := c.shard(key)
 	sh.mu.Lock()
+	if sh.gen != gen {
+		sh.mu.Unlock()
+		return
+	}
 	if old, ok := sh.m[key]; ok && old.until > at && old.cost < cost {
 		// Keep the entry that answers more requests (the smaller cost).
 		sh.mu.Unlock()
@@ -94,9 +107,12 @@ func (c *overLimit) put(key string, cost, at, until int64, d sluice.Decision) {
 	sh.mu.Unlock()
 }
 
+// drop forgets key's entry, and keeps rejections decided before from
+// being put after (see put).
 func (c *overLimit) drop(key string) {
 	sh := c.shard(key)
 	sh.mu.Lock()
+	sh.gen++
 	delete(sh.m, key)
 	sh.mu.Unlock()
 }

@@ -33,6 +33,16 @@
 // a full bucket and an absent key give the same answers, so idle keys cost
 // nothing. A rejected request writes nothing.
 //
+// # Refunds
+//
+// sluice.OpRefund runs in the same script (RefundTokenBucket,
+// RefundFixedWindow, RefundSlidingLog, ported like the takes): it is
+// batched like a take, a refund of an absent key writes nothing, and one
+// that fills the bucket deletes the key. It drops the key's over-limit
+// cache entry. TakeAll with OpRefund is one script on one Redis, and one
+// per slot on a Cluster, where every slot is refunded even if another
+// fails: a refund never rejects, so there is nothing to roll back.
+//
 // # Several limits
 //
 // TakeAll on one Redis is one script over all its keys: all are charged or
@@ -311,33 +321,55 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	key := s.prefix + sluice.StorageKey(r.Limit, r.Key)
 	cacheable := s.cache != nil && op == sluice.OpTake && !ch.Reserve
 	var sent int64
+	var gen uint64
 	if cacheable {
 		sent = s.localNow()
-		if d, ok := s.cache.get(key, ch.Cost, sent); ok {
+		d, g, ok := s.cache.get(key, ch.Cost, sent)
+		if ok {
 			s.met.cacheHits.Inc()
 			return d, nil
 		}
+		gen = g
 	}
 	args := make([]string, 0, 4)
 	args = appendGroup(args, 1, opOf(op), s.nowArg())
 	args = appendRequest(args, &r, ch)
 	res, err := s.run(ctx, []string{key}, args, true)
+	if op == sluice.OpRefund && s.cache != nil {
+		// The key has tokens again: a cached rejection would keep refusing
+		// them. Dropped even after an error, which may hide an applied
+		// refund; a needless drop only costs a round trip.
+		s.cache.drop(key)
+	}
 	if err != nil {
-		return sluice.Decision{}, fmt.Errorf("redis take %q: %w", key, err)
+		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", opName(op), key, err)
 	}
 	o := outcome(res)
 	d := r.Limit.Decide(o)
 	if cacheable && !o.Allowed && o.RetryAfter > 0 {
-		s.cache.put(key, ch.Cost, sent, sent+o.RetryAfter, d)
+		s.cache.put(key, gen, ch.Cost, sent, sent+o.RetryAfter, d)
 	}
 	return d, nil
 }
 
 func opOf(op sluice.Op) string {
-	if op == sluice.OpTake {
+	switch op {
+	case sluice.OpTake:
 		return opTake
+	case sluice.OpRefund:
+		return opRefund
 	}
 	return opPeek
+}
+
+func opName(op sluice.Op) string {
+	switch op {
+	case sluice.OpTake:
+		return "take"
+	case sluice.OpRefund:
+		return "refund"
+	}
+	return "peek"
 }
 
 // Reset implements sluice.Store.
@@ -347,6 +379,9 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 	}
 	k := s.prefix + sluice.StorageKey(l, key)
 	if s.cache != nil {
+		// Dropped again once the key is deleted, so that no rejection
+		// decided before the DEL is cached after it (see overLimit.put).
+		defer s.cache.drop(k)
 		s.cache.drop(k)
 	}
 	if !s.br.allow() {
@@ -387,14 +422,48 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		}
 		chs[i], keys[i] = ch, s.prefix+sluice.StorageKey(rs[i].Limit, rs[i].Key)
 	}
+	if op == sluice.OpRefund && s.cache != nil {
+		defer func() {
+			for _, k := range keys {
+				s.cache.drop(k) // see Take
+			}
+		}()
+	}
 	if !s.cluster {
 		res, err := s.runGroup(ctx, rs, chs, keys, allIndexes(len(rs)), opOf(op), s.nowArg())
 		if err != nil {
-			return nil, fmt.Errorf("redis take all %q: %w", keys, err)
+			return nil, fmt.Errorf("redis %s all %q: %w", opName(op), keys, err)
 		}
 		return s.decide(rs, res), nil
 	}
+	if op == sluice.OpRefund {
+		return s.refundAllCluster(ctx, rs, chs, keys)
+	}
 	return s.takeAllCluster(ctx, op, rs, chs, keys)
+}
+
+// refundAllCluster refunds rs one slot at a time. A refund never rejects,
+// so the slots need no all-or-nothing: every slot is tried even when
+// another fails (a refund left undone is capacity lost until the bucket
+// refills), and the errors are returned together.
+func (s *Store) refundAllCluster(ctx context.Context, rs []sluice.Request, chs []sluice.Charge, keys []string) ([]sluice.Decision, error) {
+	res := make([]int64, replyWidth*len(rs))
+	now := s.nowArg()
+	var errs []error
+	for _, g := range s.slotGroups(keys) {
+		gres, err := s.runGroup(ctx, rs, chs, keys, g.ix, opRefund, now)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("slot %d: %w", g.slot, err))
+			continue
+		}
+		for j, i := range g.ix {
+			copy(res[replyWidth*i:replyWidth*(i+1)], gres[replyWidth*j:])
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("redis refund all %q: %w", keys, errors.Join(errs...))
+	}
+	return s.decide(rs, res), nil
 }
 
 func allIndexes(n int) []int {
@@ -474,7 +543,7 @@ func (s *Store) takeAllCluster(ctx context.Context, op sluice.Op, rs []sluice.Re
 		if err != nil {
 			// The earlier slots were charged; this one may or may not have
 			// been (a timeout says nothing). Give back what is known.
-			rerr := s.refund(ctx, rs, chs, keys, gs[:n])
+			rerr := s.rollback(ctx, rs, chs, keys, gs[:n])
 			return nil, errors.Join(fmt.Errorf("redis take all %q: %w", keys, err), rerr)
 		}
 		place(g)
@@ -483,7 +552,7 @@ func (s *Store) takeAllCluster(ctx context.Context, op sluice.Op, rs []sluice.Re
 		}
 		// Rejected: refund the slots already charged, and ask the rest
 		// what they would have said.
-		if err := s.refund(ctx, rs, chs, keys, gs[:n]); err != nil {
+		if err := s.rollback(ctx, rs, chs, keys, gs[:n]); err != nil {
 			return nil, fmt.Errorf("redis take all %q: rejected, and the refund failed: %w", keys, err)
 		}
 		for _, g := range gs[n+1:] {
@@ -501,10 +570,11 @@ func (s *Store) takeAllCluster(ctx context.Context, op sluice.Op, rs []sluice.Re
 	return s.decide(rs, res), nil
 }
 
-// refund gives back the charges of the groups gs. It runs with its own
-// deadline even when the caller's has passed: a refund left undone is a
-// charge nobody was admitted for.
-func (s *Store) refund(ctx context.Context, rs []sluice.Request, chs []sluice.Charge, keys []string, gs []*slotGroup) error {
+// rollback gives back the charges of the groups gs (a refund, removing
+// exactly the sliding-log entries those takes appended). It runs with its
+// own deadline even when the caller's has passed: a refund left undone is
+// a charge nobody was admitted for.
+func (s *Store) rollback(ctx context.Context, rs []sluice.Request, chs []sluice.Charge, keys []string, gs []*slotGroup) error {
 	var errs []error
 	for _, g := range gs {
 		gk := make([]string, len(g.ix))

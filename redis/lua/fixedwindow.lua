@@ -50,10 +50,16 @@ local function fw_take(st, now, cost, cap, wrate, period, offset, hkey)
   return allowed, {tokens, start}, tokens, retry, reset
 end
 
+-- sluice.RefundFixedWindow: roll the window forward as a take would, then
+-- give cost back, capped at the capacity. An absent key is full and stays
+-- absent (nil state). Returns the state, tokens and reset_after.
 local function fw_refund(st, now, cost, cap, wrate, period)
-  if not st then return nil, 0 end
+  if not st then return nil, cap, 0 end
   local tokens, start = fw_roll(st, now, cap, wrate, period)
+  if cost > cap then cost = cap end
   tokens = tokens + cost
-  if tokens >= cap then return nil, 0 end
-  return {tokens, start}, start + cdiv(cap - tokens, wrate) * period - now
+  if tokens > cap then tokens = cap end
+  local reset = 0
+  if tokens < cap then reset = start + cdiv(cap - tokens, wrate) * period - now end
+  return {tokens, start}, tokens, reset
 end

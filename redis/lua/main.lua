@@ -4,23 +4,27 @@
 --
 --   header       op, request count and optionally the time: "t1", "p3",
 --                "r2:1700000000000000"; op is t (take), p (peek) or
---                r (refund); the time is in microseconds, and without it
---                the server's clock (TIME) is used
+--                r (refund: sluice.OpRefund, or a Cluster TakeAll rolled
+--                back); the time is in microseconds, and without it the
+--                server's clock (TIME) is used
 --   limit        "tb capacity rate_num rate_den"
 --                "fw capacity window_rate period offset" (offset -1: hashed)
 --                "sl capacity period"
 --   cost         micro-tokens
 --   extra        tb: max_reserved when the request reserves, else ""
 --                fw: the request key when the offset is hashed, else ""
---                sl: in refund groups, the stamp the take gave the entry
+--                sl: when a Cluster TakeAll is rolled back, the stamp the
+--                take gave the entry to remove; "" for a plain refund,
+--                which takes the cost out of the newest entries
 --
 -- Headers and limits repeat across the requests of a batch; each distinct
 -- string is parsed once. A group of takes is all-or-nothing: every request
--- in it is charged, or none. Groups are independent of each other and run
--- in order, so a batch of unrelated takes is many groups of one. The reply
--- has five integers per request: allowed, tokens left (micro-tokens),
--- retry_after, reset_after (microseconds) and, for sliding logs, the stamp
--- an admitted entry got.
+-- in it is charged, or none. A refund is always allowed, and a refund of
+-- an absent key (a full bucket) writes nothing. Groups are independent of
+-- each other and run in order, so a batch of unrelated takes is many
+-- groups of one. The reply has five integers per request: allowed, tokens
+-- left (micro-tokens), retry_after, reset_after (microseconds) and, for
+-- sliding logs, the stamp an admitted entry got.
 --
 -- Writes are deferred to the end of the script: a hot key taken by many
 -- groups of one batch is read once and written once.
@@ -128,8 +132,8 @@ local function eval(key, op, now, prev)
     local num, den = l[3], l[4]
     local st = prev(key, alg, den)
     if op == 'r' then
-      local nst, reset = tb_refund(st, now, cost, cap, num, den)
-      return 1, nst, 0, 0, reset, 0, alg, den
+      local nst, tokens, reset = tb_refund(st, now, cost, cap, num, den)
+      return 1, nst, tokens, 0, reset, 0, alg, den
     end
     local reserve, maxres = extra ~= '', 0
     if reserve then maxres = tonumber(extra) end
@@ -139,8 +143,8 @@ local function eval(key, op, now, prev)
     local wrate, period = l[3], l[4]
     local st = prev(key, alg, 0)
     if op == 'r' then
-      local nst, reset = fw_refund(st, now, cost, cap, wrate, period)
-      return 1, nst, 0, 0, reset, 0, alg, 0
+      local nst, tokens, reset = fw_refund(st, now, cost, cap, wrate, period)
+      return 1, nst, tokens, 0, reset, 0, alg, 0
     end
     local allowed, nst, tokens, retry, reset = fw_take(st, now, cost, cap, wrate, period, l[5], extra)
     return allowed, nst, tokens, retry, reset, 0, alg, 0
@@ -148,12 +152,9 @@ local function eval(key, op, now, prev)
   local period = l[3]
   local log = prev(key, alg, 0) or {}
   if op == 'r' then
-    -- work on a copy: the batch's cached log must not change under a
-    -- group that is not committed
-    local copy = {}
-    for i = 1, #log do copy[i] = log[i] end
-    local nst, reset = sl_refund(copy, now, cost, period, tonumber(extra))
-    return 1, nst, 0, 0, reset, 0, alg, 0
+    -- sl_refund builds a new log: the batch's cached one must not change
+    local nst, tokens, reset = sl_refund(log, now, cost, cap, period, tonumber(extra))
+    return 1, nst, tokens, 0, reset, 0, alg, 0
   end
   local allowed, nst, tokens, retry, reset, aux = sl_take(log, now, cost, cap, period, op == 't')
   if nst == nil then nst = log end
@@ -177,7 +178,8 @@ while ai <= #ARGV do
     local key = KEYS[ki]
     ki = ki + 1
     local allowed, st, tokens, retry, reset, aux, alg, den = eval(key, op, now, load)
-    if allowed == 1 and op ~= 'p' then save(key, st, reset, alg, den) end
+    -- a refund of an absent key returns no state: absent stays absent
+    if allowed == 1 and op ~= 'p' and st then save(key, st, reset, alg, den) end
     emit(allowed, tokens, retry, reset, aux)
   else
     local all = true
@@ -199,7 +201,10 @@ while ai <= #ARGV do
       emit(allowed, tokens, retry, reset, aux)
     end
     if all and op ~= 'p' then
-      for _, key in ipairs(pkeys) do save(key, pst[key], pttl[key], palg[key], pden[key]) end
+      for _, key in ipairs(pkeys) do
+        local st = pst[key]
+        if st then save(key, st, pttl[key], palg[key], pden[key]) end
+      end
     end
     if not all then
       for j = 0, n - 1 do out[base + 5 * j + 1] = 0 end

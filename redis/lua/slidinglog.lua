@@ -60,16 +60,50 @@ local function sl_take(log, now, cost, cap, period, take)
   return allowed, out, cap - used, retry, reset, eff
 end
 
--- Removes the entry an earlier take appended (same stamp and cost).
-local function sl_refund(log, now, cost, period, stamp)
-  for i = #log - 1, 1, -2 do
-    if log[i] == stamp and log[i + 1] == cost then
-      table.remove(log, i + 1)
-      table.remove(log, i)
-      break
+-- sluice.RefundSlidingLog: drops the expired entries, then takes cost back
+-- out of the newest entries (an entry partly refunded keeps the rest of
+-- its cost). With stamp set (a Cluster TakeAll rolled back), it removes
+-- instead the one entry that take appended (same stamp and cost). The log
+-- given is not changed: the batch's cached copy must stay as it was. An
+-- absent (empty) log stays absent (nil). Returns the log to store, tokens
+-- left and reset_after.
+local function sl_refund(log, now, cost, cap, period, stamp)
+  local n = #log
+  if n == 0 then return nil, cap, 0 end
+  local eff = now
+  if log[n - 1] > eff then eff = log[n - 1] end
+  local first = 1
+  while first < n and log[first] <= eff - period do first = first + 2 end
+  local out, m = {}, 0
+  for i = first, n do
+    m = m + 1
+    out[m] = log[i]
+  end
+  if stamp then
+    for i = m - 1, 1, -2 do
+      if out[i] == stamp and out[i + 1] == cost then
+        table.remove(out, i + 1)
+        table.remove(out, i)
+        m = m - 2
+        break
+      end
+    end
+  else
+    while m > 0 and cost > 0 do
+      local c = out[m]
+      if c > cost then
+        out[m] = c - cost
+        break
+      end
+      cost = cost - c
+      out[m] = nil
+      out[m - 1] = nil
+      m = m - 2
     end
   end
-  local n = #log
-  if n == 0 or log[n - 1] <= now - period then return nil, 0 end
-  return log, log[n - 1] + period - now
+  local used = 0
+  for i = 2, m, 2 do used = used + out[i] end
+  local reset = 0
+  if m > 0 then reset = out[m - 1] + period - now end
+  return out, cap - used, reset
 end

@@ -54,11 +54,14 @@ local function tb_take(st, now, cost, reserve, maxres, cap, num, den)
   return allowed, {tokens, stamp}, fdiv(tokens, den), retry, reset
 end
 
--- Gives back a charge of cost micro-tokens taken earlier: refill to now,
--- add the scaled cost back, cap at full. Returns the state and reset_after.
+-- sluice.RefundTokenBucket: gives cost micro-tokens back (a charge not
+-- carried out, or a Cluster TakeAll rolled back). Refill to now exactly as
+-- a take, add the scaled cost, cap at full; debt is paid back too. An
+-- absent key is full and stays absent (nil state). Returns the state,
+-- tokens (micro-tokens) and reset_after.
 local function tb_refund(st, now, cost, cap, num, den)
   local full = cap * den
-  if not st then return nil, 0 end
+  if not st then return nil, cap, 0 end
   local tokens, stamp = st[1], st[2]
   if now > stamp then
     if tokens < full then
@@ -67,7 +70,11 @@ local function tb_refund(st, now, cost, cap, num, den)
     end
     stamp = now
   end
+  -- tokens >= -max_reserved*den and cost <= capacity: the sum stays
+  -- below 2^53 (see maxLuaScaled)
   tokens = tokens + cost * den
-  if tokens >= full then return nil, 0 end
-  return {tokens, stamp}, stamp - now + cdiv(full - tokens, num)
+  if tokens > full then tokens = full end
+  local reset = 0
+  if tokens < full then reset = stamp - now + cdiv(full - tokens, num) end
+  return {tokens, stamp}, fdiv(tokens, den), reset
 end

@@ -19,10 +19,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,7 +68,18 @@ func main() {
 	nkeys := flag.Int("keys", 10_000, "distinct descriptor values")
 	skew := flag.Float64("zipf", 1.1, "Zipf exponent of the values (> 1)")
 	rate := flag.Float64("rate", 0, "offered calls per second in all (0: every caller calls again as soon as answered)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole process (callers and in-process server) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	if *serveOnly != "" {
 		if err := serveForever(*serveOnly, *storeURL, *config); err != nil {

@@ -47,29 +47,6 @@ func (l *Limit) Evaluate(st *State, present bool, key string, now int64, ch Char
 	}
 }
 
-// Full reports whether st, as of now, is equivalent to an absent key: a
-// bucket that has refilled to its capacity, a window back at capacity, a
-// log with nothing left in it. Such state can be dropped without changing
-// any answer.
-func (l *Limit) Full(st *State, now int64) bool {
-	p := &l.params
-	switch p.Algorithm {
-	case FixedWindow:
-		_, o := TakeFixedWindow(p, WindowState{Tokens: st.A, Start: st.B}, true, now, 1, 0)
-		return o.Tokens+1 >= p.Capacity
-	case SlidingLog:
-		n := len(st.Log)
-		return n == 0 || st.Log[n-1].Stamp <= now-p.Period
-	default:
-		if st.B > now {
-			return false
-		}
-		e := now - st.B
-		full := p.Capacity * p.RateDen
-		return st.A >= full || e >= ceilDiv(full-st.A, p.RateNum)
-	}
-}
-
 // Refund gives ch.Cost back to st at time now (see OpRefund), updating st
 // in place; it reports whether st is to be kept (false for an absent key,
 // which is full already).

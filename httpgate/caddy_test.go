@@ -16,29 +16,12 @@ import (
 	"time"
 )
 
-// caddyBinary finds caddy (Debian's /usr/bin/caddy or one on PATH). When it
-// is missing the test is skipped, except in CI, where that is a failure.
-func caddyBinary(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("caddy"); err == nil {
-		return p
-	}
-	if _, err := os.Stat("/usr/bin/caddy"); err == nil {
-		return "/usr/bin/caddy"
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("caddy is not installed (apt-get install caddy); CI=true requires it")
-	}
-	t.Skip("caddy is not installed (apt-get install caddy); skipping the Caddy integration test")
-	return ""
-}
-
 // TestCaddyForwardAuth runs examples/Caddyfile in a real Caddy in front of
 // an upstream, with sluice's forward auth as its forward_auth target: a
 // client over its limit gets sluice's 429 with Retry-After and the
 // RateLimit fields, and the upstream never sees the rejected requests.
 func TestCaddyForwardAuth(t *testing.T) {
-	bin := caddyBinary(t)
+	bin := serverBinary(t, "caddy", "/usr/bin/caddy")
 	e := newEnv(t, tightPolicy)
 	var (
 		hits    atomic.Int64

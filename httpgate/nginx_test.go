@@ -16,20 +16,21 @@ import (
 	"time"
 )
 
-// nginxBinary finds nginx: Debian's /usr/sbin/nginx or one on PATH. When it
-// is missing the test is skipped, except in CI, where that is a failure.
-func nginxBinary(t *testing.T) string {
+// serverBinary finds a real server's binary (nginx, caddy): on PATH or
+// where Debian's package puts it. When it is missing the test is skipped,
+// except in CI, where that is a failure.
+func serverBinary(t *testing.T, name, debianPath string) string {
 	t.Helper()
-	if p, err := exec.LookPath("nginx"); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
-	if _, err := os.Stat("/usr/sbin/nginx"); err == nil {
-		return "/usr/sbin/nginx"
+	if _, err := os.Stat(debianPath); err == nil {
+		return debianPath
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatal("nginx is not installed (apt-get install nginx); CI=true requires it")
+		t.Fatalf("%s is not installed (apt-get install %s); CI=true requires it", name, name)
 	}
-	t.Skip("nginx is not installed (apt-get install nginx); skipping the nginx integration test")
+	t.Skipf("%s is not installed (apt-get install %s); skipping its integration test", name, name)
 	return ""
 }
 
@@ -48,7 +49,7 @@ func freePort(t *testing.T) string {
 // over its limit gets a 429 with Retry-After and the RateLimit fields, and
 // the upstream never sees the rejected requests.
 func TestNginxAuthRequest(t *testing.T) {
-	bin := nginxBinary(t)
+	bin := serverBinary(t, "nginx", "/usr/sbin/nginx")
 	e := newEnv(t, tightPolicy)
 	var hits atomic.Int64
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

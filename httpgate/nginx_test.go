@@ -143,6 +143,15 @@ func TestNginxAuthRequest(t *testing.T) {
 	if resp.StatusCode != 429 {
 		t.Fatalf("third request: %d %q\n%s", resp.StatusCode, body, logs())
 	}
+	wantProxiedRejection(t, e, resp, body, hits.Load())
+}
+
+// wantProxiedRejection checks the third request through a real proxy in
+// front of sluice's forward auth (tightPolicy: 2 per client): sluice's 429
+// with every rate limit field, an upstream that saw only the 2 admitted
+// requests, and an audit record of the original request.
+func wantProxiedRejection(t *testing.T, e *env, resp *http.Response, body string, appHits int64) {
+	t.Helper()
 	wantHeaders(t, resp.Header, map[string]string{
 		"Retry-After":         "1",
 		"RateLimit-Policy":    `"per-ip";q=2;w=2`,
@@ -157,8 +166,8 @@ func TestNginxAuthRequest(t *testing.T) {
 	if !strings.Contains(body, "quota-exceeded") {
 		t.Errorf("body %q", body)
 	}
-	if n := hits.Load(); n != 2 {
-		t.Errorf("the app saw %d requests, want 2: rejected requests must not reach it", n)
+	if appHits != 2 {
+		t.Errorf("the app saw %d requests, want 2: rejected requests must not reach it", appHits)
 	}
 	// sluice judged the original request: the client's address and path.
 	if a := e.audit.String(); !strings.Contains(a, `"path":"/orders"`) || !strings.Contains(a, `"client_ip":"127.0.0.1"`) {

@@ -3,7 +3,6 @@ package httpgate_test
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -89,33 +88,16 @@ func TestCaddyForwardAuth(t *testing.T) {
 		cancel()
 		<-exited
 	})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			break
-		}
+	waitListening(t, "caddy", addr, func() bool {
 		select {
 		case <-exited:
-			t.Fatalf("caddy exited before listening on %s\n%s", addr, out.String())
+			return true
 		default:
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("caddy did not come up on %s: %v\n%s", addr, err, out.String())
-		}
-		time.Sleep(50 * time.Millisecond) // waiting for a process to listen, not for tokens
-	}
+	}, out.String)
 
-	get := func() (*http.Response, string) {
-		resp, err := http.Get("http://" + addr + "/orders?id=7")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
-	}
+	get := func() (*http.Response, string) { return getOrder(t, addr) }
 	for i := 0; i < 2; i++ {
 		resp, body := get()
 		if resp.StatusCode != 200 || body != "app: /orders" {

@@ -108,28 +108,9 @@ func TestNginxAuthRequest(t *testing.T) {
 		b, _ := os.ReadFile(errLog)
 		return out.String() + string(b)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) || cmd.ProcessState != nil {
-			t.Fatalf("nginx did not come up on %s: %v\n%s", addr, err, logs())
-		}
-		time.Sleep(50 * time.Millisecond) // waiting for a process to listen, not for tokens
-	}
+	waitListening(t, "nginx", addr, func() bool { return cmd.ProcessState != nil }, logs)
 
-	get := func() (*http.Response, string) {
-		resp, err := http.Get("http://" + addr + "/orders?id=7")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
-	}
+	get := func() (*http.Response, string) { return getOrder(t, addr) }
 	for i := 0; i < 2; i++ {
 		resp, body := get()
 		if resp.StatusCode != 200 || body != "app: /orders" {
@@ -173,4 +154,38 @@ func wantProxiedRejection(t *testing.T, e *env, resp *http.Response, body string
 	if a := e.audit.String(); !strings.Contains(a, `"path":"/orders"`) || !strings.Contains(a, `"client_ip":"127.0.0.1"`) {
 		t.Errorf("audit log %q", a)
 	}
+}
+
+// waitListening waits until a server process listens on addr, failing the
+// test with its logs if it exits or does not come up in time.
+func waitListening(t *testing.T, name, addr string, exited func() bool, logs func() string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if exited() {
+			t.Fatalf("%s exited before listening on %s\n%s", name, addr, logs())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not come up on %s: %v\n%s", name, addr, err, logs())
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for a process to listen, not for tokens
+	}
+}
+
+// getOrder asks a proxy in front of the app for /orders, as the proxy
+// tests' client does.
+func getOrder(t *testing.T, addr string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/orders?id=7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
 }

@@ -94,15 +94,7 @@ func (e errVersion) Error() string { return "ended at an older version" }
 func TestMigrationFailureRollsBack(t *testing.T) {
 	pool(t)
 	ctx := pgtestContext(t)
-	url, err := server.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := freshConn(t, ctx)
 	// The rules migration (0002) will collide with this table.
 	if _, err := conn.Exec(ctx, "CREATE TABLE sluice_rules (x int)"); err != nil {
 		t.Fatal(err)
@@ -131,4 +123,20 @@ func TestMigrationFailureRollsBack(t *testing.T) {
 	if res, err := postgres.Migrate(ctx, conn); err != nil || len(res.Applied) != len(ms)-1 {
 		t.Fatalf("retry applied %d, want %d: %v", len(res.Applied), len(ms)-1, err)
 	}
+}
+
+// freshConn connects to a new, empty database of the test server (no
+// migrations applied), closed when the test ends.
+func freshConn(t *testing.T, ctx context.Context) *pgx.Conn {
+	t.Helper()
+	url, err := server.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
 }

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/postgres"
@@ -256,15 +254,7 @@ func TestRefundMatchesMemory(t *testing.T) {
 func TestRefundMigrationRerunnable(t *testing.T) {
 	pool(t)
 	ctx := pgtestContext(t)
-	url, err := server.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := freshConn(t, ctx)
 	if _, err := postgres.Migrate(ctx, conn); err != nil {
 		t.Fatal(err)
 	}

@@ -177,7 +177,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			e = s.setPolicy(p)
 		}
 	}
-	ds := make([]descState, len(req.Descriptors))
+	// Calls of a few descriptors (the usual) decide on the stack.
+	var dsBuf [4]descState
+	ds := dsBuf[:0]
+	if len(req.Descriptors) > len(dsBuf) {
+		ds = make([]descState, 0, len(req.Descriptors))
+	}
+	ds = ds[:len(req.Descriptors)]
 	var refs []*refLimit
 	if e.ref != nil {
 		refs = e.ref.limitsFor(req)
@@ -231,11 +237,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		}
 	}
 
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.timeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
+	ctx, cancel := sluice.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	// Peeks first: a check without charging that fails makes the call
 	// OVER_LIMIT, and then nothing may be charged.
 	groups[kindPeek].op = sluice.OpPeek
@@ -255,13 +258,22 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		}
 	}
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
+	blocks := make([]statusBlock, len(ds))
 	if !allowed {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	// The headers describe every enforce-mode limit of the call as its
 	// bucket stands afterwards.
 	merged := policy.Verdict{Allowed: allowed}
-	var enf []sluice.Decision
+	var enfBuf [8]sluice.Decision
+	enf := enfBuf[:0]
+	n := 0
+	for k := range groups {
+		if groups[k].res != nil && groups[k].op != sluice.OpRefund {
+			n += len(groups[k].res.Results)
+		}
+	}
+	merged.Results = make([]policy.Result, 0, n)
 	for i := range ds {
 		st := &ds[i]
 		g := &groups[st.kind]
@@ -271,7 +283,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		}
 		// A refund's decisions describe the bucket after it, as a charge's do.
 		charged := g.res != nil && (g.op == sluice.OpRefund || (g.op == sluice.OpTake && g.res.Allowed))
-		resp.Statuses[i] = s.status(st, rrs, charged)
+		resp.Statuses[i] = s.status(st, rrs, charged, &blocks[i])
 		if st.kind == kindRefund {
 			continue
 		}
@@ -295,7 +307,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	if len(enf) > 0 {
 		merged.Overall = sluice.Combine(enf)
 		merged.Overall.Allowed = allowed
-		resp.ResponseHeadersToAdd = headerValues(httpgate.RateLimitHeaders(merged, identityOf(req), req.Domain, e.headers))
+		var fs [12]httpgate.Field
+		resp.ResponseHeadersToAdd = headerValues(httpgate.AppendRateLimitFields(fs[:0], &merged, identityOf(req), req.Domain, e.headers))
 	}
 	return resp, nil
 }
@@ -419,9 +432,24 @@ func adjusted(rr policy.Result, charged bool) sluice.Decision {
 	return d
 }
 
-// status is one descriptor's answer.
-func (s *Server) status(st *descState, rrs []policy.Result, charged bool) *rlspb.RateLimitResponse_DescriptorStatus {
-	out := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+// statusBlock holds one descriptor's status and its duration, so that a
+// response allocates them together.
+type statusBlock struct {
+	status rlspb.RateLimitResponse_DescriptorStatus
+	reset  durationpb.Duration
+}
+
+// durationOf is durationpb.New(d) written into p.
+func durationOf(p *durationpb.Duration, d time.Duration) *durationpb.Duration {
+	secs := d / time.Second
+	p.Seconds, p.Nanos = int64(secs), int32(d-secs*time.Second)
+	return p
+}
+
+// status is one descriptor's answer, written into b.
+func (s *Server) status(st *descState, rrs []policy.Result, charged bool, b *statusBlock) *rlspb.RateLimitResponse_DescriptorStatus {
+	out := &b.status
+	out.Code = rlspb.RateLimitResponse_OK
 	switch {
 	case st.unlimited:
 		out.LimitRemaining = math.MaxUint32
@@ -431,15 +459,16 @@ func (s *Server) status(st *descState, rrs []policy.Result, charged bool) *rlspb
 			out.Code = rlspb.RateLimitResponse_OVER_LIMIT
 		}
 		out.CurrentLimit = st.blocked.currentLimit()
-		out.DurationUntilReset = durationpb.New(s.untilBoundary(st.blocked.period(), 0))
+		out.DurationUntilReset = durationOf(&b.reset, s.untilBoundary(st.blocked.period(), 0))
 		return out
 	case len(rrs) == 0:
 		return out
 	}
 	// The rule that speaks for the descriptor: a rejecting one, else the one
 	// closest to rejecting; enforce-mode rules before shadow ones.
-	var enf, shadow []sluice.Decision
-	var ei, si []int
+	var enfBuf, shadowBuf [4]sluice.Decision
+	var eiBuf, siBuf [4]int
+	enf, shadow, ei, si := enfBuf[:0], shadowBuf[:0], eiBuf[:0], siBuf[:0]
 	over := false
 	for k, rr := range rrs {
 		d := adjusted(rr, charged)
@@ -484,7 +513,7 @@ func (s *Server) status(st *descState, rrs []policy.Result, charged bool) *rlspb
 			reset = s.untilBoundary(time.Duration(p.Period)*time.Microsecond, p.Offset)
 		}
 	}
-	out.DurationUntilReset = durationpb.New(reset)
+	out.DurationUntilReset = durationOf(&b.reset, reset)
 	return out
 }
 

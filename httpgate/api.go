@@ -183,7 +183,7 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		ms[i] = m
 	}
 	in := p.FromHTTP(r)
-	ctx, cancel := context.WithTimeout(withCaller(r.Context(), ms, in.ClientIP, r.URL.Path), g.opts.StoreTimeout)
+	ctx, cancel := sluice.WithTimeout(withCaller(r.Context(), ms, in.ClientIP, r.URL.Path), g.opts.StoreTimeout)
 	defer cancel()
 	var obs policy.Observer
 	if op == sluice.OpTake && g.opts.Metrics != nil {
@@ -317,7 +317,7 @@ func (g *Gate) reset(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusBadRequest, fmt.Sprintf("unknown rule %q", body.Rule))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), g.opts.StoreTimeout)
+	ctx, cancel := sluice.WithTimeout(r.Context(), g.opts.StoreTimeout)
 	defer cancel()
 	if err := g.lim.Reset(ctx, lim, body.Key); err != nil {
 		g.opts.Logger.Error("reset", "rule", body.Rule, "err", err)

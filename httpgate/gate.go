@@ -135,7 +135,7 @@ func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (p
 	if err != nil {
 		return policy.Verdict{}, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
 	}
-	ctx, cancel := context.WithTimeout(withCaller(ctx, ms, in.ClientIP, in.Path), g.opts.StoreTimeout)
+	ctx, cancel := sluice.WithTimeout(withCaller(ctx, ms, in.ClientIP, in.Path), g.opts.StoreTimeout)
 	defer cancel()
 	var obs policy.Observer
 	if g.opts.Metrics != nil {

@@ -187,8 +187,18 @@ const (
 	headerListDelim = ", "
 )
 
-// setRateLimitHeaders is RateLimitHeaders writing into h.
-func setRateLimitHeaders(h http.Header, v *policy.Verdict, identity, path string, sets []string) {
+// Field is one response header field, its name in canonical form.
+type Field struct{ Name, Value string }
+
+// maxFields bounds what AppendRateLimitFields adds: draft (2), trio (3),
+// legacy (3) and the three of a rejection.
+const maxFields = 11
+
+// AppendRateLimitFields appends the fields of RateLimitHeaders to dst, in
+// a fixed order, for a caller that sends them in another form than
+// http.Header (Envoy's response_headers_to_add): with room in dst it
+// allocates only the values' strings.
+func AppendRateLimitFields(dst []Field, v *policy.Verdict, identity, path string, sets []string) []Field {
 	if len(sets) == 0 {
 		sets = DefaultSets
 	}
@@ -227,15 +237,8 @@ func setRateLimitHeaders(h http.Header, v *policy.Verdict, identity, path string
 			state = strconv.AppendInt(append(state, ";t="...), resetSeconds(d, viol), 10)
 		}
 	}
-	// One backing array for every value set below.
-	vals := make([]string, 0, 8)
-	set := func(k, val string) {
-		vals = append(vals, val)
-		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
-	}
 	if len(pol) > 0 {
-		set(hPolicy, string(pol))
-		set(hRateLimit, string(state))
+		dst = append(dst, Field{hPolicy, string(pol)}, Field{hRateLimit, string(state)})
 	}
 	if enforced > 0 && (trio || legacy) {
 		d := v.Overall
@@ -248,20 +251,30 @@ func setRateLimitHeaders(h http.Header, v *policy.Verdict, identity, path string
 		all := string(nums)
 		limit, rem, reset := all[:n1], all[n1:n2], all[n2:]
 		if trio {
-			set(hLimit, limit)
-			set(hRemaining, rem)
-			set(hReset, reset)
+			dst = append(dst, Field{hLimit, limit}, Field{hRemaining, rem}, Field{hReset, reset})
 		}
 		if legacy {
-			set(hLegacyLimit, limit)
-			set(hLegacyRemain, rem)
-			set(hLegacyReset, reset)
+			dst = append(dst, Field{hLegacyLimit, limit}, Field{hLegacyRemain, rem}, Field{hLegacyReset, reset})
 		}
 	}
 	if !v.Allowed {
-		set(hRetryAfter, strconv.FormatInt(RetryAfterSeconds(v.Overall.RetryAfter, identity, path), 10))
-		set(hReason, VerdictReason(v))
-		set(hCacheControl, "no-store")
+		dst = append(dst,
+			Field{hRetryAfter, strconv.FormatInt(RetryAfterSeconds(v.Overall.RetryAfter, identity, path), 10)},
+			Field{hReason, VerdictReason(v)},
+			Field{hCacheControl, "no-store"})
+	}
+	return dst
+}
+
+// setRateLimitHeaders is RateLimitHeaders writing into h.
+func setRateLimitHeaders(h http.Header, v *policy.Verdict, identity, path string, sets []string) {
+	var buf [maxFields]Field
+	fs := AppendRateLimitFields(buf[:0], v, identity, path, sets)
+	// One backing array for every value.
+	vals := make([]string, len(fs))
+	for i, f := range fs {
+		vals[i] = f.Value
+		h[f.Name] = vals[i : i+1 : i+1]
 	}
 }
 

@@ -152,7 +152,9 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		return refund(ctx, lim, ms)
 	}
 	v := Verdict{Allowed: true, Results: make([]Result, len(ms))}
-	var enf, shadow []int
+	// Index lists of a few matches (the usual) stay on the stack.
+	var enfBuf, shadowBuf, idxBuf [8]int
+	enf, shadow, idx := enfBuf[:0], shadowBuf[:0], idxBuf[:0]
 	for i, m := range ms {
 		v.Results[i] = Result{Match: m, Shadow: m.Rule != nil && m.Rule.Mode == Shadow}
 		if v.Results[i].Shadow {
@@ -162,8 +164,7 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		}
 	}
 
-	var reqs []sluice.Request
-	var idx []int
+	reqs := make([]sluice.Request, 0, len(enf))
 	impossible := false
 	for _, i := range enf {
 		r := &v.Results[i]
@@ -189,9 +190,10 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		}
 	}
 	if len(enf) > 0 {
-		ds := make([]sluice.Decision, len(enf))
-		for k, i := range enf {
-			ds[k] = v.Results[i].Decision
+		var dsBuf [8]sluice.Decision
+		ds := dsBuf[:0]
+		for _, i := range enf {
+			ds = append(ds, v.Results[i].Decision)
 		}
 		v.Overall = sluice.Combine(ds)
 		v.Allowed = v.Overall.Allowed

@@ -282,7 +282,7 @@ func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) 
 		s.met.errors.Inc()
 		return nil, ErrBreakerOpen
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var res []int64
 	var err error
@@ -388,7 +388,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 		s.met.errors.Inc()
 		return fmt.Errorf("redis reset %q: %w", k, ErrBreakerOpen)
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if err := s.client.Do(cctx, s.client.B().Del().Key(k).Build()).Error(); err != nil {
 		if ctx.Err() == nil {

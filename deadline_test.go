@@ -1,0 +1,41 @@
+package sluice
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestWithTimeout(t *testing.T) {
+	// No deadline: one of d is set.
+	ctx, cancel := WithTimeout(context.Background(), time.Minute)
+	dl, ok := ctx.Deadline()
+	if !ok || time.Until(dl) > time.Minute || time.Until(dl) < 59*time.Second {
+		t.Fatalf("no caller deadline: got %v, %v; want about a minute", dl, ok)
+	}
+	cancel()
+	if ctx.Err() == nil {
+		t.Fatal("cancel did not end the derived context")
+	}
+
+	// A caller's shorter deadline governs: the same context comes back.
+	parent, pcancel := context.WithTimeout(context.Background(), time.Second)
+	defer pcancel()
+	ctx, cancel = WithTimeout(parent, time.Minute)
+	if ctx != parent {
+		t.Fatal("shorter caller deadline: a new context was made")
+	}
+	cancel() // a no-op: must not end the caller's context
+	if parent.Err() != nil {
+		t.Fatal("the no-op cancel ended the caller's context")
+	}
+
+	// A caller's longer deadline is shortened to d.
+	long, lcancel := context.WithTimeout(context.Background(), time.Hour)
+	defer lcancel()
+	ctx, cancel = WithTimeout(long, time.Second)
+	defer cancel()
+	if dl, _ := ctx.Deadline(); time.Until(dl) > time.Second {
+		t.Fatalf("longer caller deadline kept: %v", time.Until(dl))
+	}
+}

@@ -24,12 +24,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/signal"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -121,7 +123,7 @@ func main() {
 		mode = fmt.Sprintf("offered %.0f calls/s", *rate)
 	}
 	fmt.Printf("%s; %d connections, %d Zipf(%.2f) values, %s, %v per run\n", target, *conns, *nkeys, *skew, mode, *duration)
-	fmt.Printf("%8s %12s %10s %10s %10s %10s %8s %8s\n", "callers", "req/s", "p50", "p90", "p99", "p99.9", "over%", "errors")
+	fmt.Printf("%8s %12s %10s %10s %10s %10s %8s %8s %9s\n", "callers", "req/s", "p50", "p90", "p99", "p99.9", "over%", "errors", "storeerr")
 	for _, f := range strings.Split(*callersFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
@@ -129,6 +131,20 @@ func main() {
 			os.Exit(2)
 		}
 		run(clients, keys, *skew, n, *rate, *warmup, *duration)
+	}
+}
+
+// storeErrors counts the in-process server's decisions made by a rule's
+// on_store_error because the store failed (a Redis call past its
+// deadline, say): answers that did not come from the store, so a run with
+// any is not a measure of the store.
+var storeErrors = new(errorCounter)
+
+type errorCounter struct{ n atomic.Int64 }
+
+func (c *errorCounter) Observe(_, result string) {
+	if result == "store_error" {
+		c.n.Add(1)
 	}
 }
 
@@ -140,6 +156,10 @@ func serveForever(addr, storeURL, config string) error {
 	}
 	defer stop()
 	fmt.Printf("serving on %s, store %s\n", ln.Addr(), storeURL)
+	// Stop cleanly on a signal, so that a CPU profile is written.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() { <-sig; g.Stop() }()
 	return g.Serve(ln)
 }
 
@@ -192,7 +212,7 @@ func newServer(addr, storeURL, config string) (*grpc.Server, net.Listener, func(
 		return nil, nil, nil, err
 	}
 	g := grpc.NewServer(envoyrls.ServerOptions()...)
-	envoyrls.New(pol, sluice.New(store), envoyrls.Options{Logger: slog.New(slog.DiscardHandler)}).Register(g)
+	envoyrls.New(pol, sluice.New(store), envoyrls.Options{Logger: slog.New(slog.DiscardHandler), Observer: storeErrors}).Register(g)
 	return g, ln, closeStore, nil
 }
 
@@ -202,6 +222,7 @@ func newServer(addr, storeURL, config string) (*grpc.Server, net.Listener, func(
 // so a slow answer also counts against the calls queued behind it.
 func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, callers int, rate float64, warmup, duration time.Duration) {
 	var measuring, stop atomic.Bool
+	var storeErrs0 int64
 	var over, errs atomic.Int64
 	lat := make([][]time.Duration, callers)
 	var wg sync.WaitGroup
@@ -253,11 +274,13 @@ func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, ca
 		}(c)
 	}
 	time.Sleep(warmup)
+	storeErrs0 = storeErrors.n.Load()
 	measuring.Store(true)
 	began := time.Now()
 	time.Sleep(duration)
 	measuring.Store(false)
 	elapsed := time.Since(began)
+	storeErrs := storeErrors.n.Load() - storeErrs0
 	stop.Store(true)
 	wg.Wait()
 	var all []time.Duration
@@ -270,7 +293,7 @@ func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, ca
 	}
 	slices.Sort(all)
 	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
-	fmt.Printf("%8d %12.0f %10v %10v %10v %10v %7.1f%% %8d\n", callers, float64(len(all))/elapsed.Seconds(),
+	fmt.Printf("%8d %12.0f %10v %10v %10v %10v %7.1f%% %8d %9d\n", callers, float64(len(all))/elapsed.Seconds(),
 		pct(0.50).Round(time.Microsecond), pct(0.90).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(0.999).Round(time.Microsecond),
-		100*float64(over.Load())/float64(len(all)), errs.Load())
+		100*float64(over.Load())/float64(len(all)), errs.Load(), storeErrs)
 }

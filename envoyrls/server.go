@@ -74,6 +74,8 @@ type Server struct {
 	obs     policy.Observer
 	source  func() *policy.Policy
 	limits  sync.Map // *sluice.Limit -> *rlspb.RateLimitResponse_RateLimit
+	// storeLog keeps an outage from writing a line per call.
+	storeLog httpgate.StoreErrorLog
 }
 
 // engine is one loaded policy and how descriptors find its rules.
@@ -331,7 +333,7 @@ func (s *Server) apply(ctx context.Context, g *group) {
 	v := policy.Enforce(ctx, s.lim, g.op, g.ms, s.obs)
 	for _, rr := range v.Results {
 		if rr.StoreErr != nil {
-			s.log.Warn("rate limit store failed", "rule", rr.Match.Rule.Name, "key", rr.Match.Request.Key, "err", rr.StoreErr, "on_store_error", rr.Match.Rule.OnStoreError.String())
+			s.storeLog.Log(s.log, rr.Match.Request.Limit.Name(), rr.Match.Request.Key, rr.StoreErr, !rr.Decision.Allowed)
 		}
 	}
 	g.res = &v

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,6 +43,26 @@ type harness struct {
 	conn  *grpc.ClientConn
 	clock *sluice.ManualClock
 	store *conformance.FaultyStore
+	logs  *lockedBuffer
+}
+
+// lockedBuffer collects the server's log lines; the server writes from its
+// own goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func start(t *testing.T, pol *policy.Policy) *harness {
@@ -53,7 +74,8 @@ func start(t *testing.T, pol *policy.Policy) *harness {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	envoyrls.New(pol, sluice.New(store), envoyrls.Options{Clock: clock, Logger: slog.New(slog.DiscardHandler)}).Register(g)
+	logs := new(lockedBuffer)
+	envoyrls.New(pol, sluice.New(store), envoyrls.Options{Clock: clock, Logger: slog.New(slog.NewTextHandler(logs, nil))}).Register(g)
 	go g.Serve(ln)
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -61,7 +83,7 @@ func start(t *testing.T, pol *policy.Policy) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &harness{rls: rlspb.NewRateLimitServiceClient(conn), conn: conn, clock: clock, store: store}
+	return &harness{rls: rlspb.NewRateLimitServiceClient(conn), conn: conn, clock: clock, store: store, logs: logs}
 }
 
 // desc builds a descriptor from key, value pairs.
@@ -326,6 +348,11 @@ func TestStoreDownAllows(t *testing.T) {
 	// The reference format's rules follow on_store_error: allow.
 	for i := 0; i < 5; i++ {
 		expect(t, h.call(t, "test", 0, desc("k", "down")), OK, OK, 3)
+	}
+	// An outage is logged, but not once per call (a second may turn over
+	// between the calls: at most two lines).
+	if n := strings.Count(h.logs.String(), "store error"); n < 1 || n > 2 {
+		t.Errorf("%d store error lines for 5 failed calls, want 1 (at most 2):\n%s", n, h.logs.String())
 	}
 	h.store.Down.Store(false)
 	expect(t, h.call(t, "test", 0, desc("k", "down")), OK, OK, 2) // nothing was charged meanwhile

@@ -59,9 +59,7 @@ type Gate struct {
 	lim      *sluice.Limiter
 	opts     Options
 	draining atomic.Bool
-	// lastStoreLog throttles store error logs to one a second: an outage
-	// must not turn every request into a log line.
-	lastStoreLog atomic.Int64
+	storeLog StoreErrorLog
 }
 
 // New returns a Gate enforcing p with lim.
@@ -214,9 +212,7 @@ func (g *Gate) record(ctx context.Context, v *policy.Verdict, clientIP netip.Add
 		r := &v.Results[i]
 		lim := r.Match.Request.Limit
 		if r.StoreErr != nil {
-			if now, last := time.Now().Unix(), g.lastStoreLog.Load(); now != last && g.lastStoreLog.CompareAndSwap(last, now) {
-				g.opts.Logger.Warn("store error (logged at most once a second; see sluice_store_errors_total)", "limit", lim.Name(), "err", r.StoreErr, "denied", !r.Decision.Allowed)
-			}
+			g.storeLog.Log(g.opts.Logger, lim.Name(), r.Match.Request.Key, r.StoreErr, !r.Decision.Allowed)
 		}
 		if !Violated(r) {
 			continue

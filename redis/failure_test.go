@@ -228,6 +228,23 @@ func TestOverLimitCache(t *testing.T) {
 	if hits := metricValue(t, reg, "sluice_redis_overlimit_cache_hits_total"); hits != 1 {
 		t.Fatalf("cache hits %v, want 1", hits)
 	}
+	// A TakeAll of one request (every Envoy descriptor with one limit) is
+	// answered from the cache too; one of two is not, since the other
+	// limit's decision needs Redis.
+	ds, err := s.TakeAll(ctx, sluice.OpTake, []sluice.Request{{Limit: lim, Key: "k", Cost: 1}})
+	if err != nil || len(ds) != 1 || ds[0].Allowed || ds[0].RetryAfter != 600*time.Millisecond {
+		t.Fatalf("TakeAll of one, cached: %+v, %v", ds, err)
+	}
+	if hits := metricValue(t, reg, "sluice_redis_overlimit_cache_hits_total"); hits != 2 {
+		t.Fatalf("cache hits %v after TakeAll of one, want 2", hits)
+	}
+	other := uniqueLimit(t, sluice.Spec{Name: "cache-other", TokensPerSecond: 1, Burst: 2})
+	if _, err := s.TakeAll(ctx, sluice.OpTake, []sluice.Request{{Limit: lim, Key: "k", Cost: 1}, {Limit: other, Key: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	if hits := metricValue(t, reg, "sluice_redis_overlimit_cache_hits_total"); hits != 2 {
+		t.Fatalf("cache hits %v after TakeAll of two, want still 2", hits)
+	}
 	// A smaller cost than the one rejected is asked of Redis.
 	if d := take(0.5); !d.Allowed {
 		t.Fatalf("cost 0.5 after the key was deleted: %+v", d)

@@ -10,8 +10,9 @@ import (
 // overLimit remembers keys that Redis rejected: a plain take of at least
 // the rejected cost cannot succeed before the rejection's RetryAfter has
 // passed, because tokens only arrive with time (fixed windows only at the
-// boundary, sliding logs only as entries expire). Such takes are answered
-// here, without a round trip, until then.
+// boundary, sliding logs only as entries expire). Such takes (Take, and a
+// TakeAll of one request) are answered here, without a round trip, until
+// then.
 //
 // The deadline is counted from when the request was sent, not when the
 // answer came back, so it never runs past the server's own: the server
@@ -20,8 +21,9 @@ import (
 // rejection decided before that is not cached after it: every drop bumps
 // its shard's generation, which put compares with the one get saw before
 // the take was sent. A Reset or refund through another process, or a
-// TakeAll rolled back on Cluster, can put tokens back sooner, and takes answered here until the deadline
-// are then rejected although they would have passed: a conservative error,
+// TakeAll rolled back on Cluster, can put tokens back sooner, and takes
+// answered here until the deadline are then rejected although they would
+// have passed: a conservative error,
 // bounded by one RetryAfter. The same holds for a limit redefined under
 // the same name by a configuration reload.
 type overLimit struct {

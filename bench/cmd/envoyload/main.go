@@ -17,6 +17,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"log"
@@ -38,6 +39,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/envoyrls"
@@ -71,7 +73,15 @@ func main() {
 	skew := flag.Float64("zipf", 1.1, "Zipf exponent of the values (> 1)")
 	rate := flag.Float64("rate", 0, "offered calls per second in all (0: every caller calls again as soon as answered)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole process (callers and in-process server) to this file")
+	requestBody := flag.String("request-body", "", "only write one call's gRPC request body (user=user-42) to this file, for an HTTP/2 load tool such as h2load")
 	flag.Parse()
+	if *requestBody != "" {
+		if err := writeRequestBody(*requestBody); err != nil {
+			fmt.Fprintln(os.Stderr, "envoyload:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -132,6 +142,19 @@ func main() {
 		}
 		run(clients, keys, *skew, n, *rate, *warmup, *duration)
 	}
+}
+
+// writeRequestBody writes one ShouldRateLimit request as a gRPC message
+// on the wire: an uncompressed flag, the length, the protobuf.
+func writeRequestBody(path string) error {
+	b, err := proto.Marshal(&rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
+		Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "user-42"}},
+	}}})
+	if err != nil {
+		return err
+	}
+	framed := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b)))
+	return os.WriteFile(path, append(framed, b...), 0o644)
 }
 
 // storeErrors counts the in-process server's decisions made by a rule's
@@ -296,4 +319,7 @@ func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, ca
 	fmt.Printf("%8d %12.0f %10v %10v %10v %10v %7.1f%% %8d %9d\n", callers, float64(len(all))/elapsed.Seconds(),
 		pct(0.50).Round(time.Microsecond), pct(0.90).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(0.999).Round(time.Microsecond),
 		100*float64(over.Load())/float64(len(all)), errs.Load(), storeErrs)
+	if storeErrs > 0 {
+		fmt.Printf("%8s %d answers came from on_store_error, not the store: not a measure of the store (for a saturated closed loop, give the store a longer ?timeout=)\n", "", storeErrs)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -84,6 +85,21 @@ func remember(pol *policy.Policy, cfg *refConfig) {
 		delete(refMap, wp)
 		refMu.Unlock()
 	}, wp)
+}
+
+// ReferenceLimits describes a policy made by ParseReferenceConfig: its
+// domains, sorted, and how many rate limits it enforces (unlimited and
+// zero-rate entries are not counted). ok is false for any other policy.
+func ReferenceLimits(pol *policy.Policy) (domains []string, limits int, ok bool) {
+	cfg := referenceOf(pol)
+	if cfg == nil {
+		return nil, 0, false
+	}
+	for d := range cfg.domains {
+		domains = append(domains, d)
+	}
+	slices.Sort(domains)
+	return domains, len(cfg.limits), true
 }
 
 func referenceOf(pol *policy.Policy) *refConfig {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -43,6 +44,10 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			code = 1
+			continue
+		}
+		if domains, n, ok := envoyrls.ReferenceLimits(p); ok {
+			fmt.Fprintf(stdout, "%s: ok (envoyproxy/ratelimit format: %d %s, %s %s)\n", file, n, plural(n, "rate limit"), plural(len(domains), "domain"), strings.Join(domains, ", "))
 			continue
 		}
 		fmt.Fprintf(stdout, "%s: ok (%d %s)\n", file, len(p.Rules), plural(len(p.Rules), "rule"))

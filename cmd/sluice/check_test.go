@@ -19,6 +19,11 @@ func TestCheckValidFile(t *testing.T) {
 	if !strings.HasPrefix(out.String(), want) {
 		t.Fatalf("stdout %q, want it to start with %q", out.String(), want)
 	}
+	// A reference-format file has no rules of sluice's own: its limits are
+	// counted instead.
+	if want := "../../examples/ratelimit-config.yaml: ok (envoyproxy/ratelimit format: 6 rate limits, domain edge)\n"; !strings.Contains(out.String(), want) {
+		t.Fatalf("stdout %q, want a line %q", out.String(), want)
+	}
 }
 
 func TestCheckInvalidFile(t *testing.T) {

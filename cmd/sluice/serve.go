@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -65,6 +66,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	listen := fs.String("listen", "", "decision API address (overrides the policy's listen)")
 	proxyListen := fs.String("proxy-listen", "", "reverse proxy address (overrides proxy.listen)")
 	grpcListen := fs.String("grpc-listen", "", "Envoy rate limit service address (overrides grpc_listen; \"off\" disables it)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (at shutdown), for go tool pprof")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -73,6 +75,20 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice serve: cpu profile: %v\n", err)
+			return 1
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 
 	var p *policy.Policy
 	var sum [32]byte // of the file in force

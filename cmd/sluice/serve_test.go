@@ -310,3 +310,27 @@ rules:
 		t.Errorf("audit record %v", rec)
 	}
 }
+
+func TestServeCPUProfile(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "cpu.prof")
+	t.Run("serve", func(t *testing.T) {
+		l, _ := startServe(t, "--cpuprofile", prof)
+		resp, err := http.Get("http://" + l.API + "/v1/auth")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}) // serve has shut down: the profile is written
+	b, err := os.ReadFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile is not a gzip-compressed pprof file: % x", b[:min(len(b), 8)])
+	}
+
+	var errb bytes.Buffer
+	if code := serve(context.Background(), []string{"--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir")}, &errb, nil); code != 1 || !strings.Contains(errb.String(), "cpu profile") {
+		t.Fatalf("unwritable profile: exit %d, %q", code, errb.String())
+	}
+}

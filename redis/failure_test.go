@@ -346,6 +346,11 @@ func TestParseURL(t *testing.T) {
 	if _, err := redis.Open("redis://127.0.0.1:1?batch=maybe", redis.Options{}); err == nil || !strings.Contains(err.Error(), "batch must be 0 or 1") {
 		t.Fatalf("batch=maybe: %v", err)
 	}
+	for _, v := range []string{"0", "65", "many"} {
+		if _, err := redis.Open("redis://127.0.0.1:1?batch_writers="+v, redis.Options{}); err == nil || !strings.Contains(err.Error(), "batch_writers must be 1 to 64") {
+			t.Fatalf("batch_writers=%s: %v", v, err)
+		}
+	}
 	for _, bad := range []string{"mysql://x", "redis://h?timeout=-1s", "redis+sentinel://h:1", "nohost"} {
 		if _, _, err := redis.ParseURL(bad); err == nil {
 			t.Fatalf("%s: no error", bad)

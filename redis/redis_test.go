@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -172,5 +173,35 @@ func TestKeyPrefix(t *testing.T) {
 	}
 	if _, err := redis.New(c, redis.Options{KeyPrefix: "{x}:"}); err == nil {
 		t.Fatal("a hash tag in the prefix was accepted")
+	}
+}
+
+// One batch writer (?batch_writers=1) carries every concurrent take:
+// exactly the burst is admitted, no more, no less.
+func TestBatchWritersFromURL(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(8_000_000_000_000))
+	s := open(t, standaloneURL(t)+"?batch_writers=1", redis.Options{Clock: clock})
+	lim := uniqueLimit(t, sluice.Spec{Name: "writers", TokensPerSecond: 1, Burst: 50})
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				d, err := s.Take(context.Background(), sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != 50 {
+		t.Fatalf("%d of 160 takes admitted, want the burst of 50", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,8 +20,8 @@ import (
 //	redis+cluster://[user:password@]host:port,host:port[?...]
 //
 // timeout sets Options.Timeout and key_prefix Options.KeyPrefix when the
-// options leave them zero; overlimit_cache=0 sets NoOverLimitCache and
-// batch=0 sets NoBatch. The
+// options leave them zero, as batch_writers does Options.BatchWriters;
+// overlimit_cache=0 sets NoOverLimitCache and batch=0 sets NoBatch. The
 // other query parameters are rueidis's (dial_timeout, write_timeout,
 // client_name, skip_verify for rediss, ...).
 func Open(rawURL string, opts Options) (*Store, error) {
@@ -180,6 +181,13 @@ func switches(rawURL string, opts *Options) error {
 	}
 	if v := q.Get("key_prefix"); v != "" && opts.KeyPrefix == "" {
 		opts.KeyPrefix = v
+	}
+	if v := q.Get("batch_writers"); v != "" && opts.BatchWriters == 0 {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 64 {
+			return fmt.Errorf("redis store url %s: batch_writers must be 1 to 64, got %q", redact(rawURL), v)
+		}
+		opts.BatchWriters = n
 	}
 	for name, off := range map[string]*bool{"overlimit_cache": &opts.NoOverLimitCache, "batch": &opts.NoBatch} {
 		switch v := q.Get(name); v {

@@ -141,19 +141,63 @@ type policyConfig struct {
 func RulesYAML(rows []RuleRow, o RulesOptions) ([]byte, error) {
 	o.defaults()
 	var out []policyRule
+	for _, g := range ruleGroups(rows) {
+		r, err := groupRule(g, o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return yaml.Marshal(out)
+}
+
+// RuleIDs maps the name of every limit RulesYAML makes of rows ("db-7.pro",
+// "db-7.all-plans") to the sluice_rules row it came from, so that a
+// violation of it can name its row (ViolationLog.SetRuleIDs).
+func RuleIDs(rows []RuleRow, o RulesOptions) map[string]int64 {
+	o.defaults()
+	ids := make(map[string]int64, len(rows))
+	for _, g := range ruleGroups(rows) {
+		name := groupName(g, o)
+		for _, r := range g {
+			ids[name+"."+tierName(r)] = r.ID
+		}
+	}
+	return ids
+}
+
+// ruleGroups splits rows, grouped by key pattern as LoadRules returns
+// them, into one slice per pattern: one generated rule each.
+func ruleGroups(rows []RuleRow) [][]RuleRow {
+	var gs [][]RuleRow
 	for i := 0; i < len(rows); {
 		j := i
 		for j < len(rows) && rows[j].KeyPattern == rows[i].KeyPattern {
 			j++
 		}
-		r, err := groupRule(rows[i:j], o)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
+		gs = append(gs, rows[i:j])
 		i = j
 	}
-	return yaml.Marshal(out)
+	return gs
+}
+
+// groupName is the name of a pattern's rule: NamePrefix and the smallest
+// rule_id of its rows, which stays while plans are added and removed.
+func groupName(group []RuleRow, o RulesOptions) string {
+	minID := group[0].ID
+	for _, r := range group {
+		minID = min(minID, r.ID)
+	}
+	return o.NamePrefix + strconv.FormatInt(minID, 10)
+}
+
+// tierName is the tier a row becomes: its plan, or allPlansTier for the
+// NULL-plan row.
+func tierName(r RuleRow) string {
+	if r.Plan == "" {
+		return allPlansTier
+	}
+	return r.Plan
 }
 
 func groupRule(group []RuleRow, o RulesOptions) (policyRule, error) {
@@ -161,10 +205,8 @@ func groupRule(group []RuleRow, o RulesOptions) (policyRule, error) {
 	bad := func(r RuleRow, format string, a ...any) error {
 		return fmt.Errorf("%w: sluice_rules rule_id %d (%q): %s", ErrInvalidRule, r.ID, r.KeyPattern, fmt.Sprintf(format, a...))
 	}
-	minID := first.ID
 	var plans, all []policyTier
 	for _, r := range group {
-		minID = min(minID, r.ID)
 		if r.Scope != first.Scope {
 			return policyRule{}, bad(r, "scope %q differs from the scope %q of rule_id %d with the same key_pattern", r.Scope, first.Scope, first.ID)
 		}
@@ -174,20 +216,18 @@ func groupRule(group []RuleRow, o RulesOptions) (policyRule, error) {
 		if r.Burst < 1 {
 			return policyRule{}, bad(r, "burst_capacity must be >= 1, got %d", r.Burst)
 		}
-		t := policyTier{Config: policyConfig{TokensPerSecond: r.RatePerSecond, Burst: r.Burst}}
+		t := policyTier{Name: tierName(r), Config: policyConfig{TokensPerSecond: r.RatePerSecond, Burst: r.Burst}}
 		if r.Plan == "" {
-			t.Name = allPlansTier
 			all = append(all, t)
 			continue
 		}
 		if !planName.MatchString(r.Plan) || r.Plan == allPlansTier {
 			return policyRule{}, bad(r, "plan %q must be 1 to 32 of A-Z a-z 0-9 _ . - (and not %q)", r.Plan, allPlansTier)
 		}
-		t.Name = r.Plan
 		t.Match = map[string]string{o.PlanKey: r.Plan}
 		plans = append(plans, t)
 	}
-	pr := policyRule{Name: o.NamePrefix + strconv.FormatInt(minID, 10), Tiers: append(plans, all...)}
+	pr := policyRule{Name: groupName(group, o), Tiers: append(plans, all...)}
 	switch first.Scope {
 	case "user":
 		pr.LimitKeys = []string{o.UserKey}

@@ -212,6 +212,52 @@ func TestForPlan(t *testing.T) {
 	}
 }
 
+// RuleIDs names the limits exactly as the compiled policy does, each with
+// the row it came from.
+func TestRuleIDs(t *testing.T) {
+	rows := []postgres.RuleRow{ // as LoadRules orders them
+		{ID: 9, KeyPattern: "ip:{ip}", Scope: "ip", RatePerSecond: 3, Burst: 7},
+		{ID: 7, KeyPattern: "user:{user}", Scope: "user", RatePerSecond: 1, Burst: 5, Plan: "pro"},
+		{ID: 3, KeyPattern: "user:{user}", Scope: "user", RatePerSecond: 2, Burst: 6},
+	}
+	ids := postgres.RuleIDs(rows, postgres.RulesOptions{})
+	want := map[string]int64{"db-9.all-plans": 9, "db-3.pro": 7, "db-3.all-plans": 3}
+	if len(ids) != len(want) {
+		t.Fatalf("RuleIDs = %v, want %v", ids, want)
+	}
+	for name, id := range want {
+		if ids[name] != id {
+			t.Fatalf("RuleIDs = %v, want %v", ids, want)
+		}
+	}
+	p, err := postgres.CompilePolicy("", nil, rows, postgres.RulesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range p.Rules {
+		for _, tier := range r.Tiers {
+			n++
+			id, ok := ids[tier.Limit.Name()]
+			if !ok {
+				t.Fatalf("the policy's limit %q is not in RuleIDs %v", tier.Limit.Name(), ids)
+			}
+			var row postgres.RuleRow
+			for _, rr := range rows {
+				if rr.ID == id {
+					row = rr
+				}
+			}
+			if tier.Limit.Capacity() != float64(row.Burst) {
+				t.Fatalf("limit %q has capacity %v, but row %d a burst of %d", tier.Limit.Name(), tier.Limit.Capacity(), id, row.Burst)
+			}
+		}
+	}
+	if n != len(want) {
+		t.Fatalf("the policy has %d limits, RuleIDs %d", n, len(want))
+	}
+}
+
 func TestRulesYAMLRejectsBadRows(t *testing.T) {
 	for _, tc := range []struct {
 		row  postgres.RuleRow

@@ -31,6 +31,10 @@ type PolicySourceOptions struct {
 	NoListen bool
 	// OnChange is called with every newly compiled policy.
 	OnChange func(*policy.Policy)
+	// Violations, when set, is told the row of every generated limit
+	// (SetRuleIDs) whenever the rows change, so that its violations carry
+	// their rule_id.
+	Violations *ViolationLog
 	// Logger reports refused refreshes (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -112,6 +116,9 @@ func (s *PolicySource) refresh(ctx context.Context) error {
 		return err
 	}
 	s.rows = rows
+	if s.opts.Violations != nil {
+		s.opts.Violations.SetRuleIDs(RuleIDs(rows, s.opts.Rules))
+	}
 	s.lastErr.Store(nil) // before install, whose OnChange may ask
 	s.install(p)
 	return nil

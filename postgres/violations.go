@@ -58,6 +58,8 @@ type ViolationLog struct {
 	done    chan struct{}
 	once    sync.Once
 
+	ruleIDs atomic.Pointer[map[string]int64] // limit name -> sluice_rules row
+
 	dropped, written, failed atomic.Uint64
 	mDropped, mWritten       prometheus.Counter
 	mFailed                  prometheus.Counter
@@ -118,6 +120,11 @@ func (v *ViolationLog) Record(x Violation) bool {
 	if x.At.IsZero() {
 		x.At = time.Now()
 	}
+	if x.RuleID == 0 {
+		if ids := v.ruleIDs.Load(); ids != nil {
+			x.RuleID = (*ids)[x.Rule]
+		}
+	}
 	select {
 	case v.queue <- x:
 		return true
@@ -127,6 +134,11 @@ func (v *ViolationLog) Record(x Violation) bool {
 		return false
 	}
 }
+
+// SetRuleIDs tells the log which sluice_rules row each limit name came
+// from (RuleIDs): Record fills a violation's RuleID from it when the
+// caller left it 0. A PolicySource given the log calls it on every reload.
+func (v *ViolationLog) SetRuleIDs(ids map[string]int64) { v.ruleIDs.Store(&ids) }
 
 // Dropped returns how many violations were dropped on a full queue.
 func (v *ViolationLog) Dropped() uint64 { return v.dropped.Load() }

@@ -91,7 +91,7 @@ func testPostgresRulesHook(t *testing.T, u string) {
 	if code := run([]string{"migrate", "--url", u}, &out, &errb); code != 0 {
 		t.Fatalf("migrate: %s", errb.String())
 	}
-	if src, stop, err := startPostgresRules(ctx, u, "f.yaml", nil, nil); src != nil || stop != nil || err != nil {
+	if src, stop, err := startPostgresRules(ctx, u, nil, "f.yaml", nil, nil); src != nil || stop != nil || err != nil {
 		t.Fatalf("without sluice_rules=true: %v %v", src, err)
 	}
 	conn, err := pgx.Connect(ctx, u)
@@ -104,7 +104,7 @@ func testPostgresRulesHook(t *testing.T, u string) {
 	}
 	installed := make(chan *policy.Policy, 8)
 	file := []byte("rules:\n  - name: from-file\n    algorithm_config: {tokens_per_second: 1, burst: 1}\n")
-	src, stop, err := startPostgresRules(ctx, withParams(u, "sluice_rules=true"), "f.yaml", file, func(p *policy.Policy) { installed <- p })
+	src, stop, err := startPostgresRules(ctx, withParams(u, "sluice_rules=true"), nil, "f.yaml", file, func(p *policy.Policy) { installed <- p })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,12 +155,12 @@ func testServeRulesTable(t *testing.T, u string) {
 	if d := take(t, l.API, `{"rule":"from-file","key":"u1"}`); d["allowed"] != true {
 		t.Fatalf("the file's rule: %v", d)
 	}
-	// The rejection is in sluice_violations with the client and endpoint
-	// (written off the request path, so poll), and the violation log's
-	// counters are on /metrics.
+	// The rejection is in sluice_violations with the client, the endpoint
+	// and its sluice_rules row (written off the request path, so poll),
+	// and the violation log's counters are on /metrics.
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		var n int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM sluice_violations WHERE rule = 'db-1.all-plans' AND host(ip_address) = '127.0.0.1' AND endpoint = '/v1/take'`).Scan(&n); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM sluice_violations WHERE rule = 'db-1.all-plans' AND rule_id = 1 AND host(ip_address) = '127.0.0.1' AND endpoint = '/v1/take'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n == 1 {

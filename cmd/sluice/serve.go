@@ -152,7 +152,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	// Rules kept in PostgreSQL (store.url postgres://...?sluice_rules=true)
 	// join the file's; the source installs the merged policy now and after
 	// every change to the table.
-	rules, stopRules, err := startPostgresRules(ctx, set.StoreURL, source, data, gate.SetPolicy)
+	rules, stopRules, err := startPostgresRules(ctx, set.StoreURL, store, source, data, gate.SetPolicy)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 1

@@ -43,8 +43,9 @@ func openPostgres(ctx context.Context, rawURL string, reg prometheus.Registerer)
 // config file (filename, data) together with the table's rows, calls
 // install with the result and again after every change to the table, and
 // returns the source (whose SetConfig takes a reloaded file) and a stop
-// function. For any other store URL it returns nil, nil, nil.
-func startPostgresRules(ctx context.Context, storeURL, filename string, data []byte, install func(*policy.Policy)) (*postgres.PolicySource, func(), error) {
+// function. When store records violations, they name their sluice_rules
+// row. For any other store URL it returns nil, nil, nil.
+func startPostgresRules(ctx context.Context, storeURL string, store sluice.Store, filename string, data []byte, install func(*policy.Policy)) (*postgres.PolicySource, func(), error) {
 	if !strings.HasPrefix(storeURL, "postgres://") && !strings.HasPrefix(storeURL, "postgresql://") {
 		return nil, nil, nil
 	}
@@ -61,7 +62,11 @@ func startPostgresRules(ctx context.Context, storeURL, filename string, data []b
 	if err != nil {
 		return nil, nil, fmt.Errorf("sluice_rules: %w", err)
 	}
-	src, err := postgres.NewPolicySource(ctx, pool, postgres.PolicySourceOptions{Filename: filename, Config: data, OnChange: install})
+	opts := postgres.PolicySourceOptions{Filename: filename, Config: data, OnChange: install}
+	if ps, ok := store.(*postgres.Store); ok {
+		opts.Violations = ps.Violations()
+	}
+	src, err := postgres.NewPolicySource(ctx, pool, opts)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

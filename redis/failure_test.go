@@ -488,3 +488,97 @@ func TestHungRedis(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A fleet shares Redis, each process with its own over-limit cache: a
+// Reset or a refund made through one store reaches the others' caches
+// (published on a channel), so they stop rejecting the key at once rather
+// than at the cached RetryAfter. The clock stands still, so only a dropped
+// entry can make a take pass.
+func TestOverLimitCacheFleet(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		url  func(testing.TB) string
+	}{{"standalone", standaloneURL}, {"cluster", clusterURL}} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := sluice.NewManualClock(time.UnixMicro(9_000_000_000_000))
+			regA := prometheus.NewRegistry()
+			a := open(t, tc.url(t), redis.Options{Clock: clock, Registerer: regA})
+			b := open(t, tc.url(t), redis.Options{Clock: clock, NoOverLimitCache: true})
+			ctx := context.Background()
+			lim := uniqueLimit(t, sluice.Spec{Name: "fleet", TokensPerSecond: 1.0 / 3600, Burst: 2})
+			take := func() sluice.Decision {
+				t.Helper()
+				ds, err := a.TakeAll(ctx, sluice.OpTake, []sluice.Request{{Limit: lim, Key: "k"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ds[0]
+			}
+			exhaust := func() {
+				t.Helper()
+				for take().Allowed {
+				}
+				hits := metricValue(t, regA, "sluice_redis_overlimit_cache_hits_total")
+				if take().Allowed || metricValue(t, regA, "sluice_redis_overlimit_cache_hits_total") != hits+1 {
+					t.Fatal("the rejection was not answered from the cache")
+				}
+			}
+			untilAllowed := func(what string) {
+				t.Helper()
+				for deadline := time.Now().Add(5 * time.Second); !take().Allowed; {
+					if time.Now().After(deadline) {
+						t.Fatalf("after %s through another store, the cache still rejects", what)
+					}
+					time.Sleep(5 * time.Millisecond) // waiting for the message, not for tokens
+				}
+			}
+
+			exhaust()
+			if err := b.Reset(ctx, lim, "k"); err != nil {
+				t.Fatal(err)
+			}
+			untilAllowed("a Reset")
+
+			exhaust()
+			if _, err := b.Take(ctx, sluice.OpRefund, sluice.Request{Limit: lim, Key: "k", Cost: 1}); err != nil {
+				t.Fatal(err)
+			}
+			untilAllowed("a refund")
+		})
+	}
+}
+
+// A subscription that is lost may have missed messages: the cache is
+// cleared when it is made again. Redis restarted empty here, so the
+// bucket is full, and a cache kept across the restart would reject it.
+func TestOverLimitCacheClearedOnResubscribe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restart takes seconds")
+	}
+	srv := newStandalone(t)
+	clock := sluice.NewManualClock(time.UnixMicro(9_500_000_000_000))
+	s := open(t, "redis://"+srv.addr(), redis.Options{Clock: clock, Timeout: time.Second, BreakerBackoff: 10 * time.Millisecond})
+	ctx := context.Background()
+	lim := uniqueLimit(t, sluice.Spec{Name: "resub", TokensPerSecond: 1.0 / 3600, Burst: 1})
+	take := func() (sluice.Decision, error) {
+		return s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+	}
+	take()
+	if d, err := take(); err != nil || d.Allowed {
+		t.Fatalf("second take of a burst of 1: %+v, %v", d, err)
+	}
+	srv.stop()
+	if err := srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		d, err := take()
+		if err == nil && d.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the restart: %+v, %v (the cache outlived the subscription)", d, err)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for the reconnection
+	}
+}

@@ -20,12 +20,13 @@ import (
 // through this store drops its entry once Redis has applied it, and a
 // rejection decided before that is not cached after it: every drop bumps
 // its shard's generation, which put compares with the one get saw before
-// the take was sent. A Reset or refund through another process, or a
-// TakeAll rolled back on Cluster, can put tokens back sooner, and takes
-// answered here until the deadline are then rejected although they would
-// have passed: a conservative error,
-// bounded by one RetryAfter. The same holds for a limit redefined under
-// the same name by a configuration reload.
+// the take was sent. A Reset or refund through another store on the same
+// Redis (another process of a fleet), or a TakeAll rolled back on
+// Cluster, reaches this cache as a published message (see drops.go): until
+// it arrives, a round trip later, takes answered here are rejected
+// although they would have passed. That conservative error is bounded by
+// one RetryAfter when a message is lost, and a limit redefined under the
+// same name by a configuration reload keeps its entries until then too.
 type overLimit struct {
 	seed   maphash.Seed
 	shards [16]overShard
@@ -117,4 +118,15 @@ func (c *overLimit) drop(key string) {
 	sh.gen++
 	delete(sh.m, key)
 	sh.mu.Unlock()
+}
+
+// clear forgets every entry, as if each had been dropped.
+func (c *overLimit) clear() {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		sh.gen++
+		clear(sh.m)
+		sh.mu.Unlock()
+	}
 }

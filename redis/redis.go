@@ -148,7 +148,11 @@ type Store struct {
 	br      *breaker
 	cache   *overLimit
 	batch   *batcher
-	met     *metrics
+	// stopDrops ends the subscription that keeps cache in step with the
+	// other stores (see drops.go); dropsDone is closed when it has.
+	stopDrops context.CancelFunc
+	dropsDone chan struct{}
+	met       *metrics
 }
 
 // New returns a Store over client, which the caller keeps and closes.
@@ -197,6 +201,12 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 	s.br = newBreaker(opts.BreakerFailures, opts.BreakerBackoff, met.breakerChanged)
 	if !opts.NoOverLimitCache {
 		s.cache = newOverLimit(opts.OverLimitCacheSize)
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopDrops, s.dropsDone = cancel, make(chan struct{})
+		go func() {
+			defer close(s.dropsDone)
+			s.subscribeDrops(ctx)
+		}()
 	}
 	if !opts.NoBatch {
 		s.batch = newBatcher(opts.BatchWriters, opts.BatchMaxOps, opts.Timeout, s.pad, s.exec, met.batchSize)
@@ -212,6 +222,10 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	if s.batch != nil {
 		s.batch.close()
+	}
+	if s.stopDrops != nil {
+		s.stopDrops()
+		<-s.dropsDone
 	}
 	if s.owned {
 		s.client.Close()
@@ -344,6 +358,9 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", opName(op), key, err)
 	}
+	if op == sluice.OpRefund {
+		s.publishDrops(ctx, key)
+	}
 	o := outcome(res)
 	d := r.Limit.Decide(o)
 	if cacheable && !o.Allowed && o.RetryAfter > 0 {
@@ -400,6 +417,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 		return fmt.Errorf("redis reset %q: %w", k, err)
 	}
 	s.br.done(true)
+	s.publishDrops(ctx, k)
 	return nil
 }
 
@@ -443,10 +461,15 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		if err != nil {
 			return nil, fmt.Errorf("redis %s all %q: %w", opName(op), keys, err)
 		}
+		if op == sluice.OpRefund {
+			s.publishDrops(ctx, keys...)
+		}
 		return s.decide(rs, res), nil
 	}
 	if op == sluice.OpRefund {
-		return s.refundAllCluster(ctx, rs, chs, keys)
+		ds, err := s.refundAllCluster(ctx, rs, chs, keys)
+		s.publishDrops(ctx, keys...) // even after an error: some slots may have been refunded
+		return ds, err
 	}
 	return s.takeAllCluster(ctx, op, rs, chs, keys)
 }
@@ -603,7 +626,15 @@ func (s *Store) rollback(ctx context.Context, rs []sluice.Request, chs []sluice.
 		if err != nil {
 			s.met.refundFailures.Inc()
 			errs = append(errs, fmt.Errorf("refund slot %d: %w", g.slot, err))
+			continue
 		}
+		// The tokens are back: no cache may keep rejecting these keys.
+		if s.cache != nil {
+			for _, k := range gk {
+				s.cache.drop(k)
+			}
+		}
+		s.publishDrops(ctx, gk...)
 	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,66 @@
+package redis
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Every store on one Redis (a fleet of sluice processes) keeps its own
+// over-limit cache. A Reset or a refund made through one of them must
+// reach the others' caches too, or they would keep rejecting the key until
+// the cached RetryAfter, which for a window of an hour is an hour. So the
+// store that deletes or refunds a key publishes it on a channel every
+// store with a cache subscribes to, and each drops its entry. Delivery
+// takes a round trip; while a subscription is down its messages are lost,
+// so losing it and making it again each clear the whole cache, which can
+// only cost round trips.
+
+// dropChannel is the channel of the stores sharing the key prefix.
+func (s *Store) dropChannel() string { return s.prefix + "sluice:overlimit-drops" }
+
+// subscribeDrops listens on dropChannel until ctx ends.
+func (s *Store) subscribeDrops(ctx context.Context) {
+	sub := s.client.B().Subscribe().Channel(s.dropChannel()).Build()
+	// The first subscription only misses drops published while the store
+	// was being made, when its cache was empty; every later one (after a
+	// reconnection) may have missed any.
+	var subscribed atomic.Bool
+	hooked := rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
+		if p.Kind == "subscribe" && subscribed.Swap(true) {
+			s.cache.clear()
+		}
+	})
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.client.Receive(hooked, sub, func(m rueidis.PubSubMessage) { s.cache.drop(m.Message) })
+		if ctx.Err() != nil {
+			return
+		}
+		_ = err // a lost subscription (Redis down, failover): cleared, then again
+		subscribed.Store(true)
+		s.cache.clear()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// publishDrops tells the stores' caches (this one's included, which is
+// harmless) that keys have tokens again, whether or not this store has a
+// cache of its own. It is best effort: on failure their entries still end at their
+// RetryAfter, as without the channel.
+func (s *Store) publishDrops(ctx context.Context, keys ...string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	cmds := make(rueidis.Commands, 0, len(keys))
+	for _, k := range keys {
+		cmds = append(cmds, s.client.B().Publish().Channel(s.dropChannel()).Message(k).Build())
+	}
+	s.client.DoMulti(ctx, cmds...)
+}

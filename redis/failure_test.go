@@ -238,6 +238,15 @@ func TestOverLimitCache(t *testing.T) {
 	if hits := metricValue(t, reg, "sluice_redis_overlimit_cache_hits_total"); hits != 2 {
 		t.Fatalf("cache hits %v after TakeAll of one, want 2", hits)
 	}
+	// A reload makes a new limit under the same name (the same key): its
+	// takes are not answered by the old limit's rejection.
+	reloaded := sluice.MustLimit(sluice.Spec{Name: lim.Name(), TokensPerSecond: 1, Burst: 4})
+	if _, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: reloaded, Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if hits := metricValue(t, reg, "sluice_redis_overlimit_cache_hits_total"); hits != 2 {
+		t.Fatalf("cache hits %v after a take of the reloaded limit, want still 2", hits)
+	}
 	other := uniqueLimit(t, sluice.Spec{Name: "cache-other", TokensPerSecond: 1, Burst: 2})
 	if _, err := s.TakeAll(ctx, sluice.OpTake, []sluice.Request{{Limit: lim, Key: "k", Cost: 1}, {Limit: other, Key: "k"}}); err != nil {
 		t.Fatal(err)

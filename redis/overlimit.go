@@ -25,8 +25,7 @@ import (
 // Cluster, reaches this cache as a published message (see drops.go): until
 // it arrives, a round trip later, takes answered here are rejected
 // although they would have passed. That conservative error is bounded by
-// one RetryAfter when a message is lost, and a limit redefined under the
-// same name by a configuration reload keeps its entries until then too.
+// one RetryAfter when a message is lost.
 type overLimit struct {
 	seed   maphash.Seed
 	shards [16]overShard
@@ -42,6 +41,7 @@ type overShard struct {
 type overEntry struct {
 	at, until int64 // local microseconds
 	cost      int64
+	lim       *sluice.Limit // the limit Redis decided with
 	d         sluice.Decision
 }
 
@@ -59,7 +59,11 @@ func (c *overLimit) shard(key string) *overShard {
 
 // get returns the cached rejection of key for a take of cost at now, and
 // the generation to pass to put if the take is sent to Redis instead.
-func (c *overLimit) get(key string, cost, now int64) (sluice.Decision, uint64, bool) {
+//
+// An entry answers only takes of the limit it was decided with: a
+// configuration reload makes new limits (perhaps with the same names and
+// so the same keys, but other rates), whose takes go to Redis.
+func (c *overLimit) get(key string, lim *sluice.Limit, cost, now int64) (sluice.Decision, uint64, bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	gen := sh.gen
@@ -69,7 +73,7 @@ func (c *overLimit) get(key string, cost, now int64) (sluice.Decision, uint64, b
 		ok = false
 	}
 	sh.mu.Unlock()
-	if !ok || cost < e.cost {
+	if !ok || cost < e.cost || e.lim != lim {
 		return sluice.Decision{}, gen, false
 	}
 	d := e.d
@@ -82,14 +86,14 @@ func (c *overLimit) get(key string, cost, now int64) (sluice.Decision, uint64, b
 // gen is what get returned before the take was sent: if the shard has
 // seen a drop since, the rejection may predate a refund or a Reset of
 // key, and is not recorded.
-func (c *overLimit) put(key string, gen uint64, cost, at, until int64, d sluice.Decision) {
+func (c *overLimit) put(key string, lim *sluice.Limit, gen uint64, cost, at, until int64, d sluice.Decision) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	if sh.gen != gen {
 		sh.mu.Unlock()
 		return
 	}
-	if old, ok := sh.m[key]; ok && old.until > at && old.cost < cost {
+	if old, ok := sh.m[key]; ok && old.until > at && old.cost < cost && old.lim == lim {
 		// Keep the entry that answers more requests (the smaller cost).
 		sh.mu.Unlock()
 		return
@@ -106,7 +110,7 @@ func (c *overLimit) put(key string, gen uint64, cost, at, until int64, d sluice.
 			n++
 		}
 	}
-	sh.m[key] = overEntry{at: at, until: until, cost: cost, d: d}
+	sh.m[key] = overEntry{at: at, until: until, cost: cost, lim: lim, d: d}
 	sh.mu.Unlock()
 }
 

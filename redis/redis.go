@@ -338,7 +338,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	var gen uint64
 	if cacheable {
 		sent = s.localNow()
-		d, g, ok := s.cache.get(key, ch.Cost, sent)
+		d, g, ok := s.cache.get(key, r.Limit, ch.Cost, sent)
 		if ok {
 			s.met.cacheHits.Inc()
 			return d, nil
@@ -364,7 +364,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	o := outcome(res)
 	d := r.Limit.Decide(o)
 	if cacheable && !o.Allowed && o.RetryAfter > 0 {
-		s.cache.put(key, gen, ch.Cost, sent, sent+o.RetryAfter, d)
+		s.cache.put(key, r.Limit, gen, ch.Cost, sent, sent+o.RetryAfter, d)
 	}
 	return d, nil
 }

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +24,6 @@ func (s *Store) dropChannel() string { return s.prefix + "sluice:overlimit-drops
 
 // subscribeDrops listens on dropChannel until ctx ends.
 func (s *Store) subscribeDrops(ctx context.Context) {
-	sub := s.client.B().Subscribe().Channel(s.dropChannel()).Build()
 	// The first subscription only misses drops published while the store
 	// was being made, when its cache was empty; every later one (after a
 	// reconnection) may have missed any.
@@ -35,11 +35,18 @@ func (s *Store) subscribeDrops(ctx context.Context) {
 	})
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
+		// A command is recycled by the call that sends it: one per call.
+		sub := s.client.B().Subscribe().Channel(s.dropChannel()).Build()
 		err := s.client.Receive(hooked, sub, func(m rueidis.PubSubMessage) { s.cache.drop(m.Message) })
 		if ctx.Err() != nil {
 			return
 		}
-		_ = err // a lost subscription (Redis down, failover): cleared, then again
+		// Lost (Redis down, a failover) or refused (an ACL without the
+		// channel): cleared, and asked again.
+		if errors.Is(err, rueidis.ErrClosing) {
+			return // the caller closed the client without closing the store
+		}
+		s.met.dropsLost.Inc()
 		subscribed.Store(true)
 		s.cache.clear()
 		select {
@@ -62,5 +69,9 @@ func (s *Store) publishDrops(ctx context.Context, keys ...string) {
 	for _, k := range keys {
 		cmds = append(cmds, s.client.B().Publish().Channel(s.dropChannel()).Message(k).Build())
 	}
-	s.client.DoMulti(ctx, cmds...)
+	for _, r := range s.client.DoMulti(ctx, cmds...) {
+		if r.Error() != nil {
+			s.met.dropsLost.Inc()
+		}
+	}
 }

@@ -591,3 +591,28 @@ func TestOverLimitCacheClearedOnResubscribe(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // waiting for the reconnection
 	}
 }
+
+// A user whose ACL has no pub/sub channels still gets its takes; the
+// refused subscription and publishes are counted, not fatal.
+func TestOverLimitDropsRefusedByACL(t *testing.T) {
+	srv := newStandalone(t)
+	if out, err := cli(srv.addr(), "ACL", "SETUSER", "nochan", "on", ">pw", "~*", "+@all", "resetchannels"); err != nil || !strings.Contains(out, "OK") {
+		t.Fatalf("ACL SETUSER: %v %s", err, out)
+	}
+	reg := prometheus.NewRegistry()
+	s := open(t, "redis://nochan:pw@"+srv.addr(), redis.Options{Registerer: reg})
+	ctx := context.Background()
+	lim := uniqueLimit(t, sluice.Spec{Name: "acl", TokensPerSecond: 1, Burst: 1})
+	if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
+		t.Fatalf("take: %+v, %v", d, err)
+	}
+	if err := s.Reset(ctx, lim, "k"); err != nil {
+		t.Fatalf("reset with its publish refused: %v", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); metricValue(t, reg, "sluice_redis_overlimit_drops_failures_total") < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("refused subscription and publish not counted: %v", metricValue(t, reg, "sluice_redis_overlimit_drops_failures_total"))
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for the subscription's retry
+	}
+}

@@ -15,6 +15,7 @@ type metrics struct {
 	breakerState   prometheus.Gauge
 	cacheHits      prometheus.Counter
 	refundFailures prometheus.Counter
+	dropsLost      prometheus.Counter
 	batchSize      prometheus.Histogram
 }
 
@@ -39,6 +40,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		refundFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_redis_refund_failures_total",
 			Help: "Cluster TakeAll refunds that failed, leaving a charge for a rejected request.",
+		}),
+		dropsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_redis_overlimit_drops_failures_total",
+			Help: "Failures of the channel that carries Resets and refunds to every process's over-limit cache: a subscription lost or refused (each clears this process's cache), or a publish that failed (the other caches keep the key until its RetryAfter).",
 		}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sluice_redis_batch_requests",
@@ -69,5 +74,5 @@ func (m *metrics) breakerChanged(state int32, opened bool) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.errors, m.breakerOpens, m.breakerState, m.cacheHits, m.refundFailures, m.batchSize}
+	return []prometheus.Collector{m.errors, m.breakerOpens, m.breakerState, m.cacheHits, m.refundFailures, m.dropsLost, m.batchSize}
 }

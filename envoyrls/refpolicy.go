@@ -88,18 +88,21 @@ func remember(pol *policy.Policy, cfg *refConfig) {
 }
 
 // ReferenceLimits describes a policy made by ParseReferenceConfig: its
-// domains, sorted, and how many rate limits it enforces (unlimited and
-// zero-rate entries are not counted). ok is false for any other policy.
-func ReferenceLimits(pol *policy.Policy) (domains []string, limits int, ok bool) {
+// domains, sorted, and the limits it enforces, in file order (unlimited
+// and zero-rate entries have none). ok is false for any other policy.
+func ReferenceLimits(pol *policy.Policy) (domains []string, limits []*sluice.Limit, ok bool) {
 	cfg := referenceOf(pol)
 	if cfg == nil {
-		return nil, 0, false
+		return nil, nil, false
 	}
 	for d := range cfg.domains {
 		domains = append(domains, d)
 	}
 	slices.Sort(domains)
-	return domains, len(cfg.limits), true
+	for _, l := range cfg.limits {
+		limits = append(limits, l.policyRule.Limit)
+	}
+	return domains, limits, true
 }
 
 func referenceOf(pol *policy.Policy) *refConfig {

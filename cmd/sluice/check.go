@@ -46,7 +46,8 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			code = 1
 			continue
 		}
-		if domains, n, ok := envoyrls.ReferenceLimits(p); ok {
+		if domains, limits, ok := envoyrls.ReferenceLimits(p); ok {
+			n := len(limits)
 			fmt.Fprintf(stdout, "%s: ok (envoyproxy/ratelimit format: %d %s, %s %s)\n", file, n, plural(n, "rate limit"), plural(len(domains), "domain"), strings.Join(domains, ", "))
 			continue
 		}

@@ -33,10 +33,12 @@ func (s *Store) subscribeDrops(ctx context.Context) {
 			s.cache.clear()
 		}
 	})
-	backoff := 50 * time.Millisecond
+	const firstBackoff = 50 * time.Millisecond
+	backoff := firstBackoff
 	for ctx.Err() == nil {
 		// A command is recycled by the call that sends it: one per call.
 		sub := s.client.B().Subscribe().Channel(s.dropChannel()).Build()
+		began := time.Now()
 		err := s.client.Receive(hooked, sub, func(m rueidis.PubSubMessage) { s.cache.drop(m.Message) })
 		if ctx.Err() != nil {
 			return
@@ -49,6 +51,9 @@ func (s *Store) subscribeDrops(ctx context.Context) {
 		s.met.dropsLost.Inc()
 		subscribed.Store(true)
 		s.cache.clear()
+		if time.Since(began) > time.Minute {
+			backoff = firstBackoff // it had been working: a new outage
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -60,8 +65,8 @@ func (s *Store) subscribeDrops(ctx context.Context) {
 
 // publishDrops tells the stores' caches (this one's included, which is
 // harmless) that keys have tokens again, whether or not this store has a
-// cache of its own. It is best effort: on failure their entries still end at their
-// RetryAfter, as without the channel.
+// cache of its own. It is best effort: on failure their entries still end
+// at their RetryAfter, as without the channel.
 func (s *Store) publishDrops(ctx context.Context, keys ...string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()

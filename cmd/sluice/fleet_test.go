@@ -55,8 +55,10 @@ func startRedisServer(t *testing.T) string {
 func TestServeRedisFleet(t *testing.T) {
 	addr := startRedisServer(t)
 	cfg := filepath.Join(t.TempDir(), "fleet.yaml")
+	t.Setenv("SLUICE_FLEET_ADMIN", "fleet-admin-token")
 	conf := fmt.Sprintf(`store:
   url: redis://%s/0
+admin_token_env: SLUICE_FLEET_ADMIN
 rules:
   - name: shared
     algorithm_config: {rate: 1, period: 1h, capacity: 5}
@@ -78,6 +80,24 @@ rules:
 	}
 	if admitted != 5 {
 		t.Fatalf("the fleet admitted %d, want the shared burst of 5", admitted)
+	}
+	// Both processes now answer the key from their over-limit caches (a
+	// window of an hour). A reset through b reaches a's cache too.
+	req, _ := http.NewRequest(http.MethodPost, "http://"+b.API+"/v1/reset", strings.NewReader(`{"rule":"shared","key":"k"}`))
+	req.Header.Set("Authorization", "Bearer fleet-admin-token")
+	rr, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr.Body.Close()
+	if rr.StatusCode != http.StatusOK {
+		t.Fatalf("reset: %s", rr.Status)
+	}
+	for deadline := time.Now().Add(5 * time.Second); take(t, a.API, `{"rule":"shared","key":"k"}`)["allowed"] != true; {
+		if time.Now().After(deadline) {
+			t.Fatal("after a reset through b, a still rejects the key")
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for the drop message, not for tokens
 	}
 	resp, err := http.Get("http://" + a.API + "/metrics")
 	if err != nil {

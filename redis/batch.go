@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,23 @@ type call struct {
 	res  []int64
 	err  error
 	done chan struct{}
+	// state is waiting until either a writer takes the call into a script
+	// call (sent) or its caller gives up first (abandoned), never both, so
+	// that an abandoned call is certain never to reach Redis.
+	state atomic.Int32
 }
+
+const (
+	callWaiting int32 = iota
+	callSent
+	callAbandoned
+)
+
+// errUnsent is returned, wrapped with the context's error, for a call
+// whose deadline passed while it waited in this process for a writer: the
+// process is overloaded, and Redis has not been asked, so the circuit
+// breaker does not count it against Redis.
+var errUnsent = errors.New("redis store: deadline passed before the call was sent (this process is overloaded)")
 
 func newBatcher(writers, maxOps int, timeout time.Duration, pad string, exec func(context.Context, []string, []string) ([]int64, error), sizes prometheus.Histogram) *batcher {
 	b := &batcher{q: make(chan *call, 4*maxOps), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{}), sizes: sizes}
@@ -81,7 +98,7 @@ func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) 
 	select {
 	case b.q <- c:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("%w: %w", errUnsent, ctx.Err())
 	case <-b.stop:
 		return nil, fmt.Errorf("redis store closed")
 	}
@@ -91,6 +108,9 @@ func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) 
 	case <-ctx.Done():
 		// The writer may still send the call; like any timed-out write, it
 		// may or may not have been applied.
+		if c.state.CompareAndSwap(callWaiting, callAbandoned) {
+			return nil, fmt.Errorf("%w: %w", errUnsent, ctx.Err())
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -122,8 +142,13 @@ func (b *batcher) loop() {
 		live := batch[:0]
 		for _, c := range batch {
 			if err := c.ctx.Err(); err != nil {
-				c.err = err
+				c.state.CompareAndSwap(callWaiting, callAbandoned)
+				c.err = fmt.Errorf("%w: %w", errUnsent, err)
 				close(c.done)
+				continue
+			}
+			if !c.state.CompareAndSwap(callWaiting, callSent) {
+				close(c.done) // its caller gave up and has returned
 				continue
 			}
 			live = append(live, c)

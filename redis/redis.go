@@ -311,10 +311,12 @@ func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) 
 		}
 	}
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(err, errUnsent) {
 			s.br.done(false)
 		} else {
-			s.br.abort() // the caller's own cancellation is not Redis's failure
+			// The caller's own cancellation, or a call that never left this
+			// process, is not Redis's failure.
+			s.br.abort()
 		}
 		s.met.errors.Inc()
 		return nil, err

@@ -1,0 +1,96 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// A call whose deadline passes while it waits in this process for a busy
+// writer never reaches Redis, and says so (errUnsent), so that the breaker
+// does not blame Redis for this process's overload. The script call is a
+// stand-in that blocks: local queueing cannot be produced on demand with a
+// real server (TestHungRedis covers a hung one).
+func TestUnsentCallsAreNotRedisFailures(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	sentKeys := map[string]bool{}
+	exec := func(ctx context.Context, keys, _ []string) ([]int64, error) {
+		mu.Lock()
+		for _, k := range keys {
+			sentKeys[k] = true
+		}
+		mu.Unlock()
+		select {
+		case <-release:
+			return make([]int64, replyWidth*len(keys)), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	b := newBatcher(1, 256, 5*time.Second, "0", exec, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
+	defer b.close()
+
+	call := func(key string, wait time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		_, err := b.do(ctx, []string{key}, []string{"t1", "tb 1 1 1", "1", ""})
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := map[string]error{}
+	var emu sync.Mutex
+	start := func(key string, wait time.Duration) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := call(key, wait)
+			emu.Lock()
+			errs[key] = err
+			emu.Unlock()
+		}()
+	}
+	// "direct" goes straight to Redis (nothing in flight); "writer" is
+	// taken by the only writer, which then blocks; the rest queue behind it
+	// and run out of time there.
+	start("direct", 3*time.Second)
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return sentKeys["direct"] })
+	start("writer", 3*time.Second)
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return sentKeys["writer"] })
+	for _, k := range []string{"q1", "q2", "q3"} {
+		start(k, 100*time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // the queued calls' deadlines pass
+	close(release)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range []string{"q1", "q2", "q3"} {
+		if !errors.Is(errs[k], errUnsent) || !errors.Is(errs[k], context.DeadlineExceeded) {
+			t.Errorf("%s: %v, want errUnsent and DeadlineExceeded", k, errs[k])
+		}
+		if sentKeys[k] {
+			t.Errorf("%s was sent after its caller gave up", k)
+		}
+	}
+	for _, k := range []string{"direct", "writer"} {
+		if errs[k] != nil {
+			t.Errorf("%s: %v, want its answer", k, errs[k])
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -47,3 +47,25 @@ func TestBreakerStates(t *testing.T) {
 		t.Fatal("a successful probe did not close")
 	}
 }
+
+// Failures among many successes (a stall of this process making a few
+// calls miss their deadline together) do not open the breaker; a Redis
+// that fails most calls does.
+func TestBreakerOpensOnAShareOfFailures(t *testing.T) {
+	b := newBreaker(5, time.Minute, nil)
+	for range 100 {
+		b.done(true)
+	}
+	for range 20 {
+		b.done(false)
+	}
+	if !b.allow() {
+		t.Fatal("20 failures among 120 calls opened the breaker")
+	}
+	for range 100 {
+		b.done(false)
+	}
+	if b.allow() {
+		t.Fatal("120 failures among 220 calls left the breaker closed")
+	}
+}

@@ -121,9 +121,12 @@ type Options struct {
 	NoOverLimitCache bool
 	// OverLimitCacheSize bounds that cache (default 100,000 keys).
 	OverLimitCacheSize int
-	// BreakerFailures is how many consecutive failures open the circuit
-	// breaker (default 5); BreakerBackoff how long it stays open before a
-	// probe (default 500ms).
+	// BreakerFailures is how many failed calls within one second, when
+	// they are at least half of that second's calls, open the circuit
+	// breaker (default 5): a Redis that is down opens it after that many
+	// calls, while a stall of this process that makes a few calls miss
+	// their deadline among many that succeed does not. BreakerBackoff is
+	// how long it stays open before a probe (default 500ms).
 	BreakerFailures int
 	BreakerBackoff  time.Duration
 	// NoBatch sends every call as its own script call.

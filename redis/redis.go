@@ -96,7 +96,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/breaker"
 )
+
+// ErrBreakerOpen is returned, wrapped, while the circuit breaker keeps
+// calls away from a Redis that has been failing.
+var ErrBreakerOpen = errors.New("redis store: circuit breaker open")
 
 // Options configures a Store. The zero value is usable.
 type Options struct {
@@ -148,7 +153,7 @@ type Store struct {
 	clock   sluice.Clock
 	epoch   time.Time
 	pad     string
-	br      *breaker
+	br      *breaker.Breaker
 	cache   *overLimit
 	batch   *batcher
 	// stopDrops ends the subscription that keeps cache in step with the
@@ -201,7 +206,7 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 		// real time a test takes, or they would expire early.
 		s.pad = "3600000"
 	}
-	s.br = newBreaker(opts.BreakerFailures, opts.BreakerBackoff, met.breakerChanged)
+	s.br = breaker.New(opts.BreakerFailures, opts.BreakerBackoff, met.breakerChanged)
 	if !opts.NoOverLimitCache {
 		s.cache = newOverLimit(opts.OverLimitCacheSize)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -295,7 +300,7 @@ func (s *Store) localNow() int64 {
 // run sends groups through the breaker, with the deadline, batched when it
 // can be.
 func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) ([]int64, error) {
-	if !s.br.allow() {
+	if !s.br.Allow() {
 		s.met.errors.Inc()
 		return nil, ErrBreakerOpen
 	}
@@ -315,16 +320,16 @@ func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) 
 	}
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, errUnsent) {
-			s.br.done(false)
+			s.br.Done(false)
 		} else {
 			// The caller's own cancellation, or a call that never left this
 			// process, is not Redis's failure.
-			s.br.abort()
+			s.br.Abort()
 		}
 		s.met.errors.Inc()
 		return nil, err
 	}
-	s.br.done(true)
+	s.br.Done(true)
 	return res, nil
 }
 
@@ -406,7 +411,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 		defer s.cache.drop(k)
 		s.cache.drop(k)
 	}
-	if !s.br.allow() {
+	if !s.br.Allow() {
 		s.met.errors.Inc()
 		return fmt.Errorf("redis reset %q: %w", k, ErrBreakerOpen)
 	}
@@ -414,14 +419,14 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 	defer cancel()
 	if err := s.client.Do(cctx, s.client.B().Del().Key(k).Build()).Error(); err != nil {
 		if ctx.Err() == nil {
-			s.br.done(false)
+			s.br.Done(false)
 		} else {
-			s.br.abort()
+			s.br.Abort()
 		}
 		s.met.errors.Inc()
 		return fmt.Errorf("redis reset %q: %w", k, err)
 	}
-	s.br.done(true)
+	s.br.Done(true)
 	s.publishDrops(ctx, k)
 	return nil
 }

@@ -1,23 +1,23 @@
-package redis
+// Package breaker is the circuit breaker the stores put in front of their
+// servers: after enough failed calls it fails calls at once for a backoff,
+// so that a dead server does not add its timeout to every request, then
+// lets one call through as a probe.
+package breaker
 
 import (
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// ErrBreakerOpen is returned, wrapped, while the circuit breaker keeps
-// calls away from a Redis that has been failing.
-var ErrBreakerOpen = errors.New("redis store: circuit breaker open")
-
+// The states, as onChange is told them.
 const (
-	breakerClosed int32 = iota
-	breakerOpen
-	breakerProbing
+	Closed int32 = iota
+	Open
+	Probing
 )
 
-// breaker opens when, within one second, at least threshold calls failed
+// Breaker opens when, within one second, at least threshold calls failed
 // and they are at least half of the calls: for backoff, every call fails at
 // once instead of adding the timeout to every request. Then one call goes
 // through as a probe; its success closes the breaker, its failure opens it
@@ -25,11 +25,11 @@ const (
 //
 // A share rather than a run of consecutive failures: with many calls in
 // flight, one stall of this process (CPU stolen, a GC) can make several of
-// them miss their deadline together while Redis answers everything else,
-// and opening then would fail every call for the backoff. A Redis that is
-// down fails them all, and opens the breaker after threshold calls as a
-// run would.
-type breaker struct {
+// them miss their deadline together while the server answers everything
+// else, and opening then would fail every call for the backoff. A server
+// that is down fails them all, and opens the breaker after threshold calls
+// as a run would.
+type Breaker struct {
 	state     atomic.Int32
 	threshold int64
 	backoff   time.Duration
@@ -46,27 +46,30 @@ type breaker struct {
 
 const breakerWindow = int64(time.Second)
 
-func newBreaker(threshold int, backoff time.Duration, onChange func(int32, bool)) *breaker {
-	b := &breaker{threshold: int64(threshold), backoff: backoff, onChange: onChange}
+// New returns a closed Breaker that opens when at least threshold calls
+// failed within a second and they are at least half of its calls, stays
+// open for backoff, and tells onChange (when not nil) every change of state.
+func New(threshold int, backoff time.Duration, onChange func(state int32, opened bool)) *Breaker {
+	b := &Breaker{threshold: int64(threshold), backoff: backoff, onChange: onChange}
 	b.window.Store(time.Now().UnixNano())
 	return b
 }
 
-// allow reports whether a call may go to Redis.
-func (b *breaker) allow() bool {
-	if b.state.Load() == breakerClosed {
+// Allow reports whether a call may go to the server.
+func (b *Breaker) Allow() bool {
+	if b.state.Load() == Closed {
 		return true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state.Load() {
-	case breakerClosed:
+	case Closed:
 		return true
-	case breakerOpen:
+	case Open:
 		if time.Now().Before(b.until) {
 			return false
 		}
-		b.set(breakerProbing, false)
+		b.set(Probing, false)
 		return true
 	default: // a probe is out
 		return false
@@ -75,7 +78,7 @@ func (b *breaker) allow() bool {
 
 // count adds a call to the current window, starting a new one when a
 // second has passed, and returns the window's calls and failures.
-func (b *breaker) count(failed bool) (calls, failures int64) {
+func (b *Breaker) count(failed bool) (calls, failures int64) {
 	now := time.Now().UnixNano()
 	if w := b.window.Load(); now-w >= breakerWindow && b.window.CompareAndSwap(w, now) {
 		// Calls counted by other goroutines between the swap and these
@@ -90,48 +93,48 @@ func (b *breaker) count(failed bool) (calls, failures int64) {
 	return calls, b.failed.Load()
 }
 
-// done records a call's result.
-func (b *breaker) done(ok bool) {
+// Done records a call's result.
+func (b *Breaker) Done(ok bool) {
 	calls, failures := b.count(!ok)
 	if ok {
-		if b.state.Load() == breakerClosed {
+		if b.state.Load() == Closed {
 			return
 		}
 		b.mu.Lock()
-		b.set(breakerClosed, false)
+		b.set(Closed, false)
 		b.calls.Store(0)
 		b.failed.Store(0)
 		b.mu.Unlock()
 		return
 	}
 	st := b.state.Load()
-	if st == breakerOpen || (st == breakerClosed && (failures < b.threshold || 2*failures < calls)) {
+	if st == Open || (st == Closed && (failures < b.threshold || 2*failures < calls)) {
 		return
 	}
 	b.mu.Lock()
-	if st := b.state.Load(); st == breakerProbing || st == breakerClosed {
+	if st := b.state.Load(); st == Probing || st == Closed {
 		b.until = time.Now().Add(b.backoff)
-		b.set(breakerOpen, true)
+		b.set(Open, true)
 	}
 	b.mu.Unlock()
 }
 
-// abort records a call that ended without telling anything about Redis
-// (its caller gave up): a probe it was is released, so the next call
-// probes instead.
-func (b *breaker) abort() {
-	if b.state.Load() != breakerProbing {
+// Abort records a call that ended without telling anything about the
+// server (its caller gave up, or it never left this process): a probe it
+// was is released, so the next call probes instead.
+func (b *Breaker) Abort() {
+	if b.state.Load() != Probing {
 		return
 	}
 	b.mu.Lock()
-	if b.state.Load() == breakerProbing {
+	if b.state.Load() == Probing {
 		b.until = time.Now()
-		b.set(breakerOpen, false)
+		b.set(Open, false)
 	}
 	b.mu.Unlock()
 }
 
-func (b *breaker) set(st int32, opened bool) {
+func (b *Breaker) set(st int32, opened bool) {
 	b.state.Store(st)
 	if b.onChange != nil {
 		b.onChange(st, opened)

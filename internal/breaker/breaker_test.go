@@ -1,4 +1,4 @@
-package redis
+package breaker
 
 import (
 	"testing"
@@ -10,40 +10,40 @@ import (
 // whose caller gives up.
 func TestBreakerStates(t *testing.T) {
 	var opens int
-	b := newBreaker(2, 20*time.Millisecond, func(_ int32, opened bool) {
+	b := New(2, 20*time.Millisecond, func(_ int32, opened bool) {
 		if opened {
 			opens++
 		}
 	})
-	b.done(false)
-	if !b.allow() {
+	b.Done(false)
+	if !b.Allow() {
 		t.Fatal("open after one failure of two")
 	}
-	b.done(false)
-	if b.allow() || opens != 1 {
+	b.Done(false)
+	if b.Allow() || opens != 1 {
 		t.Fatalf("not open after two failures (opens %d)", opens)
 	}
 	time.Sleep(25 * time.Millisecond)
-	if !b.allow() {
+	if !b.Allow() {
 		t.Fatal("no probe after the backoff")
 	}
-	if b.allow() {
+	if b.Allow() {
 		t.Fatal("a second call went through while the probe is out")
 	}
-	b.abort() // the probe's caller gave up: the next call probes
-	if !b.allow() {
+	b.Abort() // the probe's caller gave up: the next call probes
+	if !b.Allow() {
 		t.Fatal("an aborted probe kept the breaker shut")
 	}
-	b.done(false)
-	if b.allow() || opens != 2 {
+	b.Done(false)
+	if b.Allow() || opens != 2 {
 		t.Fatalf("a failed probe did not reopen (opens %d)", opens)
 	}
 	time.Sleep(25 * time.Millisecond)
-	if !b.allow() {
+	if !b.Allow() {
 		t.Fatal("no probe")
 	}
-	b.done(true)
-	if !b.allow() || !b.allow() {
+	b.Done(true)
+	if !b.Allow() || !b.Allow() {
 		t.Fatal("a successful probe did not close")
 	}
 }
@@ -52,20 +52,20 @@ func TestBreakerStates(t *testing.T) {
 // calls miss their deadline together) do not open the breaker; a Redis
 // that fails most calls does.
 func TestBreakerOpensOnAShareOfFailures(t *testing.T) {
-	b := newBreaker(5, time.Minute, nil)
+	b := New(5, time.Minute, nil)
 	for range 100 {
-		b.done(true)
+		b.Done(true)
 	}
 	for range 20 {
-		b.done(false)
+		b.Done(false)
 	}
-	if !b.allow() {
+	if !b.Allow() {
 		t.Fatal("20 failures among 120 calls opened the breaker")
 	}
 	for range 100 {
-		b.done(false)
+		b.Done(false)
 	}
-	if b.allow() {
+	if b.Allow() {
 		t.Fatal("120 failures among 220 calls left the breaker closed")
 	}
 }

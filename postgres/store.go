@@ -30,6 +30,7 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -41,6 +42,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/breaker"
 )
 
 // Options configures a Store.
@@ -66,7 +68,24 @@ type Options struct {
 	// Clock replaces the server's clock. For tests only: in production every
 	// client must read the one server clock so that they agree.
 	Clock sluice.Clock
+	// Timeout bounds every call to the server (default one second); a
+	// caller's earlier deadline wins. A call past either is a store
+	// failure, decided by the caller (a rule's on_store_error), and counts
+	// toward the circuit breaker.
+	Timeout time.Duration
+	// BreakerFailures failed calls within one second, when they are at
+	// least half of that second's calls, open the circuit breaker (default
+	// 5): for BreakerBackoff (default 500ms) every call fails at once with
+	// ErrBreakerOpen instead of waiting for a server that is not
+	// answering, then one call probes. A store made by WithTx has none:
+	// the caller's transaction decides.
+	BreakerFailures int
+	BreakerBackoff  time.Duration
 }
+
+// ErrBreakerOpen is returned, wrapped, while the circuit breaker keeps
+// calls away from a PostgreSQL that has been failing.
+var ErrBreakerOpen = errors.New("postgres store: circuit breaker open")
 
 // querier is what the store needs of a pool or a transaction.
 type querier interface {
@@ -82,6 +101,7 @@ type Store struct {
 	pool   *pgxpool.Pool
 	q      querier
 	opts   Options
+	br     *breaker.Breaker // nil for a WithTx view
 	ownsDB bool
 	// ownsLog: the violation log was started by the store.
 	ownsLog bool
@@ -163,12 +183,21 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = time.Second
+	}
+	if opts.BreakerFailures <= 0 {
+		opts.BreakerFailures = 5
+	}
+	if opts.BreakerBackoff <= 0 {
+		opts.BreakerBackoff = 500 * time.Millisecond
+	}
 	if opts.Migrate {
 		if _, err := MigratePool(ctx, pool); err != nil {
 			return nil, err
 		}
 	}
-	s := &Store{pool: pool, q: pool, opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{pool: pool, q: pool, opts: opts, br: breaker.New(opts.BreakerFailures, opts.BreakerBackoff, nil), stop: make(chan struct{}), done: make(chan struct{})}
 	if opts.Violations == nil && opts.RecordViolations != nil {
 		v, err := NewViolationLog(pool, *opts.RecordViolations)
 		if err != nil {
@@ -272,6 +301,33 @@ func opSQL(op sluice.Op) (string, int) {
 	}
 }
 
+// guarded runs a call to the server under the circuit breaker and the
+// store's deadline. A WithTx view runs it as it is.
+func (s *Store) guarded(ctx context.Context, call func(context.Context) error) error {
+	if s.br == nil {
+		return call(ctx)
+	}
+	if !s.br.Allow() {
+		return ErrBreakerOpen
+	}
+	cctx, cancel := sluice.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	err := call(cctx)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		s.br.Done(true)
+	case errors.Is(ctx.Err(), context.Canceled):
+		s.br.Abort() // the caller gave up: that says nothing of the server
+	default:
+		// The server answered (a PgError): it is there, whatever it said.
+		// Running out of time, the store's or the caller's, counts against
+		// it: the call was in its hands.
+		s.br.Done(errors.As(err, &pgErr))
+	}
+	return err
+}
+
 // Take implements sluice.Store.
 func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
 	ch, err := r.Charge()
@@ -281,7 +337,10 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	args := s.args(r, ch, s.now())
 	sql, params := opSQL(op)
 	var o sluice.Outcome
-	if err := s.q.QueryRow(ctx, sql, args[:params]...).Scan(&o.Allowed, &o.Tokens, &o.RetryAfter, &o.ResetAfter); err != nil {
+	err = s.guarded(ctx, func(ctx context.Context) error {
+		return s.q.QueryRow(ctx, sql, args[:params]...).Scan(&o.Allowed, &o.Tokens, &o.RetryAfter, &o.ResetAfter)
+	})
+	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("postgres take %q: %w", args[0], err)
 	}
 	d := r.Limit.Decide(o)
@@ -297,6 +356,24 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 // rejects, the transaction is rolled back and nothing is charged. Refunds
 // run the same way and always commit.
 func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+	for i, r := range rs {
+		if _, err := r.Charge(); err != nil {
+			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
+		}
+	}
+	var ds []sluice.Decision
+	err := s.guarded(ctx, func(ctx context.Context) error {
+		var err error
+		ds, err = s.takeAll(ctx, op, rs)
+		return err
+	})
+	if errors.Is(err, ErrBreakerOpen) {
+		err = fmt.Errorf("postgres take all: %w", err)
+	}
+	return ds, err
+}
+
+func (s *Store) takeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
 	type item struct {
 		i    int
 		args []any
@@ -386,7 +463,11 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 		return fmt.Errorf("postgres reset %q: %w", key, sluice.ErrInvalidLimit)
 	}
 	k := s.opts.KeyPrefix + sluice.StorageKey(l, key)
-	if _, err := s.q.Exec(ctx, "DELETE FROM sluice_buckets WHERE key = $1", []byte(k)); err != nil {
+	err := s.guarded(ctx, func(ctx context.Context) error {
+		_, err := s.q.Exec(ctx, "DELETE FROM sluice_buckets WHERE key = $1", []byte(k))
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("postgres reset %q: %w", k, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,6 +112,11 @@ func (s *PolicySource) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.current.Load() != nil && sameRows(rows, s.rows) {
+		// Nothing changed (a timer refresh, or the one after LISTEN): the
+		// policy in force stays, and so do the limits its users cached.
+		return nil
+	}
 	p, err := CompilePolicy(s.opts.Filename, s.opts.Config, rows, s.opts.Rules)
 	if err != nil {
 		return err
@@ -122,6 +128,16 @@ func (s *PolicySource) refresh(ctx context.Context) error {
 	s.lastErr.Store(nil) // before install, whose OnChange may ask
 	s.install(p)
 	return nil
+}
+
+// sameRows reports whether two loads of the table read the same rows.
+func sameRows(a, b []RuleRow) bool {
+	return slices.EqualFunc(a, b, func(x, y RuleRow) bool {
+		return x.ID == y.ID && x.KeyPattern == y.KeyPattern && x.Scope == y.Scope &&
+			(x.RatePerSecond == y.RatePerSecond || (x.RatePerSecond != x.RatePerSecond && y.RatePerSecond != y.RatePerSecond)) &&
+			x.Burst == y.Burst && x.Plan == y.Plan && x.Active == y.Active &&
+			x.Description == y.Description && x.CreatedAt.Equal(y.CreatedAt)
+	})
 }
 
 // SetConfig replaces the config file the table's rules join (a reloaded

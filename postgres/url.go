@@ -15,6 +15,7 @@ const (
 	paramHousekeeping = "sluice_housekeeping" // Options.HousekeepingInterval, e.g. 30s; 0 disables
 	paramViolations   = "sluice_violations"   // true: record rejections in sluice_violations
 	paramRules        = "sluice_rules"        // true: serve also loads rules from sluice_rules
+	paramTimeout      = "sluice_timeout"      // Options.Timeout, e.g. 150ms
 )
 
 // URLOptions are the sluice settings found in a store URL.
@@ -27,8 +28,9 @@ type URLOptions struct {
 }
 
 // SplitURL separates sluice's own parameters (sluice_migrate,
-// sluice_key_prefix, sluice_housekeeping, sluice_violations, sluice_rules) from a
-// postgres:// URL and returns the URL pgx should connect with.
+// sluice_key_prefix, sluice_housekeeping, sluice_violations, sluice_rules,
+// sluice_timeout) from a postgres:// URL and returns the URL pgx should
+// connect with.
 func SplitURL(raw string) (string, URLOptions, error) {
 	var o URLOptions
 	u, err := url.Parse(raw)
@@ -70,7 +72,14 @@ func SplitURL(raw string) (string, URLOptions, error) {
 			o.HousekeepingInterval = -1
 		}
 	}
-	for _, p := range []string{paramMigrate, paramKeyPrefix, paramHousekeeping, paramViolations, paramRules} {
+	if v := q.Get(paramTimeout); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return "", o, fmt.Errorf("postgres url: %s=%q is not a duration > 0", paramTimeout, v)
+		}
+		o.Timeout = d
+	}
+	for _, p := range []string{paramMigrate, paramKeyPrefix, paramHousekeeping, paramViolations, paramRules, paramTimeout} {
 		q.Del(p)
 	}
 	u.RawQuery = q.Encode()

@@ -1,0 +1,36 @@
+package postgres_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/postgres"
+)
+
+func TestSplitURL(t *testing.T) {
+	conn, o, err := postgres.SplitURL("postgres://app@db:5432/app?sslmode=disable&sluice_migrate=true&sluice_key_prefix=a1:&sluice_housekeeping=0&sluice_violations=true&sluice_rules=1&sluice_timeout=150ms&pool_max_conns=8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(conn, "sluice_") || !strings.Contains(conn, "sslmode=disable") || !strings.Contains(conn, "pool_max_conns=8") {
+		t.Fatalf("pgx's URL %q: sluice's parameters must go, the others stay", conn)
+	}
+	if !o.Migrate || o.KeyPrefix != "a1:" || o.HousekeepingInterval != -1 || !o.LogViolations || !o.Rules || o.Timeout != 150*time.Millisecond {
+		t.Fatalf("options %+v", o)
+	}
+	if _, o, err := postgres.SplitURL("postgres://db/app"); err != nil || o.Timeout != 0 || o.Migrate {
+		t.Fatalf("no parameters: %+v, %v", o, err)
+	}
+	for _, bad := range []struct{ url, want string }{
+		{"mysql://db/app", "scheme"},
+		{"postgres://db/app?sluice_migrate=maybe", "sluice_migrate"},
+		{"postgres://db/app?sluice_housekeeping=-1s", "sluice_housekeeping"},
+		{"postgres://db/app?sluice_timeout=0", "sluice_timeout"},
+		{"postgres://db/app?sluice_timeout=soon", "sluice_timeout"},
+	} {
+		if _, _, err := postgres.SplitURL(bad.url); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want an error naming %s", bad.url, err, bad.want)
+		}
+	}
+}

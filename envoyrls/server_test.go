@@ -5,9 +5,10 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/lockedbuf"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -43,26 +44,7 @@ type harness struct {
 	conn  *grpc.ClientConn
 	clock *sluice.ManualClock
 	store *conformance.FaultyStore
-	logs  *lockedBuffer
-}
-
-// lockedBuffer collects the server's log lines; the server writes from its
-// own goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs  *lockedbuf.Buffer
 }
 
 func start(t *testing.T, pol *policy.Policy) *harness {
@@ -74,7 +56,7 @@ func start(t *testing.T, pol *policy.Policy) *harness {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	logs := new(lockedBuffer)
+	logs := new(lockedbuf.Buffer)
 	envoyrls.New(pol, sluice.New(store), envoyrls.Options{Clock: clock, Logger: slog.New(slog.NewTextHandler(logs, nil))}).Register(g)
 	go g.Serve(ln)
 	t.Cleanup(g.Stop)

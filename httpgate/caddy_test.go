@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/lockedbuf"
 )
 
 // TestCaddyForwardAuth runs examples/Caddyfile in a real Caddy in front of
@@ -64,7 +66,7 @@ func TestCaddyForwardAuth(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &lockedbuf.Buffer{}
 	cmd := exec.CommandContext(ctx, bin, "run", "--config", confPath, "--adapter", "caddyfile")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),

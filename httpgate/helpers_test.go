@@ -1,7 +1,6 @@
 package httpgate_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/lockedbuf"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
@@ -28,7 +29,7 @@ type env struct {
 	store *memory.Store
 	gate  *httpgate.Gate
 	srv   *httptest.Server
-	audit *syncBuffer
+	audit *lockedbuf.Buffer
 	env   map[string]string
 
 	mu     sync.Mutex
@@ -39,23 +40,6 @@ func (e *env) waits() []time.Duration {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]time.Duration(nil), e.delays...)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // sluiceEpoch is where the manual clocks of the tests start.
@@ -88,7 +72,7 @@ func newEnv(t *testing.T, yaml string) *env {
 // (for fault injection).
 func newEnvStore(t *testing.T, yaml string, wrap func(sluice.Store) sluice.Store) *env {
 	t.Helper()
-	e := &env{t: t, clk: sluice.NewManualClock(sluiceEpoch), audit: &syncBuffer{}, env: map[string]string{}}
+	e := &env{t: t, clk: sluice.NewManualClock(sluiceEpoch), audit: &lockedbuf.Buffer{}, env: map[string]string{}}
 	e.store = memory.New(memory.Options{Clock: e.clk})
 	reg := prometheus.NewRegistry()
 	m := httpgate.NewMetrics(reg)

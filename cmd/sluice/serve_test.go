@@ -11,36 +11,20 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/lockedbuf"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // startServe runs serve with args until the test ends and returns its
 // addresses and log.
-func startServe(t *testing.T, args ...string) (listening, *lockedBuffer) {
+func startServe(t *testing.T, args ...string) (listening, *lockedbuf.Buffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &lockedBuffer{}
+	logs := &lockedbuf.Buffer{}
 	readyc := make(chan listening, 1)
 	exited := make(chan struct{})
 	var code int
@@ -254,7 +238,7 @@ func TestServeHotReload(t *testing.T) {
 func TestServeRefusesInvalidConfig(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(cfg, []byte("rules:\n  - name: x\n    algorithm: token_bucket\n    algorithm_config: {rps: 10, burst: 5}\n"), 0o644)
-	var logs lockedBuffer
+	var logs lockedbuf.Buffer
 	code := serve(context.Background(), []string{"--config", cfg, "--listen", "127.0.0.1:0"}, &logs, nil)
 	if code != 1 || !strings.Contains(logs.String(), "bad.yaml:4") || !strings.Contains(logs.String(), "burst") {
 		t.Errorf("exit %d, output:\n%s", code, logs.String())

@@ -356,15 +356,23 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 // rejects, the transaction is rolled back and nothing is charged. Refunds
 // run the same way and always commit.
 func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+	if len(rs) == 0 {
+		return []sluice.Decision{}, nil
+	}
+	// Input errors are found before the server is asked, so that they never
+	// count toward the breaker.
+	chs := make([]sluice.Charge, len(rs))
 	for i, r := range rs {
-		if _, err := r.Charge(); err != nil {
+		ch, err := r.Charge()
+		if err != nil {
 			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
 		}
+		chs[i] = ch
 	}
 	var ds []sluice.Decision
 	err := s.guarded(ctx, func(ctx context.Context) error {
 		var err error
-		ds, err = s.takeAll(ctx, op, rs)
+		ds, err = s.takeAll(ctx, op, rs, chs)
 		return err
 	})
 	if errors.Is(err, ErrBreakerOpen) {
@@ -373,22 +381,16 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 	return ds, err
 }
 
-func (s *Store) takeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+// takeAll is TakeAll of rs, whose charges are chs, under the breaker.
+func (s *Store) takeAll(ctx context.Context, op sluice.Op, rs []sluice.Request, chs []sluice.Charge) ([]sluice.Decision, error) {
 	type item struct {
 		i    int
 		args []any
 	}
-	if len(rs) == 0 {
-		return []sluice.Decision{}, nil
-	}
 	now := s.now()
 	items := make([]item, len(rs))
 	for i, r := range rs {
-		ch, err := r.Charge()
-		if err != nil {
-			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
-		}
-		items[i] = item{i: i, args: s.args(r, ch, now)}
+		items[i] = item{i: i, args: s.args(r, chs[i], now)}
 	}
 	// Stable: the same bucket twice keeps its requests' order.
 	slices.SortStableFunc(items, func(a, b item) int {

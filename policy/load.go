@@ -946,12 +946,12 @@ func (l *loader) matchValues(n *yaml.Node, path string) ([]string, bool) {
 }
 
 var (
-	costFields   = []string{"cost_source", "fixed_cost", "default_cost"}
+	costFields   = []string{"cost_source", "fixed_cost", "default_cost", "min_cost"}
 	tbFields     = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "reserve", "max_reserved"}
 	lbFields     = []string{"tokens_per_second", "rps", "rate", "period", "max_delay"}
 	fwFields     = []string{"rate", "period", "capacity", "start"}
 	slFields     = []string{"rate", "period", "capacity"}
-	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost"}
+	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost"}
 )
 
 func algFields(a sluice.Algorithm) []string {
@@ -1049,7 +1049,7 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 	if capOK {
 		spec.Capacity = capacity
 	}
-	v := &variant{cost: costSpec{fixed: 1, def: 1}}
+	v := &variant{cost: costSpec{fixed: 1, def: 1, min: 1}}
 	if b, _, ok := o.boolean("reserve"); ok {
 		v.reserve = b
 	}
@@ -1081,10 +1081,17 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 		return nil
 	}
 	v.limit = lim
-	for _, c := range []struct {
+	checks := []struct {
 		field string
 		cost  float64
-	}{{"fixed_cost", v.cost.fixed}, {"default_cost", v.cost.def}} {
+	}{{"fixed_cost", v.cost.fixed}, {"default_cost", v.cost.def}}
+	if v.cost.src != nil {
+		checks = append(checks, struct {
+			field string
+			cost  float64
+		}{"min_cost", v.cost.min})
+	}
+	for _, c := range checks {
 		if _, err := lim.Cost(c.cost); err != nil {
 			at := costN[c.field]
 			if at == nil {
@@ -1098,11 +1105,21 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 			return nil
 		}
 	}
+	if v.cost.src != nil && v.cost.def < v.cost.min {
+		// Else a client would pay less by sending no cost at all than by
+		// declaring the least it may.
+		field, at := "default_cost", costN["default_cost"]
+		if at == nil {
+			field, at = "min_cost", costN["min_cost"]
+		}
+		l.errf(at, join(path, field), "default_cost (%v) is below min_cost (%v): a request without a usable cost would pay less than the least a declared one pays; raise default_cost or lower min_cost", v.cost.def, v.cost.min)
+		return nil
+	}
 	return v
 }
 
-// cost reads cost_source, fixed_cost and default_cost into c and returns
-// their nodes.
+// cost reads cost_source, fixed_cost, default_cost and min_cost into c
+// and returns their nodes.
 func (l *loader) cost(o *obj, path string, c *costSpec) map[string]*yaml.Node {
 	nodes := map[string]*yaml.Node{}
 	srcName := "fixed"
@@ -1135,6 +1152,17 @@ func (l *loader) cost(o *obj, path string, c *costSpec) map[string]*yaml.Node {
 			l.errf(n, join(path, "default_cost"), "must be > 0 (got %v)", v)
 		} else {
 			c.def = v
+		}
+	}
+	if v, n, ok := o.num("min_cost"); ok {
+		nodes["min_cost"] = n
+		switch {
+		case srcName == "fixed":
+			l.errf(n, join(path, "min_cost"), "applies only with cost_source header:NAME or query:NAME (it bounds the costs clients declare; fixed_cost is the cost here)")
+		case v <= 0:
+			l.errf(n, join(path, "min_cost"), "must be > 0 (got %v)", v)
+		default:
+			c.min = v
 		}
 	}
 	return nodes

@@ -91,7 +91,7 @@ func TestValidationErrors(t *testing.T) {
 		{"typo at the top", "listne: \":80\"\nrules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n",
 			[]string{`c.yaml:1: listne: unknown field (did you mean "listen"?)`}},
 		{"field of another algorithm", rule("    algorithm: fixed_window\n", "      rate: 10\n      period: 1m\n      burst: 20\n"),
-			[]string{"c.yaml:8: rules[0].algorithm_config.burst: does not apply to fixed_window (it takes rate, period, capacity, start, cost_source, fixed_cost, default_cost)"}},
+			[]string{"c.yaml:8: rules[0].algorithm_config.burst: does not apply to fixed_window (it takes rate, period, capacity, start, cost_source, fixed_cost, default_cost, min_cost)"}},
 		{"fixed window without period", rule("    algorithm: fixed_window\n", "      rate: 10\n"),
 			[]string{"c.yaml:6: rules[0].algorithm_config.period: is required with rate for fixed_window (such as \"1m\")"}},
 		{"bad period", rule("", "      rate: 10\n      period: 1 minute\n"),
@@ -109,7 +109,7 @@ func TestValidationErrors(t *testing.T) {
 		{"bad cost source", rule("", "      rps: 10\n      burst: 10\n      cost_source: body:weight\n"),
 			[]string{`c.yaml:7: rules[0].algorithm_config.cost_source: must be fixed, header:NAME or query:NAME (got "body:weight")`}},
 		{"reservation on a fixed window", rule("    algorithm: fixed_window\n", "      rate: 10\n      period: 1m\n      reserve: true\n"),
-			[]string{"c.yaml:8: rules[0].algorithm_config.reserve: does not apply to fixed_window (it takes rate, period, capacity, start, cost_source, fixed_cost, default_cost)"}},
+			[]string{"c.yaml:8: rules[0].algorithm_config.reserve: does not apply to fixed_window (it takes rate, period, capacity, start, cost_source, fixed_cost, default_cost, min_cost)"}},
 		{"rate below a micro-token", rule("", "      rate: 0.0000001\n      period: 1h\n"),
 			[]string{`c.yaml:5: rules[0].algorithm_config: capacity: sluice: cost must be a finite number > 0 (got 1e-07, below 1e-6)`}},
 		{"unknown algorithm", "rules:\n  - name: r\n    algorithm: gcra\n    algorithm_config: {rps: 1, burst: 1}\n",
@@ -197,6 +197,18 @@ rules:
 		{"no rules", "listen: \":8080\"\n", []string{"c.yaml:1: rules: is required: at least one rule"}},
 		{"empty rules", "rules: []\n", []string{"c.yaml:1: rules: must hold at least one rule"}},
 		{"empty file", "# nothing\n", []string{"c.yaml: the file is empty"}},
+		{"min cost with a fixed cost", rule("", "      rps: 10\n      burst: 10\n      min_cost: 0.5\n"),
+			[]string{"c.yaml:7: rules[0].algorithm_config.min_cost: applies only with cost_source header:NAME or query:NAME (it bounds the costs clients declare; fixed_cost is the cost here)"}},
+		{"min cost zero", rule("", "      rps: 10\n      burst: 10\n      cost_source: header:x-weight\n      min_cost: 0\n"),
+			[]string{"c.yaml:8: rules[0].algorithm_config.min_cost: must be > 0 (got 0)"}},
+		{"min cost above burst", rule("", "      rps: 10\n      burst: 10\n      cost_source: header:x-weight\n      default_cost: 10\n      min_cost: 11\n"),
+			[]string{"c.yaml:9: rules[0].algorithm_config.min_cost: 11 is above the limit's capacity (10): no request could ever pass"}},
+		{"min cost below a micro-token", rule("", "      rps: 10\n      burst: 10\n      cost_source: header:x-weight\n      min_cost: 1e-9\n"),
+			[]string{"c.yaml:8: rules[0].algorithm_config.min_cost: 1e-09 is not a usable cost (at least 0.000001)"}},
+		{"default cost below the default min cost", rule("", "      rps: 10\n      burst: 10\n      cost_source: header:x-weight\n      default_cost: 0.5\n"),
+			[]string{"c.yaml:8: rules[0].algorithm_config.default_cost: default_cost (0.5) is below min_cost (1): a request without a usable cost would pay less than the least a declared one pays; raise default_cost or lower min_cost"}},
+		{"min cost above the default cost", rule("", "      rps: 10\n      burst: 10\n      cost_source: query:w\n      min_cost: 5\n"),
+			[]string{"c.yaml:8: rules[0].algorithm_config.min_cost: default_cost (1) is below min_cost (5): a request without a usable cost would pay less than the least a declared one pays; raise default_cost or lower min_cost"}},
 		{"not a mapping", "- a\n- b\n", []string{"c.yaml:1: must be a mapping of fields (got a list)"}},
 		{"syntax error", "rules: [\n", []string{"c.yaml:1: syntax error: did not find expected node content"}},
 		{"two documents", "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n---\nlisten: \":1\"\n", []string{"c.yaml:4: the file holds more than one YAML document"}},
@@ -408,7 +420,7 @@ func TestMoreValidationErrors(t *testing.T) {
 			"c.yaml:10: rules[2].algorithm_config.start: must not be negative",
 		}},
 		{"rate without period for a window", "rules:\n  - name: s\n    algorithm: sliding_log\n    algorithm_config: {rps: 5}\n", []string{
-			"c.yaml:4: rules[0].algorithm_config.rps: does not apply to sliding_log (it takes rate, period, capacity, cost_source, fixed_cost, default_cost)",
+			"c.yaml:4: rules[0].algorithm_config.rps: does not apply to sliding_log (it takes rate, period, capacity, cost_source, fixed_cost, default_cost, min_cost)",
 			"c.yaml:4: rules[0].algorithm_config: needs rate and period",
 		}},
 		{"capacity with rps", "rules:\n  - name: r\n    algorithm_config: {rps: 5, capacity: 5}\n", []string{
@@ -450,3 +462,4 @@ func TestMoreValidationErrors(t *testing.T) {
 		t.Errorf("oversized file: %v", err)
 	}
 }
+

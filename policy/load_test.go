@@ -209,6 +209,15 @@ rules:
 			[]string{"c.yaml:8: rules[0].algorithm_config.default_cost: default_cost (0.5) is below min_cost (1): a request without a usable cost would pay less than the least a declared one pays; raise default_cost or lower min_cost"}},
 		{"min cost above the default cost", rule("", "      rps: 10\n      burst: 10\n      cost_source: query:w\n      min_cost: 5\n"),
 			[]string{"c.yaml:8: rules[0].algorithm_config.min_cost: default_cost (1) is below min_cost (5): a request without a usable cost would pay less than the least a declared one pays; raise default_cost or lower min_cost"}},
+		{"rules table sources", "rules_table:\n  plan: path\n  user: method\n  default_plan: \"a b\"\n  users: x\n" + rule("", "      rps: 1\n      burst: 1\n"),
+			[]string{
+				`c.yaml:2: rules_table.plan: must be jwt:CLAIM, header:NAME, query:NAME or descriptor:KEY (got "path")`,
+				`c.yaml:3: rules_table.user: must be jwt:CLAIM, ip:address, header:NAME, query:NAME or descriptor:KEY (got "method")`,
+				`c.yaml:4: rules_table.default_plan: "a b" must be 1 to 64 of A-Z a-z 0-9 _ . -`,
+				`c.yaml:5: rules_table.users: unknown field (did you mean "user"?)`,
+			}},
+		{"rules table claim without a jwt section", "rules_table: {plan: \"jwt:plan\", user: ip:address}\n" + rule("", "      rps: 1\n      burst: 1\n"),
+			[]string{"c.yaml:1: rules_table.plan: reads a JWT claim, but there is no jwt section: configure verification keys (hmac_secret_env, public_keys or jwks_file), or jwt: {verify: false} when a gateway in front has verified the token"}},
 		{"not a mapping", "- a\n- b\n", []string{"c.yaml:1: must be a mapping of fields (got a list)"}},
 		{"syntax error", "rules: [\n", []string{"c.yaml:1: syntax error: did not find expected node content"}},
 		{"two documents", "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n---\nlisten: \":1\"\n", []string{"c.yaml:4: the file holds more than one YAML document"}},
@@ -463,3 +472,51 @@ func TestMoreValidationErrors(t *testing.T) {
 	}
 }
 
+// The rules_table section names where the PostgreSQL rules table finds
+// plans and users; its defaults are the jwt section's verified claims, or
+// no source at all, never a header.
+func TestRulesTableSettings(t *testing.T) {
+	t.Setenv("JWT_SECRET", testSecret)
+	body := "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"
+	for _, tc := range []struct {
+		name, cfg string
+		want      policy.RulesTable
+		warnings  []string
+	}{
+		{"nothing trusted", body, policy.RulesTable{}, nil},
+		{"jwt claims by default", "jwt: {hmac_secret_env: JWT_SECRET}\n" + body, policy.RulesTable{Plan: "jwt:plan", User: "jwt:sub"}, nil},
+		{"written out", "jwt: {hmac_secret_env: JWT_SECRET}\nrules_table:\n  plan: jwt:tier\n  user: ip:address\n  default_plan: free\n" + body,
+			policy.RulesTable{Plan: "jwt:tier", User: "ip:address", DefaultPlan: "free"}, nil},
+		{"client headers", "rules_table:\n  plan: header:X-Plan\n  user: query:user\n" + body,
+			policy.RulesTable{Plan: "header:X-Plan", User: "query:user"}, []string{
+				"c.yaml:2: rules_table.plan: header:X-Plan is whatever the client sends and no trusted_proxies are configured, so nothing in front sets or strips it: any client can pick its plan (read it from a verified claim, jwt:CLAIM, or have the proxy in front set it on every request and list that proxy in trusted_proxies)",
+				"c.yaml:3: rules_table.user: query:user is whatever the client sends and no trusted_proxies are configured, so nothing in front sets or strips it: any client can pick its user (read it from a verified claim, jwt:CLAIM, or have the proxy in front set it on every request and list that proxy in trusted_proxies)",
+			}},
+		{"headers set by a trusted proxy", "trusted_proxies: [10.0.0.1]\nrules_table:\n  plan: header:X-Plan\n" + body,
+			policy.RulesTable{Plan: "header:X-Plan"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := policy.Parse("c.yaml", []byte(tc.cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Settings.RulesTable != tc.want {
+				t.Errorf("RulesTable %+v, want %+v", p.Settings.RulesTable, tc.want)
+			}
+			if strings.Join(p.Warnings, "\n") != strings.Join(tc.warnings, "\n") {
+				t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(p.Warnings, "\n"), strings.Join(tc.warnings, "\n"))
+			}
+			// RulesTableOf reads the same section the same way.
+			got, err := policy.RulesTableOf("c.yaml", []byte(tc.cfg))
+			if err != nil || got != tc.want {
+				t.Errorf("RulesTableOf = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+	if got, err := policy.RulesTableOf("c.yaml", nil); err != nil || got != (policy.RulesTable{}) {
+		t.Errorf("RulesTableOf(nil) = %+v, %v", got, err)
+	}
+	if _, err := policy.RulesTableOf("c.yaml", []byte("rules_table: {user: path}\n")); err == nil || !strings.Contains(err.Error(), "c.yaml:1: rules_table.user: must be") {
+		t.Errorf("RulesTableOf of a bad section: %v", err)
+	}
+}

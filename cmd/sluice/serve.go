@@ -108,6 +108,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 			return 1
 		}
 	}
+	for _, w := range p.Warnings {
+		log.Warn("config", "warning", w)
+	}
 	set := p.Settings
 	if *listen != "" {
 		set.Listen = *listen
@@ -252,6 +255,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		}
 		sum, pending = s, s
 		np, err := parsePolicy(*config, data)
+		if err == nil {
+			for _, w := range np.Warnings {
+				log.Warn("config", "warning", w)
+			}
+		}
 		if err == nil && rules != nil {
 			err = rules.SetConfig(*config, data) // merges the table's rules and installs
 			np = rules.Policy()

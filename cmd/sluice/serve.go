@@ -255,10 +255,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		}
 		sum, pending = s, s
 		np, err := parsePolicy(*config, data)
+		var warnings []string // the file's own, with its lines
 		if err == nil {
-			for _, w := range np.Warnings {
-				log.Warn("config", "warning", w)
-			}
+			warnings = np.Warnings
 		}
 		if err == nil && rules != nil {
 			err = rules.SetConfig(*config, data) // merges the table's rules and installs
@@ -275,6 +274,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		}
 		metrics.Reloaded(true)
 		log.Info("policy reloaded", "why", why, "file", *config, "rules", len(np.Rules))
+		for _, w := range warnings {
+			log.Warn("config", "warning", w)
+		}
 	}
 	for {
 		select {

@@ -22,10 +22,11 @@ import (
 
 // verifier checks bearer tokens and yields their claims. Claims come only
 // from a token whose signature verifies against a configured key with an
-// algorithm of that key's type, and whose exp and nbf hold (with leeway);
-// otherwise the request has no claims at all. With verify: false the
-// signature is not checked (a gateway in front has done it), but the time
-// claims, issuer and audience still are.
+// algorithm of that key's type, that has an exp (unless require_exp:
+// false), and whose exp and nbf hold (with leeway); otherwise the request
+// has no claims at all. With verify: false the signature is not checked
+// (a gateway in front has done it), but the time claims, issuer and
+// audience still are.
 type verifier struct {
 	verify  bool
 	hmac    [][]byte
@@ -126,7 +127,7 @@ func pick(keys []pubKey, kid string, curve elliptic.Curve) []jwt.VerificationKey
 	return all
 }
 
-var jwtFields = []string{"verify", "hmac_secret_env", "public_keys", "jwks_file", "issuer", "audience", "leeway"}
+var jwtFields = []string{"verify", "hmac_secret_env", "public_keys", "jwks_file", "issuer", "audience", "leeway", "require_exp"}
 
 // jwt validates the jwt section and loads its keys.
 func (l *loader) jwt(n *yaml.Node, path string) *verifier {
@@ -139,6 +140,12 @@ func (l *loader) jwt(n *yaml.Node, path string) *verifier {
 		v.verify = b
 	}
 	var opts []jwt.ParserOption
+	// A token without exp would be good forever: one leaked token, or one
+	// minted for a trial, would carry its plan for good. Such a token has
+	// no claims unless require_exp: false says the issuer never sets exp.
+	if req, _, ok := o.boolean("require_exp"); !ok || req {
+		opts = append(opts, jwt.WithExpirationRequired())
+	}
 	if d, dn, ok := o.duration("leeway"); ok {
 		if d < 0 || d > time.Hour {
 			l.errf(dn, join(path, "leeway"), "must be between 0s and 1h (got %q)", dn.Value)

@@ -216,7 +216,7 @@ func TestJWTPublicKeys(t *testing.T) {
 
 func TestJWTVerifyFalse(t *testing.T) {
 	p := mustParse(t, "jwt:\n  verify: false\n"+tieredCfg)
-	claims := jwt.MapClaims{"plan": "enterprise"}
+	claims := jwt.MapClaims{"plan": "enterprise", "exp": time.Now().Add(time.Hour).Unix()}
 	if got := limitFor(t, p, sign(t, jwt.SigningMethodHS256, []byte("anything"), claims)); got != "api-key.enterprise" {
 		t.Fatalf("unverified claims not read: %q", got)
 	}
@@ -238,6 +238,7 @@ rules:
 `)
 	tok := sign(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{
 		"roles": []string{"user", "admin"}, "org": map[string]any{"id": "o:1|x"}, "n": json.Number("12345678901234567890"),
+		"exp": time.Now().Add(time.Hour).Unix(),
 	})
 	ms, _ := p.Match(&policy.Input{Header: http.Header{"Authorization": {"bearer " + tok}}})
 	if len(ms) != 1 {

@@ -268,7 +268,8 @@ func TestCostSource(t *testing.T) {
 		weight string
 		want   float64
 	}{
-		{"5", 5}, {" 0.5 ", 0.5}, {"", 2}, {"abc", 2}, {"-3", 2}, {"0", 2}, {"NaN", 2}, {"1e-9", 2},
+		// Below min_cost (1 by default) a declared cost is charged min_cost.
+		{"5", 5}, {" 1.5 ", 1.5}, {" 0.5 ", 1}, {"", 2}, {"abc", 2}, {"-3", 2}, {"0", 2}, {"NaN", 2}, {"1e-9", 1},
 		{"1e400", math.Inf(1)}, {"+Inf", math.Inf(1)}, {"1000", 1000},
 	} {
 		if got := costs(tc.weight, nil); got[0] != tc.want {

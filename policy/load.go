@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,16 +100,27 @@ type loader struct {
 	getenv   func(string) string
 	readFile func(string) ([]byte, error)
 	errs     []*Error
+	warns    []*Error   // settings that load but deserve a second look
 	usesJWT  *yaml.Node // the first jwt: source, to locate "no jwt section"
 	jwtPath  string
 }
 
 func (l *loader) errf(n *yaml.Node, path, format string, args ...any) {
+	l.errs = append(l.errs, l.at(n, path, format, args...))
+}
+
+// warnf records a warning: the file loads, but the setting deserves a
+// second look.
+func (l *loader) warnf(n *yaml.Node, path, format string, args ...any) {
+	l.warns = append(l.warns, l.at(n, path, format, args...))
+}
+
+func (l *loader) at(n *yaml.Node, path, format string, args ...any) *Error {
 	line := 0
 	if n != nil {
 		line = n.Line
 	}
-	l.errs = append(l.errs, &Error{File: l.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+	return &Error{File: l.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)}
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -123,6 +135,10 @@ func parse(filename string, data []byte, getenv func(string) string, readFile fu
 			es.List[i] = e
 		}
 		return nil, es
+	}
+	sort.SliceStable(l.warns, func(i, j int) bool { return l.warns[i].Line < l.warns[j].Line })
+	for _, w := range l.warns {
+		p.Warnings = append(p.Warnings, w.Error())
 	}
 	return p, nil
 }
@@ -417,7 +433,7 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules"}
+var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table"}
 
 func (l *loader) policy(root *yaml.Node) *Policy {
 	o := l.object(root, "", topFields)
@@ -557,12 +573,104 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	}
 	l.indexLimits(p)
 
+	s.RulesTable = l.rulesTable(o, len(s.TrustedProxies) > 0)
 	if n, ok := o.vals["jwt"]; ok {
 		p.jwt = l.jwt(n, "jwt")
-	} else if l.usesJWT != nil {
-		l.errf(l.usesJWT, l.jwtPath, "reads a JWT claim, but there is no jwt section: configure verification keys (hmac_secret_env, public_keys or jwks_file), or jwt: {verify: false} when a gateway in front has verified the token")
+	} else {
+		l.needJWT()
 	}
 	return p
+}
+
+// needJWT reports a claim read by a file without a jwt section.
+func (l *loader) needJWT() {
+	if l.usesJWT != nil {
+		l.errf(l.usesJWT, l.jwtPath, "reads a JWT claim, but there is no jwt section: configure verification keys (hmac_secret_env, public_keys or jwks_file), or jwt: {verify: false} when a gateway in front has verified the token")
+	}
+}
+
+// RulesTableOf reads the rules_table section of a configuration as Parse
+// does (defaults included), checking nothing else: the PostgreSQL rules
+// table needs the identities before its rows can join the file's rules.
+// A nil data is a file without the section and without a jwt section.
+func RulesTableOf(filename string, data []byte) (RulesTable, error) {
+	l := &loader{file: filename}
+	var t RulesTable
+	if len(data) == 0 {
+		return t, nil
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		l.syntaxError(err)
+	} else if len(doc.Content) > 0 {
+		if o := l.object(doc.Content[0], "", nil); o != nil {
+			t = l.rulesTable(o, true) // warnings are Parse's to give
+			if !o.has("jwt") {
+				l.needJWT()
+			}
+		}
+	}
+	if len(l.errs) > 0 {
+		es := &Errors{}
+		for _, e := range l.errs {
+			es.List = append(es.List, e)
+		}
+		return RulesTable{}, es
+	}
+	return t, nil
+}
+
+var rulesTableFields = []string{"plan", "user", "default_plan"}
+
+// rulesTable reads the rules_table section of top. trusted says whether
+// trusted_proxies are configured: without them, a plan or user read from
+// the request itself is whatever the client sends, which is warned about.
+func (l *loader) rulesTable(top *obj, trusted bool) RulesTable {
+	var t RulesTable
+	if top.has("jwt") {
+		t.Plan, t.User = "jwt:plan", "jwt:sub"
+	}
+	n, ok := top.vals["rules_table"]
+	if !ok {
+		return t
+	}
+	o := l.object(n, "rules_table", rulesTableFields)
+	if o == nil {
+		return t
+	}
+	for _, f := range []struct {
+		field string
+		dst   *string
+		kinds []sourceKind
+		want  string
+	}{
+		{"plan", &t.Plan, []sourceKind{srcJWT, srcHeader, srcQuery, srcDescriptorKey}, "jwt:CLAIM, header:NAME, query:NAME or descriptor:KEY"},
+		{"user", &t.User, []sourceKind{srcJWT, srcHeader, srcQuery, srcDescriptorKey, srcIP}, "jwt:CLAIM, ip:address, header:NAME, query:NAME or descriptor:KEY"},
+	} {
+		v, vn, ok := o.str(f.field)
+		if !ok {
+			continue
+		}
+		path := join("rules_table", f.field)
+		src, msg := parseSource(v, false)
+		if msg != "" || !slices.Contains(f.kinds, src.kind) {
+			l.errf(vn, path, "must be %s (got %q)", f.want, v)
+			continue
+		}
+		l.noteJWT(src, vn, path)
+		*f.dst = v
+		if (src.kind == srcHeader || src.kind == srcQuery) && !trusted {
+			l.warnf(vn, path, "%s is whatever the client sends and no trusted_proxies are configured, so nothing in front sets or strips it: any client can pick its %s (read it from a verified claim, jwt:CLAIM, or have the proxy in front set it on every request and list that proxy in trusted_proxies)", v, f.field)
+		}
+	}
+	if v, vn, ok := o.str("default_plan"); ok {
+		if !validName(v) {
+			l.errf(vn, "rules_table.default_plan", "%q must be 1 to 64 of A-Z a-z 0-9 _ . -", v)
+		} else {
+			t.DefaultPlan = v
+		}
+	}
+	return t
 }
 
 // indexLimits names every limit ("RULE", "RULE.TIER") and checks that no
@@ -946,12 +1054,12 @@ func (l *loader) matchValues(n *yaml.Node, path string) ([]string, bool) {
 }
 
 var (
-	costFields   = []string{"cost_source", "fixed_cost", "default_cost"}
+	costFields   = []string{"cost_source", "fixed_cost", "default_cost", "min_cost"}
 	tbFields     = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "reserve", "max_reserved"}
 	lbFields     = []string{"tokens_per_second", "rps", "rate", "period", "max_delay"}
 	fwFields     = []string{"rate", "period", "capacity", "start"}
 	slFields     = []string{"rate", "period", "capacity"}
-	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost"}
+	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost"}
 )
 
 func algFields(a sluice.Algorithm) []string {
@@ -1049,7 +1157,7 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 	if capOK {
 		spec.Capacity = capacity
 	}
-	v := &variant{cost: costSpec{fixed: 1, def: 1}}
+	v := &variant{cost: costSpec{fixed: 1, def: 1, min: 1}}
 	if b, _, ok := o.boolean("reserve"); ok {
 		v.reserve = b
 	}
@@ -1081,10 +1189,17 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 		return nil
 	}
 	v.limit = lim
-	for _, c := range []struct {
+	checks := []struct {
 		field string
 		cost  float64
-	}{{"fixed_cost", v.cost.fixed}, {"default_cost", v.cost.def}} {
+	}{{"fixed_cost", v.cost.fixed}, {"default_cost", v.cost.def}}
+	if v.cost.src != nil {
+		checks = append(checks, struct {
+			field string
+			cost  float64
+		}{"min_cost", v.cost.min})
+	}
+	for _, c := range checks {
 		if _, err := lim.Cost(c.cost); err != nil {
 			at := costN[c.field]
 			if at == nil {
@@ -1098,11 +1213,21 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 			return nil
 		}
 	}
+	if v.cost.src != nil && v.cost.def < v.cost.min {
+		// Else a client would pay less by sending no cost at all than by
+		// declaring the least it may.
+		field, at := "default_cost", costN["default_cost"]
+		if at == nil {
+			field, at = "min_cost", costN["min_cost"]
+		}
+		l.errf(at, join(path, field), "default_cost (%v) is below min_cost (%v): a request without a usable cost would pay less than the least a declared one pays; raise default_cost or lower min_cost", v.cost.def, v.cost.min)
+		return nil
+	}
 	return v
 }
 
-// cost reads cost_source, fixed_cost and default_cost into c and returns
-// their nodes.
+// cost reads cost_source, fixed_cost, default_cost and min_cost into c
+// and returns their nodes.
 func (l *loader) cost(o *obj, path string, c *costSpec) map[string]*yaml.Node {
 	nodes := map[string]*yaml.Node{}
 	srcName := "fixed"
@@ -1135,6 +1260,17 @@ func (l *loader) cost(o *obj, path string, c *costSpec) map[string]*yaml.Node {
 			l.errf(n, join(path, "default_cost"), "must be > 0 (got %v)", v)
 		} else {
 			c.def = v
+		}
+	}
+	if v, n, ok := o.num("min_cost"); ok {
+		nodes["min_cost"] = n
+		switch {
+		case srcName == "fixed":
+			l.errf(n, join(path, "min_cost"), "applies only with cost_source header:NAME or query:NAME (it bounds the costs clients declare; fixed_cost is the cost here)")
+		case v <= 0:
+			l.errf(n, join(path, "min_cost"), "must be > 0 (got %v)", v)
+		default:
+			c.min = v
 		}
 	}
 	return nodes

@@ -91,7 +91,7 @@ func TestValidationErrors(t *testing.T) {
 		{"typo at the top", "listne: \":80\"\nrules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n",
 			[]string{`c.yaml:1: listne: unknown field (did you mean "listen"?)`}},
 		{"field of another algorithm", rule("    algorithm: fixed_window\n", "      rate: 10\n      period: 1m\n      burst: 20\n"),
-			[]string{"c.yaml:8: rules[0].algorithm_config.burst: does not apply to fixed_window (it takes rate, period, capacity, start, cost_source, fixed_cost, default_cost)"}},
+			[]string{"c.yaml:8: rules[0].algorithm_config.burst: does not apply to fixed_window (it takes rate, period, capacity, start, cost_source, fixed_cost, default_cost, min_cost)"}},
 		{"fixed window without period", rule("    algorithm: fixed_window\n", "      rate: 10\n"),
 			[]string{"c.yaml:6: rules[0].algorithm_config.period: is required with rate for fixed_window (such as \"1m\")"}},
 		{"bad period", rule("", "      rate: 10\n      period: 1 minute\n"),
@@ -109,7 +109,7 @@ func TestValidationErrors(t *testing.T) {
 		{"bad cost source", rule("", "      rps: 10\n      burst: 10\n      cost_source: body:weight\n"),
 			[]string{`c.yaml:7: rules[0].algorithm_config.cost_source: must be fixed, header:NAME or query:NAME (got "body:weight")`}},
 		{"reservation on a fixed window", rule("    algorithm: fixed_window\n", "      rate: 10\n      period: 1m\n      reserve: true\n"),
-			[]string{"c.yaml:8: rules[0].algorithm_config.reserve: does not apply to fixed_window (it takes rate, period, capacity, start, cost_source, fixed_cost, default_cost)"}},
+			[]string{"c.yaml:8: rules[0].algorithm_config.reserve: does not apply to fixed_window (it takes rate, period, capacity, start, cost_source, fixed_cost, default_cost, min_cost)"}},
 		{"rate below a micro-token", rule("", "      rate: 0.0000001\n      period: 1h\n"),
 			[]string{`c.yaml:5: rules[0].algorithm_config: capacity: sluice: cost must be a finite number > 0 (got 1e-07, below 1e-6)`}},
 		{"unknown algorithm", "rules:\n  - name: r\n    algorithm: gcra\n    algorithm_config: {rps: 1, burst: 1}\n",
@@ -197,6 +197,27 @@ rules:
 		{"no rules", "listen: \":8080\"\n", []string{"c.yaml:1: rules: is required: at least one rule"}},
 		{"empty rules", "rules: []\n", []string{"c.yaml:1: rules: must hold at least one rule"}},
 		{"empty file", "# nothing\n", []string{"c.yaml: the file is empty"}},
+		{"min cost with a fixed cost", rule("", "      rps: 10\n      burst: 10\n      min_cost: 0.5\n"),
+			[]string{"c.yaml:7: rules[0].algorithm_config.min_cost: applies only with cost_source header:NAME or query:NAME (it bounds the costs clients declare; fixed_cost is the cost here)"}},
+		{"min cost zero", rule("", "      rps: 10\n      burst: 10\n      cost_source: header:x-weight\n      min_cost: 0\n"),
+			[]string{"c.yaml:8: rules[0].algorithm_config.min_cost: must be > 0 (got 0)"}},
+		{"min cost above burst", rule("", "      rps: 10\n      burst: 10\n      cost_source: header:x-weight\n      default_cost: 10\n      min_cost: 11\n"),
+			[]string{"c.yaml:9: rules[0].algorithm_config.min_cost: 11 is above the limit's capacity (10): no request could ever pass"}},
+		{"min cost below a micro-token", rule("", "      rps: 10\n      burst: 10\n      cost_source: header:x-weight\n      min_cost: 1e-9\n"),
+			[]string{"c.yaml:8: rules[0].algorithm_config.min_cost: 1e-09 is not a usable cost (at least 0.000001)"}},
+		{"default cost below the default min cost", rule("", "      rps: 10\n      burst: 10\n      cost_source: header:x-weight\n      default_cost: 0.5\n"),
+			[]string{"c.yaml:8: rules[0].algorithm_config.default_cost: default_cost (0.5) is below min_cost (1): a request without a usable cost would pay less than the least a declared one pays; raise default_cost or lower min_cost"}},
+		{"min cost above the default cost", rule("", "      rps: 10\n      burst: 10\n      cost_source: query:w\n      min_cost: 5\n"),
+			[]string{"c.yaml:8: rules[0].algorithm_config.min_cost: default_cost (1) is below min_cost (5): a request without a usable cost would pay less than the least a declared one pays; raise default_cost or lower min_cost"}},
+		{"rules table sources", "rules_table:\n  plan: path\n  user: method\n  default_plan: \"a b\"\n  users: x\n" + rule("", "      rps: 1\n      burst: 1\n"),
+			[]string{
+				`c.yaml:2: rules_table.plan: must be jwt:CLAIM, header:NAME, query:NAME or descriptor:KEY (got "path")`,
+				`c.yaml:3: rules_table.user: must be jwt:CLAIM, ip:address, header:NAME, query:NAME or descriptor:KEY (got "method")`,
+				`c.yaml:4: rules_table.default_plan: "a b" must be 1 to 64 of A-Z a-z 0-9 _ . -`,
+				`c.yaml:5: rules_table.users: unknown field (did you mean "user"?)`,
+			}},
+		{"rules table claim without a jwt section", "rules_table: {plan: \"jwt:plan\", user: ip:address}\n" + rule("", "      rps: 1\n      burst: 1\n"),
+			[]string{"c.yaml:1: rules_table.plan: reads a JWT claim, but there is no jwt section: configure verification keys (hmac_secret_env, public_keys or jwks_file), or jwt: {verify: false} when a gateway in front has verified the token"}},
 		{"not a mapping", "- a\n- b\n", []string{"c.yaml:1: must be a mapping of fields (got a list)"}},
 		{"syntax error", "rules: [\n", []string{"c.yaml:1: syntax error: did not find expected node content"}},
 		{"two documents", "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n---\nlisten: \":1\"\n", []string{"c.yaml:4: the file holds more than one YAML document"}},
@@ -408,7 +429,7 @@ func TestMoreValidationErrors(t *testing.T) {
 			"c.yaml:10: rules[2].algorithm_config.start: must not be negative",
 		}},
 		{"rate without period for a window", "rules:\n  - name: s\n    algorithm: sliding_log\n    algorithm_config: {rps: 5}\n", []string{
-			"c.yaml:4: rules[0].algorithm_config.rps: does not apply to sliding_log (it takes rate, period, capacity, cost_source, fixed_cost, default_cost)",
+			"c.yaml:4: rules[0].algorithm_config.rps: does not apply to sliding_log (it takes rate, period, capacity, cost_source, fixed_cost, default_cost, min_cost)",
 			"c.yaml:4: rules[0].algorithm_config: needs rate and period",
 		}},
 		{"capacity with rps", "rules:\n  - name: r\n    algorithm_config: {rps: 5, capacity: 5}\n", []string{
@@ -448,5 +469,54 @@ func TestMoreValidationErrors(t *testing.T) {
 	}
 	if _, err := policy.Parse("big.yaml", make([]byte, policy.MaxFileSize+1)); err == nil || !strings.Contains(err.Error(), "big.yaml: the file is larger than") {
 		t.Errorf("oversized file: %v", err)
+	}
+}
+
+// The rules_table section names where the PostgreSQL rules table finds
+// plans and users; its defaults are the jwt section's verified claims, or
+// no source at all, never a header.
+func TestRulesTableSettings(t *testing.T) {
+	t.Setenv("JWT_SECRET", testSecret)
+	body := "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"
+	for _, tc := range []struct {
+		name, cfg string
+		want      policy.RulesTable
+		warnings  []string
+	}{
+		{"nothing trusted", body, policy.RulesTable{}, nil},
+		{"jwt claims by default", "jwt: {hmac_secret_env: JWT_SECRET}\n" + body, policy.RulesTable{Plan: "jwt:plan", User: "jwt:sub"}, nil},
+		{"written out", "jwt: {hmac_secret_env: JWT_SECRET}\nrules_table:\n  plan: jwt:tier\n  user: ip:address\n  default_plan: free\n" + body,
+			policy.RulesTable{Plan: "jwt:tier", User: "ip:address", DefaultPlan: "free"}, nil},
+		{"client headers", "rules_table:\n  plan: header:X-Plan\n  user: query:user\n" + body,
+			policy.RulesTable{Plan: "header:X-Plan", User: "query:user"}, []string{
+				"c.yaml:2: rules_table.plan: header:X-Plan is whatever the client sends and no trusted_proxies are configured, so nothing in front sets or strips it: any client can pick its plan (read it from a verified claim, jwt:CLAIM, or have the proxy in front set it on every request and list that proxy in trusted_proxies)",
+				"c.yaml:3: rules_table.user: query:user is whatever the client sends and no trusted_proxies are configured, so nothing in front sets or strips it: any client can pick its user (read it from a verified claim, jwt:CLAIM, or have the proxy in front set it on every request and list that proxy in trusted_proxies)",
+			}},
+		{"headers set by a trusted proxy", "trusted_proxies: [10.0.0.1]\nrules_table:\n  plan: header:X-Plan\n" + body,
+			policy.RulesTable{Plan: "header:X-Plan"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := policy.Parse("c.yaml", []byte(tc.cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Settings.RulesTable != tc.want {
+				t.Errorf("RulesTable %+v, want %+v", p.Settings.RulesTable, tc.want)
+			}
+			if strings.Join(p.Warnings, "\n") != strings.Join(tc.warnings, "\n") {
+				t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(p.Warnings, "\n"), strings.Join(tc.warnings, "\n"))
+			}
+			// RulesTableOf reads the same section the same way.
+			got, err := policy.RulesTableOf("c.yaml", []byte(tc.cfg))
+			if err != nil || got != tc.want {
+				t.Errorf("RulesTableOf = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+	if got, err := policy.RulesTableOf("c.yaml", nil); err != nil || got != (policy.RulesTable{}) {
+		t.Errorf("RulesTableOf(nil) = %+v, %v", got, err)
+	}
+	if _, err := policy.RulesTableOf("c.yaml", []byte("rules_table: {user: path}\n")); err == nil || !strings.Contains(err.Error(), "c.yaml:1: rules_table.user: must be") {
+		t.Errorf("RulesTableOf of a bad section: %v", err)
 	}
 }

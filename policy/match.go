@@ -50,13 +50,16 @@ type costSpec struct {
 	src   *source // nil: fixed
 	fixed float64 // cost when src is nil
 	def   float64 // cost when src is absent or not a usable number
+	min   float64 // the least a declared cost is charged (<= def)
 }
 
 // cost returns the request's cost under c. A value that is absent, not a
-// number, NaN, zero, negative or below one micro-token costs the default;
-// a value above the limit's capacity (infinity included) is returned as it
-// is, so the rule rejects the request, which could never succeed, without
-// charging anything: a client never pays less by sending an absurd cost.
+// number, NaN, zero or negative costs the default; a positive value below
+// the floor costs the floor, so a client declaring a tiny cost cannot
+// pass a multiple of the burst. A value above the limit's capacity
+// (infinity included) is returned as it is, so the rule rejects the
+// request, which could never succeed, without charging anything: a client
+// never pays less by sending an absurd cost.
 func (e *eval) cost(c costSpec) float64 {
 	if c.src == nil {
 		return c.fixed
@@ -66,7 +69,12 @@ func (e *eval) cost(c costSpec) float64 {
 		return c.def
 	}
 	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if (err != nil && !math.IsInf(f, 1)) || math.IsNaN(f) || f <= 0 || f*sluice.TokenScale < 1 {
+	switch {
+	case (err != nil && !math.IsInf(f, 1)) || math.IsNaN(f) || f <= 0:
+		return c.def
+	case f < c.min:
+		return c.min
+	case f*sluice.TokenScale < 1: // below what a store can count
 		return c.def
 	}
 	return f

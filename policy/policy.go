@@ -30,6 +30,10 @@ type Policy struct {
 	Settings Settings
 	// Rules in file order.
 	Rules []*Rule
+	// Warnings are settings that load but deserve a second look (a plan
+	// read from a header any client can send), each as "FILE:LINE: path:
+	// message". sluice check prints them; serve logs them.
+	Warnings []string
 
 	jwt    *verifier
 	byName map[string]*Rule
@@ -69,6 +73,28 @@ type Settings struct {
 	IPv6Prefix int
 	// MissingKey is the default for rules whose key source is absent.
 	MissingKey MissingKey
+	// RulesTable says where the rules kept in PostgreSQL find a request's
+	// plan and user.
+	RulesTable RulesTable
+}
+
+// RulesTable is the rules_table section: the sources of the identities
+// that the rows of the PostgreSQL rules table (sluice_rules) limit. Each
+// is a source as written in limit_keys ("jwt:plan", "header:X-Plan"), and
+// "" when no source is trusted. With a jwt section, Plan defaults to
+// jwt:plan and User to jwt:sub; without one, both default to "".
+type RulesTable struct {
+	// Plan picks a request's plan, which picks each key pattern's row.
+	// With none, every request is of no plan.
+	Plan string
+	// User keys the buckets of user-scope rows. With none, a user-scope
+	// row is refused: no client-sent value may stand for a user unless
+	// the operator names it.
+	User string
+	// DefaultPlan is the plan of a request that has none, or one for which
+	// a key pattern has no row: that pattern's row for DefaultPlan limits
+	// it, else its NULL-plan row. "" when unset.
+	DefaultPlan string
 }
 
 // Mode says whether a rule's rejections are enforced.

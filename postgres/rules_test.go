@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,10 @@ import (
 	"github.com/sluicehq/sluice/postgres"
 )
 
+// baseConfig reads plans and users from headers, as a file may when the
+// proxy in front sets them.
 const baseConfig = `
+rules_table: {plan: "header:X-Plan", user: "header:X-User-ID"}
 rules:
   - name: file-rule
     limit_keys: [ip:address]
@@ -212,9 +216,16 @@ func TestForPlan(t *testing.T) {
 		}
 		return out
 	}
-	for plan, want := range map[string][]int64{"pro": {2, 4, 5}, "free": {1, 5}, "": {3, 5}, "other": {3, 5}} {
-		if got := ids(postgres.ForPlan(rows, plan)); len(got) != len(want) || (len(got) > 0 && got[0] != want[0]) || got[len(got)-1] != want[len(want)-1] {
-			t.Errorf("plan %q: %v, want %v", plan, got, want)
+	for _, tc := range []struct {
+		plan, def string
+		want      []int64
+	}{
+		{"pro", "", []int64{2, 4, 5}}, {"free", "", []int64{1, 5}}, {"", "", []int64{3, 5}}, {"other", "", []int64{3, 5}},
+		// default_plan: its row, where the pattern has one, before the NULL-plan row.
+		{"", "pro", []int64{2, 4, 5}}, {"other", "pro", []int64{2, 4, 5}}, {"free", "pro", []int64{1, 4, 5}}, {"", "gold", []int64{3, 5}},
+	} {
+		if got := ids(postgres.ForPlan(rows, tc.plan, tc.def)); !slices.Equal(got, tc.want) {
+			t.Errorf("plan %q, default_plan %q: %v, want %v", tc.plan, tc.def, got, tc.want)
 		}
 	}
 }
@@ -237,7 +248,7 @@ func TestRuleIDs(t *testing.T) {
 			t.Fatalf("RuleIDs = %v, want %v", ids, want)
 		}
 	}
-	p, err := postgres.CompilePolicy("", nil, rows, postgres.RulesOptions{})
+	p, err := postgres.CompilePolicy("c.yaml", []byte("rules_table: {plan: \"header:X-Plan\", user: \"header:X-User\"}\n"), rows, postgres.RulesOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,8 +286,10 @@ func TestRulesYAMLRejectsBadRows(t *testing.T) {
 		{postgres.RuleRow{ID: 1, KeyPattern: "x", Scope: "planet", RatePerSecond: 1, Burst: 1}, "unknown scope"},
 		{postgres.RuleRow{ID: 1, KeyPattern: "search", Scope: "endpoint", RatePerSecond: 1, Burst: 1}, "endpoint:/path"},
 		{postgres.RuleRow{ID: 1, KeyPattern: "x", Scope: "user", RatePerSecond: 1, Burst: 1, Plan: "bad plan"}, "plan"},
+		{postgres.RuleRow{ID: 1, KeyPattern: "x", Scope: "user", RatePerSecond: 1, Burst: 1}, "set rules_table.user"},
+		{postgres.RuleRow{ID: 1, KeyPattern: "x", Scope: "global", RatePerSecond: 1, Burst: 1, Plan: "pro"}, "no NULL-plan row"},
 	} {
-		if _, err := postgres.RulesYAML([]postgres.RuleRow{tc.row}, postgres.RulesOptions{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := postgres.RulesYAML([]postgres.RuleRow{tc.row}, policy.RulesTable{}, postgres.RulesOptions{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want one naming %q", tc.row, err, tc.want)
 		}
 	}

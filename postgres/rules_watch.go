@@ -117,10 +117,11 @@ func (s *PolicySource) refresh(ctx context.Context) error {
 		// policy in force stays, and so do the limits its users cached.
 		return nil
 	}
-	p, err := CompilePolicy(s.opts.Filename, s.opts.Config, rows, s.opts.Rules)
+	p, warnings, err := compile(s.opts.Filename, s.opts.Config, rows, s.opts.Rules)
 	if err != nil {
 		return err
 	}
+	s.warn(warnings)
 	s.rows = rows
 	if s.opts.Violations != nil {
 		s.opts.Violations.SetRuleIDs(RuleIDs(rows, s.opts.Rules))
@@ -146,13 +147,21 @@ func sameRows(a, b []RuleRow) bool {
 func (s *PolicySource) SetConfig(filename string, config []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p, err := CompilePolicy(filename, config, s.rows, s.opts.Rules)
+	p, warnings, err := compile(filename, config, s.rows, s.opts.Rules)
 	if err != nil {
 		return err
 	}
+	s.warn(warnings)
 	s.opts.Filename, s.opts.Config = filename, config
 	s.install(p)
 	return nil
+}
+
+// warn logs the rows of a newly compiled policy that apply to no request.
+func (s *PolicySource) warn(warnings []string) {
+	for _, w := range warnings {
+		s.opts.Logger.Warn("postgres: rules table", "warning", w)
+	}
 }
 
 // install puts p in force; s.mu is held.

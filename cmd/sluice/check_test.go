@@ -85,3 +85,28 @@ func TestCheckUsage(t *testing.T) {
 		t.Errorf("missing file: exit %d, stderr %q", code, errb.String())
 	}
 }
+
+// A valid file that lets clients pick their own plan is a warning: check
+// prints it and still exits 0, and serve logs it.
+func TestCheckWarnings(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "warn.yaml")
+	cfg := "rules_table:\n  plan: header:X-Plan\nrules:\n  - name: a\n    algorithm_config: {rps: 1, burst: 1}\n"
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", file}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	want := "warning: " + file + ":2: rules_table.plan: header:X-Plan is whatever the client sends"
+	if !strings.HasPrefix(errb.String(), want) || strings.Count(errb.String(), "\n") != 1 {
+		t.Fatalf("stderr %q, want one line starting %q", errb.String(), want)
+	}
+	if out.String() != file+": ok (1 rule)\n" {
+		t.Fatalf("stdout %q", out.String())
+	}
+	_, logs := startServe(t, "--config", file)
+	if !strings.Contains(logs.String(), "rules_table.plan: header:X-Plan is whatever the client sends") {
+		t.Fatalf("serve did not log the warning:\n%s", logs.String())
+	}
+}

@@ -108,6 +108,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 			return 1
 		}
 	}
+	for _, w := range p.Warnings {
+		log.Warn("config", "warning", w)
+	}
 	set := p.Settings
 	if *listen != "" {
 		set.Listen = *listen
@@ -252,6 +255,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		}
 		sum, pending = s, s
 		np, err := parsePolicy(*config, data)
+		var warnings []string // the file's own, with its lines
+		if err == nil {
+			warnings = np.Warnings
+		}
 		if err == nil && rules != nil {
 			err = rules.SetConfig(*config, data) // merges the table's rules and installs
 			np = rules.Policy()
@@ -267,6 +274,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		}
 		metrics.Reloaded(true)
 		log.Info("policy reloaded", "why", why, "file", *config, "rules", len(np.Rules))
+		for _, w := range warnings {
+			log.Warn("config", "warning", w)
+		}
 	}
 	for {
 		select {

@@ -1,0 +1,76 @@
+package policy_test
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/sluicehq/sluice"
+)
+
+// admittedOf sends n requests from one client declaring weight in
+// x-request-weight, with no time passing, and counts the admitted ones.
+func admittedOf(t *testing.T, cfg, weight string, n int) int {
+	t.Helper()
+	p := mustParse(t, cfg)
+	lim, _ := newLimiter()
+	admitted := 0
+	for i := 0; i < n; i++ {
+		in := fromIP("192.0.2.7")
+		in.Header = http.Header{"X-Request-Weight": {weight}}
+		if decide(t, p, lim, in, sluice.OpTake, nil).Allowed {
+			admitted++
+		}
+	}
+	return admitted
+}
+
+const weightedCfg = `rules:
+  - name: weighted
+    limit_keys: ["ip:address"]
+    algorithm_config: {rps: 10, burst: 100, cost_source: "header:x-request-weight"%s}
+`
+
+// Attack: with a client-declared cost, a client declares a tiny one
+// (x-request-weight: 0.000001) so that a burst of 100 lets thousands of
+// requests through. A declared cost is charged at least min_cost
+// (default 1): at most burst/min_cost requests pass.
+func TestAttackTinyDeclaredCost(t *testing.T) {
+	if got := admittedOf(t, fmt.Sprintf(weightedCfg, ""), "0.000001", 300); got != 100 {
+		t.Fatalf("%d of 300 requests declaring a cost of 0.000001 passed a burst of 100; want 100 (min_cost 1)", got)
+	}
+	if got := admittedOf(t, fmt.Sprintf(weightedCfg, ""), "1e-300", 300); got != 100 {
+		t.Fatalf("%d of 300 requests declaring a cost of 1e-300 passed a burst of 100; want 100", got)
+	}
+}
+
+// A configured min_cost lets declared costs go that low, and no lower.
+func TestMinCost(t *testing.T) {
+	cfg := fmt.Sprintf(weightedCfg, ", min_cost: 0.5")
+	for weight, want := range map[string]int{"0.000001": 200, "0.5": 200, "2": 50, "": 100, "junk": 100} {
+		if got := admittedOf(t, cfg, weight, 300); got != want {
+			t.Errorf("weight %q: %d of 300 passed, want %d", weight, got, want)
+		}
+	}
+}
+
+// Attack: a bearer token without exp, once leaked (or minted for a trial),
+// carries its plan forever. Such a token yields no claims unless the jwt
+// section says require_exp: false.
+func TestAttackJWTWithoutExp(t *testing.T) {
+	t.Setenv("JWT_SECRET", testSecret)
+	forever := jwt.MapClaims{"plan": "enterprise", "sub": "u1"}
+	signed := sign(t, jwt.SigningMethodHS256, []byte(testSecret), forever)
+	for _, section := range []string{"jwt:\n  hmac_secret_env: JWT_SECRET\n", "jwt:\n  verify: false\n"} {
+		p := mustParse(t, section+tieredCfg)
+		if got := limitFor(t, p, signed); got != "api-key.free" {
+			t.Errorf("%q: a token without exp got %q, want api-key.free (no claims)", section, got)
+		}
+	}
+	p := mustParse(t, "jwt:\n  hmac_secret_env: JWT_SECRET\n  require_exp: false\n"+tieredCfg)
+	if got := limitFor(t, p, signed); got != "api-key.enterprise" {
+		t.Errorf("require_exp: false: a token without exp got %q, want api-key.enterprise", got)
+	}
+}

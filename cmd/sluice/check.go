@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -20,16 +18,9 @@ func init() {
 // prints every problem of every file, so one run shows all that needs
 // fixing.
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice check FILE...\n\nValidates sluice configuration files (YAML or JSON). Exits 0 when all are\nvalid, 1 when any is not (every problem is printed as FILE:LINE: path:\nmessage), 2 on a usage error. Settings that are valid but let clients pick\ntheir own limits are printed as \"warning: FILE:LINE: path: message\" and do\nnot change the exit code.")
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	fs := newFlagSet("check", "usage: sluice check FILE...\n\nValidates sluice configuration files (YAML or JSON), and envoyproxy/ratelimit's\nYAML, as serve loads them. Exits 0 when all are valid, 1 when any is not\n(every problem is printed as FILE:LINE: path: message), 2 on a usage error.\nSettings that are valid but let clients pick their own limits are printed\nas \"warning: FILE:LINE: path: message\" and do not change the exit code.", stderr)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -33,16 +32,11 @@ func postgresURL(flagURL string) (string, error) {
 }
 
 func runMigrate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("migrate", "usage: sluice migrate [--url postgres://...] [--timeout 1m]\n\nCreates or upgrades sluice's tables in PostgreSQL; running it again changes\nnothing. serve can do the same at start with sluice_migrate=true on the\nstore URL.", stderr)
 	rawURL := fs.String("url", "", "PostgreSQL URL (default $SLUICE_POSTGRES_URL)")
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice migrate [--url postgres://...] [--timeout 1m]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sluice migrate: unexpected argument %q\n", fs.Arg(0))

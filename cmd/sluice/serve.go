@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -60,15 +59,14 @@ type listening struct {
 // serve runs until ctx is done; ready, when not nil, is called once the
 // listeners accept connections.
 func serve(ctx context.Context, args []string, stderr io.Writer, ready func(listening)) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("serve", "usage: sluice serve [--config FILE] [--listen ADDR] [--proxy-listen ADDR] [--grpc-listen ADDR|off]\n\nWithout --config, serves the embedded default policy: per client IP, 10\nrequests per second, burst 20, memory store. The flags override the policy's\naddresses. SIGHUP, or a change to the file, reloads the policy (an invalid\none is refused and the old one keeps serving); SIGTERM or SIGINT drains\n/readyz and shuts down.", stderr)
 	config := fs.String("config", "", "policy file (YAML or JSON); default: the embedded per-IP policy")
 	listen := fs.String("listen", "", "decision API address (overrides the policy's listen)")
 	proxyListen := fs.String("proxy-listen", "", "reverse proxy address (overrides proxy.listen)")
 	grpcListen := fs.String("grpc-listen", "", "Envoy rate limit service address (overrides grpc_listen; \"off\" disables it)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (at shutdown), for go tool pprof")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))

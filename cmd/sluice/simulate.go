@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -42,23 +41,15 @@ type segment struct {
 // rejected and the whole tokens left, with a bar of admitted (#) and
 // rejected (.) requests.
 func runSimulate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("simulate", "usage: sluice simulate [--config FILE] [--limit NAME] --pattern \"50/s for 2s, 5/s for 10s\" [--step 1s] [--cost 1]\n\nReplays the pattern against the limit on the memory store with a simulated\nclock (the answer does not depend on the machine) and draws, per step, what\nthe limit admitted (#) and rejected (.).", stderr)
 	config := fs.String("config", "", "policy file (YAML or JSON); default: the embedded per-IP policy")
 	limitName := fs.String("limit", "", `the limit to drive: a rule's name, or "RULE.TIER" (default: the policy's only limit)`)
 	pattern := fs.String("pattern", "", `the traffic: segments of "RATE/s for DURATION", e.g. "50/s for 2s, 5/s for 10s" (/m and /h too)`)
 	step := fs.Duration("step", time.Second, "the interval of each printed line")
 	cost := fs.Float64("cost", 1, "tokens each request asks")
 	key := fs.String("key", "simulated", "the bucket's key")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice simulate [--config FILE] [--limit NAME] --pattern \"50/s for 2s, 5/s for 10s\" [--step 1s] [--cost 1]\n\nReplays the pattern against the limit on the memory store with a simulated\nclock (the answer does not depend on the machine) and draws, per step, what\nthe limit admitted (#) and rejected (.).")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sluice simulate: unexpected argument %q\n", fs.Arg(0))

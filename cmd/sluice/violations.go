@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -21,20 +20,15 @@ func init() {
 }
 
 func runViolations(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("violations", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("violations", "usage: sluice violations [--since 1h] [--limit 50] [--user ID] [--ip ADDR] [--url postgres://...]\n\nReads the rejections recorded by a postgres store with\nsluice_violations=true on its URL.", stderr)
 	rawURL := fs.String("url", "", "PostgreSQL URL (default $SLUICE_POSTGRES_URL)")
 	since := fs.Duration("since", time.Hour, "how far back to look")
 	limit := fs.Int("limit", 50, "show at most this many, newest first")
 	userID := fs.String("user", "", "only this user's violations")
 	ip := fs.String("ip", "", "only this client IP's violations")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice violations [--since 1h] [--limit 50] [--user ID] [--ip ADDR] [--url postgres://...]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sluice violations: unexpected argument %q\n", fs.Arg(0))

@@ -15,6 +15,7 @@
 package policy
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -69,6 +70,28 @@ type Settings struct {
 	IPv6Prefix int
 	// MissingKey is the default for rules whose key source is absent.
 	MissingKey MissingKey
+
+	// GRPCListenDerived reports that grpc_listen was not set, so that
+	// GRPCListen is DefaultGRPCListen(Listen): serve derives it again when
+	// a flag overrides Listen.
+	GRPCListenDerived bool
+	// GRPCTLS, when set, serves the Envoy RateLimitService over TLS, and
+	// with a client CA over mutual TLS (grpc_tls).
+	GRPCTLS *GRPCTLS
+	// AllowNegativeHits lets Envoy callers give hits back
+	// (is_negative_hits); without it such a call is refused (default false).
+	AllowNegativeHits bool
+}
+
+// GRPCTLS is the grpc_tls section: the server's certificate and key, and
+// the CA that client certificates must chain to ("" = no client
+// certificates asked for). Paths are resolved against the config file's
+// directory; the files were read and checked when the policy was loaded.
+type GRPCTLS struct {
+	CertFile, KeyFile, ClientCAFile string
+	// Config is ready to serve: the certificate, TLS 1.2 or later, and
+	// when ClientCAFile is set, a verified client certificate required.
+	Config *tls.Config
 }
 
 // Mode says whether a rule's rejections are enforced.

@@ -179,6 +179,16 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			e = s.setPolicy(p)
 		}
 	}
+	if !e.pol.Settings.AllowNegativeHits {
+		// A refund from a caller refills any bucket it names: only callers
+		// the operator trusts with that may send one. Refused before any
+		// store call, so the call charges and refunds nothing.
+		for i, d := range req.Descriptors {
+			if d.IsNegativeHits {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: is_negative_hits (a refund) is refused: this server does not take refunds from callers (allow_negative_hits is false in its configuration)", i)
+			}
+		}
+	}
 	// Calls of a few descriptors (the usual) decide on the stack.
 	var dsBuf [4]descState
 	ds := dsBuf[:0]

@@ -254,7 +254,12 @@ func TestHitsAddend(t *testing.T) {
 }
 
 func TestNegativeHits(t *testing.T) {
-	h := startRef(t)
+	pol, err := envoyrls.ParseReferenceConfig("test.yaml", []byte(refYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.Settings.AllowNegativeHits = true
+	h := start(t, pol)
 	expect(t, h.call(t, "test", 3, desc("k", "n")), OK, OK, 0)
 	// A negative hit gives tokens back, never above the limit (3 here),
 	// and is never rejected.

@@ -58,8 +58,9 @@ func TestSluicePolicyTokenBucket(t *testing.T) {
 	if cl := resp.Statuses[0].CurrentLimit; cl == nil || cl.Name != "per-client" || cl.RequestsPerUnit != 600 || cl.Unit != rlspb.RateLimitResponse_RateLimit_MINUTE {
 		t.Errorf("current_limit %v, want per-client 600/MINUTE", cl)
 	}
-	if d := resp.Statuses[0].DurationUntilReset.AsDuration(); d != 500*time.Millisecond {
-		t.Errorf("duration_until_reset %v, want 500ms until the bucket is full", d)
+	// The bucket is full in 500ms: whole seconds, rounded up.
+	if d := resp.Statuses[0].DurationUntilReset.AsDuration(); d != time.Second {
+		t.Errorf("duration_until_reset %v, want 1s (500ms until the bucket is full, rounded up)", d)
 	}
 	if !strings.Contains(header(resp, "RateLimit-Policy"), `"per-client";q=5`) || header(resp, "Retry-After") != "1" {
 		t.Errorf("headers %v", resp.ResponseHeadersToAdd)

@@ -443,3 +443,30 @@ descriptors:
 		}
 	}
 }
+
+// A token bucket's reset is the time until it is full again, rounded up
+// to a whole second: at least 1 while it is not full, 0 when it is.
+func TestDurationUntilResetTokenBucket(t *testing.T) {
+	pol, err := policy.Parse("tb.yaml", []byte("rules:\n  - name: tb\n    match: {domain: d}\n    limit_keys: [\"descriptor:k\"]\n    algorithm_config: {rps: 1, burst: 5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, pol)
+	check := func(resp *rlspb.RateLimitResponse, want time.Duration) {
+		t.Helper()
+		if got := resp.Statuses[0].DurationUntilReset.AsDuration(); got != want {
+			t.Errorf("duration_until_reset %v, want %v", got, want)
+		}
+		if r := header(resp, "RateLimit-Reset"); r != strconv.FormatInt(int64(want/time.Second), 10) {
+			t.Errorf("RateLimit-Reset %s, want %d", r, want/time.Second)
+		}
+	}
+	check(h.call(t, "d", 0, hits(desc("k", "a"), 0)), 0) // full
+	check(h.call(t, "d", 3, desc("k", "a")), 3*time.Second)
+	h.clock.Advance(700 * time.Millisecond) // full in 2.3s
+	check(h.call(t, "d", 0, hits(desc("k", "a"), 0)), 3*time.Second)
+	h.clock.Advance(2299 * time.Millisecond) // full in 1ms
+	check(h.call(t, "d", 0, hits(desc("k", "a"), 0)), time.Second)
+	h.clock.Advance(time.Millisecond)
+	check(h.call(t, "d", 0, hits(desc("k", "a"), 0)), 0)
+}

@@ -41,7 +41,8 @@ type Policy struct {
 type Settings struct {
 	// Listen is the decision API's address (default ":8080").
 	Listen string
-	// GRPCListen is the Envoy RateLimitService address (default ":8081";
+	// GRPCListen is the Envoy RateLimitService address (default
+	// DefaultGRPCListen(Listen), ":8081" for the default listen;
 	// grpc_listen: "" disables it).
 	GRPCListen string
 	// StoreURL says where bucket state lives (default "memory://").

@@ -100,8 +100,9 @@ func TestSluicePolicyStoreDown(t *testing.T) {
 	// ...strict says deny: over the limit, and Envoy is told to retry.
 	resp := h.call(t, "edge", 0, desc("tier", "free", "client", "c5"))
 	expect(t, resp, OVER, OVER, 0)
-	if header(resp, "Retry-After") == "" {
-		t.Errorf("no Retry-After on a denied store failure: %v", resp.ResponseHeadersToAdd)
+	// Retry after a second (plus its jitter), not at the end of the window.
+	if ra := header(resp, "Retry-After"); ra != "1" {
+		t.Errorf("Retry-After %q on a denied store failure, want 1: %v", ra, resp.ResponseHeadersToAdd)
 	}
 	h.store.Down.Store(false)
 	expect(t, h.call(t, "edge", 0, desc("client", "c5")), OK, OK, 4)

@@ -308,7 +308,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			rr.Violated = culprit(rr) || (st.tooBig && !rr.Shadow)
 			rr.Decision.Allowed = !rr.Violated
 			// The headers say what duration_until_reset says, to the second.
-			rr.Decision.ResetAfter, rr.Decision.RetryAfter = resetOf(rr.Match.Request.Limit, rr.Decision, rr.Violated, now)
+			// (A store failure's wait stands: it is no window's.)
+			rr.Decision.ResetAfter, rr.Decision.RetryAfter = resetOf(rr.Match.Request.Limit, rr.Decision, rr.Violated && rr.StoreErr == nil, now)
 			if !rr.Shadow {
 				enf = append(enf, rr.Decision)
 			}

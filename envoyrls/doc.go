@@ -17,10 +17,16 @@
 // charging: the descriptor is answered as a peek for one request, and if
 // that peek fails the call is OVER_LIMIT and nothing is charged (the peek
 // and the charge of the others are two store calls, so the peek may be a
-// moment stale). is_negative_hits gives hits_addend tokens back to every
-// limit the descriptor matches (sluice.OpRefund), never above a limit's
-// capacity; such a descriptor is always OK, and its status describes the
-// bucket after the refund.
+// moment stale).
+//
+// is_negative_hits is a refund, and a refund refills any bucket the
+// caller names, so it is honoured only when the policy's settings allow
+// it (allow_negative_hits; a reference-format file never does). Otherwise
+// the call is answered codes.InvalidArgument before any store call: it
+// charges and refunds nothing. When allowed, it gives hits_addend tokens
+// back to every limit the descriptor matches (sluice.OpRefund), never
+// above a limit's capacity; such a descriptor is always OK, and its status
+// describes the bucket after the refund.
 //
 // All descriptors of one call are all-or-nothing, unlike the reference
 // server: the enforce-mode limits of every charged descriptor go to the
@@ -40,14 +46,27 @@
 // speaks for the descriptor (the rejecting one, else the one closest to
 // rejecting) in the unit that says it best: a rule of 600 per minute is
 // 600/MINUTE, not 10/SECOND; 100 per 10 minutes is 100/MINUTE with
-// unit_multiplier 10. limit_remaining is the whole tokens left and
-// duration_until_reset the time until the bucket is full again (for
-// windows with a fixed start, such as the reference format's, the time to
-// the end of the current window, as the reference server reports it). A
-// descriptor no rule applies to is OK with no current_limit.
+// unit_multiplier 10. limit_remaining is the whole tokens left, 0 for an
+// OVER_LIMIT descriptor.
+//
+// duration_until_reset is always whole seconds, as the reference server
+// answers (Envoy builds X-RateLimit-Reset from them). A window with a
+// fixed start, as every limit of the reference format has, resets at the
+// end of the current window whatever its count: unit - now%unit seconds
+// with now in whole Unix seconds (the reference's CalculateReset), which
+// is the time left rounded up, from 1 up to the whole unit (times
+// unit_multiplier). Every other limit resets when its bucket is full
+// again: that time rounded up to a whole second, at least 1 while the
+// bucket is not full and 0 when it is. A descriptor no rule applies to is
+// OK with no current_limit and no duration_until_reset.
+//
 // response_headers_to_add carries the RateLimit headers of the HTTP API
 // (RateLimit-Policy and RateLimit, RateLimit-Limit/-Remaining/-Reset, and
-// Retry-After when over the limit), for OK and OVER_LIMIT alike.
+// Retry-After when over the limit), for OK and OVER_LIMIT alike, with the
+// statuses' numbers: RateLimit-Reset and t= are duration_until_reset's
+// seconds (for a rejected token bucket, as on HTTP, the seconds until it
+// admits the request). A limit of 0 requests has no bucket: alone in a
+// call it brings Retry-After but no RateLimit fields.
 //
 // # The reference server's configuration
 //
@@ -83,7 +102,15 @@
 //
 // Unknown keys are errors, as they are for the reference server. Where the
 // reference server counts every descriptor even when another rejects the
-// call, sluice charges none of them. sluice's own format can say more:
+// call, sluice charges none of them: the reference run with
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true matches sluice's
+// all-or-nothing behaviour, except that it still adds a rejected
+// descriptor's hits to that descriptor's own count (sluice adds nothing),
+// and that a shadow-mode descriptor over its limit stops it from counting
+// the other descriptors of an admitted call (sluice counts them). The
+// reference adds no response headers unless asked to; a store failure
+// fails its call, where sluice follows on_store_error. sluice's own format
+// can say more:
 // token buckets, any period (not only whole units), burst above the rate,
 // rollover, tiers, per-rule on_store_error, and costs from headers.
 package envoyrls

@@ -58,8 +58,9 @@ func TestSluicePolicyTokenBucket(t *testing.T) {
 	if cl := resp.Statuses[0].CurrentLimit; cl == nil || cl.Name != "per-client" || cl.RequestsPerUnit != 600 || cl.Unit != rlspb.RateLimitResponse_RateLimit_MINUTE {
 		t.Errorf("current_limit %v, want per-client 600/MINUTE", cl)
 	}
-	if d := resp.Statuses[0].DurationUntilReset.AsDuration(); d != 500*time.Millisecond {
-		t.Errorf("duration_until_reset %v, want 500ms until the bucket is full", d)
+	// The bucket is full in 500ms: whole seconds, rounded up.
+	if d := resp.Statuses[0].DurationUntilReset.AsDuration(); d != time.Second {
+		t.Errorf("duration_until_reset %v, want 1s (500ms until the bucket is full, rounded up)", d)
 	}
 	if !strings.Contains(header(resp, "RateLimit-Policy"), `"per-client";q=5`) || header(resp, "Retry-After") != "1" {
 		t.Errorf("headers %v", resp.ResponseHeadersToAdd)
@@ -99,8 +100,9 @@ func TestSluicePolicyStoreDown(t *testing.T) {
 	// ...strict says deny: over the limit, and Envoy is told to retry.
 	resp := h.call(t, "edge", 0, desc("tier", "free", "client", "c5"))
 	expect(t, resp, OVER, OVER, 0)
-	if header(resp, "Retry-After") == "" {
-		t.Errorf("no Retry-After on a denied store failure: %v", resp.ResponseHeadersToAdd)
+	// Retry after a second (plus its jitter), not at the end of the window.
+	if ra := header(resp, "Retry-After"); ra != "1" {
+		t.Errorf("Retry-After %q on a denied store failure, want 1: %v", ra, resp.ResponseHeadersToAdd)
 	}
 	h.store.Down.Store(false)
 	expect(t, h.call(t, "edge", 0, desc("client", "c5")), OK, OK, 4)

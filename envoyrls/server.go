@@ -179,6 +179,16 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			e = s.setPolicy(p)
 		}
 	}
+	if !e.pol.Settings.AllowNegativeHits {
+		// A refund from a caller refills any bucket it names: only callers
+		// the operator trusts with that may send one. Refused before any
+		// store call, so the call charges and refunds nothing.
+		for i, d := range req.Descriptors {
+			if d.IsNegativeHits {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: is_negative_hits (a refund) is refused: this server does not take refunds from callers (allow_negative_hits is false in its configuration)", i)
+			}
+		}
+	}
 	// Calls of a few descriptors (the usual) decide on the stack.
 	var dsBuf [4]descState
 	ds := dsBuf[:0]
@@ -253,6 +263,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	s.apply(ctx, &groups[kindTake])
 	s.apply(ctx, &groups[kindRefund])
 
+	now := s.now()
 	allowed := !blockedAny
 	for _, k := range []descKind{kindTake, kindPeek} {
 		if r := groups[k].res; r != nil && !r.Allowed {
@@ -285,7 +296,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		}
 		// A refund's decisions describe the bucket after it, as a charge's do.
 		charged := g.res != nil && (g.op == sluice.OpRefund || (g.op == sluice.OpTake && g.res.Allowed))
-		resp.Statuses[i] = s.status(st, rrs, charged, &blocks[i])
+		resp.Statuses[i] = s.status(st, rrs, charged, &blocks[i], now)
 		if st.kind == kindRefund {
 			continue
 		}
@@ -296,6 +307,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			rr.Decision = adjusted(rr, charged)
 			rr.Violated = culprit(rr) || (st.tooBig && !rr.Shadow)
 			rr.Decision.Allowed = !rr.Violated
+			// The headers say what duration_until_reset says, to the second.
+			// (A store failure's wait stands: it is no window's.)
+			rr.Decision.ResetAfter, rr.Decision.RetryAfter = resetOf(rr.Match.Request.Limit, rr.Decision, rr.Violated && rr.StoreErr == nil, now)
 			if !rr.Shadow {
 				enf = append(enf, rr.Decision)
 			}
@@ -449,7 +463,7 @@ func durationOf(p *durationpb.Duration, d time.Duration) *durationpb.Duration {
 }
 
 // status is one descriptor's answer, written into b.
-func (s *Server) status(st *descState, rrs []policy.Result, charged bool, b *statusBlock) *rlspb.RateLimitResponse_DescriptorStatus {
+func (s *Server) status(st *descState, rrs []policy.Result, charged bool, b *statusBlock, now time.Time) *rlspb.RateLimitResponse_DescriptorStatus {
 	out := &b.status
 	out.Code = rlspb.RateLimitResponse_OK
 	switch {
@@ -461,7 +475,7 @@ func (s *Server) status(st *descState, rrs []policy.Result, charged bool, b *sta
 			out.Code = rlspb.RateLimitResponse_OVER_LIMIT
 		}
 		out.CurrentLimit = st.blocked.currentLimit()
-		out.DurationUntilReset = durationOf(&b.reset, s.untilBoundary(st.blocked.period(), 0))
+		out.DurationUntilReset = durationOf(&b.reset, ceilSecond(untilBoundary(now, st.blocked.period(), 0)))
 		return out
 	case len(rrs) == 0:
 		return out
@@ -507,16 +521,58 @@ func (s *Server) status(st *descState, rrs []policy.Result, charged bool, b *sta
 		out.CurrentLimit = s.limitOf(lim)
 	}
 	out.LimitRemaining = clampU32(best.Remaining)
-	reset := best.ResetAfter
-	if lim != nil {
-		if p := lim.Params(); p.Algorithm == sluice.FixedWindow && p.Offset >= 0 {
-			// The reference server reports the time to the end of the current
-			// window, whatever the count; so do windows with a fixed start.
-			reset = s.untilBoundary(time.Duration(p.Period)*time.Microsecond, p.Offset)
-		}
+	if out.Code == rlspb.RateLimitResponse_OVER_LIMIT {
+		// Nothing is left for this request, whatever the bucket holds for a
+		// smaller one: the reference server says 0, as RateLimit's r does.
+		out.LimitRemaining = 0
 	}
+	reset, _ := resetOf(lim, best, false, now)
 	out.DurationUntilReset = durationOf(&b.reset, reset)
 	return out
+}
+
+// resetOf is duration_until_reset for a limit's decision d, in whole
+// seconds as the reference server answers, and the wait before a
+// rejected d is admitted, rounded to agree with it.
+//
+// A window with a fixed start (the reference format's, aligned to the
+// epoch) resets at the end of the current window, whatever its count: the
+// reference server answers unit - now%unit with now in whole Unix
+// seconds, which is the time left in the window rounded up to a whole
+// second, from 1 up to the whole unit. Every other limit resets when its
+// bucket is full again: that time rounded up to a whole second (at least
+// 1 when the bucket is not full, 0 when it is).
+func resetOf(l *sluice.Limit, d sluice.Decision, rejected bool, now time.Time) (reset, retry time.Duration) {
+	retry = d.RetryAfter
+	if l != nil {
+		if p := l.Params(); p.Algorithm == sluice.FixedWindow && p.Offset >= 0 {
+			period := sluice.Duration(p.Period)
+			reset = ceilSecond(untilBoundary(now, period, p.Offset))
+			if rejected && retry <= period {
+				// Tokens arrive at the boundary the status names; the store
+				// measured it a moment earlier.
+				retry = reset
+			}
+			return reset, retry
+		}
+	}
+	return ceilSecond(d.ResetAfter), retry
+}
+
+// ceilSecond rounds d up to a whole second.
+func ceilSecond(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+// now is the time of the store's clock (Options.Clock).
+func (s *Server) now() time.Time {
+	if s.clock != nil {
+		return s.clock.Now()
+	}
+	return time.Now()
 }
 
 // limitOf is inferLimit, computed once per limit. The messages are shared
@@ -531,13 +587,10 @@ func (s *Server) limitOf(l *sluice.Limit) *rlspb.RateLimitResponse_RateLimit {
 	return cl
 }
 
-// untilBoundary is the time to the next window boundary of windows of
-// period starting at offset microseconds past the epoch.
-func (s *Server) untilBoundary(period time.Duration, offset int64) time.Duration {
-	now := time.Now()
-	if s.clock != nil {
-		now = s.clock.Now()
-	}
+// untilBoundary is the time from now to the next window boundary of
+// windows of period starting at offset microseconds past the epoch: more
+// than 0, at most period.
+func untilBoundary(now time.Time, period time.Duration, offset int64) time.Duration {
 	p := sluice.Micros(period)
 	if p <= 0 {
 		return 0

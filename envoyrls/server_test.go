@@ -50,7 +50,16 @@ type harness struct {
 func start(t *testing.T, pol *policy.Policy) *harness {
 	t.Helper()
 	clock := sluice.NewManualClock(t0)
-	store := &conformance.FaultyStore{Store: memory.New(memory.Options{Clock: clock})}
+	h := startOn(t, pol, memory.New(memory.Options{Clock: clock}), clock)
+	h.clock = clock
+	return h
+}
+
+// startOn is start on another store, whose clock is clock (nil: the
+// system clock).
+func startOn(t *testing.T, pol *policy.Policy, st sluice.Store, clock sluice.Clock) *harness {
+	t.Helper()
+	store := &conformance.FaultyStore{Store: st}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +74,7 @@ func start(t *testing.T, pol *policy.Policy) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &harness{rls: rlspb.NewRateLimitServiceClient(conn), conn: conn, clock: clock, store: store, logs: logs}
+	return &harness{rls: rlspb.NewRateLimitServiceClient(conn), conn: conn, store: store, logs: logs}
 }
 
 // desc builds a descriptor from key, value pairs.
@@ -245,7 +254,8 @@ func TestHitsAddend(t *testing.T) {
 	expect(t, h.call(t, "test", 0, desc("big", "a")), OK, OK, 92)          // unset counts 1
 	expect(t, h.call(t, "test", 7, hits(desc("big", "a"), 0)), OK, OK, 92) // 0 checks without charging
 	// More than the limit can ever hold is over the limit and charges nothing.
-	expect(t, h.call(t, "test", 0, hits(desc("big", "a"), 101), desc("k", "z")), OVER, OVER, 92, OK, 3)
+	expect(t, h.call(t, "test", 0, hits(desc("big", "a"), 101), desc("k", "z")), OVER, OVER, 0, OK, 3)
+	expect(t, h.call(t, "test", 0, hits(desc("big", "a"), 0)), OK, OK, 92)
 	expect(t, h.call(t, "test", 0, hits(desc("big", "a"), 92)), OK, OK, 0)
 	// A check of an exhausted bucket fails the call: nothing else is charged.
 	resp := h.call(t, "test", 0, hits(desc("big", "a"), 0), desc("k", "z"))
@@ -254,7 +264,12 @@ func TestHitsAddend(t *testing.T) {
 }
 
 func TestNegativeHits(t *testing.T) {
-	h := startRef(t)
+	pol, err := envoyrls.ParseReferenceConfig("test.yaml", []byte(refYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.Settings.AllowNegativeHits = true
+	h := start(t, pol)
 	expect(t, h.call(t, "test", 3, desc("k", "n")), OK, OK, 0)
 	// A negative hit gives tokens back, never above the limit (3 here),
 	// and is never rejected.
@@ -267,7 +282,8 @@ func TestNegativeHits(t *testing.T) {
 	d = hits(desc("k", "n"), 100)
 	d.IsNegativeHits = true
 	expect(t, h.call(t, "test", 0, d), OK, OK, 3)
-	expect(t, h.call(t, "test", 4, desc("k", "n")), OVER, OVER, 3)
+	expect(t, h.call(t, "test", 4, desc("k", "n")), OVER, OVER, 0)
+	expect(t, h.call(t, "test", 0, hits(desc("k", "n"), 0)), OK, OK, 3)
 }
 
 func TestShadowMode(t *testing.T) {

@@ -67,11 +67,32 @@ func readKeyFile(path string) ([]byte, error) {
 	return data, err
 }
 
+// DefaultGRPCPort is the Envoy rate limit service's port when grpc_listen
+// is not set (the reference server's).
+const DefaultGRPCPort = "8081"
+
+// DefaultGRPCListen is grpc_listen's default for a given listen: the same
+// host with port 8081 (port 0, any free port, when listen's is 0). The
+// gRPC service is as private as the decision API: loopback when listen is
+// loopback, every interface only when listen is. It grants no more than
+// the decision API does (either can charge any key; refunds over gRPC
+// need allow_negative_hits), so it is never more exposed than the service
+// the operator already opened.
+func DefaultGRPCListen(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return net.JoinHostPort("127.0.0.1", DefaultGRPCPort)
+	}
+	if port != "0" {
+		port = DefaultGRPCPort
+	}
+	return net.JoinHostPort(host, port)
+}
+
 // DefaultYAML is the embedded policy that sluice serve runs without a
 // config: one per-IP token bucket of 10 rps, burst 20, on the memory store.
 const DefaultYAML = `# sluice's embedded default policy
 listen: ":8080"
-grpc_listen: ":8081"
 store:
   url: "memory://"
 rules:
@@ -433,7 +454,7 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table"}
+var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits"}
 
 func (l *loader) policy(root *yaml.Node) *Policy {
 	o := l.object(root, "", topFields)
@@ -466,6 +487,7 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	if listenAt("listen", &s.Listen, false) {
 		addrs["listen"] = s.Listen
 	}
+	s.GRPCListen, s.GRPCListenDerived = DefaultGRPCListen(s.Listen), !o.has("grpc_listen")
 	if listenAt("grpc_listen", &s.GRPCListen, true) && s.GRPCListen != "" {
 		addrs["grpc_listen"] = s.GRPCListen
 	}
@@ -550,6 +572,12 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	}
 	if v, n, ok := o.str("missing_key"); ok {
 		s.MissingKey, _ = l.missingKey(v, n, "missing_key")
+	}
+	if n, ok := o.vals["grpc_tls"]; ok {
+		s.GRPCTLS = l.grpcTLS(n, "grpc_tls")
+	}
+	if v, _, ok := o.boolean("allow_negative_hits"); ok {
+		s.AllowNegativeHits = v
 	}
 
 	items, rulesN, ok := o.list("rules")
@@ -703,6 +731,9 @@ func (l *loader) checkDistinct(o *obj, addrs map[string]string) {
 		if !ok {
 			continue
 		}
+		if _, port, _ := net.SplitHostPort(a); port == "0" {
+			continue // any free port: never the same as another
+		}
 		if other, dup := seen[a]; dup {
 			var n *yaml.Node
 			if f == "proxy.listen" {
@@ -715,7 +746,11 @@ func (l *loader) checkDistinct(o *obj, addrs map[string]string) {
 			if n == nil {
 				n = o.n
 			}
-			l.errf(n, f, "%q is also %s's address", a, other)
+			hint := ""
+			if f == "grpc_listen" && !o.has("grpc_listen") {
+				hint = " (grpc_listen defaults to listen's host with port 8081; set grpc_listen to another address)"
+			}
+			l.errf(n, f, "%q is also %s's address%s", a, other, hint)
 			continue
 		}
 		seen[a] = f

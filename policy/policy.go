@@ -15,6 +15,7 @@
 package policy
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -44,7 +45,8 @@ type Policy struct {
 type Settings struct {
 	// Listen is the decision API's address (default ":8080").
 	Listen string
-	// GRPCListen is the Envoy RateLimitService address (default ":8081";
+	// GRPCListen is the Envoy RateLimitService address (default
+	// DefaultGRPCListen(Listen), ":8081" for the default listen;
 	// grpc_listen: "" disables it).
 	GRPCListen string
 	// StoreURL says where bucket state lives (default "memory://").
@@ -76,6 +78,17 @@ type Settings struct {
 	// RulesTable says where the rules kept in PostgreSQL find a request's
 	// plan and user.
 	RulesTable RulesTable
+
+	// GRPCListenDerived reports that grpc_listen was not set, so that
+	// GRPCListen is DefaultGRPCListen(Listen): serve derives it again when
+	// a flag overrides Listen.
+	GRPCListenDerived bool
+	// GRPCTLS, when set, serves the Envoy RateLimitService over TLS, and
+	// with a client CA over mutual TLS (grpc_tls).
+	GRPCTLS *GRPCTLS
+	// AllowNegativeHits lets Envoy callers give hits back
+	// (is_negative_hits); without it such a call is refused (default false).
+	AllowNegativeHits bool
 }
 
 // RulesTable is the rules_table section: the sources of the identities
@@ -95,6 +108,17 @@ type RulesTable struct {
 	// a key pattern has no row: that pattern's row for DefaultPlan limits
 	// it, else its NULL-plan row. "" when unset.
 	DefaultPlan string
+}
+
+// GRPCTLS is the grpc_tls section: the server's certificate and key, and
+// the CA that client certificates must chain to ("" = no client
+// certificates asked for). Paths are resolved against the config file's
+// directory; the files were read and checked when the policy was loaded.
+type GRPCTLS struct {
+	CertFile, KeyFile, ClientCAFile string
+	// Config is ready to serve: the certificate, TLS 1.2 or later, and
+	// when ClientCAFile is set, a verified client certificate required.
+	Config *tls.Config
 }
 
 // Mode says whether a rule's rejections are enforced.

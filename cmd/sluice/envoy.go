@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/envoyrls"
@@ -22,19 +23,29 @@ func init() {
 }
 
 // startEnvoy serves Envoy's RateLimitService (with health and reflection)
-// on addr. The service follows the HTTP gate's policy, so a reload applies
-// to Envoy's calls too.
-func startEnvoy(ctx context.Context, s *server, addr string) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+// on set.GRPCListen, over TLS when set.GRPCTLS says so (mutual TLS with a
+// client CA). The service follows the HTTP gate's policy, so a reload
+// applies to Envoy's calls too.
+func startEnvoy(ctx context.Context, s *server, set policy.Settings) (addr string, stop func(), err error) {
+	ln, err := net.Listen("tcp", set.GRPCListen)
 	if err != nil {
-		return nil, fmt.Errorf("envoy rate limit service: listen %s: %w", addr, err)
+		return "", nil, fmt.Errorf("envoy rate limit service: listen %s: %w", set.GRPCListen, err)
 	}
-	g := grpc.NewServer(append(envoyrls.ServerOptions(),
+	gopts := append(envoyrls.ServerOptions(),
 		// Envoy keeps its connections to the rate limit service open;
 		// let it ping them, and keep idle ones from piling up forever.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 15 * time.Minute}),
-	)...)
+	)
+	security := "plaintext"
+	if t := set.GRPCTLS; t != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(t.Config.Clone())))
+		security = "tls"
+		if t.ClientCAFile != "" {
+			security = "mutual tls"
+		}
+	}
+	g := grpc.NewServer(gopts...)
 	opts := envoyrls.Options{Logger: s.Logger, Source: s.Gate.Policy}
 	if s.Metrics != nil {
 		opts.Observer = s.Metrics
@@ -46,8 +57,8 @@ func startEnvoy(ctx context.Context, s *server, addr string) (stop func(), err e
 			s.Logger.Error("envoy rate limit service failed", "err", err)
 		}
 	}()
-	s.Logger.Info("listening", "server", "envoy-rls", "addr", ln.Addr().String())
-	return func() {
+	s.Logger.Info("listening", "server", "envoy-rls", "addr", ln.Addr().String(), "security", security, "allow_negative_hits", set.AllowNegativeHits)
+	return ln.Addr().String(), func() {
 		health.Shutdown() // tell Envoy's health checks first
 		done := make(chan struct{})
 		go func() { g.GracefulStop(); close(done) }()
@@ -86,6 +97,7 @@ func parsePolicy(name string, data []byte) (*policy.Policy, error) {
 	}
 	if port := os.Getenv("GRPC_PORT"); port != "" {
 		p.Settings.GRPCListen = net.JoinHostPort(os.Getenv("GRPC_HOST"), port)
+		p.Settings.GRPCListenDerived = false
 	}
 	return p, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/policy"
 )
 
 func TestParsePolicyReferenceFormat(t *testing.T) {
@@ -50,12 +51,12 @@ func TestEnvoyServesExample(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	gate := httpgate.New(p, lim, httpgate.Options{Logger: log})
 	addr := envoyFreeAddr(t)
-	stop, err := startEnvoy(context.Background(), &server{Gate: gate, Limiter: lim, Logger: log}, addr)
+	_, stop, err := startEnvoy(context.Background(), &server{Gate: gate, Limiter: lim, Logger: log}, policy.Settings{GRPCListen: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	if _, err := startEnvoy(context.Background(), &server{Gate: gate, Limiter: lim, Logger: log}, addr); err == nil {
+	if _, _, err := startEnvoy(context.Background(), &server{Gate: gate, Limiter: lim, Logger: log}, policy.Settings{GRPCListen: addr}); err == nil {
 		t.Error("a second listener on the same address was accepted")
 	}
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))

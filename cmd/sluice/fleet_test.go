@@ -3,57 +3,21 @@ package main
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-)
 
-// startRedisServer runs a throwaway redis-server on a free loopback port
-// and returns its address (SLUICE_REDIS_URL is not used here: the test
-// needs a server of its own to count on). Without redis-server the test
-// skips, unless CI=true.
-func startRedisServer(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server not found and CI=true: install redis-server")
-		}
-		t.Skip("redis-server not found: install redis-server to run this test")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not start", addr)
-		}
-		time.Sleep(20 * time.Millisecond) // waiting for the server, not for tokens
-	}
-}
+	"github.com/sluicehq/sluice/internal/redistest"
+)
 
 // Two sluice processes' worth of serve share one Redis and enforce one
 // limit together: a burst of 5 is 5 across the fleet, not 5 each. The
 // Redis store's metrics appear on /metrics.
 func TestServeRedisFleet(t *testing.T) {
-	addr := startRedisServer(t)
+	addr := redistest.Server(t)
 	cfg := filepath.Join(t.TempDir(), "fleet.yaml")
 	t.Setenv("SLUICE_FLEET_ADMIN", "fleet-admin-token")
 	conf := fmt.Sprintf(`store:

@@ -44,16 +44,17 @@ type server struct {
 }
 
 // startGRPC, when set (the Envoy rate limit service's file sets it from
-// its init), starts the gRPC listener on addr (Settings.GRPCListen) once
-// the HTTP listener runs. It must not block; serve calls stop on shutdown.
-var startGRPC func(ctx context.Context, s *server, addr string) (stop func(), err error)
+// its init), starts the gRPC listener on set.GRPCListen once the HTTP
+// listener runs and returns the address it listens on. It must not block;
+// serve calls stop on shutdown.
+var startGRPC func(ctx context.Context, s *server, set policy.Settings) (addr string, stop func(), err error)
 
 // reloadPoll is how often serve checks the config file for changes.
 var reloadPoll = time.Second
 
 // listening reports the addresses serve listens on, for tests.
 type listening struct {
-	API, Proxy string
+	API, Proxy, GRPC string
 }
 
 // serve runs until ctx is done; ready, when not nil, is called once the
@@ -112,6 +113,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	set := p.Settings
 	if *listen != "" {
 		set.Listen = *listen
+		if set.GRPCListenDerived {
+			set.GRPCListen = policy.DefaultGRPCListen(set.Listen) // private when the API is
+		}
 	}
 	if *proxyListen != "" {
 		set.ProxyListen = *proxyListen
@@ -205,7 +209,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		}
 	}
 	if startGRPC != nil && set.GRPCListen != "" {
-		stop, err := startGRPC(ctx, srv, set.GRPCListen)
+		var stop func()
+		addrs.GRPC, stop, err = startGRPC(ctx, srv, set)
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice serve: grpc: %v\n", err)
 			shutdown()
@@ -307,11 +312,20 @@ func warnRestart(log *slog.Logger, old, new policy.Settings) {
 		{"proxy.listen", old.ProxyListen, new.ProxyListen},
 		{"proxy.upstream", old.ProxyUpstream, new.ProxyUpstream},
 		{"audit_log", old.AuditLog, new.AuditLog},
+		{"grpc_tls", tlsFiles(old.GRPCTLS), tlsFiles(new.GRPCTLS)},
 	} {
 		if c.old != c.new {
 			log.Warn("setting changed; it takes effect after a restart", "setting", c.name, "running", c.old, "file", c.new)
 		}
 	}
+}
+
+// tlsFiles names grpc_tls's files, for warnRestart.
+func tlsFiles(t *policy.GRPCTLS) string {
+	if t == nil {
+		return "off"
+	}
+	return t.CertFile + " " + t.KeyFile + " " + t.ClientCAFile
 }
 
 // redact hides the password of a store URL in logs.

@@ -20,8 +20,15 @@ import (
 )
 
 // startServe runs serve with args until the test ends and returns its
-// addresses and log.
+// addresses and log. The decision API listens on a free loopback port and
+// the gRPC service is off unless args say otherwise.
 func startServe(t *testing.T, args ...string) (listening, *lockedbuf.Buffer) {
+	t.Helper()
+	return startServeArgs(t, append([]string{"--listen", "127.0.0.1:0", "--grpc-listen", "off"}, args...)...)
+}
+
+// startServeArgs is startServe with exactly args.
+func startServeArgs(t *testing.T, args ...string) (listening, *lockedbuf.Buffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &lockedbuf.Buffer{}
@@ -30,7 +37,7 @@ func startServe(t *testing.T, args ...string) (listening, *lockedbuf.Buffer) {
 	var code int
 	go func() {
 		defer close(exited)
-		code = serve(ctx, append([]string{"--listen", "127.0.0.1:0", "--grpc-listen", "off"}, args...), logs, func(l listening) { readyc <- l })
+		code = serve(ctx, args, logs, func(l listening) { readyc <- l })
 	}()
 	t.Cleanup(func() {
 		cancel()

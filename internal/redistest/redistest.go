@@ -1,0 +1,47 @@
+// Package redistest starts throwaway redis-server processes for tests in
+// packages other than redis (whose own helpers also run clusters).
+package redistest
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// Server runs a private redis-server on a free loopback port, in a
+// temporary directory, until the test ends, and returns its address.
+// SLUICE_REDIS_URL is not used: the caller gets a server of its own to
+// count on. Without redis-server the test skips, unless CI=true.
+func Server(t testing.TB) string {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server not found and CI=true: install redis-server")
+		}
+		t.Skip("redis-server not found: install redis-server to run this test")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not start", addr)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for the server, not for tokens
+	}
+}

@@ -338,8 +338,8 @@ rules:
 // The reverse proxy's deadlines bound each wait for the client, not the
 // whole exchange: a body sent in pieces and a response streamed with
 // pauses, each longer in all than read_timeout and write_timeout, go
-// through; a client that stops reading is cut off, and the upstream sees
-// the request end.
+// through, as does a quiet websocket; a client that stops reading is cut
+// off, and the upstream sees the request end.
 func TestProxyDeadlinesBoundStalls(t *testing.T) {
 	upstreamGone := make(chan struct{})
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -348,10 +348,24 @@ func TestProxyDeadlinesBoundStalls(t *testing.T) {
 			b, _ := io.ReadAll(r.Body)
 			fmt.Fprintf(w, "got %d bytes", len(b))
 		case "/events":
+			// Pauses longer than write_timeout: before a write, and
+			// before the end of the body, which net/http writes after
+			// the handler.
 			io.WriteString(w, "a")
 			w.(http.Flusher).Flush()
-			time.Sleep(1500 * time.Millisecond) // longer than write_timeout
+			time.Sleep(1200 * time.Millisecond)
 			io.WriteString(w, "b")
+			w.(http.Flusher).Flush()
+			time.Sleep(1200 * time.Millisecond)
+		case "/ws":
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+			brw.Flush()
+			io.Copy(conn, brw)
 		case "/flood":
 			defer close(upstreamGone)
 			chunk := make([]byte, 64<<10)
@@ -408,6 +422,24 @@ rules:
 		t.Errorf("stream: %q, %v", body, err)
 	}
 
+	// An upgraded connection may stay quiet longer than every timeout.
+	ws, err := net.Dial("tcp", l.Proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	ws.SetDeadline(time.Now().Add(30 * time.Second))
+	io.WriteString(ws, "GET /ws HTTP/1.1\r\nHost: app\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	wr := bufio.NewReader(ws)
+	if r, err := http.ReadResponse(wr, nil); err != nil || r.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", r, err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	io.WriteString(ws, "ping\n")
+	if echo, err := wr.ReadString('\n'); err != nil || echo != "ping\n" {
+		t.Errorf("echo after a quiet spell: %q %v", echo, err)
+	}
+
 	// A client that never reads its response.
 	c, err := net.Dial("tcp", l.Proxy)
 	if err != nil {
@@ -440,5 +472,35 @@ func TestMaxConns(t *testing.T) {
 		if got := maxConns(c.set, c.nofile, c.n); got != c.want {
 			t.Errorf("maxConns(%d, %d, %d) = %d, want %d", c.set, c.nofile, c.n, got, c.want)
 		}
+	}
+}
+
+// A request held for its reserved turn (a leaky bucket shaping forward
+// auth) is answered even when the turn comes after write_timeout: the
+// write deadline counts from the turn, not from the request's arrival.
+func TestReservedWaitOutlivesWriteTimeout(t *testing.T) {
+	cfg := writePolicy(t, `
+server:
+  write_timeout: 1s
+rules:
+  - name: shaped
+    algorithm: leaky_bucket
+    algorithm_config: {rate: 2, period: 3s, max_delay: 10s}
+`)
+	l, _ := startServe(t, "--config", cfg)
+	start := time.Now()
+	for i := 0; i < 2; i++ {
+		resp, err := http.Get("http://" + l.API + "/v1/auth")
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	// The second request waited for its slot, 1.5s after the first.
+	if d := time.Since(start); d < 1400*time.Millisecond {
+		t.Errorf("two requests of a 1-per-1.5s leaky bucket took %v", d)
 	}
 }

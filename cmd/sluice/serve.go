@@ -66,7 +66,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	config := fs.String("config", "", "policy file (YAML or JSON); default: the embedded per-IP policy")
-	listen := fs.String("listen", "", "decision API address (overrides the policy's listen)")
+	listen := fs.String("listen", "", "forward auth address, and the decision API's unless api_listen is set (overrides the policy's listen)")
 	proxyListen := fs.String("proxy-listen", "", "reverse proxy address (overrides proxy.listen)")
 	apiListen := fs.String("api-listen", "", "decision API address, apart from forward auth (overrides api_listen)")
 	grpcListen := fs.String("grpc-listen", "", "Envoy rate limit service address (overrides grpc_listen; \"off\" disables it)")

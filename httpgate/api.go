@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -72,18 +73,40 @@ type ResetRequest struct {
 	Key  string `json:"key"`
 }
 
-// Handler serves the decision API, forward auth, metrics and health:
+// Handler serves the decision API, forward auth, metrics and health on
+// one listener:
 //
 //	POST /v1/take, POST /v1/peek, POST /v1/reset, ANY /v1/auth,
 //	GET /metrics, GET /healthz, GET /readyz
-func (g *Gate) Handler() http.Handler {
+//
+// When the policy names an api_token_env, /v1/take, /v1/peek and /v1/auth
+// require its token (see RequireToken).
+func (g *Gate) Handler() http.Handler { return g.handler(true, true) }
+
+// AuthHandler serves forward auth and health (ANY /v1/auth, GET /healthz,
+// GET /readyz): what faces the front proxy when the decision API has a
+// listener of its own (api_listen).
+func (g *Gate) AuthHandler() http.Handler { return g.handler(true, false) }
+
+// APIHandler serves the decision API, reset, metrics and health (POST
+// /v1/take, /v1/peek, /v1/reset, GET /metrics, /healthz, /readyz): what
+// faces trusted services when it has a listener of its own (api_listen).
+func (g *Gate) APIHandler() http.Handler { return g.handler(false, true) }
+
+func (g *Gate) handler(auth, api bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/take", func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpTake) })
-	mux.HandleFunc("POST /v1/peek", func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpPeek) })
-	mux.HandleFunc("POST /v1/reset", g.reset)
-	mux.HandleFunc("/v1/auth", g.ForwardAuth)
-	if g.opts.Metrics != nil {
-		mux.Handle("GET /metrics", g.opts.Metrics.Handler())
+	if api {
+		mux.Handle("POST /v1/take", g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpTake) })))
+		mux.Handle("POST /v1/peek", g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpPeek) })))
+		mux.HandleFunc("POST /v1/reset", g.reset)
+		if g.opts.Metrics != nil {
+			mux.Handle("GET /metrics", g.opts.Metrics.Handler())
+		}
+	}
+	if auth {
+		// The Authorization header of a forward-auth call is the client's
+		// own (JWT rules read it), so sluice's token travels beside it.
+		mux.Handle("/v1/auth", g.RequireToken(TokenHeader, http.HandlerFunc(g.ForwardAuth)))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -91,6 +114,57 @@ func (g *Gate) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", g.ready)
 	return mux
+}
+
+// TokenHeader carries the api token on /v1/auth, where Authorization
+// belongs to the client whose request is judged.
+const TokenHeader = "X-Sluice-Token"
+
+// BearerSource names the Authorization: Bearer header as where a token
+// is read from (on /v1/take and /v1/peek).
+const BearerSource = "Authorization"
+
+// RequireToken wraps h so that it answers only callers presenting the
+// token held in the environment variable the policy's api_token_env names
+// (read on every call, so the policy in force decides): from
+// "Authorization: Bearer TOKEN" when from is BearerSource, else from the
+// header named from (TokenHeader). Without api_token_env, h is open. A
+// missing or wrong token is a 401 problem with a Bearer challenge.
+func (g *Gate) RequireToken(from string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		env := g.Policy().Settings.APITokenEnv
+		if env == "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		got := ""
+		if from == BearerSource {
+			got = policy.BearerToken(r.Header)
+		} else {
+			got = strings.TrimSpace(r.Header.Get(from))
+		}
+		if !tokenMatches(got, g.opts.Getenv(env)) {
+			how := "Authorization: Bearer <token>"
+			if from != BearerSource {
+				how = from + ": <token>"
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+			badRequest(w, http.StatusUnauthorized, "a valid API token is required: "+how+" (the token of api_token_env)")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// tokenMatches compares a presented token with the configured one without
+// leaking, through timing, either its content or its length: the digests
+// are compared. An empty configured token matches nothing.
+func tokenMatches(got, want string) bool {
+	if want == "" || got == "" {
+		return false
+	}
+	gs, ws := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(gs[:], ws[:]) == 1
 }
 
 // readyProbe is peeked at by /readyz: a round trip to the store that
@@ -131,6 +205,10 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			badRequest(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
+			return false
+		}
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+			badRequest(w, http.StatusRequestTimeout, "the body did not arrive in time (server.read_timeout)")
 			return false
 		}
 		if errors.Is(err, io.EOF) {
@@ -242,7 +320,10 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 	}
 	req := sluice.Request{Limit: lim, Key: it.Key, Cost: cost, Reserve: it.Reserve}
 	if _, err := req.Charge(); err != nil {
-		if errors.Is(err, sluice.ErrCostExceedsLimit) {
+		// A finite cost too large to convert (1e308) is above every
+		// capacity too: it can never succeed, like any cost above the
+		// burst, whatever the arithmetic's range.
+		if errors.Is(err, sluice.ErrCostExceedsLimit) || cost > lim.Capacity() {
 			return policy.Match{}, &inputError{http.StatusUnprocessableEntity, fmt.Sprintf("cost %v exceeds the burst of %q (%v) and can never succeed", cost, lim.Name(), lim.Capacity())}
 		}
 		return policy.Match{}, &inputError{http.StatusBadRequest, err.Error()}
@@ -340,11 +421,7 @@ func (g *Gate) admin(w http.ResponseWriter, r *http.Request, p *policy.Policy) b
 		badRequest(w, http.StatusForbidden, "reset is disabled: no admin token is configured (admin_token_env)")
 		return false
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	// Compare digests so that neither the content nor the length of the
-	// token leaks through timing.
-	gs, ws := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
-	if !ok || subtle.ConstantTimeCompare(gs[:], ws[:]) != 1 {
+	if !tokenMatches(policy.BearerToken(r.Header), want) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 		badRequest(w, http.StatusUnauthorized, "a valid admin token is required: Authorization: Bearer <token>")
 		return false

@@ -40,8 +40,9 @@ type Options struct {
 	Delay func(ctx context.Context, d time.Duration) error
 }
 
-// wait is the default Options.Delay.
-func wait(ctx context.Context, d time.Duration) error {
+// Wait is the default Options.Delay: it returns after d, or with ctx's
+// error when ctx ends first.
+func Wait(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -74,7 +75,7 @@ func New(p *policy.Policy, lim *sluice.Limiter, opts Options) *Gate {
 		opts.Getenv = os.Getenv
 	}
 	if opts.Delay == nil {
-		opts.Delay = wait
+		opts.Delay = Wait
 	}
 	g := &Gate{lim: lim, opts: opts}
 	g.pol.Store(p)

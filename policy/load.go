@@ -454,7 +454,7 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits"}
+var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits", "api_listen", "api_token_env", "server"}
 
 func (l *loader) policy(root *yaml.Node) *Policy {
 	o := l.object(root, "", topFields)
@@ -466,6 +466,7 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	s.Listen, s.GRPCListen, s.StoreURL = ":8080", ":8081", "memory://"
 	s.Headers = []string{"draft", "trio"}
 	s.DenyStatus, s.IPv6Prefix = 429, 64
+	s.Server = DefaultServerLimits
 
 	addrs := map[string]string{}
 	listenAt := func(field string, dst *string, allowEmpty bool) bool {
@@ -545,6 +546,15 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 				l.errf(po.n, "proxy.upstream", "is required with proxy.listen (the URL requests are forwarded to)")
 			}
 		}
+	}
+	if listenAt("api_listen", &s.APIListen, false) && s.APIListen != "" {
+		addrs["api_listen"] = s.APIListen
+	}
+	if v, n, ok := o.str("api_token_env"); ok {
+		s.APITokenEnv = l.apiToken(v, n)
+	}
+	if n, ok := o.vals["server"]; ok {
+		l.serverLimits(n, &s.Server)
 	}
 	l.checkDistinct(o, addrs)
 	if vals, nodes, ok := o.strList("headers"); ok {
@@ -726,7 +736,7 @@ func (l *loader) indexLimits(p *Policy) {
 
 func (l *loader) checkDistinct(o *obj, addrs map[string]string) {
 	seen := map[string]string{}
-	for _, f := range []string{"listen", "grpc_listen", "proxy.listen"} {
+	for _, f := range []string{"listen", "grpc_listen", "proxy.listen", "api_listen"} {
 		a, ok := addrs[f]
 		if !ok {
 			continue
@@ -783,6 +793,71 @@ func (l *loader) headers(o *obj, vals []string, nodes []*yaml.Node, s *Settings)
 		l.errf(n, "headers", "none must stand alone")
 	}
 	s.Headers = out
+}
+
+// minAPIToken is the shortest api_token accepted: the token is the only
+// thing between the network and every bucket, and guesses cost nothing.
+const minAPIToken = 16
+
+// apiToken checks api_token_env: the variable must hold a token now, so
+// that a forgotten export stops serve (and check) instead of serving the
+// decision API open or refusing every call.
+func (l *loader) apiToken(name string, n *yaml.Node) string {
+	switch tok := l.getenv(name); {
+	case !envName.MatchString(name):
+		l.errf(n, "api_token_env", "must be the name of an environment variable, such as SLUICE_API_TOKEN (got %q)", name)
+	case tok == "":
+		l.errf(n, "api_token_env", "environment variable %s is not set or empty", name)
+	case len(tok) < minAPIToken:
+		l.errf(n, "api_token_env", "the token in %s is %d bytes; use at least %d (random, such as: openssl rand -hex 32)", name, len(tok), minAPIToken)
+	default:
+		return name
+	}
+	return ""
+}
+
+var serverFields = []string{"read_header_timeout", "read_timeout", "write_timeout", "idle_timeout", "max_header_bytes", "max_conns"}
+
+// serverLimits reads the server section into s, which holds the defaults.
+// Zero would mean "no deadline" to net/http, so every timeout must be
+// positive: a listener without deadlines is what slow clients exploit.
+func (l *loader) serverLimits(n *yaml.Node, s *ServerLimits) {
+	o := l.object(n, "server", serverFields)
+	if o == nil {
+		return
+	}
+	for _, f := range []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{"read_header_timeout", &s.ReadHeaderTimeout},
+		{"read_timeout", &s.ReadTimeout},
+		{"write_timeout", &s.WriteTimeout},
+		{"idle_timeout", &s.IdleTimeout},
+	} {
+		d, dn, ok := o.duration(f.name)
+		switch {
+		case !ok:
+		case d <= 0:
+			l.errf(dn, "server."+f.name, "must be > 0 (got %q): a listener without this deadline can be held by a client that never finishes", dn.Value)
+		default:
+			*f.dst = d
+		}
+	}
+	if v, vn, ok := o.integer("max_header_bytes"); ok {
+		if v < 4<<10 || v > 16<<20 {
+			l.errf(vn, "server.max_header_bytes", "must be between 4096 and 16777216 (got %d)", v)
+		} else {
+			s.MaxHeaderBytes = v
+		}
+	}
+	if v, vn, ok := o.integer("max_conns"); ok {
+		if v < 1 || v > 1<<20 {
+			l.errf(vn, "server.max_conns", "must be between 1 and 1048576 (got %d)", v)
+		} else {
+			s.MaxConns = v
+		}
+	}
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

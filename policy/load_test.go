@@ -310,6 +310,7 @@ func TestDefaults(t *testing.T) {
 
 func TestExamplesLoad(t *testing.T) {
 	t.Setenv("SLUICE_JWT_SECRET", testSecret)
+	t.Setenv("SLUICE_API_TOKEN", "0123456789abcdef0123456789abcdef")
 	for _, f := range []string{"global-rps.yaml", "tiered.yaml", "policy.yaml"} {
 		p, err := policy.Load(filepath.Join("..", "examples", f))
 		if err != nil {

@@ -17,8 +17,10 @@ package policy
 import (
 	"crypto/tls"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -89,6 +91,16 @@ type Settings struct {
 	// AllowNegativeHits lets Envoy callers give hits back
 	// (is_negative_hits); without it such a call is refused (default false).
 	AllowNegativeHits bool
+
+	// APIListen, when set, is the decision API's own address: /v1/take,
+	// /v1/peek, /v1/reset and /metrics are served there and not on
+	// Listen, which keeps forward auth ("" = all on Listen).
+	APIListen string
+	// APITokenEnv names the environment variable holding the token that
+	// /v1/take, /v1/peek and /v1/auth require ("" = none required).
+	APITokenEnv string
+	// Server bounds every HTTP listener (the server section).
+	Server ServerLimits
 }
 
 // RulesTable is the rules_table section: the sources of the identities
@@ -120,6 +132,70 @@ type GRPCTLS struct {
 	// when ClientCAFile is set, a verified client certificate required.
 	Config *tls.Config
 }
+
+// ServerLimits are the deadlines and bounds of sluice serve's HTTP
+// listeners: they decide how long a slow or silent client may hold a
+// connection, and how many connections a listener holds at once.
+type ServerLimits struct {
+	// ReadHeaderTimeout bounds the wait for a request's line and headers.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, headers and body, on the
+	// decision API and forward auth listener; on the reverse proxy, whose
+	// bodies stream to the upstream, it bounds each wait for body bytes.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a response on the decision API and
+	// forward auth listener (pushed back by a reservation's wait); on the
+	// reverse proxy, each write of a streamed response.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection with no request.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's line and headers.
+	MaxHeaderBytes int
+	// MaxConns bounds the connections each listener holds at once; 0
+	// means automatic (DefaultMaxConns, lowered to fit the process's
+	// open file limit).
+	MaxConns int
+}
+
+// DefaultServerLimits are the server section's defaults.
+var DefaultServerLimits = ServerLimits{
+	ReadHeaderTimeout: 10 * time.Second,
+	ReadTimeout:       30 * time.Second,
+	WriteTimeout:      30 * time.Second,
+	IdleTimeout:       2 * time.Minute,
+	MaxHeaderBytes:    64 << 10,
+}
+
+// DefaultMaxConns is the per-listener connection cap when max_conns is
+// not set and the open file limit allows it.
+const DefaultMaxConns = 10000
+
+// WithDefaults fills the limits left zero with DefaultServerLimits.
+func (s ServerLimits) WithDefaults() ServerLimits {
+	d := DefaultServerLimits
+	if s.ReadHeaderTimeout <= 0 {
+		s.ReadHeaderTimeout = d.ReadHeaderTimeout
+	}
+	if s.ReadTimeout <= 0 {
+		s.ReadTimeout = d.ReadTimeout
+	}
+	if s.WriteTimeout <= 0 {
+		s.WriteTimeout = d.WriteTimeout
+	}
+	if s.IdleTimeout <= 0 {
+		s.IdleTimeout = d.IdleTimeout
+	}
+	if s.MaxHeaderBytes <= 0 {
+		s.MaxHeaderBytes = d.MaxHeaderBytes
+	}
+	return s
+}
+
+// BearerToken returns the token of an "Authorization: Bearer" header (the
+// scheme in any case, RFC 9110 section 11.1), or "" when there is none or
+// it is longer than any token sluice reads. Every reader of bearer tokens
+// uses it, so they agree on what a bearer token is.
+func BearerToken(h http.Header) string { return bearer(h) }
 
 // Mode says whether a rule's rejections are enforced.
 type Mode uint8

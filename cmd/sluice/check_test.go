@@ -10,6 +10,7 @@ import (
 
 func TestCheckValidFile(t *testing.T) {
 	t.Setenv("SLUICE_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+	t.Setenv("SLUICE_API_TOKEN", "0123456789abcdef0123456789abcdef")
 	var out, errb bytes.Buffer
 	code := run([]string{"check", "../../examples/global-rps.yaml", "../../examples/tiered.yaml", "../../examples/policy.yaml", "../../examples/ratelimit-config.yaml"}, &out, &errb)
 	if code != 0 {

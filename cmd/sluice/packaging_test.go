@@ -52,6 +52,7 @@ var exampleChecks = map[string]func(t *testing.T, path string){
 // that nothing checks, so a new example cannot go untested.
 func TestExamples(t *testing.T) {
 	t.Setenv("SLUICE_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+	t.Setenv("SLUICE_API_TOKEN", "0123456789abcdef0123456789abcdef")
 	var files []string
 	err := filepath.WalkDir(examplesDir, func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {

@@ -55,6 +55,9 @@ var reloadPoll = time.Second
 // listening reports the addresses serve listens on, for tests.
 type listening struct {
 	API, Proxy, GRPC string
+	// Decision is api_listen's address, when the decision API has a
+	// listener of its own.
+	Decision string
 }
 
 // serve runs until ctx is done; ready, when not nil, is called once the
@@ -62,8 +65,9 @@ type listening struct {
 func serve(ctx context.Context, args []string, stderr io.Writer, ready func(listening)) int {
 	fs := newFlagSet("serve", "usage: sluice serve [--config FILE] [--listen ADDR] [--proxy-listen ADDR] [--grpc-listen ADDR|off]\n\nWithout --config, serves the embedded default policy: per client IP, 10\nrequests per second, burst 20, memory store. The flags override the policy's\naddresses. SIGHUP, or a change to the file, reloads the policy (an invalid\none is refused and the old one keeps serving); SIGTERM or SIGINT drains\n/readyz and shuts down.", stderr)
 	config := fs.String("config", "", "policy file (YAML or JSON); default: the embedded per-IP policy")
-	listen := fs.String("listen", "", "decision API address (overrides the policy's listen)")
+	listen := fs.String("listen", "", "forward auth address, and the decision API's unless api_listen is set (overrides the policy's listen)")
 	proxyListen := fs.String("proxy-listen", "", "reverse proxy address (overrides proxy.listen)")
+	apiListen := fs.String("api-listen", "", "decision API address, apart from forward auth (overrides api_listen)")
 	grpcListen := fs.String("grpc-listen", "", "Envoy rate limit service address (overrides grpc_listen; \"off\" disables it)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (at shutdown), for go tool pprof")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -120,6 +124,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	if *proxyListen != "" {
 		set.ProxyListen = *proxyListen
 	}
+	if *apiListen != "" {
+		set.APIListen = *apiListen
+	}
 	switch *grpcListen {
 	case "":
 	case "off":
@@ -151,7 +158,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		defer f.Close()
 		audit = httpgate.NewAudit(f)
 	}
-	gate := httpgate.New(p, lim, httpgate.Options{Metrics: metrics, Audit: audit, Logger: log})
+	limits := set.Server.WithDefaults()
+	gate := httpgate.New(p, lim, httpgate.Options{Metrics: metrics, Audit: audit, Logger: log, Delay: reserveDelay(limits.WriteTimeout)})
 	srv := &server{Gate: gate, Limiter: lim, Metrics: metrics, Registry: reg, Logger: log}
 
 	// Rules kept in PostgreSQL (store.url postgres://...?sluice_rules=true)
@@ -166,22 +174,37 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		defer stopRules()
 	}
 
-	// Listeners: the decision API, then the optional proxy and gRPC.
+	// Listeners: forward auth and the decision API (together on listen, or
+	// the decision API on api_listen), then the optional proxy and gRPC.
+	// Each HTTP listener has the server section's deadlines and a cap on
+	// its connections.
+	nHTTP := 1
+	for _, a := range []string{set.APIListen, set.ProxyUpstream} {
+		if a != "" {
+			nHTTP++
+		}
+	}
+	nofile := openFileLimit()
+	conns := maxConns(limits.MaxConns, nofile, nHTTP)
+	if nofile > 0 && uint64(conns*nHTTP) > nofile {
+		log.Warn("server.max_conns exceeds the open file limit: slow clients can exhaust file descriptors before the cap stops them", "max_conns", conns, "listeners", nHTTP, "open_file_limit", nofile)
+	}
 	var servers []*http.Server
-	errc := make(chan error, 2)
-	start := func(name, addr string, h http.Handler) (string, error) {
+	errc := make(chan error, 3)
+	start := func(name, addr string, h http.Handler, mk func(http.Handler, policy.ServerLimits, *connLimiter) *http.Server) (string, error) {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return "", fmt.Errorf("%s: listen %s: %w", name, addr, err)
 		}
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		lc := limitConns(ln, conns)
+		hs := mk(h, limits, lc)
 		servers = append(servers, hs)
 		go func() {
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := hs.Serve(lc); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("%s: %w", name, err)
 			}
 		}()
-		log.Info("listening", "server", name, "addr", ln.Addr().String(), "policy", p.Source, "store", redact(set.StoreURL))
+		log.Info("listening", "server", name, "addr", ln.Addr().String(), "policy", p.Source, "store", redact(set.StoreURL), "max_conns", conns)
 		return ln.Addr().String(), nil
 	}
 	shutdown := func() {
@@ -193,14 +216,27 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		}
 	}
 	var addrs listening
-	if addrs.API, err = start("api", set.Listen, gate.Handler()); err != nil {
+	if set.APIListen == "" {
+		addrs.API, err = start("api", set.Listen, gate.Handler(), apiServer)
+		addrs.Decision = addrs.API
+	} else {
+		addrs.API, err = start("auth", set.Listen, gate.AuthHandler(), apiServer)
+		if err == nil {
+			addrs.Decision, err = start("api", set.APIListen, gate.APIHandler(), apiServer)
+		}
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		shutdown()
 		return 1
+	}
+	if set.APITokenEnv == "" && !loopback(addrs.Decision) {
+		log.Warn("the decision API is open to anyone who reaches it: /v1/take can drain any bucket; set api_token_env, or api_listen on a private address", "addr", addrs.Decision)
 	}
 	if set.ProxyUpstream != "" {
 		up, err := url.Parse(set.ProxyUpstream)
 		if err == nil {
-			addrs.Proxy, err = start("proxy", set.ProxyListen, gate.Proxy(up, httpgate.ProxyOptions{}))
+			addrs.Proxy, err = start("proxy", set.ProxyListen, gate.Proxy(up, httpgate.ProxyOptions{}), proxyServer)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice serve: proxy: %v\n", err)
@@ -310,6 +346,8 @@ func warnRestart(log *slog.Logger, old, new policy.Settings) {
 		{"grpc_listen", old.GRPCListen, new.GRPCListen},
 		{"store.url", redact(old.StoreURL), redact(new.StoreURL)},
 		{"proxy.listen", old.ProxyListen, new.ProxyListen},
+		{"api_listen", old.APIListen, new.APIListen},
+		{"server", fmt.Sprintf("%+v", old.Server), fmt.Sprintf("%+v", new.Server)},
 		{"proxy.upstream", old.ProxyUpstream, new.ProxyUpstream},
 		{"audit_log", old.AuditLog, new.AuditLog},
 		{"grpc_tls", tlsFiles(old.GRPCTLS), tlsFiles(new.GRPCTLS)},
@@ -326,6 +364,17 @@ func tlsFiles(t *policy.GRPCTLS) string {
 		return "off"
 	}
 	return t.CertFile + " " + t.KeyFile + " " + t.ClientCAFile
+}
+
+// loopback reports whether a listener's address is reachable only from
+// this host.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // redact hides the password of a store URL in logs.

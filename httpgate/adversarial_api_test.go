@@ -1,0 +1,236 @@
+package httpgate_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+const (
+	apiTokenEnv = "SLUICE_TEST_API_TOKEN"
+	apiToken    = "api-token-0123456789abcdef"
+)
+
+// closedPolicy guards the decision API and forward auth with a token. Its
+// per-ip rule keys forward auth by the caller's address: 127.0.0.1 here.
+const closedPolicy = `
+api_token_env: ` + apiTokenEnv + `
+admin_token_env: SLUICE_TEST_ADMIN
+rules:
+  - name: per-ip
+    limit_keys: ["ip:address"]
+    algorithm_config: {rps: 1, burst: 2}
+`
+
+// newClosedEnv serves closedPolicy, its token in the environment both when
+// the policy loads and when the gate reads it.
+func newClosedEnv(t *testing.T, yaml string) *env {
+	t.Helper()
+	t.Setenv(apiTokenEnv, apiToken)
+	e := newEnv(t, yaml)
+	e.env[apiTokenEnv] = apiToken
+	return e
+}
+
+// wantUnauthorized checks a 401 problem with a Bearer challenge.
+func wantUnauthorized(t *testing.T, what string, resp *http.Response, m map[string]any) {
+	t.Helper()
+	if resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer ") ||
+		resp.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(m["detail"].(string), "token") {
+		t.Errorf("%s: %d %v %v", what, resp.StatusCode, resp.Header, m)
+	}
+}
+
+// Attack: anyone who reaches the decision API drains anyone's bucket.
+// POST /v1/take {"rule":"per-ip","key":<victim's address>,"cost":<burst>}
+// made the victim's next forward-auth call a 429 (and minted keys at will).
+// With api_token_env set, a take without the token, or with a wrong one, is
+// a 401 that charges nothing, so the victim is still admitted.
+func TestAttackDrainAnothersBucketNeedsToken(t *testing.T) {
+	e := newClosedEnv(t, closedPolicy)
+	drain := `{"rule":"per-ip","key":"127.0.0.1","cost":2}`
+	for _, hdr := range [][]string{
+		nil,
+		{"Authorization", "Bearer wrong-token-0123456789abcdef"},
+		{"Authorization", "Bearer " + apiToken + "x"},
+		{"Authorization", "Basic " + apiToken},
+		{"Authorization", apiToken},
+		// The forward-auth header does not open /v1/take: one way in per endpoint.
+		{"X-Sluice-Token", apiToken},
+	} {
+		resp, m := e.post("/v1/take", drain, hdr...)
+		wantUnauthorized(t, "take with "+strings.Join(hdr, ": "), resp, m)
+		resp, m = e.post("/v1/peek", drain, hdr...)
+		wantUnauthorized(t, "peek with "+strings.Join(hdr, ": "), resp, m)
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Fatalf("refused takes created %d keys", n)
+	}
+	// The victim (127.0.0.1 through forward auth) keeps its whole burst.
+	for i := 0; i < 2; i++ {
+		if resp, m := e.get("/v1/auth", "X-Sluice-Token", apiToken); resp.StatusCode != 200 {
+			t.Fatalf("victim's request %d: %d %v", i, resp.StatusCode, m)
+		}
+	}
+
+	// The token's holder is served; the scheme is case-insensitive.
+	for _, scheme := range []string{"Bearer ", "bearer ", "BEARER  "} {
+		resp, m := e.post("/v1/peek", `{"rule":"per-ip","key":"10.0.0.1"}`, "Authorization", scheme+apiToken)
+		if resp.StatusCode != 200 || m["allowed"] != true {
+			t.Errorf("peek with %q: %d %v", scheme, resp.StatusCode, m)
+		}
+	}
+	resp, m := e.post("/v1/take", `{"rule":"per-ip","key":"10.0.0.1","cost":2}`, "Authorization", "Bearer "+apiToken)
+	if resp.StatusCode != 200 || m["allowed"] != true {
+		t.Errorf("take with the token: %d %v", resp.StatusCode, m)
+	}
+}
+
+// Attack: calling forward auth directly, past the front proxy. With
+// api_token_env set, /v1/auth wants X-Sluice-Token, which the front proxy
+// adds; the Authorization header is the client's own and opens nothing,
+// even when it carries the API token.
+func TestAttackForwardAuthNeedsToken(t *testing.T) {
+	e := newClosedEnv(t, closedPolicy)
+	for _, hdr := range [][]string{
+		nil,
+		{"X-Sluice-Token", "wrong-token-0123456789abcdef"},
+		{"X-Sluice-Token", ""},
+		{"Authorization", "Bearer " + apiToken},
+	} {
+		resp, m := e.get("/v1/auth", hdr...)
+		wantUnauthorized(t, "auth with "+strings.Join(hdr, ": "), resp, m)
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Fatalf("refused calls created %d keys", n)
+	}
+	// Health stays open, for load balancers and probes.
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if resp, _ := e.get(p); resp.StatusCode != 200 {
+			t.Errorf("%s: %d", p, resp.StatusCode)
+		}
+	}
+}
+
+// The token for forward auth travels beside the client's Authorization
+// header, so JWT rules still read the client's own token.
+func TestForwardAuthTokenKeepsClientJWT(t *testing.T) {
+	const secret = "test-secret-0123456789abcdef0123456789"
+	t.Setenv("SLUICE_JWT_SECRET", secret)
+	e := newClosedEnv(t, `
+api_token_env: `+apiTokenEnv+`
+jwt: {hmac_secret_env: SLUICE_JWT_SECRET}
+rules:
+  - name: per-user
+    limit_keys: ["jwt:sub"]
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	exp := time.Now().Add(time.Hour).Unix()
+	alice := signHS256(t, secret, jwt.MapClaims{"sub": "alice", "exp": exp})
+	bob := signHS256(t, secret, jwt.MapClaims{"sub": "bob", "exp": exp})
+	status := func(tok string) int {
+		resp, _ := e.get("/v1/auth", "X-Sluice-Token", apiToken, "Authorization", "Bearer "+tok)
+		return resp.StatusCode
+	}
+	if a1, a2, b1 := status(alice), status(alice), status(bob); a1 != 200 || a2 != 429 || b1 != 200 {
+		t.Fatalf("alice %d then %d, bob %d: want 200, 429, 200 (one bucket per verified subject)", a1, a2, b1)
+	}
+}
+
+// Attack (RFC 9110 section 11.1: the auth scheme is case-insensitive):
+// /v1/reset refused "bearer TOKEN" that /v1/auth's JWT reading accepts.
+// One parser reads bearer tokens everywhere now.
+func TestAttackLowercaseBearerReset(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	e.env["SLUICE_TEST_ADMIN"] = "s3cret-token"
+	for _, auth := range []string{"bearer s3cret-token", "BEARER s3cret-token", "Bearer  s3cret-token"} {
+		resp, m := e.post("/v1/reset", `{"rule":"per-user","key":"u1"}`, "Authorization", auth)
+		if resp.StatusCode != 200 {
+			t.Errorf("Authorization %q: %d %v", auth, resp.StatusCode, m)
+		}
+	}
+	for _, auth := range []string{"bearers3cret-token", "Bearer", "Token s3cret-token"} {
+		resp, m := e.post("/v1/reset", `{"rule":"per-user","key":"u1"}`, "Authorization", auth)
+		if resp.StatusCode != 401 {
+			t.Errorf("Authorization %q: %d %v", auth, resp.StatusCode, m)
+		}
+	}
+}
+
+// Attack: a finite cost too large for the arithmetic's range (1e308) got a
+// 400 "invalid cost" where every other cost above the burst gets the 422
+// that tells the caller no wait will ever help.
+func TestAttackHugeFiniteCost(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	for _, body := range []string{
+		`{"rule":"per-user","key":"u","cost":1e308}`,
+		`{"rule":"per-user","key":"u","cost":1.7976931348623157e308}`,
+		`{"rule":"per-user","key":"u","cost":1e20}`,
+		`{"takes":[{"rule":"per-org","key":"x"},{"rule":"per-user","key":"u","cost":1e308}]}`,
+	} {
+		for _, path := range []string{"/v1/take", "/v1/peek"} {
+			resp, m := e.post(path, body)
+			if resp.StatusCode != 422 || resp.Header.Get("Content-Type") != "application/problem+json" ||
+				!strings.Contains(m["detail"].(string), "can never succeed") {
+				t.Errorf("%s %s: %d %v", path, body, resp.StatusCode, m)
+			}
+		}
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Errorf("refused costs created %d keys", n)
+	}
+}
+
+// Attack: the decision API reachable wherever forward auth is. Split, the
+// listener facing the front proxy serves forward auth and health only, and
+// the decision API's listener serves no forward auth.
+func TestAttackAPISplitServesOnlyItsEndpoints(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	e.env["SLUICE_TEST_ADMIN"] = "s3cret-token"
+	auth := httptest.NewServer(e.gate.AuthHandler())
+	t.Cleanup(auth.Close)
+	api := httptest.NewServer(e.gate.APIHandler())
+	t.Cleanup(api.Close)
+	do := func(base, method, path, body string) int {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer s3cret-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	take := `{"rule":"per-user","key":"u1"}`
+	for _, c := range []struct {
+		base, method, path string
+		want               int
+	}{
+		{auth.URL, "POST", "/v1/take", 404},
+		{auth.URL, "POST", "/v1/peek", 404},
+		{auth.URL, "POST", "/v1/reset", 404},
+		{auth.URL, "GET", "/metrics", 404},
+		{auth.URL, "GET", "/v1/auth", 200},
+		{auth.URL, "GET", "/healthz", 200},
+		{auth.URL, "GET", "/readyz", 200},
+		{api.URL, "GET", "/v1/auth", 404},
+		{api.URL, "POST", "/v1/auth", 404},
+		{api.URL, "POST", "/v1/take", 200},
+		{api.URL, "POST", "/v1/peek", 200},
+		{api.URL, "POST", "/v1/reset", 200},
+		{api.URL, "GET", "/metrics", 200},
+		{api.URL, "GET", "/healthz", 200},
+	} {
+		if got := do(c.base, c.method, c.path, take); got != c.want {
+			name := "auth"
+			if c.base == api.URL {
+				name = "api"
+			}
+			t.Errorf("%s listener: %s %s: %d, want %d", name, c.method, c.path, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package policy_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+func TestServerSettings(t *testing.T) {
+	const rule = "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"
+	p := mustParse(t, rule)
+	if p.Settings.Server != policy.DefaultServerLimits || p.Settings.APIListen != "" || p.Settings.APITokenEnv != "" {
+		t.Fatalf("defaults: %+v", p.Settings)
+	}
+	if d := p.Settings.Server; d.ReadHeaderTimeout <= 0 || d.ReadTimeout <= 0 || d.WriteTimeout <= 0 || d.IdleTimeout <= 0 || d.MaxHeaderBytes <= 0 {
+		t.Fatalf("a default leaves a listener without a bound: %+v", d)
+	}
+	t.Setenv("SLUICE_TEST_API_TOKEN", "0123456789abcdef")
+	p = mustParse(t, `listen: "127.0.0.1:8080"
+api_listen: "127.0.0.1:8082"
+api_token_env: SLUICE_TEST_API_TOKEN
+server:
+  read_header_timeout: 2s
+  read_timeout: 3s
+  write_timeout: 4s
+  idle_timeout: 5s
+  max_header_bytes: 8192
+  max_conns: 100
+`+rule)
+	want := policy.ServerLimits{ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 4 * time.Second,
+		IdleTimeout: 5 * time.Second, MaxHeaderBytes: 8192, MaxConns: 100}
+	if s := p.Settings; s.Server != want || s.APIListen != "127.0.0.1:8082" || s.APITokenEnv != "SLUICE_TEST_API_TOKEN" {
+		t.Fatalf("settings: %+v", s)
+	}
+	// Zero fields (a policy built in code) take the defaults.
+	if got := (policy.ServerLimits{MaxConns: 7}).WithDefaults(); got.MaxConns != 7 || got.ReadTimeout != policy.DefaultServerLimits.ReadTimeout {
+		t.Fatalf("WithDefaults: %+v", got)
+	}
+}
+
+func TestServerSettingsErrors(t *testing.T) {
+	const rule = "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"
+	t.Setenv("SLUICE_TEST_SHORT_TOKEN", "short")
+	t.Setenv("SLUICE_TEST_EMPTY_TOKEN", "")
+	cases := []struct {
+		name, cfg string
+		want      []string
+	}{
+		{"token variable unset", "api_token_env: SLUICE_TEST_EMPTY_TOKEN\n" + rule,
+			[]string{"c.yaml:1: api_token_env: environment variable SLUICE_TEST_EMPTY_TOKEN is not set or empty"}},
+		{"short token", "api_token_env: SLUICE_TEST_SHORT_TOKEN\n" + rule,
+			[]string{"c.yaml:1: api_token_env: the token in SLUICE_TEST_SHORT_TOKEN is 5 bytes; use at least 16 (random, such as: openssl rand -hex 32)"}},
+		{"not a variable", "api_token_env: \"a b\"\n" + rule,
+			[]string{`c.yaml:1: api_token_env: must be the name of an environment variable, such as SLUICE_API_TOKEN (got "a b")`}},
+		{"api_listen", "api_listen: \"8082\"\n" + rule,
+			[]string{`c.yaml:1: api_listen: must be an address such as ":8080" or "127.0.0.1:8080" (got "8082")`}},
+		{"api_listen on listen's address", "listen: \":9000\"\napi_listen: \":9000\"\n" + rule,
+			[]string{`c.yaml:2: api_listen: ":9000" is also listen's address`}},
+		{"server", `server:
+  read_header_timeout: 0s
+  read_timeout: -1s
+  write_timeout: soon
+  idle_timeout: 1m
+  max_header_bytes: 100
+  max_conns: 0
+  max_con: 5
+` + rule, []string{
+			`c.yaml:2: server.read_header_timeout: must be > 0 (got "0s"): a listener without this deadline can be held by a client that never finishes`,
+			`c.yaml:3: server.read_timeout: must be > 0 (got "-1s"): a listener without this deadline can be held by a client that never finishes`,
+			`c.yaml:4: server.write_timeout: must be a duration such as "1m" or "500ms" (got "soon")`,
+			"c.yaml:6: server.max_header_bytes: must be between 4096 and 16777216 (got 100)",
+			"c.yaml:7: server.max_conns: must be between 1 and 1048576 (got 0)",
+			`c.yaml:8: server.max_con: unknown field (did you mean "max_conns"?)`,
+		}},
+		{"server kind", "server: 5s\n" + rule, []string{"c.yaml:1: server: must be a mapping of fields (got the string \"5s\")"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := problems(t, tc.cfg)
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestBearerToken(t *testing.T) {
+	for auth, want := range map[string]string{
+		"Bearer abc":                            "abc",
+		"bearer abc":                            "abc",
+		"BEARER  abc ":                          "abc",
+		"Bearer":                                "",
+		"Bearerabc":                             "",
+		"Basic abc":                             "",
+		"":                                      "",
+		"Bearer " + strings.Repeat("a", 20<<10): "",
+	} {
+		h := http.Header{}
+		if auth != "" {
+			h.Set("Authorization", auth)
+		}
+		if got := policy.BearerToken(h); got != want {
+			t.Errorf("%.20q: %q, want %q", auth, got, want)
+		}
+	}
+}

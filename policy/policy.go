@@ -30,6 +30,9 @@ type Policy struct {
 	Settings Settings
 	// Rules in file order.
 	Rules []*Rule
+	// Warnings are problems that do not stop the file from loading, each
+	// as "FILE:LINE: path: message"; sluice check prints them.
+	Warnings []string
 
 	jwt    *verifier
 	byName map[string]*Rule
@@ -61,15 +64,57 @@ type Settings struct {
 	// ("" = off).
 	AuditLog string
 
-	// TrustedProxies are the peers whose X-Forwarded-For / Forwarded (and
-	// forward-auth X-Forwarded-*) headers are believed.
+	// TrustedProxies are the peers whose X-Forwarded-For / Forwarded (and,
+	// on forward auth, ForwardAuth's) headers are believed.
 	TrustedProxies []netip.Prefix
 	// IPv6Prefix is the prefix length IPv6 clients are grouped by in
 	// ip:address keys (default 64).
 	IPv6Prefix int
 	// MissingKey is the default for rules whose key source is absent.
 	MissingKey MissingKey
+	// ForwardAuth names the front proxy that calls /v1/auth, and so the
+	// headers that describe the original request; the zero value believes
+	// none.
+	ForwardAuth ForwardAuth
 }
+
+// ForwardAuth says which front proxy calls /v1/auth and which headers
+// carry its description of the original request (forward_auth in the
+// file). They are read only from a caller in trusted_proxies, and no other
+// header is: a front proxy passes the client's own headers on, so a header
+// it does not set itself is the client's to choose.
+type ForwardAuth struct {
+	// Proxy is nginx, traefik, caddy, envoy or custom; "" when the file
+	// has no forward_auth.
+	Proxy string
+	// MethodHeader, URIHeader and HostHeader name the headers holding the
+	// original method, request URI (path and query) and host (canonical
+	// form). They are empty for envoy, whose ext_authz sends the original
+	// method, path (after /v1/auth) and Host as the call's own. A
+	// HostHeader of "Host" reads the call's own Host.
+	MethodHeader, URIHeader, HostHeader string
+	// ClientHeader names the header holding the client address: a
+	// comma-separated list, walked from the right past trusted_proxies.
+	ClientHeader string
+}
+
+// forwardAuthProxies are the headers each known front proxy sets on its
+// forward-auth call (and overwrites when the client sent them too).
+var forwardAuthProxies = map[string]ForwardAuth{
+	// examples/nginx.conf: proxy_set_header for each.
+	"nginx": {Proxy: "nginx", MethodHeader: "X-Original-Method", URIHeader: "X-Original-Uri", HostHeader: "X-Original-Host", ClientHeader: "X-Real-Ip"},
+	// Traefik ForwardAuth (trustForwardHeader: false).
+	"traefik": {Proxy: "traefik", MethodHeader: "X-Forwarded-Method", URIHeader: "X-Forwarded-Uri", HostHeader: "X-Forwarded-Host", ClientHeader: "X-Forwarded-For"},
+	// Caddy forward_auth (2.5.1+, no trusted_proxies of its own, or
+	// trusted ones that append to X-Forwarded-For).
+	"caddy": {Proxy: "caddy", MethodHeader: "X-Forwarded-Method", URIHeader: "X-Forwarded-Uri", HostHeader: "X-Forwarded-Host", ClientHeader: "X-Forwarded-For"},
+	// Envoy ext_authz http_service (path_prefix: /v1/auth), with
+	// use_remote_address and x-forwarded-for in allowed_headers.
+	"envoy": {Proxy: "envoy", ClientHeader: "X-Forwarded-For"},
+}
+
+// ForwardAuthProxies lists the values forward_auth.proxy takes.
+var ForwardAuthProxies = []string{"nginx", "traefik", "caddy", "envoy", "custom"}
 
 // Mode says whether a rule's rejections are enforced.
 type Mode uint8

@@ -23,7 +23,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice check FILE...\n\nValidates sluice configuration files (YAML or JSON). Exits 0 when all are\nvalid, 1 when any is not (every problem is printed as FILE:LINE: path:\nmessage), 2 on a usage error.")
+		fmt.Fprintln(stderr, "usage: sluice check FILE...\n\nValidates sluice configuration files (YAML or JSON). Exits 0 when all are\nvalid, 1 when any is not (every problem is printed as FILE:LINE: path:\nmessage), 2 on a usage error. Warnings (\"warning: FILE:LINE: path:\nmessage\") do not change the exit status.")
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -45,6 +45,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			code = 1
 			continue
+		}
+		for _, w := range p.Warnings {
+			fmt.Fprintln(stderr, "warning: "+w)
 		}
 		if domains, limits, ok := envoyrls.ReferenceLimits(p); ok {
 			n := len(limits)

@@ -108,6 +108,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 			return 1
 		}
 	}
+	logWarnings(log, p)
 	set := p.Settings
 	if *listen != "" {
 		set.Listen = *listen
@@ -262,6 +263,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 			return
 		}
 		warnRestart(log, p.Settings, np.Settings)
+		logWarnings(log, np)
 		if rules == nil {
 			gate.SetPolicy(np)
 		}
@@ -288,6 +290,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 
 // warnRestart logs the settings a reload cannot change: they are bound
 // when serve starts.
+// logWarnings logs the problems of a policy that did not stop it loading.
+func logWarnings(log *slog.Logger, p *policy.Policy) {
+	for _, w := range p.Warnings {
+		log.Warn("policy: " + w)
+	}
+}
+
 func warnRestart(log *slog.Logger, old, new policy.Settings) {
 	for _, c := range []struct {
 		name     string

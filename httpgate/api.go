@@ -76,7 +76,8 @@ type ResetRequest struct {
 // Handler serves the decision API, forward auth, metrics and health on
 // one listener:
 //
-//	POST /v1/take, POST /v1/peek, POST /v1/reset, ANY /v1/auth,
+//	POST /v1/take, POST /v1/peek, POST /v1/reset, ANY /v1/auth (and
+//	/v1/auth/..., for Envoy's ext_authz),
 //	GET /metrics, GET /healthz, GET /readyz
 //
 // When the policy names an api_token_env, /v1/take, /v1/peek and /v1/auth
@@ -113,7 +114,16 @@ func (g *Gate) handler(auth, api bool) http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", g.ready)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Envoy's ext_authz calls /v1/auth followed by the original path,
+		// which the mux would clean and redirect (//x, /a/../b): forward
+		// auth reads it as sent.
+		if strings.HasPrefix(r.URL.Path, forwardAuthPath+"/") {
+			g.ForwardAuth(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // TokenHeader carries the api token on /v1/auth, where Authorization

@@ -3,31 +3,31 @@ package httpgate
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 )
 
-// ForwardAuth serves /v1/auth for nginx auth_request, Traefik ForwardAuth
-// and Caddy forward_auth: it applies the rules to the original request the
-// proxy describes and answers 200 to let it through, or the deny status
-// with the rate limit fields and a quota-exceeded problem body.
+// ForwardAuth serves /v1/auth for nginx auth_request, Traefik ForwardAuth,
+// Caddy forward_auth and Envoy's ext_authz (whose calls arrive under
+// /v1/auth/, followed by the original path): it applies the rules to the
+// original request the proxy describes and answers 200 to let it through,
+// or the deny status with the rate limit fields and a quota-exceeded
+// problem body.
 //
-// The original request is read from X-Forwarded-Method (or
-// X-Original-Method), X-Forwarded-Uri (or X-Original-URI),
-// X-Forwarded-Host and X-Forwarded-For, and the other headers the proxy
-// passes on, but only when the socket peer is in trusted_proxies;
-// otherwise anyone could pick their own key by sending those headers, and
-// the request is judged as the call to /v1/auth it is.
+// The original request is read from the headers the front proxy named in
+// forward_auth sets, and only when the caller is in trusted_proxies (see
+// policy.Policy.FromForwardAuth); otherwise the call is judged as itself.
 //
 // The deny status is the policy's deny_status (default 429), or the
 // deny_status query parameter (a 4xx): nginx's auth_request turns every
 // status but 2xx, 401 and 403 into a 500, so nginx asks for 403 and maps it
-// back to a 429 (see examples/nginx.conf).
+// back to a 429 (see examples/nginx.conf). Caddy and Envoy pass the
+// client's own query string on to sluice, so behind them it is not read:
+// a client must not choose how it is refused.
 func (g *Gate) ForwardAuth(w http.ResponseWriter, r *http.Request) {
 	p := g.Policy()
 	status := p.Settings.DenyStatus
-	if q := r.URL.Query().Get("deny_status"); q != "" {
+	if q := denyStatusParam(r); q != "" && !clientQuery[p.Settings.ForwardAuth.Proxy] {
 		n, err := strconv.Atoi(q)
 		if err != nil || n < 400 || n > 499 {
 			badRequest(w, http.StatusBadRequest, fmt.Sprintf("deny_status %q: want a 4xx status such as 403 or 429", q))
@@ -38,25 +38,10 @@ func (g *Gate) ForwardAuth(w http.ResponseWriter, r *http.Request) {
 	if status == 0 {
 		status = http.StatusTooManyRequests
 	}
-	in := p.FromHTTP(r)
-	if in.Peer.IsValid() && p.TrustedProxy(in.Peer.Addr()) {
-		if m := first(r.Header, "X-Forwarded-Method", "X-Original-Method"); m != "" {
-			in.Method = m
-		}
-		if h := first(r.Header, "X-Forwarded-Host"); h != "" {
-			in.Host, _, _ = strings.Cut(h, ",")
-			in.Host = strings.TrimSpace(in.Host)
-		}
-		if raw := first(r.Header, "X-Forwarded-Uri", "X-Original-URI", "X-Original-Url"); raw != "" {
-			u, err := url.ParseRequestURI(raw)
-			if err != nil {
-				// A trusted proxy sent garbage; judging the request
-				// by another path could let it escape its rule.
-				badRequest(w, http.StatusBadRequest, fmt.Sprintf("forwarded URI %q: %v", raw, err))
-				return
-			}
-			in.Path, in.Query = u.Path, u.Query()
-		}
+	in, err := p.FromForwardAuth(r, forwardAuthPath)
+	if err != nil {
+		badRequest(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	if g.enforce(w, r, p, in, status) {
 		w.Header().Set("Cache-Control", "no-store")
@@ -64,12 +49,18 @@ func (g *Gate) ForwardAuth(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// first returns the first non-empty value among the named headers.
-func first(h http.Header, names ...string) string {
-	for _, n := range names {
-		if v := strings.TrimSpace(h.Get(n)); v != "" {
-			return v
-		}
+// clientQuery marks the front proxies whose forward-auth calls carry the
+// client's query string.
+var clientQuery = map[string]bool{"caddy": true, "envoy": true}
+
+// forwardAuthPath is where forward auth is served; Envoy's ext_authz
+// appends the original path to it.
+const forwardAuthPath = "/v1/auth"
+
+// denyStatusParam reads the deny_status query parameter.
+func denyStatusParam(r *http.Request) string {
+	if r.URL == nil || !strings.Contains(r.URL.RawQuery, "deny_status") {
+		return ""
 	}
-	return ""
+	return r.URL.Query().Get("deny_status")
 }

@@ -57,14 +57,20 @@ rules:
     algorithm_config: {rps: 1, burst: 2}
 `
 
+// viaTraefik is what Traefik's ForwardAuth sends sluice for a GET of
+// /orders from client.
+func viaTraefik(client string) []string {
+	return []string{"X-Forwarded-For", client, "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/orders?id=7", "X-Forwarded-Host", "app.example"}
+}
+
 func TestForwardAuthRejection(t *testing.T) {
-	e := newEnv(t, tightPolicy)
+	e := newEnv(t, "forward_auth: {proxy: traefik}\n"+tightPolicy)
 	for i := 0; i < 2; i++ {
-		if resp, _ := e.get("/v1/auth", "X-Forwarded-For", "203.0.113.7"); resp.StatusCode != 200 {
+		if resp, _ := e.get("/v1/auth", viaTraefik("203.0.113.7")...); resp.StatusCode != 200 {
 			t.Fatalf("request %d: %d", i, resp.StatusCode)
 		}
 	}
-	resp, m := e.get("/v1/auth", "X-Forwarded-For", "203.0.113.7")
+	resp, m := e.get("/v1/auth", viaTraefik("203.0.113.7")...)
 	if resp.StatusCode != 429 {
 		t.Fatalf("status %d, want 429", resp.StatusCode)
 	}
@@ -85,18 +91,18 @@ func TestForwardAuthRejection(t *testing.T) {
 	}
 
 	// Another client behind the same trusted proxy has its own bucket.
-	if resp, _ := e.get("/v1/auth", "X-Forwarded-For", "203.0.113.8"); resp.StatusCode != 200 {
+	if resp, _ := e.get("/v1/auth", viaTraefik("203.0.113.8")...); resp.StatusCode != 200 {
 		t.Errorf("another client: %d", resp.StatusCode)
 	}
 	// nginx asks for 403, which auth_request passes on.
-	if resp, _ := e.get("/v1/auth?deny_status=403", "X-Forwarded-For", "203.0.113.7"); resp.StatusCode != 403 || resp.Header.Get("Retry-After") != "1" {
+	if resp, _ := e.get("/v1/auth?deny_status=403", viaTraefik("203.0.113.7")...); resp.StatusCode != 403 || resp.Header.Get("Retry-After") != "1" {
 		t.Errorf("deny_status=403: %d %v", resp.StatusCode, resp.Header)
 	}
-	if resp, _ := e.get("/v1/auth?deny_status=500", "X-Forwarded-For", "203.0.113.9"); resp.StatusCode != 400 {
+	if resp, _ := e.get("/v1/auth?deny_status=500", viaTraefik("203.0.113.9")...); resp.StatusCode != 400 {
 		t.Errorf("deny_status=500: %d", resp.StatusCode)
 	}
 	e.clk.Advance(time.Second)
-	if resp, _ := e.get("/v1/auth", "X-Forwarded-For", "203.0.113.7"); resp.StatusCode != 200 {
+	if resp, _ := e.get("/v1/auth", viaTraefik("203.0.113.7")...); resp.StatusCode != 200 {
 		t.Errorf("after a second: %d", resp.StatusCode)
 	}
 	// Every rejection is in the audit log.
@@ -108,7 +114,7 @@ func TestForwardAuthRejection(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
 		t.Fatal(err)
 	}
-	wantFields(t, rec, map[string]any{"rule": "per-ip", "client_ip": "203.0.113.7", "path": "/v1/auth", "reason": "token_bucket_exceeded", "tokens": 0.0})
+	wantFields(t, rec, map[string]any{"rule": "per-ip", "client_ip": "203.0.113.7", "path": "/orders", "reason": "token_bucket_exceeded", "tokens": 0.0})
 	if _, ok := rec["time"]; !ok {
 		t.Errorf("audit record without time: %v", rec)
 	}
@@ -127,6 +133,7 @@ func TestRetryAfterJitter(t *testing.T) {
 	// stands still), and Retry-After is 10..15.
 	e := newEnv(t, `
 trusted_proxies: ["127.0.0.1/32"]
+forward_auth: {proxy: traefik}
 rules:
   - name: slow
     limit_keys: ["ip:address"]
@@ -136,10 +143,10 @@ rules:
 	seen := map[string]bool{}
 	for i := 0; i < 24; i++ {
 		ip := "198.51.100." + strconv.Itoa(i+1)
-		e.get("/v1/auth", "X-Forwarded-For", ip)
+		e.get("/v1/auth", viaTraefik(ip)...)
 		var first string
 		for j := 0; j < 3; j++ {
-			resp, _ := e.get("/v1/auth", "X-Forwarded-For", ip)
+			resp, _ := e.get("/v1/auth", viaTraefik(ip)...)
 			ra := resp.Header.Get("Retry-After")
 			n, err := strconv.Atoi(ra)
 			if resp.StatusCode != 429 || err != nil || n < 10 || n > 15 {
@@ -187,34 +194,55 @@ rules:
     algorithm: token_bucket
     algorithm_config: {rps: 1, burst: 1}
 `
-	t.Run("trusted", func(t *testing.T) {
-		e := newEnv(t, "trusted_proxies: [\"127.0.0.1/32\", \"::1/128\"]\n"+rules)
+	t.Run("nginx", func(t *testing.T) {
+		e := newEnv(t, "trusted_proxies: [\"127.0.0.1/32\", \"::1/128\"]\nforward_auth: {proxy: nginx}\n"+rules)
+		orig := func(client, method, uri string) []string {
+			return []string{"X-Real-IP", client, "X-Original-Method", method, "X-Original-URI", uri, "X-Original-Host", "app.example"}
+		}
 		// Different clients, different original URIs: all separate buckets.
 		for i, h := range [][]string{
-			{"X-Forwarded-For", "192.0.2.1", "X-Original-URI", "/a?x=1", "X-Original-Method", "GET"},
-			{"X-Forwarded-For", "192.0.2.2", "X-Forwarded-Uri", "/b", "X-Forwarded-Method", "GET"},
-			{"X-Forwarded-For", "192.0.2.3", "X-Forwarded-Uri", "/a", "X-Forwarded-Method", "POST"},
+			orig("192.0.2.1", "GET", "/a?x=1"),
+			orig("192.0.2.2", "GET", "/b"),
+			orig("192.0.2.3", "POST", "/a"),
 		} {
 			if resp, m := e.get("/v1/auth", h...); resp.StatusCode != 200 {
 				t.Errorf("request %d: %d %v", i, resp.StatusCode, m)
 			}
 		}
-		resp, m := e.get("/v1/auth", "X-Forwarded-For", "192.0.2.4", "X-Original-URI", "/a/../a", "X-Original-Method", "GET")
+		resp, m := e.get("/v1/auth", orig("192.0.2.4", "GET", "/a/../a")...)
 		if resp.StatusCode != 429 || !strings.Contains(resp.Header.Get("RateLimit"), `"per-path";r=0`) {
 			t.Errorf("same path and method again: %d %v %v", resp.StatusCode, resp.Header, m)
 		}
-		if resp, _ := e.get("/v1/auth", "X-Forwarded-For", "192.0.2.5", "X-Original-URI", "http://[::1"); resp.StatusCode != 400 {
+		if resp, _ := e.get("/v1/auth", orig("192.0.2.5", "GET", "http://[::1")...); resp.StatusCode != 400 {
 			t.Errorf("garbage URI from a trusted proxy: %d", resp.StatusCode)
 		}
 	})
+	t.Run("traefik", func(t *testing.T) {
+		e := newEnv(t, "trusted_proxies: [\"127.0.0.1/32\", \"::1/128\"]\nforward_auth: {proxy: traefik}\n"+rules)
+		fwd := func(client, method, uri string) []string {
+			return []string{"X-Forwarded-For", client, "X-Forwarded-Method", method, "X-Forwarded-Uri", uri, "X-Forwarded-Host", "app.example"}
+		}
+		for i, h := range [][]string{
+			fwd("192.0.2.1", "GET", "/a?x=1"),
+			fwd("192.0.2.2", "GET", "/b"),
+			fwd("192.0.2.3", "POST", "/a"),
+		} {
+			if resp, m := e.get("/v1/auth", h...); resp.StatusCode != 200 {
+				t.Errorf("request %d: %d %v", i, resp.StatusCode, m)
+			}
+		}
+		if resp, _ := e.get("/v1/auth", fwd("192.0.2.4", "GET", "/a")...); resp.StatusCode != 429 {
+			t.Errorf("same path and method again: %d", resp.StatusCode)
+		}
+	})
 	t.Run("untrusted", func(t *testing.T) {
-		e := newEnv(t, "trusted_proxies: [\"10.0.0.0/8\"]\n"+rules)
+		e := newEnv(t, "trusted_proxies: [\"10.0.0.0/8\"]\nforward_auth: {proxy: traefik}\n"+rules)
 		if resp, _ := e.get("/v1/auth", "X-Forwarded-For", "192.0.2.1", "X-Original-URI", "/a"); resp.StatusCode != 200 {
 			t.Fatalf("first: %d", resp.StatusCode)
 		}
 		// Spoofed headers from an untrusted peer change nothing: the same
 		// peer, the same /v1/auth path, the same buckets.
-		resp, _ := e.get("/v1/auth", "X-Forwarded-For", "192.0.2.2", "X-Original-URI", "/b", "X-Forwarded-Method", "PUT")
+		resp, _ := e.get("/v1/auth", "X-Forwarded-For", "192.0.2.2", "X-Forwarded-Uri", "/b", "X-Forwarded-Method", "PUT", "X-Forwarded-Host", "b.example")
 		if resp.StatusCode != 429 || resp.Header.Get("X-Sluice-Reason") != "token_bucket_exceeded" {
 			t.Errorf("spoofing client: %d", resp.StatusCode)
 		}

@@ -22,8 +22,7 @@ import (
 // client over its limit gets sluice's 429 with Retry-After and the
 // RateLimit fields, and the upstream never sees the rejected requests.
 func TestCaddyForwardAuth(t *testing.T) {
-	bin := serverBinary(t, "caddy", "/usr/bin/caddy")
-	e := newEnv(t, tightPolicy)
+	e := newEnv(t, "forward_auth: {proxy: caddy}\n"+tightPolicy)
 	var (
 		hits    atomic.Int64
 		mu      sync.Mutex
@@ -38,12 +37,43 @@ func TestCaddyForwardAuth(t *testing.T) {
 	}))
 	t.Cleanup(app.Close)
 
+	addr, logs := startCaddy(t, e, app)
+
+	get := func() (*http.Response, string) { return getOrder(t, addr) }
+	for i := 0; i < 2; i++ {
+		resp, body := get()
+		if resp.StatusCode != 200 || body != "app: /orders" {
+			t.Fatalf("request %d: %d %q\n%s", i, resp.StatusCode, body, logs())
+		}
+	}
+	// copy_headers hands sluice's view of allowed requests to the app.
+	mu.Lock()
+	for i, h := range appSeen {
+		if h.Get("RateLimit") == "" || h.Get("RateLimit-Policy") == "" || h.Get("RateLimit-Remaining") == "" {
+			t.Errorf("app request %d without sluice's RateLimit fields: %v", i, h)
+		}
+	}
+	mu.Unlock()
+
+	resp, body := get()
+	if resp.StatusCode != 429 {
+		t.Fatalf("third request: %d %q\n%s", resp.StatusCode, body, logs())
+	}
+	wantProxiedRejection(t, e, resp, body, hits.Load())
+}
+
+// startCaddy runs examples/Caddyfile in a real Caddy, with e's forward
+// auth as its forward_auth target and app as its upstream, and returns the
+// address it listens on and a function that reads its logs.
+func startCaddy(t *testing.T, e *env, app *httptest.Server) (addr string, logs func() string) {
+	t.Helper()
+	bin := serverBinary(t, "caddy", "/usr/bin/caddy")
 	conf, err := os.ReadFile("../examples/Caddyfile")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	addr := freePort(t)
+	addr = freePort(t)
 	cfg := string(conf)
 	for old, new := range map[string]string{
 		":8000 {":                        "http://" + addr + " {",
@@ -98,26 +128,5 @@ func TestCaddyForwardAuth(t *testing.T) {
 			return false
 		}
 	}, out.String)
-
-	get := func() (*http.Response, string) { return getOrder(t, addr) }
-	for i := 0; i < 2; i++ {
-		resp, body := get()
-		if resp.StatusCode != 200 || body != "app: /orders" {
-			t.Fatalf("request %d: %d %q\n%s", i, resp.StatusCode, body, out.String())
-		}
-	}
-	// copy_headers hands sluice's view of allowed requests to the app.
-	mu.Lock()
-	for i, h := range appSeen {
-		if h.Get("RateLimit") == "" || h.Get("RateLimit-Policy") == "" || h.Get("RateLimit-Remaining") == "" {
-			t.Errorf("app request %d without sluice's RateLimit fields: %v", i, h)
-		}
-	}
-	mu.Unlock()
-
-	resp, body := get()
-	if resp.StatusCode != 429 {
-		t.Fatalf("third request: %d %q\n%s", resp.StatusCode, body, out.String())
-	}
-	wantProxiedRejection(t, e, resp, body, hits.Load())
+	return addr, out.String
 }

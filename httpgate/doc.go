@@ -1,6 +1,7 @@
 // Package httpgate puts sluice's policies in front of HTTP traffic: the JSON
 // decision API (/v1/take, /v1/peek, /v1/reset), forward auth for nginx
-// auth_request, Traefik ForwardAuth and Caddy forward_auth (/v1/auth), a
+// auth_request, Traefik ForwardAuth, Caddy forward_auth and Envoy ext_authz
+// (/v1/auth), a
 // reverse proxy, a Go middleware, Prometheus metrics and an audit log of
 // rejections.
 //

@@ -63,6 +63,7 @@ func FuzzForwardAuth(f *testing.F) {
 	f.Add("/"+string(make([]byte, 300)), "\x00", "unknown", "x:y:z")
 	g := httpgate.New(mustPolicyF(f, `
 trusted_proxies: ["192.0.2.0/24"]
+forward_auth: {proxy: traefik}
 rules:
   - name: per-ip
     limit_keys: ["ip:address", "path", "method", "host"]
@@ -75,7 +76,7 @@ rules:
 		req.RemoteAddr = "192.0.2.1:5000"
 		// Header values a real proxy could not send are dropped by
 		// net/http's client; set them raw here anyway.
-		req.Header["X-Original-Uri"] = []string{uri}
+		req.Header["X-Forwarded-Uri"] = []string{uri}
 		req.Header["X-Forwarded-Method"] = []string{method}
 		req.Header["X-Forwarded-For"] = []string{xff}
 		req.Header["X-Forwarded-Host"] = []string{host}

@@ -49,21 +49,44 @@ func freePort(t *testing.T) string {
 // over its limit gets a 429 with Retry-After and the RateLimit fields, and
 // the upstream never sees the rejected requests.
 func TestNginxAuthRequest(t *testing.T) {
-	bin := serverBinary(t, "nginx", "/usr/sbin/nginx")
-	e := newEnv(t, tightPolicy)
+	e := newEnv(t, "forward_auth: {proxy: nginx}\n"+tightPolicy)
 	var hits atomic.Int64
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		io.WriteString(w, "app: "+r.URL.Path)
 	}))
 	t.Cleanup(app.Close)
+	addr, logs := startNginx(t, e, app)
 
+	get := func() (*http.Response, string) { return getOrder(t, addr) }
+	for i := 0; i < 2; i++ {
+		resp, body := get()
+		if resp.StatusCode != 200 || body != "app: /orders" {
+			t.Fatalf("request %d: %d %q\n%s", i, resp.StatusCode, body, logs())
+		}
+		if rl := resp.Header.Get("RateLimit"); rl == "" {
+			t.Errorf("allowed request %d without RateLimit: %v", i, resp.Header)
+		}
+	}
+	resp, body := get()
+	if resp.StatusCode != 429 {
+		t.Fatalf("third request: %d %q\n%s", resp.StatusCode, body, logs())
+	}
+	wantProxiedRejection(t, e, resp, body, hits.Load())
+}
+
+// startNginx runs examples/nginx.conf in a real nginx, with e's forward
+// auth as its auth_request and app as its upstream, and returns the
+// address it listens on and a function that reads its logs.
+func startNginx(t *testing.T, e *env, app *httptest.Server) (addr string, logs func() string) {
+	t.Helper()
+	bin := serverBinary(t, "nginx", "/usr/sbin/nginx")
 	conf, err := os.ReadFile("../examples/nginx.conf")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	addr := freePort(t)
+	addr = freePort(t)
 	cfg := string(conf)
 	for old, new := range map[string]string{
 		"127.0.0.1:8080;": strings.TrimPrefix(e.srv.URL, "http://") + ";",
@@ -104,27 +127,12 @@ func TestNginxAuthRequest(t *testing.T) {
 		cancel()
 		cmd.Wait()
 	})
-	logs := func() string {
+	logs = func() string {
 		b, _ := os.ReadFile(errLog)
 		return out.String() + string(b)
 	}
 	waitListening(t, "nginx", addr, func() bool { return cmd.ProcessState != nil }, logs)
-
-	get := func() (*http.Response, string) { return getOrder(t, addr) }
-	for i := 0; i < 2; i++ {
-		resp, body := get()
-		if resp.StatusCode != 200 || body != "app: /orders" {
-			t.Fatalf("request %d: %d %q\n%s", i, resp.StatusCode, body, logs())
-		}
-		if rl := resp.Header.Get("RateLimit"); rl == "" {
-			t.Errorf("allowed request %d without RateLimit: %v", i, resp.Header)
-		}
-	}
-	resp, body := get()
-	if resp.StatusCode != 429 {
-		t.Fatalf("third request: %d %q\n%s", resp.StatusCode, body, logs())
-	}
-	wantProxiedRejection(t, e, resp, body, hits.Load())
+	return addr, logs
 }
 
 // wantProxiedRejection checks the third request through a real proxy in

@@ -3,6 +3,7 @@ package httpgate
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -25,14 +26,38 @@ type ProxyOptions struct {
 	// TrustedPeer reports whether the inbound peer is a trusted proxy whose
 	// X-Forwarded-For is extended rather than replaced. Nil trusts none.
 	TrustedPeer func(netip.Addr) bool
+	// Logger receives the details of upstream failures, which the client
+	// is not shown (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// clientAddressHeaders are the headers besides X-Forwarded-For and
+// Forwarded (which httputil.ReverseProxy already rewrites) that upstreams
+// and their frameworks take as the client's address, host, scheme or
+// original URL. A client sends them to pose as another address or path
+// to the upstream; the proxy never passes them on.
+var clientAddressHeaders = []string{
+	"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Client-Ip", "Cf-Connecting-Ip",
+	"Fastly-Client-Ip", "X-Cluster-Client-Ip", "X-Original-Forwarded-For",
+	"X-Forwarded", "Forwarded-For", "X-Forwarded-Port", "X-Forwarded-Server",
+	"X-Forwarded-Ssl", "X-Forwarded-Scheme", "X-Url-Scheme", "Front-End-Https",
+	"X-Forwarded-Prefix", "X-Forwarded-Uri", "X-Forwarded-Method",
+	"X-Original-Uri", "X-Original-Url", "X-Original-Method", "X-Original-Host",
+	"X-Rewrite-Url", "X-Envoy-External-Address", "X-Envoy-Original-Path",
 }
 
 // NewReverseProxy forwards requests to upstream with
 // httputil.ReverseProxy: hop-by-hop headers are dropped, Upgrade requests
 // (websockets) are passed through, responses are flushed as they arrive so
 // event streams and long polls stream, X-Forwarded-For/-Host/-Proto are
-// set, and an unreachable or slow upstream is a 502 or 504 problem.
+// set, other client-sent forwarding headers (X-Real-IP and the like) are
+// dropped, and an unreachable or slow upstream is a 502 or 504 problem
+// whose detail (with the upstream's address) goes to the log, not to the
+// client.
 func NewReverseProxy(upstream *url.URL, opts ProxyOptions) *httputil.ReverseProxy {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = 10 * time.Second
 	}
@@ -63,6 +88,9 @@ func NewReverseProxy(upstream *url.URL, opts ProxyOptions) *httputil.ReverseProx
 				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			}
 			pr.SetXForwarded()
+			for _, h := range clientAddressHeaders {
+				pr.Out.Header.Del(h)
+			}
 		},
 		Transport:     tr,
 		FlushInterval: -1,
@@ -75,7 +103,14 @@ func NewReverseProxy(upstream *url.URL, opts ProxyOptions) *httputil.ReverseProx
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return // the client went away; nobody to answer
 			}
-			writeProblem(w, Problem{Status: status, Detail: "upstream: " + err.Error()})
+			detail := "upstream unreachable"
+			if status == http.StatusGatewayTimeout {
+				detail = "upstream timed out"
+			}
+			// The error names the upstream's internal address: log it,
+			// never show it to the client.
+			opts.Logger.Warn("proxy: "+detail, "method", r.Method, "path", r.URL.Path, "err", err)
+			writeProblem(w, Problem{Status: status, Detail: detail})
 		},
 	}
 }
@@ -98,6 +133,9 @@ func peerAddr(remote string) netip.Addr {
 func (g *Gate) Proxy(upstream *url.URL, opts ProxyOptions) http.Handler {
 	if opts.TrustedPeer == nil {
 		opts.TrustedPeer = func(a netip.Addr) bool { return g.Policy().TrustedProxy(a) }
+	}
+	if opts.Logger == nil {
+		opts.Logger = g.opts.Logger
 	}
 	return g.Wrap(NewReverseProxy(upstream, opts))
 }

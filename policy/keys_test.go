@@ -89,7 +89,7 @@ rules:
 	r.RemoteAddr = "10.0.0.1:5555"
 	r.Header.Set("X-Forwarded-For", "198.51.100.7")
 	in := p.FromHTTP(r)
-	if in.ClientIP.String() != "198.51.100.7" || in.Path != "/b" && in.Path != "/a/../b" || in.Method != "GET" || in.Query.Get("x") != "1" {
+	if in.ClientIP.String() != "198.51.100.7" || in.Path != "/b" && in.Path != "/a/../b" || in.Method != "GET" || in.RawQuery != "x=1" {
 		t.Fatalf("FromHTTP: %+v", in)
 	}
 }

@@ -493,7 +493,7 @@ func TestRulesTableSettings(t *testing.T) {
 				"c.yaml:2: rules_table.plan: header:X-Plan is whatever the client sends and no trusted_proxies are configured, so nothing in front sets or strips it: any client can pick its plan (read it from a verified claim, jwt:CLAIM, or have the proxy in front set it on every request and list that proxy in trusted_proxies)",
 				"c.yaml:3: rules_table.user: query:user is whatever the client sends and no trusted_proxies are configured, so nothing in front sets or strips it: any client can pick its user (read it from a verified claim, jwt:CLAIM, or have the proxy in front set it on every request and list that proxy in trusted_proxies)",
 			}},
-		{"headers set by a trusted proxy", "trusted_proxies: [10.0.0.1]\nrules_table:\n  plan: header:X-Plan\n" + body,
+		{"headers set by a trusted proxy", "trusted_proxies: [10.0.0.1]\nforward_auth: {proxy: nginx}\nrules_table:\n  plan: header:X-Plan\n" + body,
 			policy.RulesTable{Plan: "header:X-Plan"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,9 +27,9 @@ func (e *eval) holds(cs []cond) bool {
 
 func (e *eval) holdsOne(c cond) bool {
 	if c.prefix {
-		p := e.cleanPath()
+		clean, lenient := e.paths()
 		for _, v := range c.values {
-			if strings.HasPrefix(p, v) {
+			if strings.HasPrefix(clean, v) || (lenient != "" && strings.HasPrefix(lenient, v)) {
 				return true
 			}
 		}
@@ -64,10 +64,26 @@ func (e *eval) cost(c costSpec) float64 {
 	if c.src == nil {
 		return c.fixed
 	}
+	if c.src.kind == srcQuery {
+		// An ambiguous parameter costs the most any server could read.
+		if vs, st := e.query(c.src.name); st == ambiguous {
+			most := c.def
+			for _, v := range vs {
+				most = max(most, parseCost(v, c))
+			}
+			return most
+		}
+	}
 	v, ok := e.value(*c.src)
 	if !ok {
 		return c.def
 	}
+	return parseCost(v, c)
+}
+
+// parseCost reads a declared cost: c.def when it is not a usable number,
+// at least c.min when it is.
+func parseCost(v string, c costSpec) float64 {
 	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 	switch {
 	case (err != nil && !math.IsInf(f, 1)) || math.IsNaN(f) || f <= 0:

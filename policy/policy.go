@@ -34,8 +34,9 @@ type Policy struct {
 	// Rules in file order.
 	Rules []*Rule
 	// Warnings are settings that load but deserve a second look (a plan
-	// read from a header any client can send), each as "FILE:LINE: path:
-	// message". sluice check prints them; serve logs them.
+	// read from a header any client can send, forward_auth without
+	// trusted_proxies), each as "FILE:LINE: path: message". sluice check
+	// prints them; serve logs them.
 	Warnings []string
 
 	jwt    *verifier
@@ -69,8 +70,8 @@ type Settings struct {
 	// ("" = off).
 	AuditLog string
 
-	// TrustedProxies are the peers whose X-Forwarded-For / Forwarded (and
-	// forward-auth X-Forwarded-*) headers are believed.
+	// TrustedProxies are the peers whose X-Forwarded-For / Forwarded (and,
+	// on forward auth, ForwardAuth's) headers are believed.
 	TrustedProxies []netip.Prefix
 	// IPv6Prefix is the prefix length IPv6 clients are grouped by in
 	// ip:address keys (default 64).
@@ -101,6 +102,11 @@ type Settings struct {
 	APITokenEnv string
 	// Server bounds every HTTP listener (the server section).
 	Server ServerLimits
+
+	// ForwardAuth names the front proxy that calls /v1/auth, and so the
+	// headers that describe the original request; the zero value believes
+	// none.
+	ForwardAuth ForwardAuth
 }
 
 // RulesTable is the rules_table section: the sources of the identities
@@ -196,6 +202,44 @@ func (s ServerLimits) WithDefaults() ServerLimits {
 // it is longer than any token sluice reads. Every reader of bearer tokens
 // uses it, so they agree on what a bearer token is.
 func BearerToken(h http.Header) string { return bearer(h) }
+
+// ForwardAuth says which front proxy calls /v1/auth and which headers
+// carry its description of the original request (forward_auth in the
+// file). They are read only from a caller in trusted_proxies, and no other
+// header is: a front proxy passes the client's own headers on, so a header
+// it does not set itself is the client's to choose.
+type ForwardAuth struct {
+	// Proxy is nginx, traefik, caddy, envoy or custom; "" when the file
+	// has no forward_auth.
+	Proxy string
+	// MethodHeader, URIHeader and HostHeader name the headers holding the
+	// original method, request URI (path and query) and host (canonical
+	// form). They are empty for envoy, whose ext_authz sends the original
+	// method, path (after /v1/auth) and Host as the call's own. A
+	// HostHeader of "Host" reads the call's own Host.
+	MethodHeader, URIHeader, HostHeader string
+	// ClientHeader names the header holding the client address: a
+	// comma-separated list, walked from the right past trusted_proxies.
+	ClientHeader string
+}
+
+// forwardAuthProxies are the headers each known front proxy sets on its
+// forward-auth call (and overwrites when the client sent them too).
+var forwardAuthProxies = map[string]ForwardAuth{
+	// examples/nginx.conf: proxy_set_header for each.
+	"nginx": {Proxy: "nginx", MethodHeader: "X-Original-Method", URIHeader: "X-Original-Uri", HostHeader: "X-Original-Host", ClientHeader: "X-Real-Ip"},
+	// Traefik ForwardAuth (trustForwardHeader: false).
+	"traefik": {Proxy: "traefik", MethodHeader: "X-Forwarded-Method", URIHeader: "X-Forwarded-Uri", HostHeader: "X-Forwarded-Host", ClientHeader: "X-Forwarded-For"},
+	// Caddy forward_auth (2.5.1+, no trusted_proxies of its own, or
+	// trusted ones that append to X-Forwarded-For).
+	"caddy": {Proxy: "caddy", MethodHeader: "X-Forwarded-Method", URIHeader: "X-Forwarded-Uri", HostHeader: "X-Forwarded-Host", ClientHeader: "X-Forwarded-For"},
+	// Envoy ext_authz http_service (path_prefix: /v1/auth), with
+	// use_remote_address and x-forwarded-for in allowed_headers.
+	"envoy": {Proxy: "envoy", ClientHeader: "X-Forwarded-For"},
+}
+
+// ForwardAuthProxies lists the values forward_auth.proxy takes.
+var ForwardAuthProxies = []string{"nginx", "traefik", "caddy", "envoy", "custom"}
 
 // Mode says whether a rule's rejections are enforced.
 type Mode uint8

@@ -15,24 +15,28 @@ import (
 
 // Input describes one request to limit: the parts of an HTTP request (or
 // of an Envoy rate limit descriptor) that limit_keys, match and
-// cost_source read. FromHTTP fills it from an *http.Request; forward auth
-// fills Method, Host, Path and Header from the forwarded headers (only from
-// trusted proxies), sets Peer and calls ResolveClient; Envoy sets Domain
-// and Descriptor.
+// cost_source read. FromHTTP fills it from an *http.Request;
+// FromForwardAuth from the headers a trusted front proxy sets; Envoy sets
+// Domain and Descriptor.
 type Input struct {
 	// Method is the HTTP method ("GET"), compared upper-cased.
 	Method string
 	// Host is the requested host, with or without a port; it is compared
 	// and keyed lower-cased and without the port.
 	Host string
-	// Path is the URL path, decoded, without the query. It is cleaned
-	// (path.Clean, keeping a trailing slash) before matching and keying, so
-	// "/x/../admin" is "/admin".
+	// Path is the URL path, decoded, without the query. Rules see it
+	// cleaned and lower-cased (see cleanPath and lenientPath), so
+	// "/x/../Admin" is "/admin".
 	Path string
 	// Header holds the request headers (canonical keys, as net/http keeps
 	// them).
 	Header http.Header
-	// Query holds the query parameters.
+	// RawQuery is the query as the request sent it (without '?'). When it
+	// is set, query:NAME sources read it (see queryParam) and Query is
+	// ignored.
+	RawQuery string
+	// Query holds the query parameters, for callers that build an Input
+	// without a raw query; the first value of a parameter counts.
 	Query url.Values
 	// Peer is the socket peer.
 	Peer netip.AddrPort
@@ -52,18 +56,22 @@ type DescriptorEntry struct{ Key, Value string }
 // FromHTTP describes r as the rules see it, with the client address
 // resolved (see ResolveClient). It does not read the body.
 func (p *Policy) FromHTTP(r *http.Request) *Input {
-	in := &Input{Method: r.Method, Host: r.Host, Header: r.Header}
+	in := &Input{Method: r.Method, Host: r.Host, Header: r.Header, Peer: peerOf(r)}
 	if r.URL != nil {
-		in.Path = r.URL.Path
-		in.Query = r.URL.Query()
-	}
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		in.Peer = ap
-	} else if a := parseHostAddr(r.RemoteAddr); a.IsValid() {
-		in.Peer = netip.AddrPortFrom(a, 0)
+		in.Path, in.RawQuery = r.URL.Path, r.URL.RawQuery
 	}
 	p.ResolveClient(in)
 	return in
+}
+
+// peerOf parses r's socket peer; invalid when there is none.
+func peerOf(r *http.Request) netip.AddrPort {
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		return ap
+	} else if a := parseHostAddr(r.RemoteAddr); a.IsValid() {
+		return netip.AddrPortFrom(a, 0)
+	}
+	return netip.AddrPort{}
 }
 
 // ResolveClient sets in.ClientIP: the socket peer, unless the peer is a
@@ -84,7 +92,14 @@ func (p *Policy) clientIP(in *Input) netip.Addr {
 	if !p.TrustedProxy(peer) {
 		return peer
 	}
-	hops := forwardedFor(in.Header)
+	return p.walkHops(peer, forwardedFor(in.Header))
+}
+
+// walkHops finds the client in a list of forwarding hops (oldest first)
+// reported by the trusted peer: walking from the right, the first hop
+// outside trusted_proxies; an unparsable hop stops the walk at the last
+// trusted address.
+func (p *Policy) walkHops(peer netip.Addr, hops []string) netip.Addr {
 	client := peer
 	for i := len(hops) - 1; i >= 0; i-- {
 		a := parseHostAddr(hops[i])
@@ -238,7 +253,15 @@ type eval struct {
 	claims   map[string]any
 	jwtDone  bool
 	pathDone bool
-	path     string
+	path     string // cleanPath
+	lenient  string // lenientPath, when it differs
+	queries  map[string]queryResult
+}
+
+// queryResult is one query parameter as queryParam read it.
+type queryResult struct {
+	vals []string
+	st   presence
 }
 
 func (e *eval) clientIP() netip.Addr {
@@ -262,15 +285,35 @@ func (e *eval) verifiedClaims() map[string]any {
 	return e.claims
 }
 
-func (e *eval) cleanPath() string {
+// paths returns the request's path as rules see it (cleanPath) and, when
+// it differs, as the most lenient servers read it (lenientPath).
+func (e *eval) paths() (clean, lenient string) {
 	if !e.pathDone {
 		e.pathDone = true
 		e.path = cleanPath(e.r.Path)
+		if l, ok := lenientPath(e.r.Path); ok && l != e.path {
+			e.lenient = l
+		}
 	}
-	return e.path
+	return e.path, e.lenient
 }
 
-// cleanPath is path.Clean that keeps a trailing slash and roots the path.
+// keyPath is the path that goes into keys: the lenient reading when there
+// is one, so that the spellings one server takes for the same resource
+// share a bucket.
+func (e *eval) keyPath() string {
+	c, l := e.paths()
+	if l != "" {
+		return l
+	}
+	return c
+}
+
+// cleanPath roots a decoded path, resolves dot segments and repeated
+// slashes (path.Clean, keeping a trailing slash) and lower-cases it. Rules
+// compare paths without case because upstreams differ (IIS, macOS file
+// systems and many routers take /LOGIN for /login): a case-sensitive
+// /login rule would let /LOGIN through to them.
 func cleanPath(p string) string {
 	if p == "" {
 		return "/"
@@ -279,7 +322,51 @@ func cleanPath(p string) string {
 	if strings.HasSuffix(p, "/") && c != "/" {
 		c += "/"
 	}
-	return c
+	return strings.ToLower(c)
+}
+
+// lenientPath reads a decoded path as the most lenient upstreams do:
+// percent escapes decoded once more (servers that decode twice), '\' as
+// '/' (IIS), ";parameters" dropped from each segment (Tomcat, Jetty,
+// Spring: /login;x=1 is /login) and no trailing slash (Express, Rails:
+// /login/ is /login), then cleanPath. ok is false when none of that
+// applies.
+func lenientPath(p string) (string, bool) {
+	if !strings.ContainsAny(p, "%\\;") && (len(p) < 2 || !strings.HasSuffix(p, "/")) {
+		return "", false
+	}
+	q := lenientUnescape(p, false)
+	q = strings.ReplaceAll(q, "\\", "/")
+	if strings.Contains(q, ";") {
+		segs := strings.Split(q, "/")
+		for i, s := range segs {
+			segs[i], _, _ = strings.Cut(s, ";")
+		}
+		q = strings.Join(segs, "/")
+	}
+	q = cleanPath(q)
+	if len(q) > 1 {
+		q = strings.TrimSuffix(q, "/")
+	}
+	return q, true
+}
+
+// query reads a query parameter (see queryParam), once per request.
+func (e *eval) query(name string) ([]string, presence) {
+	if qr, ok := e.queries[name]; ok {
+		return qr.vals, qr.st
+	}
+	var qr queryResult
+	if e.r.RawQuery != "" {
+		qr.vals, qr.st = queryParam(e.r.RawQuery, name)
+	} else if vs := e.r.Query[name]; len(vs) > 0 {
+		qr.vals, qr.st = vs[:1], present
+	}
+	if e.queries == nil {
+		e.queries = map[string]queryResult{}
+	}
+	e.queries[name] = qr
+	return qr.vals, qr.st
 }
 
 // values returns the values of src in r for matching; nil when absent.
@@ -296,6 +383,19 @@ func (e *eval) values(src source) []string {
 			return nil
 		}
 		return []string{e.r.Domain}
+	case srcQuery:
+		// An ambiguous parameter matches every value a server could read.
+		vs, st := e.query(src.name)
+		if st == absent {
+			return nil
+		}
+		return vs
+	case srcPath:
+		c, l := e.paths()
+		if l != "" {
+			return []string{c, l}
+		}
+		return []string{c}
 	}
 	v, ok := e.value(src)
 	if !ok {
@@ -325,9 +425,9 @@ func (e *eval) value(src source) (string, bool) {
 		}
 		return vs[0], true
 	case srcQuery:
-		vs, ok := r.Query[src.name]
-		if !ok || len(vs) == 0 {
-			return "", false
+		vs, st := e.query(src.name)
+		if st != present {
+			return "", false // key and cost handle ambiguous ones themselves
 		}
 		return vs[0], true
 	case srcJWT:
@@ -344,7 +444,7 @@ func (e *eval) value(src source) (string, bool) {
 		}
 		return string(b), true
 	case srcPath:
-		return e.cleanPath(), true
+		return e.keyPath(), true
 	case srcMethod:
 		if r.Method == "" {
 			return "", false
@@ -519,6 +619,12 @@ func (e *eval) key(rule *Rule) (string, bool) {
 	for i, src := range rule.keys {
 		if i > 0 {
 			b.WriteByte('|')
+		}
+		if src.kind == srcQuery {
+			if _, st := e.query(src.name); st == ambiguous {
+				b.WriteString(AmbiguousMarker)
+				continue
+			}
 		}
 		v, ok := e.value(src)
 		if !ok {

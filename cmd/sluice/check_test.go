@@ -111,3 +111,28 @@ func TestCheckWarnings(t *testing.T) {
 		t.Fatalf("serve did not log the warning:\n%s", logs.String())
 	}
 }
+
+// check validates forward_auth, and warns without failing when it cannot
+// take effect.
+func TestCheckForwardAuth(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, cfg string) string {
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte(cfg+"rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	typo := write("typo.yaml", "trusted_proxies: [127.0.0.1]\nforward_auth: {proxy: traefk}\n")
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", typo}, &out, &errb); code != 1 || errb.String() != typo+":2: forward_auth.proxy: unknown proxy \"traefk\" (did you mean \"traefik\"?)\n" {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+	lonely := write("lonely.yaml", "forward_auth: {proxy: nginx}\n")
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"check", lonely}, &out, &errb); code != 0 ||
+		!strings.HasPrefix(errb.String(), "warning: "+lonely+":1: forward_auth: trusted_proxies is empty") || out.String() != lonely+": ok (1 rule)\n" {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}

@@ -111,9 +111,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 			return 1
 		}
 	}
-	for _, w := range p.Warnings {
-		log.Warn("config", "warning", w)
-	}
+	logWarnings(log, p.Warnings)
 	set := p.Settings
 	if *listen != "" {
 		set.Listen = *listen
@@ -313,9 +311,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		}
 		metrics.Reloaded(true)
 		log.Info("policy reloaded", "why", why, "file", *config, "rules", len(np.Rules))
-		for _, w := range warnings {
-			log.Warn("config", "warning", w)
-		}
+		logWarnings(log, warnings)
 	}
 	for {
 		select {
@@ -332,6 +328,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		case <-tick.C:
 			reload("file changed", false)
 		}
+	}
+}
+
+// logWarnings logs the problems of a policy that did not stop it loading.
+func logWarnings(log *slog.Logger, warnings []string) {
+	for _, w := range warnings {
+		log.Warn("policy: " + w)
 	}
 }
 

@@ -1,0 +1,122 @@
+package policy
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// FromForwardAuth describes the request a forward-auth call asks about.
+//
+// When the caller is in trusted_proxies and forward_auth names the front
+// proxy, the original method, URI, host and client address are read from
+// the headers that proxy sets (see ForwardAuth), and from no others: the
+// proxy passes the client's own headers on, so X-Forwarded-Uri reaching
+// sluice through an nginx that sets X-Original-URI is the client's
+// invention. prefix is the path the call is routed by ("/v1/auth"), which
+// Envoy's ext_authz puts before the original path.
+//
+// Otherwise (an untrusted caller, or no forward_auth) no header describes
+// the request: the call is judged as itself, with the socket peer as the
+// client.
+//
+// The error, for a trusted caller whose description is missing, repeated
+// or malformed, says what is wrong in words a client can be shown; judging
+// such a request by anything else could let it escape its rules.
+func (p *Policy) FromForwardAuth(r *http.Request, prefix string) (*Input, error) {
+	in := &Input{Method: r.Method, Host: r.Host, Header: r.Header, Peer: peerOf(r)}
+	if r.URL != nil {
+		in.Path, in.RawQuery = r.URL.Path, r.URL.RawQuery
+	}
+	if !in.Peer.IsValid() {
+		return in, nil
+	}
+	peer := in.Peer.Addr().Unmap().WithZone("")
+	in.ClientIP = peer
+	fa := p.Settings.ForwardAuth
+	if fa.Proxy == "" || !p.TrustedProxy(peer) {
+		return in, nil
+	}
+
+	var uri string
+	if fa.Proxy == "envoy" {
+		ru := r.RequestURI
+		if ru == "" && r.URL != nil {
+			ru = r.URL.RequestURI()
+		}
+		rest, ok := strings.CutPrefix(ru, prefix)
+		if !ok || !strings.HasPrefix(rest, "/") {
+			return nil, fmt.Errorf("forward auth (envoy): the original path must follow %s (set the ext_authz http_service's path_prefix to %s)", prefix, prefix)
+		}
+		uri = rest
+	} else {
+		var err error
+		if in.Method, err = forwardedHeader(r, fa, fa.MethodHeader); err != nil {
+			return nil, err
+		}
+		if uri, err = forwardedHeader(r, fa, fa.URIHeader); err != nil {
+			return nil, err
+		}
+		if in.Host, err = forwardedHeader(r, fa, fa.HostHeader); err != nil {
+			return nil, err
+		}
+	}
+	if !validMethod(in.Method) {
+		return nil, fmt.Errorf("forward auth (%s): the original method %q is not an HTTP method", fa.Proxy, in.Method)
+	}
+	if strings.ContainsAny(in.Host, ", \t") {
+		return nil, fmt.Errorf("forward auth (%s): the original host %q is not one host name", fa.Proxy, in.Host)
+	}
+	u, err := url.ParseRequestURI(uri)
+	if err != nil {
+		return nil, fmt.Errorf("forward auth (%s): the original URI %q is not a request URI", fa.Proxy, uri)
+	}
+	in.Path, in.RawQuery = u.Path, u.RawQuery
+
+	var hops []string
+	for _, line := range r.Header.Values(fa.ClientHeader) {
+		for part := range strings.SplitSeq(line, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				hops = append(hops, part)
+			}
+		}
+	}
+	if len(hops) == 0 {
+		return nil, fmt.Errorf("forward auth (%s): the front proxy sent no %s header with the client's address", fa.Proxy, fa.ClientHeader)
+	}
+	in.ClientIP = p.walkHops(peer, hops)
+	return in, nil
+}
+
+// forwardedHeader reads one attribute of the original request: a header
+// the proxy sets exactly once. Two values mean that the client sent one
+// and the proxy added its own instead of replacing it, and nothing tells
+// which is which.
+func forwardedHeader(r *http.Request, fa ForwardAuth, name string) (string, error) {
+	if name == "Host" {
+		return r.Host, nil
+	}
+	vs := r.Header.Values(name)
+	switch {
+	case len(vs) == 0 || strings.TrimSpace(vs[0]) == "":
+		return "", fmt.Errorf("forward auth (%s): the front proxy sent no %s header (see examples/ for the headers each proxy must set)", fa.Proxy, name)
+	case len(vs) > 1:
+		return "", fmt.Errorf("forward auth (%s): %s was sent %d times; the front proxy must replace the client's own", fa.Proxy, name, len(vs))
+	}
+	return strings.TrimSpace(vs[0]), nil
+}
+
+// validMethod reports whether m is an HTTP method token.
+func validMethod(m string) bool {
+	if m == "" || len(m) > 32 {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}

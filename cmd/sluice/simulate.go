@@ -352,7 +352,7 @@ func printSimulation(w io.Writer, s *simSeries) {
 	if s.Reserve {
 		fmt.Fprintln(w, "requests reserve: one admitted while the bucket is short waits its turn; queued is the longest wait")
 	}
-	fmt.Fprintf(w, "\n%8s %9s %9s %9s %12s %7s  # admitted . rejected (%d = %d requests)\n", "from", "offered", "admitted", "rejected", "tokens left", "queued", simBarWidth, most)
+	fmt.Fprintf(w, "\n%8s %9s %9s %9s %12s %7s  # admitted . rejected (full bar: %d requests)\n", "from", "offered", "admitted", "rejected", "tokens left", "queued", most)
 	for _, r := range s.Steps {
 		hashes := (r.Admitted*simBarWidth + most - 1) / most
 		dots := (r.Offered*simBarWidth+most-1)/most - hashes

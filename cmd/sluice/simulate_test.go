@@ -75,7 +75,7 @@ func TestSimulateTokenBucket(t *testing.T) {
 	for _, want := range []string{
 		"limit api: token bucket of 10, refilling 10/s",
 		"the bucket starts full; each request asks 1 token; one line per 1s",
-		"from   offered  admitted  rejected  tokens left  queued  # admitted . rejected (50 = 20 requests)",
+		"from   offered  admitted  rejected  tokens left  queued  # admitted . rejected (full bar: 20 requests)",
 		"total: 42 offered, 31 admitted (73.8%), 11 rejected\n",
 	} {
 		if !strings.Contains(out, want) {
@@ -288,5 +288,51 @@ func TestSimulateBadInput(t *testing.T) {
 		if code := run(append([]string{"simulate"}, tc.args...), &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
 		}
+	}
+}
+
+// README's simulate examples print what the command prints.
+func TestSimulateREADME(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	n := 0
+	for i := 0; i < len(lines); i++ {
+		cmd, ok := strings.CutPrefix(lines[i], "    $ sluice simulate ")
+		if !ok {
+			continue
+		}
+		// The output is the indented lines (and blank ones) that follow.
+		var want []string
+		for i++; i < len(lines) && (lines[i] == "" || strings.HasPrefix(lines[i], "    ")) && !strings.HasPrefix(lines[i], "    $ "); i++ {
+			want = append(want, strings.TrimPrefix(lines[i], "    "))
+		}
+		i--
+		args := []string{"simulate"}
+		for j, f := range strings.Split(cmd, `"`) {
+			if j%2 == 1 {
+				args = append(args, f)
+			} else {
+				args = append(args, strings.Fields(f)...)
+			}
+		}
+		for k, a := range args {
+			if strings.HasPrefix(a, "examples/") {
+				args[k] = "../../" + a
+			}
+		}
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		if got, w := strings.TrimSpace(out.String()), strings.TrimSpace(strings.Join(want, "\n")); got != w {
+			t.Errorf("README shows for %v:\n%s\nthe command prints:\n%s", args, w, got)
+		}
+		n++
+	}
+	if n < 2 {
+		t.Fatalf("found %d simulate examples in README.md, want 2", n)
 	}
 }

@@ -23,7 +23,7 @@ func init() {
 }
 
 func runViolations(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("violations", "usage: sluice violations [--since 1h] [--limit 50] [--user SUB] [--key VALUE] [--ip ADDR] [--url postgres://...]\n\nReads the rejections recorded by a postgres store with\nsluice_violations=true on its URL, newest first. The filters combine.\n\nUSER is the verified JWT subject (the sub claim of a token that the jwt\nsection verified) and nothing else: a user named by a header or a query\nparameter (X-User: alice) is part of the bucket key, found with --key alice.", stderr)
+	fs := newFlagSet("violations", "usage: sluice violations [--since 1h] [--limit 50] [--user SUB] [--key VALUE] [--ip ADDR] [--url postgres://...]\n\nReads the rejections recorded by a postgres store with\nsluice_violations=true on its URL, newest first. The filters combine.\n\n--user is the verified JWT subject (the sub claim of a token that the jwt\nsection verified) and nothing else: a user named by a header or a query\nparameter (X-User: alice) is part of the bucket key, found with --key alice.", stderr)
 	rawURL := fs.String("url", "", "PostgreSQL URL (default $SLUICE_POSTGRES_URL)")
 	since := sinceFlag{d: time.Hour, text: time.Hour.String()}
 	fs.Var(&since, "since", "how far back to look: a `duration` (90m, 36h, 1d, 2w), an RFC 3339 time (2025-01-02T15:04:05Z) or a date (2025-01-02, local midnight)")

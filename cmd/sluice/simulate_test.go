@@ -2,8 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +17,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/memory"
 )
 
 // simulateRows runs sluice simulate and returns its table rows as fields:
@@ -334,5 +344,80 @@ func TestSimulateREADME(t *testing.T) {
 	}
 	if n < 2 {
 		t.Fatalf("found %d simulate examples in README.md, want 2", n)
+	}
+}
+
+// simulate admits what serve admits and reports the waits serve holds
+// requests for: the same requests at the same instants through the HTTP
+// gate that serve runs (its Delay recording instead of waiting) give the
+// same series, for a plain bucket, a reserving one, a leaky bucket and a
+// fixed window.
+func TestSimulateAgreesWithServe(t *testing.T) {
+	p, err := loadPolicy("../../examples/api.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ limit, path, pattern, step string }{
+		{"api", "/api/x", "20/s for 2s, 1/s for 2s", "1s"},
+		{"batch", "/batch/x", "20/s for 4s, 3/s for 2s", "1s"},
+		{"webhooks", "/hooks/x", "20/s for 2s, 7/s for 1s", "500ms"},
+		{"per-minute", "/x", "5/s for 3m", "30s"},
+	} {
+		t.Run(tc.limit, func(t *testing.T) {
+			// The key each rule of examples/api.yaml builds for the request
+			// below. per-minute applies to every path, but its 100 a minute
+			// never binds the others' patterns (fewer than 100 requests).
+			key := map[string]string{"api": "k1", "batch": "k1", "webhooks": "example.com", "per-minute": "192.0.2.1"}[tc.limit]
+			var o, e bytes.Buffer
+			if code := run([]string{"simulate", "--config", "../../examples/api.yaml", "--limit", tc.limit, "--key", key, "--pattern", tc.pattern, "--step", tc.step, "--json", "-"}, &o, &e); code != 0 {
+				t.Fatalf("exit %d: %s", code, e.String())
+			}
+			var sim simSeries
+			if err := json.Unmarshal(o.Bytes(), &sim); err != nil {
+				t.Fatal(err)
+			}
+
+			clock := sluice.NewManualClock(sim.Start)
+			var waited time.Duration
+			gate := httpgate.New(p, sluice.New(memory.New(memory.Options{Clock: clock, PreciseClock: true})), httpgate.Options{
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Delay:  func(_ context.Context, d time.Duration) error { waited = d; return nil },
+			})
+			h := gate.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			segs, err := parsePattern(tc.pattern)
+			if err != nil {
+				t.Fatal(err)
+			}
+			step := time.Duration(sim.Step)
+			served := make([]simStep, len(sim.Steps))
+			var at time.Duration
+			for _, s := range segs {
+				for k := range int(math.Floor(s.rate * s.d.Seconds())) {
+					t := at + time.Duration(math.Round(float64(k)*float64(time.Second)/s.rate))
+					clock.Set(sim.Start.Add(t))
+					req := httptest.NewRequest("GET", "http://example.com"+tc.path, nil)
+					req.RemoteAddr = "192.0.2.1:1234"
+					req.Header.Set("X-Api-Key", "k1")
+					w := httptest.NewRecorder()
+					waited = 0
+					h.ServeHTTP(w, req)
+					r := &served[min(int(t/step), len(served)-1)]
+					r.Offered++
+					if w.Code == http.StatusOK {
+						r.Admitted++
+						r.Queued = max(r.Queued, seconds(waited))
+					} else {
+						r.Rejected++
+					}
+				}
+				at += s.d
+			}
+			for i := range served {
+				served[i].From, served[i].Left = sim.Steps[i].From, sim.Steps[i].Left
+				if served[i] != sim.Steps[i] {
+					t.Errorf("step %d: serve %+v, simulate %+v", i, served[i], sim.Steps[i])
+				}
+			}
+		})
 	}
 }

@@ -38,17 +38,12 @@ func (p *Policy) Match(in *Input) ([]Match, error) {
 		if !e.holds(rule.match) {
 			continue
 		}
-		v, tier := rule.own, (*Tier)(nil)
+		v, tier := rule.ownVariant(), (*Tier)(nil)
 		for _, t := range rule.Tiers {
 			if e.holds(t.match) {
 				v, tier = t.v, t
 				break
 			}
-		}
-		if v == nil && len(rule.Tiers) == 0 && rule.Limit != nil {
-			// A Rule built in code rather than loaded: its Limit, one
-			// token per request.
-			v = &variant{limit: rule.Limit, cost: costSpec{fixed: 1, def: 1}}
 		}
 		if v == nil {
 			continue
@@ -62,12 +57,49 @@ func (p *Policy) Match(in *Input) ([]Match, error) {
 		}
 		out = append(out, Match{
 			Rule:     rule,
-			Request:  sluice.Request{Limit: v.limit, Key: key, Cost: e.cost(v.cost), Reserve: v.reserve},
+			Request:  v.request(e, key),
 			Identity: identity,
 			Tier:     tier,
 		})
 	}
 	return out, nil
+}
+
+// ownVariant is the rule's own limit, or nil for a tiered rule without
+// one.
+func (r *Rule) ownVariant() *variant {
+	if r.own == nil && len(r.Tiers) == 0 && r.Limit != nil {
+		// A Rule built in code rather than loaded: its Limit, one token
+		// per request.
+		return &variant{limit: r.Limit, cost: costSpec{fixed: 1, def: 1}}
+	}
+	return r.own
+}
+
+// request is what a match of v asks the store: the limit, the key, the
+// request's cost and whether it reserves.
+func (v *variant) request(e *eval, key string) sluice.Request {
+	return sluice.Request{Limit: v.limit, Key: key, Cost: e.cost(v.cost), Reserve: v.reserve}
+}
+
+// LimitMatch returns the Match that Match builds for a request that
+// reaches the limit called name (a rule's own limit, or "RULE.TIER") under
+// key and declares no cost: the same Request, reservation and cost
+// included, that a server asks the store, for tools that replay traffic
+// against one limit. ok is false when no rule has such a limit.
+func (p *Policy) LimitMatch(name, key string) (m Match, ok bool) {
+	e := &eval{p: p, r: &Input{}}
+	for _, rule := range p.Rules {
+		if v := rule.ownVariant(); v != nil && v.limit.Name() == name {
+			return Match{Rule: rule, Request: v.request(e, key)}, true
+		}
+		for _, t := range rule.Tiers {
+			if t.v != nil && t.v.limit.Name() == name {
+				return Match{Rule: rule, Request: t.v.request(e, key), Tier: t}, true
+			}
+		}
+	}
+	return Match{}, false
 }
 
 func (e *eval) identity() string {

@@ -344,3 +344,45 @@ rules:
 		}
 	}
 }
+
+// LimitMatch asks the store what Match asks for a request reaching the
+// same limit: the reservation and the cost of a request declaring none
+// included, for a rule's own limit, a tier's and a hand-built rule's.
+func TestLimitMatch(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: batch
+    limit_keys: ["header:x-api-key"]
+    algorithm_config: {rps: 10, burst: 10, reserve: true, max_reserved: 20, cost_source: "header:x-cost", default_cost: 2}
+  - name: api
+    limit_keys: ["header:x-api-key"]
+    tiers:
+      - name: writes
+        match: {method: POST}
+        algorithm_config: {rps: 1, burst: 5, cost_source: fixed, fixed_cost: 3}
+`)
+	ms, _ := p.Match(&policy.Input{Method: "POST", Header: http.Header{"X-Api-Key": {"k:1"}}})
+	if len(ms) != 2 {
+		t.Fatalf("Match: %+v", ms)
+	}
+	for _, m := range ms {
+		got, ok := p.LimitMatch(m.Request.Limit.Name(), m.Request.Key)
+		if !ok || got.Request != m.Request || got.Rule != m.Rule || got.Tier != m.Tier {
+			t.Fatalf("LimitMatch(%q) = %+v, Match gave %+v", m.Request.Limit.Name(), got, m)
+		}
+	}
+	if !ms[0].Request.Reserve || ms[0].Request.Cost != 2 || ms[1].Request.Cost != 3 {
+		t.Fatalf("requests: %+v %+v", ms[0].Request, ms[1].Request)
+	}
+	if _, ok := p.LimitMatch("nope", "k"); ok {
+		t.Fatal("LimitMatch found a limit that does not exist")
+	}
+	lim := sluice.MustLimit(sluice.Spec{Name: "h", TokensPerSecond: 1, Burst: 1})
+	hand := &policy.Policy{Rules: []*policy.Rule{{Name: "h", Limit: lim}}}
+	if m, ok := hand.LimitMatch("h", "k"); !ok || m.Request != (sluice.Request{Limit: lim, Key: "k", Cost: 1}) {
+		t.Fatalf("hand-built rule: %+v", m)
+	}
+	// A key component is what Match puts in the key for the same value.
+	if got := policy.KeyComponent("k:1"); got != ms[0].Request.Key {
+		t.Fatalf("KeyComponent = %q, Match keyed %q", got, ms[0].Request.Key)
+	}
+}

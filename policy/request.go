@@ -638,3 +638,9 @@ func (e *eval) key(rule *Rule) (string, bool) {
 	}
 	return b.String(), true
 }
+
+// KeyComponent returns the value v (of a header, query parameter or JWT
+// claim) as it appears as one component of a bucket key: escaped, or
+// hashed when long. Tools that look up a client's buckets by the value
+// the client sent go through it, so they find exactly what Match keyed.
+func KeyComponent(v string) string { return component(source{kind: srcHeader}, v) }

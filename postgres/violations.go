@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -12,8 +13,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/policy"
 )
 
 // Violation is one rejected request.
@@ -284,11 +288,25 @@ func nullID(id int64) any {
 
 // ViolationQuery selects violations for ListViolations.
 type ViolationQuery struct {
-	Since  time.Time  // only violations at or after Since
-	UserID string     // only this user's, when set (uses the by-user index)
+	Since time.Time // only violations at or after Since
+	// UserID selects one user's violations (by the by-user index): the
+	// user a server named with sluice.WithCaller, which sluice serve sets
+	// to the verified JWT subject and to nothing else.
+	UserID string
 	IP     netip.Addr // only this client's, when valid (uses the by-IP index)
-	Limit  int        // at most this many (default 100)
+	// Key selects the buckets keyed by a value: one a limit_keys source
+	// (header, query parameter, claim) held, as the client sent it
+	// ("alice" for X-User: alice; escaped as policy.KeyComponent does),
+	// which is one of the |-separated components of a bucket key, or a
+	// whole bucket key as stored. It reads every violation since Since.
+	Key   string
+	Limit int // at most this many (default 100)
 }
+
+// ErrNotMigrated reports a database without sluice's tables, or with
+// tables older than the violations table: run the migrations
+// (postgres.Migrate, sluice migrate).
+var ErrNotMigrated = errors.New("the database has no sluice tables")
 
 // Queryer is what ListViolations needs: a pool, a connection or a
 // transaction.
@@ -313,10 +331,19 @@ FROM sluice_violations WHERE requested_at >= $1`
 		args = append(args, q.IP)
 		sql += fmt.Sprintf(" AND ip_address = $%d", len(args))
 	}
+	if q.Key != "" {
+		// A component ends the key or a '|' follows it, and a ':' (the
+		// end of the limit's name) or a '|' precedes it: escaped
+		// components contain neither, so no other value matches.
+		args = append(args, q.Key, keyComponents(q.Key))
+		sql += fmt.Sprintf(` AND (bucket_key = $%d OR EXISTS (SELECT FROM unnest($%d::text[]) c
+       WHERE right(bucket_key, length(c) + 1) IN (':' || c, '|' || c)
+          OR strpos(bucket_key, ':' || c || '|') > 0 OR strpos(bucket_key, '|' || c || '|') > 0))`, len(args)-1, len(args))
+	}
 	sql += " ORDER BY requested_at DESC, violation_id DESC LIMIT $2"
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("postgres violations: %w", err)
+		return nil, listError(err)
 	}
 	defer rows.Close()
 	var out []Violation
@@ -332,7 +359,30 @@ FROM sluice_violations WHERE requested_at >= $1`
 		out = append(out, x)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres violations: %w", err)
+		return nil, listError(err)
 	}
 	return out, nil
+}
+
+// keyComponents returns the forms v takes as a component of a bucket key:
+// escaped, as a header's, query parameter's or claim's value is, and, for
+// an address or a prefix, as ip:address writes it (not escaped).
+func keyComponents(v string) []string {
+	cs := []string{policy.KeyComponent(v)}
+	if a, err := netip.ParseAddr(v); err == nil {
+		cs = append(cs, a.Unmap().String())
+	} else if p, err := netip.ParsePrefix(v); err == nil {
+		cs = append(cs, p.Masked().String())
+	}
+	return cs
+}
+
+// listError wraps a failed read, as ErrNotMigrated when the table is
+// missing (SQLSTATE 42P01, undefined_table).
+func listError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fmt.Errorf("postgres violations: %w (%s)", ErrNotMigrated, pgErr.Message)
+	}
+	return fmt.Errorf("postgres violations: %w", err)
 }

@@ -1,16 +1,20 @@
 package postgres_test
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/postgres"
+	"github.com/sluicehq/sluice/postgres/pgtest"
 )
 
 func TestViolationLog(t *testing.T) {
@@ -237,5 +241,88 @@ func TestStoreRecordsCaller(t *testing.T) {
 	}
 	if user != "alice" || ip != "2001:db8::7" || endpoint != "/search" {
 		t.Fatalf("recorded user %q ip %q endpoint %q", user, ip, endpoint)
+	}
+}
+
+// ListViolations finds buckets by a value of their key: one component of
+// a composite key, escaped as Match escapes it, or a whole bucket key;
+// never a longer value, a rule named like the value or part of one.
+func TestListViolationsByKey(t *testing.T) {
+	p := pool(t)
+	ctx := pgtestContext(t)
+	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vl.Close()
+	// An hour ahead, where no other test records, so Since selects only
+	// these.
+	base := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	keys := []string{
+		"tb:per-user:alice",
+		"tb:per-user:alice2",
+		"tb:alice:bob",
+		"app:tb:combo:alice|/api/x",
+		"tb:combo:bob|alice",
+		"tb:combo:bob|alice|/y",
+		"tb:per-user:" + policy.KeyComponent("a:b|c"),
+		"tb:per-ip:2001:db8::/64",
+		"tb:per-user:xalice",
+		"tb:per-ip:192.0.2.7",
+	}
+	for i, k := range keys {
+		vl.Record(postgres.Violation{BucketKey: k, Rule: "r", At: base.Add(time.Duration(i) * time.Millisecond)})
+	}
+	if err := vl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key  string
+		want []int // indexes into keys, newest first
+	}{
+		{"alice", []int{5, 4, 3, 0}},
+		{"/api/x", []int{3}},
+		{"a:b|c", []int{6}},
+		{"alic", nil},
+		{"2001:db8::/64", []int{7}},
+		{"192.0.2.7", []int{9}},
+		{"tb:per-user:alice2", []int{1}},
+		{"bob", []int{5, 4, 2}}, // rule alice's bucket of bob too
+	} {
+		vs, err := postgres.ListViolations(ctx, p, postgres.ViolationQuery{Since: base, Key: tc.key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, v := range vs {
+			got = append(got, v.BucketKey)
+		}
+		var want []string
+		for _, i := range tc.want {
+			want = append(want, keys[i])
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("key %q: %q, want %q", tc.key, got, want)
+		}
+	}
+}
+
+// A database without the tables says so, as ErrNotMigrated, rather than
+// with the server's words.
+func TestListViolationsNotMigrated(t *testing.T) {
+	pgtest.Require(t, server)
+	ctx := pgtestContext(t)
+	u, err := server.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	_, err = postgres.ListViolations(ctx, conn, postgres.ViolationQuery{Since: time.Now().Add(-time.Hour)})
+	if !errors.Is(err, postgres.ErrNotMigrated) {
+		t.Fatalf("err = %v, want ErrNotMigrated", err)
 	}
 }

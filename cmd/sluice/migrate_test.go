@@ -33,6 +33,7 @@ func TestPostgres(t *testing.T) {
 	}
 	t.Run("migrate", func(t *testing.T) { testMigrate(t, newDB(t)) })
 	t.Run("violations", func(t *testing.T) { testViolationsCommand(t, newDB(t)) })
+	t.Run("violations-unmigrated", func(t *testing.T) { testViolationsUnmigrated(t, newDB(t)) })
 	t.Run("rules-hook", func(t *testing.T) { testPostgresRulesHook(t, newDB(t)) })
 	t.Run("serve-rules-table", func(t *testing.T) { testServeRulesTable(t, newDB(t)) })
 }

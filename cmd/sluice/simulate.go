@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -37,17 +42,18 @@ type segment struct {
 
 // runSimulate replays a pattern against one limit of a policy on the
 // memory store and a simulated clock: no waiting, and the same answer
-// every run. It prints, per step, the requests offered, admitted and
-// rejected and the whole tokens left, with a bar of admitted (#) and
-// rejected (.) requests.
+// every run. Each request goes through policy.LimitMatch and
+// policy.Enforce, as serve's do, so a rule that reserves reserves here.
 func runSimulate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("simulate", "usage: sluice simulate [--config FILE] [--limit NAME] --pattern \"50/s for 2s, 5/s for 10s\" [--step 1s] [--cost 1]\n\nReplays the pattern against the limit on the memory store with a simulated\nclock (the answer does not depend on the machine) and draws, per step, what\nthe limit admitted (#) and rejected (.).", stderr)
+	fs := newFlagSet("simulate", "usage: sluice simulate [--config FILE] [--limit NAME] --pattern \"50/s for 2s, 5/s for 10s\" [--step 1s] [--cost N] [--csv FILE] [--json FILE]\n\nReplays the pattern against the limit on the memory store with a simulated\nclock (the answer does not depend on the machine) and prints, per step, the\nrequests offered, admitted and rejected, the whole tokens left, and the\nlongest wait of a request admitted on reservation (reserve: true, leaky\nbuckets), which serve would hold that long. The bar shows admitted (#) and\nrejected (.) requests. A fixed window's clock starts at one of the key's\nwindow boundaries. --csv and --json write the same series to a file (\"-\"\nfor stdout).", stderr)
 	config := fs.String("config", "", "policy file (YAML or JSON); default: the embedded per-IP policy")
 	limitName := fs.String("limit", "", `the limit to drive: a rule's name, or "RULE.TIER" (default: the policy's only limit)`)
-	pattern := fs.String("pattern", "", `the traffic: segments of "RATE/s for DURATION", e.g. "50/s for 2s, 5/s for 10s" (/m and /h too)`)
+	pattern := fs.String("pattern", "", "the traffic: "+patternSyntax)
 	step := fs.Duration("step", time.Second, "the interval of each printed line")
-	cost := fs.Float64("cost", 1, "tokens each request asks")
+	cost := fs.Float64("cost", 1, "tokens each request asks; when not given, what the rule charges a request that declares no cost")
 	key := fs.String("key", "simulated", "the bucket's key")
+	csvFile := fs.String("csv", "", `write the series as CSV to this file ("-": stdout, instead of the table)`)
+	jsonFile := fs.String("json", "", `write the series as JSON to this file ("-": stdout, instead of the table)`)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -55,9 +61,11 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice simulate: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	costGiven := false
+	fs.Visit(func(f *flag.Flag) { costGiven = costGiven || f.Name == "cost" })
 	segs, err := parsePattern(*pattern)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice simulate: --pattern: %v\n", err)
+		fmt.Fprintf(stderr, "sluice simulate: --pattern: %v\n--pattern takes %s\n", err, patternSyntax)
 		return 2
 	}
 	if *step <= 0 {
@@ -66,6 +74,10 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	}
 	if math.IsNaN(*cost) || math.IsInf(*cost, 0) || *cost <= 0 {
 		fmt.Fprintf(stderr, "sluice simulate: --cost must be a finite number > 0, got %v\n", *cost)
+		return 2
+	}
+	if *csvFile != "" && *csvFile == *jsonFile {
+		fmt.Fprintln(stderr, "sluice simulate: --csv and --json name the same file")
 		return 2
 	}
 	var total time.Duration
@@ -96,91 +108,352 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice simulate: %v\n", err)
 		return 2
 	}
-	rows, err := simulate(lim, *key, *cost, segs, *step)
+	m, ok := p.LimitMatch(lim.Name(), *key)
+	if !ok {
+		// A limit of a file in the reference server's format: its
+		// requests are plain takes of one token.
+		m = policy.Match{Request: sluice.Request{Limit: lim, Key: *key, Cost: 1}}
+	}
+	if costGiven {
+		m.Request.Cost = *cost
+	}
+	if _, err := lim.Cost(m.Request.Cost); err != nil {
+		fmt.Fprintf(stderr, "sluice simulate: a cost of %v: %v\n", m.Request.Cost, err)
+		return 2
+	}
+	series, err := simulate(m, segs, *step)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice simulate: %v\n", err)
 		return 1
 	}
-	printSimulation(stdout, lim, rows, *step)
+	table := true
+	for _, out := range []struct {
+		file  string
+		write func(io.Writer, *simSeries) error
+	}{{*csvFile, writeSimCSV}, {*jsonFile, writeSimJSON}} {
+		if out.file == "" {
+			continue
+		}
+		if out.file == "-" {
+			table = false
+		}
+		if err := writeOutput(out.file, stdout, func(w io.Writer) error { return out.write(w, series) }); err != nil {
+			fmt.Fprintf(stderr, "sluice simulate: %v\n", err)
+			return 1
+		}
+	}
+	if table {
+		printSimulation(stdout, series)
+	}
 	return 0
 }
 
-// simRow is one step of a simulation.
-type simRow struct {
-	offered, admitted int
-	remaining         int64 // whole tokens left after the step's last request
+// simSeries is a simulation's result, one simStep per line. The table,
+// the CSV and the JSON are each written from it alone, so they cannot
+// disagree; the JSON is this struct as it is.
+type simSeries struct {
+	Limit       string `json:"limit"`
+	Description string `json:"description"` // describeLimit's
+	Key         string `json:"key"`
+	// Cost is what each request asks.
+	Cost float64 `json:"cost"`
+	// Capacity is the limit's burst, window or log size in tokens.
+	Capacity float64 `json:"capacity"`
+	// Reserve is set when admitted requests may wait their turn
+	// (reserve: true, or a leaky bucket).
+	Reserve bool `json:"reserve"`
+	// Shadow is set for a shadow-mode rule: the counts say what enforcing
+	// it would do.
+	Shadow bool `json:"shadow"`
+	// Start is the simulated clock's first instant: a window boundary of
+	// the key for a fixed window.
+	Start time.Time `json:"start"`
+	Step  seconds   `json:"step_s"`
+	Steps []simStep `json:"steps"`
 }
 
-// simulate drives lim with the pattern on a fresh memory store whose
-// clock only moves to each request's time.
-func simulate(lim *sluice.Limit, key string, cost float64, segs []segment, step time.Duration) ([]simRow, error) {
-	start := time.Unix(1_700_000_000, 0) // any instant: only differences matter
+// simStep is one step of a simulation.
+type simStep struct {
+	From     seconds `json:"from_s"` // since Start
+	Offered  int     `json:"offered"`
+	Admitted int     `json:"admitted"`
+	Rejected int     `json:"rejected"`
+	// Left is the whole tokens left after the step's last request.
+	Left int64 `json:"tokens_left"`
+	// Queued is the longest wait of a request admitted on reservation in
+	// the step: serve holds such a request that long before passing it on.
+	Queued seconds `json:"queued_s"`
+}
+
+// simColumns are the CSV's columns: the JSON names of simStep's fields, in
+// the same order.
+var simColumns = []struct {
+	name  string
+	value func(*simStep) string
+}{
+	{"from_s", func(s *simStep) string { return s.From.String() }},
+	{"offered", func(s *simStep) string { return strconv.Itoa(s.Offered) }},
+	{"admitted", func(s *simStep) string { return strconv.Itoa(s.Admitted) }},
+	{"rejected", func(s *simStep) string { return strconv.Itoa(s.Rejected) }},
+	{"tokens_left", func(s *simStep) string { return strconv.FormatInt(s.Left, 10) }},
+	{"queued_s", func(s *simStep) string { return s.Queued.String() }},
+}
+
+// seconds is a duration that the exports write as a number of seconds.
+type seconds time.Duration
+
+func (s seconds) String() string { return strconv.FormatFloat(time.Duration(s).Seconds(), 'f', -1, 64) }
+
+func (s seconds) MarshalJSON() ([]byte, error) { return []byte(s.String()), nil }
+
+func (s *seconds) UnmarshalJSON(b []byte) error {
+	v, err := parseSeconds(string(b))
+	*s = v
+	return err
+}
+
+func parseSeconds(str string) (seconds, error) {
+	f, err := strconv.ParseFloat(str, 64)
+	if err != nil || math.IsNaN(f) || math.Abs(f) > math.MaxInt64/1e9 {
+		return 0, fmt.Errorf("%q is not a number of seconds", str)
+	}
+	return seconds(math.Round(f * 1e9)), nil
+}
+
+// simEpoch is where a simulated clock starts, or the first window boundary
+// after it: midnight, so that a minute's or an hour's steps line up with
+// the clock's.
+var simEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// simStart returns the simulated clock's first instant for key: the first
+// boundary of its windows at or after simEpoch for a fixed window (where
+// the key's first window starts, as the stores compute it), simEpoch
+// otherwise.
+func simStart(lim *sluice.Limit, key string) time.Time {
+	p := lim.Params()
+	if p.Algorithm != sluice.FixedWindow {
+		return simEpoch
+	}
+	offset := p.Offset
+	if offset < 0 {
+		offset = sluice.WindowOffset(key, p.Period)
+	}
+	epoch := simEpoch.UnixMicro()
+	into := (epoch - offset) % p.Period
+	if into < 0 {
+		into += p.Period
+	}
+	if into == 0 {
+		return simEpoch
+	}
+	return time.UnixMicro(epoch - into + p.Period).UTC()
+}
+
+// simulate drives m's limit with the pattern on a fresh memory store whose
+// clock only moves to each request's time. Each request is decided by
+// policy.Enforce, as serve decides it.
+func simulate(m policy.Match, segs []segment, step time.Duration) (*simSeries, error) {
+	lim := m.Request.Limit
+	start := simStart(lim, m.Request.Key)
 	clock := sluice.NewManualClock(start)
 	l := sluice.New(memory.New(memory.Options{Clock: clock, PreciseClock: true}))
+	ms := []policy.Match{m}
+	decide := func(op sluice.Op) (sluice.Decision, error) {
+		r := policy.Enforce(context.Background(), l, op, ms, nil).Results[0]
+		return r.Decision, r.StoreErr
+	}
 	var total time.Duration
 	for _, s := range segs {
 		total += s.d
 	}
-	rows := make([]simRow, int((total+step-1)/step))
+	series := &simSeries{
+		Limit: lim.Name(), Description: describeLimit(lim), Key: m.Request.Key, Cost: m.Request.Cost,
+		Capacity: lim.Capacity(), Reserve: m.Request.Reserve || lim.Params().Reserve,
+		Shadow: m.Rule != nil && m.Rule.Mode == policy.Shadow,
+		Start:  start, Step: seconds(step),
+		Steps: make([]simStep, int((total+step-1)/step)),
+	}
+	rows := series.Steps
 	// Before any request the bucket is full.
-	full, err := l.Peek(context.Background(), sluice.Request{Limit: lim, Key: key, Cost: cost})
+	full, err := decide(sluice.OpPeek)
 	if err != nil {
 		return nil, err
 	}
-	for i := range rows {
-		rows[i].remaining = -1
-	}
-	remaining := full.Remaining
+	seen := make([]bool, len(rows))
 	var at time.Duration // start of the segment
 	for _, s := range segs {
 		n := int(math.Floor(s.rate * s.d.Seconds()))
 		for k := range n {
-			t := at + time.Duration(float64(k)/s.rate*float64(time.Second))
+			// Rounded, not truncated, so that a rate whose spacing is a
+			// whole number of microseconds lands on them exactly.
+			t := at + time.Duration(math.Round(float64(k)*float64(time.Second)/s.rate))
 			clock.Set(start.Add(t))
-			d, err := l.Take(context.Background(), sluice.Request{Limit: lim, Key: key, Cost: cost})
+			d, err := decide(sluice.OpTake)
 			if err != nil {
 				return nil, err
 			}
-			r := &rows[min(int(t/step), len(rows)-1)]
-			r.offered++
+			i := min(int(t/step), len(rows)-1)
+			r := &rows[i]
+			r.Offered++
 			if d.Allowed {
-				r.admitted++
+				r.Admitted++
+				r.Queued = max(r.Queued, seconds(d.RetryAfter))
+			} else {
+				r.Rejected++
 			}
-			r.remaining = d.Remaining
+			r.Left, seen[i] = d.Remaining, true
 		}
 		at += s.d
 	}
 	// A step without requests shows the tokens as the last request left them.
+	remaining := full.Remaining
 	for i := range rows {
-		if rows[i].remaining < 0 {
-			rows[i].remaining = remaining
+		rows[i].From = seconds(time.Duration(i) * step)
+		if !seen[i] {
+			rows[i].Left = remaining
 		}
-		remaining = rows[i].remaining
+		remaining = rows[i].Left
 	}
-	return rows, nil
+	return series, nil
 }
 
-func printSimulation(w io.Writer, lim *sluice.Limit, rows []simRow, step time.Duration) {
-	most := 1
-	for _, r := range rows {
-		most = max(most, r.offered)
+// totals sums the steps; Queued is the longest wait of all.
+func (s *simSeries) totals() simStep {
+	var t simStep
+	for _, r := range s.Steps {
+		t.Offered += r.Offered
+		t.Admitted += r.Admitted
+		t.Rejected += r.Rejected
+		t.Queued = max(t.Queued, r.Queued)
 	}
-	fmt.Fprintf(w, "limit %s: %s\n\n", lim.Name(), describeLimit(lim))
-	fmt.Fprintf(w, "%10s %8s %8s %8s %6s  admitted # rejected .\n", "from", "offered", "admitted", "rejected", "left")
-	var offered, admitted int
-	for i, r := range rows {
-		offered += r.offered
-		admitted += r.admitted
-		hashes := (r.admitted*simBarWidth + most - 1) / most
-		dots := (r.offered*simBarWidth+most-1)/most - hashes
-		fmt.Fprintf(w, "%10s %8d %8d %8d %6d  %s%s\n", time.Duration(i)*step, r.offered, r.admitted, r.offered-r.admitted, r.remaining,
+	return t
+}
+
+// printSimulation writes the series as a table with a bar per step.
+func printSimulation(w io.Writer, s *simSeries) {
+	most := 1
+	for _, r := range s.Steps {
+		most = max(most, r.Offered)
+	}
+	step := time.Duration(s.Step)
+	fmt.Fprintf(w, "limit %s: %s\n", s.Limit, s.Description)
+	if s.Shadow {
+		fmt.Fprintln(w, "shadow mode: serve admits every request; the counts say what enforcing would do")
+	}
+	switch {
+	case strings.HasPrefix(s.Description, "fixed window"):
+		fmt.Fprintf(w, "the clock starts at a window boundary of key %q; ", printable(s.Key))
+	case strings.HasPrefix(s.Description, "sliding log"):
+		fmt.Fprint(w, "the log starts empty; ")
+	default:
+		fmt.Fprint(w, "the bucket starts full; ")
+	}
+	fmt.Fprintf(w, "each request asks %s; one line per %v\n", tokens(s.Cost), shortDuration(step))
+	if s.Reserve {
+		fmt.Fprintln(w, "requests reserve: one admitted while the bucket is short waits its turn; queued is the longest wait")
+	}
+	fmt.Fprintf(w, "\n%8s %9s %9s %9s %12s %7s  # admitted . rejected (full bar: %d requests)\n", "from", "offered", "admitted", "rejected", "tokens left", "queued", most)
+	for _, r := range s.Steps {
+		hashes := (r.Admitted*simBarWidth + most - 1) / most
+		dots := (r.Offered*simBarWidth+most-1)/most - hashes
+		fmt.Fprintf(w, "%8s %9d %9d %9d %12d %7s  %s%s\n", shortDuration(time.Duration(r.From)), r.Offered, r.Admitted, r.Rejected, r.Left, queued(r.Queued),
 			strings.Repeat("#", hashes), strings.Repeat(".", max(0, dots)))
 	}
+	t := s.totals()
 	share := 0.0
-	if offered > 0 {
-		share = 100 * float64(admitted) / float64(offered)
+	if t.Offered > 0 {
+		share = 100 * float64(t.Admitted) / float64(t.Offered)
 	}
-	fmt.Fprintf(w, "\ntotal: %d offered, %d admitted (%.1f%%), %d rejected\n", offered, admitted, share, offered-admitted)
+	fmt.Fprintf(w, "\ntotal: %d offered, %d admitted (%.1f%%), %d rejected", t.Offered, t.Admitted, share, t.Rejected)
+	if t.Queued > 0 {
+		fmt.Fprintf(w, "; the longest queued %v", time.Duration(t.Queued).Round(time.Millisecond))
+	}
+	fmt.Fprintln(w)
+}
+
+// tokens says how many tokens, "1 token" or "2.5 tokens".
+func tokens(n float64) string {
+	if n == 1 {
+		return "1 token"
+	}
+	return strconv.FormatFloat(n, 'f', -1, 64) + " tokens"
+}
+
+// queued prints a wait to the millisecond, "-" for none.
+func queued(d seconds) string {
+	if d <= 0 {
+		return "-"
+	}
+	return shortDuration(time.Duration(d).Round(time.Millisecond))
+}
+
+// shortDuration is d as Go writes it, without the zero minutes and seconds
+// Go adds to whole minutes and hours ("1m" rather than "1m0s").
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// writeSimCSV writes the steps under a header of simColumns' names.
+func writeSimCSV(w io.Writer, s *simSeries) error {
+	cw := csv.NewWriter(w)
+	rec := make([]string, len(simColumns))
+	for i, c := range simColumns {
+		rec[i] = c.name
+	}
+	if err := cw.Write(rec); err != nil {
+		return err
+	}
+	for i := range s.Steps {
+		for k, c := range simColumns {
+			rec[k] = c.value(&s.Steps[i])
+		}
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func writeSimJSON(w io.Writer, s *simSeries) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(s)
+}
+
+// writeOutput writes to the named file, or to stdout for "-". A file is
+// written whole or not at all: to a temporary file beside it, then
+// renamed, so a failure never leaves half a series where a good one was.
+func writeOutput(name string, stdout io.Writer, write func(io.Writer) error) error {
+	if name == "-" {
+		return write(stdout)
+	}
+	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	defer os.Remove(f.Name())
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := os.Rename(f.Name(), name); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
 }
 
 // describeLimit says what a limit allows, in the terms of the config.
@@ -189,9 +462,9 @@ func describeLimit(l *sluice.Limit) string {
 	capacity := strconv.FormatFloat(l.Capacity(), 'f', -1, 64)
 	switch l.Algorithm() {
 	case sluice.FixedWindow:
-		return fmt.Sprintf("fixed window of %s per %v", capacity, sluice.Duration(p.Period))
+		return fmt.Sprintf("fixed window of %s per %s", capacity, shortDuration(sluice.Duration(p.Period)))
 	case sluice.SlidingLog:
-		return fmt.Sprintf("sliding log of %s per %v", capacity, sluice.Duration(p.Period))
+		return fmt.Sprintf("sliding log of %s per %s", capacity, shortDuration(sluice.Duration(p.Period)))
 	case sluice.LeakyBucket:
 		return fmt.Sprintf("leaky bucket of %s, draining %s/s", capacity, strconv.FormatFloat(l.TokensPerSecond(), 'f', -1, 64))
 	}
@@ -227,10 +500,14 @@ func pickLimit(p *policy.Policy, name string) (*sluice.Limit, error) {
 	return nil, fmt.Errorf("no limit %q in the policy (it has: %s)", name, strings.Join(names, ", "))
 }
 
+// patternSyntax says what --pattern accepts; every pattern error ends
+// with it.
+const patternSyntax = `segments of "RATE/s for DURATION" separated by commas, e.g. "50/s for 2s, 5/s for 10s" (rates per s, m or h; durations with a unit: 500ms, 10s, 1m30s, 2h)`
+
 // parsePattern reads "RATE/s for DURATION" segments separated by commas.
 func parsePattern(s string) ([]segment, error) {
 	if strings.TrimSpace(s) == "" {
-		return nil, errors.New(`empty: give segments of "RATE/s for DURATION", e.g. "50/s for 2s, 5/s for 10s"`)
+		return nil, errors.New("empty")
 	}
 	var segs []segment
 	for i, part := range strings.Split(s, ",") {
@@ -238,6 +515,10 @@ func parsePattern(s string) ([]segment, error) {
 		rateS, durS, ok := strings.Cut(part, " for ")
 		if !ok {
 			return nil, fmt.Errorf(`segment %d %q: want "RATE/s for DURATION"`, i+1, part)
+		}
+		durS = strings.TrimSpace(durS)
+		if first, rest, ok := strings.Cut(durS, " "); ok && strings.Contains(rest, " for ") {
+			return nil, fmt.Errorf(`segment %d %q: a comma is missing between two segments: "%s for %s, %s"`, i+1, part, strings.TrimSpace(rateS), first, strings.TrimSpace(rest))
 		}
 		num, unit, ok := strings.Cut(strings.TrimSpace(rateS), "/")
 		per := map[string]float64{"s": 1, "m": 60, "h": 3600}[unit]
@@ -248,8 +529,14 @@ func parsePattern(s string) ([]segment, error) {
 		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return nil, fmt.Errorf("segment %d %q: the rate must be a finite number >= 0", i+1, part)
 		}
-		d, err := time.ParseDuration(strings.TrimSpace(durS))
-		if err != nil || d <= 0 {
+		d, err := time.ParseDuration(durS)
+		if err != nil {
+			if f, ferr := strconv.ParseFloat(durS, 64); ferr == nil && f > 0 {
+				return nil, fmt.Errorf("segment %d %q: the duration %q has no unit: write %ss (or ms, m, h)", i+1, part, durS, durS)
+			}
+			return nil, fmt.Errorf("segment %d %q: %q is not a duration: write it like 10s or 1m30s", i+1, part, durS)
+		}
+		if d <= 0 {
 			return nil, fmt.Errorf("segment %d %q: the duration must be positive, like 10s or 1m30s", i+1, part)
 		}
 		segs = append(segs, segment{rate: v / per, d: d})

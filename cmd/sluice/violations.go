@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -20,11 +23,13 @@ func init() {
 }
 
 func runViolations(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("violations", "usage: sluice violations [--since 1h] [--limit 50] [--user ID] [--ip ADDR] [--url postgres://...]\n\nReads the rejections recorded by a postgres store with\nsluice_violations=true on its URL.", stderr)
+	fs := newFlagSet("violations", "usage: sluice violations [--since 1h] [--limit 50] [--user SUB] [--key VALUE] [--ip ADDR] [--url postgres://...]\n\nReads the rejections recorded by a postgres store with\nsluice_violations=true on its URL, newest first. The filters combine.\n\n--user is the verified JWT subject (the sub claim of a token that the jwt\nsection verified) and nothing else: a user named by a header or a query\nparameter (X-User: alice) is part of the bucket key, found with --key alice.", stderr)
 	rawURL := fs.String("url", "", "PostgreSQL URL (default $SLUICE_POSTGRES_URL)")
-	since := fs.Duration("since", time.Hour, "how far back to look")
+	since := sinceFlag{d: time.Hour, text: time.Hour.String()}
+	fs.Var(&since, "since", "how far back to look: a `duration` (90m, 36h, 1d, 2w), an RFC 3339 time (2025-01-02T15:04:05Z) or a date (2025-01-02, local midnight)")
 	limit := fs.Int("limit", 50, "show at most this many, newest first")
-	userID := fs.String("user", "", "only this user's violations")
+	userID := fs.String("user", "", "only the violations of this verified JWT subject (not a header's or query's user: see --key)")
+	key := fs.String("key", "", "only buckets keyed by this value of a limit_keys source (alice for X-User: alice), or this whole bucket key")
 	ip := fs.String("ip", "", "only this client IP's violations")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -34,15 +39,17 @@ func runViolations(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice violations: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if *since <= 0 {
-		fmt.Fprintf(stderr, "sluice violations: --since must be positive, got %v\n", *since)
+	now := time.Now()
+	from := since.from(now)
+	if !from.Before(now) {
+		fmt.Fprintf(stderr, "sluice violations: --since must be in the past, got %s\n", since.text)
 		return 2
 	}
 	if *limit <= 0 || *limit > 100000 {
 		fmt.Fprintf(stderr, "sluice violations: --limit must be between 1 and 100000, got %d\n", *limit)
 		return 2
 	}
-	q := postgres.ViolationQuery{Since: time.Now().Add(-*since), UserID: *userID, Limit: *limit}
+	q := postgres.ViolationQuery{Since: from, UserID: *userID, Key: *key, Limit: *limit}
 	if *ip != "" {
 		a, err := netip.ParseAddr(*ip)
 		if err != nil {
@@ -65,12 +72,20 @@ func runViolations(args []string, stdout, stderr io.Writer) int {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	vs, err := postgres.ListViolations(ctx, conn, q)
+	if errors.Is(err, postgres.ErrNotMigrated) {
+		migrate := "sluice migrate --url ..."
+		if *rawURL == "" {
+			migrate = "sluice migrate" // it reads $SLUICE_POSTGRES_URL too
+		}
+		fmt.Fprintf(stderr, "sluice violations: %v: run `%s` with the same database URL (or serve once with sluice_migrate=true on the store URL), and sluice_violations=true to record rejections\n", postgres.ErrNotMigrated, migrate)
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice violations: %v\n", err)
 		return 1
 	}
 	if len(vs) == 0 {
-		fmt.Fprintf(stdout, "no violations in the last %v\n", *since)
+		fmt.Fprintf(stdout, "no violations %s\n", since.describe())
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -92,6 +107,88 @@ func runViolations(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "(the newest %d; --limit shows more)\n", *limit)
 	}
 	return 0
+}
+
+// sinceFlag is --since: how far back (d > 0) or from when (at set).
+type sinceFlag struct {
+	d    time.Duration
+	at   time.Time
+	text string // as given
+}
+
+func (f *sinceFlag) String() string { return f.text }
+
+func (f *sinceFlag) Set(s string) error {
+	s = strings.TrimSpace(s)
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		*f = sinceFlag{at: t, text: s}
+		return nil
+	}
+	if t, err := time.ParseInLocation(time.DateOnly, s, time.Local); err == nil {
+		*f = sinceFlag{at: t, text: s}
+		return nil
+	}
+	d, err := parseAge(s)
+	if err != nil {
+		return err
+	}
+	if d <= 0 {
+		return fmt.Errorf("must be positive, got %s", s)
+	}
+	*f = sinceFlag{d: d, text: s}
+	return nil
+}
+
+// from returns the earliest time --since selects.
+func (f *sinceFlag) from(now time.Time) time.Time {
+	if !f.at.IsZero() {
+		return f.at
+	}
+	return now.Add(-f.d)
+}
+
+func (f *sinceFlag) describe() string {
+	if !f.at.IsZero() {
+		return "since " + f.text
+	}
+	return "in the last " + f.text
+}
+
+// parseAge reads a Go duration that may also count days (d, 24h) and
+// weeks (w, 7d) ahead of its hours: "1d", "2w", "1w3d", "1d12h".
+func parseAge(s string) (time.Duration, error) {
+	bad := fmt.Errorf("%q is not a duration or an RFC 3339 time: write 90m, 36h, 1d, 2w, 2025-01-02T15:04:05Z or 2025-01-02", s)
+	var total time.Duration
+	rest := s
+	for _, u := range []struct {
+		suffix string
+		d      time.Duration
+	}{{"w", 7 * 24 * time.Hour}, {"d", 24 * time.Hour}} {
+		i := 0
+		for i < len(rest) && (rest[i] >= '0' && rest[i] <= '9' || rest[i] == '.') {
+			i++
+		}
+		if i == 0 || i == len(rest) || !strings.HasPrefix(rest[i:], u.suffix) {
+			continue
+		}
+		n, err := strconv.ParseFloat(rest[:i], 64)
+		if err != nil || n*float64(u.d) > math.MaxInt64/2 {
+			return 0, bad
+		}
+		total += time.Duration(n * float64(u.d))
+		rest = rest[i+len(u.suffix):]
+	}
+	if rest == "" {
+		if total == 0 && s == "" {
+			return 0, bad
+		}
+		return total, nil
+	}
+	d, err := time.ParseDuration(rest)
+	if err != nil || total > math.MaxInt64/2-max(d, 0) {
+		return 0, bad
+	}
+	return total + d, nil
 }
 
 // dash makes a field safe for a terminal: "-" when empty, and escapes in

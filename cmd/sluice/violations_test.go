@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/postgres"
 )
 
@@ -61,8 +64,69 @@ func testViolationsCommand(t *testing.T, u string) {
 	}
 	out.Reset()
 	// Older than --since: nothing.
-	if code := run([]string{"violations", "--url", u, "--since", "1ns"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "no violations") {
+	if code := run([]string{"violations", "--url", u, "--since", "1ns"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "no violations in the last 1ns") {
 		t.Fatalf("--since 1ns: exit %d, output:\n%s", code, out.String())
+	}
+	// Days, weeks and times: all three are newer than any of them.
+	future := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+	for _, tc := range []struct {
+		since string
+		rows  int
+	}{{"1d", 3}, {"2w", 3}, {"1w2d12h", 3}, {"1.5d", 3}, {time.Now().Add(-time.Hour).Format(time.RFC3339Nano), 3}, {time.Now().AddDate(0, 0, -1).Format(time.DateOnly), 3}} {
+		out.Reset()
+		if code := run([]string{"violations", "--url", u, "--since", tc.since}, &out, &errb); code != 0 || strings.Count(out.String(), "\n") != tc.rows+1 {
+			t.Fatalf("--since %s: exit %d, stderr %s, output:\n%s", tc.since, code, errb.String(), out.String())
+		}
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"violations", "--url", u, "--since", future}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--since must be in the past") {
+		t.Fatalf("--since %s: exit %d, stderr %s", future, code, errb.String())
+	}
+
+	// A user keyed by a header is no verified subject: --user does not
+	// find it, --key does.
+	p, err := policy.Parse("p.yaml", []byte("rules:\n  - name: per-header-user\n    limit_keys: [\"header:x-user\", path]\n    algorithm_config: {rps: 1, burst: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, _ := p.Match(&policy.Input{Method: "GET", Path: "/api/x", Header: http.Header{"X-User": {"alice"}}})
+	for i := 0; i < 2; i++ {
+		if _, err := store.Take(ctx, sluice.OpTake, ms[0].Request); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ps.Violations().Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := run([]string{"violations", "--url", u, "--user", "alice", "--since", "1d"}, &out, &errb); code != 0 || strings.Count(out.String(), "\n") != 2 || !strings.Contains(out.String(), "per-ip") {
+		t.Fatalf("--user alice: only the verified subject's, got exit %d:\n%s", code, out.String())
+	}
+	for _, key := range []string{"alice", "/api/x", "tb:per-header-user:alice|/api/x"} {
+		out.Reset()
+		if code := run([]string{"violations", "--url", u, "--key", key}, &out, &errb); code != 0 || strings.Count(out.String(), "\n") != 2 || !strings.Contains(out.String(), "tb:per-header-user:alice|/api/x") {
+			t.Fatalf("--key %s: exit %d:\n%s", key, code, out.String())
+		}
+	}
+	out.Reset()
+	if code := run([]string{"violations", "--url", u, "--key", "ali"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "no violations") {
+		t.Fatalf("--key ali: exit %d:\n%s", code, out.String())
+	}
+}
+
+// On a database that was never migrated, violations says what to run
+// instead of quoting the server.
+func testViolationsUnmigrated(t *testing.T, u string) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"violations", "--url", u}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), "the database has no sluice tables: run `sluice migrate --url ...`") || strings.Contains(errb.String(), "relation") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	errb.Reset()
+	t.Setenv("SLUICE_POSTGRES_URL", u)
+	if code := run([]string{"violations"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "run `sluice migrate`") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
 }
 
@@ -71,8 +135,10 @@ func TestViolationsBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"violations", "--since", "-1h", "--url", "postgres://h/db"}, "--since must be positive"},
-		{[]string{"violations", "--since", "soon", "--url", "postgres://h/db"}, "invalid value"},
+		{[]string{"violations", "--since", "-1h", "--url", "postgres://h/db"}, "must be positive"},
+		{[]string{"violations", "--since", "soon", "--url", "postgres://h/db"}, `invalid value "soon" for flag -since: "soon" is not a duration or an RFC 3339 time: write 90m, 36h, 1d, 2w`},
+		{[]string{"violations", "--since", "1dd", "--url", "postgres://h/db"}, "is not a duration"},
+		{[]string{"violations", "--since", "9999999999w", "--url", "postgres://h/db"}, "is not a duration"},
 		{[]string{"violations", "--ip", "not-an-ip", "--url", "postgres://h/db"}, "--ip"},
 		{[]string{"violations", "--limit", "0", "--url", "postgres://h/db"}, "--limit"},
 	} {

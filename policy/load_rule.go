@@ -1,0 +1,499 @@
+package policy
+
+// The rules section: each rule, its tiers, match conditions,
+// algorithm_config and costs.
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice"
+)
+
+var ruleFields = []string{"name", "limit_keys", "match", "tiers", "algorithm", "algorithm_config", "mode", "on_store_error", "missing_key"}
+
+func (l *loader) rule(n *yaml.Node, path string, missing MissingKey) *Rule {
+	o := l.object(n, path, ruleFields)
+	if o == nil {
+		return nil
+	}
+	r := &Rule{Line: o.n.Line, MissingKey: missing}
+	name, nameN, ok := o.str("name")
+	switch {
+	case !o.has("name"):
+		l.errf(o.n, join(path, "name"), "is required")
+	case ok && !validName(name):
+		l.errf(nameN, join(path, "name"), "%q must be 1 to 64 of A-Z a-z 0-9 _ . -", name)
+	case ok:
+		r.Name = name
+	}
+	alg := sluice.TokenBucket
+	if v, an, ok := o.str("algorithm"); ok {
+		a, err := sluice.ParseAlgorithm(v)
+		if err != nil {
+			l.errf(an, join(path, "algorithm"), "unknown algorithm %q (want token_bucket, fixed_window, sliding_log or leaky_bucket)", v)
+			return nil
+		}
+		alg = a
+	}
+	r.Algorithm = alg
+	if v, mn, ok := o.str("mode"); ok {
+		switch v {
+		case "enforce":
+			r.Mode = EnforceMode
+		case "shadow":
+			r.Mode = Shadow
+		default:
+			l.errf(mn, join(path, "mode"), "must be enforce or shadow (got %q)", v)
+		}
+	}
+	if v, en, ok := o.str("on_store_error"); ok {
+		switch v {
+		case "allow":
+			r.OnStoreError = AllowOnError
+		case "deny":
+			r.OnStoreError = DenyOnError
+		default:
+			l.errf(en, join(path, "on_store_error"), "must be allow or deny (got %q)", v)
+		}
+	}
+	if v, mn, ok := o.str("missing_key"); ok {
+		r.MissingKey, _ = l.missingKey(v, mn, join(path, "missing_key"))
+	}
+	if vals, nodes, ok := o.strList("limit_keys"); ok {
+		seen := map[string]bool{}
+		for i, v := range vals {
+			p := fmt.Sprintf("%s.limit_keys[%d]", path, i)
+			src, msg := parseSource(v, false)
+			if msg != "" {
+				l.errf(nodes[i], p, "%s", msg)
+				continue
+			}
+			if seen[src.text] {
+				l.errf(nodes[i], p, "%q is listed twice", v)
+				continue
+			}
+			seen[src.text] = true
+			l.noteJWT(src, nodes[i], p)
+			r.keys = append(r.keys, src)
+			r.LimitKeys = append(r.LimitKeys, v)
+		}
+	}
+	if mn, ok := o.vals["match"]; ok {
+		r.match = l.match(mn, join(path, "match"))
+	}
+	limName := r.Name
+	if limName == "" {
+		limName = "rule"
+	}
+	if cn, ok := o.vals["algorithm_config"]; ok {
+		r.own = l.algConfig(cn, join(path, "algorithm_config"), alg, limName)
+	}
+	if tn, ok := o.vals["tiers"]; ok {
+		r.Tiers = l.tiers(o, tn, join(path, "tiers"), alg, limName, r.own != nil)
+	}
+	switch {
+	case !o.has("algorithm_config") && !o.has("tiers"):
+		l.errf(o.n, join(path, "algorithm_config"), "is required (or tiers)")
+	case r.own != nil:
+		r.Limit = r.own.limit
+	case len(r.Tiers) > 0:
+		r.Limit = r.Tiers[len(r.Tiers)-1].Limit
+	}
+	if r.Name == "" {
+		return nil
+	}
+	return r
+}
+
+func (l *loader) tiers(ro *obj, n *yaml.Node, path string, alg sluice.Algorithm, rule string, hasOwn bool) []*Tier {
+	if n.Kind != yaml.SequenceNode {
+		l.errf(n, path, "must be a list of tiers (got %s)", kindName(n))
+		return nil
+	}
+	if len(n.Content) == 0 {
+		l.errf(n, path, "must hold at least one tier (or leave tiers out)")
+		return nil
+	}
+	var out []*Tier
+	names := map[string]bool{}
+	for i, it := range n.Content {
+		tp := fmt.Sprintf("%s[%d]", path, i)
+		o := l.object(it, tp, []string{"name", "match", "algorithm_config"})
+		if o == nil {
+			continue
+		}
+		t := &Tier{}
+		name, nn, ok := o.str("name")
+		switch {
+		case !o.has("name"):
+			l.errf(o.n, join(tp, "name"), "is required")
+		case ok && !validName(name):
+			l.errf(nn, join(tp, "name"), "%q must be 1 to 64 of A-Z a-z 0-9 _ . -", name)
+		case ok && names[name]:
+			l.errf(nn, join(tp, "name"), "%q is already a tier of this rule", name)
+		case ok:
+			t.Name = name
+			names[name] = true
+		}
+		if mn, ok := o.vals["match"]; ok {
+			t.match = l.match(mn, join(tp, "match"))
+		}
+		last := i == len(n.Content)-1
+		if len(t.match) == 0 && !last {
+			l.errf(o.n, tp, "has no match, so it takes every request and the tiers after it are never used; give it a match or move it last")
+		}
+		if len(t.match) == 0 && last && hasOwn {
+			l.errf(o.n, tp, "has no match, so it takes every request and the rule's own algorithm_config is never used; give it a match or remove one of them")
+		}
+		cn, ok := o.vals["algorithm_config"]
+		if !ok {
+			l.errf(o.n, join(tp, "algorithm_config"), "is required")
+			continue
+		}
+		t.v = l.algConfig(cn, join(tp, "algorithm_config"), alg, rule+"."+t.Name)
+		if t.v == nil || t.Name == "" {
+			continue
+		}
+		t.Limit = t.v.limit
+		out = append(out, t)
+	}
+	return out
+}
+
+func (l *loader) match(n *yaml.Node, path string) []cond {
+	o := l.object(n, path, nil)
+	if o == nil {
+		return nil
+	}
+	var out []cond
+	for i := 0; i+1 < len(o.n.Content); i += 2 {
+		k := deref(o.n.Content[i])
+		name := k.Value
+		v, ok := o.vals[name]
+		if !ok {
+			continue // reported by object
+		}
+		p := join(path, name)
+		var c cond
+		if name == "path_prefix" {
+			c = cond{src: source{kind: srcPath, text: name}, prefix: true}
+		} else {
+			src, msg := parseSource(name, true)
+			if msg != "" {
+				l.errf(k, p, "%s", msg)
+				continue
+			}
+			c.src = src
+			l.noteJWT(src, k, p)
+		}
+		values, ok := l.matchValues(v, p)
+		if !ok {
+			continue
+		}
+		for j, val := range values {
+			switch {
+			case c.prefix:
+				if !strings.HasPrefix(val, "/") {
+					l.errf(v, p, "%q must start with /", val)
+					ok = false
+				}
+				values[j] = cleanPath(val)
+			case c.src.kind == srcMethod:
+				values[j] = strings.ToUpper(val)
+			case c.src.kind == srcHost:
+				values[j] = hostOnly(val)
+			case c.src.kind == srcPath:
+				values[j] = cleanPath(val)
+			}
+		}
+		if !ok {
+			continue
+		}
+		c.values = values
+		out = append(out, c)
+	}
+	return out
+}
+
+// matchValues reads a condition's value: one scalar, or a list of them
+// (any of which matches).
+func (l *loader) matchValues(n *yaml.Node, path string) ([]string, bool) {
+	scalar := func(s *yaml.Node, p string) (string, bool) {
+		s = deref(s)
+		if s.Kind != yaml.ScalarNode || isNull(s) {
+			l.errf(s, p, "must be a value or a list of values (got %s)", kindName(s))
+			return "", false
+		}
+		return s.Value, true
+	}
+	if n.Kind == yaml.SequenceNode {
+		if len(n.Content) == 0 {
+			l.errf(n, path, "an empty list matches nothing; give at least one value")
+			return nil, false
+		}
+		var out []string
+		ok := true
+		for i, it := range n.Content {
+			v, good := scalar(it, fmt.Sprintf("%s[%d]", path, i))
+			ok = ok && good
+			out = append(out, v)
+		}
+		return out, ok
+	}
+	v, ok := scalar(n, path)
+	return []string{v}, ok
+}
+
+var (
+	costFields   = []string{"cost_source", "fixed_cost", "default_cost", "min_cost"}
+	tbFields     = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "reserve", "max_reserved"}
+	lbFields     = []string{"tokens_per_second", "rps", "rate", "period", "max_delay"}
+	fwFields     = []string{"rate", "period", "capacity", "start"}
+	slFields     = []string{"rate", "period", "capacity"}
+	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost"}
+)
+
+func algFields(a sluice.Algorithm) []string {
+	switch a {
+	case sluice.LeakyBucket:
+		return append(lbFields, costFields...)
+	case sluice.FixedWindow:
+		return append(fwFields, costFields...)
+	case sluice.SlidingLog:
+		return append(slFields, costFields...)
+	}
+	return append(tbFields, costFields...)
+}
+
+// algConfig validates an algorithm_config for alg and compiles it into a
+// limit called name.
+func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name string) *variant {
+	allowed := algFields(alg)
+	o := l.object(n, path, allAlgFields)
+	if o == nil {
+		return nil
+	}
+	errsBefore := len(l.errs)
+	for i := 0; i+1 < len(o.n.Content); i += 2 {
+		k := deref(o.n.Content[i])
+		if _, ok := o.vals[k.Value]; ok && !contains(allowed, k.Value) {
+			l.errf(k, join(path, k.Value), "does not apply to %s (it takes %s)", alg, strings.Join(allowed, ", "))
+			delete(o.vals, k.Value)
+		}
+	}
+	spec := sluice.Spec{Name: name, Algorithm: alg}
+	positive := func(field string) (float64, *yaml.Node, bool) {
+		v, vn, ok := o.num(field)
+		if ok && v <= 0 {
+			l.errf(vn, join(path, field), "must be > 0 (got %v)", v)
+			return 0, vn, false
+		}
+		return v, vn, ok
+	}
+	tps, _, tpsOK := positive("tokens_per_second")
+	rps, rpsN, rpsOK := positive("rps")
+	if o.has("tokens_per_second") && o.has("rps") {
+		l.errf(rpsN, join(path, "rps"), "is an alias of tokens_per_second: give one of them")
+	} else if rpsOK {
+		tps, tpsOK = rps, true
+	}
+	perSecond := o.has("tokens_per_second") || o.has("rps")
+	tpsName := "tokens_per_second"
+	if o.has("rps") {
+		tpsName = "rps"
+	}
+	rate, rateN, rateOK := positive("rate")
+	period, periodN, periodOK := o.duration("period")
+	if periodOK && period <= 0 {
+		l.errf(periodN, join(path, "period"), "must be > 0 (got %q)", periodN.Value)
+		periodOK = false
+	}
+	burst, burstN, burstOK := positive("burst")
+	capacity, capN, capOK := positive("capacity")
+	switch {
+	case perSecond && o.has("rate"):
+		l.errf(rateN, join(path, "rate"), "give either %s or rate (with period), not both", tpsName)
+	case perSecond && o.has("period"):
+		l.errf(periodN, join(path, "period"), "%s is per second; use rate with period for another period", tpsName)
+	case perSecond && o.has("capacity"):
+		l.errf(capN, join(path, "capacity"), "goes with rate and period; with %s, the bucket size is burst", tpsName)
+	case o.has("rate") && o.has("burst"):
+		l.errf(burstN, join(path, "burst"), "goes with tokens_per_second (rps); with rate and period, the bucket size is capacity")
+	case !perSecond && !o.has("rate"):
+		switch alg {
+		case sluice.TokenBucket, sluice.LeakyBucket:
+			l.errf(o.n, path, "needs a rate: tokens_per_second (or its alias rps), or rate with period")
+		default:
+			l.errf(o.n, path, "needs rate and period")
+		}
+	case o.has("rate") && !o.has("period") && (alg == sluice.FixedWindow || alg == sluice.SlidingLog):
+		l.errf(o.n, join(path, "period"), "is required with rate for %s (such as \"1m\")", alg)
+	case perSecond && alg == sluice.TokenBucket && !o.has("burst"):
+		l.errf(o.n, join(path, "burst"), "is required with %s (the bucket size, >= %s)", tpsName, tpsName)
+	case tpsOK && burstOK && burst < tps:
+		l.errf(burstN, join(path, "burst"), "must be >= %s (%v)", tpsName, tps)
+	}
+	if tpsOK {
+		spec.TokensPerSecond = tps
+	}
+	if rateOK {
+		spec.Rate = rate
+	}
+	if periodOK {
+		spec.Period = period
+	}
+	if burstOK {
+		spec.Burst = burst
+	}
+	if capOK {
+		spec.Capacity = capacity
+	}
+	v := &variant{cost: costSpec{fixed: 1, def: 1, min: 1}}
+	if b, _, ok := o.boolean("reserve"); ok {
+		v.reserve = b
+	}
+	if mr, _, ok := positive("max_reserved"); ok {
+		spec.MaxReserved = mr
+	}
+	if d, dn, ok := o.duration("max_delay"); ok {
+		if d <= 0 {
+			l.errf(dn, join(path, "max_delay"), "must be > 0")
+		}
+		spec.MaxDelay = d
+	}
+	if sn, ok := o.vals["start"]; ok {
+		if st, ok := l.start(sn, join(path, "start")); ok {
+			spec.Start = &st
+		}
+	}
+	costN := l.cost(o, path, &v.cost)
+	if len(l.errs) > errsBefore {
+		return nil
+	}
+	lim, err := sluice.NewLimit(spec)
+	if err != nil {
+		msg := err.Error()
+		if i := strings.Index(msg, "\": "); i >= 0 {
+			msg = msg[i+3:]
+		}
+		l.errf(o.n, path, "%s", msg)
+		return nil
+	}
+	v.limit = lim
+	checks := []struct {
+		field string
+		cost  float64
+	}{{"fixed_cost", v.cost.fixed}, {"default_cost", v.cost.def}}
+	if v.cost.src != nil {
+		checks = append(checks, struct {
+			field string
+			cost  float64
+		}{"min_cost", v.cost.min})
+	}
+	for _, c := range checks {
+		if _, err := lim.Cost(c.cost); err != nil {
+			at := costN[c.field]
+			if at == nil {
+				at = o.n
+			}
+			if errors.Is(err, sluice.ErrCostExceedsLimit) {
+				l.errf(at, join(path, c.field), "%v is above the limit's capacity (%v): no request could ever pass", c.cost, lim.Capacity())
+			} else {
+				l.errf(at, join(path, c.field), "%v is not a usable cost (at least 0.000001)", c.cost)
+			}
+			return nil
+		}
+	}
+	if v.cost.src != nil && v.cost.def < v.cost.min {
+		// Else a client would pay less by sending no cost at all than by
+		// declaring the least it may.
+		field, at := "default_cost", costN["default_cost"]
+		if at == nil {
+			field, at = "min_cost", costN["min_cost"]
+		}
+		l.errf(at, join(path, field), "default_cost (%v) is below min_cost (%v): a request without a usable cost would pay less than the least a declared one pays; raise default_cost or lower min_cost", v.cost.def, v.cost.min)
+		return nil
+	}
+	return v
+}
+
+// cost reads cost_source, fixed_cost, default_cost and min_cost into c
+// and returns their nodes.
+func (l *loader) cost(o *obj, path string, c *costSpec) map[string]*yaml.Node {
+	nodes := map[string]*yaml.Node{}
+	srcName := "fixed"
+	if v, n, ok := o.str("cost_source"); ok {
+		nodes["cost_source"] = n
+		srcName = v
+		if v != "fixed" {
+			src, msg := parseSource(v, false)
+			if msg != "" || (src.kind != srcHeader && src.kind != srcQuery) {
+				l.errf(n, join(path, "cost_source"), "must be fixed, header:NAME or query:NAME (got %q)", v)
+			} else {
+				c.src = &src
+			}
+		}
+	}
+	if v, n, ok := o.num("fixed_cost"); ok {
+		nodes["fixed_cost"] = n
+		switch {
+		case srcName != "fixed":
+			l.errf(n, join(path, "fixed_cost"), "applies only with cost_source: fixed (the cost is read from %s; default_cost covers requests without it)", srcName)
+		case v <= 0:
+			l.errf(n, join(path, "fixed_cost"), "must be > 0 (got %v)", v)
+		default:
+			c.fixed = v
+		}
+	}
+	if v, n, ok := o.num("default_cost"); ok {
+		nodes["default_cost"] = n
+		if v <= 0 {
+			l.errf(n, join(path, "default_cost"), "must be > 0 (got %v)", v)
+		} else {
+			c.def = v
+		}
+	}
+	if v, n, ok := o.num("min_cost"); ok {
+		nodes["min_cost"] = n
+		switch {
+		case srcName == "fixed":
+			l.errf(n, join(path, "min_cost"), "applies only with cost_source header:NAME or query:NAME (it bounds the costs clients declare; fixed_cost is the cost here)")
+		case v <= 0:
+			l.errf(n, join(path, "min_cost"), "must be > 0 (got %v)", v)
+		default:
+			c.min = v
+		}
+	}
+	return nodes
+}
+
+// start reads a fixed window's start: a duration offset from the Unix
+// epoch ("30m") or an RFC 3339 time.
+func (l *loader) start(n *yaml.Node, path string) (time.Duration, bool) {
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Tag != "!!timestamp") {
+		l.errf(n, path, "must be a duration offset such as \"30m\" or an RFC 3339 time (got %s)", kindName(n))
+		return 0, false
+	}
+	if d, err := time.ParseDuration(n.Value); err == nil {
+		if d < 0 {
+			l.errf(n, path, "must not be negative")
+			return 0, false
+		}
+		return d, true
+	}
+	t, err := time.Parse(time.RFC3339, n.Value)
+	if err != nil {
+		l.errf(n, path, "must be a duration offset such as \"30m\" or an RFC 3339 time such as \"2024-01-01T00:00:00Z\" (got %q)", n.Value)
+		return 0, false
+	}
+	if t.Before(time.Unix(0, 0)) {
+		l.errf(n, path, "must not be before 1970")
+		return 0, false
+	}
+	return t.Sub(time.Unix(0, 0)), true
+}

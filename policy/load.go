@@ -171,53 +171,112 @@ func (l *loader) load(data []byte) *Policy {
 
 var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits", "api_listen", "api_token_env", "server", "forward_auth"}
 
-func (l *loader) policy(root *yaml.Node) *Policy {
-	o := l.object(root, "", topFields)
-	if o == nil {
-		return nil
-	}
-	p := &Policy{Source: l.file, byName: map[string]*Rule{}, limits: map[string]*sluice.Limit{}}
+// newPolicy returns a policy holding the default of every top-level
+// setting: what a file that gives only rules gets.
+func newPolicy(file string) *Policy {
+	p := &Policy{Source: file, byName: map[string]*Rule{}, limits: map[string]*sluice.Limit{}}
 	s := &p.Settings
 	s.Listen, s.GRPCListen, s.StoreURL = ":8080", ":8081", "memory://"
 	s.Headers = []string{"draft", "trio"}
 	s.DenyStatus, s.IPv6Prefix = 429, 64
 	s.Server = DefaultServerLimits
+	return p
+}
 
-	addrs := map[string]string{}
-	listenAt := func(field string, dst *string, allowEmpty bool) bool {
-		v, n, ok := o.str(field)
-		switch {
-		case !ok:
-			return n == nil // absent: the default stands
-		case v == "" && allowEmpty:
-			*dst = ""
-			return true
-		}
-		if msg := checkListen(v); msg != "" {
-			l.errf(n, field, "%s", msg)
-			return false
-		}
-		*dst = v
+// policy reads the top-level mapping, one section after another. The
+// order is the order problems on one line (a JSON file's only line) are
+// reported in, and some sections read what earlier ones set.
+func (l *loader) policy(root *yaml.Node) *Policy {
+	o := l.object(root, "", topFields)
+	if o == nil {
+		return nil
+	}
+	p := newPolicy(l.file)
+	s := &p.Settings
+	addrs := map[string]string{} // each listener's address by field, for checkDistinct
+	l.listen(o, s, addrs)
+	l.store(o, s)
+	l.adminTokenEnv(o, s)
+	l.trustedProxies(o, s)
+	l.proxy(o, s, addrs)
+	l.apiListen(o, s, addrs)
+	if n, ok := o.vals["server"]; ok {
+		l.serverLimits(n, &s.Server)
+	}
+	l.checkDistinct(o, addrs)
+	l.headers(o, s)
+	l.denyStatus(o, s)
+	l.auditLog(o, s)
+	l.ipv6Prefix(o, s)
+	l.defaultMissingKey(o, s)
+	if n, ok := o.vals["grpc_tls"]; ok {
+		s.GRPCTLS = l.grpcTLS(n, "grpc_tls")
+	}
+	if v, _, ok := o.boolean("allow_negative_hits"); ok {
+		s.AllowNegativeHits = v
+	}
+	l.rules(o, p)
+	l.indexLimits(p)
+	if n, ok := o.vals["forward_auth"]; ok {
+		l.forwardAuth(n, s)
+	}
+	l.forwardAuthWarnings(o, s)
+	s.RulesTable = l.rulesTable(o, len(s.TrustedProxies) > 0)
+	if n, ok := o.vals["jwt"]; ok {
+		p.jwt = l.jwt(n, "jwt")
+	} else {
+		l.needJWT()
+	}
+	return p
+}
+
+// listenAt reads a listener's address field into dst and reports whether
+// it names an address to serve on (or, with allowEmpty, "" for none).
+func (l *loader) listenAt(o *obj, field string, dst *string, allowEmpty bool) bool {
+	v, n, ok := o.str(field)
+	switch {
+	case !ok:
+		return n == nil // absent: the default stands
+	case v == "" && allowEmpty:
+		*dst = ""
 		return true
 	}
-	if listenAt("listen", &s.Listen, false) {
+	if msg := checkListen(v); msg != "" {
+		l.errf(n, field, "%s", msg)
+		return false
+	}
+	*dst = v
+	return true
+}
+
+// listen reads listen and grpc_listen, whose default follows listen.
+func (l *loader) listen(o *obj, s *Settings, addrs map[string]string) {
+	if l.listenAt(o, "listen", &s.Listen, false) {
 		addrs["listen"] = s.Listen
 	}
 	s.GRPCListen, s.GRPCListenDerived = DefaultGRPCListen(s.Listen), !o.has("grpc_listen")
-	if listenAt("grpc_listen", &s.GRPCListen, true) && s.GRPCListen != "" {
+	if l.listenAt(o, "grpc_listen", &s.GRPCListen, true) && s.GRPCListen != "" {
 		addrs["grpc_listen"] = s.GRPCListen
 	}
-	if n, ok := o.vals["store"]; ok {
-		if so := l.object(n, "store", []string{"url"}); so != nil {
-			if v, n, ok := so.str("url"); ok {
-				if msg := checkStoreURL(v); msg != "" {
-					l.errf(n, "store.url", "%s", msg)
-				} else {
-					s.StoreURL = v
-				}
+}
+
+func (l *loader) store(o *obj, s *Settings) {
+	n, ok := o.vals["store"]
+	if !ok {
+		return
+	}
+	if so := l.object(n, "store", []string{"url"}); so != nil {
+		if v, n, ok := so.str("url"); ok {
+			if msg := checkStoreURL(v); msg != "" {
+				l.errf(n, "store.url", "%s", msg)
+			} else {
+				s.StoreURL = v
 			}
 		}
 	}
+}
+
+func (l *loader) adminTokenEnv(o *obj, s *Settings) {
 	if v, n, ok := o.str("admin_token_env"); ok {
 		if !envName.MatchString(v) {
 			l.errf(n, "admin_token_env", "must be the name of an environment variable, such as SLUICE_ADMIN_TOKEN (got %q)", v)
@@ -225,6 +284,9 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 			s.AdminTokenEnv = v
 		}
 	}
+}
+
+func (l *loader) trustedProxies(o *obj, s *Settings) {
 	if vals, nodes, ok := o.strList("trusted_proxies"); ok {
 		for i, v := range vals {
 			pr, msg := parseCIDR(v)
@@ -235,145 +297,74 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 			s.TrustedProxies = append(s.TrustedProxies, pr)
 		}
 	}
-	if n, ok := o.vals["proxy"]; ok {
-		if po := l.object(n, "proxy", []string{"listen", "upstream"}); po != nil {
-			up, upN, upOK := po.str("upstream")
-			ls, lsN, lsOK := po.str("listen")
-			if upOK {
-				if msg := checkUpstream(up); msg != "" {
-					l.errf(upN, "proxy.upstream", "%s", msg)
-				} else {
-					s.ProxyUpstream = up
-				}
-			}
-			if lsOK {
-				if msg := checkListen(ls); msg != "" {
-					l.errf(lsN, "proxy.listen", "%s", msg)
-				} else {
-					s.ProxyListen = ls
-					addrs["proxy.listen"] = ls
-				}
-			}
-			if upOK && !po.has("listen") {
-				l.errf(po.n, "proxy.listen", "is required with proxy.upstream (the address the proxy serves on, such as \":8000\")")
-			}
-			if lsOK && !po.has("upstream") {
-				l.errf(po.n, "proxy.upstream", "is required with proxy.listen (the URL requests are forwarded to)")
-			}
+}
+
+// proxy reads the reverse proxy's section: listen and upstream, both or
+// neither.
+func (l *loader) proxy(o *obj, s *Settings, addrs map[string]string) {
+	n, ok := o.vals["proxy"]
+	if !ok {
+		return
+	}
+	po := l.object(n, "proxy", []string{"listen", "upstream"})
+	if po == nil {
+		return
+	}
+	up, upN, upOK := po.str("upstream")
+	ls, lsN, lsOK := po.str("listen")
+	if upOK {
+		if msg := checkUpstream(up); msg != "" {
+			l.errf(upN, "proxy.upstream", "%s", msg)
+		} else {
+			s.ProxyUpstream = up
 		}
 	}
-	if listenAt("api_listen", &s.APIListen, false) && s.APIListen != "" {
+	if lsOK {
+		if msg := checkListen(ls); msg != "" {
+			l.errf(lsN, "proxy.listen", "%s", msg)
+		} else {
+			s.ProxyListen = ls
+			addrs["proxy.listen"] = ls
+		}
+	}
+	if upOK && !po.has("listen") {
+		l.errf(po.n, "proxy.listen", "is required with proxy.upstream (the address the proxy serves on, such as \":8000\")")
+	}
+	if lsOK && !po.has("upstream") {
+		l.errf(po.n, "proxy.upstream", "is required with proxy.listen (the URL requests are forwarded to)")
+	}
+}
+
+// apiListen reads api_listen and api_token_env, the decision API's own
+// listener and its token.
+func (l *loader) apiListen(o *obj, s *Settings, addrs map[string]string) {
+	if l.listenAt(o, "api_listen", &s.APIListen, false) && s.APIListen != "" {
 		addrs["api_listen"] = s.APIListen
 	}
 	if v, n, ok := o.str("api_token_env"); ok {
 		s.APITokenEnv = l.apiToken(v, n)
 	}
-	if n, ok := o.vals["server"]; ok {
-		l.serverLimits(n, &s.Server)
-	}
-	l.checkDistinct(o, addrs)
-	if vals, nodes, ok := o.strList("headers"); ok {
-		l.headers(o, vals, nodes, s)
-	}
-	if v, n, ok := o.integer("deny_status"); ok {
-		if v < 400 || v > 599 {
-			l.errf(n, "deny_status", "must be a 4xx or 5xx status, such as 429 (or 403 for nginx auth_request), got %d", v)
-		} else {
-			s.DenyStatus = v
-		}
-	}
-	if v, n, ok := o.str("audit_log"); ok {
-		if v == "" {
-			l.errf(n, "audit_log", "must be a file path (leave the field out to write no audit log)")
-		}
-		s.AuditLog = v
-	}
-	if v, n, ok := o.integer("ipv6_prefix"); ok {
-		if v < 1 || v > 128 {
-			l.errf(n, "ipv6_prefix", "must be between 1 and 128 (got %d)", v)
-		} else {
-			s.IPv6Prefix = v
-		}
-	}
-	if v, n, ok := o.str("missing_key"); ok {
-		s.MissingKey, _ = l.missingKey(v, n, "missing_key")
-	}
-	if n, ok := o.vals["grpc_tls"]; ok {
-		s.GRPCTLS = l.grpcTLS(n, "grpc_tls")
-	}
-	if v, _, ok := o.boolean("allow_negative_hits"); ok {
-		s.AllowNegativeHits = v
-	}
-
-	items, rulesN, ok := o.list("rules")
-	switch {
-	case !o.has("rules"):
-		l.errf(root, "rules", "is required: at least one rule")
-	case ok && len(items) == 0:
-		l.errf(rulesN, "rules", "must hold at least one rule")
-	}
-	for i, it := range items {
-		r := l.rule(it, fmt.Sprintf("rules[%d]", i), s.MissingKey)
-		if r == nil {
-			continue
-		}
-		if prev, dup := p.byName[r.Name]; dup {
-			l.errf(it, fmt.Sprintf("rules[%d].name", i), "%q is already the name of the rule at line %d", r.Name, prev.Line)
-			continue
-		}
-		p.byName[r.Name] = r
-		p.Rules = append(p.Rules, r)
-	}
-	l.indexLimits(p)
-	if n, ok := o.vals["forward_auth"]; ok {
-		l.forwardAuth(n, s)
-	}
-	l.forwardAuthWarnings(o, s)
-
-	s.RulesTable = l.rulesTable(o, len(s.TrustedProxies) > 0)
-	if n, ok := o.vals["jwt"]; ok {
-		p.jwt = l.jwt(n, "jwt")
-	} else {
-		l.needJWT()
-	}
-	return p
 }
 
-// noteJWT remembers the first place that reads a JWT claim, for needJWT.
-func (l *loader) noteJWT(src source, n *yaml.Node, path string) {
-	if src.kind == srcJWT && l.usesJWT == nil {
-		l.usesJWT, l.jwtPath = n, path
-	}
-}
+// minAPIToken is the shortest api_token accepted: the token is the only
+// thing between the network and every bucket, and guesses cost nothing.
+const minAPIToken = 16
 
-// needJWT reports a claim read by a file without a jwt section.
-func (l *loader) needJWT() {
-	if l.usesJWT != nil {
-		l.errf(l.usesJWT, l.jwtPath, "reads a JWT claim, but there is no jwt section: configure verification keys (hmac_secret_env, public_keys or jwks_file), or jwt: {verify: false} when a gateway in front has verified the token")
+// apiToken checks api_token_env: the variable must hold a token now, so
+// that a forgotten export stops serve (and check) instead of serving the
+// decision API open or refusing every call.
+func (l *loader) apiToken(name string, n *yaml.Node) string {
+	switch tok := l.getenv(name); {
+	case !envName.MatchString(name):
+		l.errf(n, "api_token_env", "must be the name of an environment variable, such as SLUICE_API_TOKEN (got %q)", name)
+	case tok == "":
+		l.errf(n, "api_token_env", "environment variable %s is not set or empty", name)
+	case len(tok) < minAPIToken:
+		l.errf(n, "api_token_env", "the token in %s is %d bytes; use at least %d (random, such as: openssl rand -hex 32)", name, len(tok), minAPIToken)
+	default:
+		return name
 	}
-}
-
-// indexLimits names every limit ("RULE", "RULE.TIER") and checks that no
-// two share a name: their buckets would be shared.
-func (l *loader) indexLimits(p *Policy) {
-	for _, r := range p.Rules {
-		add := func(lim *sluice.Limit) {
-			if lim == nil {
-				return
-			}
-			if _, dup := p.limits[lim.Name()]; dup {
-				l.errf(&yaml.Node{Line: r.Line}, "rules."+r.Name, "limit name %q is used twice (a rule named like another rule's tier); rename one, as their buckets would be shared", lim.Name())
-				return
-			}
-			p.limits[lim.Name()] = lim
-		}
-		if r.own != nil {
-			add(r.own.limit)
-		}
-		for _, t := range r.Tiers {
-			add(t.Limit)
-		}
-	}
+	return ""
 }
 
 func (l *loader) checkDistinct(o *obj, addrs map[string]string) {
@@ -409,7 +400,11 @@ func (l *loader) checkDistinct(o *obj, addrs map[string]string) {
 	}
 }
 
-func (l *loader) headers(o *obj, vals []string, nodes []*yaml.Node, s *Settings) {
+func (l *loader) headers(o *obj, s *Settings) {
+	vals, nodes, ok := o.strList("headers")
+	if !ok {
+		return
+	}
 	n := o.vals["headers"]
 	if len(vals) == 0 && len(n.Content) == 0 {
 		l.errf(n, "headers", "must name at least one header set (draft, trio, legacy), or none")
@@ -437,25 +432,65 @@ func (l *loader) headers(o *obj, vals []string, nodes []*yaml.Node, s *Settings)
 	s.Headers = out
 }
 
-// minAPIToken is the shortest api_token accepted: the token is the only
-// thing between the network and every bucket, and guesses cost nothing.
-const minAPIToken = 16
-
-// apiToken checks api_token_env: the variable must hold a token now, so
-// that a forgotten export stops serve (and check) instead of serving the
-// decision API open or refusing every call.
-func (l *loader) apiToken(name string, n *yaml.Node) string {
-	switch tok := l.getenv(name); {
-	case !envName.MatchString(name):
-		l.errf(n, "api_token_env", "must be the name of an environment variable, such as SLUICE_API_TOKEN (got %q)", name)
-	case tok == "":
-		l.errf(n, "api_token_env", "environment variable %s is not set or empty", name)
-	case len(tok) < minAPIToken:
-		l.errf(n, "api_token_env", "the token in %s is %d bytes; use at least %d (random, such as: openssl rand -hex 32)", name, len(tok), minAPIToken)
-	default:
-		return name
+func (l *loader) denyStatus(o *obj, s *Settings) {
+	if v, n, ok := o.integer("deny_status"); ok {
+		if v < 400 || v > 599 {
+			l.errf(n, "deny_status", "must be a 4xx or 5xx status, such as 429 (or 403 for nginx auth_request), got %d", v)
+		} else {
+			s.DenyStatus = v
+		}
 	}
-	return ""
+}
+
+func (l *loader) auditLog(o *obj, s *Settings) {
+	if v, n, ok := o.str("audit_log"); ok {
+		if v == "" {
+			l.errf(n, "audit_log", "must be a file path (leave the field out to write no audit log)")
+		}
+		s.AuditLog = v
+	}
+}
+
+func (l *loader) ipv6Prefix(o *obj, s *Settings) {
+	if v, n, ok := o.integer("ipv6_prefix"); ok {
+		if v < 1 || v > 128 {
+			l.errf(n, "ipv6_prefix", "must be between 1 and 128 (got %d)", v)
+		} else {
+			s.IPv6Prefix = v
+		}
+	}
+}
+
+// defaultMissingKey reads the top-level missing_key, every rule's default.
+func (l *loader) defaultMissingKey(o *obj, s *Settings) {
+	if v, n, ok := o.str("missing_key"); ok {
+		s.MissingKey, _ = l.missingKey(v, n, "missing_key")
+	}
+}
+
+func (l *loader) missingKey(v string, n *yaml.Node, path string) (MissingKey, bool) {
+	switch v {
+	case "shared":
+		return MissingShared, true
+	case "skip":
+		return MissingSkip, true
+	}
+	l.errf(n, path, "must be shared or skip (got %q)", v)
+	return MissingShared, false
+}
+
+// noteJWT remembers the first place that reads a JWT claim, for needJWT.
+func (l *loader) noteJWT(src source, n *yaml.Node, path string) {
+	if src.kind == srcJWT && l.usesJWT == nil {
+		l.usesJWT, l.jwtPath = n, path
+	}
+}
+
+// needJWT reports a claim read by a file without a jwt section.
+func (l *loader) needJWT() {
+	if l.usesJWT != nil {
+		l.errf(l.usesJWT, l.jwtPath, "reads a JWT claim, but there is no jwt section: configure verification keys (hmac_secret_env, public_keys or jwks_file), or jwt: {verify: false} when a gateway in front has verified the token")
+	}
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -508,15 +543,4 @@ func parseCIDR(v string) (netip.Prefix, string) {
 	}
 	a = a.Unmap().WithZone("")
 	return netip.PrefixFrom(a, a.BitLen()), ""
-}
-
-func (l *loader) missingKey(v string, n *yaml.Node, path string) (MissingKey, bool) {
-	switch v {
-	case "shared":
-		return MissingShared, true
-	case "skip":
-		return MissingSkip, true
-	}
-	l.errf(n, path, "must be shared or skip (got %q)", v)
-	return MissingShared, false
 }

@@ -14,6 +14,52 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
+// rules reads the rules list into p: at least one rule, each named once.
+func (l *loader) rules(o *obj, p *Policy) {
+	items, rulesN, ok := o.list("rules")
+	switch {
+	case !o.has("rules"):
+		l.errf(o.n, "rules", "is required: at least one rule")
+	case ok && len(items) == 0:
+		l.errf(rulesN, "rules", "must hold at least one rule")
+	}
+	for i, it := range items {
+		r := l.rule(it, fmt.Sprintf("rules[%d]", i), p.Settings.MissingKey)
+		if r == nil {
+			continue
+		}
+		if prev, dup := p.byName[r.Name]; dup {
+			l.errf(it, fmt.Sprintf("rules[%d].name", i), "%q is already the name of the rule at line %d", r.Name, prev.Line)
+			continue
+		}
+		p.byName[r.Name] = r
+		p.Rules = append(p.Rules, r)
+	}
+}
+
+// indexLimits names every limit ("RULE", "RULE.TIER") and checks that no
+// two share a name: their buckets would be shared.
+func (l *loader) indexLimits(p *Policy) {
+	for _, r := range p.Rules {
+		add := func(lim *sluice.Limit) {
+			if lim == nil {
+				return
+			}
+			if _, dup := p.limits[lim.Name()]; dup {
+				l.errf(&yaml.Node{Line: r.Line}, "rules."+r.Name, "limit name %q is used twice (a rule named like another rule's tier); rename one, as their buckets would be shared", lim.Name())
+				return
+			}
+			p.limits[lim.Name()] = lim
+		}
+		if r.own != nil {
+			add(r.own.limit)
+		}
+		for _, t := range r.Tiers {
+			add(t.Limit)
+		}
+	}
+}
+
 var ruleFields = []string{"name", "limit_keys", "match", "tiers", "algorithm", "algorithm_config", "mode", "on_store_error", "missing_key"}
 
 func (l *loader) rule(n *yaml.Node, path string, missing MissingKey) *Rule {

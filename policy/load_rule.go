@@ -319,104 +319,16 @@ func algFields(a sluice.Algorithm) []string {
 // algConfig validates an algorithm_config for alg and compiles it into a
 // limit called name.
 func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name string) *variant {
-	allowed := algFields(alg)
 	o := l.object(n, path, allAlgFields)
 	if o == nil {
 		return nil
 	}
 	errsBefore := len(l.errs)
-	for i := 0; i+1 < len(o.n.Content); i += 2 {
-		k := deref(o.n.Content[i])
-		if _, ok := o.vals[k.Value]; ok && !contains(allowed, k.Value) {
-			l.errf(k, join(path, k.Value), "does not apply to %s (it takes %s)", alg, strings.Join(allowed, ", "))
-			delete(o.vals, k.Value)
-		}
-	}
+	l.dropInapplicable(o, alg)
 	spec := sluice.Spec{Name: name, Algorithm: alg}
-	positive := func(field string) (float64, *yaml.Node, bool) {
-		v, vn, ok := o.num(field)
-		if ok && v <= 0 {
-			l.errf(vn, join(path, field), "must be > 0 (got %v)", v)
-			return 0, vn, false
-		}
-		return v, vn, ok
-	}
-	tps, _, tpsOK := positive("tokens_per_second")
-	rps, rpsN, rpsOK := positive("rps")
-	if o.has("tokens_per_second") && o.has("rps") {
-		l.errf(rpsN, join(path, "rps"), "is an alias of tokens_per_second: give one of them")
-	} else if rpsOK {
-		tps, tpsOK = rps, true
-	}
-	perSecond := o.has("tokens_per_second") || o.has("rps")
-	tpsName := "tokens_per_second"
-	if o.has("rps") {
-		tpsName = "rps"
-	}
-	rate, rateN, rateOK := positive("rate")
-	period, periodN, periodOK := o.duration("period")
-	if periodOK && period <= 0 {
-		l.errf(periodN, join(path, "period"), "must be > 0 (got %q)", periodN.Value)
-		periodOK = false
-	}
-	burst, burstN, burstOK := positive("burst")
-	capacity, capN, capOK := positive("capacity")
-	switch {
-	case perSecond && o.has("rate"):
-		l.errf(rateN, join(path, "rate"), "give either %s or rate (with period), not both", tpsName)
-	case perSecond && o.has("period"):
-		l.errf(periodN, join(path, "period"), "%s is per second; use rate with period for another period", tpsName)
-	case perSecond && o.has("capacity"):
-		l.errf(capN, join(path, "capacity"), "goes with rate and period; with %s, the bucket size is burst", tpsName)
-	case o.has("rate") && o.has("burst"):
-		l.errf(burstN, join(path, "burst"), "goes with tokens_per_second (rps); with rate and period, the bucket size is capacity")
-	case !perSecond && !o.has("rate"):
-		switch alg {
-		case sluice.TokenBucket, sluice.LeakyBucket:
-			l.errf(o.n, path, "needs a rate: tokens_per_second (or its alias rps), or rate with period")
-		default:
-			l.errf(o.n, path, "needs rate and period")
-		}
-	case o.has("rate") && !o.has("period") && (alg == sluice.FixedWindow || alg == sluice.SlidingLog):
-		l.errf(o.n, join(path, "period"), "is required with rate for %s (such as \"1m\")", alg)
-	case perSecond && alg == sluice.TokenBucket && !o.has("burst"):
-		l.errf(o.n, join(path, "burst"), "is required with %s (the bucket size, >= %s)", tpsName, tpsName)
-	case tpsOK && burstOK && burst < tps:
-		l.errf(burstN, join(path, "burst"), "must be >= %s (%v)", tpsName, tps)
-	}
-	if tpsOK {
-		spec.TokensPerSecond = tps
-	}
-	if rateOK {
-		spec.Rate = rate
-	}
-	if periodOK {
-		spec.Period = period
-	}
-	if burstOK {
-		spec.Burst = burst
-	}
-	if capOK {
-		spec.Capacity = capacity
-	}
+	l.rate(o, alg).apply(&spec)
 	v := &variant{cost: costSpec{fixed: 1, def: 1, min: 1}}
-	if b, _, ok := o.boolean("reserve"); ok {
-		v.reserve = b
-	}
-	if mr, _, ok := positive("max_reserved"); ok {
-		spec.MaxReserved = mr
-	}
-	if d, dn, ok := o.duration("max_delay"); ok {
-		if d <= 0 {
-			l.errf(dn, join(path, "max_delay"), "must be > 0")
-		}
-		spec.MaxDelay = d
-	}
-	if sn, ok := o.vals["start"]; ok {
-		if st, ok := l.start(sn, join(path, "start")); ok {
-			spec.Start = &st
-		}
-	}
+	l.algOptions(o, &spec, v)
 	costN := l.cost(o, path, &v.cost)
 	if len(l.errs) > errsBefore {
 		return nil
@@ -431,6 +343,137 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 		return nil
 	}
 	v.limit = lim
+	if !l.usableCosts(o, v, costN) {
+		return nil
+	}
+	return v
+}
+
+// dropInapplicable reports, and forgets, the fields of an algorithm_config
+// that another algorithm takes but alg does not.
+func (l *loader) dropInapplicable(o *obj, alg sluice.Algorithm) {
+	allowed := algFields(alg)
+	for i := 0; i+1 < len(o.n.Content); i += 2 {
+		k := deref(o.n.Content[i])
+		if _, ok := o.vals[k.Value]; ok && !contains(allowed, k.Value) {
+			l.errf(k, join(o.path, k.Value), "does not apply to %s (it takes %s)", alg, strings.Join(allowed, ", "))
+			delete(o.vals, k.Value)
+		}
+	}
+}
+
+// rateFields are an algorithm_config's rate and size, each with whether
+// it was given and valid.
+type rateFields struct {
+	tps, rate, burst, capacity              float64
+	period                                  time.Duration
+	tpsOK, rateOK, periodOK, burstOK, capOK bool
+}
+
+// rate reads the rate and size fields of an algorithm_config for alg:
+// tokens_per_second (or rps) with burst, or rate, period and capacity.
+func (l *loader) rate(o *obj, alg sluice.Algorithm) rateFields {
+	var r rateFields
+	r.tps, _, r.tpsOK = o.positive("tokens_per_second")
+	rps, rpsN, rpsOK := o.positive("rps")
+	if o.has("tokens_per_second") && o.has("rps") {
+		l.errf(rpsN, join(o.path, "rps"), "is an alias of tokens_per_second: give one of them")
+	} else if rpsOK {
+		r.tps, r.tpsOK = rps, true
+	}
+	r.rate, _, r.rateOK = o.positive("rate")
+	var periodN *yaml.Node
+	r.period, periodN, r.periodOK = o.duration("period")
+	if r.periodOK && r.period <= 0 {
+		l.errf(periodN, join(o.path, "period"), "must be > 0 (got %q)", periodN.Value)
+		r.periodOK = false
+	}
+	r.burst, _, r.burstOK = o.positive("burst")
+	r.capacity, _, r.capOK = o.positive("capacity")
+	l.checkRate(o, alg, r)
+	return r
+}
+
+// checkRate reports the first problem with how the rate and size fields
+// combine: both forms of the rate, one form's size with the other, a
+// rate or size missing, a burst below the rate.
+func (l *loader) checkRate(o *obj, alg sluice.Algorithm, r rateFields) {
+	path := o.path
+	perSecond := o.has("tokens_per_second") || o.has("rps")
+	tpsName := "tokens_per_second"
+	if o.has("rps") {
+		tpsName = "rps"
+	}
+	switch {
+	case perSecond && o.has("rate"):
+		l.errf(o.vals["rate"], join(path, "rate"), "give either %s or rate (with period), not both", tpsName)
+	case perSecond && o.has("period"):
+		l.errf(o.vals["period"], join(path, "period"), "%s is per second; use rate with period for another period", tpsName)
+	case perSecond && o.has("capacity"):
+		l.errf(o.vals["capacity"], join(path, "capacity"), "goes with rate and period; with %s, the bucket size is burst", tpsName)
+	case o.has("rate") && o.has("burst"):
+		l.errf(o.vals["burst"], join(path, "burst"), "goes with tokens_per_second (rps); with rate and period, the bucket size is capacity")
+	case !perSecond && !o.has("rate"):
+		switch alg {
+		case sluice.TokenBucket, sluice.LeakyBucket:
+			l.errf(o.n, path, "needs a rate: tokens_per_second (or its alias rps), or rate with period")
+		default:
+			l.errf(o.n, path, "needs rate and period")
+		}
+	case o.has("rate") && !o.has("period") && (alg == sluice.FixedWindow || alg == sluice.SlidingLog):
+		l.errf(o.n, join(path, "period"), "is required with rate for %s (such as \"1m\")", alg)
+	case perSecond && alg == sluice.TokenBucket && !o.has("burst"):
+		l.errf(o.n, join(path, "burst"), "is required with %s (the bucket size, >= %s)", tpsName, tpsName)
+	case r.tpsOK && r.burstOK && r.burst < r.tps:
+		l.errf(o.vals["burst"], join(path, "burst"), "must be >= %s (%v)", tpsName, r.tps)
+	}
+}
+
+// apply sets in spec the fields that were given and valid.
+func (r rateFields) apply(spec *sluice.Spec) {
+	if r.tpsOK {
+		spec.TokensPerSecond = r.tps
+	}
+	if r.rateOK {
+		spec.Rate = r.rate
+	}
+	if r.periodOK {
+		spec.Period = r.period
+	}
+	if r.burstOK {
+		spec.Burst = r.burst
+	}
+	if r.capOK {
+		spec.Capacity = r.capacity
+	}
+}
+
+// algOptions reads reserve, max_reserved, max_delay and start.
+func (l *loader) algOptions(o *obj, spec *sluice.Spec, v *variant) {
+	if b, _, ok := o.boolean("reserve"); ok {
+		v.reserve = b
+	}
+	if mr, _, ok := o.positive("max_reserved"); ok {
+		spec.MaxReserved = mr
+	}
+	if d, dn, ok := o.duration("max_delay"); ok {
+		if d <= 0 {
+			l.errf(dn, join(o.path, "max_delay"), "must be > 0")
+		}
+		spec.MaxDelay = d
+	}
+	if sn, ok := o.vals["start"]; ok {
+		if st, ok := l.start(sn, join(o.path, "start")); ok {
+			spec.Start = &st
+		}
+	}
+}
+
+// usableCosts checks the costs against the compiled limit v.limit: each
+// must be one the limit can charge, and the default must not undercut
+// the least a client may declare. costN holds the cost fields' nodes.
+func (l *loader) usableCosts(o *obj, v *variant, costN map[string]*yaml.Node) bool {
+	path, lim := o.path, v.limit
 	checks := []struct {
 		field string
 		cost  float64
@@ -452,7 +495,7 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 			} else {
 				l.errf(at, join(path, c.field), "%v is not a usable cost (at least 0.000001)", c.cost)
 			}
-			return nil
+			return false
 		}
 	}
 	if v.cost.src != nil && v.cost.def < v.cost.min {
@@ -463,9 +506,9 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 			field, at = "min_cost", costN["min_cost"]
 		}
 		l.errf(at, join(path, field), "default_cost (%v) is below min_cost (%v): a request without a usable cost would pay less than the least a declared one pays; raise default_cost or lower min_cost", v.cost.def, v.cost.min)
-		return nil
+		return false
 	}
-	return v
+	return true
 }
 
 // cost reads cost_source, fixed_cost, default_cost and min_cost into c

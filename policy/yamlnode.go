@@ -130,6 +130,16 @@ func (o *obj) num(name string) (float64, *yaml.Node, bool) {
 	return f, n, ok
 }
 
+// positive reads a number that must be > 0.
+func (o *obj) positive(name string) (float64, *yaml.Node, bool) {
+	v, vn, ok := o.num(name)
+	if ok && v <= 0 {
+		o.l.errf(vn, join(o.path, name), "must be > 0 (got %v)", v)
+		return 0, vn, false
+	}
+	return v, vn, ok
+}
+
 func (l *loader) number(n *yaml.Node, path string) (float64, bool) {
 	if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
 		l.errf(n, path, "must be a number (got %s)", kindName(n))

@@ -62,6 +62,7 @@ func (l *loader) indexLimits(p *Policy) {
 
 var ruleFields = []string{"name", "limit_keys", "match", "tiers", "algorithm", "algorithm_config", "mode", "on_store_error", "missing_key"}
 
+// rule reads one rule; nil when it has no usable name or algorithm.
 func (l *loader) rule(n *yaml.Node, path string, missing MissingKey) *Rule {
 	o := l.object(n, path, ruleFields)
 	if o == nil {
@@ -87,6 +88,22 @@ func (l *loader) rule(n *yaml.Node, path string, missing MissingKey) *Rule {
 		alg = a
 	}
 	r.Algorithm = alg
+	l.behaviour(o, r)
+	l.limitKeys(o, r)
+	if mn, ok := o.vals["match"]; ok {
+		r.match = l.match(mn, join(path, "match"))
+	}
+	l.ruleLimits(o, r)
+	if r.Name == "" {
+		return nil
+	}
+	return r
+}
+
+// behaviour reads mode, on_store_error and missing_key: whether the rule
+// enforces, and what it does when the store fails or a key is missing.
+func (l *loader) behaviour(o *obj, r *Rule) {
+	path := o.path
 	if v, mn, ok := o.str("mode"); ok {
 		switch v {
 		case "enforce":
@@ -110,6 +127,12 @@ func (l *loader) rule(n *yaml.Node, path string, missing MissingKey) *Rule {
 	if v, mn, ok := o.str("missing_key"); ok {
 		r.MissingKey, _ = l.missingKey(v, mn, join(path, "missing_key"))
 	}
+}
+
+// limitKeys reads limit_keys: the request attributes that make up the
+// bucket key, each once.
+func (l *loader) limitKeys(o *obj, r *Rule) {
+	path := o.path
 	if vals, nodes, ok := o.strList("limit_keys"); ok {
 		seen := map[string]bool{}
 		for i, v := range vals {
@@ -129,18 +152,21 @@ func (l *loader) rule(n *yaml.Node, path string, missing MissingKey) *Rule {
 			r.LimitKeys = append(r.LimitKeys, v)
 		}
 	}
-	if mn, ok := o.vals["match"]; ok {
-		r.match = l.match(mn, join(path, "match"))
-	}
+}
+
+// ruleLimits compiles the rule's own algorithm_config and its tiers; the
+// rule's Limit is its own, else its last tier's.
+func (l *loader) ruleLimits(o *obj, r *Rule) {
+	path := o.path
 	limName := r.Name
 	if limName == "" {
 		limName = "rule"
 	}
 	if cn, ok := o.vals["algorithm_config"]; ok {
-		r.own = l.algConfig(cn, join(path, "algorithm_config"), alg, limName)
+		r.own = l.algConfig(cn, join(path, "algorithm_config"), r.Algorithm, limName)
 	}
 	if tn, ok := o.vals["tiers"]; ok {
-		r.Tiers = l.tiers(o, tn, join(path, "tiers"), alg, limName, r.own != nil)
+		r.Tiers = l.tiers(o, tn, join(path, "tiers"), r.Algorithm, limName, r.own != nil)
 	}
 	switch {
 	case !o.has("algorithm_config") && !o.has("tiers"):
@@ -150,10 +176,6 @@ func (l *loader) rule(n *yaml.Node, path string, missing MissingKey) *Rule {
 	case len(r.Tiers) > 0:
 		r.Limit = r.Tiers[len(r.Tiers)-1].Limit
 	}
-	if r.Name == "" {
-		return nil
-	}
-	return r
 }
 
 func (l *loader) tiers(ro *obj, n *yaml.Node, path string, alg sluice.Algorithm, rule string, hasOwn bool) []*Tier {

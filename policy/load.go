@@ -230,8 +230,9 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	return p
 }
 
-// listenAt reads a listener's address field into dst and reports whether
-// it names an address to serve on (or, with allowEmpty, "" for none).
+// listenAt reads a listener's address field into dst. It reports whether
+// dst then holds a good address: the one given, the default when the
+// field is absent, or "" (serve none) where allowEmpty.
 func (l *loader) listenAt(o *obj, field string, dst *string, allowEmpty bool) bool {
 	v, n, ok := o.str(field)
 	switch {
@@ -367,6 +368,7 @@ func (l *loader) apiToken(name string, n *yaml.Node) string {
 	return ""
 }
 
+// checkDistinct reports two listeners given one address.
 func (l *loader) checkDistinct(o *obj, addrs map[string]string) {
 	seen := map[string]string{}
 	for _, f := range []string{"listen", "grpc_listen", "proxy.listen", "api_listen"} {

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // FromForwardAuth describes the request a forward-auth call asks about.
@@ -119,4 +121,117 @@ func validMethod(m string) bool {
 		}
 	}
 	return true
+}
+
+var (
+	forwardAuthFields  = []string{"proxy", "method_header", "uri_header", "host_header", "client_header"}
+	forwardAuthHeaders = forwardAuthFields[1:]
+)
+
+// forwardAuth reads forward_auth: the front proxy, and for custom the
+// header of each attribute.
+func (l *loader) forwardAuth(n *yaml.Node, s *Settings) {
+	o := l.object(n, "forward_auth", forwardAuthFields)
+	if o == nil {
+		return
+	}
+	name, nameN, ok := o.str("proxy")
+	if !o.has("proxy") {
+		l.errf(o.n, "forward_auth.proxy", "is required: the front proxy that calls /v1/auth (%s)", orList(ForwardAuthProxies))
+		return
+	}
+	if !ok {
+		return
+	}
+	if !contains(ForwardAuthProxies, name) {
+		msg := fmt.Sprintf("unknown proxy %q", name)
+		if sg := suggest(name, ForwardAuthProxies); sg != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", sg)
+		} else {
+			msg += " (want " + orList(ForwardAuthProxies) + ")"
+		}
+		l.errf(nameN, "forward_auth.proxy", "%s", msg)
+		return
+	}
+	if name != "custom" {
+		fa := forwardAuthProxies[name]
+		for _, f := range forwardAuthHeaders {
+			if hn, ok := o.vals[f]; ok {
+				l.errf(hn, "forward_auth."+f, "applies only with proxy: custom (%s)", fa.describe())
+			}
+		}
+		s.ForwardAuth = fa
+		return
+	}
+	fa := ForwardAuth{Proxy: "custom"}
+	dst := map[string]*string{"method_header": &fa.MethodHeader, "uri_header": &fa.URIHeader, "host_header": &fa.HostHeader, "client_header": &fa.ClientHeader}
+	seen := map[string]string{}
+	good := true
+	for _, f := range forwardAuthHeaders {
+		p := "forward_auth." + f
+		v, vn, ok := o.str(f)
+		switch {
+		case !o.has(f):
+			l.errf(o.n, p, "is required with proxy: custom (the header the proxy sets itself)")
+			good = false
+			continue
+		case !ok:
+			good = false
+			continue
+		}
+		if msg := checkForwardHeader(f, v); msg != "" {
+			l.errf(vn, p, "%s", msg)
+			good = false
+			continue
+		}
+		c := http.CanonicalHeaderKey(v)
+		if other, dup := seen[c]; dup {
+			l.errf(vn, p, "%q is also %s", v, other)
+			good = false
+			continue
+		}
+		seen[c] = f
+		*dst[f] = c
+	}
+	if good {
+		s.ForwardAuth = fa
+	}
+}
+
+// checkForwardHeader checks a custom forward-auth header name.
+func checkForwardHeader(field, v string) string {
+	if v == "" || strings.Trim(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+-.^_`|~") != "" {
+		return fmt.Sprintf("must be a header name such as \"X-Original-URI\" (got %q)", v)
+	}
+	switch http.CanonicalHeaderKey(v) {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return fmt.Sprintf("%q is a hop-by-hop header, which no proxy passes on", v)
+	case "Host":
+		if field != "host_header" {
+			return fmt.Sprintf("%q holds the host, not the %s", v, strings.TrimSuffix(field, "_header"))
+		}
+	}
+	return ""
+}
+
+// describe lists the headers a forward-auth proxy's attributes come from.
+func (fa ForwardAuth) describe() string {
+	if fa.Proxy == "envoy" {
+		return "envoy: the call's own method, path after /v1/auth and Host; the client from " + fa.ClientHeader
+	}
+	return fmt.Sprintf("%s reads %s, %s, %s and %s", fa.Proxy, fa.MethodHeader, fa.URIHeader, fa.HostHeader, fa.ClientHeader)
+}
+
+// forwardAuthWarnings warns about a forward_auth that cannot take effect,
+// and about trusted proxies whose forward-auth calls will be judged as
+// the proxy's own requests.
+func (l *loader) forwardAuthWarnings(o *obj, s *Settings) {
+	fn, hasFA := o.vals["forward_auth"]
+	tn, hasTP := o.vals["trusted_proxies"]
+	switch {
+	case hasFA && len(s.TrustedProxies) == 0:
+		l.warnf(fn, "forward_auth", "trusted_proxies is empty, so no caller's headers are believed and /v1/auth judges every call as itself; list the front proxy's address in trusted_proxies")
+	case hasTP && !hasFA && !o.has("proxy") && len(s.TrustedProxies) > 0:
+		l.warnf(tn, "trusted_proxies", "forward_auth is not set, so /v1/auth believes none of a proxy's headers and counts every call it makes as the proxy's own request; name the front proxy with forward_auth: {proxy: nginx | traefik | caddy | envoy | custom}")
+	}
 }

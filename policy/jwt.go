@@ -139,6 +139,32 @@ func (l *loader) jwt(n *yaml.Node, path string) *verifier {
 	if b, _, ok := o.boolean("verify"); ok {
 		v.verify = b
 	}
+	opts := l.jwtClaimChecks(o)
+	hasKeys := o.has("hmac_secret_env") || o.has("public_keys") || o.has("jwks_file")
+	if !v.verify {
+		if hasKeys {
+			l.errf(o.vals["verify"], join(path, "verify"), "is false, so the keys given are never used; remove them, or verify")
+		}
+		opts = append(opts, jwt.WithJSONNumber())
+		v.parser = jwt.NewParser(opts...)
+		v.check = jwt.NewValidator(opts...)
+		return v
+	}
+	if !hasKeys {
+		l.errf(o.n, path, "needs a verification key: hmac_secret_env, public_keys or jwks_file (or verify: false when a gateway in front verifies tokens)")
+		return nil
+	}
+	l.jwtKeys(o, v)
+	v.setMethods()
+	opts = append(opts, jwt.WithValidMethods(v.methods), jwt.WithJSONNumber())
+	v.parser = jwt.NewParser(opts...)
+	return v
+}
+
+// jwtClaimChecks reads require_exp, leeway, issuer and audience: the
+// checks of a token's claims, made with or without verify.
+func (l *loader) jwtClaimChecks(o *obj) []jwt.ParserOption {
+	path := o.path
 	var opts []jwt.ParserOption
 	// A token without exp would be good forever: one leaked token, or one
 	// minted for a trial, would carry its plan for good. Such a token has
@@ -161,20 +187,13 @@ func (l *loader) jwt(n *yaml.Node, path string) *verifier {
 			opts = append(opts, jwt.WithAudience(auds...))
 		}
 	}
-	hasKeys := o.has("hmac_secret_env") || o.has("public_keys") || o.has("jwks_file")
-	if !v.verify {
-		if hasKeys {
-			l.errf(o.vals["verify"], join(path, "verify"), "is false, so the keys given are never used; remove them, or verify")
-		}
-		opts = append(opts, jwt.WithJSONNumber())
-		v.parser = jwt.NewParser(opts...)
-		v.check = jwt.NewValidator(opts...)
-		return v
-	}
-	if !hasKeys {
-		l.errf(o.n, path, "needs a verification key: hmac_secret_env, public_keys or jwks_file (or verify: false when a gateway in front verifies tokens)")
-		return nil
-	}
+	return opts
+}
+
+// jwtKeys loads the verification keys: hmac_secret_env, public_keys and
+// jwks_file.
+func (l *loader) jwtKeys(o *obj, v *verifier) {
+	path := o.path
 	if name, nn, ok := o.str("hmac_secret_env"); ok {
 		p := join(path, "hmac_secret_env")
 		switch secret := l.getenv(name); {
@@ -196,6 +215,11 @@ func (l *loader) jwt(n *yaml.Node, path string) *verifier {
 	if f, fn, ok := o.str("jwks_file"); ok {
 		l.jwks(v, f, fn, join(path, "jwks_file"))
 	}
+}
+
+// setMethods lists the signing algorithms of the keys loaded: a token
+// signed with any other is refused before a key is looked at.
+func (v *verifier) setMethods() {
 	if len(v.hmac) > 0 {
 		v.methods = append(v.methods, "HS256", "HS384", "HS512")
 	}
@@ -210,9 +234,6 @@ func (l *loader) jwt(n *yaml.Node, path string) *verifier {
 			}
 		}
 	}
-	opts = append(opts, jwt.WithValidMethods(v.methods), jwt.WithJSONNumber())
-	v.parser = jwt.NewParser(opts...)
-	return v
 }
 
 func (l *loader) resolve(file string) string {

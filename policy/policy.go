@@ -12,6 +12,16 @@
 // names a rule and brings its own key, builds the Match itself from
 // Rule.Limit (or Policy.Limit for a tier), so shadow mode and
 // on_store_error behave the same on both shapes.
+//
+// Where things are: policy.go holds the compiled types; load.go Load,
+// Parse and the top-level schema (each field, its default, one function
+// per section); load_rule.go the rules with their tiers, match,
+// algorithm_config and costs; the other sections are read in the file
+// named after them (jwt.go, forwardauth.go, grpctls.go, serverlimits.go,
+// rulestable.go); yamlnode.go is the schema-free plumbing (typed field
+// readers, "did you mean", FILE:LINE errors). request.go and query.go
+// read a request's key parts, match.go its conditions and costs, and
+// enforce.go decides.
 package policy
 
 import (

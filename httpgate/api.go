@@ -241,8 +241,8 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 		}
 	}
 	req := sluice.Request{Limit: lim, Key: it.Key, Cost: cost, Reserve: it.Reserve}
-	if _, err := req.Charge(); err != nil {
-		if errors.Is(err, sluice.ErrCostExceedsLimit) {
+	if _, err := req.Charge(sluice.OpTake); err != nil {
+		if errors.Is(err, sluice.ErrCostExceedsLimit) && !errors.Is(err, sluice.ErrInvalidCost) {
 			return policy.Match{}, &inputError{http.StatusUnprocessableEntity, fmt.Sprintf("cost %v exceeds the burst of %q (%v) and can never succeed", cost, lim.Name(), lim.Capacity())}
 		}
 		return policy.Match{}, &inputError{http.StatusBadRequest, err.Error()}

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -75,7 +74,7 @@ type Server struct {
 	source  func() *policy.Policy
 	limits  sync.Map // *sluice.Limit -> *rlspb.RateLimitResponse_RateLimit
 	// storeLog keeps an outage from writing a line per call.
-	storeLog httpgate.StoreErrorLog
+	storeLog policy.StoreErrorLog
 }
 
 // engine is one loaded policy and how descriptors find its rules.
@@ -323,8 +322,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	if len(enf) > 0 {
 		merged.Overall = sluice.Combine(enf)
 		merged.Overall.Allowed = allowed
-		var fs [12]httpgate.Field
-		resp.ResponseHeadersToAdd = headerValues(httpgate.AppendRateLimitFields(fs[:0], &merged, identityOf(req), req.Domain, e.headers))
+		var fs [policy.MaxFields]policy.Field
+		resp.ResponseHeadersToAdd = headerValues(policy.AppendFields(fs[:0], &merged, identityOf(req), req.Domain, e.headers))
 	}
 	return resp, nil
 }

@@ -196,8 +196,8 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	entries := make([]DecisionResponse, len(v.Results))
 	for i := range v.Results {
 		rr := &v.Results[i]
-		e := DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: ResultReason(rr), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
-		fill(&e, Effective(rr), Violated(rr))
+		e := DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: rr.Reason(), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
+		fill(&e, rr.Effective(rr.Decision.Allowed), rr.Refused())
 		entries[i] = e
 	}
 	var out DecisionResponse
@@ -206,7 +206,7 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		out = entries[0]
 		out.Key = ""
 	} else {
-		out = DecisionResponse{Allowed: v.Allowed, Reason: VerdictReason(&v), Takes: entries}
+		out = DecisionResponse{Allowed: v.Allowed, Reason: v.Reason(), Takes: entries}
 		fill(&out, v.Overall, !v.Allowed)
 	}
 	w.Header().Set("Cache-Control", "no-store")

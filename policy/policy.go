@@ -35,6 +35,12 @@ type Policy struct {
 	// read from a header any client can send), each as "FILE:LINE: path:
 	// message". sluice check prints them; serve logs them.
 	Warnings []string
+	// Envoy, when set, finds the limits of the Envoy rate limit service's
+	// descriptors in place of Rules: envoyrls.ParseReferenceConfig sets it
+	// to the lookup of a file in envoyproxy/ratelimit's format (an
+	// envoyrls.Matcher), and the Envoy service uses it whenever this
+	// policy is the one in force. The policy package never reads it.
+	Envoy any
 
 	jwt    *verifier
 	byName map[string]*Rule

@@ -215,13 +215,22 @@ func AppendFields(dst []Field, v *Verdict, identity, path string, sets []string)
 			continue
 		}
 		enforced++
-		if draft {
-			if len(pol) > 0 {
-				pol = append(pol, headerListDelim...)
-				state = append(state, headerListDelim...)
-			}
-			pol, state = appendDraftItem(pol, state, r)
+		if !draft {
+			continue
 		}
+		// Appended here, not in a helper: growing pol and state where they
+		// are declared keeps them off the heap.
+		d, refused := r.Effective(r.Decision.Allowed), r.Refused()
+		if len(pol) > 0 {
+			pol = append(pol, headerListDelim...)
+			state = append(state, headerListDelim...)
+		}
+		pol = appendSFString(pol, lim.Name())
+		pol = strconv.AppendInt(append(pol, ";q="...), d.Limit, 10)
+		pol = strconv.AppendInt(append(pol, ";w="...), windowSeconds(lim), 10)
+		state = appendSFString(state, lim.Name())
+		state = strconv.AppendInt(append(state, ";r="...), remaining(d, refused), 10)
+		state = strconv.AppendInt(append(state, ";t="...), resetSeconds(d, refused), 10)
 	}
 	if len(pol) > 0 {
 		dst = append(dst, Field{hPolicy, string(pol)}, Field{hRateLimit, string(state)})
@@ -268,21 +277,6 @@ func pickSets(sets []string) (draft, trio, legacy bool) {
 		}
 	}
 	return draft, trio, legacy
-}
-
-// appendDraftItem appends r's item to the RateLimit-Policy and RateLimit
-// lists.
-func appendDraftItem(pol, state []byte, r *Result) ([]byte, []byte) {
-	lim := r.Match.Request.Limit
-	d := r.Effective(r.Decision.Allowed)
-	refused := r.Refused()
-	pol = appendSFString(pol, lim.Name())
-	pol = strconv.AppendInt(append(pol, ";q="...), d.Limit, 10)
-	pol = strconv.AppendInt(append(pol, ";w="...), windowSeconds(lim), 10)
-	state = appendSFString(state, lim.Name())
-	state = strconv.AppendInt(append(state, ";r="...), remaining(d, refused), 10)
-	state = strconv.AppendInt(append(state, ";t="...), resetSeconds(d, refused), 10)
-	return pol, state
 }
 
 // RetryAfterSeconds is the Retry-After for a wait: ceil(wait) in whole

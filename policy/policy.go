@@ -12,6 +12,12 @@
 // names a rule and brings its own key, builds the Match itself from
 // Rule.Limit (or Policy.Limit for a tier), so shadow mode and
 // on_store_error behave the same on both shapes.
+//
+// What a client is told about a Verdict is decided here too, for every
+// transport alike: AppendFields (the RateLimit fields, Retry-After,
+// X-Sluice-Reason), Result.Reason and Verdict.Reason, Result.Effective
+// and Verdict.Violations. httpgate writes them as http.Header and
+// problem+json, envoyrls as Envoy's response_headers_to_add.
 package policy
 
 import (

@@ -23,8 +23,9 @@ type Matcher interface {
 
 // Found is what applies to one descriptor of a call.
 type Found struct {
-	// Limits are the limits that decide it, each with its rule and key.
-	// The Server sets each one's cost from the descriptor's hits.
+	// Limits are the limits that decide it, each with its rule, limit and
+	// key. The Server sets each one's cost from the descriptor's hits
+	// (and takes no reservation: Envoy has no reserved turns).
 	Limits []policy.Match
 	// Limit, when set, is the current_limit its status reports; when nil,
 	// the status reports the deciding limit, described in the protocol's

@@ -237,17 +237,29 @@ func (l *Limit) TokensPerSecond() float64 {
 	return float64(l.params.WindowRate) / float64(l.params.Period)
 }
 
-// Cost validates a request's cost against l and returns it in
-// micro-tokens. A cost above the capacity is ErrCostExceedsLimit.
-func (l *Limit) Cost(cost float64) (int64, error) {
+// Cost validates a take's cost against l and returns it in micro-tokens:
+// the cost half of Request.Charge's rule for OpTake, where a cost above
+// the capacity is ErrCostExceedsLimit. Zero is no cost here (ErrInvalidCost).
+func (l *Limit) Cost(cost float64) (int64, error) { return l.cost(OpTake, cost) }
+
+// cost is the cost half of Request.Charge's rule (see there).
+func (l *Limit) cost(op Op, cost float64) (int64, error) {
 	c, err := ToMicroTokens(cost)
-	if err != nil {
+	if err == nil && c <= l.params.Capacity {
+		return c, nil
+	}
+	// Above the capacity: a number beyond it, or infinity or an amount too
+	// large to count, which are beyond any capacity. NaN is not above.
+	above := err == nil || cost > l.Capacity()
+	switch {
+	case !above:
 		return 0, fmt.Errorf("limit %q: %w", l.spec.Name, err)
+	case op == OpRefund:
+		return l.params.Capacity, nil
+	case err != nil:
+		return 0, fmt.Errorf("limit %q: cost %v > capacity %v: %w (%w)", l.spec.Name, cost, l.Capacity(), ErrCostExceedsLimit, err)
 	}
-	if c > l.params.Capacity {
-		return 0, fmt.Errorf("limit %q: cost %v > capacity %v: %w", l.spec.Name, cost, l.Capacity(), ErrCostExceedsLimit)
-	}
-	return c, nil
+	return 0, fmt.Errorf("limit %q: cost %v > capacity %v: %w", l.spec.Name, cost, l.Capacity(), ErrCostExceedsLimit)
 }
 
 // rational expresses rate tokens per period microseconds as num/den

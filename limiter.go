@@ -32,9 +32,30 @@ type Charge struct {
 	MaxReserved int64 // micro-tokens
 }
 
-// Charge validates r and converts it to integers. Every store calls it, so
-// every store rejects the same bad input with the same error.
-func (r Request) Charge() (Charge, error) {
+// Charge decides what r asks of its limit under op, in the integer form
+// the algorithms take. It is the one place where a request's cost is
+// judged: every store calls it, so every store refuses the same input
+// with the same error, and policy.Enforce calls it to tell an impossible
+// request from one that is merely short of tokens.
+//
+// The rule:
+//
+//   - A Cost of zero means one token. Fractions count down to one
+//     micro-token (1e-6 of a token).
+//   - A cost that is not a number, is negative, or is below one
+//     micro-token is ErrInvalidCost.
+//   - A take or a peek above the limit's capacity (its burst) is
+//     ErrCostExceedsLimit: no wait would ever admit it. One that is no
+//     finite number of micro-tokens either (infinity, or beyond 2^53
+//     micro-tokens) is ErrInvalidCost as well.
+//   - A refund gives back at most the capacity, the most that one
+//     request can be charged: a larger refund (infinity included) is a
+//     refund of the capacity, which fills a bucket that is not in debt.
+//   - Reserving (Reserve, or a leaky bucket, which always reserves)
+//     needs a token or leaky bucket, else ErrReserveUnsupported. A
+//     MaxReserved of the request's own replaces the limit's and must be a
+//     valid amount small enough to compute with exactly.
+func (r Request) Charge(op Op) (Charge, error) {
 	if r.Limit == nil {
 		return Charge{}, fmt.Errorf("%w: request for key %q has no limit", ErrInvalidLimit, r.Key)
 	}
@@ -47,7 +68,7 @@ func (r Request) Charge() (Charge, error) {
 	if cost == 0 {
 		cost = 1
 	}
-	c, err := r.Limit.Cost(cost)
+	c, err := r.Limit.cost(op, cost)
 	if err != nil {
 		return Charge{}, err
 	}
@@ -69,6 +90,20 @@ func (r Request) Charge() (Charge, error) {
 // Op says whether a store call consumes tokens.
 type Op uint8
 
+// String returns "take", "peek" or "refund": the name of op in metrics
+// and errors.
+func (op Op) String() string {
+	switch op {
+	case OpTake:
+		return "take"
+	case OpPeek:
+		return "peek"
+	case OpRefund:
+		return "refund"
+	}
+	return fmt.Sprintf("op(%d)", uint8(op))
+}
+
 const (
 	// OpTake charges admitted requests.
 	OpTake Op = iota
@@ -76,8 +111,9 @@ const (
 	OpPeek
 	// OpRefund gives Cost tokens back, never above the capacity, for a
 	// request that was charged but not carried out (Envoy's negative
-	// hits). A key with no state is full and stays so. Its Decision is
-	// allowed and describes the bucket after the refund.
+	// hits). A refund larger than the capacity gives back the capacity
+	// (see Request.Charge). A key with no state is full and stays so. Its
+	// Decision is allowed and describes the bucket after the refund.
 	OpRefund
 )
 

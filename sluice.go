@@ -6,7 +6,8 @@
 // The root package holds the domain: a Limit (what is allowed), a Request
 // (who asks, for how much), a Decision (the answer), the Store interface
 // every engine implements, and the pure arithmetic that defines every
-// algorithm. The arithmetic has no clock of its own: the time is passed in,
+// algorithm. Request.Charge is the one rule that judges a request's cost,
+// for every store and every transport. The arithmetic has no clock of its own: the time is passed in,
 // so each engine can use its own clock (Redis's TIME, PostgreSQL's
 // clock_timestamp(), the process's monotonic clock) and tests can use a
 // fake one.

@@ -37,7 +37,7 @@ func (s *mapStore) TakeAll(_ context.Context, op sluice.Op, rs []sluice.Request)
 	out := make([]sluice.Outcome, len(rs))
 	all := true
 	for i, r := range rs {
-		ch, err := r.Charge()
+		ch, err := r.Charge(op)
 		if err != nil {
 			return nil, err
 		}
@@ -138,21 +138,21 @@ func TestWorkedExample(t *testing.T) {
 func TestBadCosts(t *testing.T) {
 	l := sluice.MustLimit(sluice.Spec{Name: "c", TokensPerSecond: 10, Burst: 5})
 	for _, c := range []float64{-1, math.NaN(), math.Inf(1), math.Inf(-1), 1e-9, 1e300, -0.5} {
-		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(); !errors.Is(err, sluice.ErrInvalidCost) {
+		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrInvalidCost) {
 			t.Errorf("cost %v: got %v, want ErrInvalidCost", c, err)
 		}
 	}
-	if _, err := (sluice.Request{Limit: l, Cost: 5.000001}).Charge(); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+	if _, err := (sluice.Request{Limit: l, Cost: 5.000001}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
 		t.Errorf("cost above burst: got %v", err)
 	}
-	if ch, err := (sluice.Request{Limit: l, Cost: 0.5}).Charge(); err != nil || ch.Cost != 500000 {
+	if ch, err := (sluice.Request{Limit: l, Cost: 0.5}).Charge(sluice.OpTake); err != nil || ch.Cost != 500000 {
 		t.Errorf("cost 0.5: %+v %v", ch, err)
 	}
 	fw := sluice.MustLimit(sluice.Spec{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 5})
-	if _, err := (sluice.Request{Limit: fw, Reserve: true}).Charge(); !errors.Is(err, sluice.ErrReserveUnsupported) {
+	if _, err := (sluice.Request{Limit: fw, Reserve: true}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrReserveUnsupported) {
 		t.Errorf("reserve on a fixed window: %v", err)
 	}
-	if _, err := (sluice.Request{Limit: l, Reserve: true, MaxReserved: math.NaN()}).Charge(); err == nil {
+	if _, err := (sluice.Request{Limit: l, Reserve: true, MaxReserved: math.NaN()}).Charge(sluice.OpTake); err == nil {
 		t.Error("NaN max_reserved accepted")
 	}
 	if sluice.IsInputError(errors.New("connection refused")) || !sluice.IsInputError(sluice.ErrCostExceedsLimit) {
@@ -239,5 +239,29 @@ func TestFixedWindowRefillRange(t *testing.T) {
 	_, err := sluice.NewLimit(sluice.Spec{Name: "slow-fw", Algorithm: sluice.FixedWindow, Rate: 1e-6, Capacity: 1e9, Period: 24 * time.Hour})
 	if !errors.Is(err, sluice.ErrInvalidLimit) {
 		t.Fatalf("a window refill beyond the time range was accepted: %v", err)
+	}
+}
+
+// A refund gives back at most the capacity: a larger one, however large,
+// is a refund of the capacity, never an error. A take of the same cost is
+// refused as one that can never succeed.
+func TestChargeRefundClampsToCapacity(t *testing.T) {
+	l := sluice.MustLimit(sluice.Spec{Name: "c", TokensPerSecond: 10, Burst: 5})
+	for _, c := range []float64{5.000001, 6, 1e12, 1e300, math.Inf(1)} {
+		ch, err := (sluice.Request{Limit: l, Cost: c}).Charge(sluice.OpRefund)
+		if err != nil || ch.Cost != 5*sluice.TokenScale {
+			t.Errorf("refund of %v: %+v, %v; want the capacity, 5 tokens", c, ch, err)
+		}
+		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+			t.Errorf("take of %v: %v, want ErrCostExceedsLimit", c, err)
+		}
+	}
+	for _, c := range []float64{-1, math.NaN(), math.Inf(-1), 1e-9} {
+		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(sluice.OpRefund); !errors.Is(err, sluice.ErrInvalidCost) {
+			t.Errorf("refund of %v: %v, want ErrInvalidCost", c, err)
+		}
+	}
+	if ch, err := (sluice.Request{Limit: l}).Charge(sluice.OpRefund); err != nil || ch.Cost != sluice.TokenScale {
+		t.Errorf("refund of cost 0 (one token): %+v, %v", ch, err)
 	}
 }

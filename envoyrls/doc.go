@@ -8,9 +8,15 @@
 // # Descriptors to rules
 //
 // For each descriptor of a call, the request's domain and the descriptor's
-// entries select rules: with a sluice policy, every rule whose match holds
+// entries select rules. A Server finds them with the Matcher of the
+// policy in force: with a sluice policy, every rule whose match holds
 // (match on domain and on descriptor:KEY values) applies, keyed by its
-// limit_keys (descriptor:KEY, or descriptor for the whole descriptor).
+// limit_keys (descriptor:KEY, or descriptor for the whole descriptor);
+// with a file in the reference server's format, its *Reference finds them
+// as that server does (below). Either way the limits found are decided
+// with policy.Enforce, and what the caller is told (reasons, the
+// RateLimit headers, Retry-After) is what package policy tells every
+// transport.
 //
 // The cost of a descriptor is its own hits_addend when set, else
 // max(1, the request's hits_addend). A hits_addend of 0 checks without
@@ -71,8 +77,9 @@
 // # The reference server's configuration
 //
 // ParseReferenceConfig reads the reference server's YAML (IsReferenceConfig
-// tells it from sluice's own format) and enforces it with the semantics
-// that file promises:
+// tells it from sluice's own format) into a policy whose Envoy field is
+// the file's *Reference, and a Server given that policy enforces it with
+// the semantics that file promises:
 //
 //   - domain: descriptors apply only to calls with that domain. Several
 //     YAML documents in one file configure several domains.

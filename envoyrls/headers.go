@@ -3,15 +3,15 @@ package envoyrls
 import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
-	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // headerValues converts the RateLimit fields of the HTTP API
-// (httpgate.AppendRateLimitFields, so that a client behind Envoy reads the
+// (policy.AppendFields, so that a client behind Envoy reads the
 // same headers as one talking to sluice directly) into Envoy's form, the
 // messages in one allocation. Envoy adds them to OK and OVER_LIMIT
 // responses alike.
-func headerValues(fs []httpgate.Field) []*corev3.HeaderValue {
+func headerValues(fs []policy.Field) []*corev3.HeaderValue {
 	if len(fs) == 0 {
 		return nil
 	}

@@ -114,8 +114,12 @@ type refWildcard struct {
 	node   *refNode
 }
 
-// refConfig is a whole reference file: one tree per domain.
-type refConfig struct {
+// Reference is a file in the reference server's format, compiled: one
+// tree of descriptors per domain. It is the Matcher of a policy that
+// ParseReferenceConfig returns, and finds the limits of a call as the
+// reference server does (see the package documentation). It is safe for
+// concurrent use.
+type Reference struct {
 	domains map[string]*refNode
 	limits  []*refLimit // every rate_limit with requests_per_unit > 0, in file order
 
@@ -212,9 +216,9 @@ func checkKeys(n *yaml.Node, path string, e *refError) {
 }
 
 // parseReference reads and validates a reference-format file.
-func parseReference(filename string, data []byte) (*refConfig, error) {
+func parseReference(filename string, data []byte) (*Reference, error) {
 	e := &refError{file: filename}
-	cfg := &refConfig{domains: map[string]*refNode{}, overrides: map[overrideKey]*refLimit{}}
+	cfg := &Reference{domains: map[string]*refNode{}, overrides: map[overrideKey]*refLimit{}}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for doc := 0; ; doc++ {
 		var n yaml.Node
@@ -294,7 +298,7 @@ func descriptorLines(root *yaml.Node) map[string]int {
 	return out
 }
 
-func (cfg *refConfig) load(e *refError, domain string, parent *refNode, ds []refDescriptor, path string, lines map[string]int) {
+func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []refDescriptor, path string, lines map[string]int) {
 	parent.children = map[string]*refNode{}
 	for i, d := range ds {
 		p := fmt.Sprintf("%s[%d]", path, i)
@@ -325,7 +329,7 @@ func (cfg *refConfig) load(e *refError, domain string, parent *refNode, ds []ref
 	}
 }
 
-func (cfg *refConfig) compileLimit(e *refError, domain string, d refDescriptor, p string, lines map[string]int) *refLimit {
+func (cfg *Reference) compileLimit(e *refError, domain string, d refDescriptor, p string, lines map[string]int) *refLimit {
 	rl := d.RateLimit
 	rp := p + ".rate_limit"
 	line := lines[rp]
@@ -394,7 +398,7 @@ var ruleUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 // "key_value", then the first wildcard "key_prefix*" that matches, then the
 // bare "key" (any value); the limit applies only when the node reached by
 // the last entry has one.
-func (cfg *refConfig) lookup(domain string, entries []entry) *refLimit {
+func (cfg *Reference) lookup(domain string, entries []entry) *refLimit {
 	n := cfg.domains[domain]
 	if n == nil {
 		return nil

@@ -5,12 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"time"
-	"weak"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -43,8 +40,9 @@ func IsReferenceConfig(data []byte) bool {
 //
 // The returned policy has the default settings and no rules of its own:
 // the file only speaks about Envoy descriptors, so the HTTP paths limit
-// nothing. A Server given the policy finds limits exactly as the reference
-// server does (see the package documentation) and enforces them with
+// nothing. Its Envoy field is the file's *Reference, the Matcher a Server
+// enforcing the policy finds limits with, exactly as the reference server
+// does (see the package documentation); they are enforced with
 // policy.Enforce, like any other rule.
 func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) {
 	cfg, err := parseReference(filename, data)
@@ -62,37 +60,15 @@ func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) 
 		}
 		l.policyRule = &policy.Rule{Name: l.rule, Mode: mode, OnStoreError: policy.AllowOnError, Limit: lim, Algorithm: sluice.FixedWindow}
 	}
-	pol := &policy.Policy{Source: filename, Settings: policy.Default().Settings}
-	remember(pol, cfg)
-	return pol, nil
-}
-
-// The reference lookup of a policy made by ParseReferenceConfig is kept
-// beside it, keyed weakly so that a policy replaced by a reload is
-// collected with its lookup.
-var (
-	refMu  sync.Mutex
-	refMap = map[weak.Pointer[policy.Policy]]*refConfig{}
-)
-
-func remember(pol *policy.Policy, cfg *refConfig) {
-	wp := weak.Make(pol)
-	refMu.Lock()
-	refMap[wp] = cfg
-	refMu.Unlock()
-	runtime.AddCleanup(pol, func(wp weak.Pointer[policy.Policy]) {
-		refMu.Lock()
-		delete(refMap, wp)
-		refMu.Unlock()
-	}, wp)
+	return &policy.Policy{Source: filename, Settings: policy.Default().Settings, Envoy: cfg}, nil
 }
 
 // ReferenceLimits describes a policy made by ParseReferenceConfig: its
 // domains, sorted, and the limits it enforces, in file order (unlimited
 // and zero-rate entries have none). ok is false for any other policy.
 func ReferenceLimits(pol *policy.Policy) (domains []string, limits []*sluice.Limit, ok bool) {
-	cfg := referenceOf(pol)
-	if cfg == nil {
+	cfg, ok := pol.Envoy.(*Reference)
+	if !ok {
 		return nil, nil, false
 	}
 	for d := range cfg.domains {
@@ -105,14 +81,39 @@ func ReferenceLimits(pol *policy.Policy) (domains []string, limits []*sluice.Lim
 	return domains, limits, true
 }
 
-func referenceOf(pol *policy.Policy) *refConfig {
-	refMu.Lock()
-	defer refMu.Unlock()
-	return refMap[weak.Make(pol)]
+// Match implements Matcher: each descriptor's own limit override, else
+// the configured lookup; then every limit named in another found limit's
+// replaces is dropped. A limit of requests_per_unit 0 blocks its
+// descriptor; an unlimited one lets it through.
+func (cfg *Reference) Match(req *rlspb.RateLimitRequest, found []Found) error {
+	var refBuf [8]*refLimit
+	refs := refBuf[:0]
+	if len(req.Descriptors) > len(refBuf) {
+		refs = make([]*refLimit, 0, len(req.Descriptors))
+	}
+	refs = cfg.limitsFor(req, refs)
+	var ms []policy.Match // one backing array for every descriptor's limit
+	for i, l := range refs {
+		switch {
+		case l == nil:
+			found[i] = Found{}
+		case l.unlimited:
+			found[i] = Found{Unlimited: true}
+		case l.rpu == 0:
+			found[i] = Found{Blocked: true, Shadow: l.shadow, Window: l.period(), Limit: l.currentLimit()}
+		default:
+			if ms == nil {
+				ms = make([]policy.Match, 0, len(refs)-i)
+			}
+			ms = append(ms, policy.Match{Rule: l.policyRule, Request: sluice.Request{Limit: l.policyRule.Limit, Key: refKey(req.Descriptors[i], l)}})
+			found[i] = Found{Limits: ms[len(ms)-1:], Limit: l.currentLimit()}
+		}
+	}
+	return nil
 }
 
 // lookupDescriptor is lookup for a request's descriptor.
-func (cfg *refConfig) lookupDescriptor(domain string, d *rlv3.RateLimitDescriptor) *refLimit {
+func (cfg *Reference) lookupDescriptor(domain string, d *rlv3.RateLimitDescriptor) *refLimit {
 	var buf [8]entry
 	es := buf[:0]
 	for _, en := range d.Entries {
@@ -121,20 +122,21 @@ func (cfg *refConfig) lookupDescriptor(domain string, d *rlv3.RateLimitDescripto
 	return cfg.lookup(domain, es)
 }
 
-// limitsFor finds the limit of each descriptor of req as the reference
-// server does: a descriptor's own limit override, else the configured
-// lookup; then every limit named in another found limit's replaces is
-// dropped.
-func (cfg *refConfig) limitsFor(req *rlspb.RateLimitRequest) []*refLimit {
-	out := make([]*refLimit, len(req.Descriptors))
+// limitsFor appends to out the limit of each descriptor of req as the
+// reference server finds it: a descriptor's own limit override, else the
+// configured lookup; then every limit named in another found limit's
+// replaces is dropped.
+func (cfg *Reference) limitsFor(req *rlspb.RateLimitRequest, out []*refLimit) []*refLimit {
 	var replaced map[string]bool
-	for i, d := range req.Descriptors {
+	for _, d := range req.Descriptors {
+		var l *refLimit
 		if d.Limit != nil {
-			out[i] = cfg.override(req.Domain, d.Limit)
+			l = cfg.override(req.Domain, d.Limit)
 		} else {
-			out[i] = cfg.lookupDescriptor(req.Domain, d)
+			l = cfg.lookupDescriptor(req.Domain, d)
 		}
-		if l := out[i]; l != nil && len(l.replaces) > 0 {
+		out = append(out, l)
+		if l != nil && len(l.replaces) > 0 {
 			if replaced == nil {
 				replaced = map[string]bool{}
 			}
@@ -202,7 +204,7 @@ func keyComponent(s string) string {
 
 // override is a limit a descriptor brings along (RateLimitOverride),
 // which the reference server applies instead of the configured one.
-func (cfg *refConfig) override(domain string, o *rlv3.RateLimitDescriptor_RateLimitOverride) *refLimit {
+func (cfg *Reference) override(domain string, o *rlv3.RateLimitDescriptor_RateLimitOverride) *refLimit {
 	unit := rlspb.RateLimitResponse_RateLimit_Unit(o.Unit)
 	if _, ok := unitSeconds[unit]; !ok || cfg.domains[domain] == nil {
 		return nil

@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -22,7 +23,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -75,20 +75,21 @@ type Server struct {
 	source  func() *policy.Policy
 	limits  sync.Map // *sluice.Limit -> *rlspb.RateLimitResponse_RateLimit
 	// storeLog keeps an outage from writing a line per call.
-	storeLog httpgate.StoreErrorLog
+	storeLog policy.StoreErrorLog
 }
 
-// engine is one loaded policy and how descriptors find its rules.
+// engine is one loaded policy and the Matcher its descriptors are found
+// with.
 type engine struct {
 	pol     *policy.Policy
-	ref     *refConfig // non-nil for a policy read from the reference format
+	match   Matcher
 	headers []string
 }
 
 // New returns a Server enforcing pol on lim. A policy returned by
-// ParseReferenceConfig is enforced with the reference server's lookup (see
-// the package documentation); any other policy matches descriptors with
-// its rules' match and limit_keys.
+// ParseReferenceConfig is enforced with its *Reference, the reference
+// server's lookup (see the package documentation); any other policy
+// matches descriptors with its rules' match and limit_keys.
 func New(pol *policy.Policy, lim *sluice.Limiter, opts Options) *Server {
 	if opts.StoreTimeout <= 0 {
 		opts.StoreTimeout = 250 * time.Millisecond
@@ -101,14 +102,15 @@ func New(pol *policy.Policy, lim *sluice.Limiter, opts Options) *Server {
 	return s
 }
 
-// SetPolicy makes pol the policy of every call that starts after it.
+// SetPolicy makes pol, and its Matcher, the policy of every call that
+// starts after it.
 func (s *Server) SetPolicy(pol *policy.Policy) { s.setPolicy(pol) }
 
 func (s *Server) setPolicy(pol *policy.Policy) *engine {
 	if pol == nil {
 		pol = &policy.Policy{} // no rules: nothing is limited
 	}
-	e := &engine{pol: pol, ref: referenceOf(pol), headers: pol.Settings.Headers}
+	e := &engine{pol: pol, match: matcherOf(pol), headers: pol.Settings.Headers}
 	s.engine.Store(e)
 	s.limits.Clear() // the old policy's limits are no longer asked about
 	return e
@@ -150,15 +152,12 @@ const (
 	kindRefund                 // is_negative_hits: gives tokens back (sluice.OpRefund)
 )
 
-// descState is one descriptor of a call while it is being decided.
+// descState is how one descriptor of a call is decided.
 type descState struct {
-	kind      descKind
-	cost      float64
-	unlimited bool      // the reference format's unlimited: always OK
-	blocked   *refLimit // requests_per_unit 0: always over (unless shadow)
-	ref       *refLimit // the reference limit that applies, if any
-	tooBig    bool      // its cost exceeds an enforce-mode limit's capacity
-	first, n  int       // its matches: group[kind].ms[first:first+n]
+	kind     descKind
+	cost     float64
+	tooBig   bool // its cost exceeds an enforce-mode limit's capacity
+	first, n int  // its limits: groups[kind].ms[first:first+n]
 }
 
 // group is the matches decided in one policy.Enforce.
@@ -168,165 +167,198 @@ type group struct {
 	op  sluice.Op
 }
 
-// ShouldRateLimit implements RateLimitServiceServer.
+// call is one ShouldRateLimit while it is decided, apart from what the
+// Matcher found (which goes through an interface, and would take the
+// buffers below to the heap with it).
+type call struct {
+	req    *rlspb.RateLimitRequest
+	ds     []descState // how each descriptor is decided
+	groups [3]group    // the limits of every descriptor, by kind
+	// blocked: a descriptor is over its limit whatever the store says
+	// (requests_per_unit 0, or a cost no bucket can hold).
+	blocked bool
+	allowed bool // the call's answer, once decided
+}
+
+// ShouldRateLimit implements RateLimitServiceServer: it finds what applies
+// to each descriptor (the policy's Matcher), decides the limits found in
+// the store (decide) and answers with a status per descriptor and the
+// RateLimit headers (respond).
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	e := s.current()
+	if err := refusedRefund(e.pol, req); err != nil {
+		return nil, err
+	}
+	found := make([]Found, len(req.Descriptors))
+	if err := e.match.Match(req, found); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	// Calls of a few descriptors and limits (the usual) decide on the stack.
+	var dsBuf [4]descState
+	var msBuf [8]policy.Match
+	c := call{req: req}
+	c.ds, c.groups, c.blocked = plan(req, found, dsBuf[:0], msBuf[:0])
+	s.decide(ctx, &c)
+	return s.respond(&c, found, e.headers), nil
+}
+
+// current is the engine of the policy in force (Options.Source).
+func (s *Server) current() *engine {
 	e := s.engine.Load()
 	if s.source != nil {
 		if p := s.source(); p != nil && p != e.pol {
 			e = s.setPolicy(p)
 		}
 	}
-	if !e.pol.Settings.AllowNegativeHits {
-		// A refund from a caller refills any bucket it names: only callers
-		// the operator trusts with that may send one. Refused before any
-		// store call, so the call charges and refunds nothing.
-		for i, d := range req.Descriptors {
-			if d.IsNegativeHits {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: is_negative_hits (a refund) is refused: this server does not take refunds from callers (allow_negative_hits is false in its configuration)", i)
-			}
-		}
+	return e
+}
+
+// refusedRefund refuses a call that gives hits back (is_negative_hits)
+// unless pol allows it: a refund from a caller refills any bucket it
+// names, so only callers the operator trusts with that may send one. It
+// is refused before any store call, so the call charges and refunds
+// nothing.
+func refusedRefund(pol *policy.Policy, req *rlspb.RateLimitRequest) error {
+	if pol.Settings.AllowNegativeHits {
+		return nil
 	}
-	// Calls of a few descriptors (the usual) decide on the stack.
-	var dsBuf [4]descState
-	ds := dsBuf[:0]
-	if len(req.Descriptors) > len(dsBuf) {
-		ds = make([]descState, 0, len(req.Descriptors))
-	}
-	ds = ds[:len(req.Descriptors)]
-	var refs []*refLimit
-	if e.ref != nil {
-		refs = e.ref.limitsFor(req)
-	}
-	var groups [3]group
-	blockedAny := false
 	for i, d := range req.Descriptors {
-		st := &ds[i]
-		st.kind, st.cost = costOf(req, d)
-		g := &groups[st.kind]
-		st.first = len(g.ms)
-		if e.ref != nil {
-			switch l := refs[i]; {
-			case l == nil:
-			case l.unlimited:
-				st.unlimited = true
-			case l.rpu == 0:
-				st.blocked = l
-				blockedAny = blockedAny || !l.shadow
-			default:
-				st.ref = l
-				g.ms = append(g.ms, policy.Match{Rule: l.policyRule, Request: sluice.Request{Limit: l.policyRule.Limit, Key: refKey(d, l), Cost: st.cost}})
-			}
-		} else {
-			ms, err := e.pol.Match(&policy.Input{Domain: req.Domain, Descriptor: entriesOf(d)})
-			if err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: %v", i, err)
-			}
-			for _, m := range ms {
-				if m.Request.Limit == nil {
-					continue
-				}
-				m.Request.Cost = st.cost
-				m.Request.Reserve = false // Envoy has no notion of a reserved turn
-				g.ms = append(g.ms, m)
-			}
+		if d.IsNegativeHits {
+			return status.Errorf(codes.InvalidArgument, "descriptors[%d]: is_negative_hits (a refund) is refused: this server does not take refunds from callers (allow_negative_hits is false in its configuration)", i)
 		}
-		st.n = len(g.ms) - st.first
-		if st.kind == kindTake && tooBig(g.ms[st.first:]) {
+	}
+	return nil
+}
+
+// plan sorts the limits found for req into the groups decided together,
+// each with its descriptor's cost, using ds and ms when they are large
+// enough. blocked reports a descriptor over its limit whatever the store
+// says.
+func plan(req *rlspb.RateLimitRequest, found []Found, ds []descState, ms []policy.Match) (_ []descState, groups [3]group, blocked bool) {
+	if n := len(req.Descriptors); n <= cap(ds) {
+		ds = ds[:n]
+	} else {
+		ds = make([]descState, n)
+	}
+	// Each group's limits are contiguous: count them, then lay the groups
+	// out one after another in ms.
+	var counts [3]int
+	for i, d := range req.Descriptors {
+		st, f := &ds[i], &found[i]
+		st.kind, st.cost = costOf(req, d)
+		if st.kind == kindTake && tooBig(f.Limits, st.cost) {
 			// A cost no bucket of it can ever hold: over the limit without
 			// asking the store, and answered with the bucket as it stands.
-			moved := g.ms[st.first:]
-			g.ms = g.ms[:st.first]
-			st.kind, st.tooBig, blockedAny = kindPeek, true, true
-			p := &groups[kindPeek]
-			st.first = len(p.ms)
-			for _, m := range moved {
-				m.Request.Cost = 1
-				p.ms = append(p.ms, m)
-			}
+			st.kind, st.cost, st.tooBig = kindPeek, 1, true
+		}
+		counts[st.kind] += len(f.Limits)
+		blocked = blocked || st.tooBig || (f.Blocked && !f.Shadow)
+	}
+	if total := counts[0] + counts[1] + counts[2]; total > cap(ms) {
+		ms = make([]policy.Match, 0, total)
+	}
+	off := 0
+	for k := range groups {
+		groups[k].ms = ms[off : off : off+counts[k]]
+		off += counts[k]
+	}
+	for i := range ds {
+		st := &ds[i]
+		k := st.kind
+		st.first, st.n = len(groups[k].ms), len(found[i].Limits)
+		for _, m := range found[i].Limits {
+			m.Request.Cost = st.cost
+			m.Request.Reserve = false // Envoy has no notion of a reserved turn
+			groups[k].ms = append(groups[k].ms, m)
 		}
 	}
+	return ds, groups, blocked
+}
 
+// decide asks the store. Peeks go first: a check without charging that
+// fails makes the call OVER_LIMIT, and then nothing may be charged.
+func (s *Server) decide(ctx context.Context, c *call) {
 	ctx, cancel := sluice.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	// Peeks first: a check without charging that fails makes the call
-	// OVER_LIMIT, and then nothing may be charged.
-	groups[kindPeek].op = sluice.OpPeek
-	groups[kindRefund].op = sluice.OpRefund
-	s.apply(ctx, &groups[kindPeek])
-	groups[kindTake].op = sluice.OpTake
-	if blockedAny || (groups[kindPeek].res != nil && !groups[kindPeek].res.Allowed) {
-		groups[kindTake].op = sluice.OpPeek
+	take, peek, refund := &c.groups[kindTake], &c.groups[kindPeek], &c.groups[kindRefund]
+	peek.op, take.op, refund.op = sluice.OpPeek, sluice.OpTake, sluice.OpRefund
+	s.apply(ctx, peek)
+	if c.blocked || (peek.res != nil && !peek.res.Allowed) {
+		take.op = sluice.OpPeek
 	}
-	s.apply(ctx, &groups[kindTake])
-	s.apply(ctx, &groups[kindRefund])
+	s.apply(ctx, take)
+	s.apply(ctx, refund)
+	c.allowed = !c.blocked && (take.res == nil || take.res.Allowed) && (peek.res == nil || peek.res.Allowed)
+}
 
+// respond is the answer to a decided call: a status per descriptor, and
+// the RateLimit headers of every enforce-mode limit of the call as its
+// bucket stands afterwards.
+func (s *Server) respond(c *call, found []Found, sets []string) *rlspb.RateLimitResponse {
 	now := s.now()
-	allowed := !blockedAny
-	for _, k := range []descKind{kindTake, kindPeek} {
-		if r := groups[k].res; r != nil && !r.Allowed {
-			allowed = false
-		}
-	}
-	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
-	blocks := make([]statusBlock, len(ds))
-	if !allowed {
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(c.ds))}
+	if !c.allowed {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
-	// The headers describe every enforce-mode limit of the call as its
-	// bucket stands afterwards.
-	merged := policy.Verdict{Allowed: allowed}
-	var enfBuf [8]sluice.Decision
-	enf := enfBuf[:0]
+	blocks := make([]statusBlock, len(c.ds))
+	merged := policy.Verdict{Allowed: c.allowed}
 	n := 0
-	for k := range groups {
-		if groups[k].res != nil && groups[k].op != sluice.OpRefund {
-			n += len(groups[k].res.Results)
+	for k := range c.groups {
+		if g := &c.groups[k]; g.res != nil && g.op != sluice.OpRefund {
+			n += len(g.res.Results)
 		}
 	}
 	merged.Results = make([]policy.Result, 0, n)
-	for i := range ds {
-		st := &ds[i]
-		g := &groups[st.kind]
+	var enfBuf [8]sluice.Decision
+	enf := enfBuf[:0]
+	for i := range c.ds {
+		st, f := &c.ds[i], &found[i]
+		g := &c.groups[st.kind]
 		var rrs []policy.Result
 		if g.res != nil {
 			rrs = g.res.Results[st.first : st.first+st.n]
 		}
 		// A refund's decisions describe the bucket after it, as a charge's do.
 		charged := g.res != nil && (g.op == sluice.OpRefund || (g.op == sluice.OpTake && g.res.Allowed))
-		resp.Statuses[i] = s.status(st, rrs, charged, &blocks[i], now)
+		resp.Statuses[i] = s.status(st, f, rrs, charged, &blocks[i], now)
 		if st.kind == kindRefund {
 			continue
 		}
-		for _, rr := range rrs {
-			// As the bucket stands after the call, and Violated only for
-			// the limits that caused a rejection, so that the headers say
-			// what the statuses say.
-			rr.Decision = adjusted(rr, charged)
-			rr.Violated = culprit(rr) || (st.tooBig && !rr.Shadow)
-			rr.Decision.Allowed = !rr.Violated
-			// The headers say what duration_until_reset says, to the second.
-			// (A store failure's wait stands: it is no window's.)
-			rr.Decision.ResetAfter, rr.Decision.RetryAfter = resetOf(rr.Match.Request.Limit, rr.Decision, rr.Violated && rr.StoreErr == nil, now)
-			if !rr.Shadow {
-				enf = append(enf, rr.Decision)
-			}
-			merged.Results = append(merged.Results, rr)
-		}
-		if st.blocked != nil && !st.blocked.shadow {
-			d := sluice.Decision{Rule: st.blocked.name, RetryAfter: resp.Statuses[i].DurationUntilReset.AsDuration()}
-			enf = append(enf, d)
+		merged.Results, enf = standing(merged.Results, enf, rrs, charged, st.tooBig, now)
+		if f.Blocked && !f.Shadow {
+			enf = append(enf, sluice.Decision{Rule: f.Limit.GetName(), RetryAfter: resp.Statuses[i].DurationUntilReset.AsDuration()})
 		}
 	}
 	if len(enf) > 0 {
 		merged.Overall = sluice.Combine(enf)
-		merged.Overall.Allowed = allowed
-		var fs [12]httpgate.Field
-		resp.ResponseHeadersToAdd = headerValues(httpgate.AppendRateLimitFields(fs[:0], &merged, identityOf(req), req.Domain, e.headers))
+		merged.Overall.Allowed = c.allowed
+		var fs [policy.MaxFields]policy.Field
+		resp.ResponseHeadersToAdd = headerValues(policy.AppendFields(fs[:0], &merged, identityOf(c.req), c.req.Domain, sets))
 	}
-	return resp, nil
+	return resp
+}
+
+// standing appends to results one descriptor's results as their buckets
+// stand after the call, and to enf the enforce-mode decisions among them.
+// Only the limits that caused a rejection are Violated, so that the
+// headers say what the statuses say, and their waits are the statuses'
+// duration_until_reset to the second (a store failure's wait stands: it
+// is no window's).
+func standing(results []policy.Result, enf []sluice.Decision, rrs []policy.Result, charged, tooBig bool, now time.Time) ([]policy.Result, []sluice.Decision) {
+	for _, rr := range rrs {
+		rr.Decision = rr.Effective(charged)
+		rr.Violated = rr.Violated || (tooBig && !rr.Shadow)
+		rr.Decision.Allowed = !rr.Violated
+		rr.Decision.ResetAfter, rr.Decision.RetryAfter = resetOf(rr.Match.Request.Limit, rr.Decision, rr.Violated && rr.StoreErr == nil, now)
+		if !rr.Shadow {
+			enf = append(enf, rr.Decision)
+		}
+		results = append(results, rr)
+	}
+	return results, enf
 }
 
 // identityOf seeds the Retry-After jitter: the first descriptor, which
@@ -409,43 +441,20 @@ func entriesOf(d *rlv3.RateLimitDescriptor) []policy.DescriptorEntry {
 	return out
 }
 
-// culprit reports whether rr itself rejected (policy.Result.Violated): in
-// a rejected all-or-nothing call every decision reads "not allowed", but
-// only these caused it.
-func culprit(rr policy.Result) bool { return rr.Violated }
-
-// tooBig reports whether an enforce-mode match asks more than its limit
-// can ever hold.
-func tooBig(ms []policy.Match) bool {
+// tooBig reports whether a cost asks more than an enforce-mode limit of
+// ms can ever hold (sluice.Request.Charge's rule).
+func tooBig(ms []policy.Match, cost float64) bool {
 	for _, m := range ms {
-		if m.Rule.Mode != policy.Shadow && impossible(m.Request) {
+		if m.Rule.Mode == policy.Shadow {
+			continue
+		}
+		r := m.Request
+		r.Cost = cost
+		if _, err := r.Charge(sluice.OpTake); errors.Is(err, sluice.ErrCostExceedsLimit) {
 			return true
 		}
 	}
 	return false
-}
-
-// impossible reports whether r's cost exceeds what its limit can ever hold.
-func impossible(r sluice.Request) bool {
-	return r.Cost > r.Limit.Capacity()
-}
-
-// adjusted is rr's decision as the bucket stands after the call. Stores
-// report what a take would leave; when nothing was charged (a peek, or an
-// all-or-nothing call another limit rejected) the tokens the bucket would
-// have admitted are still there.
-func adjusted(rr policy.Result, charged bool) sluice.Decision {
-	d := rr.Decision
-	if charged || rr.Violated || rr.StoreErr != nil {
-		return d
-	}
-	cost := rr.Match.Request.Cost
-	d.Tokens += cost
-	d.Remaining = min(int64(math.Floor(math.Max(0, d.Tokens)+1e-9)), d.Limit)
-	if l := rr.Match.Request.Limit; l.Algorithm() == sluice.TokenBucket || l.Algorithm() == sluice.LeakyBucket {
-		d.ResetAfter = max(0, d.ResetAfter-time.Duration(cost/l.TokensPerSecond()*float64(time.Second)))
-	}
-	return d
 }
 
 // statusBlock holds one descriptor's status and its duration, so that a
@@ -463,19 +472,19 @@ func durationOf(p *durationpb.Duration, d time.Duration) *durationpb.Duration {
 }
 
 // status is one descriptor's answer, written into b.
-func (s *Server) status(st *descState, rrs []policy.Result, charged bool, b *statusBlock, now time.Time) *rlspb.RateLimitResponse_DescriptorStatus {
+func (s *Server) status(st *descState, f *Found, rrs []policy.Result, charged bool, b *statusBlock, now time.Time) *rlspb.RateLimitResponse_DescriptorStatus {
 	out := &b.status
 	out.Code = rlspb.RateLimitResponse_OK
 	switch {
-	case st.unlimited:
+	case f.Unlimited:
 		out.LimitRemaining = math.MaxUint32
 		return out
-	case st.blocked != nil:
-		if !st.blocked.shadow {
+	case f.Blocked:
+		if !f.Shadow {
 			out.Code = rlspb.RateLimitResponse_OVER_LIMIT
 		}
-		out.CurrentLimit = st.blocked.currentLimit()
-		out.DurationUntilReset = durationOf(&b.reset, ceilSecond(untilBoundary(now, st.blocked.period(), 0)))
+		out.CurrentLimit = f.Limit
+		out.DurationUntilReset = durationOf(&b.reset, ceilSecond(untilBoundary(now, f.Window, 0)))
 		return out
 	case len(rrs) == 0:
 		return out
@@ -487,12 +496,12 @@ func (s *Server) status(st *descState, rrs []policy.Result, charged bool, b *sta
 	enf, shadow, ei, si := enfBuf[:0], shadowBuf[:0], eiBuf[:0], siBuf[:0]
 	over := false
 	for k, rr := range rrs {
-		d := adjusted(rr, charged)
+		d := rr.Effective(charged)
 		if rr.Shadow {
 			shadow, si = append(shadow, d), append(si, k)
 			continue
 		}
-		if culprit(rr) {
+		if rr.Violated {
 			over = true
 			d.Allowed = false
 		} else {
@@ -515,8 +524,8 @@ func (s *Server) status(st *descState, rrs []policy.Result, charged bool, b *sta
 			break
 		}
 	}
-	if st.ref != nil {
-		out.CurrentLimit = st.ref.currentLimit()
+	if f.Limit != nil {
+		out.CurrentLimit = f.Limit
 	} else if lim != nil {
 		out.CurrentLimit = s.limitOf(lim)
 	}

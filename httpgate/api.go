@@ -284,8 +284,8 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	entries := make([]DecisionResponse, len(v.Results))
 	for i := range v.Results {
 		rr := &v.Results[i]
-		e := DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: ResultReason(rr), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
-		fill(&e, Effective(rr), Violated(rr))
+		e := DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: rr.Reason(), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
+		fill(&e, rr.Effective(rr.Decision.Allowed), rr.Refused())
 		entries[i] = e
 	}
 	var out DecisionResponse
@@ -294,7 +294,7 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		out = entries[0]
 		out.Key = ""
 	} else {
-		out = DecisionResponse{Allowed: v.Allowed, Reason: VerdictReason(&v), Takes: entries}
+		out = DecisionResponse{Allowed: v.Allowed, Reason: v.Reason(), Takes: entries}
 		fill(&out, v.Overall, !v.Allowed)
 	}
 	w.Header().Set("Cache-Control", "no-store")
@@ -329,11 +329,11 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 		}
 	}
 	req := sluice.Request{Limit: lim, Key: it.Key, Cost: cost, Reserve: it.Reserve}
-	if _, err := req.Charge(); err != nil {
-		// A finite cost too large to convert (1e308) is above every
+	if _, err := req.Charge(sluice.OpTake); err != nil {
+		// A finite cost too large to count (1e308) is above every
 		// capacity too: it can never succeed, like any cost above the
 		// burst, whatever the arithmetic's range.
-		if errors.Is(err, sluice.ErrCostExceedsLimit) || cost > lim.Capacity() {
+		if errors.Is(err, sluice.ErrCostExceedsLimit) {
 			return policy.Match{}, &inputError{http.StatusUnprocessableEntity, fmt.Sprintf("cost %v exceeds the burst of %q (%v) and can never succeed", cost, lim.Name(), lim.Capacity())}
 		}
 		return policy.Match{}, &inputError{http.StatusBadRequest, err.Error()}

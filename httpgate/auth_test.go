@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // The example of the source format: 100 rps, burst 200.
@@ -171,11 +172,11 @@ rules:
 	for _, wait := range []time.Duration{time.Millisecond, time.Second, 1500 * time.Millisecond, 7 * time.Second, time.Hour} {
 		base := int64((wait + time.Second - 1) / time.Second)
 		for _, id := range []string{"ip:1.2.3.4", "ip:5.6.7.8", "sub:alice", ""} {
-			got := httpgate.RetryAfterSeconds(wait, id, "/x")
+			got := policy.RetryAfterSeconds(wait, id, "/x")
 			if got < base || got > base+base/2 {
 				t.Errorf("RetryAfterSeconds(%v, %q) = %d, want %d..%d", wait, id, got, base, base+base/2)
 			}
-			if again := httpgate.RetryAfterSeconds(wait, id, "/x"); again != got {
+			if again := policy.RetryAfterSeconds(wait, id, "/x"); again != got {
 				t.Errorf("not deterministic: %d then %d", got, again)
 			}
 		}

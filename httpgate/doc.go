@@ -1,13 +1,16 @@
 // Package httpgate puts sluice's policies in front of HTTP traffic: the JSON
 // decision API (/v1/take, /v1/peek, /v1/reset), forward auth for nginx
 // auth_request, Traefik ForwardAuth, Caddy forward_auth and Envoy ext_authz
-// (/v1/auth), a
-// reverse proxy, a Go middleware, Prometheus metrics and an audit log of
-// rejections.
+// (/v1/auth), a reverse proxy, a Go middleware, the /metrics endpoint of a
+// metrics.Metrics and an audit log of rejections.
 //
 // Every request-shaped path (forward auth, proxy, middleware) answers the
 // same way: policy.Match builds each applicable rule's key, policy.Enforce
-// decides all of them at once, and RateLimitHeaders turns the verdict into
-// the response fields. A rejection is a 429 (or the configured deny status)
-// with an application/problem+json body of type quota-exceeded.
+// decides all of them at once, and RateLimitHeaders writes what
+// policy.AppendFields says the client is told as http.Header. A rejection
+// is a 429 (or the configured deny status) with an
+// application/problem+json body of type quota-exceeded (WriteRejection),
+// whose detail and violated limits are the verdict's
+// (policy.Verdict.Violations). The Envoy service (package envoyrls) tells
+// its callers the same from the same functions.
 package httpgate

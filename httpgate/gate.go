@@ -13,15 +13,16 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
 
 // Options configures a Gate. The zero value works: no metrics, no audit
 // log, the default slog logger.
 type Options struct {
-	// Metrics counts decisions and store calls; nil counts nothing. Wrap
-	// the limiter's store with Metrics.InstrumentStore to time store calls.
-	Metrics *Metrics
+	// Metrics counts decisions; nil counts nothing. Wrap the limiter's
+	// store with Metrics.InstrumentStore to time store calls.
+	Metrics *metrics.Metrics
 	// Audit records every rejection; nil records none.
 	Audit *Audit
 	// Logger receives operational logs (default slog.Default()).
@@ -60,7 +61,7 @@ type Gate struct {
 	lim      *sluice.Limiter
 	opts     Options
 	draining atomic.Bool
-	storeLog StoreErrorLog
+	storeLog policy.StoreErrorLog
 }
 
 // New returns a Gate enforcing p with lim.
@@ -126,7 +127,7 @@ func (g *Gate) Check(ctx context.Context, in *policy.Input) (policy.Verdict, htt
 	if err != nil {
 		return v, nil, err
 	}
-	return v, RateLimitHeaders(v, Identity(&v), in.Path, p.Settings.Headers), nil
+	return v, RateLimitHeaders(v, v.Identity(), in.Path, p.Settings.Headers), nil
 }
 
 func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (policy.Verdict, error) {
@@ -167,7 +168,7 @@ func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy,
 		badRequest(w, http.StatusBadRequest, err.Error())
 		return false
 	}
-	setRateLimitHeaders(w.Header(), &v, Identity(&v), in.Path, p.Settings.Headers)
+	setRateLimitHeaders(w.Header(), &v, v.Identity(), in.Path, p.Settings.Headers)
 	if !v.Allowed {
 		WriteRejection(w, v, denyStatus)
 		return false
@@ -190,18 +191,14 @@ func WriteRejection(w http.ResponseWriter, v policy.Verdict, status int) {
 		status = http.StatusTooManyRequests
 	}
 	ra, _ := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
-	names := violated(&v)
-	detail := "rate limit exceeded"
-	if len(names) > 0 {
-		detail = "rate limit exceeded: " + joinQuoted(names)
-	}
+	detail, names := v.Violations()
 	writeProblem(w, Problem{
 		Type:             QuotaExceededType,
 		Title:            "Too Many Requests",
 		Status:           status,
 		Detail:           detail,
 		ViolatedPolicies: names,
-		Reason:           VerdictReason(&v),
+		Reason:           v.Reason(),
 		RetryAfter:       ra,
 	})
 }
@@ -215,7 +212,7 @@ func (g *Gate) record(ctx context.Context, v *policy.Verdict, clientIP netip.Add
 		if r.StoreErr != nil {
 			g.storeLog.Log(g.opts.Logger, lim.Name(), r.Match.Request.Key, r.StoreErr, !r.Decision.Allowed)
 		}
-		if !Violated(r) {
+		if !r.Refused() {
 			continue
 		}
 		if g.opts.Audit == nil {
@@ -232,16 +229,7 @@ func (g *Gate) record(ctx context.Context, v *policy.Verdict, clientIP netip.Add
 			Path:     path,
 			Tokens:   r.Decision.Tokens,
 			Shadow:   r.Shadow,
-			Reason:   ResultReason(r),
+			Reason:   r.Reason(),
 		})
 	}
-}
-
-// joinQuoted lists names as "a", "b".
-func joinQuoted(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = strconv.Quote(n)
-	}
-	return strings.Join(q, ", ")
 }

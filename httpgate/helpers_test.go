@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -75,7 +76,7 @@ func newEnvStore(t *testing.T, yaml string, wrap func(sluice.Store) sluice.Store
 	e := &env{t: t, clk: sluice.NewManualClock(sluiceEpoch), audit: &lockedbuf.Buffer{}, env: map[string]string{}}
 	e.store = memory.New(memory.Options{Clock: e.clk})
 	reg := prometheus.NewRegistry()
-	m := httpgate.NewMetrics(reg)
+	m := metrics.New(reg)
 	m.WatchKeys(e.store)
 	var st sluice.Store = e.store
 	if wrap != nil {

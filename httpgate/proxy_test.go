@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/metrics"
 )
 
 // upstream counts the requests it sees and serves /stream (an event
@@ -196,7 +197,7 @@ func TestMiddleware(t *testing.T) {
 		io.WriteString(w, "ok")
 	})
 	reg := prometheus.NewRegistry()
-	mw := httpgate.Middleware(mustPolicy(t, tightPolicy), lim, httpgate.Options{Metrics: httpgate.NewMetrics(reg)})
+	mw := httpgate.Middleware(mustPolicy(t, tightPolicy), lim, httpgate.Options{Metrics: metrics.New(reg)})
 	srv := httptest.NewServer(mw(next))
 	t.Cleanup(srv.Close)
 

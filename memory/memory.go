@@ -215,7 +215,7 @@ func (sh *shard) decideUnlocked(at *attempt, lim *sluice.Limit, key string, ch s
 
 // Take implements sluice.Store.
 func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
-	ch, err := r.Charge()
+	ch, err := r.Charge(op)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
@@ -389,7 +389,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 	}
 	ws, out = ws[:len(rs)], out[:len(rs)]
 	for i, r := range rs {
-		ch, err := r.Charge()
+		ch, err := r.Charge(op)
 		if err != nil {
 			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
 		}

@@ -146,11 +146,12 @@ type Result struct {
 	// when enforcing it would have rejected.
 	Violated bool
 
-	impossible bool // the cost exceeds the limit's capacity
+	impossible bool  // the cost exceeds the limit's capacity
+	cost       int64 // the cost in micro-tokens, as sluice.Request.Charge judged it
 }
 
-// Observer is told every decision; httpgate implements it with Prometheus
-// counters.
+// Observer is told every decision; package metrics implements it with
+// Prometheus counters.
 type Observer interface {
 	// Observe counts one decision of rule; result is one of "allowed",
 	// "rejected", "shadow_rejected" or "store_error".
@@ -165,9 +166,9 @@ const StoreErrorRetry = time.Second
 //
 //   - The enforce-mode matches go to the store in one all-or-nothing
 //     Limiter.TakeAll: all are charged if every one admits, none if any
-//     rejects. A cost above a limit's capacity (which can never succeed)
-//     is a rejection decided without the store; the others are then only
-//     peeked, so nothing is charged.
+//     rejects. A cost that sluice.Request.Charge finds above a limit's
+//     capacity (which can never succeed) is a rejection decided without
+//     the store; the others are then only peeked, so nothing is charged.
 //   - When the store fails (or answers with an input error, which a
 //     validated policy never causes), every enforce-mode match of the call
 //     gets the error and follows its rule's on_store_error: allow (admitted,
@@ -200,8 +201,8 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 	impossible := false
 	for _, i := range enf {
 		r := &v.Results[i]
-		if exceeds(r.Match.Request) {
-			r.Decision, r.impossible, impossible = rejectCost(r.Match.Request.Limit), true, true
+		if r.judge(op) {
+			impossible = true
 			continue
 		}
 		reqs = append(reqs, r.Match.Request)
@@ -233,8 +234,7 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 
 	for _, i := range shadow {
 		r := &v.Results[i]
-		if exceeds(r.Match.Request) {
-			r.Decision, r.impossible = rejectCost(r.Match.Request.Limit), true
+		if r.judge(op) {
 			continue
 		}
 		do := lim.Take
@@ -267,8 +267,8 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 // rules included, since they were charged alike. A refund never rejects:
 // the verdict is allowed, each result describes its bucket after the
 // refund, and a store failure is recorded without denying anything. A cost
-// above a limit's capacity refunds the capacity. Refunds are not
-// decisions, so the Observer is not told.
+// above a limit's capacity refunds the capacity (sluice.Request.Charge).
+// Refunds are not decisions, so the Observer is not told.
 func refund(ctx context.Context, lim *sluice.Limiter, ms []Match) Verdict {
 	v := Verdict{Allowed: true, Results: make([]Result, len(ms))}
 	reqs := make([]sluice.Request, len(ms))
@@ -276,9 +276,6 @@ func refund(ctx context.Context, lim *sluice.Limiter, ms []Match) Verdict {
 		v.Results[i] = Result{Match: m, Shadow: m.Rule != nil && m.Rule.Mode == Shadow}
 		reqs[i] = m.Request
 		reqs[i].Reserve = false
-		if c := m.Request.Limit.Capacity(); !(reqs[i].Cost <= c) {
-			reqs[i].Cost = c
-		}
 	}
 	if len(reqs) == 0 {
 		return v
@@ -330,12 +327,17 @@ func (r *Result) storeFailed(err error) {
 	r.Decision = d
 }
 
-// exceeds reports whether r's cost can never be admitted by its limit.
-func exceeds(r sluice.Request) bool {
-	_, err := r.Limit.Cost(r.Cost)
-	return errors.Is(err, sluice.ErrCostExceedsLimit) || (err != nil && r.Cost > r.Limit.Capacity())
-}
-
-func rejectCost(l *sluice.Limit) sluice.Decision {
-	return sluice.Decision{Allowed: false, Limit: int64(l.Capacity()), Rule: l.Name()}
+// judge applies sluice.Request.Charge's rule to r's request under op and
+// keeps its cost. A cost the limit can never admit is decided here, as a
+// rejection, and judge reports true; any other problem is left for the
+// store to report.
+func (r *Result) judge(op sluice.Op) bool {
+	ch, err := r.Match.Request.Charge(op)
+	r.cost = ch.Cost
+	if !errors.Is(err, sluice.ErrCostExceedsLimit) {
+		return false
+	}
+	l := r.Match.Request.Limit
+	r.Decision, r.impossible = sluice.Decision{Allowed: false, Limit: int64(l.Capacity()), Rule: l.Name()}, true
+	return true
 }

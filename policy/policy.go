@@ -13,6 +13,12 @@
 // Rule.Limit (or Policy.Limit for a tier), so shadow mode and
 // on_store_error behave the same on both shapes.
 //
+// What a client is told about a Verdict is decided here too, for every
+// transport alike: AppendFields (the RateLimit fields, Retry-After,
+// X-Sluice-Reason), Result.Reason and Verdict.Reason, Result.Effective
+// and Verdict.Violations. httpgate writes them as http.Header and
+// problem+json, envoyrls as Envoy's response_headers_to_add.
+//
 // Where things are: policy.go holds the compiled types; load.go Load,
 // Parse and the top-level schema (each field, its default, one function
 // per section); load_rule.go the rules with their tiers, match,
@@ -21,7 +27,8 @@
 // rulestable.go); yamlnode.go is the schema-free plumbing (typed field
 // readers, "did you mean", FILE:LINE errors). request.go and query.go
 // read a request's key parts, match.go its conditions and costs, and
-// enforce.go decides.
+// enforce.go decides;
+// response.go says what a client is told.
 package policy
 
 import (
@@ -48,6 +55,12 @@ type Policy struct {
 	// trusted_proxies), each as "FILE:LINE: path: message". sluice check
 	// prints them; serve logs them.
 	Warnings []string
+	// Envoy, when set, finds the limits of the Envoy rate limit service's
+	// descriptors in place of Rules: envoyrls.ParseReferenceConfig sets it
+	// to the lookup of a file in envoyproxy/ratelimit's format (an
+	// envoyrls.Matcher), and the Envoy service uses it whenever this
+	// policy is the one in force. The policy package never reads it.
+	Envoy any
 
 	jwt    *verifier
 	byName map[string]*Rule

@@ -330,7 +330,7 @@ func (s *Store) guarded(ctx context.Context, call func(context.Context) error) e
 
 // Take implements sluice.Store.
 func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
-	ch, err := r.Charge()
+	ch, err := r.Charge(op)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
@@ -363,7 +363,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 	// count toward the breaker.
 	chs := make([]sluice.Charge, len(rs))
 	for i, r := range rs {
-		ch, err := r.Charge()
+		ch, err := r.Charge(op)
 		if err != nil {
 			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
 		}

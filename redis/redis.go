@@ -335,7 +335,7 @@ func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) 
 
 // Take implements sluice.Store.
 func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
-	ch, err := r.Charge()
+	ch, err := r.Charge(op)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
@@ -366,7 +366,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 		s.cache.drop(key)
 	}
 	if err != nil {
-		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", opName(op), key, err)
+		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op, key, err)
 	}
 	if op == sluice.OpRefund {
 		s.publishDrops(ctx, key)
@@ -387,16 +387,6 @@ func opOf(op sluice.Op) string {
 		return opRefund
 	}
 	return opPeek
-}
-
-func opName(op sluice.Op) string {
-	switch op {
-	case sluice.OpTake:
-		return "take"
-	case sluice.OpRefund:
-		return "refund"
-	}
-	return "peek"
 }
 
 // Reset implements sluice.Store.
@@ -450,7 +440,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 	chs := make([]sluice.Charge, len(rs))
 	keys := make([]string, len(rs))
 	for i := range rs {
-		ch, err := rs[i].Charge()
+		ch, err := rs[i].Charge(op)
 		if err == nil {
 			err = fits(&rs[i], ch)
 		}
@@ -469,7 +459,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 	if !s.cluster {
 		res, err := s.runGroup(ctx, rs, chs, keys, allIndexes(len(rs)), opOf(op), s.nowArg())
 		if err != nil {
-			return nil, fmt.Errorf("redis %s all %q: %w", opName(op), keys, err)
+			return nil, fmt.Errorf("redis %s all %q: %w", op, keys, err)
 		}
 		if op == sluice.OpRefund {
 			s.publishDrops(ctx, keys...)

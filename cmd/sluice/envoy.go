@@ -25,7 +25,9 @@ func init() {
 // startEnvoy serves Envoy's RateLimitService (with health and reflection)
 // on set.GRPCListen, over TLS when set.GRPCTLS says so (mutual TLS with a
 // client CA). The service follows the HTTP gate's policy, so a reload
-// applies to Envoy's calls too.
+// applies to Envoy's calls too; a policy read from a reference-format file
+// brings the file's descriptor lookup with it (policy.Policy.Envoy, set by
+// envoyrls.ParseReferenceConfig), which the service uses in place of rules.
 func startEnvoy(ctx context.Context, s *server, set policy.Settings) (addr string, stop func(), err error) {
 	ln, err := net.Listen("tcp", set.GRPCListen)
 	if err != nil {

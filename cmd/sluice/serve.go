@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -38,7 +39,7 @@ type server struct {
 	// decides requests (Gate.Check).
 	Gate     *httpgate.Gate
 	Limiter  *sluice.Limiter
-	Metrics  *httpgate.Metrics
+	Metrics  *metrics.Metrics
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
 }
@@ -142,7 +143,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	}
 	defer closeStore()
 
-	metrics := httpgate.NewMetrics(reg)
+	metrics := metrics.New(reg)
 	metrics.WatchKeys(store)
 	lim := sluice.New(metrics.InstrumentStore(store))
 

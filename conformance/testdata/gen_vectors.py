@@ -201,7 +201,9 @@ def run(case):
         mr = st.get("max_reserved")
         mr = None if mr is None else int(F(str(mr)) * S)
         if op == "refund":
-            out = eng.refund(st["t_us"], cost)
+            # A refund gives back at most the capacity, the most one
+            # request can be charged.
+            out = eng.refund(st["t_us"], min(cost, eng.cap))
         else:
             out = eng.step(st["t_us"], cost, reserve, mr, op == "take")
         cap = eng.cap
@@ -310,5 +312,23 @@ cases.append(dict(name="sl_refund", key="k",
                   limit=dict(algorithm="sliding_log", rate=3, period_us=S),
                   steps=[at(0, op="refund"), at(0), at(100_000, cost=2), at(150_000), at(200_000, op="refund"), at(300_000),
                          at(400_000), at(450_000, op="refund", cost=2.5), at(500_000, cost=2.5), at(1_200_000, op="refund", cost=3), at(1_200_000, cost=3)]))
+
+# A refund above the capacity is a refund of the capacity: a bucket that
+# is not in debt is full again, and one in debt gets the capacity back.
+cases.append(dict(name="tb_refund_above_capacity", key="k",
+                  note="burst 10: refunds of 25 and of 1e12 tokens (beyond what a store can count) refill to 10; from 4 tokens of debt, a refund of 11 gives back 10",
+                  limit=dict(algorithm="token_bucket", tokens_per_second=1, burst=10, max_reserved=5),
+                  steps=[at(0, cost=8), at(0, op="refund", cost=25), at(0, op="peek", cost=10), at(0, cost=10), at(0, op="refund", cost=1e12),
+                         at(0, cost=10), at(0, cost=4, reserve=True), at(0, op="refund", cost=11), at(100_000, op="peek")]))
+cases.append(dict(name="fw_refund_above_capacity", key="k",
+                  limit=dict(algorithm="fixed_window", rate=10, period_us=S, capacity=15, start_us=0),
+                  steps=[at(500_000, cost=15), at(600_000, op="refund", cost=40), at(600_000, cost=15), at(700_000, op="refund", cost=1e12), at(700_000, op="peek", cost=15)]))
+cases.append(dict(name="sl_refund_above_capacity", key="k",
+                  limit=dict(algorithm="sliding_log", rate=3, period_us=S),
+                  steps=[at(0), at(100_000, cost=2), at(200_000, op="refund", cost=10), at(200_000, cost=3), at(300_000, op="refund", cost=1e12), at(300_000, op="peek", cost=3)]))
+cases.append(dict(name="lb_refund_above_capacity", key="k",
+                  note="capacity 1: two requests leave one slot of debt; a refund of 5 gives back 1, clearing the debt",
+                  limit=dict(algorithm="leaky_bucket", rate=10, period_us=S, max_delay_us=500_000),
+                  steps=[at(0), at(0), at(0, op="refund", cost=5), at(0, op="peek"), at(0, op="refund", cost=5), at(0, op="peek")]))
 
 print(json.dumps({"cases": [run(c) for c in cases]}, indent=1))

@@ -1,14 +1,23 @@
-package httpgate
+// Package metrics is sluice's Prometheus instrumentation, the one place
+// of the server's collectors whichever transport decides: decisions by
+// rule and result (an implementation of policy.Observer), store calls by
+// operation (InstrumentStore), configuration reloads, the memory store's
+// live keys, and the handler that serves them.
+//
+// The stores that talk to a server (redis, postgres) register their own
+// collectors (breaker state, batch sizes, violations) on the registry
+// they are given.
+package metrics
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/sluicehq/sluice"
 
-	"net/http"
+	"github.com/sluicehq/sluice"
 )
 
 // Decision results counted by Metrics.Observe.
@@ -30,8 +39,8 @@ type Metrics struct {
 	reloads      *prometheus.CounterVec
 }
 
-// NewMetrics creates the collectors and registers them on reg.
-func NewMetrics(reg *prometheus.Registry) *Metrics {
+// New creates the collectors and registers them on reg.
+func New(reg *prometheus.Registry) *Metrics {
 	m := &Metrics{
 		reg: reg,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -40,11 +49,11 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		}, []string{"rule", "result"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_store_errors_total",
-			Help: "Store calls that failed, by operation.",
+			Help: "Store calls that failed, by operation (take, peek, refund, take_all, peek_all, refund_all, reset).",
 		}, []string{"op"}),
 		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_store_latency_seconds",
-			Help:    "Latency of store calls, by operation.",
+			Help:    "Latency of store calls, by operation (take, peek, refund, take_all, peek_all, refund_all, reset).",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"op"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -96,8 +105,10 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // InstrumentStore wraps s so that every call's latency and failure is
-// recorded. Input errors (a bad cost) are the caller's, not the store's,
-// and are not counted as store errors.
+// recorded, labelled by its operation (sluice.Op's String: "take",
+// "peek", "refund", with "_all" for TakeAll, and "reset"). Input errors (a
+// bad cost) are the caller's, not the store's, and are not counted as
+// store errors.
 func (m *Metrics) InstrumentStore(s sluice.Store) sluice.Store {
 	if m == nil {
 		return s
@@ -117,24 +128,17 @@ func (i *instrumented) observe(op string, start time.Time, err error) {
 	}
 }
 
-func opName(op sluice.Op) string {
-	if op == sluice.OpPeek {
-		return "peek"
-	}
-	return "take"
-}
-
 func (i *instrumented) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
 	start := time.Now()
 	d, err := i.s.Take(ctx, op, r)
-	i.observe(opName(op), start, err)
+	i.observe(op.String(), start, err)
 	return d, err
 }
 
 func (i *instrumented) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
 	start := time.Now()
 	ds, err := i.s.TakeAll(ctx, op, rs)
-	i.observe(opName(op)+"_all", start, err)
+	i.observe(op.String()+"_all", start, err)
 	return ds, err
 }
 

@@ -1,0 +1,74 @@
+package envoyrls
+
+import (
+	"fmt"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Matcher finds what applies to the descriptors of a call. A Server
+// holds the one its policy came with: a sluice policy's rules (every rule
+// whose match holds, keyed by its limit_keys), or the *Reference of a file
+// in the reference server's format (ParseReferenceConfig), which finds
+// limits the way that server does.
+type Matcher interface {
+	// Match fills found[i] for req.Descriptors[i]; found has one entry per
+	// descriptor. An error is the caller's fault: the call is answered
+	// InvalidArgument, and nothing is charged.
+	Match(req *rlspb.RateLimitRequest, found []Found) error
+}
+
+// Found is what applies to one descriptor of a call.
+type Found struct {
+	// Limits are the limits that decide it, each with its rule, limit and
+	// key. The Server sets each one's cost from the descriptor's hits
+	// (and takes no reservation: Envoy has no reserved turns).
+	Limits []policy.Match
+	// Limit, when set, is the current_limit its status reports; when nil,
+	// the status reports the deciding limit, described in the protocol's
+	// units.
+	Limit *rlspb.RateLimitResponse_RateLimit
+	// Unlimited is never limited: OK with the largest limit_remaining.
+	Unlimited bool
+	// Blocked is over the limit with no bucket to ask (the reference
+	// format's requests_per_unit: 0), unless Shadow, which only reports
+	// it. Its duration_until_reset is the rest of the current Window,
+	// aligned to the epoch.
+	Blocked, Shadow bool
+	Window          time.Duration
+}
+
+// rules matches descriptors with a sluice policy's rules: every rule
+// whose match holds (on domain and descriptor:KEY values) applies, keyed
+// by its limit_keys.
+type rules struct{ pol *policy.Policy }
+
+// Match implements Matcher.
+func (m rules) Match(req *rlspb.RateLimitRequest, found []Found) error {
+	for i, d := range req.Descriptors {
+		ms, err := m.pol.Match(&policy.Input{Domain: req.Domain, Descriptor: entriesOf(d)})
+		if err != nil {
+			return fmt.Errorf("descriptors[%d]: %v", i, err)
+		}
+		limited := ms[:0]
+		for _, match := range ms {
+			if match.Request.Limit != nil {
+				limited = append(limited, match)
+			}
+		}
+		found[i] = Found{Limits: limited}
+	}
+	return nil
+}
+
+// matcherOf is the Matcher of pol: the reference lookup it was parsed
+// with (ParseReferenceConfig), else its rules.
+func matcherOf(pol *policy.Policy) Matcher {
+	if m, ok := pol.Envoy.(Matcher); ok {
+		return m
+	}
+	return rules{pol}
+}

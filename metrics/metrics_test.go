@@ -1,0 +1,103 @@
+package metrics_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/metrics"
+)
+
+// byOp reads a store metric of reg: the count of each op label.
+func byOp(t *testing.T, reg *prometheus.Registry, name string) map[string]uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			op := ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" {
+					op = l.GetValue()
+				}
+			}
+			if h := m.GetHistogram(); h != nil {
+				out[op] = h.GetSampleCount()
+			} else {
+				out[op] = uint64(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return out
+}
+
+// Refunds are store calls of their own: labelled "refund" and
+// "refund_all", never counted as takes.
+func TestInstrumentStoreLabelsEveryOp(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	faulty := &conformance.FaultyStore{Store: memory.New(memory.Options{})}
+	lim := sluice.New(m.InstrumentStore(faulty))
+	l := sluice.MustLimit(sluice.Spec{Name: "l", TokensPerSecond: 1, Burst: 5})
+	ctx := context.Background()
+	req := sluice.Request{Limit: l, Key: "k", Cost: 2}
+
+	if _, err := lim.Take(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lim.Peek(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lim.Refund(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := lim.TakeAll(ctx, req, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lim.RefundAll(ctx, req, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := lim.Reset(ctx, l, "k"); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{"take": 1, "peek": 1, "refund": 1, "take_all": 1, "refund_all": 1, "reset": 1}
+	got := byOp(t, reg, "sluice_store_latency_seconds")
+	for op, n := range want {
+		if got[op] != n {
+			t.Errorf("latency samples of op %q: %d, want %d (all: %v)", op, got[op], n, got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("ops %v, want exactly %v", got, want)
+	}
+
+	// A failed refund counts as a refund's failure.
+	faulty.Down.Store(true)
+	if _, err := lim.Refund(ctx, req); err == nil {
+		t.Fatal("the store is down, yet the refund succeeded")
+	}
+	if _, err := lim.RefundAll(ctx, req); err == nil {
+		t.Fatal("the store is down, yet the refunds succeeded")
+	}
+	if errs := byOp(t, reg, "sluice_store_errors_total"); errs["refund"] != 1 || errs["refund_all"] != 1 || len(errs) != 2 {
+		t.Errorf("store errors by op: %v, want one refund and one refund_all", errs)
+	}
+}
+
+func TestOpString(t *testing.T) {
+	for op, want := range map[sluice.Op]string{sluice.OpTake: "take", sluice.OpPeek: "peek", sluice.OpRefund: "refund"} {
+		if op.String() != want {
+			t.Errorf("%d: %q, want %q", op, op.String(), want)
+		}
+	}
+}

@@ -43,7 +43,9 @@ func IsReferenceConfig(data []byte) bool {
 //
 // The returned policy has the default settings and no rules of its own:
 // the file only speaks about Envoy descriptors, so the HTTP paths limit
-// nothing. A Server given the policy finds limits exactly as the reference
+// nothing. The decision API reaches each limit by name (see
+// policy.NameOnly): its rule's ("envoy.DOMAIN.N") or its rate_limit's
+// name. A Server given the policy finds limits exactly as the reference
 // server does (see the package documentation) and enforces them with
 // policy.Enforce, like any other rule.
 func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) {
@@ -51,6 +53,7 @@ func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) 
 	if err != nil {
 		return nil, err
 	}
+	named := make([]policy.NamedRule, 0, len(cfg.limits))
 	for _, l := range cfg.limits {
 		mode := policy.EnforceMode
 		if l.shadow {
@@ -61,8 +64,11 @@ func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) 
 			return nil, fmt.Errorf("%s: %s: %w", filename, l.path, err)
 		}
 		l.policyRule = &policy.Rule{Name: l.rule, Mode: mode, OnStoreError: policy.AllowOnError, Limit: lim, Algorithm: sluice.FixedWindow}
+		named = append(named, policy.NamedRule{Rule: l.policyRule, Alias: l.name})
 	}
-	pol := &policy.Policy{Source: filename, Settings: policy.Default().Settings}
+	// The decision API and sluice simulate reach each limit by its rule
+	// name and by the file's own name for it.
+	pol := policy.NameOnly(filename, policy.Default().Settings, named)
 	remember(pol, cfg)
 	return pol, nil
 }

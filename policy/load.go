@@ -424,13 +424,22 @@ func contains(list []string, s string) bool {
 // suggest returns the allowed name closest to a typo, if close enough.
 func suggest(name string, allowed []string) string {
 	best, bestD := "", 3
+	name = strings.ToLower(name)
 	for _, a := range allowed {
-		if d := editDistance(strings.ToLower(name), a); d < bestD {
+		// The distance is at least the difference in length: most
+		// candidates are ruled out without the quadratic comparison.
+		if abs(len(a)-len(name)) >= bestD {
+			continue
+		}
+		// A short name is a few edits from every other short name.
+		if d := editDistance(name, strings.ToLower(a)); d < bestD && d < len(name) {
 			best, bestD = a, d
 		}
 	}
 	return best
 }
+
+func abs(n int) int { return max(n, -n) }
 
 func editDistance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {

@@ -42,6 +42,11 @@ type Policy struct {
 	jwt    *verifier
 	byName map[string]*Rule
 	limits map[string]*sluice.Limit
+
+	// Rules reachable by name only (NameOnly), by name and by alias.
+	named   []NamedRule
+	namedBy map[string]*Rule
+	byAlias map[string][]*Rule
 }
 
 // Settings are a policy's top-level settings besides its rules.

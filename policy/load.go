@@ -335,6 +335,10 @@ func (o *obj) boolean(name string) (bool, *yaml.Node, bool) {
 }
 
 func (o *obj) duration(name string) (time.Duration, *yaml.Node, bool) {
+	if n, ok := o.vals[name]; ok && n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") {
+		o.l.errf(n, join(o.path, name), "must be a duration with a unit, such as \"%ss\" (got the number %s)", n.Value, n.Value)
+		return 0, n, false
+	}
 	s, n, ok := o.str(name)
 	if !ok {
 		return 0, n, false
@@ -531,7 +535,7 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 		}
 	}
 	if n, ok := o.vals["proxy"]; ok {
-		if po := l.object(n, "proxy", []string{"listen", "upstream"}); po != nil {
+		if po := l.object(n, "proxy", []string{"listen", "upstream", "upstream_timeout"}); po != nil {
 			up, upN, upOK := po.str("upstream")
 			ls, lsN, lsOK := po.str("listen")
 			if upOK {
@@ -554,6 +558,16 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 			}
 			if lsOK && !po.has("upstream") {
 				l.errf(po.n, "proxy.upstream", "is required with proxy.listen (the URL requests are forwarded to)")
+			}
+			if d, dn, ok := po.duration("upstream_timeout"); ok {
+				switch {
+				case d <= 0:
+					l.errf(dn, "proxy.upstream_timeout", "must be > 0 (got %q): an upstream that never answers would hold every request sent to it", dn.Value)
+				case !po.has("upstream"):
+					l.errf(dn, "proxy.upstream_timeout", "applies only with proxy.upstream and proxy.listen")
+				default:
+					s.ProxyUpstreamTimeout = d
+				}
 			}
 		}
 	}

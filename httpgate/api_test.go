@@ -15,6 +15,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/httpgate"
@@ -341,6 +342,12 @@ func TestIndexListsEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var doc struct {
+		Paths map[string]map[string]any `yaml:"paths"`
+	}
+	if err := yaml.Unmarshal(spec, &doc); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name       string
 		h          http.Handler
@@ -368,10 +375,13 @@ func TestIndexListsEndpoints(t *testing.T) {
 			if ep.About == "" {
 				t.Errorf("%s: %s %s has no description", c.name, ep.Method, ep.Path)
 			}
-			// Each listed endpoint is served: not a 404 or 405.
+			// Each listed endpoint is described and served: not a 404 or 405.
 			m := ep.Method
 			if m == "ANY" {
 				m = "PATCH"
+			}
+			if _, ok := doc.Paths[ep.Path][strings.ToLower(m)]; !ok {
+				t.Errorf("%s: %s %s is not in api/openapi.yaml", c.name, m, ep.Path)
 			}
 			req, _ := http.NewRequest(m, srv.URL+ep.Path, strings.NewReader(`{"rule":"per-org","key":"index"}`))
 			r, err := http.DefaultClient.Do(req)

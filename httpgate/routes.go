@@ -37,10 +37,10 @@ type Endpoint struct {
 
 const openAPIPath = "/openapi.yaml"
 
-// serveRoutes builds a listener's mux from its routes, adding the index at /,
-// the OpenAPI description, and problem+json answers for every path and
-// method it does not serve: a 405 with Allow, or a 404 that points at the
-// index.
+// serveRoutes builds a listener's mux from its routes, adding the index
+// at /, the OpenAPI description, and problem+json answers for every path
+// and method it does not serve: a 405 with Allow, or a 404 that points at
+// the index.
 func serveRoutes(routes []route) http.Handler {
 	idx := Index{Service: "sluice", OpenAPI: openAPIPath}
 	routes = append(routes,

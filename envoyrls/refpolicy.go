@@ -40,7 +40,9 @@ func IsReferenceConfig(data []byte) bool {
 //
 // The returned policy has the default settings and no rules of its own:
 // the file only speaks about Envoy descriptors, so the HTTP paths limit
-// nothing. Its Envoy field is the file's *Reference, the Matcher a Server
+// nothing. The decision API reaches each limit by name (see
+// policy.NameOnly): its rule's ("envoy.DOMAIN.N") or its rate_limit's
+// name. Its Envoy field is the file's *Reference, the Matcher a Server
 // enforcing the policy finds limits with, exactly as the reference server
 // does (see the package documentation); they are enforced with
 // policy.Enforce, like any other rule.
@@ -49,6 +51,7 @@ func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) 
 	if err != nil {
 		return nil, err
 	}
+	named := make([]policy.NamedRule, 0, len(cfg.limits))
 	for _, l := range cfg.limits {
 		mode := policy.EnforceMode
 		if l.shadow {
@@ -59,8 +62,13 @@ func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) 
 			return nil, fmt.Errorf("%s: %s: %w", filename, l.path, err)
 		}
 		l.policyRule = &policy.Rule{Name: l.rule, Mode: mode, OnStoreError: policy.AllowOnError, Limit: lim, Algorithm: sluice.FixedWindow}
+		named = append(named, policy.NamedRule{Rule: l.policyRule, Alias: l.name})
 	}
-	return &policy.Policy{Source: filename, Settings: policy.Default().Settings, Envoy: cfg}, nil
+	// The decision API and sluice simulate reach each limit by its rule
+	// name and by the file's own name for it.
+	pol := policy.NameOnly(filename, policy.Default().Settings, named)
+	pol.Envoy = cfg
+	return pol, nil
 }
 
 // ReferenceLimits describes a policy made by ParseReferenceConfig: its

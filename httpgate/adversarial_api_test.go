@@ -234,3 +234,87 @@ func TestAttackAPISplitServesOnlyItsEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// Attack: a take without a key shared one bucket with every other caller
+// that left it out. {"rule":"per-org"} was the empty key's bucket: one
+// caller's omission drained it for all of them (and a typo, "kye", is an
+// unknown field, but a forgotten key was silently everyone's). A take or
+// reset without a key, or with an empty one, is a 400 that charges
+// nothing.
+func TestAttackMissingKeySharesOneBucket(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	e.env["SLUICE_TEST_ADMIN"] = "s3cret-token"
+	for _, c := range []struct{ path, body string }{
+		{"/v1/take", `{"rule":"per-org","cost":10}`},
+		{"/v1/take", `{"rule":"per-org","key":"","cost":10}`},
+		{"/v1/take", `{"rule":"per-org","key":null,"cost":10}`},
+		{"/v1/take", `{"takes":[{"rule":"per-user","key":"u"},{"rule":"per-org","cost":10}]}`},
+		{"/v1/peek", `{"rule":"per-org"}`},
+		{"/v1/reset", `{"rule":"per-org"}`},
+	} {
+		resp, m := e.post(c.path, c.body, "Authorization", "Bearer s3cret-token")
+		if resp.StatusCode != 400 || resp.Header.Get("Content-Type") != "application/problem+json" ||
+			!strings.Contains(m["detail"].(string), `"key" is required`) {
+			t.Errorf("%s %s: %d %v", c.path, c.body, resp.StatusCode, m)
+		}
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Errorf("takes without a key created %d keys", n)
+	}
+}
+
+// Attack: Envoy's ext_authz path, /v1/auth/..., was served before the
+// token check and on every listener: with api_token_env set, GET
+// /v1/auth/login without the token was judged (and charged) like a front
+// proxy's call, and the decision API's own listener (api_listen), which
+// serves no forward auth, answered it too. It needs the token, and is
+// served only where /v1/auth is.
+func TestAttackForwardAuthSubpathSkipsToken(t *testing.T) {
+	e := newClosedEnv(t, closedPolicy)
+	for _, hdr := range [][]string{nil, {"X-Sluice-Token", "wrong-token-0123456789abcdef"}, {"Authorization", "Bearer " + apiToken}} {
+		for _, path := range []string{"/v1/auth/login", "/v1/auth//x", "/v1/auth/../v1/take"} {
+			req, _ := http.NewRequest("GET", e.srv.URL+path, nil)
+			req.URL.Opaque = path // as sent, not cleaned by the client
+			for i := 0; i+1 < len(hdr); i += 2 {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
+			resp, m := e.do(req)
+			wantUnauthorized(t, path+" with "+strings.Join(hdr, ": "), resp, m)
+		}
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Fatalf("refused calls created %d keys", n)
+	}
+	if resp, m := e.get("/v1/auth/login", "X-Sluice-Token", apiToken); resp.StatusCode != 200 {
+		t.Errorf("with the token: %d %v", resp.StatusCode, m)
+	}
+
+	api := httptest.NewServer(e.gate.APIHandler())
+	t.Cleanup(api.Close)
+	before := e.store.Len()
+	req, _ := http.NewRequest("GET", api.URL+"/v1/auth/login", nil)
+	req.Header.Set("X-Sluice-Token", apiToken)
+	if resp, m := e.do(req); resp.StatusCode != 404 || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("decision API listener: /v1/auth/login: %d %v", resp.StatusCode, m)
+	}
+	if n := e.store.Len(); n != before {
+		t.Errorf("the decision API listener judged a forward-auth call (%d keys, %d before)", n, before)
+	}
+}
+
+// Attack: the decision API repeated an unknown rule name whole: a 60 KiB
+// name came back in a 60 KiB problem, from every request, to whatever
+// reads the answers (or logs them). The name is cut to its start, and a
+// name no edit could bring within reach of a rule costs no comparisons.
+func TestAttackUnknownRuleReflected(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	e.env["SLUICE_TEST_ADMIN"] = "s3cret-token"
+	long := strings.Repeat("<script>", 60<<10/8)
+	for _, path := range []string{"/v1/take", "/v1/peek", "/v1/reset"} {
+		resp, m := e.post(path, `{"rule":"`+long+`","key":"k"}`, "Authorization", "Bearer s3cret-token")
+		d, _ := m["detail"].(string)
+		if resp.StatusCode != 400 || len(d) > 1024 || !strings.Contains(d, "unknown rule") || !strings.Contains(d, "per-user") {
+			t.Errorf("%s: %d, detail of %d bytes: %.200q", path, resp.StatusCode, len(d), d)
+		}
+	}
+}

@@ -78,7 +78,11 @@ type ResetRequest struct {
 //
 //	POST /v1/take, POST /v1/peek, POST /v1/reset, ANY /v1/auth (and
 //	/v1/auth/..., for Envoy's ext_authz),
-//	GET /metrics, GET /healthz, GET /readyz
+//	GET /metrics, GET /healthz, GET /readyz,
+//	GET / (the list of these, as an Index), GET /openapi.yaml
+//
+// Every other path is a 404, and another method a 405 with Allow, both
+// application/problem+json.
 //
 // When the policy names an api_token_env, /v1/take, /v1/peek and /v1/auth
 // require its token (see RequireToken).
@@ -95,31 +99,40 @@ func (g *Gate) AuthHandler() http.Handler { return g.handler(true, false) }
 func (g *Gate) APIHandler() http.Handler { return g.handler(false, true) }
 
 func (g *Gate) handler(auth, api bool) http.Handler {
-	mux := http.NewServeMux()
+	var routes []route
 	if api {
-		mux.Handle("POST /v1/take", g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpTake) })))
-		mux.Handle("POST /v1/peek", g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpPeek) })))
-		mux.HandleFunc("POST /v1/reset", g.reset)
+		routes = append(routes,
+			route{"POST", "/v1/take", `take tokens: {"rule","key","cost","reserve"} or {"takes":[...]}, all-or-nothing`,
+				g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpTake) }))},
+			route{"POST", "/v1/peek", "what /v1/take would answer, consuming nothing",
+				g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpPeek) }))},
+			route{"POST", "/v1/reset", `refill a bucket: {"rule","key"}; needs the admin token`, http.HandlerFunc(g.reset)},
+		)
 		if g.opts.Metrics != nil {
-			mux.Handle("GET /metrics", g.opts.Metrics.Handler())
+			routes = append(routes, route{"GET", "/metrics", "Prometheus metrics", g.opts.Metrics.Handler()})
 		}
 	}
+	// The Authorization header of a forward-auth call is the client's own
+	// (JWT rules read it), so sluice's token travels beside it.
+	forwardAuth := g.RequireToken(TokenHeader, http.HandlerFunc(g.ForwardAuth))
 	if auth {
-		// The Authorization header of a forward-auth call is the client's
-		// own (JWT rules read it), so sluice's token travels beside it.
-		mux.Handle("/v1/auth", g.RequireToken(TokenHeader, http.HandlerFunc(g.ForwardAuth)))
+		routes = append(routes, route{"", "/v1/auth", "forward auth (nginx auth_request, Traefik, Caddy; Envoy ext_authz at /v1/auth/...)", forwardAuth})
 	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", g.ready)
+	routes = append(routes,
+		route{"GET", "/healthz", "liveness", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			io.WriteString(w, "ok\n")
+		})},
+		route{"GET", "/readyz", "readiness: the store answers and the server is not shutting down", http.HandlerFunc(g.ready)},
+	)
+	mux := serveRoutes(routes)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Envoy's ext_authz calls /v1/auth followed by the original path,
 		// which the mux would clean and redirect (//x, /a/../b): forward
-		// auth reads it as sent.
-		if strings.HasPrefix(r.URL.Path, forwardAuthPath+"/") {
-			g.ForwardAuth(w, r)
+		// auth reads it as sent, with the same token as /v1/auth, and only
+		// where /v1/auth is served.
+		if auth && strings.HasPrefix(r.URL.Path, forwardAuthPath+"/") {
+			forwardAuth.ServeHTTP(w, r)
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -189,7 +202,9 @@ func (g *Gate) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if _, err := g.lim.Peek(ctx, sluice.Request{Limit: readyProbe, Key: "probe"}); err != nil {
-		badRequest(w, http.StatusServiceUnavailable, fmt.Sprintf("store: %v", err))
+		// The store's error names its address: it goes to the log.
+		g.storeLog.Log(g.opts.Logger, readyProbe.Name(), "probe", err, false)
+		badRequest(w, http.StatusServiceUnavailable, "the store did not answer (the error is in the server's log)")
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -197,20 +212,10 @@ func (g *Gate) ready(w http.ResponseWriter, r *http.Request) {
 }
 
 // decodeBody reads a JSON body into v strictly: bounded size, no unknown
-// fields, nothing after the value. It writes the 4xx itself and reports
-// whether decoding succeeded.
+// fields, nothing after the value (see decodeJSON). It writes the 4xx
+// itself and reports whether decoding succeeded.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("unexpected data after the JSON value")
-	}
-	if err == nil {
-		if _, terr := dec.Token(); terr != io.EOF {
-			err = errors.New("unexpected data after the JSON value")
-		}
-	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -221,14 +226,20 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 			badRequest(w, http.StatusRequestTimeout, "the body did not arrive in time (server.read_timeout)")
 			return false
 		}
-		if errors.Is(err, io.EOF) {
-			err = errors.New("empty body")
-		}
-		badRequest(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
+		badRequest(w, http.StatusBadRequest, "the body could not be read: the connection failed or the body ended early")
+		return false
+	}
+	if msg := decodeJSON(data, v); msg != "" {
+		badRequest(w, http.StatusBadRequest, msg)
 		return false
 	}
 	return true
 }
+
+// keyRequired answers a take or reset without a key. An absent key would
+// be the empty one, shared by every caller that leaves it out: one bucket
+// for everyone by omission. A bucket meant to be shared is named.
+const keyRequired = `"key" is required: the bucket's key, such as a user or client id (a bucket shared by every caller is one key they all send, such as "global")`
 
 // inputError is a request the decision API refuses, with its status.
 type inputError struct {
@@ -244,6 +255,9 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	items := body.Takes
 	single := len(items) == 0
 	switch {
+	case body.Takes != nil && len(body.Takes) == 0:
+		badRequest(w, http.StatusBadRequest, `"takes" is empty: give at least one take`)
+		return
 	case single && body.Rule == "" && body.Key == "" && body.Cost == nil:
 		badRequest(w, http.StatusBadRequest, `give "rule" and "key", or "takes"`)
 		return
@@ -306,18 +320,13 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 	if it.Rule == "" {
 		return policy.Match{}, &inputError{http.StatusBadRequest, `"rule" is required`}
 	}
-	lim := p.Limit(it.Rule)
-	if lim == nil {
-		if rr := p.Rule(it.Rule); rr != nil && len(rr.Tiers) > 0 {
-			names := make([]string, len(rr.Tiers))
-			for i, t := range rr.Tiers {
-				names[i] = t.Limit.Name()
-			}
-			return policy.Match{}, &inputError{http.StatusBadRequest, fmt.Sprintf("rule %q has tiers and no limit of its own: name a tier (%s)", it.Rule, strings.Join(names, ", "))}
-		}
-		return policy.Match{}, &inputError{http.StatusBadRequest, fmt.Sprintf("unknown rule %q", it.Rule)}
+	rule, lim, err := p.FindLimit(it.Rule)
+	if err != nil {
+		return policy.Match{}, &inputError{http.StatusBadRequest, err.Error()}
 	}
-	rule := ruleOf(p, it.Rule, lim)
+	if it.Key == "" {
+		return policy.Match{}, &inputError{http.StatusBadRequest, keyRequired}
+	}
 	if len(it.Key) > maxKey {
 		return policy.Match{}, &inputError{http.StatusBadRequest, fmt.Sprintf("key is %d bytes, at most %d", len(it.Key), maxKey)}
 	}
@@ -341,24 +350,6 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 	return policy.Match{Rule: rule, Request: req, Identity: it.Key}, nil
 }
 
-// ruleOf finds the rule that owns lim, which name resolved to: the rule
-// called name, or the rule with a tier of that limit.
-func ruleOf(p *policy.Policy, name string, lim *sluice.Limit) *policy.Rule {
-	if r := p.Rule(name); r != nil {
-		return r
-	}
-	for _, r := range p.Rules {
-		for _, t := range r.Tiers {
-			if t.Limit == lim {
-				return r
-			}
-		}
-	}
-	// Unreachable for a policy's own limits; a synthetic rule keeps
-	// Enforce's defaults (enforce mode, allow on store errors).
-	return &policy.Rule{Name: name, Limit: lim}
-}
-
 // fill copies d into out; a limit that rejected has nothing remaining.
 func fill(out *DecisionResponse, d sluice.Decision, rejected bool) {
 	out.Limit = d.Limit
@@ -380,8 +371,8 @@ func ceilMillis(d time.Duration) int64 {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
-	if err != nil {
-		badRequest(w, http.StatusInternalServerError, err.Error())
+	if err != nil { // the answers are plain structs: unreachable
+		badRequest(w, http.StatusInternalServerError, "the answer could not be encoded")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -403,16 +394,21 @@ func (g *Gate) reset(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusBadRequest, `"rule" is required`)
 		return
 	}
-	lim := p.Limit(body.Rule)
-	if lim == nil {
-		badRequest(w, http.StatusBadRequest, fmt.Sprintf("unknown rule %q", body.Rule))
+	_, lim, err := p.FindLimit(body.Rule)
+	if err != nil {
+		badRequest(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if body.Key == "" {
+		badRequest(w, http.StatusBadRequest, keyRequired)
 		return
 	}
 	ctx, cancel := sluice.WithTimeout(r.Context(), g.opts.StoreTimeout)
 	defer cancel()
 	if err := g.lim.Reset(ctx, lim, body.Key); err != nil {
+		// The store's error names its address: it goes to the log.
 		g.opts.Logger.Error("reset", "rule", body.Rule, "err", err)
-		badRequest(w, http.StatusServiceUnavailable, fmt.Sprintf("reset %q: %v", body.Rule, err))
+		badRequest(w, http.StatusServiceUnavailable, fmt.Sprintf("reset %q: the store did not answer (the error is in the server's log)", body.Rule))
 		return
 	}
 	g.opts.Logger.Info("reset", "rule", body.Rule, "key", body.Key, "peer", r.RemoteAddr)

@@ -1,11 +1,24 @@
 package httpgate_test
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/httpgate"
 )
 
 const apiPolicy = `
@@ -113,18 +126,36 @@ func TestTakeBadInput(t *testing.T) {
 		status     int
 		detail     string
 	}{
-		{"malformed", `{"rule":`, 400, "malformed JSON"},
-		{"empty", ``, 400, "empty body"},
-		{"not an object", `[1,2]`, 400, "malformed JSON"},
-		{"unknown field", `{"rule":"per-user","key":"u","weight":2}`, 400, `unknown field "weight"`},
-		{"trailing data", `{"rule":"per-user","key":"u"} {}`, 400, "after the JSON value"},
-		{"unknown rule", `{"rule":"nope","key":"u"}`, 400, `unknown rule "nope"`},
+		{"malformed", `{"rule":`, 400, "malformed JSON: the body ends before the JSON value does"},
+		{"syntax error", `{"rule" "per-user"}`, 400, "malformed JSON at byte 9: invalid character"},
+		{"empty", ``, 400, "the body is empty"},
+		{"blank", " \n\t", 400, "the body is empty"},
+		{"not an object", `[1,2]`, 400, "the body: want an object, got an array"},
+		{"a string", `"take"`, 400, "the body: want an object, got a string"},
+		{"unknown field", `{"rule":"per-user","key":"u","weight":2}`, 400, `unknown field "weight"; the fields are rule, key, cost, reserve, takes`},
+		{"misspelt field", `{"rule":"per-user","kye":"u"}`, 400, `unknown field "kye" (did you mean "key"?)`},
+		{"trailing data", `{"rule":"per-user","key":"u"} {}`, 400, "unexpected data after the JSON value, which ends at byte 29"},
+		{"trailing bracket", `{"rule":"per-user","key":"u"}]`, 400, "unexpected data after the JSON value"},
+		{"unknown rule", `{"rule":"nope","key":"u"}`, 400, `unknown rule "nope"; the limits are: per-user, per-org, watch`},
+		{"misspelt rule", `{"rule":"per-usr","key":"u"}`, 400, `unknown rule "per-usr" (did you mean "per-user"?)`},
 		{"no rule", `{"key":"u"}`, 400, `"rule" is required`},
+		{"no key", `{"rule":"per-user"}`, 400, `"key" is required`},
+		{"empty key", `{"rule":"per-user","key":""}`, 400, `"key" is required`},
+		{"no key in batch", `{"takes":[{"rule":"per-org","key":"x"},{"rule":"per-org"}]}`, 400, `takes[1]: "key" is required`},
+		{"nothing", `{}`, 400, `give "rule" and "key", or "takes"`},
+		{"null", `null`, 400, `give "rule" and "key", or "takes"`},
+		{"empty batch", `{"takes":[]}`, 400, `"takes" is empty`},
+		{"number key", `{"rule":"per-user","key":42}`, 400, "key: want a string, got a number"},
 		{"zero cost", `{"rule":"per-user","key":"u","cost":0}`, 400, "cost must be a finite number > 0"},
 		{"negative cost", `{"rule":"per-user","key":"u","cost":-1}`, 400, "cost must be a finite number > 0"},
 		{"tiny cost", `{"rule":"per-user","key":"u","cost":1e-9}`, 400, "cost"},
-		{"string cost", `{"rule":"per-user","key":"u","cost":"1"}`, 400, "malformed JSON"},
-		{"overflowing cost", `{"rule":"per-user","key":"u","cost":1e999}`, 400, "malformed JSON"},
+		{"string cost", `{"rule":"per-user","key":"u","cost":"1"}`, 400, "cost: want a number, got a string"},
+		{"overflowing cost", `{"rule":"per-user","key":"u","cost":1e999}`, 400, "cost: 1e999 is out of range"},
+		{"string reserve", `{"rule":"per-user","key":"u","reserve":"yes"}`, 400, "reserve: want true or false, got a string"},
+		{"takes not a list", `{"takes":{"rule":"per-org"}}`, 400, "takes: want an array, got an object"},
+		{"take not an object", `{"takes":[{"rule":"per-org","key":"x"},7]}`, 400, "takes[1]: want an object, got a number"},
+		{"string cost in batch", `{"takes":[{"rule":"per-org","key":"x"},{"rule":"per-org","key":"y","cost":"2"}]}`, 400, "takes[1].cost: want a number, got a string"},
+		{"unknown field in batch", `{"takes":[{"rule":"per-org","key":"x","cots":2}]}`, 400, `takes[0]: unknown field "cots" (did you mean "cost"?); the fields are rule, key, cost, reserve`},
 		{"both shapes", `{"rule":"per-user","key":"u","takes":[{"rule":"per-org","key":"x"}]}`, 400, "not both"},
 		{"bad take in batch", `{"takes":[{"rule":"per-org","key":"x"},{"rule":"zzz","key":"x"}]}`, 400, `takes[1]: unknown rule "zzz"`},
 		{"long key", `{"rule":"per-user","key":"` + strings.Repeat("k", 2000) + `"}`, 400, "key is 2000 bytes"},
@@ -141,9 +172,11 @@ func TestTakeBadInput(t *testing.T) {
 			if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
 				t.Errorf("Content-Type %q", ct)
 			}
-			if d, _ := m["detail"].(string); !strings.Contains(d, c.detail) {
+			d, _ := m["detail"].(string)
+			if !strings.Contains(d, c.detail) {
 				t.Errorf("detail %q, want it to mention %q", d, c.detail)
 			}
+			wantNoInternals(t, d)
 			wantFields(t, m, map[string]any{"status": c.status})
 		})
 	}
@@ -151,9 +184,19 @@ func TestTakeBadInput(t *testing.T) {
 	_, m := e.post("/v1/peek", `{"rule":"per-user","key":"u"}`)
 	wantFields(t, m, map[string]any{"remaining": 2})
 
-	resp, _ := e.get("/v1/take")
-	if resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("GET /v1/take: %d", resp.StatusCode)
+	if n := e.store.Len(); n != 0 {
+		t.Errorf("refused takes created %d keys", n)
+	}
+}
+
+// wantNoInternals fails when a problem's detail speaks of the server's
+// code (Go types, encoding/json) rather than of the request.
+func wantNoInternals(t *testing.T, detail string) {
+	t.Helper()
+	for _, bad := range []string{"Go struct", "Go value", "json:", "httpgate", "TakeRequest", "TakeItem", "ResetRequest", "float64", "[]", "unmarshal"} {
+		if strings.Contains(detail, bad) {
+			t.Errorf("detail %q speaks of %q", detail, bad)
+		}
 	}
 }
 
@@ -214,4 +257,233 @@ func grep(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Every error the listeners answer, from the decision API, reset, the
+// router and forward auth, is application/problem+json whose detail speaks
+// of the request, never of the server's code.
+func TestErrorsAreProblems(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	e.env["SLUICE_TEST_ADMIN"] = "s3cret-token"
+	admin := []string{"Authorization", "Bearer s3cret-token"}
+	cases := []struct {
+		method, path, body string
+		hdr                []string
+		status             int
+		detail, allow      string
+	}{
+		{"GET", "/v1/take", "", nil, 405, "/v1/take takes POST", "POST"},
+		{"GET", "/v1/peek", "", nil, 405, "/v1/peek takes POST", "POST"},
+		{"HEAD", "/v1/take", "", nil, 405, "", "POST"},
+		{"PUT", "/v1/reset", "", nil, 405, "/v1/reset takes POST", "POST"},
+		{"POST", "/healthz", "", nil, 405, "/healthz takes GET or HEAD", "GET, HEAD"},
+		{"DELETE", "/metrics", "", nil, 405, "", "GET, HEAD"},
+		{"POST", "/", "", nil, 405, "/ takes GET or HEAD", "GET, HEAD"},
+		{"GET", "/nope", "", nil, 404, "GET / lists the endpoints", ""},
+		{"POST", "/v1/take/", `{"rule":"per-user","key":"u"}`, nil, 404, "GET / lists the endpoints", ""},
+		{"POST", "/v1/takes", `{"rule":"per-user","key":"u"}`, nil, 404, "GET / lists the endpoints", ""},
+		{"GET", "/v2/take", "", nil, 404, "", ""},
+		{"POST", "/v1/take", `{"rule":1,"key":"u"}`, nil, 400, "rule: want a string, got a number", ""},
+		{"POST", "/v1/take", `{"rule":"per-user","key":["u"]}`, nil, 400, "key: want a string, got an array", ""},
+		{"POST", "/v1/take", `{"rule":"per-user","key":{"id":1}}`, nil, 400, "key: want a string, got an object", ""},
+		{"POST", "/v1/take", `{"rule":"per-user","key":true}`, nil, 400, "key: want a string, got true or false", ""},
+		{"POST", "/v1/take", `{"takes":[{"rule":"per-org","key":"x","reserve":1}]}`, nil, 400, "takes[0].reserve: want true or false, got a number", ""},
+		{"POST", "/v1/take", `{"takes":[{"rule":"per-org","key":"x"},{"rule":["per-org"],"key":"y"}]}`, nil, 400, "takes[1].rule: want a string, got an array", ""},
+		{"POST", "/v1/take", `{"takes":"all"}`, nil, 400, "takes: want an array, got a string", ""},
+		{"POST", "/v1/peek", `{"rule":"per-user","key":1.5}`, nil, 400, "key: want a string, got a number", ""},
+		{"POST", "/v1/peek", `{"rule":"per-user","key":"u"`, nil, 400, "malformed JSON", ""},
+		{"POST", "/v1/peek", `{"rule":'per-user'}`, nil, 400, "malformed JSON at byte 9", ""},
+		{"POST", "/v1/peek", "\xff", nil, 400, "malformed JSON at byte 1", ""},
+		{"POST", "/v1/reset", `{"rule":"per-user","key":7}`, admin, 400, "key: want a string, got a number", ""},
+		{"POST", "/v1/reset", `{"rule":"per-user","key":"u","cost":1}`, admin, 400, `unknown field "cost"; the fields are rule, key`, ""},
+		{"POST", "/v1/reset", `{"rule":"per-user"}`, admin, 400, `"key" is required`, ""},
+		{"POST", "/v1/reset", `{"rule":"per-usr","key":"u"}`, admin, 400, `unknown rule "per-usr" (did you mean "per-user"?)`, ""},
+		{"POST", "/v1/reset", ``, admin, 400, "the body is empty", ""},
+		{"POST", "/v1/reset", `{"rule":"per-user","key":"u"}`, nil, 401, "admin token", ""},
+		{"GET", "/v1/auth?deny_status=abc", "", nil, 400, "deny_status", ""},
+	}
+	for _, c := range cases {
+		req, err := http.NewRequest(c.method, e.srv.URL+c.path, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(c.hdr); i += 2 {
+			req.Header.Set(c.hdr[i], c.hdr[i+1])
+		}
+		resp, m := e.do(req)
+		what := c.method + " " + c.path + " " + c.body
+		if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %q, want %d application/problem+json", what, resp.StatusCode, resp.Header.Get("Content-Type"), c.status)
+			continue
+		}
+		if got := resp.Header.Get("Allow"); got != c.allow {
+			t.Errorf("%s: Allow %q, want %q", what, got, c.allow)
+		}
+		if c.method == "HEAD" {
+			continue
+		}
+		d, _ := m["detail"].(string)
+		if !strings.Contains(d, c.detail) {
+			t.Errorf("%s: detail %q, want it to mention %q", what, d, c.detail)
+		}
+		wantNoInternals(t, d)
+		wantFields(t, m, map[string]any{"status": c.status, "type": "about:blank"})
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Errorf("refused requests created %d keys", n)
+	}
+}
+
+// GET / lists the endpoints the listener serves, each of which answers
+// its method, and GET /openapi.yaml is api/openapi.yaml.
+func TestIndexListsEndpoints(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	spec, err := os.ReadFile("../api/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]any `yaml:"paths"`
+	}
+	if err := yaml.Unmarshal(spec, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name       string
+		h          http.Handler
+		want, lack []string
+	}{
+		{"one listener", e.gate.Handler(), []string{"POST /v1/take", "POST /v1/peek", "POST /v1/reset", "ANY /v1/auth", "GET /metrics", "GET /healthz", "GET /readyz", "GET /openapi.yaml", "GET /"}, nil},
+		{"forward auth", e.gate.AuthHandler(), []string{"ANY /v1/auth", "GET /healthz", "GET /readyz", "GET /openapi.yaml", "GET /"}, []string{"POST /v1/take", "GET /metrics"}},
+		{"decision API", e.gate.APIHandler(), []string{"POST /v1/take", "POST /v1/reset", "GET /metrics", "GET /"}, []string{"ANY /v1/auth"}},
+	} {
+		srv := httptest.NewServer(c.h)
+		t.Cleanup(srv.Close)
+		resp, err := http.Get(srv.URL + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var idx httpgate.Index
+		err = json.NewDecoder(resp.Body).Decode(&idx)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || idx.OpenAPI != "/openapi.yaml" {
+			t.Fatalf("%s: GET /: %d %q %+v %v", c.name, resp.StatusCode, resp.Header.Get("Content-Type"), idx, err)
+		}
+		listed := map[string]bool{}
+		for _, ep := range idx.Endpoints {
+			listed[ep.Method+" "+ep.Path] = true
+			if ep.About == "" {
+				t.Errorf("%s: %s %s has no description", c.name, ep.Method, ep.Path)
+			}
+			// Each listed endpoint is described and served: not a 404 or 405.
+			m := ep.Method
+			if m == "ANY" {
+				m = "PATCH"
+			}
+			if _, ok := doc.Paths[ep.Path][strings.ToLower(m)]; !ok {
+				t.Errorf("%s: %s %s is not in api/openapi.yaml", c.name, m, ep.Path)
+			}
+			req, _ := http.NewRequest(m, srv.URL+ep.Path, strings.NewReader(`{"rule":"per-org","key":"index"}`))
+			r, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Body.Close()
+			if r.StatusCode == 404 || r.StatusCode == 405 {
+				t.Errorf("%s: %s %s is listed but answers %d", c.name, m, ep.Path, r.StatusCode)
+			}
+		}
+		for _, w := range c.want {
+			if !listed[w] {
+				t.Errorf("%s: index lacks %s: %+v", c.name, w, idx.Endpoints)
+			}
+		}
+		for _, l := range c.lack {
+			if listed[l] {
+				t.Errorf("%s: index lists %s, which this listener does not serve", c.name, l)
+			}
+		}
+		resp, err = http.Get(srv.URL + "/openapi.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/yaml" || !bytes.Equal(body, spec) {
+			t.Errorf("%s: GET /openapi.yaml: %d %q, %d bytes (the file has %d)", c.name, resp.StatusCode, resp.Header.Get("Content-Type"), len(body), len(spec))
+		}
+	}
+}
+
+// An unknown rule's error lists the policy's limits, at most 20 of them,
+// and suggests the closest.
+func TestUnknownRuleListsLimits(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("rules:\n")
+	for i := range 30 {
+		fmt.Fprintf(&b, "  - name: rule-%02d\n    algorithm_config: {rps: 1, burst: 1}\n", i)
+	}
+	b.WriteString("  - name: api\n    tiers:\n      - {name: gold, match: {header:x-plan: gold}, algorithm_config: {rps: 1, burst: 1}}\n      - {name: free, algorithm_config: {rps: 1, burst: 1}}\n")
+	e := newEnv(t, b.String())
+	resp, m := e.post("/v1/take", `{"rule":"rule-7","key":"u"}`)
+	d, _ := m["detail"].(string)
+	if resp.StatusCode != 400 || !strings.Contains(d, `unknown rule "rule-7" (did you mean "rule-07"?); the limits are: rule-00, rule-01,`) ||
+		!strings.Contains(d, "rule-19 and 12 more") || strings.Contains(d, "rule-20") {
+		t.Errorf("%d %q", resp.StatusCode, d)
+	}
+	// Case is not a typo worth a miss.
+	if _, m := e.post("/v1/take", `{"rule":"RULE-07","key":"u"}`); !strings.Contains(m["detail"].(string), `did you mean "rule-07"?`) {
+		t.Errorf("RULE-07: %v", m["detail"])
+	}
+	// A tiered rule without a limit of its own names its tiers.
+	if _, m := e.post("/v1/take", `{"rule":"api","key":"u"}`); !strings.Contains(m["detail"].(string), "name a tier (api.gold, api.free)") {
+		t.Errorf("api: %v", m["detail"])
+	}
+	if resp, m := e.post("/v1/take", `{"rule":"api.free","key":"u"}`); resp.StatusCode != 200 {
+		t.Errorf("api.free: %d %v", resp.StatusCode, m)
+	}
+}
+
+// A file in envoyproxy/ratelimit's format: /v1/take reaches its limits by
+// the file's own names (per-address) and by their rule names
+// (envoy.edge.0), an unknown name's error lists both, and a take under
+// the key the Envoy service builds for a descriptor shares its bucket.
+func TestReferenceFileNames(t *testing.T) {
+	data, err := os.ReadFile("../examples/ratelimit-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := envoyrls.ParseReferenceConfig("ratelimit-config.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvPolicy(t, p, nil)
+	const key = "remote_address=198.51.100.8"
+	resp, m := e.post("/v1/take", `{"rule":"per-address","key":"`+key+`"}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("per-address: %d %v", resp.StatusCode, m)
+	}
+	wantFields(t, m, map[string]any{"allowed": true, "rule": "envoy.edge.0", "limit": 600, "remaining": 599})
+	_, m = e.post("/v1/peek", `{"rule":"envoy.edge.0","key":"`+key+`"}`)
+	wantFields(t, m, map[string]any{"allowed": true, "remaining": 598})
+	// shadow_mode holds on the decision API too.
+	_, m = e.post("/v1/take", `{"rule":"tenant-trial","key":"t"}`)
+	wantFields(t, m, map[string]any{"allowed": true, "shadow": true, "rule": "envoy.edge.4"})
+
+	srv := envoyrls.New(p, e.gate.Limiter(), envoyrls.Options{Clock: e.clk})
+	out, err := srv.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{
+		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "198.51.100.8"}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := out.Statuses[0]; st.LimitRemaining != 598 {
+		t.Errorf("Envoy's call after one take: %d remaining, want 598 (one bucket)", st.LimitRemaining)
+	}
+
+	resp, m = e.post("/v1/take", `{"rule":"per-adress","key":"k"}`)
+	d, _ := m["detail"].(string)
+	if resp.StatusCode != 400 || !strings.Contains(d, `unknown rule "per-adress" (did you mean "per-address"?); the limits are: envoy.edge.0 (per-address), envoy.edge.1 (search-per-client), envoy.edge.2, envoy.edge.3 (bots)`) {
+		t.Errorf("%d %q", resp.StatusCode, d)
+	}
 }

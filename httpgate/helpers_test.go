@@ -73,6 +73,12 @@ func newEnv(t *testing.T, yaml string) *env {
 // (for fault injection).
 func newEnvStore(t *testing.T, yaml string, wrap func(sluice.Store) sluice.Store) *env {
 	t.Helper()
+	return newEnvPolicy(t, mustPolicy(t, yaml), wrap)
+}
+
+// newEnvPolicy builds an env serving p (a policy of any format).
+func newEnvPolicy(t *testing.T, p *policy.Policy, wrap func(sluice.Store) sluice.Store) *env {
+	t.Helper()
 	e := &env{t: t, clk: sluice.NewManualClock(sluiceEpoch), audit: &lockedbuf.Buffer{}, env: map[string]string{}}
 	e.store = memory.New(memory.Options{Clock: e.clk})
 	reg := prometheus.NewRegistry()
@@ -83,7 +89,7 @@ func newEnvStore(t *testing.T, yaml string, wrap func(sluice.Store) sluice.Store
 		st = wrap(st)
 	}
 	lim := sluice.New(m.InstrumentStore(st))
-	e.gate = httpgate.New(mustPolicy(t, yaml), lim, httpgate.Options{
+	e.gate = httpgate.New(p, lim, httpgate.Options{
 		Metrics: m,
 		Audit:   httpgate.NewAudit(e.audit),
 		Getenv:  func(k string) string { return e.env[k] },

@@ -18,7 +18,8 @@ type ProxyOptions struct {
 	// DialTimeout bounds connecting to the upstream (default 10s).
 	DialTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for the upstream's response
-	// headers (default 60s). A body, such as an event stream, may then
+	// headers (default 60s; proxy.upstream_timeout in a policy); past it
+	// the client gets a 504. A body, such as an event stream, may then
 	// run as long as it likes.
 	ResponseHeaderTimeout time.Duration
 	// IdleConnTimeout closes idle upstream connections (default 90s).

@@ -307,7 +307,7 @@ func (l *loader) proxy(o *obj, s *Settings, addrs map[string]string) {
 	if !ok {
 		return
 	}
-	po := l.object(n, "proxy", []string{"listen", "upstream"})
+	po := l.object(n, "proxy", []string{"listen", "upstream", "upstream_timeout"})
 	if po == nil {
 		return
 	}
@@ -333,6 +333,16 @@ func (l *loader) proxy(o *obj, s *Settings, addrs map[string]string) {
 	}
 	if lsOK && !po.has("upstream") {
 		l.errf(po.n, "proxy.upstream", "is required with proxy.listen (the URL requests are forwarded to)")
+	}
+	if d, dn, ok := po.duration("upstream_timeout"); ok {
+		switch {
+		case d <= 0:
+			l.errf(dn, "proxy.upstream_timeout", "must be > 0 (got %q): an upstream that never answers would hold every request sent to it", dn.Value)
+		case !po.has("upstream"):
+			l.errf(dn, "proxy.upstream_timeout", "applies only with proxy.upstream and proxy.listen")
+		default:
+			s.ProxyUpstreamTimeout = d
+		}
 	}
 }
 

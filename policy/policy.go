@@ -65,6 +65,11 @@ type Policy struct {
 	jwt    *verifier
 	byName map[string]*Rule
 	limits map[string]*sluice.Limit
+
+	// Rules reachable by name only (NameOnly), by name and by alias.
+	named   []NamedRule
+	namedBy map[string]*Rule
+	byAlias map[string][]*Rule
 }
 
 // Settings are a policy's top-level settings besides its rules.
@@ -83,6 +88,10 @@ type Settings struct {
 	// ProxyListen and ProxyUpstream configure the reverse proxy, enabled
 	// when ProxyUpstream (an absolute http or https URL) is set.
 	ProxyListen, ProxyUpstream string
+	// ProxyUpstreamTimeout bounds the reverse proxy's wait for the
+	// upstream's response headers (proxy.upstream_timeout; 0 = the
+	// default of httpgate.ProxyOptions, 60s).
+	ProxyUpstreamTimeout time.Duration
 	// Headers are the response header sets: any of "draft", "trio",
 	// "legacy", or "none" alone (default ["draft", "trio"]).
 	Headers []string

@@ -187,6 +187,10 @@ func (o *obj) boolean(name string) (bool, *yaml.Node, bool) {
 }
 
 func (o *obj) duration(name string) (time.Duration, *yaml.Node, bool) {
+	if n, ok := o.vals[name]; ok && n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") {
+		o.l.errf(n, join(o.path, name), "must be a duration with a unit, such as \"%ss\" (got the number %s)", n.Value, n.Value)
+		return 0, n, false
+	}
 	s, n, ok := o.str(name)
 	if !ok {
 		return 0, n, false
@@ -276,13 +280,22 @@ func contains(list []string, s string) bool {
 // suggest returns the allowed name closest to a typo, if close enough.
 func suggest(name string, allowed []string) string {
 	best, bestD := "", 3
+	name = strings.ToLower(name)
 	for _, a := range allowed {
-		if d := editDistance(strings.ToLower(name), a); d < bestD {
+		// The distance is at least the difference in length: most
+		// candidates are ruled out without the quadratic comparison.
+		if abs(len(a)-len(name)) >= bestD {
+			continue
+		}
+		// A short name is a few edits from every other short name.
+		if d := editDistance(name, strings.ToLower(a)); d < bestD && d < len(name) {
 			best, bestD = a, d
 		}
 	}
 	return best
 }
+
+func abs(n int) int { return max(n, -n) }
 
 func editDistance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {

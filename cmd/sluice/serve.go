@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -235,7 +236,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	if set.ProxyUpstream != "" {
 		up, err := url.Parse(set.ProxyUpstream)
 		if err == nil {
-			addrs.Proxy, err = start("proxy", set.ProxyListen, gate.Proxy(up, httpgate.ProxyOptions{}), proxyServer)
+			addrs.Proxy, err = start("proxy", set.ProxyListen, gate.Proxy(up, httpgate.ProxyOptions{ResponseHeaderTimeout: set.ProxyUpstreamTimeout}), proxyServer)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice serve: proxy: %v\n", err)
@@ -353,6 +354,7 @@ func warnRestart(log *slog.Logger, old, new policy.Settings) {
 		{"api_listen", old.APIListen, new.APIListen},
 		{"server", fmt.Sprintf("%+v", old.Server), fmt.Sprintf("%+v", new.Server)},
 		{"proxy.upstream", old.ProxyUpstream, new.ProxyUpstream},
+		{"proxy.upstream_timeout", old.ProxyUpstreamTimeout.String(), new.ProxyUpstreamTimeout.String()},
 		{"audit_log", old.AuditLog, new.AuditLog},
 		{"grpc_tls", tlsFiles(old.GRPCTLS), tlsFiles(new.GRPCTLS)},
 	} {
@@ -381,11 +383,26 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// redact hides the password of a store URL in logs.
+// redact hides the password of a store URL in logs, in its user part or
+// its query (pgx reads ?password=); a URL without one is logged as
+// written (url.URL.String would turn memory:// into memory:).
 func redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable store url)"
+	}
+	q, secret := u.Query(), false
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "password") {
+			q.Set(k, "xxxxx")
+			secret = true
+		}
+	}
+	if _, has := u.User.Password(); !has && !secret {
+		return raw
+	}
+	if secret {
+		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }

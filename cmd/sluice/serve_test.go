@@ -325,3 +325,57 @@ func TestServeCPUProfile(t *testing.T) {
 		t.Fatalf("unwritable profile: exit %d, %q", code, errb.String())
 	}
 }
+
+// proxy.upstream_timeout bounds the wait for the upstream's response
+// headers: an upstream that never answers is a 504 problem once it
+// passes, not after the default minute.
+func TestServeProxyUpstreamTimeout(t *testing.T) {
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // never answers; freed when the proxy gives up
+	}))
+	t.Cleanup(app.Close)
+	cfg := writePolicy(t, `
+proxy:
+  listen: 127.0.0.1:0
+  upstream: `+app.URL+`
+  upstream_timeout: 50ms
+rules:
+  - name: per-ip
+    limit_keys: ["ip:address"]
+    algorithm_config: {rate: 100, period: 1h}
+`)
+	l, logs := startServe(t, "--config", cfg)
+	client := &http.Client{Timeout: 30 * time.Second} // far beyond 50ms, far below the default 60s
+	resp, err := client.Get("http://" + l.Proxy + "/slow")
+	if err != nil {
+		t.Fatalf("the proxy did not give up on the upstream: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 504 || resp.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(body), "upstream timed out") {
+		t.Errorf("%d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	if !strings.Contains(logs.String(), "proxy: upstream timed out") {
+		t.Errorf("the timeout is not in the log:\n%s", logs.String())
+	}
+}
+
+// serve logs the store as written, its password hidden: memory:// is
+// not memory:.
+func TestServeLogsStoreAsWritten(t *testing.T) {
+	_, logs := startServe(t)
+	if !strings.Contains(logs.String(), "store=memory:// ") {
+		t.Errorf("startup log:\n%s", logs.String())
+	}
+	for raw, want := range map[string]string{
+		"memory://":                  "memory://",
+		"memory://?max_keys=10":      "memory://?max_keys=10",
+		"redis://:s3cret@cache:6379": "redis://:xxxxx@cache:6379",
+		"redis://cache:6379/0":       "redis://cache:6379/0",
+		"postgres://sluice@db/sluice?password=s3cret&sslmode=disable": "postgres://sluice@db/sluice?password=xxxxx&sslmode=disable",
+	} {
+		if got := redact(raw); got != want {
+			t.Errorf("redact(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}

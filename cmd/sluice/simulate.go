@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -471,33 +470,20 @@ func describeLimit(l *sluice.Limit) string {
 	return fmt.Sprintf("token bucket of %s, refilling %s/s", capacity, strconv.FormatFloat(l.TokensPerSecond(), 'f', -1, 64))
 }
 
-// pickLimit finds the named limit, or the policy's only one. A file in
-// the reference server's format has limits but no rules of its own.
+// pickLimit finds the named limit, or the policy's only one, by the
+// names the decision API takes (policy.FindLimit): a file in the
+// reference server's format has no rules of its own, and its limits go
+// by their rule names or the file's own names for them.
 func pickLimit(p *policy.Policy, name string) (*sluice.Limit, error) {
-	all := p.Limits()
-	if _, ref, ok := envoyrls.ReferenceLimits(p); ok {
-		all = ref
-	}
-	if name != "" {
-		if l := p.Limit(name); l != nil {
-			return l, nil
-		}
-		for _, l := range all {
-			if l.Name() == name {
-				return l, nil
-			}
-		}
-	} else if len(all) == 1 {
-		return all[0], nil
-	}
-	names := make([]string, len(all))
-	for i, l := range all {
-		names[i] = l.Name()
-	}
 	if name == "" {
-		return nil, fmt.Errorf("the policy has %d limits: name one with --limit (%s)", len(all), strings.Join(names, ", "))
+		all := p.NamedLimits()
+		if len(all) == 1 {
+			return all[0], nil
+		}
+		return nil, fmt.Errorf("the policy has %d limits: name one with --limit (%s)", len(all), p.ListLimits())
 	}
-	return nil, fmt.Errorf("no limit %q in the policy (it has: %s)", name, strings.Join(names, ", "))
+	_, lim, err := p.FindLimit(name)
+	return lim, err
 }
 
 // patternSyntax says what --pattern accepts; every pattern error ends

@@ -131,6 +131,17 @@ func TestSimulateReferenceFile(t *testing.T) {
 	if !strings.Contains(out, "limit envoy.edge.0: fixed window of 600 per 1m") {
 		t.Fatalf("summary:\n%s", out)
 	}
+	// The file's own name for the limit is the same limit, as on /v1/take.
+	rows, out = simulateRows(t, "--config", "../../examples/ratelimit-config.yaml", "--limit", "per-address", "--pattern", "20/s for 60s", "--step", "30s")
+	wantRows(t, rows, out, "0s 600 600 0 0", "30s 600 0 600 0")
+	if !strings.Contains(out, "limit envoy.edge.0: fixed window of 600 per 1m") {
+		t.Fatalf("summary:\n%s", out)
+	}
+	var errb bytes.Buffer
+	if code := run([]string{"simulate", "--config", "../../examples/ratelimit-config.yaml", "--limit", "per-adress", "--pattern", "1/s for 1s"}, io.Discard, &errb); code != 2 ||
+		!strings.Contains(errb.String(), `unknown rule "per-adress" (did you mean "per-address"?); the limits are: envoy.edge.0 (per-address), envoy.edge.1 (search-per-client)`) {
+		t.Errorf("per-adress: exit %d, %s", code, errb.String())
+	}
 }
 
 // A rule with reserve: true reserves in simulate as it does in serve.
@@ -292,7 +303,7 @@ func TestSimulateBadInput(t *testing.T) {
 		{[]string{"--pattern", "1/s for 1s", "--csv", "x", "--json", "x"}, 2, "name the same file"},
 		{[]string{"--pattern", "1/s for 1s", "--csv", filepath.Join(t.TempDir(), "no", "such", "dir.csv")}, 1, "write "},
 		{[]string{"--config", cfg, "--pattern", "1/s for 1s"}, 2, "name one with --limit (a, b)"},
-		{[]string{"--config", cfg, "--limit", "c", "--pattern", "1/s for 1s"}, 2, `no limit "c" in the policy (it has: a, b)`},
+		{[]string{"--config", cfg, "--limit", "c", "--pattern", "1/s for 1s"}, 2, `unknown rule "c"; the limits are: a, b`},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"simulate"}, tc.args...), &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.want) {

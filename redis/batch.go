@@ -106,6 +106,14 @@ func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) 
 	case <-c.done:
 		return c.res, c.err
 	case <-ctx.Done():
+		select {
+		case <-c.done:
+			// Answered as the deadline passed (a goroutine that waited for
+			// a CPU finds both ready, and select picks at random): the
+			// answer stands.
+			return c.res, c.err
+		default:
+		}
 		// The writer may still send the call; like any timed-out write, it
 		// may or may not have been applied.
 		if c.state.CompareAndSwap(callWaiting, callAbandoned) {

@@ -443,11 +443,12 @@ rules:
 }
 
 // A Redis that hangs (SIGSTOP: connections open, no answers) is the case a
-// deadline exists for: every call ends by its deadline, the breaker then
-// fails calls at once, and answers resume when the server does (SIGCONT).
+// deadline exists for: every call ends by its deadline (the default one),
+// the breaker with its default threshold then fails calls at once, and
+// answers resume when the server does (SIGCONT).
 func TestHungRedis(t *testing.T) {
 	srv := newStandalone(t)
-	const timeout = 100 * time.Millisecond
+	const timeout = redis.DefaultTimeout
 	s := open(t, "redis://"+srv.addr(), redis.Options{Timeout: timeout, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "hung", TokensPerSecond: 1e6, Burst: 1e6})

@@ -99,15 +99,22 @@ import (
 	"github.com/sluicehq/sluice/internal/breaker"
 )
 
+// DefaultTimeout is Options.Timeout's default.
+const DefaultTimeout = 250 * time.Millisecond
+
 // ErrBreakerOpen is returned, wrapped, while the circuit breaker keeps
 // calls away from a Redis that has been failing.
 var ErrBreakerOpen = errors.New("redis store: circuit breaker open")
 
 // Options configures a Store. The zero value is usable.
 type Options struct {
-	// Timeout bounds every call to Redis (default 10ms, well within
-	// Envoy's 20ms rate limit service timeout). A caller's earlier
-	// deadline wins.
+	// Timeout bounds every call to Redis (default 250ms). A caller's
+	// earlier deadline wins: behind Envoy, its rate limit timeout (20ms by
+	// default, sent with each call). The default is long enough that a
+	// healthy Redis is not read as a failed one when this host is short of
+	// CPU (a saturated 2-core host took over 100ms for one call in a
+	// thousand; BENCHMARKS.md), and short enough that a hung Redis costs a
+	// decision at most that long before the circuit breaker opens.
 	Timeout time.Duration
 	// KeyPrefix is put before every key, to share a Redis with other
 	// users ("sluice:"). It may not contain braces: a hash tag in it would
@@ -126,12 +133,15 @@ type Options struct {
 	NoOverLimitCache bool
 	// OverLimitCacheSize bounds that cache (default 100,000 keys).
 	OverLimitCacheSize int
-	// BreakerFailures is how many failed calls within one second, when
-	// they are at least half of that second's calls, open the circuit
-	// breaker (default 5): a Redis that is down opens it after that many
-	// calls, while a stall of this process that makes a few calls miss
-	// their deadline among many that succeed does not. BreakerBackoff is
-	// how long it stays open before a probe (default 500ms).
+	// BreakerFailures is how many failed calls within a window, when they
+	// are at least half of the window's calls, open the circuit breaker
+	// (default 5): a Redis that is down opens it after that many calls,
+	// while a stall of this process that makes a few calls miss their
+	// deadline among many that succeed does not. The window is one second,
+	// or 2*BreakerFailures*Timeout when longer (2.5s with the defaults), so
+	// that even one caller, whose calls to a hung Redis fail one per
+	// Timeout, opens it. BreakerBackoff is how long it stays open before a
+	// probe (default 500ms).
 	BreakerFailures int
 	BreakerBackoff  time.Duration
 	// NoBatch sends every call as its own script call.
@@ -166,7 +176,7 @@ type Store struct {
 // New returns a Store over client, which the caller keeps and closes.
 func New(client rueidis.Client, opts Options) (*Store, error) {
 	if opts.Timeout <= 0 {
-		opts.Timeout = 10 * time.Millisecond
+		opts.Timeout = DefaultTimeout
 	}
 	if opts.BreakerFailures <= 0 {
 		opts.BreakerFailures = 5
@@ -206,7 +216,10 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 		// real time a test takes, or they would expire early.
 		s.pad = "3600000"
 	}
-	s.br = breaker.New(opts.BreakerFailures, opts.BreakerBackoff, met.breakerChanged)
+	// Failures are counted over long enough a window for one caller's
+	// calls, each failing only at its deadline, to reach the threshold.
+	window := 2 * time.Duration(opts.BreakerFailures) * opts.Timeout
+	s.br = breaker.NewWindowed(opts.BreakerFailures, opts.BreakerBackoff, window, met.breakerChanged)
 	if !opts.NoOverLimitCache {
 		s.cache = newOverLimit(opts.OverLimitCacheSize)
 		ctx, cancel := context.WithCancel(context.Background())

@@ -70,7 +70,8 @@
 //
 // # Failures
 //
-// Every call carries a deadline (Options.Timeout). Store errors come back
+// Every call carries a deadline (Options.Timeout, from when it is sent).
+// Store errors come back
 // wrapped and are not input errors (sluice.IsInputError), so the caller
 // applies the rule's on_store_error. A circuit breaker fails calls at once
 // while Redis is down and lets one probe through per backoff; rueidis
@@ -108,13 +109,15 @@ var ErrBreakerOpen = errors.New("redis store: circuit breaker open")
 
 // Options configures a Store. The zero value is usable.
 type Options struct {
-	// Timeout bounds every call to Redis (default 250ms). A caller's
-	// earlier deadline wins: behind Envoy, its rate limit timeout (20ms by
-	// default, sent with each call). The default is long enough that a
-	// healthy Redis is not read as a failed one when this host is short of
-	// CPU (a saturated 2-core host took over 100ms for one call in a
-	// thousand; BENCHMARKS.md), and short enough that a hung Redis costs a
-	// decision at most that long before the circuit breaker opens.
+	// Timeout bounds every call to Redis from when it is sent (default
+	// 250ms); a call waiting in this process for a batch to carry it (the
+	// process is short of CPU) waits on the caller's deadline alone. A
+	// caller's earlier deadline wins: behind Envoy, its rate limit timeout
+	// (20ms by default, sent with each call). The default is long enough
+	// that a healthy Redis is not read as a failed one when this host is
+	// short of CPU (a saturated 2-core host took over 100ms for one call
+	// in a thousand; BENCHMARKS.md), and short enough that a hung Redis
+	// costs a decision about that long before the circuit breaker opens.
 	Timeout time.Duration
 	// KeyPrefix is put before every key, to share a Redis with other
 	// users ("sluice:"). It may not contain braces: a hash tag in it would
@@ -317,16 +320,16 @@ func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) 
 		s.met.errors.Inc()
 		return nil, ErrBreakerOpen
 	}
-	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	var res []int64
 	var err error
 	if batchable && s.batch != nil {
-		res, err = s.batch.do(cctx, keys, groups)
+		res, err = s.batch.do(ctx, keys, groups) // the deadline runs from the send
 	} else {
 		args := make([]string, 0, len(groups)+1)
 		args = append(append(args, s.pad), groups...)
+		cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
 		res, err = s.exec(cctx, keys, args)
+		cancel()
 		if err == nil && len(res) != replyWidth*len(keys) {
 			err = fmt.Errorf("script returned %d values for %d keys", len(res), len(keys))
 		}

@@ -16,10 +16,11 @@ import (
 // a full bucket back, an over-admission of what it still owed. So:
 //
 //   - A key below full is never evicted while any key of the store is
-//     full. Full keys go first, from any shard.
-//   - When no key is full, the key that becomes full soonest goes (the
-//     earliest fullAt, the least owed in time); it is counted as a partial
-//     eviction.
+//     full (the keys of the request making room aside: a TakeAll never
+//     evicts its own). Full keys go first, from any shard.
+//   - When no key is full, the key of the inserting shard that becomes
+//     full soonest goes (the earliest fullAt: the least time owed); it is
+//     counted as a partial eviction.
 //
 // Recency plays no part: a client that is being rejected keeps its bucket
 // because the bucket is below full, not because it was seen lately (a
@@ -27,24 +28,24 @@ import (
 //
 // Finding full keys without scanning every table on every insert: each
 // shard keeps an index of its entries with the earliest fullAt. cand
-// holds up to maxCandidates (fullAt, key) records, sorted by fullAt, and
-// floor is a bound such that every entry with no record in cand has
-// fullAt >= floor; records may be stale (the entry was rewritten or
-// removed since) and are checked against the table when used. A write
-// whose fullAt is below floor adds a record (store); a take only moves a
-// bucket's fullAt later, so the common write leaves the index alone. When
-// floor has passed (a key without a record may be full) or cand has run
-// dry, sweep scans the shard once and rebuilds cand and floor exactly. A sweep is forced only after
-// maxCandidates records were used up or went stale, or after time passed
-// floor, so its cost is spread over at least that many inserts or rewrites
-// (or is paid by the full keys it removes).
+// holds up to maxCandidates (fullAt, key) records, sorted by fullAt, all
+// at or below floor, and every entry's fullAt is at least floor or at
+// least one of its records; records may be stale (the entry was rewritten
+// or removed since) and are checked against the table when used. So the
+// first valid record is the shard's earliest fullAt. A write whose fullAt
+// is below floor adds a record (store); most writes are admitted takes,
+// which only move a bucket's fullAt later, and leave the index alone.
+// When the records run out (used by evictions, or found stale), sweep
+// scans the shard once and rebuilds cand and floor exactly: its cost is
+// spread over at least maxCandidates evictions or rewrites.
 //
 // Each shard publishes min(cand, floor), a lower bound on its entries'
 // fullAt, in Store.earliest: an insert into a shard with no full key finds
 // there (or in a hint that stands until some shard's bound comes down)
 // whether another shard may hold one. If so, the insert releases its
 // locks, evicts a full key of that shard (reclaim) and decides again:
-// locks are only ever taken in ascending order or one at a time.
+// locks are only ever taken in ascending order or one at a time. One
+// eviction per insert keeps each shard's table near its share of the keys.
 
 // maxCandidates is the size of a shard's eviction index.
 const maxCandidates = 64

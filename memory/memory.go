@@ -12,8 +12,8 @@
 // When the store holds its maximum key count, inserting evicts a key whose
 // bucket has refilled to full (such state is equivalent to no state, so
 // dropping it changes no answer); a bucket below full is evicted only
-// while no bucket of the store is full, and then the one that becomes full
-// soonest (see evict.go). No goroutine runs per key; one per process
+// while no bucket of the store is full, and then the one of the new key's
+// shard that becomes full soonest (see evict.go). No goroutine runs per key; one per process
 // advances the coarse clock while the store is in use (see clock.go).
 package memory
 

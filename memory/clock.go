@@ -36,49 +36,109 @@ import (
 //     time could place a request in the previous window and let one window
 //     admit more than its capacity.
 //
+// The ticker runs only while the clock is read: after idleTicks ticks in a
+// row that no decision read, it parks, and an idle process does not wake
+// a thousand times a second. A reader that finds it parked uses the
+// precise clock, which is always correct, and wakes it.
+//
 // The clock never steps back: both clocks read the same monotonic source.
 const (
 	refreshEvery  = 64 // see Store.Take
 	coarseTick    = time.Millisecond
 	tickMicros    = int64(coarseTick / time.Microsecond)
 	recheckWithin = 2 * tickMicros
+	idleTicks     = 2 // unread ticks before the ticker parks
+)
+
+// The coarse clock is one word: the time in microseconds shifted left by
+// two, and two flags, so that a reader's usual cost stays one load.
+const (
+	coarseFresh  = 1 // no reader has read this tick's time yet
+	coarseParked = 2 // the ticker is parked: the time is stale
+	coarseShift  = 2
 )
 
 var coarse struct {
 	once   sync.Once
-	now    atomic.Int64 // microseconds since the Unix epoch, per the anchor
+	word   atomic.Int64 // time<<coarseShift | flags; the time is µs since the Unix epoch, per the anchor
 	epoch  time.Time
 	epochU int64
+	wake   chan struct{}
+	ticks  atomic.Int64 // ticks so far, for tests
 }
 
 func startCoarse() {
 	coarse.epoch = time.Now()
 	coarse.epochU = coarse.epoch.UnixMicro()
-	coarse.now.Store(coarse.epochU)
-	go func() {
-		t := time.NewTicker(coarseTick)
-		for range t.C {
-			coarse.now.Store(preciseNow())
-		}
-	}()
+	coarse.wake = make(chan struct{}, 1)
+	coarse.word.Store(coarse.epochU << coarseShift)
+	go runCoarse()
 }
 
-// preciseNow reads the monotonic clock, anchored to the wall clock once.
-// A reader that finds the coarse clock more than a tick behind brings it
-// forward, so that a ticker waiting for a CPU does not let it fall far
-// behind while the process is busy. That write happens at most about once
-// per tick, not per call: readers writing on every call would bounce the
-// clock's cache line between cores.
+// runCoarse advances the coarse clock every tick, and parks after
+// idleTicks ticks whose time no reader took, until a reader wakes it.
+func runCoarse() {
+	t := time.NewTicker(coarseTick)
+	idle := 0
+	for range t.C {
+		coarse.ticks.Add(1)
+		old := coarse.word.Load()
+		if old&coarseFresh == 0 {
+			idle = 0
+		} else if idle++; idle >= idleTicks {
+			if coarse.word.CompareAndSwap(old, old|coarseParked) {
+				t.Stop()
+				<-coarse.wake // the waker has stored the time
+				idle = 0
+				t.Reset(coarseTick)
+				continue
+			}
+			idle = 0 // read meanwhile
+		}
+		next := monoNow()<<coarseShift | coarseFresh
+		if !coarse.word.CompareAndSwap(old, next) { // read or brought forward meanwhile
+			idle = 0
+			coarse.word.Store(next)
+		}
+	}
+}
+
+// monoNow reads the monotonic clock, anchored to the wall clock once.
+func monoNow() int64 {
+	return coarse.epochU + int64(time.Since(coarse.epoch)/time.Microsecond)
+}
+
+// preciseNow reads the monotonic clock. A reader that finds the coarse
+// clock more than a tick behind brings it forward, so that a ticker
+// waiting for a CPU does not let it fall far behind while the process is
+// busy. That write happens at most about once per tick, not per call:
+// readers writing on every call would bounce the clock's cache line
+// between cores.
 func preciseNow() int64 {
-	now := coarse.epochU + int64(time.Since(coarse.epoch)/time.Microsecond)
-	if c := coarse.now.Load(); c < now-tickMicros {
-		coarse.now.CompareAndSwap(c, now)
+	now := monoNow()
+	if w := coarse.word.Load(); w&coarseParked == 0 && w>>coarseShift < now-tickMicros {
+		coarse.word.CompareAndSwap(w, now<<coarseShift)
 	}
 	return now
 }
 
-// coarseNow returns the coarse clock, starting it on first use.
+// coarseNow returns the coarse clock, starting it on first use. The first
+// reader of a tick clears its fresh flag (one write per tick), which keeps
+// the ticker running; a reader that finds it parked reads the precise
+// clock and wakes it.
 func coarseNow() int64 {
 	coarse.once.Do(startCoarse)
-	return coarse.now.Load()
+	w := coarse.word.Load()
+	if w&(coarseFresh|coarseParked) == 0 {
+		return w >> coarseShift
+	}
+	if w&coarseParked != 0 {
+		now := monoNow()
+		if coarse.word.CompareAndSwap(w, now<<coarseShift) {
+			coarse.wake <- struct{}{} // one waker per parking: never blocks
+		}
+		return now
+	}
+	coarse.word.CompareAndSwap(w, w&^coarseFresh)
+	return w >> coarseShift
 }

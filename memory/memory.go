@@ -9,18 +9,19 @@
 // locks the shards it needs in ascending order, so concurrent multi-limit
 // requests never deadlock.
 //
-// When the store holds its maximum key count, inserting evicts a sampled
-// key: first one whose bucket has refilled to full (such state is
-// equivalent to no state, so dropping it changes no answer), else the
-// least recently used of the sample, the way Redis approximates LRU. No
-// goroutine runs per key; one per process advances the coarse clock (see
-// clock.go).
+// When the store holds its maximum key count, inserting evicts a key whose
+// bucket has refilled to full (such state is equivalent to no state, so
+// dropping it changes no answer); a bucket below full is evicted only
+// while no bucket of the store is full, and then the one of the new key's
+// shard that becomes full soonest (see evict.go). No goroutine runs per key; one per process
+// advances the coarse clock while the store is in use (see clock.go).
 package memory
 
 import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -29,7 +30,9 @@ import (
 
 // Options configures a Store.
 type Options struct {
-	// MaxKeys bounds the number of keys kept (default 1,000,000).
+	// MaxKeys bounds the number of keys kept (default 1,000,000; about
+	// 84 bytes each, see BENCHMARKS.md). At the bound an insert evicts a
+	// key as described in evict.go.
 	MaxKeys int
 	// Shards is the number of lock stripes, rounded up to a power of two
 	// (default 256).
@@ -44,8 +47,9 @@ type Options struct {
 	PreciseClock bool
 }
 
-// evictionSample is how many keys an insert into a full shard inspects.
-const evictionSample = 16
+// minShardKeys is the fewest keys a shard is sized for: a store with a
+// small bound gets fewer shards.
+const minShardKeys = 16
 
 // Store is the in-memory Store. The zero value is not usable; use New.
 type Store struct {
@@ -56,6 +60,11 @@ type Store struct {
 	seed, seed2 maphash.Seed
 	clock       sluice.Clock
 	precise     bool
+	// earliest[i] is a lower bound on the fullAt of shard i's entries
+	// (see evict.go), one dense array so that an insert checks every shard
+	// for a full key by reading a few cache lines.
+	earliest  []atomic.Int64
+	evictions evictionStats
 }
 
 type shard struct {
@@ -73,7 +82,13 @@ type shard struct {
 	max   int                             // table sizing hint
 	keys  *atomic.Int64                   // the store's key count
 	calls uint32                          // decisions on the coarse clock, for refreshEvery
-	_     [64]byte                        // keep neighbouring shards' mutexes off one cache line
+	// The eviction index (see evict.go).
+	id        int
+	cand      []candidate
+	floor     int64
+	earliest  *atomic.Int64 // Store.earliest[id]
+	evictions *evictionStats
+	_         [64]byte // keep neighbouring shards' mutexes off one cache line
 }
 
 // New returns an empty Store.
@@ -89,11 +104,11 @@ func New(opts Options) *Store {
 	for n < want {
 		n <<= 1
 	}
-	for n > 1 && opts.MaxKeys/n < evictionSample {
+	for n > 1 && opts.MaxKeys/n < minShardKeys {
 		n >>= 1
 	}
 	coarse.once.Do(startCoarse)
-	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seed: maphash.MakeSeed(), seed2: maphash.MakeSeed(), clock: opts.Clock, precise: opts.PreciseClock}
+	s := &Store{shards: make([]shard, n), earliest: make([]atomic.Int64, n), mask: uint64(n - 1), seed: maphash.MakeSeed(), seed2: maphash.MakeSeed(), clock: opts.Clock, precise: opts.PreciseClock}
 	s.maxKeys = int64(opts.MaxKeys)
 	// A shard's table is sized for its share of the keys with room for an
 	// uneven spread; the bound itself is the store-wide count.
@@ -103,6 +118,9 @@ func New(opts Options) *Store {
 		s.shards[i].logs = make(map[[2]uint64][]sluice.LogEntry)
 		s.shards[i].max = per
 		s.shards[i].keys = &s.keys
+		s.shards[i].id, s.shards[i].floor = i, noFloor
+		s.shards[i].earliest, s.shards[i].evictions = &s.earliest[i], &s.evictions
+		s.earliest[i].Store(noFloor)
 	}
 	return s
 }
@@ -139,6 +157,14 @@ func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
 // Len returns the number of keys held.
 func (s *Store) Len() int {
 	return int(s.keys.Load())
+}
+
+// Evictions returns how many keys were evicted at the key bound since the
+// store was created: full ones (whose state was equivalent to none) and
+// partial ones (below full, evicted because no key of the store was
+// full; each gave its owner back what it still owed).
+func (s *Store) Evictions() (full, partial uint64) {
+	return s.evictions.full.Load(), s.evictions.partial.Load()
 }
 
 // load reads the state at table index i into st, reporting whether it is
@@ -232,33 +258,46 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	if sh.decideUnlocked(&at, lim, r.Key, ch, h, check, now, early, take) {
 		return lim.Decide(at.o), nil
 	}
-	sh.mu.Lock()
-	i, st, o, write := at.i, sluice.State{A: at.a, B: at.b}, at.o, true
-	if !at.valid || sh.seq.Load() != at.seq { // the attempt is stale: decide again
-		if early {
-			// Every refreshEvery-th locked decision of a shard reads the
-			// precise clock, which also brings the coarse clock forward
-			// when the ticker is late (a busy process): staleness stays
-			// bounded by traffic, not by when the ticker gets a CPU.
-			if sh.calls++; sh.calls%refreshEvery == 0 {
-				now, early = preciseNow(), false
+	var force bool
+	for {
+		sh.mu.Lock()
+		i, st, o, write := at.i, sluice.State{A: at.a, B: at.b}, at.o, true
+		if !at.valid || sh.seq.Load() != at.seq { // the attempt is stale: decide again
+			if early {
+				// Every refreshEvery-th locked decision of a shard reads the
+				// precise clock, which also brings the coarse clock forward
+				// when the ticker is late (a busy process): staleness stays
+				// bounded by traffic, not by when the ticker gets a CPU.
+				if sh.calls++; sh.calls%refreshEvery == 0 {
+					now, early = preciseNow(), false
+				}
+			}
+			i = sh.t.find(h, check)
+			st = sluice.State{}
+			present := sh.load(i, p, &st)
+			o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
+			if early && !o.Allowed && o.RetryAfter <= recheckWithin {
+				// Near the boundary, the precise clock decides (see clock.go).
+				now = preciseNow()
+				o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
 			}
 		}
-		i = sh.t.find(h, check)
-		st = sluice.State{}
-		present := sh.load(i, p, &st)
-		o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
-		if early && !o.Allowed && o.RetryAfter <= recheckWithin {
-			// Near the boundary, the precise clock decides (see clock.go).
-			now = preciseNow()
-			o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
+		if write && i < 0 {
+			if need := s.room(sh, now, nil, force); need != roomMade {
+				// Another shard may hold a full key: free one there, with
+				// no lock held, and decide again.
+				sh.mu.Unlock()
+				force = !s.reclaim(now, need, sh.id, nil)
+				at.valid = false
+				continue
+			}
 		}
+		if write {
+			sh.store(i, h, check, &st, o, p, now)
+		}
+		sh.mu.Unlock()
+		return lim.Decide(o), nil
 	}
-	if write {
-		sh.store(i, h, check, &st, o, p, now, s.maxKeys)
-	}
-	sh.mu.Unlock()
-	return lim.Decide(o), nil
 }
 
 // refund gives ch.Cost back to the key (h, check) of sh (see
@@ -266,76 +305,179 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 func (s *Store) refund(sh *shard, lim *sluice.Limit, key string, ch sluice.Charge, h, check uint64) sluice.Decision {
 	p := lim.Params()
 	now := s.preciseTime()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	i := sh.t.find(h, check)
-	var st sluice.State
-	present := sh.load(i, p, &st)
-	o, write := lim.Refund(&st, present, key, now, ch)
-	if write {
-		sh.store(i, h, check, &st, o, p, now, s.maxKeys)
+	var force bool
+	for {
+		sh.mu.Lock()
+		i := sh.t.find(h, check)
+		var st sluice.State
+		present := sh.load(i, p, &st)
+		o, write := lim.Refund(&st, present, key, now, ch)
+		if write && i < 0 { // not so today: a refund of an absent key writes nothing
+			if need := s.room(sh, now, nil, force); need != roomMade {
+				sh.mu.Unlock()
+				force = !s.reclaim(now, need, sh.id, nil)
+				continue
+			}
+		}
+		if write {
+			sh.store(i, h, check, &st, o, p, now)
+		}
+		sh.mu.Unlock()
+		return lim.Decide(o)
 	}
-	return lim.Decide(o)
 }
 
-// store writes st for (h, check), whose table index is i or -1 if absent.
-// At the store's key bound, a key of this shard makes room: the bound may
-// be passed by the few keys that land in an empty shard, never more.
-func (sh *shard) store(i int, h, check uint64, st *sluice.State, o sluice.Outcome, p *sluice.Params, now, maxKeys int64) {
+// Results of Store.room.
+const (
+	roomMade      = iota // a key is reserved for the insert
+	roomFull             // another shard may hold a full key: reclaim it
+	roomElsewhere        // the locked shards hold nothing to evict: evict in another
+)
+
+// room reserves one key of the store's bound for an insert into sh, whose
+// lock the caller holds (with the locks of held, for a TakeAll), evicting
+// to make one: a full key of the locked shards if there is one; else, if
+// no other shard may hold a full key, the key of sh (or of another locked
+// shard) that becomes full soonest. Keys of keep are never evicted. force
+// reserves past the bound (see reclaim).
+func (s *Store) room(sh *shard, now int64, held []int, force bool) int {
+	return s.roomKeep(sh, now, held, nil, force)
+}
+
+func (s *Store) roomKeep(sh *shard, now int64, held []int, keep []work, force bool) int {
+	for {
+		if n := s.keys.Load(); n < s.maxKeys || force {
+			if s.keys.CompareAndSwap(n, n+1) {
+				return roomMade
+			}
+			continue
+		}
+		if sh.evictFull(now, keep) {
+			continue
+		}
+		freed := false
+		for _, id := range held {
+			if o := &s.shards[id]; o != sh && o.evictFull(now, keep) {
+				freed = true
+				break
+			}
+		}
+		if freed {
+			continue
+		}
+		if s.fullElsewhere(now, sh.id, held) {
+			return roomFull
+		}
+		if sh.evictPartial(keep) {
+			continue
+		}
+		for _, id := range held {
+			if o := &s.shards[id]; o != sh && o.evictPartial(keep) {
+				freed = true
+				break
+			}
+		}
+		if !freed {
+			return roomElsewhere
+		}
+	}
+}
+
+// fullElsewhere reports whether a shard other than id and held may hold a
+// full key.
+func (s *Store) fullElsewhere(now int64, id int, held []int) bool {
+	st := &s.evictions
+	if st.noneFullBefore(now) {
+		return false
+	}
+	g, m := st.lowered.Load(), int64(noFloor)
+	for j := range s.earliest {
+		e := s.earliest[j].Load()
+		if e <= now && j != id && !slices.Contains(held, j) {
+			return true
+		}
+		m = min(m, e)
+	}
+	st.setHint(m, g)
+	return false
+}
+
+// reclaim is called with no lock held, after room found that another
+// shard may hold a full key (need roomFull) or that the locked shards had
+// nothing to evict (roomElsewhere). It evicts a full key of the first
+// shard, other than id, found to have one; failing that, for
+// roomElsewhere, the key that becomes full soonest of the shard whose
+// keys become full soonest. Keys of keep (the request's own) are never
+// evicted. It returns false when there was nothing to evict anywhere: the
+// keys of one request alone are at the bound, and the caller may pass it.
+func (s *Store) reclaim(now int64, need, id int, keep []work) bool {
+	for k := 1; k < len(s.shards); k++ {
+		j := (id + k) & int(s.mask)
+		if s.earliest[j].Load() > now {
+			continue
+		}
+		o := &s.shards[j]
+		o.mu.Lock()
+		freed := o.evictFull(now, keep)
+		o.mu.Unlock()
+		if freed {
+			return true
+		}
+	}
+	if need == roomFull {
+		return true // every shard's bound is exact now: room evicts a partial key
+	}
+	tried := make([]bool, len(s.shards)) // a rare path: a store at its bound with nothing to evict where the key goes
+	for {
+		best, at := -1, int64(noFloor)
+		for j := range s.shards {
+			if e := s.earliest[j].Load(); !tried[j] && e < at {
+				best, at = j, e
+			}
+		}
+		if best < 0 {
+			return false // no shard holds a key
+		}
+		tried[best] = true
+		o := &s.shards[best]
+		o.mu.Lock()
+		freed := o.evictFull(now, keep) || o.evictPartial(keep)
+		o.mu.Unlock()
+		if freed {
+			return true
+		}
+	}
+}
+
+// store writes st for (h, check), whose table index is i or -1 if absent;
+// an insert uses the key room reserved.
+func (sh *shard) store(i int, h, check uint64, st *sluice.State, o sluice.Outcome, p *sluice.Params, now int64) {
 	sh.seq.Add(1) // odd: lock-free readers retry under the lock
 	defer sh.seq.Add(1)
 	if i < 0 {
-		if sh.keys.Load() >= maxKeys && sh.t.count > 0 {
-			sh.evict(now, h)
-		}
 		n := len(sh.t.entries)
 		i = sh.t.insert(h, check, sh.max)
-		sh.keys.Add(1)
 		if len(sh.t.entries) != n { // grown: publish the new table
 			entries := sh.t.entries
 			sh.view.Store(&entries)
 		}
 	}
-	e, shape := &sh.t.entries[i], shapeOf(p)
+	e, shape, full := &sh.t.entries[i], shapeOf(p), now+o.ResetAfter
 	if e.shape == shape { // the common write: the state of a key already held
 		// Atomic stores are full barriers on amd64: write only what changes.
 		atomic.StoreInt64(&e.a, st.A)
 		atomic.StoreInt64(&e.b, st.B)
-		e.fullAt, e.used = now+o.ResetAfter, now
+		e.fullAt = full
 	} else {
-		e.set(&entry{h: h, check: check, a: st.A, b: st.B, shape: shape, fullAt: now + o.ResetAfter, used: now})
+		e.set(&entry{h: h, check: check, a: st.A, b: st.B, shape: shape, fullAt: full})
+	}
+	if full < sh.floor { // an entry the eviction index must know of (see evict.go)
+		sh.note(candidate{fullAt: full, h: h, check: check})
 	}
 	if p.Algorithm == sluice.SlidingLog {
 		sh.logs[[2]uint64{h, check}] = st.Log
 	} else if len(sh.logs) > 0 {
 		delete(sh.logs, [2]uint64{h, check}) // the limit was a sliding log before
-	}
-}
-
-// evict drops one key: the first sampled one that is already full, else the
-// least recently written of the sample. The sample starts at a place
-// derived from the incoming key's hash, which is as good as random.
-func (sh *shard) evict(now int64, seed uint64) {
-	n := len(sh.t.entries)
-	victim, oldest := -1, int64(1<<63-1)
-	seen := 0
-	for i, steps := sh.t.home(seed*0x9e3779b97f4a7c15|1), 0; steps < n && seen < evictionSample; steps++ {
-		if e := &sh.t.entries[i]; e.h != 0 {
-			seen++
-			if e.fullAt <= now {
-				victim = i
-				break
-			}
-			if e.used < oldest {
-				victim, oldest = i, e.used
-			}
-		}
-		if i++; i == n {
-			i = 0
-		}
-	}
-	if victim >= 0 {
-		sh.remove(victim)
 	}
 }
 
@@ -402,14 +544,40 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		}
 	}
 	locked := s.lockAll(ws, idBuf[:0])
-	defer func() {
-		for _, i := range locked {
-			s.shards[i].mu.Unlock()
-		}
-	}()
 	// One precise time for all: a coarse one would need a re-decision per
 	// rejection, and TakeAll is not the path where 25ns matter.
 	now := s.preciseTime()
+	var force bool
+	for {
+		ds, all := s.decideAll(op, rs, ws, out, now)
+		if !all || op == sluice.OpPeek {
+			s.unlockAll(locked)
+			return ds, nil
+		}
+		if need := s.roomAll(ws, locked, now, force); need != roomMade {
+			// Another shard may hold a full key, or none of ours has one to
+			// evict: free one there with no lock held, and decide again.
+			s.unlockAll(locked)
+			force = !s.reclaim(now, need, locked[0], ws)
+			locked = s.lockAll(ws, locked[:0])
+			continue
+		}
+		for i := range ws {
+			if laterSame(ws, i) || !ws[i].present {
+				continue // the last request on a bucket carries its final state; absent stays absent
+			}
+			w := &ws[i]
+			sh := &s.shards[w.shard]
+			sh.store(sh.t.find(w.h, w.check), w.h, w.check, &w.st, out[i], rs[i].Limit.Params(), now)
+		}
+		s.unlockAll(locked)
+		return ds, nil
+	}
+}
+
+// decideAll decides every request of a TakeAll on scratch copies of the
+// buckets' states, under the shards' locks.
+func (s *Store) decideAll(op sluice.Op, rs []sluice.Request, ws []work, out []sluice.Outcome, now int64) ([]sluice.Decision, bool) {
 	all := true
 	for i := range ws {
 		w := &ws[i]
@@ -419,6 +587,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 			w.present, w.st = prev.present, prev.st
 		} else {
 			sh := &s.shards[w.shard]
+			w.st = sluice.State{}
 			w.present = sh.load(sh.t.find(w.h, w.check), p, &w.st)
 			if w.st.Log != nil {
 				// The log is decided on a copy: a rejection elsewhere must leave it as it was.
@@ -441,18 +610,36 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		}
 		ds[i] = rs[i].Limit.Decide(out[i])
 	}
-	if !all || op == sluice.OpPeek {
-		return ds, nil
-	}
+	return ds, all
+}
+
+// roomAll reserves a key for each bucket of ws that the write-back will
+// insert, evicting (never a key of ws) as room does. On failure it gives
+// back what it reserved.
+func (s *Store) roomAll(ws []work, locked []int, now int64, force bool) int {
+	reserved := int64(0)
 	for i := range ws {
-		if laterSame(ws, i) || !ws[i].present {
-			continue // the last request on a bucket carries its final state; absent stays absent
-		}
 		w := &ws[i]
+		if laterSame(ws, i) || !w.present {
+			continue
+		}
 		sh := &s.shards[w.shard]
-		sh.store(sh.t.find(w.h, w.check), w.h, w.check, &w.st, out[i], rs[i].Limit.Params(), now, s.maxKeys)
+		if sh.t.find(w.h, w.check) >= 0 {
+			continue
+		}
+		if need := s.roomKeep(sh, now, locked, ws, force); need != roomMade {
+			s.keys.Add(-reserved)
+			return need
+		}
+		reserved++
 	}
-	return ds, nil
+	return roomMade
+}
+
+func (s *Store) unlockAll(ids []int) {
+	for _, id := range ids {
+		s.shards[id].mu.Unlock()
+	}
 }
 
 func laterSame(ws []work, i int) bool {

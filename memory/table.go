@@ -25,8 +25,7 @@ type entry struct {
 	a, b   int64  // sluice.State.A and .B
 	shape  uint64 // the limit's RateDen<<8 | Algorithm: state of another shape means nothing
 	fullAt int64  // when the state becomes equivalent to absent (µs)
-	used   int64  // last write (µs), for LRU eviction
-	_      uint64
+	_      [2]uint64
 }
 
 func shapeOf(p *sluice.Params) uint64 { return uint64(p.RateDen)<<8 | uint64(p.Algorithm) }
@@ -38,7 +37,7 @@ func (e *entry) set(x *entry) {
 	atomic.StoreInt64(&e.a, x.a)
 	atomic.StoreInt64(&e.b, x.b)
 	atomic.StoreUint64(&e.shape, x.shape)
-	e.fullAt, e.used = x.fullAt, x.used
+	e.fullAt = x.fullAt
 }
 
 // table is an open-addressing hash table with linear probing and

@@ -16,7 +16,10 @@ import (
 // breaker opens; then calls fail at once, and the first call after the
 // backoff that the server answers closes it again.
 func TestBreaker(t *testing.T) {
-	const timeout = 100 * time.Millisecond
+	// Three failures at 400 ms each take longer than a second: the
+	// breaker must count them over a window that one caller's deadlines
+	// fit in, or a hung server would never open it for a lone caller.
+	const timeout = 400 * time.Millisecond
 	s := newStoreOpts(t, postgres.Options{Timeout: timeout, BreakerFailures: 3, BreakerBackoff: 200 * time.Millisecond})
 	ctx := context.Background()
 	// A name of its own, so that the LIKE below finds this test's row only.

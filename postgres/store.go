@@ -197,7 +197,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 			return nil, err
 		}
 	}
-	s := &Store{pool: pool, q: pool, opts: opts, br: breaker.New(opts.BreakerFailures, opts.BreakerBackoff, nil), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{pool: pool, q: pool, opts: opts, br: breaker.ForDeadline(opts.BreakerFailures, opts.BreakerBackoff, opts.Timeout, nil), stop: make(chan struct{}), done: make(chan struct{})}
 	if opts.Violations == nil && opts.RecordViolations != nil {
 		v, err := NewViolationLog(pool, *opts.RecordViolations)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluicehq/sluice"
 )
 
 // batcher carries several waiting calls in one script call. Callers
@@ -81,13 +82,21 @@ func (b *batcher) close() {
 	b.wg.Wait()
 }
 
-// do runs c's groups in some batch and returns their replies.
+// do runs c's groups in some batch and returns their replies. The
+// store's deadline (timeout) runs from when the call is sent; until then
+// only ctx's own deadline counts. Time spent waiting for a writer is this
+// process's (a host short of CPU, a burst of calls), not Redis's, and a
+// deadline that counted it would read a busy process as a failed store.
+// The wait is bounded all the same: a writer takes every call queued
+// (up to maxOps) into its next batch, and each batch ends by its deadline.
 func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) {
 	if b.active.Load() == 0 && b.active.CompareAndSwap(0, 1) {
 		b.sizes.Observe(float64(len(keys)))
 		full := make([]string, 0, len(args)+1)
 		full = append(append(full, b.pad), args...)
-		res, err := b.exec(ctx, keys, full)
+		cctx, cancel := sluice.WithTimeout(ctx, b.timeout)
+		res, err := b.exec(cctx, keys, full)
+		cancel()
 		b.active.Add(-1)
 		if err == nil && len(res) != replyWidth*len(keys) {
 			err = fmt.Errorf("redis store: script returned %d values for %d keys", len(res), len(keys))
@@ -106,6 +115,14 @@ func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) 
 	case <-c.done:
 		return c.res, c.err
 	case <-ctx.Done():
+		select {
+		case <-c.done:
+			// Answered as the deadline passed (a goroutine that waited for
+			// a CPU finds both ready, and select picks at random): the
+			// answer stands.
+			return c.res, c.err
+		default:
+		}
 		// The writer may still send the call; like any timed-out write, it
 		// may or may not have been applied.
 		if c.state.CompareAndSwap(callWaiting, callAbandoned) {

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -443,11 +444,12 @@ rules:
 }
 
 // A Redis that hangs (SIGSTOP: connections open, no answers) is the case a
-// deadline exists for: every call ends by its deadline, the breaker then
-// fails calls at once, and answers resume when the server does (SIGCONT).
+// deadline exists for: every call ends by its deadline (the default one),
+// the breaker with its default threshold then fails calls at once, and
+// answers resume when the server does (SIGCONT).
 func TestHungRedis(t *testing.T) {
 	srv := newStandalone(t)
-	const timeout = 100 * time.Millisecond
+	const timeout = redis.DefaultTimeout
 	s := open(t, "redis://"+srv.addr(), redis.Options{Timeout: timeout, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "hung", TokensPerSecond: 1e6, Burst: 1e6})
@@ -496,6 +498,52 @@ func TestHungRedis(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Against a hung Redis, calls that waited in this process for a batch to
+// carry them (their deadline runs from the send) still end in bounded
+// time: each batch ends by its deadline and takes every call queued.
+func TestHungRedisConcurrentCallers(t *testing.T) {
+	srv := newStandalone(t)
+	const timeout = redis.DefaultTimeout
+	s := open(t, "redis://"+srv.addr(), redis.Options{Timeout: timeout, NoOverLimitCache: true})
+	ctx := context.Background()
+	lim := uniqueLimit(t, sluice.Spec{Name: "hung-many", TokensPerSecond: 1e6, Burst: 1e6})
+	if _, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.cmd.Process.Signal(syscall.SIGCONT)
+	var slowest atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 4 {
+				start := time.Now()
+				_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: fmt.Sprint(g, "-", i)})
+				if err == nil {
+					t.Error("a take succeeded against a stopped server")
+				}
+				for d := int64(time.Since(start)); ; {
+					m := slowest.Load()
+					if d <= m || slowest.CompareAndSwap(m, d) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// A call queued behind a batch in flight waits for it and then for
+	// its own: two deadlines, with generous slack for -race on 2 cores.
+	if d := time.Duration(slowest.Load()); d > 2*timeout+time.Second {
+		t.Fatalf("a call against a hung server took %v, deadline %v", d, timeout)
+	}
+	t.Logf("hung server, 64 callers: slowest call %v (deadline %v)", time.Duration(slowest.Load()), timeout)
 }
 
 // A fleet shares Redis, each process with its own over-limit cache: a

@@ -70,7 +70,8 @@
 //
 // # Failures
 //
-// Every call carries a deadline (Options.Timeout). Store errors come back
+// Every call carries a deadline (Options.Timeout, from when it is sent).
+// Store errors come back
 // wrapped and are not input errors (sluice.IsInputError), so the caller
 // applies the rule's on_store_error. A circuit breaker fails calls at once
 // while Redis is down and lets one probe through per backoff; rueidis
@@ -99,15 +100,24 @@ import (
 	"github.com/sluicehq/sluice/internal/breaker"
 )
 
+// DefaultTimeout is Options.Timeout's default.
+const DefaultTimeout = 250 * time.Millisecond
+
 // ErrBreakerOpen is returned, wrapped, while the circuit breaker keeps
 // calls away from a Redis that has been failing.
 var ErrBreakerOpen = errors.New("redis store: circuit breaker open")
 
 // Options configures a Store. The zero value is usable.
 type Options struct {
-	// Timeout bounds every call to Redis (default 10ms, well within
-	// Envoy's 20ms rate limit service timeout). A caller's earlier
-	// deadline wins.
+	// Timeout bounds every call to Redis from when it is sent (default
+	// 250ms); a call waiting in this process for a batch to carry it (the
+	// process is short of CPU) waits on the caller's deadline alone. A
+	// caller's earlier deadline wins: behind Envoy, its rate limit timeout
+	// (20ms by default, sent with each call). The default is long enough
+	// that a healthy Redis is not read as a failed one when this host is
+	// short of CPU (a saturated 2-core host took over 100ms for one call
+	// in a thousand; BENCHMARKS.md), and short enough that a hung Redis
+	// costs a decision about that long before the circuit breaker opens.
 	Timeout time.Duration
 	// KeyPrefix is put before every key, to share a Redis with other
 	// users ("sluice:"). It may not contain braces: a hash tag in it would
@@ -126,12 +136,15 @@ type Options struct {
 	NoOverLimitCache bool
 	// OverLimitCacheSize bounds that cache (default 100,000 keys).
 	OverLimitCacheSize int
-	// BreakerFailures is how many failed calls within one second, when
-	// they are at least half of that second's calls, open the circuit
-	// breaker (default 5): a Redis that is down opens it after that many
-	// calls, while a stall of this process that makes a few calls miss
-	// their deadline among many that succeed does not. BreakerBackoff is
-	// how long it stays open before a probe (default 500ms).
+	// BreakerFailures is how many failed calls within a window, when they
+	// are at least half of the window's calls, open the circuit breaker
+	// (default 5): a Redis that is down opens it after that many calls,
+	// while a stall of this process that makes a few calls miss their
+	// deadline among many that succeed does not. The window is one second,
+	// or 2*BreakerFailures*Timeout when longer (2.5s with the defaults), so
+	// that even one caller, whose calls to a hung Redis fail one per
+	// Timeout, opens it. BreakerBackoff is how long it stays open before a
+	// probe (default 500ms).
 	BreakerFailures int
 	BreakerBackoff  time.Duration
 	// NoBatch sends every call as its own script call.
@@ -166,7 +179,7 @@ type Store struct {
 // New returns a Store over client, which the caller keeps and closes.
 func New(client rueidis.Client, opts Options) (*Store, error) {
 	if opts.Timeout <= 0 {
-		opts.Timeout = 10 * time.Millisecond
+		opts.Timeout = DefaultTimeout
 	}
 	if opts.BreakerFailures <= 0 {
 		opts.BreakerFailures = 5
@@ -206,7 +219,9 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 		// real time a test takes, or they would expire early.
 		s.pad = "3600000"
 	}
-	s.br = breaker.New(opts.BreakerFailures, opts.BreakerBackoff, met.breakerChanged)
+	// Failures are counted over long enough a window for one caller's
+	// calls, each failing only at its deadline, to reach the threshold.
+	s.br = breaker.ForDeadline(opts.BreakerFailures, opts.BreakerBackoff, opts.Timeout, met.breakerChanged)
 	if !opts.NoOverLimitCache {
 		s.cache = newOverLimit(opts.OverLimitCacheSize)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -304,16 +319,16 @@ func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) 
 		s.met.errors.Inc()
 		return nil, ErrBreakerOpen
 	}
-	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	var res []int64
 	var err error
 	if batchable && s.batch != nil {
-		res, err = s.batch.do(cctx, keys, groups)
+		res, err = s.batch.do(ctx, keys, groups) // the deadline runs from the send
 	} else {
 		args := make([]string, 0, len(groups)+1)
 		args = append(append(args, s.pad), groups...)
+		cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
 		res, err = s.exec(cctx, keys, args)
+		cancel()
 		if err == nil && len(res) != replyWidth*len(keys) {
 			err = fmt.Errorf("script returned %d values for %d keys", len(res), len(keys))
 		}

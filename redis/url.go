@@ -14,7 +14,7 @@ import (
 // Open connects to the Redis that rawURL names and returns a Store that
 // owns the connection (Close closes it). Accepted forms:
 //
-//	redis://[user:password@]host:port[/db][?timeout=10ms&dial_timeout=1s]
+//	redis://[user:password@]host:port[/db][?timeout=250ms&dial_timeout=1s]
 //	rediss://...                             the same over TLS
 //	redis+sentinel://[user:password@]host:port,host:port/master[/db][?...]
 //	redis+cluster://[user:password@]host:port,host:port[?...]

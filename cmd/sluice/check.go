@@ -54,6 +54,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 // open; the policy package cannot know which stores are compiled in.
 func checkStore(p *policy.Policy) error {
 	scheme, _, _ := strings.Cut(p.Settings.StoreURL, "://")
+	if scheme == "memory" {
+		if _, err := parseMemoryURL(p.Settings.StoreURL); err != nil {
+			return &policy.Error{File: p.Source, Path: "store.url", Msg: err.Error()}
+		}
+	}
 	if _, ok := storeOpeners[scheme]; ok {
 		return nil
 	}

@@ -17,11 +17,11 @@ const (
 	Probing
 )
 
-// Breaker opens when, within one second, at least threshold calls failed
-// and they are at least half of the calls: for backoff, every call fails at
-// once instead of adding the timeout to every request. Then one call goes
-// through as a probe; its success closes the breaker, its failure opens it
-// again.
+// Breaker opens when, within one window (one second, or longer: see
+// NewWindowed), at least threshold calls failed and they are at least half
+// of the calls: for backoff, every call fails at once instead of adding
+// the timeout to every request. Then one call goes through as a probe; its
+// success closes the breaker, its failure opens it again.
 //
 // A share rather than a run of consecutive failures: with many calls in
 // flight, one stall of this process (CPU stolen, a GC) can make several of
@@ -34,9 +34,10 @@ type Breaker struct {
 	threshold int64
 	backoff   time.Duration
 
-	// The current one-second window: its start (Unix nanoseconds), its
-	// calls and its failures. A new window starts them over.
+	// The current window: its start (Unix nanoseconds), its calls and its
+	// failures. A new window starts them over after span nanoseconds.
 	window        atomic.Int64
+	span          int64
 	calls, failed atomic.Int64
 
 	mu       sync.Mutex
@@ -44,13 +45,27 @@ type Breaker struct {
 	onChange func(state int32, opened bool)
 }
 
-const breakerWindow = int64(time.Second)
-
 // New returns a closed Breaker that opens when at least threshold calls
 // failed within a second and they are at least half of its calls, stays
 // open for backoff, and tells onChange (when not nil) every change of state.
 func New(threshold int, backoff time.Duration, onChange func(state int32, opened bool)) *Breaker {
-	b := &Breaker{threshold: int64(threshold), backoff: backoff, onChange: onChange}
+	return NewWindowed(threshold, backoff, time.Second, onChange)
+}
+
+// ForDeadline is NewWindowed with the window a store whose calls have the
+// given deadline needs: twice the time one caller takes to fail threshold
+// calls, each at its deadline.
+func ForDeadline(threshold int, backoff, deadline time.Duration, onChange func(state int32, opened bool)) *Breaker {
+	return NewWindowed(threshold, backoff, 2*time.Duration(threshold)*deadline, onChange)
+}
+
+// NewWindowed is New with the failures counted over window (at least a
+// second). A caller whose calls fail by their deadline fails one call per
+// deadline: with a deadline of d, threshold failures of one caller take
+// threshold*d, so a window shorter than that would never see them and a
+// server that hangs would never open the breaker for it.
+func NewWindowed(threshold int, backoff, window time.Duration, onChange func(state int32, opened bool)) *Breaker {
+	b := &Breaker{threshold: int64(threshold), backoff: backoff, span: int64(max(window, time.Second)), onChange: onChange}
 	b.window.Store(time.Now().UnixNano())
 	return b
 }
@@ -76,11 +91,11 @@ func (b *Breaker) Allow() bool {
 	}
 }
 
-// count adds a call to the current window, starting a new one when a
-// second has passed, and returns the window's calls and failures.
+// count adds a call to the current window, starting a new one when the
+// window has passed, and returns the window's calls and failures.
 func (b *Breaker) count(failed bool) (calls, failures int64) {
 	now := time.Now().UnixNano()
-	if w := b.window.Load(); now-w >= breakerWindow && b.window.CompareAndSwap(w, now) {
+	if w := b.window.Load(); now-w >= b.span && b.window.CompareAndSwap(w, now) {
 		// Calls counted by other goroutines between the swap and these
 		// stores may be lost: the share is an estimate either way.
 		b.calls.Store(0)

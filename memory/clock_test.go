@@ -1,0 +1,52 @@
+package memory
+
+import (
+	"testing"
+	"time"
+)
+
+// waitFor polls cond until it holds, failing after a generous deadline:
+// the ticker needs a CPU to advance, and CI's 2 cores may be busy.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// An idle process's coarse clock stops ticking; a read finds it parked,
+// takes the precise time, and wakes it. Nothing here depends on speed: the
+// ticks are counted, and a parked ticker counts none however long it is
+// left.
+func TestCoarseClockParksWhenIdle(t *testing.T) {
+	coarseNow() // started and read
+	parked := func() bool { return coarse.word.Load()&coarseParked != 0 }
+	waitFor(t, "the unread ticker parks", parked)
+	n := coarse.ticks.Load()
+	time.Sleep(20 * coarseTick)
+	if got := coarse.ticks.Load(); got != n || !parked() {
+		t.Fatalf("a parked ticker ticked %d times in %v", got-n, 20*coarseTick)
+	}
+	before := monoNow()
+	if got := coarseNow(); got < before {
+		t.Fatalf("a read of the parked clock returned %d, before it was called %d", got, before)
+	}
+	if parked() {
+		t.Fatal("a read left the ticker parked")
+	}
+	// Read as a busy store does: the ticker runs, and each read is at most
+	// a little behind the precise clock (one tick, or the time this
+	// goroutine or the ticker waited for a CPU: not asserted).
+	waitFor(t, "the woken ticker ticks", func() bool {
+		coarseNow()
+		return coarse.ticks.Load() > n+2
+	})
+	if got, now := coarseNow(), monoNow(); got > now {
+		t.Fatalf("the coarse clock %d is ahead of the precise one %d", got, now)
+	}
+	waitFor(t, "the ticker parks again", parked)
+}

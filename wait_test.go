@@ -51,7 +51,7 @@ func (e *waitEnv) start(ctx context.Context, r sluice.Request) chan error {
 }
 
 // asleep returns once n waiters sleep on the clock's timers. A waiter
-// that returns instead fails the test.
+// that returned instead fails the test.
 func (e *waitEnv) asleep(n int, done ...chan error) {
 	e.t.Helper()
 	for {
@@ -59,31 +59,22 @@ func (e *waitEnv) asleep(n int, done ...chan error) {
 		if k >= n {
 			return
 		}
+		for _, c := range done {
+			if len(c) > 0 {
+				e.t.Fatalf("a Wait returned (%v) before %d waiters slept", <-c, n)
+			}
+		}
 		select {
 		case <-changed:
-		case <-anyOf(done):
-			e.t.Fatalf("a Wait returned before %d waiters slept", n)
 		case <-time.After(time.Minute): // a bound on a hung test, never a wait for tokens
+			for _, c := range done {
+				if len(c) > 0 {
+					e.t.Fatalf("a Wait returned (%v) before %d waiters slept", <-c, n)
+				}
+			}
 			e.t.Fatalf("%d waiters sleep after a minute, want %d", k, n)
 		}
 	}
-}
-
-// anyOf is a channel closed when one of cs delivers (putting the value
-// back).
-func anyOf(cs []chan error) <-chan struct{} {
-	out := make(chan struct{})
-	for _, c := range cs {
-		go func() {
-			select {
-			case err := <-c:
-				c <- err
-				close(out)
-			case <-out:
-			}
-		}()
-	}
-	return out
 }
 
 // pending asserts how many waiters still sleep: a waiter whose timer has

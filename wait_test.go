@@ -22,7 +22,7 @@ import (
 const d = 6 * time.Minute // one token of 10 per hour
 
 // waitEnv is a memory store and a Limiter on one manual clock, which
-// starts on an hour boundary after the real now.
+// starts on an hour boundary at least an hour after the real now.
 type waitEnv struct {
 	t   *testing.T
 	clk *sluice.ManualClock
@@ -31,7 +31,7 @@ type waitEnv struct {
 
 func newWaitEnv(t *testing.T) *waitEnv {
 	t.Helper()
-	clk := sluice.NewManualClock(time.Now().Truncate(time.Hour).Add(time.Hour))
+	clk := sluice.NewManualClock(time.Now().Truncate(time.Hour).Add(2 * time.Hour))
 	store := memory.New(memory.Options{Clock: clk})
 	return &waitEnv{t: t, clk: clk, lim: sluice.NewWithOptions(store, sluice.Options{Clock: clk})}
 }
@@ -98,9 +98,16 @@ func (e *waitEnv) result(done chan error) error {
 	}
 }
 
-// waitNow calls Wait and requires that it returns without sleeping.
+// waitNow calls Wait and requires that it returns without sleeping. A
+// ctx without a deadline gets one at the clock's now, so that a Wait that
+// would sleep fails instead of hanging the test.
 func (e *waitEnv) waitNow(ctx context.Context, r sluice.Request) error {
 	e.t.Helper()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, e.clk.Now())
+		defer cancel()
+	}
 	err := e.lim.Wait(ctx, r)
 	e.pending(0)
 	return err

@@ -13,10 +13,10 @@ import (
 // Limiter.Wait, Decision.RetryAt and a limit's jitter on a real Redis,
 // decided on the store's clock (here a manual one, which the store passes
 // to its scripts) and slept on the limiter's, the same clock. The clock
-// starts after the real now, so that the contexts' deadlines, which the
+// starts at least an hour after the real now, so that the contexts' deadlines, which the
 // runtime keeps in real time, lie in the real future.
 func TestWaitAndRetryAt(t *testing.T) {
-	clock := sluice.NewManualClock(time.Now().Truncate(time.Hour).Add(time.Hour))
+	clock := sluice.NewManualClock(time.Now().Truncate(time.Hour).Add(2 * time.Hour))
 	lim := sluice.NewWithOptions(open(t, standaloneURL(t), redis.Options{Clock: clock}), sluice.Options{Clock: clock})
 	const d = 6 * time.Minute // one token of 10 per hour
 	l := uniqueLimit(t, sluice.Spec{Name: "wait", Rate: 10, Period: time.Hour, Capacity: 3})
@@ -51,7 +51,7 @@ func TestWaitAndRetryAt(t *testing.T) {
 		}
 	}
 
-	if err := lim.Wait(bg, r(2)); err != nil {
+	if err := lim.Wait(atNow(t, clock), r(2)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithDeadline(bg, clock.Now().Add(d))
@@ -93,7 +93,7 @@ func TestWaitAndRetryAt(t *testing.T) {
 	at := time.Duration(0)
 	wl := uniqueLimit(t, sluice.Spec{Name: "window", Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Hour, Start: &at})
 	clock.Set(clock.Now().Truncate(time.Hour).Add(time.Hour + 10*time.Minute))
-	if err := lim.Wait(bg, sluice.Request{Limit: wl, Key: "w"}); err != nil {
+	if err := lim.Wait(atNow(t, clock), sluice.Request{Limit: wl, Key: "w"}); err != nil {
 		t.Fatal(err)
 	}
 	done = start(bg, sluice.Request{Limit: wl, Key: "w"})
@@ -104,4 +104,12 @@ func TestWaitAndRetryAt(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// atNow is a context whose deadline is clock's now: a Wait under it goes
+// at once or fails, and never sleeps (which would hang the test).
+func atNow(t *testing.T, clock *sluice.ManualClock) context.Context {
+	ctx, cancel := context.WithDeadline(context.Background(), clock.Now())
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -47,11 +47,14 @@ func (e *LimitedError) Error() string {
 	if e.cause != nil {
 		why = ": " + e.cause.Error()
 	}
-	at := ""
-	if !e.RetryAt.IsZero() {
-		at = " (at " + e.RetryAt.UTC().Format(RetryAtLayout) + ")"
+	retry := ""
+	if e.RetryAfter > 0 {
+		retry = fmt.Sprintf("; retry after %v", e.RetryAfter)
+		if !e.RetryAt.IsZero() {
+			retry += " (at " + e.RetryAt.UTC().Format(RetryAtLayout) + ")"
+		}
 	}
-	return fmt.Sprintf("sluice: rate limited by %q for key %q%s; retry after %v%s", e.Rule, e.Key, why, e.RetryAfter, at)
+	return fmt.Sprintf("sluice: rate limited by %q for key %q%s%s", e.Rule, e.Key, why, retry)
 }
 
 // Is makes every LimitedError ErrLimited.

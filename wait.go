@@ -152,7 +152,9 @@ func (l *Limiter) waitRetrying(ctx context.Context, r Request) error {
 			le.cause = ErrBeyondDeadline
 			return le
 		}
-		if err := l.sleep(ctx, d.RetryAfter); err != nil {
+		// A rejection always advises a wait; at least a microsecond keeps
+		// a store that said none from being asked in a tight loop.
+		if err := l.sleep(ctx, max(d.RetryAfter, time.Microsecond)); err != nil {
 			return err
 		}
 	}

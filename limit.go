@@ -42,6 +42,14 @@ type Spec struct {
 	// MaxDelay is a leaky bucket's longest queueing delay (default one
 	// second).
 	MaxDelay time.Duration
+
+	// Jitter spreads rejected callers' retries: a Limiter adds up to
+	// Jitter to the wait of every rejection, an offset fixed per limit,
+	// key and caller (see Limit.Jitter), so that callers rejected together
+	// do not come back together. Zero (the default) adds none. A reserved
+	// turn is never moved: it is exact. Setting it to the period (the
+	// rule's `jitter: period`) spreads retries over one refill period.
+	Jitter time.Duration
 }
 
 // Limit is a validated, compiled Spec: immutable and safe to share. Every
@@ -107,6 +115,9 @@ func NewLimit(s Spec) (*Limit, error) {
 	}
 	if s.Period < 0 || s.MaxDelay < 0 {
 		return bad("period and max_delay must not be negative")
+	}
+	if s.Jitter < 0 {
+		return bad("jitter must not be negative")
 	}
 	// Normalise the two spellings into rate per period plus capacity.
 	rate, period, capacity := s.Rate, s.Period, s.Capacity

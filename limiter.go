@@ -145,6 +145,7 @@ func StorageKey(l *Limit, key string) string {
 // Store. It is safe for concurrent use.
 type Limiter struct {
 	store Store
+	clock Clock // nil: the system clock (see Options)
 }
 
 // New returns a Limiter over store.
@@ -155,7 +156,9 @@ func (l *Limiter) Store() Store { return l.store }
 
 // Take asks for r.Cost tokens and charges them if admitted.
 func (l *Limiter) Take(ctx context.Context, r Request) (Decision, error) {
-	return l.store.Take(ctx, OpTake, r)
+	d, err := l.store.Take(ctx, OpTake, r)
+	l.advise(ctx, &d, &r, time.Time{})
+	return d, err
 }
 
 // Allow is Take for one token of lim under key, reporting only whether it
@@ -167,7 +170,9 @@ func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
 
 // Peek answers what Take would, consuming nothing.
 func (l *Limiter) Peek(ctx context.Context, r Request) (Decision, error) {
-	return l.store.Take(ctx, OpPeek, r)
+	d, err := l.store.Take(ctx, OpPeek, r)
+	l.advise(ctx, &d, &r, time.Time{})
+	return d, err
 }
 
 // TakeAll asks several limits at once (per user AND per endpoint AND
@@ -178,6 +183,7 @@ func (l *Limiter) TakeAll(ctx context.Context, rs ...Request) (Decision, []Decis
 	if err != nil {
 		return Decision{}, nil, err
 	}
+	l.adviseAll(ctx, ds, rs)
 	return Combine(ds), ds, nil
 }
 
@@ -187,6 +193,7 @@ func (l *Limiter) PeekAll(ctx context.Context, rs ...Request) (Decision, []Decis
 	if err != nil {
 		return Decision{}, nil, err
 	}
+	l.adviseAll(ctx, ds, rs)
 	return Combine(ds), ds, nil
 }
 
@@ -229,7 +236,15 @@ type Decision struct {
 	Remaining int64
 	// RetryAfter is how long to wait: before retrying a rejected request,
 	// or before acting on an admitted reservation. Zero for a plain admit.
+	// A Limiter adds the limit's Spec.Jitter to a rejection's.
 	RetryAfter time.Duration
+	// RetryAt is when RetryAfter ends on the Limiter's clock (see
+	// Options): the time the store's answer reached the Limiter plus
+	// RetryAfter; zero when RetryAfter is. A store with a server measures
+	// the wait on the server's clock, a moment before its answer arrives,
+	// so RetryAt is never early on the caller's clock, however far the two
+	// clocks are apart, and late by at most the answer's trip back.
+	RetryAt time.Time
 	// ResetAfter is how long until the bucket is full again.
 	ResetAfter time.Duration
 	// Rule names the limit that decided.
@@ -274,13 +289,17 @@ func Combine(ds []Decision) Decision {
 	}
 	best = 0
 	var wait time.Duration
+	var at time.Time
 	for i, d := range ds {
 		if d.Remaining < ds[best].Remaining {
 			best = i
 		}
 		wait = max(wait, d.RetryAfter)
+		if d.RetryAt.After(at) {
+			at = d.RetryAt
+		}
 	}
 	out := ds[best]
-	out.RetryAfter = wait
+	out.RetryAfter, out.RetryAt = wait, at
 	return out
 }

@@ -54,6 +54,10 @@ type DecisionResponse struct {
 	RetryAfterMs int64  `json:"retry_after_ms"`
 	ResetAfterMs int64  `json:"reset_after_ms"`
 	Rule         string `json:"rule"`
+	// RetryAt is when retry_after_ms ends: the server's clock when it
+	// answered plus the wait, rounded up to the millisecond, RFC 3339 in
+	// UTC (sluice.RetryAtLayout); absent when there is no wait.
+	RetryAt string `json:"retry_at,omitempty"`
 	// Reason says why the request was rejected ("token_bucket_exceeded",
 	// "store_unavailable"); "" when allowed. For a shadow-mode rule it
 	// says why enforcing would have rejected.
@@ -311,8 +315,31 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		out = DecisionResponse{Allowed: v.Allowed, Reason: v.Reason(), Takes: entries}
 		fill(&out, v.Overall, !v.Allowed)
 	}
+	setRetryAt(&out, g.lim.Now())
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, out)
+}
+
+// setRetryAt fills the retry_at of out and its takes from their
+// retry_after_ms, as of now: the time the answer is written, after the
+// store decided, so it is never early.
+func setRetryAt(out *DecisionResponse, now time.Time) {
+	if out.RetryAfterMs > 0 {
+		out.RetryAt = retryAt(now, out.RetryAfterMs)
+	}
+	for i := range out.Takes {
+		setRetryAt(&out.Takes[i], now)
+	}
+}
+
+// retryAt is now plus ms milliseconds, rounded up to the millisecond, in
+// sluice.RetryAtLayout.
+func retryAt(now time.Time, ms int64) string {
+	at := now.Add(time.Duration(ms) * time.Millisecond)
+	if t := at.Truncate(time.Millisecond); t.Before(at) {
+		at = t.Add(time.Millisecond)
+	}
+	return at.UTC().Format(sluice.RetryAtLayout)
 }
 
 // matchFor validates one take against p and builds its Match.

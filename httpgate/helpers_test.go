@@ -88,7 +88,7 @@ func newEnvPolicy(t *testing.T, p *policy.Policy, wrap func(sluice.Store) sluice
 	if wrap != nil {
 		st = wrap(st)
 	}
-	lim := sluice.New(m.InstrumentStore(st))
+	lim := sluice.NewWithOptions(m.InstrumentStore(st), sluice.Options{Clock: e.clk})
 	e.gate = httpgate.New(p, lim, httpgate.Options{
 		Metrics: m,
 		Audit:   httpgate.NewAudit(e.audit),

@@ -326,6 +326,9 @@ var (
 	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost"}
 )
 
+// commonAlgFields are the fields every algorithm takes besides its own.
+var commonAlgFields = []string{"jitter"}
+
 func algFields(a sluice.Algorithm) []string {
 	switch a {
 	case sluice.LeakyBucket:
@@ -341,7 +344,7 @@ func algFields(a sluice.Algorithm) []string {
 // algConfig validates an algorithm_config for alg and compiles it into a
 // limit called name.
 func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name string) *variant {
-	o := l.object(n, path, allAlgFields)
+	o := l.object(n, path, append(allAlgFields, commonAlgFields...))
 	if o == nil {
 		return nil
 	}
@@ -377,7 +380,7 @@ func (l *loader) dropInapplicable(o *obj, alg sluice.Algorithm) {
 	allowed := algFields(alg)
 	for i := 0; i+1 < len(o.n.Content); i += 2 {
 		k := deref(o.n.Content[i])
-		if _, ok := o.vals[k.Value]; ok && !contains(allowed, k.Value) {
+		if _, ok := o.vals[k.Value]; ok && !contains(allowed, k.Value) && !contains(commonAlgFields, k.Value) {
 			l.errf(k, join(o.path, k.Value), "does not apply to %s (it takes %s)", alg, strings.Join(allowed, ", "))
 			delete(o.vals, k.Value)
 		}
@@ -488,6 +491,38 @@ func (l *loader) algOptions(o *obj, spec *sluice.Spec, v *variant) {
 		if st, ok := l.start(sn, join(o.path, "start")); ok {
 			spec.Start = &st
 		}
+	}
+	l.jitter(o, spec)
+}
+
+// jitter reads jitter: a duration ("5s"), or "period" for up to one
+// refill period of the rate (a second with tokens_per_second), the spread
+// the Convex rate limiter recommends. It sets spec.Jitter.
+func (l *loader) jitter(o *obj, spec *sluice.Spec) {
+	n, ok := o.vals["jitter"]
+	if !ok {
+		return
+	}
+	path := join(o.path, "jitter")
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+		l.errf(n, path, "must be a duration with a unit, such as \"2s\", or the word period (got %s)", kindName(n))
+		return
+	}
+	if n.Value == "period" {
+		spec.Jitter = spec.Period
+		if spec.Jitter == 0 { // NewLimit's default period
+			spec.Jitter = time.Second
+		}
+		return
+	}
+	d, err := time.ParseDuration(n.Value)
+	switch {
+	case err != nil:
+		l.errf(n, path, "must be a duration such as \"2s\" or \"500ms\", or the word period (got %q)", n.Value)
+	case d < 0:
+		l.errf(n, path, "must not be negative (0 turns it off)")
+	default:
+		spec.Jitter = d
 	}
 }
 

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"hash/fnv"
 	"log/slog"
 	"math"
 	"strconv"
@@ -254,7 +253,7 @@ func AppendFields(dst []Field, v *Verdict, identity, path string, sets []string)
 	}
 	if !v.Allowed {
 		dst = append(dst,
-			Field{hRetryAfter, strconv.FormatInt(RetryAfterSeconds(v.Overall.RetryAfter, identity, path), 10)},
+			Field{hRetryAfter, strconv.FormatInt(v.retryAfterSeconds(identity, path), 10)},
 			Field{hReason, v.Reason()},
 			Field{hCacheControl, "no-store"})
 	}
@@ -284,18 +283,29 @@ func pickSets(sets []string) (draft, trio, legacy bool) {
 // of identity and path. The same client asking for the same path always
 // gets the same offset, so its retries stay predictable, while clients
 // rejected together come back spread over time instead of as one herd. It
-// is never earlier than the wait.
+// is never earlier than the wait. The offset is sluice.Spread's, the one
+// jitter of sluice.
 func RetryAfterSeconds(wait time.Duration, identity, path string) int64 {
 	base := ceilSeconds(wait)
 	if base < 1 {
 		base = 1
 	}
-	h := fnv.New64a()
-	h.Write([]byte(identity))
-	h.Write([]byte{0})
-	h.Write([]byte(path))
-	span := uint64(base/2) + 1 // offsets 0..floor(base/2)
-	return base + int64(h.Sum64()%span)
+	return base + int64(sluice.Spread(uint64(base/2), identity, path))
+}
+
+// retryAfterSeconds is the Retry-After of a rejected v. When the limit
+// that decided it has a jitter of its own (sluice.Spec.Jitter), the
+// decision's wait carries it already, as the decision API's retry_after_ms
+// and the RateLimit t do: the header says the same, rounded up to whole
+// seconds, and adds none of RetryAfterSeconds' own.
+func (v *Verdict) retryAfterSeconds(identity, path string) int64 {
+	for i := range v.Results {
+		r := &v.Results[i]
+		if !r.Shadow && r.Refused() && r.StoreErr == nil && r.Decision.Rule == v.Overall.Rule && r.Match.Request.Limit.Spec().Jitter > 0 {
+			return max(ceilSeconds(v.Overall.RetryAfter), 1)
+		}
+	}
+	return RetryAfterSeconds(v.Overall.RetryAfter, identity, path)
 }
 
 // remaining is the draft's r: zero for a limit that rejected, never

@@ -1,0 +1,59 @@
+package sluice
+
+import (
+	"context"
+	"time"
+)
+
+// Options configures a Limiter.
+type Options struct {
+	// Clock is the clock that Decision.RetryAt is read from and that
+	// Wait sleeps on; nil is the system clock. Give a test the clock its
+	// memory store was given (memory.Options.Clock): with a ManualClock,
+	// Wait sleeps until the test moves the clock, never in real time. A
+	// Clock that is not a TimerClock is read for the time, and Wait
+	// sleeps in real time.
+	Clock Clock
+}
+
+// NewWithOptions returns a Limiter over store configured by opts.
+func NewWithOptions(store Store, opts Options) *Limiter {
+	return &Limiter{store: store, clock: opts.Clock}
+}
+
+// Now returns the time of the limiter's clock (see Options).
+func (l *Limiter) Now() time.Time {
+	if l.clock != nil {
+		return l.clock.Now()
+	}
+	return time.Now()
+}
+
+// advise completes d, a store's decision of r, with what the caller is
+// advised: a rejection's wait grows by the limit's jitter, and a wait gets
+// its RetryAt, as of now (read from the clock when zero). Nothing is read
+// for a decision without a wait, the common admit.
+func (l *Limiter) advise(ctx context.Context, d *Decision, r *Request, now time.Time) time.Time {
+	if d.RetryAfter <= 0 {
+		return now
+	}
+	if !d.Allowed && r.Limit != nil {
+		d.RetryAfter += r.Limit.Jitter(ctx, r.Key)
+	}
+	if now.IsZero() {
+		now = l.Now()
+	}
+	d.RetryAt = now.Add(d.RetryAfter)
+	return now
+}
+
+// adviseAll is advise for the decisions ds of rs, with one reading of the
+// clock.
+func (l *Limiter) adviseAll(ctx context.Context, ds []Decision, rs []Request) {
+	var now time.Time
+	for i := range ds {
+		if i < len(rs) {
+			now = l.advise(ctx, &ds[i], &rs[i], now)
+		}
+	}
+}

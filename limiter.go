@@ -59,6 +59,9 @@ func (r Request) Charge(op Op) (Charge, error) {
 	if r.Limit == nil {
 		return Charge{}, fmt.Errorf("%w: request for key %q has no limit", ErrInvalidLimit, r.Key)
 	}
+	if r.Limit.shards != nil {
+		return r.shardedCharge(op)
+	}
 	p := &r.Limit.params
 	if (r.Cost == 0 || r.Cost == 1) && !r.Reserve && r.MaxReserved == 0 && p.Capacity >= TokenScale {
 		// The common request, one token: nothing to convert or validate.
@@ -145,6 +148,7 @@ func StorageKey(l *Limit, key string) string {
 // Store. It is safe for concurrent use.
 type Limiter struct {
 	store Store
+	rng   *lockedRand // the choice of shards; nil draws from math/rand/v2
 }
 
 // New returns a Limiter over store.
@@ -155,26 +159,26 @@ func (l *Limiter) Store() Store { return l.store }
 
 // Take asks for r.Cost tokens and charges them if admitted.
 func (l *Limiter) Take(ctx context.Context, r Request) (Decision, error) {
-	return l.store.Take(ctx, OpTake, r)
+	return l.one(ctx, OpTake, r)
 }
 
 // Allow is Take for one token of lim under key, reporting only whether it
 // was admitted. Errors count as not admitted.
 func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
-	d, err := l.store.Take(ctx, OpTake, Request{Limit: lim, Key: key, Cost: 1})
+	d, err := l.one(ctx, OpTake, Request{Limit: lim, Key: key, Cost: 1})
 	return err == nil && d.Allowed
 }
 
 // Peek answers what Take would, consuming nothing.
 func (l *Limiter) Peek(ctx context.Context, r Request) (Decision, error) {
-	return l.store.Take(ctx, OpPeek, r)
+	return l.one(ctx, OpPeek, r)
 }
 
 // TakeAll asks several limits at once (per user AND per endpoint AND
 // global): all are charged if every one admits, none if any rejects. It
 // returns the combined decision (see Combine) and each limit's own.
 func (l *Limiter) TakeAll(ctx context.Context, rs ...Request) (Decision, []Decision, error) {
-	ds, err := l.store.TakeAll(ctx, OpTake, rs)
+	ds, err := l.all(ctx, OpTake, rs)
 	if err != nil {
 		return Decision{}, nil, err
 	}
@@ -183,7 +187,7 @@ func (l *Limiter) TakeAll(ctx context.Context, rs ...Request) (Decision, []Decis
 
 // PeekAll answers what TakeAll would, consuming nothing.
 func (l *Limiter) PeekAll(ctx context.Context, rs ...Request) (Decision, []Decision, error) {
-	ds, err := l.store.TakeAll(ctx, OpPeek, rs)
+	ds, err := l.all(ctx, OpPeek, rs)
 	if err != nil {
 		return Decision{}, nil, err
 	}
@@ -192,18 +196,18 @@ func (l *Limiter) PeekAll(ctx context.Context, rs ...Request) (Decision, []Decis
 
 // Refund gives r.Cost tokens back to r's bucket, never above its capacity.
 func (l *Limiter) Refund(ctx context.Context, r Request) (Decision, error) {
-	return l.store.Take(ctx, OpRefund, r)
+	return l.one(ctx, OpRefund, r)
 }
 
 // RefundAll refunds several requests at once; each decision describes its
 // bucket after the refund.
 func (l *Limiter) RefundAll(ctx context.Context, rs ...Request) ([]Decision, error) {
-	return l.store.TakeAll(ctx, OpRefund, rs)
+	return l.all(ctx, OpRefund, rs)
 }
 
 // Reset refills key's bucket under lim.
 func (l *Limiter) Reset(ctx context.Context, lim *Limit, key string) error {
-	return l.store.Reset(ctx, lim, key)
+	return l.reset(ctx, lim, key)
 }
 
 // Outcome is an algorithm's answer in integers, the form every engine

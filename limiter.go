@@ -145,7 +145,10 @@ func StorageKey(l *Limit, key string) string {
 }
 
 // Limiter is the library's entry point: it validates requests and asks its
-// Store. It is safe for concurrent use.
+// Store. It is safe for concurrent use. It expands the requests of a
+// sharded limit (Spec.Shards) into requests to its shards, so such a limit
+// must be used through a Limiter: a Store asked directly would keep it in
+// one bucket of its whole capacity, beside the shards.
 type Limiter struct {
 	store Store
 	rng   *lockedRand // the choice of shards; nil draws from math/rand/v2

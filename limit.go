@@ -47,8 +47,9 @@ type Spec struct {
 	// MaxShards), each with 1/Shards of the rate, capacity and
 	// MaxReserved, for a limit too hot for one key; zero or one is one
 	// bucket. A take is charged to the fuller of two shards picked at
-	// random, or split over both (see the package's sharding notes in
-	// shards.go). Token buckets, fixed windows and sliding logs only.
+	// random, or split over both (see Limit.Shards). Token buckets, fixed
+	// windows and sliding logs only; a sharded limit is used through a
+	// Limiter, which expands its requests.
 	Shards int
 }
 

@@ -17,43 +17,6 @@ import (
 // per Cluster node more shards only shrink each one.
 const MaxShards = 256
 
-// Sharding.
-//
-// A hot limit (one global bucket, or one key that takes hundreds of
-// requests a second) puts every request on one key: one lock, one row, one
-// Redis node. With Spec.Shards = N the limit is kept in N buckets instead,
-// each with 1/N of the rate, capacity and max_reserved, under keys that
-// land in N different Redis Cluster hash slots spread over the slot range
-// (so over the nodes). A request samples two shards at random and reads
-// both ("the power of two choices"), then is charged:
-//
-//   - to the fuller shard alone, when it holds the cost;
-//   - else to both, when only together they hold it: an all-or-nothing
-//     take of the two with the cost split so that both are left with
-//     the same tokens (a cost above capacity/N can only be served so);
-//   - else, with a reservation, to the fuller shard alone, on credit
-//     (a reservation is never split);
-//   - else it is rejected, and told the wait until the two together
-//     would hold it.
-//
-// The shards' sum never exceeds the unsharded limit (each shard's share is
-// rounded down), and every shard's bucket is charged atomically by the
-// store, so sharding adds nothing to the bound: over any interval
-// [t1, t2] a sharded token bucket admits at most capacity + max_reserved +
-// rate*(t2-t1), a sharded fixed window at most its capacity per window
-// (its shards keep the unsharded key's windows) and a sharded sliding log
-// at most its capacity in any period. What it costs is admission: a
-// request sees two shards, not the whole limit, so it may be rejected
-// while other shards hold tokens, and one shard admits bursts of at most
-// capacity/N (2*capacity/N for a request split over two).
-//
-// The read and the charge are two store calls: two callers may read the
-// same shard and both charge it, or a charge may find a shard emptied
-// since it was read. That only affects balance, never the bound: the store
-// decides each charge atomically against the shard's real state, and a
-// request that was rejected only because of such a race is tried once
-// more on a fresh pair.
-
 // shardSet is what a sharded Limit keeps to expand its requests.
 type shardSet struct {
 	n int
@@ -128,6 +91,41 @@ func shardParams(p Params, n int64) (Params, error) {
 
 // Shards returns the number of shards the limit is kept in (1 when it is
 // not sharded).
+//
+// A hot limit (one global bucket, or one key that takes hundreds of
+// requests a second) puts every request on one key: one lock, one row, one
+// Redis node. With Spec.Shards = N the limit is kept in N buckets instead,
+// each with 1/N of the rate, capacity and max_reserved, under keys that
+// land in N different Redis Cluster hash slots spread over the slot range
+// (so over the nodes). A request samples two shards at random and reads
+// both ("the power of two choices"), then is charged:
+//
+//   - to the fuller shard alone, when it holds the cost;
+//   - else to both, when only together they hold it: an all-or-nothing
+//     take of the two with the cost split so that both are left with
+//     the same tokens (a cost above capacity/N can only be served so);
+//   - else, with a reservation, to the fuller shard alone, on credit
+//     (a reservation is never split);
+//   - else it is rejected, and told the wait until the two together
+//     would hold it.
+//
+// The shards' sum never exceeds the unsharded limit (each shard's share is
+// rounded down), and every shard's bucket is charged atomically by the
+// store, so sharding adds nothing to the bound: over any interval
+// [t1, t2] a sharded token bucket admits at most capacity + max_reserved +
+// rate*(t2-t1), a sharded fixed window at most its capacity per window
+// (its shards keep the unsharded key's windows) and a sharded sliding log
+// at most its capacity in any period. What it costs is admission: a
+// request sees two shards, not the whole limit, so it may be rejected
+// while other shards hold tokens, and one shard admits bursts of at most
+// capacity/N (2*capacity/N for a request split over two).
+//
+// The read and the charge are two store calls: two callers may read the
+// same shard and both charge it, or a charge may find a shard emptied
+// since it was read. That only affects balance, never the bound: the store
+// decides each charge atomically against the shard's real state, and a
+// request that was rejected only because of such a race is tried once
+// more on a fresh pair.
 func (l *Limit) Shards() int {
 	if l.shards == nil {
 		return 1

@@ -404,9 +404,8 @@ func (l *Limiter) sharded(ctx context.Context, op Op, rs []Request) ([]Decision,
 }
 
 func (l *Limiter) shardedOnce(ctx context.Context, op Op, rs []Request) ([]Decision, bool, error) {
-	var exps []expansion
+	exps := make([]expansion, 0, len(rs))
 	var probes []Request
-	probeAt := map[string]int{}
 	for i, r := range rs {
 		if r.Limit == nil || r.Limit.shards == nil {
 			continue
@@ -434,16 +433,16 @@ func (l *Limiter) shardedOnce(ctx context.Context, op Op, rs []Request) ([]Decis
 			e.sampled = []int{a, (a + 1 + l.intN(n-1)) % n}
 		}
 		full := r.Limit.shards.lim.params.Capacity
-		for _, s := range e.sampled {
-			pr := r.shardRequest(s, full, false)
-			k := StorageKey(pr.Limit, pr.Key)
-			j, ok := probeAt[k]
-			if !ok {
+		e.probes = make([]int, len(e.sampled))
+		for k, s := range e.sampled {
+			// A shard that an earlier request of the call reads too is read
+			// once: the store would otherwise see the same bucket twice.
+			j := sameProbe(rs, exps, r, s)
+			if j < 0 {
 				j = len(probes)
-				probeAt[k] = j
-				probes = append(probes, pr)
+				probes = append(probes, r.shardRequest(s, full, false))
 			}
-			e.probes = append(e.probes, j)
+			e.probes[k] = j
 		}
 		exps = append(exps, e)
 	}
@@ -644,6 +643,19 @@ func fullestTwo(ts []int64) (int, int) {
 		}
 	}
 	return a, b
+}
+
+// sameProbe returns the probe of shard s of r's limit and key that one
+// of exps reads already, or -1.
+func sameProbe(rs []Request, exps []expansion, r Request, s int) int {
+	for _, f := range exps {
+		if o := rs[f.req]; o.Limit == r.Limit && o.Key == r.Key {
+			if k := indexOf(f.sampled, s); k >= 0 {
+				return f.probes[k]
+			}
+		}
+	}
+	return -1
 }
 
 func indexOf(xs []int, x int) int {

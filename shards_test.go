@@ -198,3 +198,23 @@ func TestShardsRefundAndReset(t *testing.T) {
 		t.Fatalf("after Reset: %v, want every shard full", got)
 	}
 }
+
+// Two requests of one TakeAll on the same sharded key read each shard
+// once, and the second is planned on what the first leaves.
+func TestShardsSameKeyTwiceInTakeAll(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(1e12))
+	st := newMapStore(t, clock)
+	spy := &spyStore{Store: st}
+	lim := sluice.MustLimit(sluice.Spec{Name: "twice", Rate: 1, Period: time.Hour, Capacity: 10, Shards: 2})
+	l := sluice.New(spy)
+	d, ds, err := l.TakeAll(context.Background(), sluice.Request{Limit: lim, Key: "k", Cost: 6}, sluice.Request{Limit: lim, Key: "k", Cost: 3})
+	if err != nil || !d.Allowed || !ds[0].Allowed || !ds[1].Allowed {
+		t.Fatalf("6 then 3 from shards of 5 and 5: %v %+v", err, ds)
+	}
+	if len(spy.calls) != 2 || len(spy.calls[0]) != 2 {
+		t.Fatalf("store calls %q, want one read of the two shards, then the charge", spy.calls)
+	}
+	if got := shardTokens(t, st, lim, "k"); got[0] != 0.5 || got[1] != 0.5 {
+		t.Fatalf("shards %v, want 0.5 and 0.5", got)
+	}
+}

@@ -50,6 +50,14 @@ type Spec struct {
 	// turn is never moved: it is exact. Setting it to the period (the
 	// rule's `jitter: period`) spreads retries over one refill period.
 	Jitter time.Duration
+	// Shards keeps the limit in this many buckets per key (at most
+	// MaxShards), each with 1/Shards of the rate, capacity and
+	// MaxReserved, for a limit too hot for one key; zero or one is one
+	// bucket. A take is charged to the fuller of two shards picked at
+	// random, or split over both (see Limit.Shards). Token buckets, fixed
+	// windows and sliding logs only; a sharded limit is used through a
+	// Limiter, which expands its requests.
+	Shards int
 }
 
 // Limit is a validated, compiled Spec: immutable and safe to share. Every
@@ -59,6 +67,7 @@ type Limit struct {
 	spec   Spec
 	params Params
 	nameID uint64
+	shards *shardSet // nil unless Spec.Shards > 1
 }
 
 // nameSeed seeds NameID: random per process, so IDs never leave it.
@@ -206,7 +215,11 @@ func NewLimit(s Spec) (*Limit, error) {
 			return bad("refilling capacity %v at rate %v per %v takes too long to express", capacity, rate, period)
 		}
 	}
-	return &Limit{spec: s, params: p, nameID: maphash.String(nameSeed, s.Name)}, nil
+	l := &Limit{spec: s, params: p, nameID: maphash.String(nameSeed, s.Name)}
+	if err := l.initShards(); err != nil {
+		return bad("%v", err)
+	}
+	return l, nil
 }
 
 // NameID is a 64-bit hash of the limit's name, the same for every Limit of
@@ -255,6 +268,9 @@ func (l *Limit) Cost(cost float64) (int64, error) { return l.cost(OpTake, cost) 
 
 // cost is the cost half of Request.Charge's rule (see there).
 func (l *Limit) cost(op Op, cost float64) (int64, error) {
+	if l.shards != nil && op != OpRefund {
+		return l.shardCost(cost)
+	}
 	c, err := ToMicroTokens(cost)
 	if err == nil && c <= l.params.Capacity {
 		return c, nil

@@ -59,6 +59,9 @@ func (r Request) Charge(op Op) (Charge, error) {
 	if r.Limit == nil {
 		return Charge{}, fmt.Errorf("%w: request for key %q has no limit", ErrInvalidLimit, r.Key)
 	}
+	if r.Limit.shards != nil {
+		return r.shardedCharge(op)
+	}
 	p := &r.Limit.params
 	if (r.Cost == 0 || r.Cost == 1) && !r.Reserve && r.MaxReserved == 0 && p.Capacity >= TokenScale {
 		// The common request, one token: nothing to convert or validate.
@@ -142,10 +145,14 @@ func StorageKey(l *Limit, key string) string {
 }
 
 // Limiter is the library's entry point: it validates requests and asks its
-// Store. It is safe for concurrent use.
+// Store. It is safe for concurrent use. It expands the requests of a
+// sharded limit (Spec.Shards) into requests to its shards, so such a limit
+// must be used through a Limiter: a Store asked directly would keep it in
+// one bucket of its whole capacity, beside the shards.
 type Limiter struct {
 	store Store
-	clock Clock // nil: the system clock (see Options)
+	clock Clock       // nil: the system clock (see Options)
+	rng   *lockedRand // the choice of shards; nil draws from math/rand/v2
 }
 
 // New returns a Limiter over store.
@@ -156,7 +163,7 @@ func (l *Limiter) Store() Store { return l.store }
 
 // Take asks for r.Cost tokens and charges them if admitted.
 func (l *Limiter) Take(ctx context.Context, r Request) (Decision, error) {
-	d, err := l.store.Take(ctx, OpTake, r)
+	d, err := l.one(ctx, OpTake, r)
 	l.advise(ctx, &d, &r, time.Time{})
 	return d, err
 }
@@ -164,13 +171,13 @@ func (l *Limiter) Take(ctx context.Context, r Request) (Decision, error) {
 // Allow is Take for one token of lim under key, reporting only whether it
 // was admitted. Errors count as not admitted.
 func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
-	d, err := l.store.Take(ctx, OpTake, Request{Limit: lim, Key: key, Cost: 1})
+	d, err := l.one(ctx, OpTake, Request{Limit: lim, Key: key, Cost: 1})
 	return err == nil && d.Allowed
 }
 
 // Peek answers what Take would, consuming nothing.
 func (l *Limiter) Peek(ctx context.Context, r Request) (Decision, error) {
-	d, err := l.store.Take(ctx, OpPeek, r)
+	d, err := l.one(ctx, OpPeek, r)
 	l.advise(ctx, &d, &r, time.Time{})
 	return d, err
 }
@@ -179,7 +186,7 @@ func (l *Limiter) Peek(ctx context.Context, r Request) (Decision, error) {
 // global): all are charged if every one admits, none if any rejects. It
 // returns the combined decision (see Combine) and each limit's own.
 func (l *Limiter) TakeAll(ctx context.Context, rs ...Request) (Decision, []Decision, error) {
-	ds, err := l.store.TakeAll(ctx, OpTake, rs)
+	ds, err := l.all(ctx, OpTake, rs)
 	if err != nil {
 		return Decision{}, nil, err
 	}
@@ -189,7 +196,7 @@ func (l *Limiter) TakeAll(ctx context.Context, rs ...Request) (Decision, []Decis
 
 // PeekAll answers what TakeAll would, consuming nothing.
 func (l *Limiter) PeekAll(ctx context.Context, rs ...Request) (Decision, []Decision, error) {
-	ds, err := l.store.TakeAll(ctx, OpPeek, rs)
+	ds, err := l.all(ctx, OpPeek, rs)
 	if err != nil {
 		return Decision{}, nil, err
 	}
@@ -199,18 +206,18 @@ func (l *Limiter) PeekAll(ctx context.Context, rs ...Request) (Decision, []Decis
 
 // Refund gives r.Cost tokens back to r's bucket, never above its capacity.
 func (l *Limiter) Refund(ctx context.Context, r Request) (Decision, error) {
-	return l.store.Take(ctx, OpRefund, r)
+	return l.one(ctx, OpRefund, r)
 }
 
 // RefundAll refunds several requests at once; each decision describes its
 // bucket after the refund.
 func (l *Limiter) RefundAll(ctx context.Context, rs ...Request) ([]Decision, error) {
-	return l.store.TakeAll(ctx, OpRefund, rs)
+	return l.all(ctx, OpRefund, rs)
 }
 
 // Reset refills key's bucket under lim.
 func (l *Limiter) Reset(ctx context.Context, lim *Limit, key string) error {
-	return l.store.Reset(ctx, lim, key)
+	return l.reset(ctx, lim, key)
 }
 
 // Outcome is an algorithm's answer in integers, the form every engine

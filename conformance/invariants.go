@@ -45,7 +45,9 @@ type admission struct {
 //   - fixed window: admitted within one window <= capacity
 //   - sliding log: admitted within any period <= capacity
 //
-// and that a rejected TakeAll charges none of its limits.
+// and that a rejected TakeAll charges none of its limits; then the same
+// bounds for sharded limits driven through a Limiter (runShardInvariants):
+// sharding adds nothing to them.
 func RunInvariants(t *testing.T, newStore NewStore, opts InvariantOptions) {
 	opts.defaults()
 	start := sluice.Duration(0)
@@ -76,6 +78,7 @@ func RunInvariants(t *testing.T, newStore NewStore, opts InvariantOptions) {
 		}
 	})
 	t.Run("takeall-rejected-charges-nothing", func(t *testing.T) { runRejectedTakeAll(t, newStore, opts) })
+	t.Run("sharded", func(t *testing.T) { runShardInvariants(t, newStore, opts) })
 }
 
 func randomRequest(r *rand.Rand, lim *sluice.Limit, key string) sluice.Request {

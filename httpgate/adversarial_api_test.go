@@ -318,3 +318,30 @@ func TestAttackUnknownRuleReflected(t *testing.T) {
 		}
 	}
 }
+
+// Attack: on a sharded rule with on_store_error: allow, a caller of the
+// decision API asks for a cost within the burst but above what two
+// shards hold together. Judged against the burst alone, the limiter
+// would refuse it, that refusal would be taken for a store failure, and
+// on_store_error: allow would answer allowed, charging nothing, every
+// time. It must be the 422 of a cost that can never succeed.
+func TestAttackShardedCostAboveTwoShards(t *testing.T) {
+	e := newEnv(t, `rules:
+  - name: hot
+    on_store_error: allow
+    algorithm_config: {rps: 10, burst: 100, shards: 10}
+`)
+	for _, path := range []string{"/v1/take", "/v1/peek"} {
+		resp, m := e.post(path, `{"rule":"hot","key":"*","cost":50}`)
+		detail, _ := m["detail"].(string)
+		if resp.StatusCode != 422 || !strings.Contains(detail, "what two of the 10 shards") || !strings.Contains(detail, "(20)") {
+			t.Errorf("%s cost 50 of 10 shards of 10: %d %v", path, resp.StatusCode, m)
+		}
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Errorf("refused costs created %d keys", n)
+	}
+	if resp, m := e.post("/v1/take", `{"rule":"hot","key":"*","cost":20}`); resp.StatusCode != 200 || m["allowed"] != true || m["limit"] != float64(100) {
+		t.Errorf("cost 20, what two full shards hold: %d %v", resp.StatusCode, m)
+	}
+}

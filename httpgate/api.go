@@ -369,6 +369,9 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 		// A finite cost too large to count (1e308) is above every
 		// capacity too: it can never succeed, like any cost above the
 		// burst, whatever the arithmetic's range.
+		if errors.Is(err, sluice.ErrCostExceedsLimit) && lim.Shards() > 1 {
+			return policy.Match{}, &inputError{http.StatusUnprocessableEntity, fmt.Sprintf("cost %v exceeds what two of the %d shards of %q hold together (%v) and can never succeed", cost, lim.Shards(), lim.Name(), lim.MaxCost())}
+		}
 		if errors.Is(err, sluice.ErrCostExceedsLimit) {
 			return policy.Match{}, &inputError{http.StatusUnprocessableEntity, fmt.Sprintf("cost %v exceeds the burst of %q (%v) and can never succeed", cost, lim.Name(), lim.Capacity())}
 		}

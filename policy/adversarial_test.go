@@ -74,3 +74,36 @@ func TestAttackJWTWithoutExp(t *testing.T) {
 		t.Errorf("require_exp: false: a token without exp got %q, want api-key.enterprise", got)
 	}
 }
+
+// Attack: on a sharded rule with on_store_error: allow, a client declares
+// a cost above what two shards hold together (2 x burst / shards) but
+// within the burst. Judged against the whole burst, the request would go
+// to the limiter, which can never serve it and fails it; taken for a
+// store failure, on_store_error: allow would then admit it uncharged,
+// every time. It must be rejected as cost_exceeds_limit, charging nothing.
+func TestAttackShardedCostAboveTwoShards(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: hot
+    on_store_error: allow
+    algorithm_config: {rps: 10, burst: 100, shards: 10, cost_source: "header:x-request-weight"}
+`)
+	lim, _ := newLimiter()
+	for i := 0; i < 5; i++ {
+		in := fromIP("192.0.2.7")
+		in.Header = http.Header{"X-Request-Weight": {"50"}}
+		v := decide(t, p, lim, in, sluice.OpTake, nil)
+		r := v.Results[0]
+		if v.Allowed || r.StoreErr != nil || r.Reason() != "cost_exceeds_limit" {
+			t.Fatalf("request %d declaring 50 against 10 shards of 10: allowed %v, store error %v, reason %q; want rejected as cost_exceeds_limit",
+				i+1, v.Allowed, r.StoreErr, r.Reason())
+		}
+	}
+	if got := remaining(t, p, lim, "hot", "*"); got != 100 {
+		t.Fatalf("the shards hold %d tokens, want all 100", got)
+	}
+	in := fromIP("192.0.2.7")
+	in.Header = http.Header{"X-Request-Weight": {"20"}}
+	if v := decide(t, p, lim, in, sluice.OpTake, nil); !v.Allowed {
+		t.Fatalf("a cost of 20, what two full shards hold, was rejected: %+v", v.Results[0])
+	}
+}

@@ -319,11 +319,11 @@ func (l *loader) matchValues(n *yaml.Node, path string) ([]string, bool) {
 
 var (
 	costFields   = []string{"cost_source", "fixed_cost", "default_cost", "min_cost"}
-	tbFields     = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "reserve", "max_reserved"}
+	tbFields     = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "reserve", "max_reserved", "shards"}
 	lbFields     = []string{"tokens_per_second", "rps", "rate", "period", "max_delay"}
-	fwFields     = []string{"rate", "period", "capacity", "start"}
-	slFields     = []string{"rate", "period", "capacity"}
-	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost"}
+	fwFields     = []string{"rate", "period", "capacity", "start", "shards"}
+	slFields     = []string{"rate", "period", "capacity", "shards"}
+	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost", "shards"}
 )
 
 // commonAlgFields are the fields every algorithm takes besides its own.
@@ -473,7 +473,7 @@ func (r rateFields) apply(spec *sluice.Spec) {
 	}
 }
 
-// algOptions reads reserve, max_reserved, max_delay and start.
+// algOptions reads reserve, max_reserved, max_delay, start and shards.
 func (l *loader) algOptions(o *obj, spec *sluice.Spec, v *variant) {
 	if b, _, ok := o.boolean("reserve"); ok {
 		v.reserve = b
@@ -490,6 +490,13 @@ func (l *loader) algOptions(o *obj, spec *sluice.Spec, v *variant) {
 	if sn, ok := o.vals["start"]; ok {
 		if st, ok := l.start(sn, join(o.path, "start")); ok {
 			spec.Start = &st
+		}
+	}
+	if n, nn, ok := o.integer("shards"); ok {
+		if n < 1 || n > sluice.MaxShards {
+			l.errf(nn, join(o.path, "shards"), "must be a whole number from 1 to %d (got %v)", sluice.MaxShards, nn.Value)
+		} else {
+			spec.Shards = n
 		}
 	}
 	l.jitter(o, spec)
@@ -547,7 +554,9 @@ func (l *loader) usableCosts(o *obj, v *variant, costN map[string]*yaml.Node) bo
 			if at == nil {
 				at = o.n
 			}
-			if errors.Is(err, sluice.ErrCostExceedsLimit) {
+			if errors.Is(err, sluice.ErrCostExceedsLimit) && lim.Shards() > 1 {
+				l.errf(at, join(path, c.field), "%v is above what two of the limit's %d shards hold together (2 x capacity / shards = %v): no request could ever pass", c.cost, lim.Shards(), lim.MaxCost())
+			} else if errors.Is(err, sluice.ErrCostExceedsLimit) {
 				l.errf(at, join(path, c.field), "%v is above the limit's capacity (%v): no request could ever pass", c.cost, lim.Capacity())
 			} else {
 				l.errf(at, join(path, c.field), "%v is not a usable cost (at least 0.000001)", c.cost)

@@ -91,7 +91,7 @@ func TestValidationErrors(t *testing.T) {
 		{"typo at the top", "listne: \":80\"\nrules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n",
 			[]string{`c.yaml:1: listne: unknown field (did you mean "listen"?)`}},
 		{"field of another algorithm", rule("    algorithm: fixed_window\n", "      rate: 10\n      period: 1m\n      burst: 20\n"),
-			[]string{"c.yaml:8: rules[0].algorithm_config.burst: does not apply to fixed_window (it takes rate, period, capacity, start, cost_source, fixed_cost, default_cost, min_cost)"}},
+			[]string{"c.yaml:8: rules[0].algorithm_config.burst: does not apply to fixed_window (it takes rate, period, capacity, start, shards, cost_source, fixed_cost, default_cost, min_cost)"}},
 		{"fixed window without period", rule("    algorithm: fixed_window\n", "      rate: 10\n"),
 			[]string{"c.yaml:6: rules[0].algorithm_config.period: is required with rate for fixed_window (such as \"1m\")"}},
 		{"bad period", rule("", "      rate: 10\n      period: 1 minute\n"),
@@ -109,7 +109,7 @@ func TestValidationErrors(t *testing.T) {
 		{"bad cost source", rule("", "      rps: 10\n      burst: 10\n      cost_source: body:weight\n"),
 			[]string{`c.yaml:7: rules[0].algorithm_config.cost_source: must be fixed, header:NAME or query:NAME (got "body:weight")`}},
 		{"reservation on a fixed window", rule("    algorithm: fixed_window\n", "      rate: 10\n      period: 1m\n      reserve: true\n"),
-			[]string{"c.yaml:8: rules[0].algorithm_config.reserve: does not apply to fixed_window (it takes rate, period, capacity, start, cost_source, fixed_cost, default_cost, min_cost)"}},
+			[]string{"c.yaml:8: rules[0].algorithm_config.reserve: does not apply to fixed_window (it takes rate, period, capacity, start, shards, cost_source, fixed_cost, default_cost, min_cost)"}},
 		{"rate below a micro-token", rule("", "      rate: 0.0000001\n      period: 1h\n"),
 			[]string{`c.yaml:5: rules[0].algorithm_config: capacity: sluice: cost must be a finite number > 0 (got 1e-07, below 1e-6)`}},
 		{"unknown algorithm", "rules:\n  - name: r\n    algorithm: gcra\n    algorithm_config: {rps: 1, burst: 1}\n",
@@ -430,7 +430,7 @@ func TestMoreValidationErrors(t *testing.T) {
 			"c.yaml:10: rules[2].algorithm_config.start: must not be negative",
 		}},
 		{"rate without period for a window", "rules:\n  - name: s\n    algorithm: sliding_log\n    algorithm_config: {rps: 5}\n", []string{
-			"c.yaml:4: rules[0].algorithm_config.rps: does not apply to sliding_log (it takes rate, period, capacity, cost_source, fixed_cost, default_cost, min_cost)",
+			"c.yaml:4: rules[0].algorithm_config.rps: does not apply to sliding_log (it takes rate, period, capacity, shards, cost_source, fixed_cost, default_cost, min_cost)",
 			"c.yaml:4: rules[0].algorithm_config: needs rate and period",
 		}},
 		{"capacity with rps", "rules:\n  - name: r\n    algorithm_config: {rps: 5, capacity: 5}\n", []string{
@@ -519,5 +519,54 @@ func TestRulesTableSettings(t *testing.T) {
 	}
 	if _, err := policy.RulesTableOf("c.yaml", []byte("rules_table: {user: path}\n")); err == nil || !strings.Contains(err.Error(), "c.yaml:1: rules_table.user: must be") {
 		t.Errorf("RulesTableOf of a bad section: %v", err)
+	}
+}
+
+// shards: N in algorithm_config shards a token bucket, fixed window or
+// sliding log; a count out of range, a leaky bucket's, or a cost above
+// what two shards hold together is a config error at its line.
+func TestShardsConfig(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: hot
+    algorithm_config: {rps: 1000, burst: 2000, shards: 8}
+  - name: fw
+    algorithm: fixed_window
+    algorithm_config: {rate: 100, period: 1m, shards: 4}
+  - name: sl
+    algorithm: sliding_log
+    algorithm_config: {rate: 100, period: 1h, shards: 2}
+  - name: one
+    algorithm_config: {rps: 10, burst: 10, shards: 1}
+`)
+	for name, want := range map[string]int{"hot": 8, "fw": 4, "sl": 2, "one": 1} {
+		if got := p.Rule(name).Limit.Shards(); got != want {
+			t.Errorf("%s: %d shards, want %d", name, got, want)
+		}
+	}
+	if got := p.Rule("hot").Limit.MaxCost(); got != 500 {
+		t.Errorf("hot: largest cost %v, want 2 x 2000 / 8 = 500", got)
+	}
+	for _, c := range []struct {
+		name, cfg string
+		want      []string
+	}{
+		{"zero", rule("", "      rps: 10\n      burst: 10\n      shards: 0\n"),
+			[]string{"c.yaml:7: rules[0].algorithm_config.shards: must be a whole number from 1 to 256 (got 0)"}},
+		{"too many", rule("", "      rps: 10\n      burst: 10\n      shards: 1000\n"),
+			[]string{"c.yaml:7: rules[0].algorithm_config.shards: must be a whole number from 1 to 256 (got 1000)"}},
+		{"fraction", rule("", "      rps: 10\n      burst: 10\n      shards: 2.5\n"),
+			[]string{"c.yaml:7: rules[0].algorithm_config.shards: must be a whole number"}},
+		{"leaky bucket", rule("    algorithm: leaky_bucket\n", "      rps: 10\n      shards: 2\n"),
+			[]string{"c.yaml:7: rules[0].algorithm_config.shards: does not apply to leaky_bucket (it takes tokens_per_second, rps, rate, period, max_delay, cost_source, fixed_cost, default_cost, min_cost)"}},
+		{"fixed cost above two shards", rule("", "      rps: 10\n      burst: 100\n      shards: 10\n      fixed_cost: 21\n"),
+			[]string{"c.yaml:8: rules[0].algorithm_config.fixed_cost: 21 is above what two of the limit's 10 shards hold together (2 x capacity / shards = 20): no request could ever pass"}},
+		{"shards too small", rule("", "      rate: 1\n      period: 1h\n      capacity: 0.000002\n      shards: 4\n"),
+			[]string{"c.yaml:5: rules[0].algorithm_config: capacity 2e-06 over 4 shards is below one micro-token each"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := problems(t, c.cfg); strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+			}
+		})
 	}
 }

@@ -334,11 +334,14 @@ FROM sluice_violations WHERE requested_at >= $1`
 	if q.Key != "" {
 		// A component ends the key or a '|' follows it, and a ':' (the
 		// end of the limit's name) or a '|' precedes it: escaped
-		// components contain neither, so no other value matches.
+		// components contain neither, so no other value matches. The
+		// shard tag of a sharded limit (":{N}" after the name, see
+		// sluice.Limit.ShardKey) is read as the ':' alone.
 		args = append(args, q.Key, keyComponents(q.Key))
-		sql += fmt.Sprintf(` AND (bucket_key = $%d OR EXISTS (SELECT FROM unnest($%d::text[]) c
-       WHERE right(bucket_key, length(c) + 1) IN (':' || c, '|' || c)
-          OR strpos(bucket_key, ':' || c || '|') > 0 OR strpos(bucket_key, '|' || c || '|') > 0))`, len(args)-1, len(args))
+		sql += fmt.Sprintf(` AND (bucket_key = $%d OR EXISTS (SELECT FROM unnest($%d::text[]) c,
+         LATERAL (SELECT regexp_replace(bucket_key, ':\{[0-9]+\}', ':') AS k) b
+       WHERE right(b.k, length(c) + 1) IN (':' || c, '|' || c)
+          OR strpos(b.k, ':' || c || '|') > 0 OR strpos(b.k, '|' || c || '|') > 0))`, len(args)-1, len(args))
 	}
 	sql += " ORDER BY requested_at DESC, violation_id DESC LIMIT $2"
 	rows, err := db.Query(ctx, sql, args...)

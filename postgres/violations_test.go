@@ -269,6 +269,9 @@ func TestListViolationsByKey(t *testing.T) {
 		"tb:per-ip:2001:db8::/64",
 		"tb:per-user:xalice",
 		"tb:per-ip:192.0.2.7",
+		"tb:hot:{5300}alice", // shards of a sharded limit
+		"tb:hot:{12}bob|alice",
+		"tb:hot:{7}xalice",
 	}
 	for i, k := range keys {
 		vl.Record(postgres.Violation{BucketKey: k, Rule: "r", At: base.Add(time.Duration(i) * time.Millisecond)})
@@ -280,14 +283,14 @@ func TestListViolationsByKey(t *testing.T) {
 		key  string
 		want []int // indexes into keys, newest first
 	}{
-		{"alice", []int{5, 4, 3, 0}},
+		{"alice", []int{11, 10, 5, 4, 3, 0}},
 		{"/api/x", []int{3}},
 		{"a:b|c", []int{6}},
 		{"alic", nil},
 		{"2001:db8::/64", []int{7}},
 		{"192.0.2.7", []int{9}},
 		{"tb:per-user:alice2", []int{1}},
-		{"bob", []int{5, 4, 2}}, // rule alice's bucket of bob too
+		{"bob", []int{11, 5, 4, 2}}, // rule alice's bucket of bob too
 	} {
 		vs, err := postgres.ListViolations(ctx, p, postgres.ViolationQuery{Since: base, Key: tc.key})
 		if err != nil {

@@ -339,3 +339,47 @@ func histogram(t *testing.T, reg *prometheus.Registry, name string) (count, sum 
 	t.Fatalf("metric %s not registered", name)
 	return 0, 0
 }
+
+// A hot limit sharded three ways on a cluster of three primaries is kept
+// on all three: each shard's key in its own slot, on its own primary,
+// whatever hash tag the request key holds; and traffic through a Limiter
+// reaches every one.
+func TestClusterShardsSpreadOverNodes(t *testing.T) {
+	url := clusterURL(t)
+	clock := sluice.NewManualClock(time.UnixMicro(9_000_000_000_000))
+	s := open(t, url, redis.Options{Clock: clock})
+	c := s.Client()
+	addrs := strings.Split(strings.TrimPrefix(url, "redis+cluster://"), ",")
+	lim := uniqueLimit(t, sluice.Spec{Name: "hot", TokensPerSecond: 1000, Burst: 300, Shards: 3})
+	for _, key := range []string{"*", "{user-42}"} {
+		nodes := map[string]bool{}
+		for i := range lim.Shards() {
+			slot := slotOf(t, c, sluice.StorageKey(lim, lim.ShardKey(key, i)))
+			node := nodeForSlot(addrs, slot)
+			if node == "" {
+				t.Fatalf("no primary serves slot %d", slot)
+			}
+			nodes[node] = true
+		}
+		if len(nodes) != 3 {
+			t.Fatalf("key %q: the 3 shards are on %d primaries, want 3", key, len(nodes))
+		}
+	}
+	ctx := context.Background()
+	l := sluice.New(s)
+	for range 60 {
+		if d, err := l.Take(ctx, sluice.Request{Limit: lim, Key: "*", Cost: 2}); err != nil || !d.Allowed {
+			t.Fatalf("take: %v %+v", err, d)
+		}
+	}
+	for i := range lim.Shards() {
+		k := sluice.StorageKey(lim, lim.ShardKey("*", i))
+		if err := c.Do(ctx, c.B().Get().Key(k).Build()).Error(); err != nil {
+			t.Fatalf("shard %d (%s) was never charged: %v", i, k, err)
+		}
+	}
+	d, err := l.Peek(ctx, sluice.Request{Limit: lim, Key: "*", Cost: 1})
+	if err != nil || !d.Allowed || d.Tokens != 300-120-1 {
+		t.Fatalf("peek after 120 tokens taken: %v %+v", err, d)
+	}
+}

@@ -92,6 +92,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -575,10 +576,21 @@ func (s *Store) takeAllCluster(ctx context.Context, op sluice.Op, rs []sluice.Re
 	}
 	now := s.nowArg()
 	if op == sluice.OpPeek {
-		for _, g := range gs {
-			var err error
-			if g.res, err = s.runGroup(ctx, rs, chs, keys, g.ix, opPeek, now); err != nil {
-				return nil, fmt.Errorf("redis peek all %q: %w", keys, err)
+		// Peeks change nothing, so the slots are asked at once (a sharded
+		// limit's peek reads a slot per shard).
+		errs := make([]error, len(gs))
+		var wg sync.WaitGroup
+		for i, g := range gs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				g.res, errs[i] = s.runGroup(ctx, rs, chs, keys, g.ix, opPeek, now)
+			}()
+		}
+		wg.Wait()
+		for i, g := range gs {
+			if errs[i] != nil {
+				return nil, fmt.Errorf("redis peek all %q: %w", keys, errs[i])
 			}
 			place(g)
 		}

@@ -255,7 +255,9 @@ func simulate(m policy.Match, segs []segment, step time.Duration) (*simSeries, e
 	lim := m.Request.Limit
 	start := simStart(lim, m.Request.Key)
 	clock := sluice.NewManualClock(start)
-	l := sluice.New(memory.New(memory.Options{Clock: clock, PreciseClock: true}))
+	// A sharded limit picks shards at random: from a fixed seed, so that
+	// every run gives the same answer.
+	l := sluice.New(memory.New(memory.Options{Clock: clock, PreciseClock: true})).WithShardSeed(1)
 	ms := []policy.Match{m}
 	decide := func(op sluice.Op) (sluice.Decision, error) {
 		r := policy.Enforce(context.Background(), l, op, ms, nil).Results[0]
@@ -457,6 +459,13 @@ func writeOutput(name string, stdout io.Writer, write func(io.Writer) error) err
 
 // describeLimit says what a limit allows, in the terms of the config.
 func describeLimit(l *sluice.Limit) string {
+	if n := l.Shards(); n > 1 {
+		return fmt.Sprintf("%s, in %d shards of which each request reads two", describeUnsharded(l), n)
+	}
+	return describeUnsharded(l)
+}
+
+func describeUnsharded(l *sluice.Limit) string {
 	p := l.Params()
 	capacity := strconv.FormatFloat(l.Capacity(), 'f', -1, 64)
 	switch l.Algorithm() {

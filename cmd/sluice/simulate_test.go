@@ -432,3 +432,27 @@ func TestSimulateAgreesWithServe(t *testing.T) {
 		})
 	}
 }
+
+// A sharded limit is simulated as serve decides it, from a fixed seed:
+// the same answer every run, never above the unsharded bound.
+func TestSimulateShards(t *testing.T) {
+	cfg := writeConfig(t, "rules:\n  - name: hot\n    algorithm_config: {rps: 10, burst: 20, shards: 4}\n")
+	rows, out := simulateRows(t, "--config", cfg, "--pattern", "30/s for 3s")
+	if !strings.Contains(out, "limit hot: token bucket of 20, refilling 10/s, in 4 shards of which each request reads two\n") {
+		t.Fatalf("no description of the shards in:\n%s", out)
+	}
+	admitted := 0
+	for _, r := range rows {
+		n, err := strconv.Atoi(r[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		admitted += n
+	}
+	if admitted > 20+10*3 || admitted < 30 {
+		t.Fatalf("%d admitted in 3s of 20 + 10/s:\n%s", admitted, out)
+	}
+	if _, again := simulateRows(t, "--config", cfg, "--pattern", "30/s for 3s"); again != out {
+		t.Fatalf("a second run differs:\n%s\n%s", out, again)
+	}
+}

@@ -1,0 +1,212 @@
+package sluice
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// crc16 is Redis Cluster's key hash: its check value, and the slots
+// Redis's documentation gives for two keys.
+func TestCRC16(t *testing.T) {
+	if got := crc16("123456789"); got != 0x31C3 {
+		t.Fatalf("crc16(123456789) = %#x, want 0x31c3", got)
+	}
+	for key, slot := range map[string]uint16{"foo": 12182, "bar": 5061} {
+		if got := crc16(key) % clusterSlots; got != slot {
+			t.Errorf("slot of %q = %d, want %d", key, got, slot)
+		}
+	}
+}
+
+// Every slot has a tag, and the tag hashes to it.
+func TestSlotTags(t *testing.T) {
+	tags := slotTags()
+	for slot, n := range tags {
+		if got := crc16(strconv.FormatUint(uint64(n), 10)) % clusterSlots; int(got) != slot {
+			t.Fatalf("tag %d of slot %d hashes to slot %d", n, slot, got)
+		}
+	}
+}
+
+// The shards of a limit fall in distinct slots spread evenly over the
+// slot range, so on a Cluster whose nodes hold even ranges they fall on
+// as many nodes as there are (up to the shard count).
+func TestShardTagsSpread(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 10, 64, MaxShards} {
+		tags := shardTags("global-rps", n)
+		var slots []int
+		for _, tag := range tags {
+			slots = append(slots, int(crc16(tag[1:len(tag)-1])%clusterSlots))
+		}
+		base := slots[0]
+		for i, s := range slots {
+			if want := (base + i*clusterSlots/n) % clusterSlots; s != want {
+				t.Fatalf("n=%d: shard %d in slot %d, want %d", n, i, s, want)
+			}
+		}
+		// Three primaries with even ranges, as redis-cli --cluster create makes them.
+		nodes := map[int]bool{}
+		for _, s := range slots {
+			nodes[s*3/clusterSlots] = true
+		}
+		if want := min(n, 3); len(nodes) != want {
+			t.Errorf("n=%d: shards on %d of 3 even nodes, want %d", n, len(nodes), want)
+		}
+	}
+}
+
+// A shard's share is rounded down, so the shards together never allow
+// more than the limit; a rate that divides exactly stays exact.
+func TestShardParams(t *testing.T) {
+	l := MustLimit(Spec{Name: "x", Rate: 7, Period: 3 * time.Second, Capacity: 10, MaxReserved: 5, Shards: 3})
+	p, s := l.params, l.shards.lim.params
+	if s.Capacity*3 > p.Capacity || s.Capacity != 3_333_333 || s.MaxReserved != 1_666_666 {
+		t.Fatalf("shard capacity %d, max_reserved %d", s.Capacity, s.MaxReserved)
+	}
+	if s.RateNum*p.RateDen*3 != p.RateNum*s.RateDen {
+		t.Fatalf("shard rate %d/%d is not a third of %d/%d", s.RateNum, s.RateDen, p.RateNum, p.RateDen)
+	}
+	// 1e9-1 per second has no exact third within the engines' precision:
+	// rounded down.
+	l = MustLimit(Spec{Name: "y", Rate: 999_999_999e-6, Period: time.Second, Capacity: 10, Shards: 7})
+	p, s = l.params, l.shards.lim.params
+	if s.RateDen > maxRateDen || float64(s.RateNum)/float64(s.RateDen)*7 > float64(p.RateNum)/float64(p.RateDen) {
+		t.Fatalf("shard rate %d/%d times 7 exceeds %d/%d", s.RateNum, s.RateDen, p.RateNum, p.RateDen)
+	}
+	fw := MustLimit(Spec{Name: "z", Algorithm: FixedWindow, Rate: 10, Period: time.Second, Capacity: 25, Shards: 4})
+	if s := fw.shards.lim.params; s.WindowRate != 2_500_000 || s.Capacity != 6_250_000 {
+		t.Fatalf("fixed window shard: rate %d, capacity %d", s.WindowRate, s.Capacity)
+	}
+}
+
+func TestShardSpecErrors(t *testing.T) {
+	for _, c := range []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{Name: "a", TokensPerSecond: 10, Burst: 10, Shards: -1}, "shards must be >= 1"},
+		{Spec{Name: "a", TokensPerSecond: 10, Burst: 10, Shards: MaxShards + 1}, "at most 256"},
+		{Spec{Name: "a", Algorithm: LeakyBucket, Rate: 10, Shards: 2}, "leaky bucket"},
+		{Spec{Name: "a{b}", TokensPerSecond: 10, Burst: 10, Shards: 2}, "'{'"},
+		{Spec{Name: "a", TokensPerSecond: 10, Burst: 0.000003, Shards: 4}, "below one micro-token"},
+	} {
+		_, err := NewLimit(c.spec)
+		if !errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: got %v, want an invalid limit saying %q", c.spec, err, c.want)
+		}
+	}
+	for _, n := range []int{0, 1} {
+		l := MustLimit(Spec{Name: "a", TokensPerSecond: 10, Burst: 10, Shards: n})
+		if l.shards != nil || l.Shards() != 1 || l.ShardKey("k", 0) != "k" || l.MaxCost() != 10 {
+			t.Errorf("shards %d: a sharded limit, want one bucket", n)
+		}
+	}
+}
+
+// The cost rule of a sharded limit: up to what two shards hold without a
+// reservation; with one, also up to what one shard may reserve.
+func TestShardedCharge(t *testing.T) {
+	l := MustLimit(Spec{Name: "x", TokensPerSecond: 10, Burst: 100, MaxReserved: 60, Shards: 10})
+	for _, c := range []struct {
+		cost    float64
+		reserve bool
+		op      Op
+		want    error
+	}{
+		{20, false, OpTake, nil},
+		{20.000001, false, OpTake, ErrCostExceedsLimit},
+		{20.000001, false, OpPeek, ErrCostExceedsLimit},
+		{100, false, OpTake, ErrCostExceedsLimit},
+		{10, true, OpTake, nil},
+		{20, true, OpTake, nil}, // beyond one shard's credit, within two shards' tokens
+		{21, true, OpTake, ErrCostExceedsLimit},
+		{1000, false, OpRefund, nil}, // a refund is clamped, never an error
+		{-1, false, OpTake, ErrInvalidCost},
+	} {
+		_, err := Request{Limit: l, Key: "k", Cost: c.cost, Reserve: c.reserve}.Charge(c.op)
+		if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+			t.Errorf("cost %v reserve %v %s: got %v, want %v", c.cost, c.reserve, c.op, err, c.want)
+		}
+	}
+	if got := l.MaxCost(); got != 20 {
+		t.Fatalf("MaxCost %v, want 20", got)
+	}
+	fw := MustLimit(Spec{Name: "w", Algorithm: FixedWindow, Rate: 10, Period: time.Second, Shards: 2})
+	if _, err := (Request{Limit: fw, Key: "k", Cost: 1, Reserve: true}).Charge(OpTake); !errors.Is(err, ErrReserveUnsupported) {
+		t.Fatalf("reserving on a sharded fixed window: %v, want ErrReserveUnsupported", err)
+	}
+}
+
+func parts(ps ...shardPart) []shardPart { return ps }
+
+func TestPlanTake(t *testing.T) {
+	const m = TokenScale
+	for _, c := range []struct {
+		name         string
+		cost, ta, tb int64
+		reservable   bool
+		want         []shardPart
+		admit        bool
+	}{
+		{"the fuller alone", 3 * m, 2 * m, 5 * m, false, parts(shardPart{shard: 1, cost: 3 * m}), true},
+		{"split even", 6 * m, 5 * m, 2 * m, false, parts(shardPart{0, 4_500_000, false}, shardPart{1, 1_500_000, false}), true},
+		{"split to zero", 10 * m, 5 * m, 5 * m, false, parts(shardPart{0, 5 * m, false}, shardPart{1, 5 * m, false}), true},
+		{"reserve from the fuller", 3 * m, 1 * m, 0, true, parts(shardPart{0, 3 * m, true}), false},
+		{"short: equal deficits", 4 * m, 1 * m, 2 * m, false, parts(shardPart{1, 2_500_000, false}, shardPart{0, 1_500_000, false}), false},
+		{"short, one in debt: parts within a shard", 8 * m, 1 * m, -6 * m, false, parts(shardPart{0, 5 * m, false}, shardPart{1, 3 * m, false}), false},
+		{"short, small cost, one in debt", 1 * m, 0, -6 * m, false, parts(shardPart{0, 1 * m, false}), false},
+	} {
+		got, admit := planTake(c.cost, 5*m, 0, 1, c.ta, c.tb, c.reservable)
+		if !slices.Equal(got, c.want) || admit != c.admit {
+			t.Errorf("%s: got %+v %v, want %+v %v", c.name, got, admit, c.want, c.admit)
+		}
+		var sum int64
+		for _, p := range got {
+			sum += p.cost
+			if p.cost <= 0 || p.cost > 5*m {
+				t.Errorf("%s: part %+v outside (0, capacity]", c.name, p)
+			}
+		}
+		if sum != c.cost {
+			t.Errorf("%s: parts sum to %d, want %d", c.name, sum, c.cost)
+		}
+	}
+}
+
+func TestPlanRefund(t *testing.T) {
+	const m = TokenScale
+	got := planRefund(4*m, 5*m, []int{3, 7}, []int64{4 * m, 1 * m})
+	if want := parts(shardPart{7, 4 * m, false}); !slices.Equal(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	got = planRefund(7*m, 5*m, []int{3, 7}, []int64{4 * m, 1 * m})
+	if want := parts(shardPart{7, 4 * m, false}, shardPart{3, 1 * m, false}); !slices.Equal(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	if got := planRefund(m, 5*m, []int{0, 1}, []int64{5 * m, 5 * m}); len(got) != 0 {
+		t.Fatalf("refund to full shards: %+v, want nothing", got)
+	}
+	if got := planRefund(9*m, 5*m, []int{0, 1}, []int64{5 * m, -20 * m}); !slices.Equal(got, parts(shardPart{1, 5 * m, false})) {
+		t.Fatalf("refund to a shard deep in debt: %+v, want at most a capacity", got)
+	}
+}
+
+func TestFullestTwo(t *testing.T) {
+	for _, c := range []struct {
+		ts   []int64
+		a, b int
+	}{
+		{[]int64{1, 2}, 1, 0},
+		{[]int64{3, 3, 3}, 0, 1},
+		{[]int64{0, 5, 2, 7, 7}, 3, 4},
+		{[]int64{9, 1, 8}, 0, 2},
+	} {
+		if a, b := fullestTwo(c.ts); a != c.a || b != c.b {
+			t.Errorf("%v: got %d %d, want %d %d", c.ts, a, b, c.a, c.b)
+		}
+	}
+}

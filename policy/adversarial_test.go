@@ -1,13 +1,16 @@
 package policy_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // admittedOf sends n requests from one client declaring weight in
@@ -105,5 +108,24 @@ func TestAttackShardedCostAboveTwoShards(t *testing.T) {
 	in.Header = http.Header{"X-Request-Weight": {"20"}}
 	if v := decide(t, p, lim, in, sluice.OpTake, nil); !v.Allowed {
 		t.Fatalf("a cost of 20, what two full shards hold, was rejected: %+v", v.Results[0])
+	}
+}
+
+// Attack: a request the store refuses as the caller's fault (here a
+// reservation on a sliding log, which cannot reserve) must not pass as a
+// store failure: with on_store_error: allow it would be admitted with no
+// limit at all. Enforce refuses it and charges nothing.
+func TestAttackInputErrorIsNotAStoreFailure(t *testing.T) {
+	lim, _ := newLimiter()
+	log := sluice.MustLimit(sluice.Spec{Name: "log", Algorithm: sluice.SlidingLog, Rate: 1, Period: time.Minute, Capacity: 1})
+	m := policy.Match{
+		Rule:    &policy.Rule{Name: "log", OnStoreError: policy.AllowOnError, Limit: log, Algorithm: sluice.SlidingLog},
+		Request: sluice.Request{Limit: log, Key: "k", Reserve: true},
+	}
+	for i := 0; i < 3; i++ {
+		v := policy.Enforce(context.Background(), lim, sluice.OpTake, []policy.Match{m}, nil)
+		if v.Allowed || v.Results[0].StoreErr != nil {
+			t.Fatalf("take %d: allowed %v, store error %v; want refused as the request's fault", i+1, v.Allowed, v.Results[0].StoreErr)
+		}
 	}
 }

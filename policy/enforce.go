@@ -215,7 +215,11 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		}
 		_, ds, err := do(ctx, reqs...)
 		for k, i := range idx {
-			if err != nil {
+			if sluice.IsInputError(err) {
+				// The request is at fault, not the store: on_store_error
+				// must not admit what can never be decided as asked.
+				v.Results[i].refuse()
+			} else if err != nil {
 				v.Results[i].storeFailed(err)
 			} else {
 				v.Results[i].Decision = ds[k]
@@ -337,7 +341,14 @@ func (r *Result) judge(op sluice.Op) bool {
 	if !errors.Is(err, sluice.ErrCostExceedsLimit) {
 		return false
 	}
-	l := r.Match.Request.Limit
-	r.Decision, r.impossible = sluice.Decision{Allowed: false, Limit: int64(l.Capacity()), Rule: l.Name()}, true
+	r.refuse()
 	return true
+}
+
+// refuse rejects r as a request that can never succeed, charging nothing.
+func (r *Result) refuse() {
+	r.Decision, r.impossible = sluice.Decision{Allowed: false}, true
+	if l := r.Match.Request.Limit; l != nil {
+		r.Decision.Limit, r.Decision.Rule = int64(l.Capacity()), l.Name()
+	}
 }

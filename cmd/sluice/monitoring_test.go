@@ -586,11 +586,9 @@ func TestMonitoringMetricsExported(t *testing.T) {
 			if !ok {
 				missing = append(missing, fmt.Sprintf("%s (read by %s) is not exported on the %s store", name, strings.Join(where, ", "), store))
 			}
-			if !slices.ContainsFunc(where, func(w string) bool { return strings.HasPrefix(w, "alert ") }) || len(where) > 1 {
-				for _, w := range where {
-					if !strings.HasPrefix(w, "alert ") {
-						onDashboard[fam] = true
-					}
+			for _, w := range where {
+				if !strings.HasPrefix(w, "alert ") {
+					onDashboard[fam] = true
 				}
 			}
 		}

@@ -114,16 +114,39 @@ func (s Series) class() string {
 
 // Layout, in pixels.
 const (
-	defaultWidth  = 820
-	defaultHeight = 220
-	marginLeft    = 76
-	marginRight   = 24
-	marginRight2  = 76 // with a right-hand axis
-	titleSize     = 16
-	textSize      = 12
-	lineGap       = 18
-	charWidth     = 7 // an estimate at textSize, for spacing labels
+	defaultWidth   = 820
+	defaultHeight  = 220
+	marginLeft     = 76
+	marginRight    = 24
+	marginRight2   = 76 // with a right-hand axis
+	titleSize      = 16
+	textSize       = 12
+	lineGap        = 18
+	charWidth      = 7  // an estimate at textSize, for spacing labels
+	titleCharWidth = 10 // at titleSize, bold
 )
+
+// wrap breaks each line at spaces into lines of at most n runes (a word
+// longer than n stays whole).
+func wrap(lines []string, n int) []string {
+	var out []string
+	for _, line := range lines {
+		cur := ""
+		for _, word := range strings.Fields(line) {
+			switch {
+			case cur == "":
+				cur = word
+			case len([]rune(cur))+1+len([]rune(word)) <= n:
+				cur += " " + word
+			default:
+				out = append(out, cur)
+				cur = word
+			}
+		}
+		out = append(out, cur)
+	}
+	return out
+}
 
 // FormatValue writes v as the axes do by default: a whole number with
 // thousands separators, or up to three significant decimals.
@@ -353,7 +376,12 @@ func (c *Chart) WriteSVG(out io.Writer) error {
 	// The title block: title, subtitles, legend rows.
 	y := 10.0 + titleSize
 	titleY := y
-	y += float64(len(c.Subtitle)) * lineGap
+	// Lines too long for the width are wrapped at spaces, by an estimate
+	// of the glyphs' width (the font is the reader's).
+	titles := wrap([]string{c.Title}, int((width-plotL-8)/titleCharWidth))
+	y += float64(len(titles)-1) * (titleSize + 4)
+	subtitles := wrap(c.Subtitle, int((width-plotL-8)/charWidth))
+	y += float64(len(subtitles)) * lineGap
 	legendRows := legendLayout(c.legend(), plotL, plotR)
 	legendY := y + lineGap
 	if len(legendRows) > 0 {
@@ -394,8 +422,11 @@ func (c *Chart) WriteSVG(out io.Writer) error {
 	w.elem("title", c.Title, a("id", "title"))
 	w.elem("desc", c.Desc, a("id", "desc"))
 	w.elem("rect", "", a("width", "100%"), a("height", "100%"), a("fill", "#ffffff"))
-	w.elem("text", c.Title, a("class", "title"), a("x", px(plotL)), a("y", px(titleY)), a("font-size", strconv.Itoa(titleSize)), a("font-weight", "bold"))
-	for i, s := range c.Subtitle {
+	for i, t := range titles {
+		w.elem("text", t, a("class", "title"), a("x", px(plotL)), a("y", px(titleY+float64(i)*(titleSize+4))), a("font-size", strconv.Itoa(titleSize)), a("font-weight", "bold"))
+	}
+	titleY += float64(len(titles)-1) * (titleSize + 4)
+	for i, s := range subtitles {
 		w.elem("text", s, a("class", "subtitle"), a("x", px(plotL)), a("y", px(titleY+float64(i+1)*lineGap)), a("fill", "#444444"))
 	}
 	w.drawLegend(legendRows, legendY)

@@ -181,3 +181,11 @@ func TestEveryNth(t *testing.T) {
 		}
 	}
 }
+
+func TestWrap(t *testing.T) {
+	got := wrap([]string{"a bb ccc dddd", "", "eeeeeeeeeeee f"}, 6)
+	want := []string{"a bb", "ccc", "dddd", "", "eeeeeeeeeeee", "f"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("wrap: %q, want %q", got, want)
+	}
+}

@@ -117,6 +117,17 @@ func TestSimulateSVG(t *testing.T) {
 				t.Fatalf("reserve %v, want %v", s.Reserve, tc.reserve)
 			}
 			checkSimChart(t, s, pic)
+			if tc.args[1] == "api" {
+				// The worked example of TestSimulateTokenBucket, drawn.
+				for name, want := range map[string][]float64{"admitted": {19, 10, 1, 1}, "rejected": {1, 10, 0, 0}, "offered": {20, 20, 1, 1}} {
+					if err := pic.Panels[0].Series[name].Check(want); err != nil {
+						t.Errorf("%s: %v", name, err)
+					}
+				}
+				if err := pic.Panels[1].Series["tokens_left"].Check([]float64{0, 0, 0, 9}); err != nil {
+					t.Errorf("tokens left: %v", err)
+				}
+			}
 			// Axis labels say the units.
 			for _, label := range []string{"requests per ", "tokens left", "time since the start (one step: "} {
 				if !bytes.Contains(data, []byte(`class="axis-label"`)) || !bytes.Contains(data, []byte(">"+label)) {

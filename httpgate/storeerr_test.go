@@ -58,6 +58,11 @@ rules:
 			t.Errorf("metrics lack %s:\n%s", want, grep(got, "sluice_"))
 		}
 	}
+	// The counter is exported at zero from the start: the failures must
+	// have moved it.
+	if strings.Contains(got, `sluice_store_errors_total{op="take_all"} 0`+"\n") {
+		t.Errorf("store errors of take_all still 0:\n%s", grep(got, "sluice_"))
+	}
 	if resp, _ := e.get("/readyz"); resp.StatusCode != 503 {
 		t.Errorf("/readyz with the store down: %d", resp.StatusCode)
 	}

@@ -62,7 +62,25 @@ func New(reg *prometheus.Registry) *Metrics {
 		}, []string{"result"}),
 	}
 	reg.MustRegister(m.decisions, m.storeErrors, m.storeLatency, m.reloads)
+	// The counters an alert watches exist at zero from the start: a
+	// series that first appears at 1 has no increase to alert on, so the
+	// first failed reload or store call would go unseen.
+	for _, op := range StoreOps() {
+		m.storeErrors.WithLabelValues(op)
+	}
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
 	return m
+}
+
+// StoreOps are the op labels of the store metrics, one per kind of store
+// call InstrumentStore records.
+func StoreOps() []string {
+	var ops []string
+	for _, op := range []sluice.Op{sluice.OpTake, sluice.OpPeek, sluice.OpRefund} {
+		ops = append(ops, op.String(), op.String()+"_all")
+	}
+	return append(ops, "reset")
 }
 
 // Observe counts one decision of rule; result is one of the Result

@@ -89,8 +89,43 @@ func TestInstrumentStoreLabelsEveryOp(t *testing.T) {
 	if _, err := lim.RefundAll(ctx, req); err == nil {
 		t.Fatal("the store is down, yet the refunds succeeded")
 	}
-	if errs := byOp(t, reg, "sluice_store_errors_total"); errs["refund"] != 1 || errs["refund_all"] != 1 || len(errs) != 2 {
-		t.Errorf("store errors by op: %v, want one refund and one refund_all", errs)
+	errs := byOp(t, reg, "sluice_store_errors_total")
+	for op, n := range errs {
+		if want := map[string]uint64{"refund": 1, "refund_all": 1}[op]; n != want {
+			t.Errorf("store errors by op: %v, want one refund and one refund_all", errs)
+		}
+	}
+}
+
+// The counters alerts watch are exported at zero before anything
+// happened, so that the first failure is an increase: every op's store
+// errors and both reload results.
+func TestAlertedCountersStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics.New(reg)
+	errs := byOp(t, reg, "sluice_store_errors_total")
+	if len(errs) != 7 {
+		t.Errorf("store errors exported for %v, want all 7 ops", errs)
+	}
+	for _, op := range metrics.StoreOps() {
+		if n, ok := errs[op]; !ok || n != 0 {
+			t.Errorf("store errors of %s: %d (exported: %v), want 0", op, n, ok)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_config_reloads_total" {
+			for _, m := range mf.GetMetric() {
+				results[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue() == 0
+			}
+		}
+	}
+	if !results["success"] || !results["failure"] || len(results) != 2 {
+		t.Errorf("reloads at zero: %v, want success and failure", results)
 	}
 }
 

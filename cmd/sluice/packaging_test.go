@@ -46,6 +46,11 @@ var exampleChecks = map[string]func(t *testing.T, path string){
 	"kubernetes/configmap.yaml":  checkKubernetesConfigMap,
 	"kubernetes/deployment.yaml": checkKubernetesDeployment,
 	"kubernetes/service.yaml":    checkKubernetesService,
+	// Their metric names are also checked against a running sluice by
+	// TestMonitoringMetricsExported (monitoring_test.go).
+	"grafana/sluice.json":         checkGrafanaDashboard,
+	"prometheus/alerts.yaml":      checkPrometheusAlerts,
+	"prometheus/alerts.test.yaml": checkPromtoolTests,
 }
 
 // TestExamples checks each file under examples/, and fails on a file

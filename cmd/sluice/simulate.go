@@ -44,7 +44,7 @@ type segment struct {
 // every run. Each request goes through policy.LimitMatch and
 // policy.Enforce, as serve's do, so a rule that reserves reserves here.
 func runSimulate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("simulate", "usage: sluice simulate [--config FILE] [--limit NAME] --pattern \"50/s for 2s, 5/s for 10s\" [--step 1s] [--cost N] [--csv FILE] [--json FILE]\n\nReplays the pattern against the limit on the memory store with a simulated\nclock (the answer does not depend on the machine) and prints, per step, the\nrequests offered, admitted and rejected, the whole tokens left, and the\nlongest wait of a request admitted on reservation (reserve: true, leaky\nbuckets), which serve would hold that long. The bar shows admitted (#) and\nrejected (.) requests. A fixed window's clock starts at one of the key's\nwindow boundaries. --csv and --json write the same series to a file (\"-\"\nfor stdout).", stderr)
+	fs := newFlagSet("simulate", "usage: sluice simulate [--config FILE] [--limit NAME] --pattern \"50/s for 2s, 5/s for 10s\" [--step 1s] [--cost N] [--csv FILE] [--json FILE] [--svg FILE]\n\nReplays the pattern against the limit on the memory store with a simulated\nclock (the answer does not depend on the machine) and prints, per step, the\nrequests offered, admitted and rejected, the whole tokens left, and the\nlongest wait of a request admitted on reservation (reserve: true, leaky\nbuckets), which serve would hold that long. The bar shows admitted (#) and\nrejected (.) requests. A fixed window's clock starts at one of the key's\nwindow boundaries. --csv and --json write the same series to a file (\"-\"\nfor stdout); --svg draws it as a chart.", stderr)
 	config := fs.String("config", "", "policy file (YAML or JSON); default: the embedded per-IP policy")
 	limitName := fs.String("limit", "", `the limit to drive: a rule's name, or "RULE.TIER" (default: the policy's only limit)`)
 	pattern := fs.String("pattern", "", "the traffic: "+patternSyntax)
@@ -53,6 +53,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	key := fs.String("key", "simulated", "the bucket's key")
 	csvFile := fs.String("csv", "", `write the series as CSV to this file ("-": stdout, instead of the table)`)
 	jsonFile := fs.String("json", "", `write the series as JSON to this file ("-": stdout, instead of the table)`)
+	svgFile := fs.String("svg", "", `draw the series as an SVG chart in this file ("-": stdout, instead of the table)`)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -75,9 +76,12 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice simulate: --cost must be a finite number > 0, got %v\n", *cost)
 		return 2
 	}
-	if *csvFile != "" && *csvFile == *jsonFile {
-		fmt.Fprintln(stderr, "sluice simulate: --csv and --json name the same file")
-		return 2
+	for _, pair := range [][2]string{{"csv", "json"}, {"csv", "svg"}, {"json", "svg"}} {
+		a, b := fs.Lookup(pair[0]).Value.String(), fs.Lookup(pair[1]).Value.String()
+		if a != "" && a == b {
+			fmt.Fprintf(stderr, "sluice simulate: --%s and --%s name the same file\n", pair[0], pair[1])
+			return 2
+		}
 	}
 	var total time.Duration
 	var requests float64
@@ -129,7 +133,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	for _, out := range []struct {
 		file  string
 		write func(io.Writer, *simSeries) error
-	}{{*csvFile, writeSimCSV}, {*jsonFile, writeSimJSON}} {
+	}{{*csvFile, writeSimCSV}, {*jsonFile, writeSimJSON}, {*svgFile, func(w io.Writer, s *simSeries) error { return writeSimSVG(w, s, *pattern) }}} {
 		if out.file == "" {
 			continue
 		}

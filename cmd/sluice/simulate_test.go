@@ -331,19 +331,7 @@ func TestSimulateREADME(t *testing.T) {
 			want = append(want, strings.TrimPrefix(lines[i], "    "))
 		}
 		i--
-		args := []string{"simulate"}
-		for j, f := range strings.Split(cmd, `"`) {
-			if j%2 == 1 {
-				args = append(args, f)
-			} else {
-				args = append(args, strings.Fields(f)...)
-			}
-		}
-		for k, a := range args {
-			if strings.HasPrefix(a, "examples/") {
-				args[k] = "../../" + a
-			}
-		}
+		args := append([]string{"simulate"}, readmeArgs(cmd)...)
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
@@ -356,6 +344,25 @@ func TestSimulateREADME(t *testing.T) {
 	if n < 2 {
 		t.Fatalf("found %d simulate examples in README.md, want 2", n)
 	}
+}
+
+// readmeArgs splits a command line as README writes it: words, and
+// "quoted" arguments; a file under examples/ is found from this directory.
+func readmeArgs(cmd string) []string {
+	var args []string
+	for j, f := range strings.Split(cmd, `"`) {
+		if j%2 == 1 {
+			args = append(args, f)
+		} else {
+			args = append(args, strings.Fields(f)...)
+		}
+	}
+	for k, a := range args {
+		if strings.HasPrefix(a, "examples/") {
+			args[k] = "../../" + a
+		}
+	}
+	return args
 }
 
 // simulate admits what serve admits and reports the waits serve holds

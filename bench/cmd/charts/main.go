@@ -1,0 +1,277 @@
+// Command charts draws BENCHMARKS.md's measurements as SVG charts:
+// throughput and p99 latency against the number of callers, sluice beside
+// the other limiters. It reads the figures from results/benchmarks.json,
+// which holds the numbers of BENCHMARKS.md's tables (a test checks that
+// they agree), and writes one SVG per table next to it:
+//
+//	cd bench && go run ./cmd/charts
+//
+// Nothing is measured here: the figures are measured by hand, as
+// BENCHMARKS.md says, and copied into the JSON file with the tables.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/sluicehq/sluice/internal/svgplot"
+)
+
+// Data is results/benchmarks.json: one section per table of BENCHMARKS.md.
+type Data struct {
+	Memory   Section[MemoryRow]   `json:"memory"`
+	Redis    Section[RedisRow]    `json:"redis"`
+	Envoy    Section[EnvoyRow]    `json:"envoy"`
+	Postgres Section[PostgresRow] `json:"postgres"`
+}
+
+// Section is one table's rows and where they were measured.
+type Section[R any] struct {
+	Date    string `json:"date"`
+	Machine string `json:"machine"`
+	Command string `json:"command"`
+	Rows    []R    `json:"rows"`
+}
+
+// MemoryRow is a row of "Memory store": ns per check of each workload.
+type MemoryRow struct {
+	Limiter    string  `json:"limiter"`
+	SerialNs   float64 `json:"serial_ns"`
+	ParallelNs float64 `json:"parallel_ns"`
+	OnekeyNs   float64 `json:"onekey_ns"`
+	Allocs     int     `json:"allocs"`
+}
+
+// RedisRow is a row of "Redis store".
+type RedisRow struct {
+	Limiter     string  `json:"limiter"`
+	Goroutines  int     `json:"goroutines"`
+	ChecksPerS  float64 `json:"checks_per_s"`
+	P50us       float64 `json:"p50_us"`
+	P99us       float64 `json:"p99_us"`
+	RedisCPUus  float64 `json:"redis_cpu_us"`
+	AdmittedPct float64 `json:"admitted_pct"`
+}
+
+// EnvoyRow is one cell of "Envoy rate limit service"'s table of rounds at
+// 64 callers.
+type EnvoyRow struct {
+	Round     int     `json:"round"`
+	Setup     string  `json:"setup"`
+	CallsPerS float64 `json:"calls_per_s"`
+	P50ms     float64 `json:"p50_ms"`
+	P99ms     float64 `json:"p99_ms"`
+}
+
+// PostgresRow is one workload, goroutine count and synchronous_commit of
+// "PostgreSQL store".
+type PostgresRow struct {
+	Workload          string  `json:"workload"`
+	Goroutines        int     `json:"goroutines"`
+	SynchronousCommit string  `json:"synchronous_commit"`
+	TakesPerS         float64 `json:"takes_per_s"`
+	P50us             float64 `json:"p50_us"`
+	P99us             float64 `json:"p99_us"`
+}
+
+func main() {
+	data := flag.String("data", "results/benchmarks.json", "the figures")
+	out := flag.String("out", "results", "the directory the charts are written to")
+	flag.Parse()
+	d, err := load(*data)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "charts:", err)
+		os.Exit(1)
+	}
+	for _, c := range charts(d) {
+		var b bytes.Buffer
+		if err := c.chart.WriteSVG(&b); err != nil {
+			fmt.Fprintln(os.Stderr, "charts:", c.file, err)
+			os.Exit(1)
+		}
+		if err := os.WriteFile(filepath.Join(*out, c.file), b.Bytes(), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "charts:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+func load(path string) (*Data, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var d Data
+	if err := dec.Decode(&d); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &d, nil
+}
+
+// named is a chart and the file it is written to.
+type named struct {
+	file  string
+	chart *svgplot.Chart
+}
+
+func charts(d *Data) []named {
+	return []named{
+		{"memory.svg", memoryChart(d.Memory)},
+		{"redis.svg", redisChart(d.Redis)},
+		{"envoy.svg", envoyChart(d.Envoy)},
+		{"postgres.svg", postgresChart(d.Postgres)},
+	}
+}
+
+// Colours: sluice blue (lighter for its variants), every other limiter a
+// colour of its own.
+var colors = map[string]string{
+	"sluice":                 "#1565c0",
+	"sluice-nocache":         "#42a5f5",
+	"sluice-nobatch-nocache": "#90caf9",
+	"xrate":                  "#8e24aa",
+	"sethvargo":              "#ef6c00",
+	"throttled":              "#6d4c41",
+	"redis_rate":             "#c62828",
+}
+
+var palette = []string{"#1565c0", "#42a5f5", "#2e7d32", "#81c784", "#0d47a1", "#c62828", "#6d4c41", "#ef6c00"}
+
+func color(name string, i int) string {
+	if c, ok := colors[name]; ok {
+		return c
+	}
+	return palette[i%len(palette)]
+}
+
+// title names the table, the day it was measured and what the chart
+// shows; subtitle says on what machine, and how.
+func title[R any](what string, s Section[R], shows string) string {
+	return what + ", " + s.Date + ": " + shows
+}
+
+func subtitle[R any](s Section[R]) []string {
+	return []string{"measured on " + s.Machine, s.Command}
+}
+
+// order returns the distinct keys of rows in their first order.
+func order[R any](rows []R, key func(R) string) []string {
+	var out []string
+	for _, r := range rows {
+		if k := key(r); !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// grid lays rows out as one value per series and band (NaN where a table
+// has no such row).
+func grid[R any](rows []R, series, bands []string, seriesOf, bandOf func(R) string, value func(R) float64) map[string][]float64 {
+	out := map[string][]float64{}
+	for _, s := range series {
+		v := make([]float64, len(bands))
+		for i := range v {
+			v[i] = math.NaN()
+		}
+		out[s] = v
+	}
+	for _, r := range rows {
+		out[seriesOf(r)][slices.Index(bands, bandOf(r))] = value(r)
+	}
+	return out
+}
+
+func memoryChart(s Section[MemoryRow]) *svgplot.Chart {
+	bands := []string{"serial", "parallel", "onekey"}
+	var series []svgplot.Series
+	for i, r := range s.Rows {
+		series = append(series, svgplot.Series{Name: r.Limiter, Kind: svgplot.Bar, Stack: r.Limiter, Color: color(r.Limiter, i),
+			Values: []float64{r.SerialNs, r.ParallelNs, r.OnekeyNs}})
+	}
+	return &svgplot.Chart{
+		Title:    title("Memory store", s, "ns per check, sluice beside three Go limiters"),
+		Subtitle: subtitle(s),
+		Desc:     "Nanoseconds per check of each in-memory limiter on 10,000 Zipf-skewed keys: serial (one goroutine), parallel (2 goroutines) and onekey (one goroutine, one key); medians of 6 runs.",
+		Panels: []svgplot.Panel{{
+			X:      svgplot.Bands{Label: "workload: serial (1 goroutine, 10,000 keys), parallel (2 goroutines), onekey (1 goroutine, 1 key)", Names: bands},
+			Y:      svgplot.Axis{Label: "ns per check (lower is better)"},
+			Series: series,
+		}},
+	}
+}
+
+// callersCharts is a chart of throughput and p99 against callers, one
+// line per series.
+func callersChart(title, desc string, sub []string, xLabel string, bands, names []string, throughput, p99 map[string][]float64, tpLabel, p99Label string) *svgplot.Chart {
+	var tp, lat []svgplot.Series
+	for i, n := range names {
+		tp = append(tp, svgplot.Series{Name: n, Kind: svgplot.Line, Color: color(n, i), Values: throughput[n]})
+		lat = append(lat, svgplot.Series{Name: n, Kind: svgplot.Line, Color: color(n, i), Values: p99[n]})
+	}
+	return &svgplot.Chart{
+		Title: title, Subtitle: sub, Desc: desc,
+		Panels: []svgplot.Panel{
+			{Title: "throughput (higher is better)", X: svgplot.Bands{Label: xLabel, Names: bands}, Y: svgplot.Axis{Label: tpLabel}, Series: tp},
+			{Title: "p99 latency (lower is better)", X: svgplot.Bands{Label: xLabel, Names: bands}, Y: svgplot.Axis{Label: p99Label, Log: true}, Series: lat},
+		},
+	}
+}
+
+func redisChart(s Section[RedisRow]) *svgplot.Chart {
+	g := func(r RedisRow) string { return strconv.Itoa(r.Goroutines) }
+	l := func(r RedisRow) string { return r.Limiter }
+	bands, names := order(s.Rows, g), order(s.Rows, l)
+	return callersChart(
+		title("Redis store", s, "throughput and p99 against goroutines"),
+		"Checks per second and p99 latency of each Redis-backed limiter at 1, 16, 64 and 256 goroutines, against one local redis-server; 100,000 checks per point.",
+		subtitle(s), "goroutines calling at once", bands, names,
+		grid(s.Rows, names, bands, l, g, func(r RedisRow) float64 { return r.ChecksPerS }),
+		grid(s.Rows, names, bands, l, g, func(r RedisRow) float64 { return r.P99us }),
+		"checks per second", "p99 latency (µs, log scale)")
+}
+
+func postgresChart(s Section[PostgresRow]) *svgplot.Chart {
+	g := func(r PostgresRow) string { return strconv.Itoa(r.Goroutines) }
+	l := func(r PostgresRow) string { return r.Workload + ", synchronous_commit=" + r.SynchronousCommit }
+	bands, names := order(s.Rows, g), order(s.Rows, l)
+	return callersChart(
+		title("PostgreSQL store", s, "throughput and p99 against goroutines"),
+		"Takes per second and p99 latency of the PostgreSQL store at 1, 16 and 64 goroutines, on 10,000 Zipf-skewed keys and on one hot key, with synchronous_commit on and off.",
+		subtitle(s), "goroutines calling at once", bands, names,
+		grid(s.Rows, names, bands, l, g, func(r PostgresRow) float64 { return r.TakesPerS }),
+		grid(s.Rows, names, bands, l, g, func(r PostgresRow) float64 { return r.P99us }),
+		"takes per second", "p99 latency (µs, log scale)")
+}
+
+func envoyChart(s Section[EnvoyRow]) *svgplot.Chart {
+	r := func(r EnvoyRow) string { return "round " + strconv.Itoa(r.Round) }
+	l := func(r EnvoyRow) string { return r.Setup }
+	bands, names := order(s.Rows, r), order(s.Rows, l)
+	calls := grid(s.Rows, names, bands, l, r, func(r EnvoyRow) float64 { return r.CallsPerS })
+	p99 := grid(s.Rows, names, bands, l, r, func(r EnvoyRow) float64 { return r.P99ms })
+	var tp, lat []svgplot.Series
+	for i, n := range names {
+		tp = append(tp, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: calls[n]})
+		lat = append(lat, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: p99[n]})
+	}
+	x := svgplot.Bands{Label: "round (each runs every setup in turn), 64 callers", Names: bands}
+	return &svgplot.Chart{
+		Title:    title("Envoy service", s, "64 callers, sluice beside the reference server"),
+		Subtitle: subtitle(s),
+		Desc:     "Calls per second and p99 latency of ShouldRateLimit at 64 callers in three rounds: sluice's service in the load tool's process on the memory and redis stores, gRPC alone, sluice serve and envoyproxy/ratelimit each as a process of its own on the same Redis and reference-format file.",
+		Panels: []svgplot.Panel{
+			{Title: "throughput (higher is better)", X: x, Y: svgplot.Axis{Label: "calls per second"}, Series: tp},
+			{Title: "p99 latency (lower is better)", X: x, Y: svgplot.Axis{Label: "p99 latency (ms)"}, Series: lat},
+		},
+	}
+}

@@ -1,5 +1,6 @@
 -- Fixed window with rollover: sluice.TakeFixedWindow, line for line.
--- State: micro-tokens left and the start of the window they count in.
+-- State: micro-tokens left and the start of the window they count in, the
+-- table {tokens, start}: sluice.State's Tokens and Stamp.
 
 local function fw_load(raw)
   if not raw or #raw ~= 16 then return nil end

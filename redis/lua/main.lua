@@ -70,8 +70,10 @@ local lims, hdrs = {}, {}
 local function limit(d)
   local l = lims[d]
   if l then return l end
-  local alg, a, b, c, e = string.match(d, '^(%a+) (%-?%d+) (%-?%d+) ?(%-?%d*) ?(%-?%d*)$')
-  l = {alg, tonumber(a), tonumber(b), tonumber(c), tonumber(e)}
+  -- the numbers after the capacity: tb rate_num rate_den; fw window_rate
+  -- period offset; sl period
+  local alg, cap, n1, n2, n3 = string.match(d, '^(%a+) (%-?%d+) (%-?%d+) ?(%-?%d*) ?(%-?%d*)$')
+  l = {alg, tonumber(cap), tonumber(n1), tonumber(n2), tonumber(n3)}
   lims[d] = l
   return l
 end

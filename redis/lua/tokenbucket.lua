@@ -71,8 +71,8 @@ local function tb_refund(st, now, cost, cap, num, den)
     end
     stamp = now
   end
-  -- tokens >= -max_reserved*den and cost <= capacity: the sum stays
-  -- below 2^53 (see maxLuaScaled)
+  -- tokens >= -max_reserved*den and cost <= capacity + max_reserved
+  -- (sluice.Request.Charge): the sum stays below 2^53 (see maxLuaScaled)
   tokens = tokens + cost * den
   if tokens > full then tokens = full end
   local reset = 0

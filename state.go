@@ -32,7 +32,7 @@ func (l *Limit) Evaluate(st *State, present bool, key string, now int64, ch Char
 		if offset < 0 && !present {
 			offset = WindowOffset(key, p.Period)
 		}
-		next, o := TakeFixedWindow(p, st.Window(), present, now, ch.Cost, offset)
+		next, o := TakeFixedWindow(p, st.Window(), present, now, ch.Cost, offset, ch.Reserve, ch.MaxReserved)
 		if take && o.Allowed {
 			st.Tokens, st.Stamp = next.Tokens, next.Start
 			return o, true

@@ -25,6 +25,13 @@ type Request struct {
 	// MaxReserved overrides the limit's MaxReserved for this request, in
 	// tokens; zero keeps the limit's. It is never more than MaxDebt.
 	MaxReserved float64
+	// NoReserve refuses every reservation, even where the limit makes each
+	// request reserve (a leaky bucket, Spec.Reserve): for a caller that
+	// cannot hold a request until its turn (Envoy's rate limit service),
+	// which would otherwise pass at once every turn it is given. A leaky
+	// bucket then admits one request per 1/rate; a bucket of zero capacity
+	// admits nothing.
+	NoReserve bool
 }
 
 // Charge is a Request in the integer form the algorithms take.
@@ -58,8 +65,8 @@ type Charge struct {
 //     it sets none; zero for a sliding log): a larger refund (infinity
 //     included) is a refund of that, which fills the bucket.
 //   - Reserving (Reserve, or a limit that always reserves: a leaky
-//     bucket, Spec.Reserve) needs a token bucket, leaky bucket or fixed
-//     window, else ErrReserveUnsupported. A MaxReserved of the request's
+//     bucket, Spec.Reserve; never with NoReserve) needs a token bucket,
+//     leaky bucket or fixed window, else ErrReserveUnsupported. A MaxReserved of the request's
 //     own replaces the limit's: a valid amount, of which at most MaxDebt
 //     counts.
 func (r Request) Charge(op Op) (Charge, error) {
@@ -69,13 +76,13 @@ func (r Request) Charge(op Op) (Charge, error) {
 	p := &r.Limit.params
 	if (r.Cost == 0 || r.Cost == 1) && !r.Reserve && r.MaxReserved == 0 && p.Capacity >= TokenScale {
 		// The common request, one token: nothing to convert or validate.
-		return Charge{Cost: TokenScale, Reserve: p.Reserve, MaxReserved: p.MaxReserved}, nil
+		return Charge{Cost: TokenScale, Reserve: p.Reserve && !r.NoReserve, MaxReserved: p.MaxReserved}, nil
 	}
 	cost := r.Cost
 	if cost == 0 {
 		cost = 1
 	}
-	ch := Charge{Reserve: r.Reserve || p.Reserve, MaxReserved: p.MaxReserved}
+	ch := Charge{Reserve: (r.Reserve || p.Reserve) && !r.NoReserve, MaxReserved: p.MaxReserved}
 	if ch.Reserve && p.Algorithm == SlidingLog {
 		return Charge{}, fmt.Errorf("limit %q (%s): %w", r.Limit.Name(), p.Algorithm, ErrReserveUnsupported)
 	}

@@ -284,3 +284,51 @@ func TestChargeRefundClampsToMostCharge(t *testing.T) {
 		t.Errorf("refund of cost 0 (one token): %+v, %v", ch, err)
 	}
 }
+
+// NoReserve refuses the reservation a limit would make for every request:
+// a leaky bucket becomes a bucket of one, a bucket of nothing passes
+// nothing.
+func TestChargeNoReserve(t *testing.T) {
+	lb := sluice.MustLimit(sluice.Spec{Name: "lb", Algorithm: sluice.LeakyBucket, TokensPerSecond: 10})
+	if ch, err := (sluice.Request{Limit: lb, NoReserve: true}).Charge(sluice.OpTake); err != nil || ch.Reserve {
+		t.Errorf("leaky bucket with NoReserve: %+v, %v", ch, err)
+	}
+	if ch, err := (sluice.Request{Limit: lb}).Charge(sluice.OpTake); err != nil || !ch.Reserve {
+		t.Errorf("leaky bucket: %+v, %v; want a reservation", ch, err)
+	}
+	zero := sluice.MustLimit(sluice.Spec{Name: "zero", TokensPerSecond: 10, Capacity: sluice.ZeroCapacity, Reserve: true})
+	if _, err := (sluice.Request{Limit: zero, NoReserve: true}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+		t.Errorf("capacity 0 with NoReserve: %v, want ErrCostExceedsLimit", err)
+	}
+}
+
+// MaxDebt is the range every store counts exactly: below 2^52 scaled
+// units, and a max_reserved beyond it counts as it.
+func TestMaxDebtRange(t *testing.T) {
+	for _, s := range []sluice.Spec{
+		{Name: "tb", TokensPerSecond: 10, Burst: 10},
+		{Name: "tb-den", Rate: 10, Period: time.Minute},
+		{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Minute},
+		{Name: "fw-slow", Algorithm: sluice.FixedWindow, Rate: 1, Period: (1 << 50) * time.Microsecond},
+	} {
+		p := sluice.MustLimit(s).Params()
+		d := sluice.MaxDebt(p)
+		if p.MaxReserved != d || d <= 0 {
+			t.Errorf("%s: max_reserved %d, MaxDebt %d", s.Name, p.MaxReserved, d)
+		}
+		switch s.Algorithm {
+		case sluice.FixedWindow:
+			windows := (p.Capacity+d+p.WindowRate-1)/p.WindowRate + 1
+			if p.Capacity+d >= 1<<52 || float64(windows)*float64(p.Period) >= 1<<52 {
+				t.Errorf("%s: debt %d leaves the exact range", s.Name, d)
+			}
+		default:
+			if float64(p.Capacity+d)*float64(p.RateDen) >= 1<<52 || (p.Capacity+d+1)*p.RateDen < 1<<52 {
+				t.Errorf("%s: debt %d is not the whole exact range at den %d", s.Name, d, p.RateDen)
+			}
+		}
+		if s.MaxReserved = 9e9; sluice.MustLimit(s).Params().MaxReserved != d { // beyond the range
+			t.Errorf("%s: a max_reserved beyond the range is not clamped to it", s.Name)
+		}
+	}
+}

@@ -1,9 +1,11 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -35,13 +37,23 @@ func (o *InvariantOptions) defaults() {
 type admission struct {
 	at    int64 // microseconds
 	total int64
+	// turns are the admitted requests of the round at their turns: now,
+	// or now plus the wait of a reservation.
+	turns []turn
 }
+
+// turn is one admitted request: when it may act (microseconds) and its
+// cost (micro-tokens).
+type turn struct{ at, cost int64 }
 
 // RunInvariants drives random request streams (random clock steps, costs,
 // reservations, 1 to 64 goroutines) against fresh stores and checks the
 // bounds every algorithm promises over any interval [t1, t2]:
 //
-//   - token bucket: admitted <= burst + max_reserved + rate*(t2-t1)
+//   - token bucket: admitted <= burst + max_reserved + rate*(t2-t1), and
+//     counted at their turns (a reservation acts when its turn comes,
+//     whatever max_reserved, bounded or not) admitted <= burst +
+//     rate*(t2-t1)
 //   - fixed window: admitted within one window <= capacity
 //   - sliding log: admitted within any period <= capacity
 //
@@ -108,6 +120,7 @@ func runStream(t *testing.T, store sluice.Store, clock *sluice.ManualClock, rng 
 		}
 		var mu sync.Mutex
 		totals := make([]int64, width)
+		turns := make([][]turn, width)
 		var wg sync.WaitGroup
 		errs := make(chan error, g)
 		for w := 0; w < g; w++ {
@@ -149,6 +162,7 @@ func runStream(t *testing.T, store sluice.Store, clock *sluice.ManualClock, rng 
 						for i, r := range rs {
 							c, _ := sluice.ToMicroTokens(r.Cost)
 							totals[i] += c
+							turns[i] = append(turns[i], turn{at: now + sluice.Micros(ds[i].RetryAfter), cost: c})
 						}
 						mu.Unlock()
 					}
@@ -161,7 +175,7 @@ func runStream(t *testing.T, store sluice.Store, clock *sluice.ManualClock, rng 
 			t.Fatal(err)
 		}
 		for i := range totals {
-			out[i] = append(out[i], admission{at: now, total: totals[i]})
+			out[i] = append(out[i], admission{at: now, total: totals[i], turns: turns[i]})
 		}
 	}
 	return out
@@ -193,6 +207,7 @@ func checkBound(t *testing.T, lim *sluice.Limit, rounds []admission) {
 				}
 			}
 		}
+		checkTurns(t, lim, rounds)
 	case sluice.FixedWindow:
 		perWindow := map[int64]int64{}
 		for _, r := range rounds {
@@ -210,6 +225,31 @@ func checkBound(t *testing.T, lim *sluice.Limit, rounds []admission) {
 			}
 			if sum > p.Capacity {
 				t.Fatalf("%s: admitted %v tokens in the period ending %dus, capacity %v", lim.Name(), sluice.FromMicroTokens(sum), rounds[j].at, lim.Capacity())
+			}
+		}
+	}
+}
+
+// checkTurns checks a bucket's promise to reservations: the requests it
+// admitted, each counted when its turn comes, never exceed the burst plus
+// the refill over any interval [t1, t2] of turns (plus one microsecond,
+// as turns are rounded up to it), however deep the debt.
+func checkTurns(t *testing.T, lim *sluice.Limit, rounds []admission) {
+	t.Helper()
+	p := lim.Params()
+	var all []turn
+	for _, r := range rounds {
+		all = append(all, r.turns...)
+	}
+	slices.SortFunc(all, func(a, b turn) int { return cmp.Compare(a.at, b.at) })
+	for i := range all {
+		var sum int64
+		for j := i; j < len(all); j++ {
+			sum += all[j].cost
+			dt := all[j].at - all[i].at + 1
+			if bound := float64(p.Capacity)*float64(p.RateDen) + float64(dt)*float64(p.RateNum); float64(sum)*float64(p.RateDen) > bound {
+				t.Fatalf("%s: %v tokens act at turns in [%d, %d]us, more than burst %v + rate*dt",
+					lim.Name(), sluice.FromMicroTokens(sum), all[i].at, all[j].at, lim.Capacity())
 			}
 		}
 	}

@@ -36,16 +36,37 @@ func WindowOffset(key string, period int64) int64 {
 // within one period. An absent key starts full in the window containing
 // now. A clock that steps back stays in the window already counted.
 //
+// With reserve set, a request that finds too few tokens is admitted anyway
+// when the debt it leaves, cost-tokens, is at most maxReserved: the tokens
+// go negative, later windows pay the debt before they add anything, and
+// RetryAfter is the wait until the boundary at which the debt is paid
+// (the reserved turn). A debt of 6 at a rate of 10 is paid at the next
+// boundary; a debt of 11 at the one after.
+//
 // A rejected request gets RetryAfter = the wait until the boundary at which
-// enough tokens will have arrived; the state must not be written.
-func TakeFixedWindow(p *Params, st WindowState, present bool, now, cost, offset int64) (WindowState, Outcome) {
+// enough tokens will have arrived (for a reservation, enough that its debt
+// fits within maxReserved); the state must not be written.
+//
+// cost and maxReserved are in micro-tokens and have been validated
+// (0 < cost <= capacity, plus maxReserved when reserving).
+func TakeFixedWindow(p *Params, st WindowState, present bool, now, cost, offset int64, reserve bool, maxReserved int64) (WindowState, Outcome) {
 	tokens, start := rollWindow(p, st, present, now, offset)
 	var o Outcome
-	if tokens >= cost {
+	switch {
+	case tokens >= cost:
 		o.Allowed = true
 		tokens -= cost
-	} else {
-		o.RetryAfter = start + ceilDiv(cost-tokens, p.WindowRate)*p.Period - now
+	case reserve && cost-tokens <= maxReserved:
+		o.Allowed = true
+		tokens -= cost
+		o.RetryAfter = start + ceilDiv(-tokens, p.WindowRate)*p.Period - now
+	default:
+		need := cost
+		if reserve {
+			// Admitted once the debt it would leave fits within maxReserved.
+			need -= maxReserved
+		}
+		o.RetryAfter = start + ceilDiv(need-tokens, p.WindowRate)*p.Period - now
 	}
 	windowOutcome(p, tokens, start, now, &o)
 	return WindowState{Tokens: tokens, Start: start}, o
@@ -53,7 +74,8 @@ func TakeFixedWindow(p *Params, st WindowState, present bool, now, cost, offset 
 
 // rollWindow returns a key's tokens and window start as of now: the
 // boundaries crossed since the state was written, each adding WindowRate
-// up to Capacity. An absent key is full in the window containing now.
+// up to Capacity (paying a reservation's debt first: tokens may be
+// negative). An absent key is full in the window containing now.
 func rollWindow(p *Params, st WindowState, present bool, now, offset int64) (tokens, start int64) {
 	if !present {
 		into := (now - offset) % p.Period
@@ -84,11 +106,16 @@ func windowOutcome(p *Params, tokens, start, now int64, o *Outcome) {
 
 // RefundFixedWindow gives amount micro-tokens back to a fixed window at
 // time now, never above its capacity, after rolling it forward as a take
-// would. An absent key is full: nothing to give back, write is false.
+// would; a refund also pays back reservation debt. An absent key is full:
+// nothing to give back, write is false.
 func RefundFixedWindow(p *Params, st WindowState, present bool, now, amount, offset int64) (next WindowState, o Outcome, write bool) {
 	tokens, start := rollWindow(p, st, present, now, offset)
 	if present {
-		tokens = min(p.Capacity, tokens+min(amount, p.Capacity))
+		if amount >= p.Capacity-tokens { // also guards the sum below
+			tokens = p.Capacity
+		} else {
+			tokens += amount
+		}
 	}
 	o.Allowed = true
 	windowOutcome(p, tokens, start, now, &o)

@@ -12,18 +12,21 @@ import (
 // FuzzLimitAndCost feeds arbitrary numbers, NaN, infinities and extremes
 // included, through NewLimit and a sequence of takes: nothing panics, bad
 // input is refused with an error, and accepted input never corrupts state
-// (remaining stays within the capacity, waits are never negative).
+// (remaining stays within the capacity, waits are never negative, a debt
+// never passes max_reserved).
 func FuzzLimitAndCost(f *testing.F) {
 	f.Add(uint8(0), 10.0, 50.0, int64(1e6), 1.0, 0.5, int64(16667), false, 0.0)
 	f.Add(uint8(0), 1e9, 1e9, int64(1e6), 1e9, 1000.0, int64(1), true, 5.0)
 	f.Add(uint8(1), 100.0, 250.0, int64(60e6), 5.0, 250.0, int64(59e6), false, 0.0)
 	f.Add(uint8(2), 3.0, 0.0, int64(1e6), 1.0, 2.0, int64(-5e6), false, 0.0)
 	f.Add(uint8(3), 10.0, 0.0, int64(1e6), 1.0, 1.0, int64(0), true, 0.0)
+	f.Add(uint8(1), 10.0, -1.0, int64(60e6), 16.0, 5.0, int64(30e6), true, 0.0)
+	f.Add(uint8(0), 10.0, 10.0, int64(60e6), 16.0, 5.0, int64(6e6), true, 0.0)
 	f.Add(uint8(0), math.NaN(), math.Inf(1), int64(-1), -1.0, math.NaN(), int64(math.MaxInt64), true, math.Inf(1))
 	f.Add(uint8(0), 1.0/86400, 1.0, int64(1e6), 1.0, 1e-7, int64(math.MinInt64), true, 1e300)
 	f.Fuzz(func(t *testing.T, alg uint8, rate, capacity float64, periodUs int64, cost1, cost2 float64, stepUs int64, reserve bool, maxReserved float64) {
 		spec := sluice.Spec{Name: "fuzz", Algorithm: sluice.Algorithm(alg % 5), Rate: rate, Capacity: capacity,
-			Period: time.Duration(periodUs) * time.Microsecond, MaxReserved: maxReserved}
+			Period: time.Duration(periodUs) * time.Microsecond, MaxReserved: maxReserved, Reserve: reserve && alg%2 == 1}
 		lim, err := sluice.NewLimit(spec)
 		if err != nil {
 			return
@@ -50,6 +53,9 @@ func FuzzLimitAndCost(f *testing.F) {
 			}
 			if d.Tokens > lim.Capacity()+1e-6 || math.IsNaN(d.Tokens) {
 				t.Fatalf("cost %v: tokens %v above capacity %v", c, d.Tokens, lim.Capacity())
+			}
+			if debt := sluice.FromMicroTokens(lim.Params().MaxReserved); d.Tokens < -debt-1e-6 {
+				t.Fatalf("cost %v: tokens %v, a debt beyond max_reserved %v", c, d.Tokens, debt)
 			}
 		}
 	})

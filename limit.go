@@ -28,7 +28,10 @@ type Spec struct {
 	Rate   float64
 	Period time.Duration
 	// Capacity is the bucket, window rollover or log size; zero means Rate
-	// (or Burst in the per-second spelling).
+	// (or Burst in the per-second spelling). ZeroCapacity (any negative
+	// value) asks for a bucket that holds nothing, which needs Reserve:
+	// every request then waits its turn, cost/rate after the one before
+	// it, the spacing a leaky bucket gives without its burst of one.
 	Capacity float64
 
 	// Start fixes where fixed windows begin, as an offset from the Unix
@@ -36,8 +39,14 @@ type Spec struct {
 	// key, so that not every key refills at the same instant.
 	Start *time.Duration
 
+	// Reserve makes every request of the limit a reservation (see
+	// Request.Reserve), as every request of a leaky bucket is. Token
+	// buckets and fixed windows; a zero capacity needs it.
+	Reserve bool
 	// MaxReserved is how far into debt a reservation may take a token
-	// bucket, in tokens. For a leaky bucket it is derived from MaxDelay.
+	// bucket or fixed window, in tokens. Zero means without bound: as far
+	// as every store can count exactly (see MaxDebt). For a leaky bucket
+	// it is derived from MaxDelay.
 	MaxReserved float64
 	// MaxDelay is a leaky bucket's longest queueing delay (default one
 	// second).
@@ -87,7 +96,8 @@ type Params struct {
 	RateNum, RateDen int64
 	// Capacity is the bucket, rollover or log size in micro-tokens.
 	Capacity int64
-	// MaxReserved is the debt a reservation may run up, in micro-tokens.
+	// MaxReserved is the debt a reservation may run up, in micro-tokens:
+	// the limit's max_reserved, or MaxDebt when it sets none.
 	MaxReserved int64
 	// WindowRate is the micro-tokens each fixed window adds.
 	WindowRate int64
@@ -96,14 +106,68 @@ type Params struct {
 	// Offset is the fixed window start in microseconds, or -1 for a
 	// per-key offset (see WindowOffset).
 	Offset int64
-	// Reserve is set for leaky buckets, whose every request reserves a turn.
+	// Reserve is set when every request reserves a turn: leaky buckets,
+	// and limits whose Spec sets Reserve.
 	Reserve bool
 }
+
+// ZeroCapacity is the Spec.Capacity of a bucket that holds nothing: with
+// Reserve, every request waits its turn, cost/rate after the previous one.
+const ZeroCapacity = -1
 
 const (
 	maxScaled  = 1 << 62
 	maxRateDen = 1_000_000_000
+	// maxExactScaled bounds the values of a limit that every store,
+	// Redis's Lua included, computes exactly: Lua numbers are doubles,
+	// exact for integers below 2^53, and 2^52 leaves room for every
+	// intermediate (a sum of two values, a quotient times its divisor).
+	maxExactScaled = 1 << 52
 )
+
+// MaxDebt is the most debt, in micro-tokens, that a reservation may run
+// up on a limit of parameters p: what a max_reserved left unset ("without
+// bound") means, and the most any max_reserved can mean. A reservation
+// needs no bound of its own, but its arithmetic does: the debt is kept
+// where every value the algorithm computes (the debt plus the capacity,
+// scaled by the rate's denominator for a bucket; the windows it takes to
+// pay, times the period, for a fixed window) stays below 2^52, the range
+// that every store computes exactly. For most limits that is billions of
+// tokens, or months of turns. A limit beyond that range even without debt,
+// which only the stores that compute in 64-bit integers take, gets the
+// range below 2^62 instead. Sliding logs take no reservations: zero.
+func MaxDebt(p *Params) int64 {
+	switch p.Algorithm {
+	case TokenBucket, LeakyBucket:
+		if p.RateDen <= 0 {
+			return 0
+		}
+		hi := int64(maxExactScaled)
+		if p.Capacity > (hi-1)/p.RateDen {
+			hi = maxScaled
+		}
+		return max(0, (hi-1)/p.RateDen-p.Capacity)
+	case FixedWindow:
+		if p.WindowRate <= 0 || p.Period <= 0 {
+			return 0
+		}
+		// The most tokens whose debt still pays back within range: a wait
+		// is up to ceil((capacity+debt)/rate) + 1 periods.
+		most := func(hi int64) int64 {
+			windows := (hi-1)/p.Period - 1
+			if windows <= 0 {
+				return 0
+			}
+			return min(hi-1, mulDiv(windows, p.WindowRate, 1))
+		}
+		m := most(maxExactScaled)
+		if p.Capacity > m {
+			m = most(maxScaled)
+		}
+		return max(0, m-p.Capacity)
+	}
+	return 0
+}
 
 // NewLimit validates s and compiles it. Errors wrap ErrInvalidLimit and
 // name the offending field.
@@ -118,7 +182,7 @@ func NewLimit(s Spec) (*Limit, error) {
 		return bad("unknown algorithm %d", s.Algorithm)
 	}
 	for field, v := range map[string]float64{"tokens_per_second": s.TokensPerSecond, "burst": s.Burst, "rate": s.Rate, "capacity": s.Capacity, "max_reserved": s.MaxReserved} {
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		if math.IsNaN(v) || math.IsInf(v, 0) || (v < 0 && field != "capacity") {
 			return bad("%s must be a finite number >= 0, got %v", field, v)
 		}
 	}
@@ -138,7 +202,7 @@ func NewLimit(s Spec) (*Limit, error) {
 			return bad("tokens_per_second is per second; use rate with period for another period")
 		}
 		rate, period = s.TokensPerSecond, time.Second
-		if s.Burst > 0 && s.Capacity > 0 && s.Burst != s.Capacity {
+		if s.Burst > 0 && s.Capacity != 0 && s.Burst != s.Capacity {
 			return bad("burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
 		}
 		if s.Burst > 0 {
@@ -148,7 +212,7 @@ func NewLimit(s Spec) (*Limit, error) {
 		if period == 0 {
 			period = time.Second
 		}
-		if s.Burst > 0 && s.Capacity > 0 && s.Burst != s.Capacity {
+		if s.Burst > 0 && s.Capacity != 0 && s.Burst != s.Capacity {
 			return bad("burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
 		}
 		if capacity == 0 {
@@ -166,10 +230,21 @@ func NewLimit(s Spec) (*Limit, error) {
 			capacity = 1
 		}
 	}
-	p := Params{Algorithm: s.Algorithm, Period: int64(period / time.Microsecond), Offset: -1}
+	p := Params{Algorithm: s.Algorithm, Period: int64(period / time.Microsecond), Offset: -1, Reserve: s.Reserve}
+	if s.Reserve && s.Algorithm == SlidingLog {
+		return bad("reserve needs a token bucket, leaky bucket or fixed window")
+	}
 	var err error
-	if p.Capacity, err = ToMicroTokens(capacity); err != nil {
-		return bad("capacity: %v", err)
+	switch {
+	case capacity >= 0:
+		if p.Capacity, err = ToMicroTokens(capacity); err != nil {
+			return bad("capacity: %v", err)
+		}
+	case !s.Reserve && s.Algorithm != LeakyBucket:
+		// Without a reservation no request could ever pass.
+		return bad("a capacity of zero needs reserve (every request then waits its turn)")
+	default:
+		capacity = 0
 	}
 	if p.WindowRate, err = ToMicroTokens(rate); err != nil {
 		return bad("rate: %v", err)
@@ -186,10 +261,8 @@ func NewLimit(s Spec) (*Limit, error) {
 		if err != nil {
 			return bad("%v", err)
 		}
-		if s.MaxReserved > 0 {
-			if p.MaxReserved, err = ToMicroTokens(s.MaxReserved); err != nil {
-				return bad("max_reserved: %v", err)
-			}
+		if hi := float64(p.Capacity) * float64(p.RateDen); hi >= maxScaled {
+			return bad("capacity %v at this rate's precision overflows; give the rate as rate + period with whole numbers", capacity)
 		}
 		if s.Algorithm == LeakyBucket {
 			p.Reserve = true
@@ -198,14 +271,13 @@ func NewLimit(s Spec) (*Limit, error) {
 				delay = time.Second
 			}
 			// The debt that drains in exactly delay.
-			p.MaxReserved = mulDiv(Micros(delay), p.RateNum, p.RateDen)
-		}
-		if hi := float64(p.Capacity+p.MaxReserved) * float64(p.RateDen); hi >= maxScaled {
-			return bad("capacity %v at this rate's precision overflows; give the rate as rate + period with whole numbers", capacity)
+			p.MaxReserved = min(mulDiv(Micros(delay), p.RateNum, p.RateDen), MaxDebt(&p))
+		} else if p.MaxReserved, err = maxReserved(s.MaxReserved, &p); err != nil {
+			return bad("max_reserved: %v", err)
 		}
 	case FixedWindow, SlidingLog:
-		if s.MaxReserved > 0 {
-			return bad("max_reserved needs a token or leaky bucket")
+		if s.Algorithm == SlidingLog && s.MaxReserved > 0 {
+			return bad("max_reserved needs a token bucket, leaky bucket or fixed window")
 		}
 		if s.Algorithm == SlidingLog && p.Offset >= 0 {
 			return bad("start applies to fixed windows only")
@@ -214,12 +286,32 @@ func NewLimit(s Spec) (*Limit, error) {
 		if windows := float64(p.Capacity/p.WindowRate + 1); windows*float64(p.Period) >= maxScaled {
 			return bad("refilling capacity %v at rate %v per %v takes too long to express", capacity, rate, period)
 		}
+		if s.Algorithm == FixedWindow {
+			if p.MaxReserved, err = maxReserved(s.MaxReserved, &p); err != nil {
+				return bad("max_reserved: %v", err)
+			}
+		}
 	}
 	l := &Limit{spec: s, params: p, nameID: maphash.String(nameSeed, s.Name)}
 	if err := l.initShards(); err != nil {
 		return bad("%v", err)
 	}
 	return l, nil
+}
+
+// maxReserved is the debt bound of a max_reserved of tokens (zero: none)
+// on a limit of parameters p, in micro-tokens: at most MaxDebt, which is
+// also what no bound means.
+func maxReserved(tokens float64, p *Params) (int64, error) {
+	most := MaxDebt(p)
+	if tokens == 0 {
+		return most, nil
+	}
+	mr, err := ToMicroTokens(tokens)
+	if err != nil {
+		return 0, err
+	}
+	return min(mr, most), nil
 }
 
 // NameID is a 64-bit hash of the limit's name, the same for every Limit of
@@ -261,32 +353,46 @@ func (l *Limit) TokensPerSecond() float64 {
 	return float64(l.params.WindowRate) / float64(l.params.Period)
 }
 
-// Cost validates a take's cost against l and returns it in micro-tokens:
-// the cost half of Request.Charge's rule for OpTake, where a cost above
-// the capacity is ErrCostExceedsLimit. Zero is no cost here (ErrInvalidCost).
-func (l *Limit) Cost(cost float64) (int64, error) { return l.cost(OpTake, cost) }
+// Cost validates the cost of a take that sets no reservation of its own
+// against l and returns it in micro-tokens: the cost half of
+// Request.Charge's rule for OpTake, where a cost above the capacity (plus
+// max_reserved when every request of l reserves) is ErrCostExceedsLimit.
+// Zero is no cost here (ErrInvalidCost).
+func (l *Limit) Cost(cost float64) (int64, error) {
+	most := l.params.Capacity
+	if l.params.Reserve {
+		most += l.params.MaxReserved
+	}
+	return l.cost(OpTake, cost, most)
+}
 
-// cost is the cost half of Request.Charge's rule (see there).
-func (l *Limit) cost(op Op, cost float64) (int64, error) {
+// cost is the cost half of Request.Charge's rule (see there): most is the
+// most one request can be charged, in micro-tokens.
+func (l *Limit) cost(op Op, cost float64, most int64) (int64, error) {
 	if l.shards != nil && op != OpRefund {
 		return l.shardCost(cost)
 	}
 	c, err := ToMicroTokens(cost)
-	if err == nil && c <= l.params.Capacity {
+	if err == nil && c <= most {
 		return c, nil
 	}
-	// Above the capacity: a number beyond it, or infinity or an amount too
-	// large to count, which are beyond any capacity. NaN is not above.
-	above := err == nil || cost > l.Capacity()
+	// Above the most: a number beyond it, or infinity or an amount too
+	// large to count, which are beyond any. NaN is not above.
+	above := err == nil || cost > FromMicroTokens(most)
 	switch {
 	case !above:
 		return 0, fmt.Errorf("limit %q: %w", l.spec.Name, err)
 	case op == OpRefund:
-		return l.params.Capacity, nil
-	case err != nil:
-		return 0, fmt.Errorf("limit %q: cost %v > capacity %v: %w (%w)", l.spec.Name, cost, l.Capacity(), ErrCostExceedsLimit, err)
+		return most, nil
 	}
-	return 0, fmt.Errorf("limit %q: cost %v > capacity %v: %w", l.spec.Name, cost, l.Capacity(), ErrCostExceedsLimit)
+	what := fmt.Sprintf("capacity %v", l.Capacity())
+	if most > l.params.Capacity {
+		what = fmt.Sprintf("capacity %v + max_reserved %v", l.Capacity(), FromMicroTokens(most-l.params.Capacity))
+	}
+	if err != nil {
+		return 0, fmt.Errorf("limit %q: cost %v > %s: %w (%w)", l.spec.Name, cost, what, ErrCostExceedsLimit, err)
+	}
+	return 0, fmt.Errorf("limit %q: cost %v > %s: %w", l.spec.Name, cost, what, ErrCostExceedsLimit)
 }
 
 // rational expresses rate tokens per period microseconds as num/den

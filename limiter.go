@@ -17,12 +17,21 @@ type Request struct {
 	// fine (0.5 is half a token).
 	Cost float64
 	// Reserve admits the request even when the bucket is short, by taking
-	// the tokens on credit up to MaxReserved; the Decision's RetryAfter then
-	// says when the reserved turn comes. Token and leaky buckets only.
+	// the tokens on credit up to MaxReserved (without bound when no
+	// max_reserved is set); the Decision's RetryAfter then says when the
+	// reserved turn comes. A reserving request may cost up to the capacity
+	// plus MaxReserved. Token buckets, leaky buckets and fixed windows.
 	Reserve bool
 	// MaxReserved overrides the limit's MaxReserved for this request, in
-	// tokens; zero keeps the limit's.
+	// tokens; zero keeps the limit's. It is never more than MaxDebt.
 	MaxReserved float64
+	// NoReserve refuses every reservation, even where the limit makes each
+	// request reserve (a leaky bucket, Spec.Reserve): for a caller that
+	// cannot hold a request until its turn (Envoy's rate limit service),
+	// which would otherwise pass at once every turn it is given. A leaky
+	// bucket then admits one request per 1/rate; a bucket of zero capacity
+	// admits nothing.
+	NoReserve bool
 }
 
 // Charge is a Request in the integer form the algorithms take.
@@ -44,17 +53,22 @@ type Charge struct {
 //     micro-token (1e-6 of a token).
 //   - A cost that is not a number, is negative, or is below one
 //     micro-token is ErrInvalidCost.
-//   - A take or a peek above the limit's capacity (its burst) is
-//     ErrCostExceedsLimit: no wait would ever admit it. One that is no
-//     finite number of micro-tokens either (infinity, or beyond 2^53
+//   - A take or a peek above the most it can ever be charged is
+//     ErrCostExceedsLimit: no wait would ever admit it. That most is the
+//     limit's capacity (its burst), plus its max_reserved when the
+//     request reserves: a reservation may cost more than the bucket
+//     holds, and waits its turn for the rest. One that is no finite
+//     number of micro-tokens either (infinity, or beyond 2^53
 //     micro-tokens) is ErrInvalidCost as well.
-//   - A refund gives back at most the capacity, the most that one
-//     request can be charged: a larger refund (infinity included) is a
-//     refund of the capacity, which fills a bucket that is not in debt.
-//   - Reserving (Reserve, or a leaky bucket, which always reserves)
-//     needs a token or leaky bucket, else ErrReserveUnsupported. A
-//     MaxReserved of the request's own replaces the limit's and must be a
-//     valid amount small enough to compute with exactly.
+//   - A refund gives back at most the most that one request can be
+//     charged, the capacity plus the limit's max_reserved (MaxDebt when
+//     it sets none; zero for a sliding log): a larger refund (infinity
+//     included) is a refund of that, which fills the bucket.
+//   - Reserving (Reserve, or a limit that always reserves: a leaky
+//     bucket, Spec.Reserve; never with NoReserve) needs a token bucket,
+//     leaky bucket or fixed window, else ErrReserveUnsupported. A MaxReserved of the request's
+//     own replaces the limit's: a valid amount, of which at most MaxDebt
+//     counts.
 func (r Request) Charge(op Op) (Charge, error) {
 	if r.Limit == nil {
 		return Charge{}, fmt.Errorf("%w: request for key %q has no limit", ErrInvalidLimit, r.Key)
@@ -65,27 +79,31 @@ func (r Request) Charge(op Op) (Charge, error) {
 	p := &r.Limit.params
 	if (r.Cost == 0 || r.Cost == 1) && !r.Reserve && r.MaxReserved == 0 && p.Capacity >= TokenScale {
 		// The common request, one token: nothing to convert or validate.
-		return Charge{Cost: TokenScale, Reserve: p.Reserve, MaxReserved: p.MaxReserved}, nil
+		return Charge{Cost: TokenScale, Reserve: p.Reserve && !r.NoReserve, MaxReserved: p.MaxReserved}, nil
 	}
 	cost := r.Cost
 	if cost == 0 {
 		cost = 1
 	}
-	c, err := r.Limit.cost(op, cost)
-	if err != nil {
-		return Charge{}, err
-	}
-	ch := Charge{Cost: c, Reserve: r.Reserve || p.Reserve, MaxReserved: p.MaxReserved}
-	if ch.Reserve && p.RateDen == 0 {
+	ch := Charge{Reserve: (r.Reserve || p.Reserve) && !r.NoReserve, MaxReserved: p.MaxReserved}
+	if ch.Reserve && p.Algorithm == SlidingLog {
 		return Charge{}, fmt.Errorf("limit %q (%s): %w", r.Limit.Name(), p.Algorithm, ErrReserveUnsupported)
 	}
+	var err error
 	if r.MaxReserved != 0 {
-		if ch.MaxReserved, err = ToMicroTokens(r.MaxReserved); err != nil {
+		if ch.MaxReserved, err = maxReserved(r.MaxReserved, p); err != nil {
 			return Charge{}, fmt.Errorf("limit %q: max_reserved: %w", r.Limit.Name(), err)
 		}
-		if float64(ch.MaxReserved)*float64(p.RateDen) >= maxScaled/2 {
-			return Charge{}, fmt.Errorf("limit %q: max_reserved %v is out of range: %w", r.Limit.Name(), r.MaxReserved, ErrInvalidCost)
-		}
+	}
+	most := p.Capacity
+	switch {
+	case op == OpRefund:
+		most += p.MaxReserved
+	case ch.Reserve:
+		most += ch.MaxReserved
+	}
+	if ch.Cost, err = r.Limit.cost(op, cost, most); err != nil {
+		return Charge{}, err
 	}
 	return ch, nil
 }
@@ -114,9 +132,10 @@ const (
 	OpPeek
 	// OpRefund gives Cost tokens back, never above the capacity, for a
 	// request that was charged but not carried out (Envoy's negative
-	// hits). A refund larger than the capacity gives back the capacity
-	// (see Request.Charge). A key with no state is full and stays so. Its
-	// Decision is allowed and describes the bucket after the refund.
+	// hits). A refund larger than one request can be charged gives back
+	// that much (see Request.Charge). A key with no state is full and
+	// stays so. Its Decision is allowed and describes the bucket after the
+	// refund.
 	OpRefund
 )
 

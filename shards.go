@@ -115,7 +115,12 @@ func shardParams(p Params, n int64) (Params, error) {
 // [t1, t2] a sharded token bucket admits at most capacity + max_reserved +
 // rate*(t2-t1), a sharded fixed window at most its capacity per window
 // (its shards keep the unsharded key's windows) and a sharded sliding log
-// at most its capacity in any period. What it costs is admission: a
+// at most its capacity in any period. Reservations are the exception,
+// counted at their turns: each shard promises max(capacity/N, largest
+// cost) + rate/N*dt for the turns in an interval of length dt, and the
+// shards' turns may coincide, so together up to N*max(capacity/N,
+// largest cost) + rate*dt where one bucket promises max(capacity,
+// largest cost) + rate*dt. What it costs is admission: a
 // request sees two shards, not the whole limit, so it may be rejected
 // while other shards hold tokens, and one shard admits bursts of at most
 // capacity/N (2*capacity/N for a request split over two).
@@ -223,7 +228,7 @@ func (r Request) shardJudge(op Op) (cost int64, reservable bool, err error) {
 // shardedCharge is Request.Charge for a sharded limit (see shardJudge).
 func (r Request) shardedCharge(op Op) (Charge, error) {
 	if op == OpRefund {
-		c, err := r.Limit.cost(op, r.costOrOne())
+		c, err := r.Limit.cost(op, r.costOrOne(), r.Limit.params.Capacity+r.Limit.params.MaxReserved)
 		return Charge{Cost: c}, err
 	}
 	c, _, err := r.shardJudge(op)

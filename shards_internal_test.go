@@ -135,9 +135,14 @@ func TestShardedCharge(t *testing.T) {
 	if got := l.MaxCost(); got != 20 {
 		t.Fatalf("MaxCost %v, want 20", got)
 	}
+	// Fixed windows reserve, sharded or not; sliding logs never do.
 	fw := MustLimit(Spec{Name: "w", Algorithm: FixedWindow, Rate: 10, Period: time.Second, Shards: 2})
-	if _, err := (Request{Limit: fw, Key: "k", Cost: 1, Reserve: true}).Charge(OpTake); !errors.Is(err, ErrReserveUnsupported) {
-		t.Fatalf("reserving on a sharded fixed window: %v, want ErrReserveUnsupported", err)
+	if _, err := (Request{Limit: fw, Key: "k", Cost: 1, Reserve: true}).Charge(OpTake); err != nil {
+		t.Fatalf("reserving on a sharded fixed window: %v", err)
+	}
+	sl := MustLimit(Spec{Name: "s", Algorithm: SlidingLog, Rate: 10, Period: time.Second, Shards: 2})
+	if _, err := (Request{Limit: sl, Key: "k", Cost: 1, Reserve: true}).Charge(OpTake); !errors.Is(err, ErrReserveUnsupported) {
+		t.Fatalf("reserving on a sharded sliding log: %v, want ErrReserveUnsupported", err)
 	}
 }
 

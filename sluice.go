@@ -43,13 +43,14 @@ var (
 	// micro-token (zero, negative, NaN, infinite or too small).
 	ErrInvalidCost = errors.New("sluice: cost must be a finite number > 0")
 	// ErrCostExceedsLimit is a cost larger than the limit's burst or
-	// capacity: no amount of waiting would ever admit it.
+	// capacity (plus its max_reserved, for a reservation): no amount of
+	// waiting would ever admit it.
 	ErrCostExceedsLimit = errors.New("sluice: cost exceeds the limit's capacity and can never succeed")
 	// ErrInvalidLimit is a Spec that cannot be enforced.
 	ErrInvalidLimit = errors.New("sluice: invalid limit")
 	// ErrReserveUnsupported is a reservation against an algorithm that has
-	// no notion of a future turn (fixed window, sliding log).
-	ErrReserveUnsupported = errors.New("sluice: reservations need a token or leaky bucket")
+	// no notion of a future turn (a sliding log).
+	ErrReserveUnsupported = errors.New("sluice: reservations need a token bucket, leaky bucket or fixed window")
 )
 
 // Algorithm names how a Limit counts.

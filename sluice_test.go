@@ -148,9 +148,9 @@ func TestBadCosts(t *testing.T) {
 	if ch, err := (sluice.Request{Limit: l, Cost: 0.5}).Charge(sluice.OpTake); err != nil || ch.Cost != 500000 {
 		t.Errorf("cost 0.5: %+v %v", ch, err)
 	}
-	fw := sluice.MustLimit(sluice.Spec{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 5})
-	if _, err := (sluice.Request{Limit: fw, Reserve: true}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrReserveUnsupported) {
-		t.Errorf("reserve on a fixed window: %v", err)
+	sl := sluice.MustLimit(sluice.Spec{Name: "sl", Algorithm: sluice.SlidingLog, Rate: 5})
+	if _, err := (sluice.Request{Limit: sl, Reserve: true}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrReserveUnsupported) {
+		t.Errorf("reserve on a sliding log: %v", err)
 	}
 	if _, err := (sluice.Request{Limit: l, Reserve: true, MaxReserved: math.NaN()}).Charge(sluice.OpTake); err == nil {
 		t.Error("NaN max_reserved accepted")
@@ -172,7 +172,13 @@ func TestSpecValidation(t *testing.T) {
 		{Name: "sub-us", Rate: 1, Period: time.Nanosecond * 1500},
 		{Name: "tiny", Rate: 1e-9},
 		{Name: "huge", TokensPerSecond: 1, Burst: 1e300},
-		{Name: "fw-reserve", Algorithm: sluice.FixedWindow, Rate: 1, MaxReserved: 1},
+		{Name: "sl-max-reserved", Algorithm: sluice.SlidingLog, Rate: 1, MaxReserved: 1},
+		{Name: "sl-reserve", Algorithm: sluice.SlidingLog, Rate: 1, Reserve: true},
+		{Name: "zero-without-reserve", Rate: 1, Capacity: sluice.ZeroCapacity},
+		{Name: "fw-zero-without-reserve", Algorithm: sluice.FixedWindow, Rate: 1, Capacity: sluice.ZeroCapacity},
+		{Name: "sl-zero", Algorithm: sluice.SlidingLog, Rate: 1, Capacity: sluice.ZeroCapacity, Reserve: true},
+		{Name: "zero-and-burst", TokensPerSecond: 1, Burst: 2, Capacity: sluice.ZeroCapacity, Reserve: true},
+		{Name: "nan-capacity", Rate: 1, Capacity: math.NaN(), Reserve: true},
 		{Name: "disagree", Rate: 1, Burst: 2, Capacity: 3},
 		{Name: "alg", Algorithm: 9, Rate: 1},
 	}
@@ -242,19 +248,32 @@ func TestFixedWindowRefillRange(t *testing.T) {
 	}
 }
 
-// A refund gives back at most the capacity: a larger one, however large,
-// is a refund of the capacity, never an error. A take of the same cost is
-// refused as one that can never succeed.
-func TestChargeRefundClampsToCapacity(t *testing.T) {
-	l := sluice.MustLimit(sluice.Spec{Name: "c", TokensPerSecond: 10, Burst: 5})
-	for _, c := range []float64{5.000001, 6, 1e12, 1e300, math.Inf(1)} {
+// A refund gives back at most what one request can be charged, the
+// capacity plus max_reserved: a larger one, however large, is a refund of
+// that, never an error. A take of the same cost is refused as one that can
+// never succeed.
+func TestChargeRefundClampsToMostCharge(t *testing.T) {
+	l := sluice.MustLimit(sluice.Spec{Name: "c", TokensPerSecond: 10, Burst: 5, MaxReserved: 2})
+	for _, c := range []float64{7.000001, 8, 1e12, 1e300, math.Inf(1)} {
 		ch, err := (sluice.Request{Limit: l, Cost: c}).Charge(sluice.OpRefund)
-		if err != nil || ch.Cost != 5*sluice.TokenScale {
-			t.Errorf("refund of %v: %+v, %v; want the capacity, 5 tokens", c, ch, err)
+		if err != nil || ch.Cost != 7*sluice.TokenScale {
+			t.Errorf("refund of %v: %+v, %v; want the capacity plus max_reserved, 7 tokens", c, ch, err)
 		}
+		if _, err := (sluice.Request{Limit: l, Cost: c, Reserve: true}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+			t.Errorf("reserved take of %v: %v, want ErrCostExceedsLimit", c, err)
+		}
+	}
+	for _, c := range []float64{5.000001, 7} {
 		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
-			t.Errorf("take of %v: %v, want ErrCostExceedsLimit", c, err)
+			t.Errorf("take of %v without reserving: %v, want ErrCostExceedsLimit", c, err)
 		}
+		if ch, err := (sluice.Request{Limit: l, Cost: c, Reserve: true}).Charge(sluice.OpTake); err != nil || !ch.Reserve {
+			t.Errorf("reserved take of %v: %+v, %v; want a reservation", c, ch, err)
+		}
+	}
+	sl := sluice.MustLimit(sluice.Spec{Name: "sl", Algorithm: sluice.SlidingLog, Rate: 5})
+	if ch, err := (sluice.Request{Limit: sl, Cost: 1e12}).Charge(sluice.OpRefund); err != nil || ch.Cost != 5*sluice.TokenScale {
+		t.Errorf("sliding log refund of 1e12: %+v, %v; want the capacity, 5 tokens", ch, err)
 	}
 	for _, c := range []float64{-1, math.NaN(), math.Inf(-1), 1e-9} {
 		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(sluice.OpRefund); !errors.Is(err, sluice.ErrInvalidCost) {
@@ -263,5 +282,53 @@ func TestChargeRefundClampsToCapacity(t *testing.T) {
 	}
 	if ch, err := (sluice.Request{Limit: l}).Charge(sluice.OpRefund); err != nil || ch.Cost != sluice.TokenScale {
 		t.Errorf("refund of cost 0 (one token): %+v, %v", ch, err)
+	}
+}
+
+// NoReserve refuses the reservation a limit would make for every request:
+// a leaky bucket becomes a bucket of one, a bucket of nothing passes
+// nothing.
+func TestChargeNoReserve(t *testing.T) {
+	lb := sluice.MustLimit(sluice.Spec{Name: "lb", Algorithm: sluice.LeakyBucket, TokensPerSecond: 10})
+	if ch, err := (sluice.Request{Limit: lb, NoReserve: true}).Charge(sluice.OpTake); err != nil || ch.Reserve {
+		t.Errorf("leaky bucket with NoReserve: %+v, %v", ch, err)
+	}
+	if ch, err := (sluice.Request{Limit: lb}).Charge(sluice.OpTake); err != nil || !ch.Reserve {
+		t.Errorf("leaky bucket: %+v, %v; want a reservation", ch, err)
+	}
+	zero := sluice.MustLimit(sluice.Spec{Name: "zero", TokensPerSecond: 10, Capacity: sluice.ZeroCapacity, Reserve: true})
+	if _, err := (sluice.Request{Limit: zero, NoReserve: true}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+		t.Errorf("capacity 0 with NoReserve: %v, want ErrCostExceedsLimit", err)
+	}
+}
+
+// MaxDebt is the range every store counts exactly: below 2^52 scaled
+// units, and a max_reserved beyond it counts as it.
+func TestMaxDebtRange(t *testing.T) {
+	for _, s := range []sluice.Spec{
+		{Name: "tb", TokensPerSecond: 10, Burst: 10},
+		{Name: "tb-den", Rate: 10, Period: time.Minute},
+		{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Minute},
+		{Name: "fw-slow", Algorithm: sluice.FixedWindow, Rate: 1, Period: (1 << 50) * time.Microsecond},
+	} {
+		p := sluice.MustLimit(s).Params()
+		d := sluice.MaxDebt(p)
+		if p.MaxReserved != d || d <= 0 {
+			t.Errorf("%s: max_reserved %d, MaxDebt %d", s.Name, p.MaxReserved, d)
+		}
+		switch s.Algorithm {
+		case sluice.FixedWindow:
+			windows := (p.Capacity+d+p.WindowRate-1)/p.WindowRate + 1
+			if p.Capacity+d >= 1<<52 || float64(windows)*float64(p.Period) >= 1<<52 {
+				t.Errorf("%s: debt %d leaves the exact range", s.Name, d)
+			}
+		default:
+			if float64(p.Capacity+d)*float64(p.RateDen) >= 1<<52 || (p.Capacity+d+1)*p.RateDen < 1<<52 {
+				t.Errorf("%s: debt %d is not the whole exact range at den %d", s.Name, d, p.RateDen)
+			}
+		}
+		if s.MaxReserved = 9e9; sluice.MustLimit(s).Params().MaxReserved != d { // beyond the range
+			t.Errorf("%s: a max_reserved beyond the range is not clamped to it", s.Name)
+		}
 	}
 }

@@ -1,12 +1,24 @@
 package sluice
 
 // State is one key's state for any algorithm, for engines that evaluate the
-// algorithms in Go (the memory store). A and B are BucketState's Tokens and
-// Stamp, or WindowState's Tokens and Start; Log is a sliding log's entries.
+// algorithms in Go (the memory store). Each algorithm reads its own fields:
+//
+//   - token and leaky buckets: Tokens and Stamp, BucketState's (Bucket):
+//     scaled tokens and the microsecond up to which refill is counted;
+//   - fixed windows: Tokens and Stamp, WindowState's Tokens and Start
+//     (Window): micro-tokens and the start of the window they count in;
+//   - sliding logs: Log, the admitted requests of the last period.
 type State struct {
-	A, B int64
-	Log  []LogEntry
+	Tokens int64
+	Stamp  int64
+	Log    []LogEntry
 }
+
+// Bucket returns st as a token (or leaky) bucket's state.
+func (st *State) Bucket() BucketState { return BucketState{Tokens: st.Tokens, Stamp: st.Stamp} }
+
+// Window returns st as a fixed window's state.
+func (st *State) Window() WindowState { return WindowState{Tokens: st.Tokens, Start: st.Stamp} }
 
 // Evaluate decides ch against l at time now (microseconds) for key, whose
 // state is st (present reports whether the key has state at all). With
@@ -20,9 +32,9 @@ func (l *Limit) Evaluate(st *State, present bool, key string, now int64, ch Char
 		if offset < 0 && !present {
 			offset = WindowOffset(key, p.Period)
 		}
-		next, o := TakeFixedWindow(p, WindowState{Tokens: st.A, Start: st.B}, present, now, ch.Cost, offset)
+		next, o := TakeFixedWindow(p, st.Window(), present, now, ch.Cost, offset, ch.Reserve, ch.MaxReserved)
 		if take && o.Allowed {
-			st.A, st.B = next.Tokens, next.Start
+			st.Tokens, st.Stamp = next.Tokens, next.Start
 			return o, true
 		}
 		return o, false
@@ -38,9 +50,9 @@ func (l *Limit) Evaluate(st *State, present bool, key string, now int64, ch Char
 		}
 		return o, false
 	default:
-		next, o := TakeTokenBucket(p, BucketState{Tokens: st.A, Stamp: st.B}, present, now, ch.Cost, ch.Reserve, ch.MaxReserved)
+		next, o := TakeTokenBucket(p, st.Bucket(), present, now, ch.Cost, ch.Reserve, ch.MaxReserved)
 		if take && o.Allowed {
-			st.A, st.B = next.Tokens, next.Stamp
+			st.Tokens, st.Stamp = next.Tokens, next.Stamp
 			return o, true
 		}
 		return o, false
@@ -58,8 +70,8 @@ func (l *Limit) Refund(st *State, present bool, key string, now int64, ch Charge
 		if offset < 0 && !present {
 			offset = WindowOffset(key, p.Period)
 		}
-		next, o, write := RefundFixedWindow(p, WindowState{Tokens: st.A, Start: st.B}, present, now, ch.Cost, offset)
-		st.A, st.B = next.Tokens, next.Start
+		next, o, write := RefundFixedWindow(p, st.Window(), present, now, ch.Cost, offset)
+		st.Tokens, st.Stamp = next.Tokens, next.Start
 		return o, write
 	case SlidingLog:
 		if !present {
@@ -69,8 +81,8 @@ func (l *Limit) Refund(st *State, present bool, key string, now int64, ch Charge
 		st.Log = log
 		return o, true
 	default:
-		next, o, write := RefundTokenBucket(p, BucketState{Tokens: st.A, Stamp: st.B}, present, now, ch.Cost)
-		st.A, st.B = next.Tokens, next.Stamp
+		next, o, write := RefundTokenBucket(p, st.Bucket(), present, now, ch.Cost)
+		st.Tokens, st.Stamp = next.Tokens, next.Stamp
 		return o, write
 	}
 }

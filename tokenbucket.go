@@ -35,8 +35,13 @@ type BucketState struct {
 // waits exactly RetryAfter finds the bucket holding its cost: boundaries
 // are exact.
 //
+// A reservation may cost more than the capacity: a bucket of 10 at 10 a
+// minute that holds 6 and is asked for 16 goes 10 into debt, and the turn
+// comes a minute later. With a capacity of zero every request waits, its
+// turn cost/rate after the previous one's.
+//
 // cost and maxReserved are in micro-tokens and have been validated
-// (0 < cost <= capacity).
+// (0 < cost <= capacity, plus maxReserved when reserving).
 func TakeTokenBucket(p *Params, st BucketState, present bool, now, cost int64, reserve bool, maxReserved int64) (BucketState, Outcome) {
 	tokens, stamp := refillBucket(p, st, present, now)
 	lag := stamp - now // > 0 only when the clock stepped back

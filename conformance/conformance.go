@@ -47,10 +47,14 @@ type LimitSpec struct {
 	Burst           float64 `json:"burst,omitempty"`
 	Rate            float64 `json:"rate,omitempty"`
 	PeriodUs        int64   `json:"period_us,omitempty"`
-	Capacity        float64 `json:"capacity,omitempty"`
-	StartUs         *int64  `json:"start_us,omitempty"`
-	MaxReserved     float64 `json:"max_reserved,omitempty"`
-	MaxDelayUs      int64   `json:"max_delay_us,omitempty"`
+	// Capacity is absent for the default; 0 is a bucket that holds
+	// nothing (sluice.ZeroCapacity).
+	Capacity    *float64 `json:"capacity,omitempty"`
+	StartUs     *int64   `json:"start_us,omitempty"`
+	MaxReserved float64  `json:"max_reserved,omitempty"`
+	MaxDelayUs  int64    `json:"max_delay_us,omitempty"`
+	// Reserve makes every request of the limit reserve (sluice.Spec.Reserve).
+	Reserve bool `json:"reserve,omitempty"`
 }
 
 // Step is one request and its expected answer.
@@ -92,8 +96,14 @@ func (c Case) Compile() (*sluice.Limit, error) {
 		Name: c.Name, Algorithm: alg,
 		TokensPerSecond: c.Limit.TokensPerSecond, Burst: c.Limit.Burst,
 		Rate: c.Limit.Rate, Period: time.Duration(c.Limit.PeriodUs) * time.Microsecond,
-		Capacity: c.Limit.Capacity, MaxReserved: c.Limit.MaxReserved,
+		MaxReserved: c.Limit.MaxReserved, Reserve: c.Limit.Reserve,
 		MaxDelay: time.Duration(c.Limit.MaxDelayUs) * time.Microsecond,
+	}
+	if c.Limit.Capacity != nil {
+		s.Capacity = *c.Limit.Capacity
+		if s.Capacity == 0 {
+			s.Capacity = sluice.ZeroCapacity
+		}
 	}
 	if c.Limit.StartUs != nil {
 		d := time.Duration(*c.Limit.StartUs) * time.Microsecond

@@ -1,9 +1,11 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -35,13 +37,23 @@ func (o *InvariantOptions) defaults() {
 type admission struct {
 	at    int64 // microseconds
 	total int64
+	// turns are the admitted requests of the round at their turns: now,
+	// or now plus the wait of a reservation.
+	turns []turn
 }
+
+// turn is one admitted request: when it may act (microseconds) and its
+// cost (micro-tokens).
+type turn struct{ at, cost int64 }
 
 // RunInvariants drives random request streams (random clock steps, costs,
 // reservations, 1 to 64 goroutines) against fresh stores and checks the
 // bounds every algorithm promises over any interval [t1, t2]:
 //
-//   - token bucket: admitted <= burst + max_reserved + rate*(t2-t1)
+//   - token bucket: admitted <= burst + max_reserved + rate*(t2-t1), and
+//     counted at their turns (a reservation acts when its turn comes,
+//     whatever max_reserved, bounded or not) admitted <= burst +
+//     rate*(t2-t1)
 //   - fixed window: admitted within one window <= capacity
 //   - sliding log: admitted within any period <= capacity
 //
@@ -111,6 +123,7 @@ func runStream(t *testing.T, store sluice.Store, clock *sluice.ManualClock, rng 
 		}
 		var mu sync.Mutex
 		totals := make([]int64, width)
+		turns := make([][]turn, width)
 		var wg sync.WaitGroup
 		errs := make(chan error, g)
 		for w := 0; w < g; w++ {
@@ -152,6 +165,7 @@ func runStream(t *testing.T, store sluice.Store, clock *sluice.ManualClock, rng 
 						for i, r := range rs {
 							c, _ := sluice.ToMicroTokens(r.Cost)
 							totals[i] += c
+							turns[i] = append(turns[i], turn{at: now + sluice.Micros(ds[i].RetryAfter), cost: c})
 						}
 						mu.Unlock()
 					}
@@ -164,7 +178,7 @@ func runStream(t *testing.T, store sluice.Store, clock *sluice.ManualClock, rng 
 			t.Fatal(err)
 		}
 		for i := range totals {
-			out[i] = append(out[i], admission{at: now, total: totals[i]})
+			out[i] = append(out[i], admission{at: now, total: totals[i], turns: turns[i]})
 		}
 	}
 	return out
@@ -196,6 +210,7 @@ func checkBound(t *testing.T, lim *sluice.Limit, rounds []admission) {
 				}
 			}
 		}
+		checkTurns(t, lim, rounds)
 	case sluice.FixedWindow:
 		perWindow := map[int64]int64{}
 		for _, r := range rounds {
@@ -216,6 +231,51 @@ func checkBound(t *testing.T, lim *sluice.Limit, rounds []admission) {
 			}
 		}
 	}
+}
+
+// checkTurns checks a bucket's promise to reservations: the requests it
+// admitted, each counted when its turn comes, never exceed
+// max(burst, largest cost) plus the refill over any interval [t1, t2] of
+// turns (plus one microsecond, as turns are rounded up to it), however
+// deep the debt. A reservation above the burst acts in one piece at its
+// turn, hence the largest cost. A limit of N shards keeps that promise
+// per shard, so its turns may bunch: the allowance is N times one
+// shard's, max(burst/N, largest cost) each (turnAllowance).
+func checkTurns(t *testing.T, lim *sluice.Limit, rounds []admission) {
+	t.Helper()
+	p := lim.Params()
+	var all []turn
+	var largest int64
+	for _, r := range rounds {
+		all = append(all, r.turns...)
+		for _, tu := range r.turns {
+			largest = max(largest, tu.cost)
+		}
+	}
+	allowance := turnAllowance(lim, largest)
+	slices.SortFunc(all, func(a, b turn) int { return cmp.Compare(a.at, b.at) })
+	for i := range all {
+		var sum int64
+		for j := i; j < len(all); j++ {
+			sum += all[j].cost
+			dt := all[j].at - all[i].at + 1
+			if bound := float64(allowance)*float64(p.RateDen) + float64(dt)*float64(p.RateNum); float64(sum)*float64(p.RateDen) > bound {
+				t.Fatalf("%s: %v tokens act at turns in [%d, %d]us, more than %v + rate*dt (burst %v, largest cost %v, %d shards)",
+					lim.Name(), sluice.FromMicroTokens(sum), all[i].at, all[j].at, sluice.FromMicroTokens(allowance), lim.Capacity(), sluice.FromMicroTokens(largest), lim.Shards())
+			}
+		}
+	}
+}
+
+// turnAllowance is what may act at once at the turns of lim's
+// reservations, in micro-tokens, when the largest request costs largest:
+// max(capacity, largest) for one bucket; for N shards, N times
+// max(capacity/N, largest), as each shard keeps the one-bucket promise on
+// its own and their turns may coincide. Without reservations turns are
+// takes and the bound is the burst's, sharded or not.
+func turnAllowance(lim *sluice.Limit, largest int64) int64 {
+	n := int64(max(lim.Shards(), 1))
+	return n * max(lim.Params().Capacity/n, largest)
 }
 
 // runTakeAll charges per-user AND per-endpoint AND global limits together

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -64,4 +65,40 @@ func TestNegativeHitsAllowedBySluicePolicy(t *testing.T) {
 	expect(t, h.call(t, "edge", 5, desc("client", "c")), OK, OK, 0)
 	expect(t, h.call(t, "edge", 0, negative(desc("client", "c"), 2)), OK, OK, 2)
 	expect(t, h.call(t, "edge", 0, negative(desc("client", "c"), 1000)), OK, OK, 5)
+}
+
+// Attack: a burst sent through Envoy against a rule that shapes traffic
+// (a leaky bucket) or spaces it (capacity 0 with reserve). Every request
+// of such a rule reserves a turn, but Envoy cannot hold a request until
+// its turn: an OK lets it through at once, so every turn given would be a
+// request passed now, up to the whole queue (or, for a reservation without
+// bound, every request). Over Envoy such rules take no reservation: the
+// leaky bucket passes one request per 1/rate, the bucket of nothing none.
+func TestAttackReservedTurnsPassAtOnceOverEnvoy(t *testing.T) {
+	pol, err := policy.Parse("sluice.yaml", []byte(`rules:
+  - name: shaped
+    match: {domain: edge}
+    limit_keys: ["descriptor:client"]
+    algorithm: leaky_bucket
+    algorithm_config: {rps: 1, max_delay: 10s}
+  - name: spaced
+    match: {domain: spaced}
+    limit_keys: ["descriptor:client"]
+    algorithm_config: {rate: 1, period: 1s, capacity: 0, reserve: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, pol)
+	expect(t, h.call(t, "edge", 0, desc("client", "c")), OK, OK, 0)
+	for i := 0; i < 5; i++ {
+		expect(t, h.call(t, "edge", 0, desc("client", "c")), OVER, OVER, 0)
+	}
+	h.clock.Advance(time.Second)
+	expect(t, h.call(t, "edge", 0, desc("client", "c")), OK, OK, 0)
+	for i := 0; i < 3; i++ {
+		if resp := h.call(t, "spaced", 0, desc("client", "c")); resp.OverallCode != OVER {
+			t.Fatalf("capacity 0 over Envoy: call %d passed: %v", i, resp)
+		}
+	}
 }

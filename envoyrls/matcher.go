@@ -25,7 +25,8 @@ type Matcher interface {
 type Found struct {
 	// Limits are the limits that decide it, each with its rule, limit and
 	// key. The Server sets each one's cost from the descriptor's hits
-	// (and takes no reservation: Envoy has no reserved turns).
+	// (and takes no reservation, not even of a limit that always
+	// reserves: Envoy has no reserved turns).
 	Limits []policy.Match
 	// Limit, when set, is the current_limit its status reports; when nil,
 	// the status reports the deciding limit, described in the protocol's

@@ -271,7 +271,9 @@ func plan(req *rlspb.RateLimitRequest, found []Found, ds []descState, ms []polic
 		st.first, st.n = len(groups[k].ms), len(found[i].Limits)
 		for _, m := range found[i].Limits {
 			m.Request.Cost = st.cost
-			m.Request.Reserve = false // Envoy has no notion of a reserved turn
+			// Envoy has no notion of a reserved turn: it would pass at once
+			// every turn a leaky bucket or a bucket of zero capacity gives.
+			m.Request.Reserve, m.Request.NoReserve = false, true
 			groups[k].ms = append(groups[k].ms, m)
 		}
 	}

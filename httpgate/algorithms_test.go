@@ -3,6 +3,7 @@ package httpgate_test
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -93,15 +94,34 @@ rules:
     algorithm_config: {rps: 1, burst: 1, max_reserved: 2}
   - name: window
     algorithm: fixed_window
+    algorithm_config: {rate: 1, period: 1m, start: 0s}
+  - name: log
+    algorithm: sliding_log
     algorithm_config: {rate: 1, period: 1m}
 `)
 	e.post("/v1/take", `{"rule":"credit","key":"k"}`)
 	_, m := e.post("/v1/take", `{"rule":"credit","key":"k","reserve":true}`)
-	wantFields(t, m, map[string]any{"allowed": true, "retry_after_ms": 1000})
+	wantFields(t, m, map[string]any{"allowed": true, "retry_after_ms": 1000, "remaining": 0, "tokens": -1})
 	_, m = e.post("/v1/take", `{"rule":"credit","key":"k","reserve":false}`)
 	wantFields(t, m, map[string]any{"allowed": false, "reason": "token_bucket_exceeded"})
-	resp, m := e.post("/v1/take", `{"rule":"window","key":"k","reserve":true}`)
+	// A reservation may cost more than the burst: up to burst + max_reserved.
+	resp, m := e.post("/v1/take", `{"rule":"credit","key":"k2","cost":3,"reserve":true}`)
+	if resp.StatusCode != 200 {
+		t.Errorf("reservation of burst + max_reserved: %d %v", resp.StatusCode, m)
+	}
+	wantFields(t, m, map[string]any{"allowed": true, "retry_after_ms": 2000, "tokens": -2})
+	resp, m = e.post("/v1/take", `{"rule":"credit","key":"k2","cost":3.5,"reserve":true}`)
+	if resp.StatusCode != 422 || !strings.Contains(fmt.Sprint(m["detail"]), "max_reserved 2") {
+		t.Errorf("reservation above burst + max_reserved: %d %v", resp.StatusCode, m)
+	}
+	// Fixed windows reserve too: the debt is paid by the next window.
+	e.post("/v1/take", `{"rule":"window","key":"k"}`)
+	_, m = e.post("/v1/take", `{"rule":"window","key":"k","reserve":true}`)
+	if m["allowed"] != true || m["tokens"] != float64(-1) || m["retry_after_ms"].(float64) <= 0 {
+		t.Errorf("reservation on a fixed window: %v", m)
+	}
+	resp, m = e.post("/v1/take", `{"rule":"log","key":"k","reserve":true}`)
 	if resp.StatusCode != 400 {
-		t.Errorf("reservation on a fixed window: %d %v", resp.StatusCode, m)
+		t.Errorf("reservation on a sliding log: %d %v", resp.StatusCode, m)
 	}
 }

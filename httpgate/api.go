@@ -48,12 +48,16 @@ type TakeItem struct {
 // is the overall decision (the rejection with the longest wait, or the
 // limit closest to rejecting) with one entry per take in Takes.
 type DecisionResponse struct {
-	Allowed      bool   `json:"allowed"`
-	Limit        int64  `json:"limit"`
-	Remaining    int64  `json:"remaining"`
-	RetryAfterMs int64  `json:"retry_after_ms"`
-	ResetAfterMs int64  `json:"reset_after_ms"`
-	Rule         string `json:"rule"`
+	Allowed   bool  `json:"allowed"`
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	// Tokens is the exact number of tokens the bucket holds after this
+	// decision: fractional, and negative while a reservation is in debt
+	// (Remaining is its whole part, never below 0).
+	Tokens       float64 `json:"tokens"`
+	RetryAfterMs int64   `json:"retry_after_ms"`
+	ResetAfterMs int64   `json:"reset_after_ms"`
+	Rule         string  `json:"rule"`
 	// RetryAt is when retry_after_ms ends: the server's clock when it
 	// answered plus the wait, rounded up to the millisecond, RFC 3339 in
 	// UTC (sluice.RetryAtLayout); absent when there is no wait.
@@ -373,7 +377,11 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 			return policy.Match{}, &inputError{http.StatusUnprocessableEntity, fmt.Sprintf("cost %v exceeds what two of the %d shards of %q hold together (%v) and can never succeed", cost, lim.Shards(), lim.Name(), lim.MaxCost())}
 		}
 		if errors.Is(err, sluice.ErrCostExceedsLimit) {
-			return policy.Match{}, &inputError{http.StatusUnprocessableEntity, fmt.Sprintf("cost %v exceeds the burst of %q (%v) and can never succeed", cost, lim.Name(), lim.Capacity())}
+			most := fmt.Sprintf("the burst of %q (%v)", lim.Name(), lim.Capacity())
+			if p := lim.Params(); req.Reserve || p.Reserve {
+				most = fmt.Sprintf("what a reservation on %q can take (its capacity %v plus max_reserved %v)", lim.Name(), lim.Capacity(), sluice.FromMicroTokens(p.MaxReserved))
+			}
+			return policy.Match{}, &inputError{http.StatusUnprocessableEntity, fmt.Sprintf("cost %v exceeds %s and can never succeed", cost, most)}
 		}
 		return policy.Match{}, &inputError{http.StatusBadRequest, err.Error()}
 	}
@@ -387,6 +395,7 @@ func fill(out *DecisionResponse, d sluice.Decision, rejected bool) {
 	if rejected {
 		out.Remaining = 0
 	}
+	out.Tokens = d.Tokens
 	out.RetryAfterMs = ceilMillis(d.RetryAfter)
 	out.ResetAfterMs = ceilMillis(d.ResetAfter)
 	out.Rule = d.Rule

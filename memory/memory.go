@@ -191,7 +191,7 @@ func loadEntry(entries []entry, i int, p *sluice.Params, st *sluice.State) bool 
 	if atomic.LoadUint64(&e.shape) != shapeOf(p) {
 		return false
 	}
-	st.A, st.B = atomic.LoadInt64(&e.a), atomic.LoadInt64(&e.b)
+	st.Tokens, st.Stamp = atomic.LoadInt64(&e.tokens), atomic.LoadInt64(&e.stamp)
 	return true
 }
 
@@ -201,7 +201,8 @@ type attempt struct {
 	valid   bool   // the read saw a stable table
 	present bool
 	i       int   // the key's entry, or -1
-	a, b    int64 // the state after the decision (sluice.State.A, .B)
+	tokens  int64 // the state after the decision (sluice.State.Tokens)
+	stamp   int64 // and sluice.State.Stamp
 	o       sluice.Outcome
 }
 
@@ -223,10 +224,10 @@ func (sh *shard) decideUnlocked(at *attempt, lim *sluice.Limit, key string, ch s
 	at.present = loadEntry(entries, at.i, p, &st)
 	if p.Algorithm == sluice.FixedWindow {
 		at.o, _ = lim.Evaluate(&st, at.present, key, now, ch, take)
-		at.a, at.b = st.A, st.B
+		at.tokens, at.stamp = st.Tokens, st.Stamp
 	} else { // token and leaky buckets: the hot path, called directly
-		next, o := sluice.TakeTokenBucket(p, sluice.BucketState{Tokens: st.A, Stamp: st.B}, at.present, now, ch.Cost, ch.Reserve, ch.MaxReserved)
-		at.o, at.a, at.b = o, next.Tokens, next.Stamp
+		next, o := sluice.TakeTokenBucket(p, st.Bucket(), at.present, now, ch.Cost, ch.Reserve, ch.MaxReserved)
+		at.o, at.tokens, at.stamp = o, next.Tokens, next.Stamp
 	}
 	at.valid = sh.seq.Load() == at.seq
 	switch {
@@ -261,7 +262,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	var force bool
 	for {
 		sh.mu.Lock()
-		i, st, o, write := at.i, sluice.State{A: at.a, B: at.b}, at.o, true
+		i, st, o, write := at.i, sluice.State{Tokens: at.tokens, Stamp: at.stamp}, at.o, true
 		if !at.valid || sh.seq.Load() != at.seq { // the attempt is stale: decide again
 			if early {
 				// Every refreshEvery-th locked decision of a shard reads the
@@ -465,11 +466,11 @@ func (sh *shard) store(i int, h, check uint64, st *sluice.State, o sluice.Outcom
 	e, shape, full := &sh.t.entries[i], shapeOf(p), now+o.ResetAfter
 	if e.shape == shape { // the common write: the state of a key already held
 		// Atomic stores are full barriers on amd64: write only what changes.
-		atomic.StoreInt64(&e.a, st.A)
-		atomic.StoreInt64(&e.b, st.B)
+		atomic.StoreInt64(&e.tokens, st.Tokens)
+		atomic.StoreInt64(&e.stamp, st.Stamp)
 		e.fullAt = full
 	} else {
-		e.set(&entry{h: h, check: check, a: st.A, b: st.B, shape: shape, fullAt: full})
+		e.set(&entry{h: h, check: check, tokens: st.Tokens, stamp: st.Stamp, shape: shape, fullAt: full})
 	}
 	if full < sh.floor { // an entry the eviction index must know of (see evict.go)
 		sh.note(candidate{fullAt: full, h: h, check: check})

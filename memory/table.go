@@ -18,11 +18,12 @@ import (
 //
 // Decisions that change nothing (rejections, peeks) read entries without
 // the shard's lock (see shard.seq), so the fields such a reader reads (h,
-// check, a, b, shape) are read and written with atomic operations.
+// check, tokens, stamp, shape) are read and written with atomic operations.
 type entry struct {
 	h      uint64 // 0 marks an empty entry
 	check  uint64
-	a, b   int64  // sluice.State.A and .B
+	tokens int64  // sluice.State.Tokens
+	stamp  int64  // sluice.State.Stamp
 	shape  uint64 // the limit's RateDen<<8 | Algorithm: state of another shape means nothing
 	fullAt int64  // when the state becomes equivalent to absent (µs)
 	_      [2]uint64
@@ -34,8 +35,8 @@ func shapeOf(p *sluice.Params) uint64 { return uint64(p.RateDen)<<8 | uint64(p.A
 func (e *entry) set(x *entry) {
 	atomic.StoreUint64(&e.h, x.h)
 	atomic.StoreUint64(&e.check, x.check)
-	atomic.StoreInt64(&e.a, x.a)
-	atomic.StoreInt64(&e.b, x.b)
+	atomic.StoreInt64(&e.tokens, x.tokens)
+	atomic.StoreInt64(&e.stamp, x.stamp)
 	atomic.StoreUint64(&e.shape, x.shape)
 	e.fullAt = x.fullAt
 }

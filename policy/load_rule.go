@@ -321,7 +321,7 @@ var (
 	costFields   = []string{"cost_source", "fixed_cost", "default_cost", "min_cost"}
 	tbFields     = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "reserve", "max_reserved", "shards"}
 	lbFields     = []string{"tokens_per_second", "rps", "rate", "period", "max_delay"}
-	fwFields     = []string{"rate", "period", "capacity", "start", "shards"}
+	fwFields     = []string{"rate", "period", "capacity", "start", "reserve", "max_reserved", "shards"}
 	slFields     = []string{"rate", "period", "capacity", "shards"}
 	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost", "shards"}
 )
@@ -351,9 +351,18 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 	errsBefore := len(l.errs)
 	l.dropInapplicable(o, alg)
 	spec := sluice.Spec{Name: name, Algorithm: alg}
-	l.rate(o, alg).apply(&spec)
+	rf := l.rate(o, alg)
+	rf.apply(&spec)
 	v := &variant{cost: costSpec{fixed: 1, def: 1, min: 1}}
 	l.algOptions(o, &spec, v)
+	if spec.Capacity == sluice.ZeroCapacity {
+		// A bucket of nothing passes only reservations: every request of
+		// it reserves, whatever the caller asks.
+		if !v.reserve {
+			l.errf(rf.capN, join(path, "capacity"), "0 needs reserve: true (every request then waits its turn, cost/rate after the one before); without it no request could pass")
+		}
+		spec.Reserve = v.reserve
+	}
 	costN := l.cost(o, path, &v.cost)
 	if len(l.errs) > errsBefore {
 		return nil
@@ -393,6 +402,9 @@ type rateFields struct {
 	tps, rate, burst, capacity              float64
 	period                                  time.Duration
 	tpsOK, rateOK, periodOK, burstOK, capOK bool
+	// capN is the capacity's node: a capacity of 0 is checked against
+	// reserve once that is read (algOptions).
+	capN *yaml.Node
 }
 
 // rate reads the rate and size fields of an algorithm_config for alg:
@@ -414,7 +426,12 @@ func (l *loader) rate(o *obj, alg sluice.Algorithm) rateFields {
 		r.periodOK = false
 	}
 	r.burst, _, r.burstOK = o.positive("burst")
-	r.capacity, _, r.capOK = o.positive("capacity")
+	// Capacity 0 is a bucket that holds nothing: with reserve, every
+	// request waits its turn (see algOptions).
+	if r.capacity, r.capN, r.capOK = o.num("capacity"); r.capOK && r.capacity < 0 {
+		l.errf(r.capN, join(o.path, "capacity"), "must be >= 0 (got %v)", r.capacity)
+		r.capOK = false
+	}
 	l.checkRate(o, alg, r)
 	return r
 }
@@ -470,16 +487,23 @@ func (r rateFields) apply(spec *sluice.Spec) {
 	}
 	if r.capOK {
 		spec.Capacity = r.capacity
+		if r.capacity == 0 {
+			spec.Capacity = sluice.ZeroCapacity
+		}
 	}
 }
 
 // algOptions reads reserve, max_reserved, max_delay, start and shards.
 func (l *loader) algOptions(o *obj, spec *sluice.Spec, v *variant) {
-	if b, _, ok := o.boolean("reserve"); ok {
+	b, rn, ok := o.boolean("reserve")
+	if ok {
 		v.reserve = b
 	}
 	if mr, _, ok := o.positive("max_reserved"); ok {
 		spec.MaxReserved = mr
+	}
+	if v.reserve && !o.has("max_reserved") {
+		l.warnf(rn, join(o.path, "reserve"), "reserves without bound (no max_reserved): a request is admitted however far ahead its turn is, a declared cost may go that far into debt at once, and a client that gives up while held leaves its debt for later requests of its key to wait out; set max_reserved to bound how far ahead turns may be")
 	}
 	if d, dn, ok := o.duration("max_delay"); ok {
 		if d <= 0 {
@@ -534,8 +558,9 @@ func (l *loader) jitter(o *obj, spec *sluice.Spec) {
 }
 
 // usableCosts checks the costs against the compiled limit v.limit: each
-// must be one the limit can charge, and the default must not undercut
-// the least a client may declare. costN holds the cost fields' nodes.
+// must be one the limit can charge (a reservation, up to its capacity plus
+// max_reserved), and the default must not undercut the least a client may
+// declare. costN holds the cost fields' nodes.
 func (l *loader) usableCosts(o *obj, v *variant, costN map[string]*yaml.Node) bool {
 	path, lim := o.path, v.limit
 	checks := []struct {
@@ -549,12 +574,14 @@ func (l *loader) usableCosts(o *obj, v *variant, costN map[string]*yaml.Node) bo
 		}{"min_cost", v.cost.min})
 	}
 	for _, c := range checks {
-		if _, err := lim.Cost(c.cost); err != nil {
+		if _, err := (sluice.Request{Limit: lim, Cost: c.cost, Reserve: v.reserve}).Charge(sluice.OpTake); err != nil {
 			at := costN[c.field]
 			if at == nil {
 				at = o.n
 			}
-			if errors.Is(err, sluice.ErrCostExceedsLimit) && lim.Shards() > 1 {
+			if errors.Is(err, sluice.ErrCostExceedsLimit) && (v.reserve || lim.Params().Reserve) && lim.Shards() <= 1 {
+				l.errf(at, join(path, c.field), "%v is above what a reservation can take (capacity %v plus max_reserved %v): no request could ever pass", c.cost, lim.Capacity(), sluice.FromMicroTokens(lim.Params().MaxReserved))
+			} else if errors.Is(err, sluice.ErrCostExceedsLimit) && lim.Shards() > 1 {
 				l.errf(at, join(path, c.field), "%v is above what two of the limit's %d shards hold together (2 x capacity / shards = %v): no request could ever pass", c.cost, lim.Shards(), lim.MaxCost())
 			} else if errors.Is(err, sluice.ErrCostExceedsLimit) {
 				l.errf(at, join(path, c.field), "%v is above the limit's capacity (%v): no request could ever pass", c.cost, lim.Capacity())

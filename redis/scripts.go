@@ -62,8 +62,9 @@ func fits(r *sluice.Request, ch sluice.Charge) error {
 			r.Limit.Name(), sluice.ErrInvalidLimit, den, hi)
 	}
 	if p.Algorithm == sluice.FixedWindow {
-		// A reset time is up to ceil(capacity/rate)+1 periods ahead.
-		windows := (p.Capacity+p.WindowRate-1)/p.WindowRate + 1
+		// A reset time is up to ceil((capacity+max_reserved)/rate)+1
+		// periods ahead.
+		windows := (p.Capacity+res+p.WindowRate-1)/p.WindowRate + 1
 		if hi := float64(windows) * float64(p.Period); hi >= maxLuaScaled {
 			return fmt.Errorf("redis store: limit %q: %w: refilling the capacity takes %d periods of %dus, beyond the 2^52us the store's Lua computes exactly",
 				r.Limit.Name(), sluice.ErrInvalidLimit, windows, p.Period)
@@ -83,8 +84,8 @@ func appendGroup(args []string, n int, op, now string) []string {
 }
 
 // appendRequest writes one request's arguments (see lua/main.lua): the
-// limit, the cost, and extra ("" unless a token bucket reserves or a fixed
-// window hashes its offset from the key).
+// limit, the cost (with the debt it may leave when it reserves), and extra
+// ("" unless a fixed window hashes its offset from the key).
 func appendRequest(args []string, r *sluice.Request, ch sluice.Charge) []string {
 	return appendRequestExtra(args, r, ch, "")
 }
@@ -117,11 +118,12 @@ func appendRequestExtra(args []string, r *sluice.Request, ch sluice.Charge, extr
 		b = strconv.AppendInt(b, p.RateNum, 10)
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, p.RateDen, 10)
-		if ch.Reserve && extra == "" {
-			extra = strconv.FormatInt(ch.MaxReserved, 10)
-		}
 	}
-	return append(args, string(b), strconv.FormatInt(ch.Cost, 10), extra)
+	cost := strconv.FormatInt(ch.Cost, 10)
+	if ch.Reserve && p.Algorithm != sluice.SlidingLog {
+		cost += "r" + strconv.FormatInt(ch.MaxReserved, 10)
+	}
+	return append(args, string(b), cost, extra)
 }
 
 // outcome reads one request's reply.

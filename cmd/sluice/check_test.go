@@ -136,3 +136,29 @@ func TestCheckForwardAuth(t *testing.T) {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }
+
+// A rule that reserves without max_reserved is valid, and check says that
+// it reserves without bound.
+func TestCheckReservesWithoutBound(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "open.yaml")
+	cfg := `rules:
+  - name: bounded
+    algorithm_config: {rps: 10, burst: 20, reserve: true, max_reserved: 40}
+  - name: open
+    algorithm: fixed_window
+    algorithm_config: {rate: 10, period: 1m, reserve: true}
+`
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", file}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d; stderr %q", code, errb.String())
+	}
+	if want := "warning: " + file + ":6: rules[1].algorithm_config.reserve: reserves without bound (no max_reserved)"; !strings.HasPrefix(errb.String(), want) || strings.Count(errb.String(), "\n") != 1 {
+		t.Fatalf("stderr %q, want one line starting %q", errb.String(), want)
+	}
+	if out.String() != file+": ok (2 rules)\n" {
+		t.Fatalf("stdout %q", out.String())
+	}
+}

@@ -120,7 +120,9 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	if costGiven {
 		m.Request.Cost = *cost
 	}
-	if _, err := lim.Cost(m.Request.Cost); err != nil {
+	// The rule every store applies: a reservation may cost up to the
+	// capacity plus max_reserved.
+	if _, err := m.Request.Charge(sluice.OpTake); err != nil {
 		fmt.Fprintf(stderr, "sluice simulate: a cost of %v: %v\n", m.Request.Cost, err)
 		return 2
 	}
@@ -165,6 +167,9 @@ type simSeries struct {
 	// Reserve is set when admitted requests may wait their turn
 	// (reserve: true, or a leaky bucket).
 	Reserve bool `json:"reserve"`
+	// MaxReserved is how far into debt a reservation may go, in tokens:
+	// null when requests do not reserve, or reserve without bound.
+	MaxReserved *float64 `json:"max_reserved"`
 	// Shadow is set for a shadow-mode rule: the counts say what enforcing
 	// it would do.
 	Shadow bool `json:"shadow"`
@@ -181,7 +186,8 @@ type simStep struct {
 	Offered  int     `json:"offered"`
 	Admitted int     `json:"admitted"`
 	Rejected int     `json:"rejected"`
-	// Left is the whole tokens left after the step's last request.
+	// Left is the whole tokens left after the step's last request,
+	// rounded down: negative while reservations hold the bucket in debt.
 	Left int64 `json:"tokens_left"`
 	// Queued is the longest wait of a request admitted on reservation in
 	// the step: serve holds such a request that long before passing it on.
@@ -278,10 +284,13 @@ func simulate(m policy.Match, segs []segment, step time.Duration) (*simSeries, e
 		Start:  start, Step: seconds(step),
 		Steps: make([]simStep, int((total+step-1)/step)),
 	}
+	if series.Reserve && (lim.Spec().MaxReserved > 0 || lim.Algorithm() == sluice.LeakyBucket) {
+		mr := sluice.FromMicroTokens(lim.Params().MaxReserved)
+		series.MaxReserved = &mr
+	}
 	rows := series.Steps
-	// Before any request the bucket is full.
-	full, err := decide(sluice.OpPeek)
-	if err != nil {
+	// A request the limit can never admit is an error before any is made.
+	if _, err := decide(sluice.OpPeek); err != nil {
 		return nil, err
 	}
 	seen := make([]bool, len(rows))
@@ -306,12 +315,13 @@ func simulate(m policy.Match, segs []segment, step time.Duration) (*simSeries, e
 			} else {
 				r.Rejected++
 			}
-			r.Left, seen[i] = d.Remaining, true
+			r.Left, seen[i] = wholeTokens(d.Tokens), true
 		}
 		at += s.d
 	}
-	// A step without requests shows the tokens as the last request left them.
-	remaining := full.Remaining
+	// A step without requests shows the tokens as the last request left
+	// them; before any request the bucket is full.
+	remaining := wholeTokens(lim.Capacity())
 	for i := range rows {
 		rows[i].From = seconds(time.Duration(i) * step)
 		if !seen[i] {
@@ -320,6 +330,13 @@ func simulate(m policy.Match, segs []segment, step time.Duration) (*simSeries, e
 		remaining = rows[i].Left
 	}
 	return series, nil
+}
+
+// wholeTokens rounds an exact token count down to whole tokens: 2.5 is 2,
+// and a debt of 0.5 is -1, so that a bucket in debt never reads as empty.
+func wholeTokens(tokens float64) int64 {
+	// The tokens are whole micro-tokens: round away the float's error first.
+	return int64(math.Floor(math.Round(tokens*sluice.TokenScale) / sluice.TokenScale))
 }
 
 // totals sums the steps; Queued is the longest wait of all.
@@ -355,7 +372,11 @@ func printSimulation(w io.Writer, s *simSeries) {
 	}
 	fmt.Fprintf(w, "each request asks %s; one line per %v\n", tokens(s.Cost), shortDuration(step))
 	if s.Reserve {
-		fmt.Fprintln(w, "requests reserve: one admitted while the bucket is short waits its turn; queued is the longest wait")
+		bound := "without bound"
+		if s.MaxReserved != nil {
+			bound = "up to " + tokens(*s.MaxReserved) + " in debt"
+		}
+		fmt.Fprintf(w, "requests reserve, %s: one admitted while the bucket is short waits its turn; tokens left is negative while in debt; queued is the longest wait\n", bound)
 	}
 	fmt.Fprintf(w, "\n%8s %9s %9s %9s %12s %7s  # admitted . rejected (full bar: %d requests)\n", "from", "offered", "admitted", "rejected", "tokens left", "queued", most)
 	for _, r := range s.Steps {

@@ -156,16 +156,18 @@ func TestSimulateReferenceFile(t *testing.T) {
 // later, finds -19 and is admitted (k = 60, 62, ... 78: 10). Per second:
 // 20 (longest wait k = 19: 0.05s), 20 (k = 39: 1.05s), 19 and 1 (k = 58:
 // 2s), 10 and 10 (2s): 69 of 80. Without the reservation the bucket
-// would admit 19 + 10 + 10 + 10 = 49.
+// would admit 19 + 10 + 10 + 10 = 49. Tokens left shows the debt, rounded
+// down: after k = 19, 9 - 9.5 = -0.5 (-1); after k = 39, -10.5 (-11);
+// k = 59 and k = 79 are rejected and find -19.5 (-20).
 func TestSimulateReservation(t *testing.T) {
 	rows, out := simulateRows(t, "--config", "../../examples/api.yaml", "--limit", "batch", "--pattern", "20/s for 4s")
 	wantRows(t, rows, out,
-		"0s 20 20 0 0 50ms",
-		"1s 20 20 0 0 1.05s",
-		"2s 20 19 1 0 2s",
-		"3s 20 10 10 0 2s",
+		"0s 20 20 0 -1 50ms",
+		"1s 20 20 0 -11 1.05s",
+		"2s 20 19 1 -20 2s",
+		"3s 20 10 10 -20 2s",
 	)
-	if !strings.Contains(out, "requests reserve") || !strings.Contains(out, "total: 80 offered, 69 admitted (86.2%), 11 rejected; the longest queued 2s") {
+	if !strings.Contains(out, "requests reserve, up to 20 tokens in debt") || !strings.Contains(out, "total: 80 offered, 69 admitted (86.2%), 11 rejected; the longest queued 2s") {
 		t.Fatalf("summary:\n%s", out)
 	}
 }
@@ -176,11 +178,56 @@ func TestSimulateReservation(t *testing.T) {
 // webhooks in examples/api.yaml: one slot per 100ms, a wait of at most
 // 1s. Request k comes at k*50ms and gets the slot at k*100ms, a wait of
 // k*50ms: k = 0..20 are admitted (the 20th waits 1s), then one of every
-// two (the other would wait 1.05s): 20 + 10 of 40.
+// two (the other would wait 1.05s): 20 + 10 of 40. The bucket of 1 has
+// received 0.5k tokens by request k: after k = 19 it holds 1 + 9.5 - 20 =
+// -9.5 (-10 whole); k = 39 is rejected and finds 1 + 19.5 - 30 = -9.5.
 func TestSimulateLeakyBucket(t *testing.T) {
 	rows, out := simulateRows(t, "--config", "../../examples/api.yaml", "--limit", "webhooks", "--pattern", "20/s for 2s")
-	wantRows(t, rows, out, "0s 20 20 0 0 950ms", "1s 20 10 10 0 1s")
+	wantRows(t, rows, out, "0s 20 20 0 -10 950ms", "1s 20 10 10 -10 1s")
 	if !strings.Contains(out, "limit webhooks: leaky bucket of 1, draining 10/s") {
+		t.Fatalf("summary:\n%s", out)
+	}
+}
+
+// A rule that reserves without max_reserved admits every request and
+// tells each its turn.
+//
+// A bucket of 2 refilled at 1/s; request k comes at k/4 s, when 0.25k has
+// arrived, and leaves 2 + 0.25k - (k+1) = 1 - 0.75k, its turn that many
+// seconds of debt later: k = 3 leaves -1.25 (turn in 1.25s), k = 7 leaves
+// -4.25 (4.25s). All 8 are admitted.
+func TestSimulateReservationWithoutBound(t *testing.T) {
+	cfg := writeConfig(t, "rules:\n  - name: open\n    algorithm_config: {rps: 1, burst: 2, reserve: true}\n")
+	rows, out := simulateRows(t, "--config", cfg, "--pattern", "4/s for 2s")
+	wantRows(t, rows, out, "0s 4 4 0 -2 1.25s", "1s 4 4 0 -5 4.25s")
+	if !strings.Contains(out, "requests reserve, without bound") || !strings.Contains(out, "8 admitted (100.0%), 0 rejected; the longest queued 4.25s") {
+		t.Fatalf("summary:\n%s", out)
+	}
+}
+
+// A fixed window reserves: a cost above its capacity goes into debt that
+// the next window pays, and max_reserved bounds it.
+//
+// 10 a minute from the hour, reserve up to 10 in debt, 16 tokens a
+// minute. At 0: 10 - 16 = -6, paid by the window at 1m (a wait of 1m). At
+// 1m: -6 + 10 = 4, and 16 would leave 12 in debt: rejected, until the
+// window at 2m. At 2m: 4 + 10 = 14, capped at 10, and 16 leaves -6 again.
+func TestSimulateFixedWindowReservation(t *testing.T) {
+	cfg := writeConfig(t, "rules:\n  - name: fw\n    algorithm: fixed_window\n    algorithm_config: {rate: 10, period: 1m, start: 0s, reserve: true, max_reserved: 10}\n")
+	rows, out := simulateRows(t, "--config", cfg, "--pattern", "1/m for 3m", "--step", "1m", "--cost", "16")
+	wantRows(t, rows, out, "0s 1 1 0 -6 1m", "1m 1 0 1 4 -", "2m 1 1 0 -6 1m")
+	if !strings.Contains(out, "requests reserve, up to 10 tokens in debt") {
+		t.Fatalf("summary:\n%s", out)
+	}
+}
+
+// A bucket of capacity 0 spaces requests exactly 1/rate apart: request k
+// at k*50ms leaves -(0.5k + 1) and its turn is at 100ms*(k+1).
+func TestSimulateCapacityZero(t *testing.T) {
+	cfg := writeConfig(t, "rules:\n  - name: spaced\n    algorithm_config: {rate: 10, period: 1s, capacity: 0, reserve: true, max_reserved: 100}\n")
+	rows, out := simulateRows(t, "--config", cfg, "--pattern", "20/s for 1s")
+	wantRows(t, rows, out, "0s 20 20 0 -11 1.05s")
+	if !strings.Contains(out, "token bucket of 0, refilling 10/s") {
 		t.Fatalf("summary:\n%s", out)
 	}
 }

@@ -12,15 +12,39 @@ import math
 from fractions import Fraction as F
 
 S = 1_000_000  # microseconds per second; also micro-tokens per token
+EXACT, WIDE = 2**52, 2**62  # the range every store counts exactly; Go's
 
 
 def ceil(x):
     return math.ceil(x)
 
 
+def tb_debt_bound(cap, r):
+    """The most debt (micro-tokens) a token bucket's reservation may run up
+    with max_reserved unset: (capacity + debt) * den stays below 2^52, or
+    below 2^62 for a bucket already beyond 2^52 without debt."""
+    den = r.denominator
+    hi = EXACT if cap * den < EXACT else WIDE
+    return max(0, (hi - 1) // den - cap)
+
+
+def fw_debt_bound(cap, rate, period):
+    """The same for a fixed window: capacity + debt stays below 2^52, and
+    so does the wait to pay it, (ceil((capacity + debt)/rate) + 1) periods."""
+    def most(hi):
+        windows = (hi - 1) // period - 1
+        return 0 if windows <= 0 else min(hi - 1, windows * rate)
+    m = most(EXACT)
+    if cap > m:
+        m = most(WIDE)
+    return max(0, m - cap)
+
+
 class TokenBucket:
     def __init__(self, rate_per_us, cap, max_res):
-        self.r, self.cap, self.max_res = rate_per_us, cap, max_res
+        self.r, self.cap = rate_per_us, cap
+        self.bound = tb_debt_bound(cap, rate_per_us)
+        self.max_res = self.bound if max_res is None else min(max_res, self.bound)
         self.state = None
 
     def step(self, now, cost, reserve, max_res, take):
@@ -32,7 +56,7 @@ class TokenBucket:
                 tokens = min(F(self.cap), tokens + (now - stamp) * self.r)
                 stamp = now
         lag = stamp - now
-        mr = self.max_res if max_res is None else max_res
+        mr = self.max_res if max_res is None else min(max_res, self.bound)
         out = dict(allowed=False, retry_after_us=0)
         if tokens >= cost:
             out["allowed"] = True
@@ -69,8 +93,10 @@ TokenBucket.refund = tb_refund
 
 
 class FixedWindow:
-    def __init__(self, rate, period, cap, offset, key):
+    def __init__(self, rate, period, cap, offset, key, max_res):
         self.rate, self.p, self.cap = rate, period, cap
+        self.bound = fw_debt_bound(cap, rate, period)
+        self.max_res = self.bound if max_res is None else min(max_res, self.bound)
         if offset is None:
             offset = int(hashlib.sha1(key.encode()).hexdigest()[:12], 16) % period
         self.offset = offset
@@ -85,12 +111,20 @@ class FixedWindow:
                 k = (now - start) // self.p
                 start += k * self.p
                 tokens = min(self.cap, tokens + k * self.rate)
+        mr = self.max_res if max_res is None else min(max_res, self.bound)
         out = dict(allowed=False, retry_after_us=0)
         if tokens >= cost:
             out["allowed"] = True
             tokens -= cost
+        elif reserve and cost - tokens <= mr:
+            # Taken on credit: later windows pay the debt; the turn is
+            # the boundary at which it is paid.
+            out["allowed"] = True
+            tokens -= cost
+            out["retry_after_us"] = start + ceil(F(-tokens, self.rate)) * self.p - now
         else:
-            out["retry_after_us"] = start + ceil(F(cost - tokens, self.rate)) * self.p - now
+            need = cost - (mr if reserve else 0)
+            out["retry_after_us"] = start + ceil(F(need - tokens, self.rate)) * self.p - now
         out["reset_after_us"] = start + ceil(F(self.cap - tokens, self.rate)) * self.p - now if tokens < self.cap else 0
         out["tokens"] = tokens
         if take and out["allowed"]:
@@ -118,6 +152,7 @@ FixedWindow.refund = fw_refund
 class SlidingLog:
     def __init__(self, period, cap):
         self.p, self.cap, self.log = period, cap, []
+        self.max_res = 0
 
     def step(self, now, cost, reserve, max_res, take):
         eff = max([now] + [s for s, _ in self.log])
@@ -172,15 +207,17 @@ def engine(limit, key):
         rate, period = F(str(limit["rate"])), limit.get("period_us", S)
         cap = F(str(limit.get("capacity", limit["rate"] if alg != "leaky_bucket" else 1)))
     cap_u, rate_u = int(cap * S), int(rate * S)
+    # max_reserved unset (or 0) reserves without bound: up to the range
+    # every store counts exactly (the engines' debt bound).
+    mr = limit.get("max_reserved")
+    mr = None if not mr else int(F(str(mr)) * S)
     if alg in ("token_bucket", "leaky_bucket"):
         r = F(rate_u, period)
         if alg == "leaky_bucket":
             mr = math.floor(limit.get("max_delay_us", S) * r)
-        else:
-            mr = int(F(str(limit.get("max_reserved", 0))) * S)
         return TokenBucket(r, cap_u, mr)
     if alg == "fixed_window":
-        return FixedWindow(rate_u, period, cap_u, limit.get("start_us"), key)
+        return FixedWindow(rate_u, period, cap_u, limit.get("start_us"), key, mr)
     return SlidingLog(period, cap_u)
 
 
@@ -193,17 +230,24 @@ def run(case):
             eng = engine(case["limit"], case["key"])
             steps.append(dict(st))
             continue
+        cost = int(F(str(st.get("cost", 1))) * S)
+        reserve = st.get("reserve", False) or case["limit"]["algorithm"] == "leaky_bucket" or case["limit"].get("reserve", False)
+        mr = st.get("max_reserved")
+        mr = None if mr is None else int(F(str(mr)) * S)
+        if op != "refund":
+            # The most one request can ever be charged: the capacity, plus
+            # the debt it may leave when it reserves. Above it: an error.
+            most = eng.cap + ((eng.max_res if mr is None else min(mr, eng.bound)) if reserve else 0)
+            never = cost > most
+            if never != ("want_error" in st):
+                raise SystemExit(f"{case['name']}: step {st}: cost {cost} vs most {most}: want_error is {'missing' if never else 'wrong'}")
         if "want_error" in st:
             steps.append(dict(st))
             continue
-        cost = int(F(str(st.get("cost", 1))) * S)
-        reserve = st.get("reserve", False) or case["limit"]["algorithm"] == "leaky_bucket"
-        mr = st.get("max_reserved")
-        mr = None if mr is None else int(F(str(mr)) * S)
         if op == "refund":
-            # A refund gives back at most the capacity, the most one
-            # request can be charged.
-            out = eng.refund(st["t_us"], min(cost, eng.cap))
+            # A refund gives back at most the most one request can be
+            # charged: the capacity plus the limit's debt bound.
+            out = eng.refund(st["t_us"], min(cost, eng.cap + eng.max_res))
         else:
             out = eng.step(st["t_us"], cost, reserve, mr, op == "take")
         cap = eng.cap
@@ -313,10 +357,11 @@ cases.append(dict(name="sl_refund", key="k",
                   steps=[at(0, op="refund"), at(0), at(100_000, cost=2), at(150_000), at(200_000, op="refund"), at(300_000),
                          at(400_000), at(450_000, op="refund", cost=2.5), at(500_000, cost=2.5), at(1_200_000, op="refund", cost=3), at(1_200_000, cost=3)]))
 
-# A refund above the capacity is a refund of the capacity: a bucket that
-# is not in debt is full again, and one in debt gets the capacity back.
+# A refund above what one request can be charged (the capacity plus the
+# debt a reservation may leave) is a refund of that: a bucket that is not
+# in debt is full again, and one in debt is paid back, up to full.
 cases.append(dict(name="tb_refund_above_capacity", key="k",
-                  note="burst 10: refunds of 25 and of 1e12 tokens (beyond what a store can count) refill to 10; from 4 tokens of debt, a refund of 11 gives back 10",
+                  note="burst 10, max_reserved 5: refunds of 25 and of 1e12 tokens (beyond what a store can count) refill to 10; from 4 tokens of debt, a refund of 11 (one request can be charged up to 15) gives back 11",
                   limit=dict(algorithm="token_bucket", tokens_per_second=1, burst=10, max_reserved=5),
                   steps=[at(0, cost=8), at(0, op="refund", cost=25), at(0, op="peek", cost=10), at(0, cost=10), at(0, op="refund", cost=1e12),
                          at(0, cost=10), at(0, cost=4, reserve=True), at(0, op="refund", cost=11), at(100_000, op="peek")]))
@@ -327,8 +372,88 @@ cases.append(dict(name="sl_refund_above_capacity", key="k",
                   limit=dict(algorithm="sliding_log", rate=3, period_us=S),
                   steps=[at(0), at(100_000, cost=2), at(200_000, op="refund", cost=10), at(200_000, cost=3), at(300_000, op="refund", cost=1e12), at(300_000, op="peek", cost=3)]))
 cases.append(dict(name="lb_refund_above_capacity", key="k",
-                  note="capacity 1: two requests leave one slot of debt; a refund of 5 gives back 1, clearing the debt",
+                  note="capacity 1, max_delay 0.5s (5 slots of debt): two requests leave one slot of debt; a refund of 5 gives back 2, clearing the debt and filling the bucket",
                   limit=dict(algorithm="leaky_bucket", rate=10, period_us=S, max_delay_us=500_000),
                   steps=[at(0), at(0), at(0, op="refund", cost=5), at(0, op="peek"), at(0, op="refund", cost=5), at(0, op="peek")]))
+
+# Reservations as seed 003 (Convex) defines them, with its worked numbers
+# and its component tests (get-convex/rate-limiter, src/component/
+# lib.test.ts: "retryAfter is accurate", "retryAfter for reserved is
+# accurate", "reserved without max", "reserved with max", "consume too
+# much reserved"). max_reserved unset reserves without bound.
+M = 60 * S
+cases.append(dict(name="tb_convex_take_after_6s", key="k",
+                  note="10/min, capacity 10: take 5; 6 s later 1 more has arrived: take 6 leaves 0; take 10 waits a minute",
+                  limit=dict(algorithm="token_bucket", rate=10, period_us=M),
+                  steps=[at(0, cost=5), at(6 * S, cost=6), at(6 * S, cost=10)]))
+cases.append(dict(name="tb_convex_reserve_above_capacity", key="k",
+                  note="10/min, capacity 10: take 5; 6 s later reserve 16 (above the capacity): value -10, turn in a minute; 30 s later reserve 5: -10 again, a minute",
+                  limit=dict(algorithm="token_bucket", rate=10, period_us=M),
+                  steps=[at(0, cost=5), at(6 * S, cost=16, reserve=True), at(6 * S, op="peek"),
+                         at(36 * S, cost=5, reserve=True), at(96 * S, op="peek")]))
+cases.append(dict(name="fw_convex_take_next_window", key="k",
+                  note="10/min windows from 0: take 5; in the next window take 6 leaves 4; take 10 waits for the window after",
+                  limit=dict(algorithm="fixed_window", rate=10, period_us=M, start_us=0),
+                  steps=[at(0, cost=5), at(M, cost=6), at(M, cost=10)]))
+cases.append(dict(name="fw_convex_reserve_carries", key="k",
+                  note="10/min windows from 0: take 5; next window reserve 16: -6, turn in a minute; 30 s later reserve 5: -11, turn in 90 s; the windows after pay the debt first",
+                  limit=dict(algorithm="fixed_window", rate=10, period_us=M, start_us=0),
+                  steps=[at(0, cost=5), at(M, cost=16, reserve=True), at(M + 30 * S, cost=5, reserve=True),
+                         at(2 * M, op="peek"), at(2 * M, op="peek", cost=1, reserve=True), at(3 * M, op="peek"), at(3 * M, cost=9)]))
+for alg in ("token_bucket", "fixed_window"):
+    short = alg[0] + alg.split("_")[1][0]
+    start = dict(start_us=0) if alg == "fixed_window" else {}
+    cases.append(dict(name=f"{short}_convex_reserved_without_max", key="k",
+                      note="1/hour, no max_reserved: reserving 100 is admitted with a turn 99 hours ahead; a plain take then waits longer",
+                      limit=dict(algorithm=alg, rate=1, period_us=3600 * S, **start),
+                      steps=[at(0, op="peek"), at(0, cost=100, reserve=True), at(0, op="peek"), at(0, op="peek", cost=1, reserve=True)]))
+    cases.append(dict(name=f"{short}_convex_reserved_with_max", key="k",
+                      note="1/hour, max_reserved 1: 2 may be reserved (1 in debt), then nothing more until the debt is paid",
+                      limit=dict(algorithm=alg, rate=1, period_us=3600 * S, max_reserved=1, **start),
+                      steps=[at(0, op="peek", cost=2, reserve=True), at(0, cost=2, reserve=True), at(0, op="peek"),
+                             at(0, cost=1, reserve=True), at(3600 * S, cost=1, reserve=True)]))
+    cases.append(dict(name=f"{short}_convex_consume_too_much_reserved", key="k",
+                      note="1/s, max_reserved 2: a reservation of 4 exceeds 3 and can never succeed; 3 can; a plain take of 2 exceeds 1",
+                      limit=dict(algorithm=alg, rate=1, period_us=S, max_reserved=2, **start),
+                      steps=[at(0, cost=4, reserve=True, want_error="cost_exceeds_limit"), at(0, cost=2, want_error="cost_exceeds_limit"),
+                             at(0, op="peek", cost=4, reserve=True, want_error="cost_exceeds_limit"),
+                             at(0, cost=3, reserve=True), at(0, cost=0.5, reserve=True), at(2 * S, cost=2, reserve=True)]))
+for lim in (dict(algorithm="token_bucket", rate=10, period_us=M), dict(algorithm="fixed_window", rate=10, period_us=M, start_us=0)):
+    short = "tb" if lim["algorithm"] == "token_bucket" else "fw"
+    cases.append(dict(name=f"{short}_refund_reservation_above_capacity", key="k",
+                      note="10/min, capacity 10: a reservation of 16 given back restores the 16, not only the capacity; a larger refund fills the bucket",
+                      limit=lim,
+                      steps=[at(0, cost=5), at(6 * S, cost=16, reserve=True), at(6 * S, op="refund", cost=16), at(6 * S, op="peek"),
+                             at(6 * S, cost=16, reserve=True), at(6 * S, op="refund", cost=1e12), at(6 * S, op="peek", cost=10)]))
+
+# Capacity 0 with reserve: nothing is ever held, every request waits its
+# turn, exactly cost/rate after the one before (seed 003's perfect spacing).
+cases.append(dict(name="tb_capacity_zero_spacing", key="k",
+                  note="10/s, capacity 0, every request reserves: turns at 100, 200, 300 ms; one at 250 ms gets 400 ms; a cost of 2 at 1 s waits 200 ms",
+                  limit=dict(algorithm="token_bucket", rate=10, period_us=S, capacity=0, reserve=True),
+                  steps=[at(0, op="peek"), at(0), at(0), at(0), at(250_000), at(S, cost=2), at(S, op="refund", cost=1), at(S, op="peek")]))
+cases.append(dict(name="fw_capacity_zero_spacing", key="k",
+                  note="10/min windows, capacity 0, every request reserves: each waits for the window whose tokens pay it",
+                  limit=dict(algorithm="fixed_window", rate=10, period_us=M, capacity=0, reserve=True, start_us=0),
+                  steps=[at(0), at(0, cost=10), at(M), at(3 * M, op="peek")]))
+
+# max_reserved unset is bounded only by what every store counts exactly:
+# (capacity + debt) * den < 2^52. A rate of 1 per 999999999 us has
+# den = 999999999, so a bucket of 1 may go 3.503599 tokens into debt.
+cases.append(dict(name="tb_unbounded_reserve_range", key="k",
+                  note="1 per 999999999us, capacity 1, no max_reserved: the debt may reach 3.503599 tokens ((1+3.503599)e6 * 999999999 < 2^52); one micro-token more never can",
+                  limit=dict(algorithm="token_bucket", rate=1, period_us=999_999_999, capacity=1),
+                  steps=[at(0, cost=4.5036, reserve=True, want_error="cost_exceeds_limit"), at(0, cost=4.503599, reserve=True),
+                         at(0, op="peek", cost=0.000001, reserve=True), at(0, op="refund", cost=1e12), at(0, cost=4.503599, reserve=True, max_reserved=1e6)]))
+cases.append(dict(name="tb_unbounded_reserve_range_at_2p52", key="k",
+                  note="1e9/s, burst 1e9 (den 1): the debt may reach 2^52 - 1 - 1e15 micro-tokens = 3503599627.370495 tokens, the edge of what Lua's doubles hold exactly",
+                  limit=dict(algorithm="token_bucket", tokens_per_second=1e9, burst=1e9),
+                  steps=[at(0, cost=5e9, reserve=True, want_error="cost_exceeds_limit"), at(0, cost=3e9, reserve=True), at(0, cost=1.5e9, reserve=True),
+                         at(0, op="peek", cost=3599627.370496, reserve=True), at(0, cost=3599627.370495, reserve=True),
+                         at(0, op="peek", cost=0.000001, reserve=True), at(1, op="peek", cost=0.001, reserve=True), at(S, op="refund", cost=1e12)]))
+cases.append(dict(name="fw_unbounded_reserve_range", key="k",
+                  note="1 per 2^50us window, capacity 1, no max_reserved: paying a debt must end within 2^52us, so 1 token of debt at most",
+                  limit=dict(algorithm="fixed_window", rate=1, period_us=2**50, capacity=1, start_us=0),
+                  steps=[at(0, cost=2.000001, reserve=True, want_error="cost_exceeds_limit"), at(0, cost=2, reserve=True), at(0, op="peek", cost=0.5, reserve=True)]))
 
 print(json.dumps({"cases": [run(c) for c in cases]}, indent=1))

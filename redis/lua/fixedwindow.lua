@@ -1,5 +1,6 @@
 -- Fixed window with rollover: sluice.TakeFixedWindow, line for line.
--- State: micro-tokens left and the start of the window they count in.
+-- State: micro-tokens left and the start of the window they count in, the
+-- table {tokens, start}: sluice.State's Tokens and Stamp.
 
 local function fw_load(raw)
   if not raw or #raw ~= 16 then return nil end
@@ -31,7 +32,9 @@ local function fw_roll(st, now, cap, wrate, period)
   return tokens, start
 end
 
-local function fw_take(st, now, cost, cap, wrate, period, offset, hkey)
+-- A reservation (reserve) whose debt, cost - tokens, is at most maxres is
+-- admitted: tokens go negative and retry is the boundary that pays them.
+local function fw_take(st, now, cost, reserve, maxres, cap, wrate, period, offset, hkey)
   local tokens, start
   if st then
     tokens, start = fw_roll(st, now, cap, wrate, period)
@@ -43,22 +46,27 @@ local function fw_take(st, now, cost, cap, wrate, period, offset, hkey)
   if tokens >= cost then
     allowed = 1
     tokens = tokens - cost
+  elseif reserve and cost - tokens <= maxres then
+    allowed = 1
+    tokens = tokens - cost
+    retry = start + cdiv(-tokens, wrate) * period - now
   else
-    retry = start + cdiv(cost - tokens, wrate) * period - now
+    local need = cost
+    if reserve then need = need - maxres end
+    retry = start + cdiv(need - tokens, wrate) * period - now
   end
   if tokens < cap then reset = start + cdiv(cap - tokens, wrate) * period - now end
   return allowed, {tokens, start}, tokens, retry, reset
 end
 
 -- sluice.RefundFixedWindow: roll the window forward as a take would, then
--- give cost back, capped at the capacity. An absent key is full and stays
--- absent (nil state). Returns the state, tokens and reset_after.
+-- give cost back (debt first), capped at the capacity. An absent key is
+-- full and stays absent (nil state). Returns the state, tokens and
+-- reset_after.
 local function fw_refund(st, now, cost, cap, wrate, period)
   if not st then return nil, cap, 0 end
   local tokens, start = fw_roll(st, now, cap, wrate, period)
-  if cost > cap then cost = cap end
-  tokens = tokens + cost
-  if tokens > cap then tokens = cap end
+  if cost >= cap - tokens then tokens = cap else tokens = tokens + cost end
   local reset = 0
   if tokens < cap then reset = start + cdiv(cap - tokens, wrate) * period - now end
   return {tokens, start}, tokens, reset

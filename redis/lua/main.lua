@@ -10,8 +10,9 @@
 --   limit        "tb capacity rate_num rate_den"
 --                "fw capacity window_rate period offset" (offset -1: hashed)
 --                "sl capacity period"
---   cost         micro-tokens
---   extra        tb: max_reserved when the request reserves, else ""
+--   cost         micro-tokens; a reservation (tb, fw) appends "r" and the
+--                debt it may leave in micro-tokens: "16000000r4000000"
+--   extra        tb: ""
 --                fw: the request key when the offset is hashed, else ""
 --                sl: when a Cluster TakeAll is rolled back, the stamp the
 --                take gave the entry to remove; "" for a plain refund,
@@ -70,8 +71,10 @@ local lims, hdrs = {}, {}
 local function limit(d)
   local l = lims[d]
   if l then return l end
-  local alg, a, b, c, e = string.match(d, '^(%a+) (%-?%d+) (%-?%d+) ?(%-?%d*) ?(%-?%d*)$')
-  l = {alg, tonumber(a), tonumber(b), tonumber(c), tonumber(e)}
+  -- the numbers after the capacity: tb rate_num rate_den; fw window_rate
+  -- period offset; sl period
+  local alg, cap, n1, n2, n3 = string.match(d, '^(%a+) (%-?%d+) (%-?%d+) ?(%-?%d*) ?(%-?%d*)$')
+  l = {alg, tonumber(cap), tonumber(n1), tonumber(n2), tonumber(n3)}
   lims[d] = l
   return l
 end
@@ -125,8 +128,13 @@ end
 -- state to keep, tokens, retry_after, reset_after, aux, alg and den.
 local function eval(key, op, now, prev)
   local l = limit(ARGV[ai])
-  local cost, extra = tonumber(ARGV[ai + 1]), ARGV[ai + 2]
+  local carg, extra = ARGV[ai + 1], ARGV[ai + 2]
   ai = ai + 3
+  local cost, reserve, maxres = tonumber(carg), false, 0
+  if not cost then
+    local c, m = string.match(carg, '^(%d+)r(%d+)$')
+    cost, reserve, maxres = tonumber(c), true, tonumber(m)
+  end
   local alg, cap = l[1], l[2]
   if alg == 'tb' then
     local num, den = l[3], l[4]
@@ -135,8 +143,6 @@ local function eval(key, op, now, prev)
       local nst, tokens, reset = tb_refund(st, now, cost, cap, num, den)
       return 1, nst, tokens, 0, reset, 0, alg, den
     end
-    local reserve, maxres = extra ~= '', 0
-    if reserve then maxres = tonumber(extra) end
     local allowed, nst, tokens, retry, reset = tb_take(st, now, cost, reserve, maxres, cap, num, den)
     return allowed, nst, tokens, retry, reset, 0, alg, den
   elseif alg == 'fw' then
@@ -146,7 +152,7 @@ local function eval(key, op, now, prev)
       local nst, tokens, reset = fw_refund(st, now, cost, cap, wrate, period)
       return 1, nst, tokens, 0, reset, 0, alg, 0
     end
-    local allowed, nst, tokens, retry, reset = fw_take(st, now, cost, cap, wrate, period, l[5], extra)
+    local allowed, nst, tokens, retry, reset = fw_take(st, now, cost, reserve, maxres, cap, wrate, period, l[5], extra)
     return allowed, nst, tokens, retry, reset, 0, alg, 0
   end
   local period = l[3]

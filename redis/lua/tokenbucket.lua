@@ -1,7 +1,8 @@
 -- Token (and leaky) bucket: sluice.TakeTokenBucket, line for line.
 -- State: tokens in units of 1/(1e6*den) token, the stamp refill is
 -- counted to, and den (a state written under another rate denominator
--- means nothing and counts as absent).
+-- means nothing and counts as absent). In the scripts a state is the table
+-- {tokens, stamp}: sluice.State's Tokens and Stamp.
 
 local function tb_load(raw, den)
   if not raw or #raw ~= 24 then return nil end
@@ -70,8 +71,8 @@ local function tb_refund(st, now, cost, cap, num, den)
     end
     stamp = now
   end
-  -- tokens >= -max_reserved*den and cost <= capacity: the sum stays
-  -- below 2^53 (see maxLuaScaled)
+  -- tokens >= -max_reserved*den and cost <= capacity + max_reserved
+  -- (sluice.Request.Charge): the sum stays below 2^53 (see maxLuaScaled)
   tokens = tokens + cost * den
   if tokens > full then tokens = full end
   local reset = 0

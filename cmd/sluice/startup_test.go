@@ -201,6 +201,35 @@ rules:
 	}
 }
 
+// PostgreSQL's pool connects on demand, so only migrations need the
+// server at start: with sluice_migrate=true and no server, serve starts
+// as it does without Redis, and retries the opening (migrations included).
+func TestServeStartsWithoutPostgres(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := writePolicy(t, `
+store: {url: "postgres://sluice@`+addr+`/sluice?sslmode=disable&sluice_migrate=true"}
+rules:
+  - name: open
+    algorithm_config: {rate: 1, period: 1h, capacity: 1}
+    on_store_error: allow
+`)
+	l, logs := startServe(t, "--config", cfg)
+	if !strings.Contains(logs.String(), "the store did not answer at start") {
+		t.Errorf("the degraded start is not logged:\n%s", logs.String())
+	}
+	if code := readyz(t, l.API); code != 503 {
+		t.Errorf("/readyz %d while the store is down, want 503", code)
+	}
+	if d := take(t, l.API, `{"rule":"open","key":"k"}`); d["allowed"] != true || d["store_error"] != true {
+		t.Fatalf("open rule, store down: %v", d)
+	}
+}
+
 func readyz(t *testing.T, addr string) int {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/readyz")

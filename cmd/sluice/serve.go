@@ -38,11 +38,10 @@ func init() {
 type server struct {
 	// Gate holds the policy in force (Gate.Policy, replaced on reload) and
 	// decides requests (Gate.Check).
-	Gate     *httpgate.Gate
-	Limiter  *sluice.Limiter
-	Metrics  *metrics.Metrics
-	Registry *prometheus.Registry
-	Logger   *slog.Logger
+	Gate    *httpgate.Gate
+	Limiter *sluice.Limiter
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
 }
 
 // reloadPoll is how often serve checks the config file for changes.
@@ -220,7 +219,7 @@ func newServer(p *policy.Policy, rs runSettings, store sluice.Store, reg *promet
 	}
 	limits := rs.Server.WithDefaults()
 	gate := httpgate.New(p, lim, httpgate.Options{Metrics: m, Audit: audit, Logger: log, Delay: reserveDelay(limits.WriteTimeout)})
-	return &server{Gate: gate, Limiter: lim, Metrics: m, Registry: reg, Logger: log}, closeAudit, nil
+	return &server{Gate: gate, Limiter: lim, Metrics: m, Logger: log}, closeAudit, nil
 }
 
 // startHTTP serves the HTTP listeners of lns (bound by bind): forward

@@ -79,7 +79,11 @@
 // ParseReferenceConfig reads the reference server's YAML (IsReferenceConfig
 // tells it from sluice's own format) into a policy whose Envoy field is
 // the file's *Reference, and a Server given that policy enforces it with
-// the semantics that file promises:
+// the semantics that file promises. Such a file has no settings: as with
+// the reference server, its environment names the store (REDIS_URL,
+// REDIS_AUTH) and the gRPC address (GRPC_HOST, GRPC_PORT), read by
+// ReferenceEnv. Parser is the parse function for a file in either format
+// (a policy.File's Parse), with those variables applied:
 //
 //   - domain: descriptors apply only to calls with that domain. Several
 //     YAML documents in one file configure several domains.

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -69,6 +71,54 @@ func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) 
 	pol := policy.NameOnly(filename, policy.Default().Settings, named)
 	pol.Envoy = cfg
 	return pol, nil
+}
+
+// Parser returns the parse function of a policy file in either format
+// (for policy.File's Parse, sluice check and simulate): sluice's own goes
+// to policy.Parse; the reference server's to ParseReferenceConfig, with
+// the store and the gRPC address that the reference server's environment
+// variables name, read through getenv (see ReferenceEnv). So an existing
+// deployment switches by pointing Envoy at sluice.
+func Parser(getenv func(string) string) func(name string, data []byte) (*policy.Policy, error) {
+	return func(name string, data []byte) (*policy.Policy, error) {
+		if !IsReferenceConfig(data) {
+			return policy.Parse(name, data)
+		}
+		p, err := ParseReferenceConfig(name, data)
+		if err != nil {
+			return nil, err
+		}
+		storeURL, grpcAddr := ReferenceEnv(getenv)
+		if storeURL != "" {
+			p.Settings.StoreURL = storeURL
+		}
+		if grpcAddr != "" {
+			p.Settings.GRPCListen = grpcAddr
+			p.Settings.GRPCListenDerived = false
+		}
+		return p, nil
+	}
+}
+
+// ReferenceEnv reads the reference server's environment variables that
+// sluice honours for a reference-format file: REDIS_URL ("host:port", with
+// REDIS_AUTH as its password, or a whole URL) as the store URL, and
+// GRPC_HOST and GRPC_PORT as the gRPC address. Each is "" when its
+// variables are unset.
+func ReferenceEnv(getenv func(string) string) (storeURL, grpcAddr string) {
+	if u := getenv("REDIS_URL"); u != "" {
+		if !strings.Contains(u, "://") {
+			if auth := getenv("REDIS_AUTH"); auth != "" {
+				u = ":" + url.QueryEscape(auth) + "@" + u
+			}
+			u = "redis://" + u
+		}
+		storeURL = u
+	}
+	if port := getenv("GRPC_PORT"); port != "" {
+		grpcAddr = net.JoinHostPort(getenv("GRPC_HOST"), port)
+	}
+	return storeURL, grpcAddr
 }
 
 // ReferenceLimits describes a policy made by ParseReferenceConfig: its

@@ -28,7 +28,10 @@
 // readers, "did you mean", FILE:LINE errors). request.go and query.go
 // read a request's key parts, match.go its conditions and costs, and
 // enforce.go decides;
-// response.go says what a client is told.
+// response.go says what a client is told. watch.go keeps a running policy
+// in step with where it comes from: a Source (a File, or a file merged
+// with PostgreSQL's rules table), reloaded by Watch, which keeps the last
+// good policy when a reload is refused.
 package policy
 
 import (

@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -198,6 +200,61 @@ func TestRulesTimerRefresh(t *testing.T) {
 		if pol.Rule("db-1").Limit.Capacity() == 30 {
 			return
 		}
+	}
+}
+
+// A source built on a config file merges the file with the table: a
+// change of the file is loaded once it settles and compiled with the rows
+// in force, its warnings and errors name the file's own lines, and a file
+// that is refused leaves the policy as it was.
+func TestRulesSourceFollowsFile(t *testing.T) {
+	p := pool(t)
+	ctx := pgtestContext(t)
+	if _, err := p.Exec(ctx, "TRUNCATE sluice_rules RESTART IDENTITY CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('global', 'global', 10, 10)`); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	write := func(name string) {
+		t.Helper()
+		data := "rules_table: {plan: \"header:X-Plan\"}\nrules:\n  - name: " + name + "\n    algorithm_config: {rps: 1, burst: 1}\n"
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("first")
+	src := postgres.NewRulesSource(p, postgres.PolicySourceOptions{File: &policy.File{Path: path}, NoListen: true, Interval: time.Hour})
+	pol, err := src.Load(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pol.Rule("first") == nil || pol.Rule("db-1") == nil {
+		t.Fatalf("rules %v", pol.Rules)
+	}
+	if len(pol.Warnings) == 0 || !strings.HasPrefix(pol.Warnings[0], path+":1: rules_table.plan") {
+		t.Errorf("warnings %q, want the file's own, with its line", pol.Warnings)
+	}
+	if got, err := src.Load(ctx, false); got != nil || err != nil {
+		t.Fatalf("nothing changed, yet: %v %v", got, err)
+	}
+
+	write("second")
+	src.Load(ctx, false) // the change seen once
+	if pol, err = src.Load(ctx, false); err != nil || pol == nil || pol.Rule("second") == nil || pol.Rule("db-1") == nil {
+		t.Fatalf("after the file changed: %v %v", pol, err)
+	}
+
+	if err := os.WriteFile(path, []byte("rules:\n  - name: third\n    bogus: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src.Load(ctx, false)
+	if _, err := src.Load(ctx, false); err == nil || !strings.Contains(err.Error(), path+":3") {
+		t.Fatalf("an invalid file: %v, want its error at its line 3", err)
+	}
+	if src.Policy() != pol {
+		t.Fatal("the refused file replaced the policy")
 	}
 }
 

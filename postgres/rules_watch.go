@@ -18,10 +18,20 @@ import (
 // rulesChannel is the NOTIFY channel of the sluice_rules trigger.
 const rulesChannel = "sluice_rules"
 
+// rulesQueryTimeout bounds one read of sluice_rules: a few rows, so a
+// read this slow means the server is in trouble, and the loads of the
+// config file wait behind it.
+const rulesQueryTimeout = 10 * time.Second
+
 // PolicySourceOptions configures a PolicySource.
 type PolicySourceOptions struct {
-	// Filename and Config are the config file the table's rules join (nil
-	// Config: the table's rules alone).
+	// File, when set, is the config file the table's rules join, read
+	// again whenever it changes (Filename and Config are then unused): the
+	// file alone is parsed first, so its problems and warnings name its
+	// own lines, and its rules must be valid on their own.
+	File *policy.File
+	// Filename and Config are the config file the table's rules join when
+	// File is nil (nil Config: the table's rules alone).
 	Filename string
 	Config   []byte
 	Rules    RulesOptions
@@ -30,60 +40,120 @@ type PolicySourceOptions struct {
 	Interval time.Duration
 	// NoListen turns LISTEN/NOTIFY off; only the timer refreshes.
 	NoListen bool
-	// OnChange is called with every newly compiled policy.
+	// OnChange is called with every newly compiled policy by the watcher
+	// NewPolicySource runs.
 	OnChange func(*policy.Policy)
 	// Violations, when set, is told the row of every generated limit
 	// (SetRuleIDs) whenever the rows change, so that its violations carry
 	// their rule_id.
 	Violations *ViolationLog
-	// Logger reports refused refreshes (default slog.Default()).
+	// Logger reports the refused refreshes and the warnings of the
+	// watcher NewPolicySource runs (default slog.Default()).
 	Logger *slog.Logger
 }
 
 // PolicySource is the policy compiled from a config file and the rows of
-// sluice_rules, kept current: it reloads the table when the table's
-// trigger notifies and on a timer, and keeps serving the last good policy
-// when a reload fails or yields an invalid rule.
+// sluice_rules, as a policy.Source: Watch pokes on the table's NOTIFY,
+// on a timer and (with a File) when the file may have changed, and Load
+// reads what changed and compiles the file with the rows. policy.Watch
+// keeps a running policy in step with it, keeping the last good policy
+// when a load fails or yields an invalid rule; NewPolicySource starts one
+// such watcher of its own.
 type PolicySource struct {
-	pool    *pgxpool.Pool
-	opts    PolicySourceOptions
+	pool     *pgxpool.Pool
+	ownsPool bool
+	opts     PolicySourceOptions
+	// stale is set when the table may have changed since the last Load
+	// read it.
+	stale atomic.Bool
+
+	mu           sync.Mutex // serialises loads and guards the fields below
+	loaded       bool
+	name         string
+	config       []byte   // the config file in force
+	fileWarnings []string // its own, with its lines
+	rows         []RuleRow
+
 	current atomic.Pointer[policy.Policy]
-	mu      sync.Mutex // serialises refreshes and guards opts.Filename, opts.Config, rows
-	rows    []RuleRow  // of the policy in force
 	lastErr atomic.Pointer[error]
-	loads   atomic.Int64
-	kick    chan struct{}
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
 
-// NewPolicySource loads the rules and compiles the first policy; an
-// error there is returned (there is no last good policy to keep). Then it
-// watches the table until Close.
-func NewPolicySource(ctx context.Context, pool *pgxpool.Pool, opts PolicySourceOptions) (*PolicySource, error) {
+// NewRulesSource returns the source of the policy that opts's config file
+// and the rows of sluice_rules in pool make together. It reads nothing
+// yet: its first Load does.
+func NewRulesSource(pool *pgxpool.Pool, opts PolicySourceOptions) *PolicySource {
 	if opts.Interval <= 0 {
 		opts.Interval = 30 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &PolicySource{pool: pool, opts: opts, kick: make(chan struct{}, 1), done: make(chan struct{})}
-	if err := s.Refresh(ctx); err != nil {
+	return &PolicySource{pool: pool, opts: opts, name: opts.Filename, config: opts.Config}
+}
+
+// OpenRulesSource is NewRulesSource on a pool of its own, of two
+// connections (one LISTENs, one reads the table), to the database of a
+// postgres:// store URL; Close closes it. The URL's sluice_ parameters
+// are ignored.
+func OpenRulesSource(ctx context.Context, rawURL string, opts PolicySourceOptions) (*PolicySource, error) {
+	connURL, _, err := SplitURL(rawURL)
+	if err != nil {
 		return nil, err
 	}
-	wctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	go s.watch(wctx)
+	cfg, err := pgxpool.ParseConfig(connURL)
+	if err != nil {
+		return nil, fmt.Errorf("sluice_rules: %w", err)
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sluice_rules: %w", err)
+	}
+	s := NewRulesSource(pool, opts)
+	s.ownsPool = true
 	return s, nil
 }
 
-// Policy returns the current policy.
+// NewPolicySource loads the rules and compiles the first policy; an
+// error there is returned (there is no last good policy to keep). Then it
+// watches the table with policy.Watch until Close, calling OnChange with
+// every new policy and logging every refusal.
+func NewPolicySource(ctx context.Context, pool *pgxpool.Pool, opts PolicySourceOptions) (*PolicySource, error) {
+	s := NewRulesSource(pool, opts)
+	p, err := s.Load(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	s.changed(p)
+	wctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, make(chan struct{})
+	go func() {
+		defer close(s.done)
+		policy.Watch(wctx, s, nil, s.changed, func(r policy.Reload) {
+			if r.Err != nil {
+				s.opts.Logger.Warn("postgres: rules refresh refused; keeping the last good policy", "why", r.Why, "err", r.Err)
+			}
+		})
+	}()
+	return s, nil
+}
+
+// changed is the install function of NewPolicySource's watcher.
+func (s *PolicySource) changed(p *policy.Policy) {
+	for _, w := range p.Warnings {
+		s.opts.Logger.Warn("postgres: rules table", "warning", w)
+	}
+	if s.opts.OnChange != nil {
+		s.opts.OnChange(p)
+	}
+}
+
+// Policy returns the policy of the last Load that returned one.
 func (s *PolicySource) Policy() *policy.Policy { return s.current.Load() }
 
-// Loads counts the successful refreshes, the first included.
-func (s *PolicySource) Loads() int64 { return s.loads.Load() }
-
-// LastError returns the error of the latest refresh, nil if it succeeded.
+// LastError returns the error of the latest Load, nil if it succeeded.
 func (s *PolicySource) LastError() error {
 	if p := s.lastErr.Load(); p != nil {
 		return *p
@@ -91,44 +161,78 @@ func (s *PolicySource) LastError() error {
 	return nil
 }
 
-// Refresh reloads the table now. On failure the current policy stays.
-func (s *PolicySource) Refresh(ctx context.Context) error {
+// Load implements policy.Source. It reads the config file when File
+// says it changed, and the table when it may have changed (or with
+// force, or the first time), and compiles them together; nil, nil when
+// neither changed. A table that cannot be read when only the file
+// changed leaves the rows in force, with a warning: the next timer or
+// notification reads it again.
+func (s *PolicySource) Load(ctx context.Context, force bool) (*policy.Policy, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := s.refresh(ctx)
+	p, err := s.load(ctx, force)
 	if err != nil {
 		s.lastErr.Store(&err)
-		if s.current.Load() != nil {
-			s.opts.Logger.Warn("postgres: rules refresh refused; keeping the last good policy", "err", err)
-		}
-		return err
+		return nil, err
 	}
 	s.lastErr.Store(nil)
-	return nil
+	return p, nil
 }
 
-func (s *PolicySource) refresh(ctx context.Context) error {
-	rows, err := LoadRules(ctx, s.pool)
-	if err != nil {
-		return err
+func (s *PolicySource) load(ctx context.Context, force bool) (*policy.Policy, error) {
+	first := !s.loaded
+	force = force || first
+	name, config, fileWarnings := s.name, s.config, s.fileWarnings
+	fileChanged := false
+	if f := s.opts.File; f != nil {
+		data, err := f.Read(force)
+		if err != nil {
+			return nil, err
+		}
+		if data != nil {
+			fp, err := f.ParseData(data)
+			if err != nil {
+				return nil, err
+			}
+			name, config, fileWarnings, fileChanged = f.Path, data, fp.Warnings, true
+		}
 	}
-	if s.current.Load() != nil && sameRows(rows, s.rows) {
+	rows := s.rows
+	var unread []string
+	if s.stale.Swap(false) || force {
+		rctx, cancel := context.WithTimeout(ctx, rulesQueryTimeout)
+		r, err := LoadRules(rctx, s.pool)
+		cancel()
+		switch {
+		case err == nil:
+			rows = r
+		case first || !fileChanged:
+			return nil, err
+		default:
+			unread = []string{fmt.Sprintf("sluice_rules: %v; the rows in force stay until the table can be read", err)}
+		}
+	}
+	if !force && !fileChanged && sameRows(rows, s.rows) {
 		// Nothing changed (a timer refresh, or the one after LISTEN): the
 		// policy in force stays, and so do the limits its users cached.
-		return nil
+		return nil, nil
 	}
-	p, warnings, err := compile(s.opts.Filename, s.opts.Config, rows, s.opts.Rules)
+	p, rowWarnings, err := compile(name, config, rows, s.opts.Rules)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s.warn(warnings)
-	s.rows = rows
+	if s.opts.File != nil {
+		// The merged document's own warnings repeat the file's with the
+		// lines of the merge; the file's name its lines.
+		p.Warnings = slices.Concat(fileWarnings, rowWarnings, unread)
+	}
+	s.loaded = true
+	s.name, s.config, s.fileWarnings, s.rows = name, config, fileWarnings, rows
 	if s.opts.Violations != nil {
 		s.opts.Violations.SetRuleIDs(RuleIDs(rows, s.opts.Rules))
 	}
-	s.lastErr.Store(nil) // before install, whose OnChange may ask
-	s.install(p)
-	return nil
+	s.current.Store(p)
+	return p, nil
 }
 
 // sameRows reports whether two loads of the table read the same rows.
@@ -141,55 +245,25 @@ func sameRows(a, b []RuleRow) bool {
 	})
 }
 
-// SetConfig replaces the config file the table's rules join (a reloaded
-// file) and recompiles with the rows in force. When the result is invalid
-// it returns the error and changes nothing.
-func (s *PolicySource) SetConfig(filename string, config []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, warnings, err := compile(filename, config, s.rows, s.opts.Rules)
-	if err != nil {
-		return err
+// Watch implements policy.Source: it pokes on every notification of the
+// table, every Interval, and as File's Watch does. Notifications come
+// through one connection held with LISTEN; when it breaks, Watch
+// reconnects and pokes, since notifications sent meanwhile are lost.
+func (s *PolicySource) Watch(ctx context.Context, changed func(why string)) {
+	table := func(why string) {
+		s.stale.Store(true)
+		changed(why)
 	}
-	s.warn(warnings)
-	s.opts.Filename, s.opts.Config = filename, config
-	s.install(p)
-	return nil
-}
-
-// warn logs the rows of a newly compiled policy that apply to no request.
-func (s *PolicySource) warn(warnings []string) {
-	for _, w := range warnings {
-		s.opts.Logger.Warn("postgres: rules table", "warning", w)
-	}
-}
-
-// install puts p in force; s.mu is held.
-func (s *PolicySource) install(p *policy.Policy) {
-	s.current.Store(p)
-	s.loads.Add(1)
-	if s.opts.OnChange != nil {
-		s.opts.OnChange(p)
-	}
-}
-
-// Close stops watching.
-func (s *PolicySource) Close() {
-	if s.cancel != nil {
-		s.cancel()
-		<-s.done
-	}
-}
-
-// watch refreshes on every notification and on the timer. Notifications
-// come through one connection held with LISTEN; when it breaks, the
-// watcher reconnects and refreshes, since notifications sent meanwhile
-// are lost.
-func (s *PolicySource) watch(ctx context.Context) {
-	defer close(s.done)
+	var wg sync.WaitGroup
 	if !s.opts.NoListen {
-		go s.listen(ctx)
+		wg.Add(1)
+		go func() { defer wg.Done(); s.listen(ctx, table) }()
 	}
+	if f := s.opts.File; f != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); f.Watch(ctx, changed) }()
+	}
+	defer wg.Wait()
 	t := time.NewTicker(s.opts.Interval)
 	defer t.Stop()
 	for {
@@ -197,25 +271,27 @@ func (s *PolicySource) watch(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-s.kick:
+			table("rules table timer")
 		}
-		rctx, cancel := context.WithTimeout(ctx, s.opts.Interval)
-		s.Refresh(rctx)
-		cancel()
 	}
 }
 
-func (s *PolicySource) poke() {
-	select {
-	case s.kick <- struct{}{}:
-	default: // a refresh is already due; it will see this change too
+// Close stops the watcher NewPolicySource started, and closes the pool
+// OpenRulesSource opened.
+func (s *PolicySource) Close() {
+	if s.cancel != nil {
+		s.cancel()
+		<-s.done
+	}
+	if s.ownsPool {
+		s.pool.Close()
 	}
 }
 
-func (s *PolicySource) listen(ctx context.Context) {
+func (s *PolicySource) listen(ctx context.Context, changed func(string)) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx)
+		err := s.listenOnce(ctx, changed)
 		if ctx.Err() != nil {
 			return
 		}
@@ -229,7 +305,7 @@ func (s *PolicySource) listen(ctx context.Context) {
 	}
 }
 
-func (s *PolicySource) listenOnce(ctx context.Context) error {
+func (s *PolicySource) listenOnce(ctx context.Context, changed func(string)) error {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
@@ -243,7 +319,7 @@ func (s *PolicySource) listenOnce(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	// Changes made before LISTEN took effect were not notified.
-	s.poke()
+	changed("rules table listening")
 	for {
 		if _, err := c.Conn().WaitForNotification(ctx); err != nil {
 			if errors.Is(err, context.Canceled) {
@@ -251,6 +327,6 @@ func (s *PolicySource) listenOnce(ctx context.Context) error {
 			}
 			return fmt.Errorf("wait: %w", err)
 		}
-		s.poke()
+		changed("rules table changed")
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // URL parameters sluice reads from a store URL and removes before handing
@@ -84,4 +86,17 @@ func SplitURL(raw string) (string, URLOptions, error) {
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), o, nil
+}
+
+// CheckURL reports what Open (after SplitURL) would refuse in a store
+// URL without connecting: sluice's parameters and pgx's settings.
+func CheckURL(raw string) error {
+	conn, _, err := SplitURL(raw)
+	if err != nil {
+		return err
+	}
+	if _, err := pgxpool.ParseConfig(conn); err != nil {
+		return fmt.Errorf("postgres url: %w", err)
+	}
+	return nil
 }

@@ -34,3 +34,21 @@ func TestSplitURL(t *testing.T) {
 		}
 	}
 }
+
+// CheckURL refuses what Open would, without a server to connect to, and
+// keeps the password out of its errors.
+func TestCheckURL(t *testing.T) {
+	if err := postgres.CheckURL("postgres://app:hunter2@db/app?sslmode=disable&sluice_rules=true&pool_max_conns=8"); err != nil {
+		t.Fatal(err)
+	}
+	for bad, want := range map[string]string{
+		"postgres://app:hunter2@db/app?sluice_migrate=maybe": "sluice_migrate",
+		"postgres://app:hunter2@db/app?pool_max_conns=lots":  "pool_max_conns",
+		"postgres://app:hunter2@db/app?sslmode=sometimes":    "sslmode",
+	} {
+		err := postgres.CheckURL(bad)
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: %v, want an error naming %s without the password", bad, err, want)
+		}
+	}
+}

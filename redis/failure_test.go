@@ -371,6 +371,27 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+// CheckURL refuses what Open would, without a server to connect to.
+func TestCheckURL(t *testing.T) {
+	for _, ok := range []string{"redis://127.0.0.1:1/0", "rediss://h:2?key_prefix=app:", "redis+cluster://a:1,b:2?batch=0"} {
+		if err := redis.CheckURL(ok); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for bad, want := range map[string]string{
+		"redis://h:1?batch=maybe":         "batch must be 0 or 1",
+		"redis://h:1?batch_writers=65":    "batch_writers must be 1 to 64",
+		"redis://h:1?key_prefix={tenant}": "hash tag",
+		"redis://u:hunter2@h:1?timeout=x": "timeout",
+		"mysql://x":                       "unknown scheme",
+	} {
+		err := redis.CheckURL(bad)
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: %v, want an error naming %q without the password", bad, err, want)
+		}
+	}
+}
+
 // With Redis down, the rules' on_store_error applies through the policy
 // layer: allow admits and charges nothing, deny rejects; once Redis is
 // back, the same rules are enforced from the state Redis kept.

@@ -58,6 +58,22 @@ func Open(rawURL string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// CheckURL reports what Open would refuse in rawURL without connecting:
+// its form, its parameters and a key prefix that would make a hash tag.
+func CheckURL(rawURL string) error {
+	if _, _, err := ParseURL(rawURL); err != nil {
+		return err
+	}
+	var opts Options
+	if err := switches(rawURL, &opts); err != nil {
+		return err
+	}
+	if strings.ContainsAny(opts.KeyPrefix, "{}") {
+		return fmt.Errorf("redis store url %s: key_prefix %q: braces would make a hash tag", redact(rawURL), opts.KeyPrefix)
+	}
+	return nil
+}
+
 // ParseURL turns a store URL into rueidis options and the per-call
 // timeout it asks for (zero if none).
 func ParseURL(rawURL string) (rueidis.ClientOption, time.Duration, error) {

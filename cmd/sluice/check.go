@@ -3,11 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 
 	"github.com/sluicehq/sluice/envoyrls"
-	"github.com/sluicehq/sluice/policy"
 )
 
 func init() {
@@ -18,7 +16,7 @@ func init() {
 // prints every problem of every file, so one run shows all that needs
 // fixing.
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("check", "usage: sluice check FILE...\n\nValidates sluice configuration files (YAML or JSON), and envoyproxy/ratelimit's\nYAML, as serve loads them. Exits 0 when all are valid, 1 when any is not\n(every problem is printed as FILE:LINE: path: message), 2 on a usage error.\nSettings that are valid but let clients pick their own limits are printed\nas \"warning: FILE:LINE: path: message\" and do not change the exit code.", stderr)
+	fs := newFlagSet("check", "usage: sluice check FILE...\n\nValidates sluice configuration files (YAML or JSON), and envoyproxy/ratelimit's\nYAML, as serve loads them, and what serve checks before it starts: listener\naddresses, the store URL (without connecting) and that the audit log can be\nwritten (without creating it). Exits 0 when all are valid, 1 when any is not\n(every problem is printed as FILE:LINE: path: message), 2 on a usage error.\nSettings that are valid but let clients pick their own limits are printed\nas \"warning: FILE:LINE: path: message\" and do not change the exit code.", stderr)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -28,9 +26,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	code := 0
 	for _, file := range fs.Args() {
-		p, err := loadPolicy(file) // sluice's format, or envoyproxy/ratelimit's
+		_, p, err := loadPolicy(file) // sluice's format, or envoyproxy/ratelimit's
 		if err == nil {
-			err = checkStore(p)
+			// What serve checks before it starts: listeners, store URL,
+			// audit log.
+			err = preflight(p.Source, runSettings{Settings: p.Settings})
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, err)
@@ -48,26 +48,6 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: ok (%d %s)\n", file, len(p.Rules), plural(len(p.Rules), "rule"))
 	}
 	return code
-}
-
-// checkStore checks that the store URL's scheme is one this binary can
-// open; the policy package cannot know which stores are compiled in.
-func checkStore(p *policy.Policy) error {
-	scheme, _, _ := strings.Cut(p.Settings.StoreURL, "://")
-	if scheme == "memory" {
-		if _, err := parseMemoryURL(p.Settings.StoreURL); err != nil {
-			return &policy.Error{File: p.Source, Path: "store.url", Msg: err.Error()}
-		}
-	}
-	if _, ok := storeOpeners[scheme]; ok {
-		return nil
-	}
-	known := make([]string, 0, len(storeOpeners))
-	for k := range storeOpeners {
-		known = append(known, k)
-	}
-	sort.Strings(known)
-	return &policy.Error{File: p.Source, Path: "store.url", Msg: fmt.Sprintf("unknown store %q (this sluice knows %s)", scheme, strings.Join(known, ", "))}
 }
 
 func plural(n int, s string) string {

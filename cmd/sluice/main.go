@@ -1,6 +1,11 @@
 // Command sluice serves sluice's rate limits over HTTP and Envoy's gRPC
 // rate limit protocol, and validates and simulates their configuration.
-// It only wires: the logic lives in the library's packages.
+// It only wires: the logic lives in the library's packages. serve.go is
+// serve's steps (flags, policy, checks, store, gate, listeners, the
+// policy watcher, shutdown); startup.go what serve and check refuse
+// before starting, and the binding of every listener; store.go the stores
+// this binary opens, each parsing its own URL; envoy.go the Envoy
+// service's gRPC server.
 package main
 
 import (

@@ -14,8 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sluicehq/sluice/policy"
-
 	"github.com/sluicehq/sluice/postgres/pgtest"
 )
 
@@ -84,15 +82,20 @@ func TestMigrateBadInput(t *testing.T) {
 	}
 }
 
-// serve's hook for sluice_rules compiles the file with the table's rows
-// and installs every change.
+// serve's policy source for sluice_rules compiles the file with the
+// table's rows; a file that is refused changes nothing.
 func testPostgresRulesHook(t *testing.T, u string) {
 	ctx := context.Background()
 	var out, errb bytes.Buffer
 	if code := run([]string{"migrate", "--url", u}, &out, &errb); code != 0 {
 		t.Fatalf("migrate: %s", errb.String())
 	}
-	if src, stop, err := startPostgresRules(ctx, u, nil, "f.yaml", nil, nil); src != nil || stop != nil || err != nil {
+	path := filepath.Join(t.TempDir(), "f.yaml")
+	if err := os.WriteFile(path, []byte("rules:\n  - name: from-file\n    algorithm_config: {tokens_per_second: 1, burst: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := policyFile(path)
+	if src, p, err := rulesSource(ctx, u, nil, file); src != nil || p != nil || err != nil {
 		t.Fatalf("without sluice_rules=true: %v %v", src, err)
 	}
 	conn, err := pgx.Connect(ctx, u)
@@ -103,19 +106,19 @@ func testPostgresRulesHook(t *testing.T, u string) {
 	if _, err := conn.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('ip:{ip}', 'ip', 5, 10)`); err != nil {
 		t.Fatal(err)
 	}
-	installed := make(chan *policy.Policy, 8)
-	file := []byte("rules:\n  - name: from-file\n    algorithm_config: {tokens_per_second: 1, burst: 1}\n")
-	src, stop, err := startPostgresRules(ctx, withParams(u, "sluice_rules=true"), nil, "f.yaml", file, func(p *policy.Policy) { installed <- p })
+	src, p, err := rulesSource(ctx, withParams(u, "sluice_rules=true"), nil, file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
-	p := <-installed
+	defer src.Close()
 	if p.Rule("from-file") == nil || p.Rule("db-1") == nil {
 		t.Fatalf("rules %v", p.Rules)
 	}
-	if err := src.SetConfig("f.yaml", []byte("rules:\n  - name: no-config\n")); err == nil {
-		t.Fatal("an invalid file was accepted")
+	if err := os.WriteFile(path, []byte("rules:\n  - name: no-config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Load(ctx, true); err == nil || !strings.Contains(err.Error(), "f.yaml:2") {
+		t.Fatalf("an invalid file: %v, want its error with its line", err)
 	}
 	if src.Policy() != p {
 		t.Fatal("the refused file replaced the policy")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -14,12 +13,14 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
@@ -33,23 +34,15 @@ func init() {
 	}}
 }
 
-// server is what serve has built, for the listeners that other files add
-// (see startGRPC).
+// server is what serve has built, for the listeners it starts.
 type server struct {
 	// Gate holds the policy in force (Gate.Policy, replaced on reload) and
 	// decides requests (Gate.Check).
-	Gate     *httpgate.Gate
-	Limiter  *sluice.Limiter
-	Metrics  *metrics.Metrics
-	Registry *prometheus.Registry
-	Logger   *slog.Logger
+	Gate    *httpgate.Gate
+	Limiter *sluice.Limiter
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
 }
-
-// startGRPC, when set (the Envoy rate limit service's file sets it from
-// its init), starts the gRPC listener on set.GRPCListen once the HTTP
-// listener runs and returns the address it listens on. It must not block;
-// serve calls stop on shutdown.
-var startGRPC func(ctx context.Context, s *server, set policy.Settings) (addr string, stop func(), err error)
 
 // reloadPoll is how often serve checks the config file for changes.
 var reloadPoll = time.Second
@@ -62,274 +55,295 @@ type listening struct {
 	Decision string
 }
 
+// serveFlags are serve's command line.
+type serveFlags struct {
+	config, listen, proxyListen, apiListen, grpcListen, cpuProfile string
+}
+
 // serve runs until ctx is done; ready, when not nil, is called once the
 // listeners accept connections.
 func serve(ctx context.Context, args []string, stderr io.Writer, ready func(listening)) int {
-	fs := newFlagSet("serve", "usage: sluice serve [--config FILE] [--listen ADDR] [--proxy-listen ADDR] [--grpc-listen ADDR|off]\n\nWithout --config, serves the embedded default policy: per client IP, 10\nrequests per second, burst 20, memory store. The flags override the policy's\naddresses. SIGHUP, or a change to the file, reloads the policy (an invalid\none is refused and the old one keeps serving); SIGTERM or SIGINT drains\n/readyz and shuts down.", stderr)
-	config := fs.String("config", "", "policy file (YAML or JSON); default: the embedded per-IP policy")
-	listen := fs.String("listen", "", "forward auth address, and the decision API's unless api_listen is set (overrides the policy's listen)")
-	proxyListen := fs.String("proxy-listen", "", "reverse proxy address (overrides proxy.listen)")
-	apiListen := fs.String("api-listen", "", "decision API address, apart from forward auth (overrides api_listen)")
-	grpcListen := fs.String("grpc-listen", "", "Envoy rate limit service address (overrides grpc_listen; \"off\" disables it)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (at shutdown), for go tool pprof")
-	if code, ok := parseFlags(fs, args); !ok {
+	f, code, ok := parseServeFlags(args, stderr)
+	if !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 1
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice serve: cpu profile: %v\n", err)
-			return 1
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			f.Close()
-		}()
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return fail(err)
 	}
+	defer stopProfile()
 
-	var p *policy.Policy
-	var sum [32]byte // of the file in force
-	source, data := "embedded default", []byte(policy.DefaultYAML)
-	if *config == "" {
-		p = policy.Default()
-	} else {
-		source = *config
-		var err error
-		data, err = os.ReadFile(*config)
-		if err == nil {
-			sum = sha256.Sum256(data)
-			p, err = parsePolicy(*config, data) // sluice's format or envoyproxy/ratelimit's
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice serve: %v\n", err)
-			return 1
-		}
+	file, p, err := loadPolicy(f.config)
+	if err != nil {
+		return fail(err)
 	}
-	logWarnings(log, p.Warnings)
-	set := p.Settings
-	if *listen != "" {
-		set.Listen = *listen
-		if set.GRPCListenDerived {
-			set.GRPCListen = policy.DefaultGRPCListen(set.Listen) // private when the API is
-		}
+	rs := withFlags(p.Settings, f)
+	if err := preflight(p.Source, rs); err != nil {
+		return fail(err)
 	}
-	if *proxyListen != "" {
-		set.ProxyListen = *proxyListen
-	}
-	if *apiListen != "" {
-		set.APIListen = *apiListen
-	}
-	switch *grpcListen {
-	case "":
-	case "off":
-		set.GRPCListen = ""
-	default:
-		set.GRPCListen = *grpcListen
-	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	store, closeStore, err := openStore(ctx, set.StoreURL, reg)
+	store, closeStore, err := connectStore(ctx, rs.StoreURL, reg, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
-		return 1
+		return fail(err)
 	}
 	defer closeStore()
-
-	metrics := metrics.New(reg)
-	metrics.WatchKeys(store)
-	lim := sluice.New(metrics.InstrumentStore(store))
-
-	var audit *httpgate.Audit
-	if set.AuditLog != "" {
-		f, err := os.OpenFile(set.AuditLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice serve: audit log: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		audit = httpgate.NewAudit(f)
-	}
-	limits := set.Server.WithDefaults()
-	gate := httpgate.New(p, lim, httpgate.Options{Metrics: metrics, Audit: audit, Logger: log, Delay: reserveDelay(limits.WriteTimeout)})
-	srv := &server{Gate: gate, Limiter: lim, Metrics: metrics, Registry: reg, Logger: log}
-
-	// Rules kept in PostgreSQL (store.url postgres://...?sluice_rules=true)
-	// join the file's; the source installs the merged policy now and after
-	// every change to the table.
-	rules, stopRules, err := startPostgresRules(ctx, set.StoreURL, store, source, data, gate.SetPolicy)
+	src, p, closeSource, err := policySource(ctx, file, p, rs, store)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
-		return 1
+		return fail(err)
 	}
-	if stopRules != nil {
-		defer stopRules()
-	}
-
-	// Listeners: forward auth and the decision API (together on listen, or
-	// the decision API on api_listen), then the optional proxy and gRPC.
-	// Each HTTP listener has the server section's deadlines and a cap on
-	// its connections.
-	nHTTP := 1
-	for _, a := range []string{set.APIListen, set.ProxyUpstream} {
-		if a != "" {
-			nHTTP++
-		}
-	}
-	nofile := openFileLimit()
-	conns := maxConns(limits.MaxConns, nofile, nHTTP)
-	if nofile > 0 && uint64(conns*nHTTP) > nofile {
-		log.Warn("server.max_conns exceeds the open file limit: slow clients can exhaust file descriptors before the cap stops them", "max_conns", conns, "listeners", nHTTP, "open_file_limit", nofile)
-	}
-	var servers []*http.Server
-	errc := make(chan error, 3)
-	start := func(name, addr string, h http.Handler, mk func(http.Handler, policy.ServerLimits, *connLimiter) *http.Server) (string, error) {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return "", fmt.Errorf("%s: listen %s: %w", name, addr, err)
-		}
-		lc := limitConns(ln, conns)
-		hs := mk(h, limits, lc)
-		servers = append(servers, hs)
-		go func() {
-			if err := hs.Serve(lc); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
-		log.Info("listening", "server", name, "addr", ln.Addr().String(), "policy", p.Source, "store", redact(set.StoreURL), "max_conns", conns)
-		return ln.Addr().String(), nil
-	}
-	shutdown := func() {
-		gate.Drain()
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, hs := range servers {
-			hs.Shutdown(sctx)
-		}
-	}
-	var addrs listening
-	if set.APIListen == "" {
-		addrs.API, err = start("api", set.Listen, gate.Handler(), apiServer)
-		addrs.Decision = addrs.API
-	} else {
-		addrs.API, err = start("auth", set.Listen, gate.AuthHandler(), apiServer)
-		if err == nil {
-			addrs.Decision, err = start("api", set.APIListen, gate.APIHandler(), apiServer)
-		}
-	}
+	defer closeSource()
+	logWarnings(log, p.Warnings)
+	srv, closeServer, err := newServer(p, rs, store, reg, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
-		shutdown()
-		return 1
+		return fail(err)
 	}
-	if set.APITokenEnv == "" && !loopback(addrs.Decision) {
-		log.Warn("the decision API is open to anyone who reaches it: /v1/take can drain any bucket; set api_token_env, or api_listen on a private address", "addr", addrs.Decision)
+	defer closeServer()
+
+	lns, err := bind(rs)
+	if err != nil {
+		return fail(err)
 	}
-	if set.ProxyUpstream != "" {
-		up, err := url.Parse(set.ProxyUpstream)
-		if err == nil {
-			addrs.Proxy, err = start("proxy", set.ProxyListen, gate.Proxy(up, httpgate.ProxyOptions{ResponseHeaderTimeout: set.ProxyUpstreamTimeout}), proxyServer)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice serve: proxy: %v\n", err)
-			shutdown()
-			return 1
-		}
-	}
-	if startGRPC != nil && set.GRPCListen != "" {
+	errc := make(chan error, len(lns))
+	addrs, shutdown := startHTTP(srv, rs, lns, errc)
+	if ln := lns["envoy-rls"]; ln != nil {
 		var stop func()
-		addrs.GRPC, stop, err = startGRPC(ctx, srv, set)
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice serve: grpc: %v\n", err)
-			shutdown()
-			return 1
-		}
+		addrs.GRPC, stop = startEnvoy(srv, rs.Settings, ln)
 		defer stop()
 	}
-	// Reload on SIGHUP and when the file's content changes.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	defer watchPolicy(ctx, src, srv, p.Settings, f.config)()
 	if ready != nil {
 		ready(addrs)
 	}
-	tick := time.NewTicker(reloadPoll)
-	defer tick.Stop()
-	// A change is applied once two polls in a row see the same content,
-	// so that a file caught half-written is not refused (or worse, half
-	// applied) before the writer finishes.
-	var pending [32]byte
-	reload := func(why string, force bool) {
-		if *config == "" {
-			return
-		}
-		data, err := os.ReadFile(*config)
-		if err != nil {
-			// A file being replaced may vanish for a moment; the next
-			// poll sees the new one.
-			if force {
-				log.Error("reload refused, keeping the policy in force", "why", why, "err", err)
-				metrics.Reloaded(false)
-			}
-			return
-		}
-		s := sha256.Sum256(data)
-		if !force {
-			if s == sum {
-				pending = sum
-				return
-			}
-			if s != pending {
-				pending = s
-				return
-			}
-		}
-		sum, pending = s, s
-		np, err := parsePolicy(*config, data)
-		var warnings []string // the file's own, with its lines
-		if err == nil {
-			warnings = np.Warnings
-		}
-		if err == nil && rules != nil {
-			err = rules.SetConfig(*config, data) // merges the table's rules and installs
-			np = rules.Policy()
-		}
-		if err != nil {
-			log.Error("reload refused, keeping the policy in force", "why", why, "err", err)
-			metrics.Reloaded(false)
-			return
-		}
-		warnRestart(log, p.Settings, np.Settings)
-		if rules == nil {
-			gate.SetPolicy(np)
-		}
-		metrics.Reloaded(true)
-		log.Info("policy reloaded", "why", why, "file", *config, "rules", len(np.Rules))
-		logWarnings(log, warnings)
+	return waitForShutdown(ctx, log, errc, shutdown)
+}
+
+// parseServeFlags reads serve's command line; when ok is false serve is
+// over and exits with code.
+func parseServeFlags(args []string, stderr io.Writer) (f serveFlags, code int, ok bool) {
+	fs := newFlagSet("serve", "usage: sluice serve [--config FILE] [--listen ADDR] [--proxy-listen ADDR] [--grpc-listen ADDR|off]\n\nWithout --config, serves the embedded default policy: per client IP, 10\nrequests per second, burst 20, memory store. The flags override the policy's\naddresses. SIGHUP, or a change to the file, reloads the policy (an invalid\none is refused and the old one keeps serving); SIGTERM or SIGINT drains\n/readyz and shuts down.", stderr)
+	fs.StringVar(&f.config, "config", "", "policy file (YAML or JSON); default: the embedded per-IP policy")
+	fs.StringVar(&f.listen, "listen", "", "forward auth address, and the decision API's unless api_listen is set (overrides the policy's listen)")
+	fs.StringVar(&f.proxyListen, "proxy-listen", "", "reverse proxy address (overrides proxy.listen)")
+	fs.StringVar(&f.apiListen, "api-listen", "", "decision API address, apart from forward auth (overrides api_listen)")
+	fs.StringVar(&f.grpcListen, "grpc-listen", "", "Envoy rate limit service address (overrides grpc_listen; \"off\" disables it)")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (at shutdown), for go tool pprof")
+	if code, ok := parseFlags(fs, args); !ok {
+		return f, code, false
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			log.Info("shutting down")
-			shutdown()
-			return 0
-		case err := <-errc:
-			log.Error("server failed", "err", err)
-			shutdown()
-			return 1
-		case <-hup:
-			reload("SIGHUP", true)
-		case <-tick.C:
-			reload("file changed", false)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
+		return f, 2, false
+	}
+	return f, 0, true
+}
+
+// startCPUProfile profiles the whole run into path ("": none); the
+// returned function writes the profile.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// policyFile is the policy file at path as a policy.Source, in sluice's
+// format or envoyproxy/ratelimit's (whose store and gRPC address come
+// from the reference server's environment variables).
+func policyFile(path string) *policy.File {
+	return &policy.File{Path: path, Parse: envoyrls.Parser(os.Getenv), Poll: reloadPoll}
+}
+
+// loadPolicy reads the policy file at path, in either format (see
+// policyFile), and returns it as a source with its policy; with no path,
+// no source and the embedded default policy.
+func loadPolicy(path string) (*policy.File, *policy.Policy, error) {
+	if path == "" {
+		return nil, policy.Default(), nil
+	}
+	file := policyFile(path)
+	p, err := file.Load(context.Background(), true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return file, p, nil
+}
+
+// policySource returns where serve's policy comes from and the policy to
+// start with: the config file merged with PostgreSQL's rules table when
+// the store keeps rules there, else the file alone (nil with no file:
+// the embedded default never changes).
+func policySource(ctx context.Context, file *policy.File, p *policy.Policy, rs runSettings, store sluice.Store) (policy.Source, *policy.Policy, func(), error) {
+	rules, merged, err := rulesSource(ctx, rs.StoreURL, store, file)
+	switch {
+	case err != nil:
+		return nil, nil, nil, err
+	case rules != nil:
+		return rules, merged, rules.Close, nil
+	case file == nil:
+		return nil, p, func() {}, nil
+	}
+	return file, p, func() {}, nil
+}
+
+// newServer builds what the listeners serve: the metrics, the limiter on
+// the store, the audit log and the gate enforcing p.
+func newServer(p *policy.Policy, rs runSettings, store sluice.Store, reg *prometheus.Registry, log *slog.Logger) (*server, func(), error) {
+	m := metrics.New(reg)
+	m.WatchKeys(store)
+	lim := sluice.New(m.InstrumentStore(store))
+	var audit *httpgate.Audit
+	closeAudit := func() {}
+	if rs.AuditLog != "" {
+		f, err := os.OpenFile(rs.AuditLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+		if err != nil {
+			return nil, nil, fmt.Errorf("audit log: %w", err)
 		}
+		closeAudit = func() { f.Close() }
+		audit = httpgate.NewAudit(f)
+	}
+	limits := rs.Server.WithDefaults()
+	gate := httpgate.New(p, lim, httpgate.Options{Metrics: m, Audit: audit, Logger: log, Delay: reserveDelay(limits.WriteTimeout)})
+	return &server{Gate: gate, Limiter: lim, Metrics: m, Logger: log}, closeAudit, nil
+}
+
+// startHTTP serves the HTTP listeners of lns (bound by bind): forward
+// auth and the decision API, and the proxy. Each has the server section's
+// deadlines and a cap on its connections; one that fails reports on errc.
+// shutdown fails /readyz, then closes the listeners once their requests
+// end (10 s at most).
+func startHTTP(s *server, rs runSettings, lns map[string]net.Listener, errc chan<- error) (addrs listening, shutdown func()) {
+	gate, log := s.Gate, s.Logger
+	limits := rs.Server.WithDefaults()
+	handlers := map[string]http.Handler{"api": gate.Handler()}
+	if rs.APIListen != "" {
+		handlers = map[string]http.Handler{"auth": gate.AuthHandler(), "api": gate.APIHandler()}
+	}
+	if rs.ProxyUpstream != "" {
+		up, _ := url.Parse(rs.ProxyUpstream) // checked when the policy loaded
+		handlers["proxy"] = gate.Proxy(up, httpgate.ProxyOptions{ResponseHeaderTimeout: rs.ProxyUpstreamTimeout})
+	}
+	nofile := openFileLimit()
+	conns := maxConns(limits.MaxConns, nofile, len(handlers))
+	if nofile > 0 && uint64(conns*len(handlers)) > nofile {
+		log.Warn("server.max_conns exceeds the open file limit: slow clients can exhaust file descriptors before the cap stops them", "max_conns", conns, "listeners", len(handlers), "open_file_limit", nofile)
+	}
+	var servers []*http.Server
+	addr := map[string]string{}
+	for _, l := range rs.listeners() {
+		h, ok := handlers[l.name]
+		if !ok {
+			continue
+		}
+		mk := apiServer
+		if l.name == "proxy" {
+			mk = proxyServer
+		}
+		lc := limitConns(lns[l.name], conns)
+		hs := mk(h, limits, lc)
+		servers = append(servers, hs)
+		go func(name string) {
+			if err := hs.Serve(lc); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}(l.name)
+		addr[l.name] = lc.Addr().String()
+		log.Info("listening", "server", l.name, "addr", addr[l.name], "policy", gate.Policy().Source, "store", redact(rs.StoreURL), "max_conns", conns)
+	}
+	addrs = listening{API: addr["api"], Decision: addr["api"], Proxy: addr["proxy"]}
+	if rs.APIListen != "" {
+		addrs.API = addr["auth"]
+	}
+	if rs.APITokenEnv == "" && !loopback(addrs.Decision) {
+		log.Warn("the decision API is open to anyone who reaches it: /v1/take can drain any bucket; set api_token_env, or api_listen on a private address", "addr", addrs.Decision)
+	}
+	return addrs, func() {
+		gate.Drain()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, hs := range servers {
+			hs.Shutdown(ctx)
+		}
+	}
+}
+
+// watchPolicy reloads the policy of src into the gate on SIGHUP and
+// whenever src changes (policy.Watch), logging and counting every reload,
+// until ctx is done; the returned function stops it. Without a source
+// (the embedded default) SIGHUP is taken and ignored.
+func watchPolicy(ctx context.Context, src policy.Source, s *server, started policy.Settings, file string) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	if src == nil {
+		return func() { signal.Stop(hup) }
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	now := make(chan string)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case now <- "SIGHUP":
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		policy.Watch(ctx, src, now, s.Gate.SetPolicy, func(r policy.Reload) {
+			if r.Err != nil {
+				s.Logger.Error("reload refused, keeping the policy in force", "why", r.Why, "err", r.Err)
+				s.Metrics.Reloaded(false)
+				return
+			}
+			warnRestart(s.Logger, started, r.Policy.Settings)
+			s.Metrics.Reloaded(true)
+			s.Logger.Info("policy reloaded", "why", r.Why, "file", file, "rules", len(r.Policy.Rules))
+			logWarnings(s.Logger, r.Policy.Warnings)
+		})
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+		signal.Stop(hup)
+	}
+}
+
+// waitForShutdown serves until ctx is done (exit 0) or a listener fails
+// (exit 1), then shuts the listeners down.
+func waitForShutdown(ctx context.Context, log *slog.Logger, errc <-chan error, shutdown func()) int {
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+		shutdown()
+		return 0
+	case err := <-errc:
+		log.Error("server failed", "err", err)
+		shutdown()
+		return 1
 	}
 }
 

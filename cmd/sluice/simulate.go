@@ -101,7 +101,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 
 	p := policy.Default()
 	if *config != "" {
-		if p, err = loadPolicy(*config); err != nil {
+		if _, p, err = loadPolicy(*config); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}

@@ -418,7 +418,7 @@ func readmeArgs(cmd string) []string {
 // same series, for a plain bucket, a reserving one, a leaky bucket and a
 // fixed window.
 func TestSimulateAgreesWithServe(t *testing.T) {
-	p, err := loadPolicy("../../examples/api.yaml")
+	_, p, err := loadPolicy("../../examples/api.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

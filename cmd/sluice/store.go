@@ -2,58 +2,94 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/url"
+	"log/slog"
 	"sort"
-	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/postgres"
+	"github.com/sluicehq/sluice/redis"
 )
 
-// storeOpener opens a store from its URL and returns it with a function
-// that releases it. The store's own metrics go to reg (nil: none).
-type storeOpener func(ctx context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error)
-
-// storeOpeners maps URL schemes to openers; each store's file adds its
-// schemes in an init function.
-var storeOpeners = map[string]storeOpener{
-	"memory": openMemory,
+// storeKind is one store this binary can open: each parses its own URL.
+type storeKind struct {
+	schemes []string
+	// check reports what open would refuse in a URL, without connecting.
+	check func(rawURL string) error
+	// open opens the store and returns it with the function that releases
+	// it. The store's own metrics go to reg (nil: none).
+	open func(ctx context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error)
 }
 
-// parseMemoryURL reads memory://[?max_keys=N]; any other parameter is an
-// error, so that a misspelt bound is not silently the default.
-func parseMemoryURL(rawURL string) (memory.Options, error) {
-	var opts memory.Options
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return opts, fmt.Errorf("memory store url %q: %v", rawURL, err)
+// storeKinds are the stores of store.url, by scheme: the one list of them.
+var storeKinds = []storeKind{
+	{[]string{"memory"}, func(u string) error { _, err := memory.ParseURL(u); return err }, openMemory},
+	{[]string{"redis", "rediss", "redis+sentinel", "redis+cluster"}, redis.CheckURL, openRedis},
+	{[]string{"postgres", "postgresql"}, postgres.CheckURL, openPostgres},
+}
+
+// storeKindOf returns the kind of store rawURL names ("memory://" when
+// empty).
+func storeKindOf(rawURL string) (storeKind, error) {
+	scheme, _, _ := strings.Cut(rawURL, "://")
+	if rawURL == "" {
+		scheme = "memory"
 	}
-	for name, vs := range u.Query() {
-		switch v := vs[len(vs)-1]; name {
-		case "max_keys":
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 {
-				return opts, fmt.Errorf("memory store url %q: max_keys %q is not a positive whole number", rawURL, v)
+	var known []string
+	for _, k := range storeKinds {
+		for _, s := range k.schemes {
+			if s == scheme {
+				return k, nil
 			}
-			opts.MaxKeys = n
-		default:
-			return opts, fmt.Errorf("memory store url %q: unknown parameter %q (known: max_keys)", rawURL, name)
+			known = append(known, s)
 		}
 	}
-	return opts, nil
+	sort.Strings(known)
+	return storeKind{}, fmt.Errorf("unknown store %q (this sluice knows %s)", scheme, strings.Join(known, ", "))
+}
+
+// checkStoreURL reports what would stop serve from opening the store of
+// rawURL, short of the store not answering.
+func checkStoreURL(rawURL string) error {
+	k, err := storeKindOf(rawURL)
+	if err != nil {
+		return err
+	}
+	return k.check(storeURLOrDefault(rawURL))
+}
+
+func storeURLOrDefault(rawURL string) string {
+	if rawURL == "" {
+		return "memory://"
+	}
+	return rawURL
+}
+
+// openStore opens the store that rawURL names ("memory://" by default),
+// registering its metrics with reg when not nil.
+func openStore(ctx context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error) {
+	k, err := storeKindOf(rawURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store url %q: %w", rawURL, err)
+	}
+	return k.open(ctx, storeURLOrDefault(rawURL), reg)
 }
 
 // openMemory opens memory://[?max_keys=N], registering the eviction
 // counters with reg.
 func openMemory(_ context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error) {
-	opts, err := parseMemoryURL(rawURL)
+	store, err := memory.Open(rawURL)
 	if err != nil {
 		return nil, nil, err
 	}
-	store := memory.New(opts)
 	if reg != nil {
 		for _, state := range []string{"full", "partial"} {
 			err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -75,24 +111,184 @@ func openMemory(_ context.Context, rawURL string, reg prometheus.Registerer) (sl
 	return store, func() error { return nil }, nil
 }
 
-// openStore opens the store that rawURL names ("memory://" by default),
-// registering its metrics with reg when not nil.
-func openStore(ctx context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error) {
-	if rawURL == "" {
-		rawURL = "memory://"
+// openRedis opens a Redis store URL (see redis.Open for the forms). The
+// store also implements prometheus.Collector with its error, breaker and
+// cache metrics.
+func openRedis(_ context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error) {
+	s, err := redis.Open(rawURL, redis.Options{})
+	if err != nil {
+		return nil, nil, err
 	}
-	scheme, _, ok := strings.Cut(rawURL, "://")
-	if !ok {
-		return nil, nil, fmt.Errorf("store url %q: want scheme://...", rawURL)
-	}
-	open, ok := storeOpeners[scheme]
-	if !ok {
-		known := make([]string, 0, len(storeOpeners))
-		for k := range storeOpeners {
-			known = append(known, k)
+	if reg != nil {
+		if err := reg.Register(s); err != nil {
+			s.Close()
+			return nil, nil, fmt.Errorf("redis store metrics: %w", err)
 		}
-		sort.Strings(known)
-		return nil, nil, fmt.Errorf("store url %q: unknown scheme %q (known: %s)", rawURL, scheme, strings.Join(known, ", "))
 	}
-	return open(ctx, rawURL, reg)
+	return s, s.Close, nil
+}
+
+// openPostgres opens a postgres:// store URL. Besides pgx's settings the
+// URL may carry sluice_migrate=true (apply migrations at start),
+// sluice_key_prefix, sluice_housekeeping=30s, sluice_timeout and
+// sluice_violations=true (record every rejection in sluice_violations).
+func openPostgres(ctx context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error) {
+	connURL, o, err := postgres.SplitURL(rawURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.LogViolations {
+		o.Options.RecordViolations = &postgres.ViolationOptions{Registerer: reg}
+	}
+	s, err := postgres.Open(ctx, connURL, o.Options)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func() error { s.Close(); return nil }, nil
+}
+
+// Retries of a store that did not answer at start: the first after
+// storeRetryMin, doubling to storeRetryMax; each attempt may take
+// storeOpenTimeout (PostgreSQL's migrations run within it).
+var (
+	storeRetryMin    = 100 * time.Millisecond
+	storeRetryMax    = 5 * time.Second
+	storeOpenTimeout = 30 * time.Second
+)
+
+// connectStore is openStore for serve, which starts whether or not the
+// store answers: a store that cannot be opened (not yet up, unreachable)
+// is stood in for by one whose every call fails, so that each rule's
+// on_store_error decides and /readyz fails, as during a later outage,
+// while the opening is retried in the background. A URL the store
+// refuses is an error.
+func connectStore(ctx context.Context, rawURL string, reg prometheus.Registerer, log *slog.Logger) (sluice.Store, func() error, error) {
+	k, err := storeKindOf(rawURL)
+	if err == nil {
+		err = k.check(storeURLOrDefault(rawURL))
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("store.url: %w", err)
+	}
+	open := func(ctx context.Context) (sluice.Store, func() error, error) {
+		ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+		defer cancel()
+		return k.open(ctx, storeURLOrDefault(rawURL), reg)
+	}
+	s, closeStore, err := open(ctx)
+	if err == nil {
+		return s, closeStore, nil
+	}
+	log.Warn("the store did not answer at start: serving on each rule's on_store_error, /readyz failing, until it does", "store", redact(rawURL), "err", err)
+	p := &pendingStore{}
+	p.err.Store(&err)
+	rctx, cancel := context.WithCancel(context.Background())
+	p.stop = cancel
+	p.wg.Add(1)
+	go p.retry(rctx, open, redact(rawURL), log)
+	return p, p.close, nil
+}
+
+// pendingStore is the stand-in of a store that could not be opened at
+// start (see connectStore). Once opened, it passes every call through.
+type pendingStore struct {
+	store atomic.Pointer[sluice.Store]
+	err   atomic.Pointer[error] // the last failure to open
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+	// release closes the store once opened; set before store.
+	release func() error
+}
+
+// errStoreNotOpen is the error of every call before the store opens.
+var errStoreNotOpen = errors.New("the store has not answered since start")
+
+func (p *pendingStore) opened() (sluice.Store, error) {
+	if s := p.store.Load(); s != nil {
+		return *s, nil
+	}
+	return nil, fmt.Errorf("%w: %w", errStoreNotOpen, *p.err.Load())
+}
+
+func (p *pendingStore) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+	s, err := p.opened()
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	return s.Take(ctx, op, r)
+}
+
+func (p *pendingStore) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+	s, err := p.opened()
+	if err != nil {
+		return nil, err
+	}
+	return s.TakeAll(ctx, op, rs)
+}
+
+func (p *pendingStore) Reset(ctx context.Context, l *sluice.Limit, key string) error {
+	s, err := p.opened()
+	if err != nil {
+		return err
+	}
+	return s.Reset(ctx, l, key)
+}
+
+// retry opens the store until it succeeds or ctx ends.
+func (p *pendingStore) retry(ctx context.Context, open func(context.Context) (sluice.Store, func() error, error), name string, log *slog.Logger) {
+	defer p.wg.Done()
+	wait := storeRetryMin
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		s, release, err := open(ctx)
+		if err == nil {
+			p.release = release
+			p.store.Store(&s)
+			log.Info("the store answers", "store", name)
+			return
+		}
+		p.err.Store(&err)
+		wait = min(2*wait, storeRetryMax)
+	}
+}
+
+// close stops the retries and closes the store if it opened.
+func (p *pendingStore) close() error {
+	p.stop()
+	p.wg.Wait()
+	if p.store.Load() != nil {
+		return p.release()
+	}
+	return nil
+}
+
+// rulesSource returns the source of serve's policy when the store keeps
+// rules in a table (postgres://...?sluice_rules=true): the config file
+// merged with the rows of sluice_rules, loaded once; nil otherwise. When
+// the store records violations, they name their sluice_rules row.
+func rulesSource(ctx context.Context, storeURL string, store sluice.Store, file *policy.File) (*postgres.PolicySource, *policy.Policy, error) {
+	if _, o, err := postgres.SplitURL(storeURL); err != nil || !o.Rules {
+		return nil, nil, nil
+	}
+	if file == nil {
+		return nil, nil, errors.New("store.url: sluice_rules=true needs a config file (--config) for the table's rules to join")
+	}
+	opts := postgres.PolicySourceOptions{File: file}
+	if ps, ok := store.(*postgres.Store); ok {
+		opts.Violations = ps.Violations()
+	}
+	src, err := postgres.OpenRulesSource(ctx, storeURL, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := src.Load(ctx, true)
+	if err != nil {
+		src.Close()
+		return nil, nil, err
+	}
+	return src, p, nil
 }

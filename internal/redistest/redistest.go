@@ -16,20 +16,26 @@ import (
 // count on. Without redis-server the test skips, unless CI=true.
 func Server(t testing.TB) string {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server not found and CI=true: install redis-server")
-		}
-		t.Skip("redis-server not found: install redis-server to run this test")
-	}
+	need(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	return ServerOn(t, addr)
+}
+
+// ServerOn is Server on a loopback address the caller chose (one that
+// nothing listens on yet), for a test of what happens before Redis is up.
+func ServerOn(t testing.TB, addr string) string {
+	t.Helper()
+	need(t)
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("redis-server", "--port", port, "--bind", host, "--save", "", "--appendonly", "no", "--dir", t.TempDir())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -43,5 +49,16 @@ func Server(t testing.TB) string {
 			t.Fatalf("redis-server on %s did not start", addr)
 		}
 		time.Sleep(20 * time.Millisecond) // waiting for the server, not for tokens
+	}
+}
+
+// need skips the test without redis-server, or fails it under CI=true.
+func need(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server not found and CI=true: install redis-server")
+		}
+		t.Skip("redis-server not found: install redis-server to run this test")
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/insight"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -146,6 +147,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 
 	metrics := metrics.New(reg)
 	metrics.WatchKeys(store)
+	// The live page's statistics (/ui, /v1/stats), fed by every decision
+	// and store call.
+	stats := insight.New(insight.Options{Store: redact(set.StoreURL), Readings: metrics.Values})
+	stats.Loaded(source, data, false, nil)
+	metrics.OnStoreCall(stats.StoreCall)
 	lim := sluice.New(metrics.InstrumentStore(store))
 
 	var audit *httpgate.Audit
@@ -159,7 +165,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		audit = httpgate.NewAudit(f)
 	}
 	limits := set.Server.WithDefaults()
-	gate := httpgate.New(p, lim, httpgate.Options{Metrics: metrics, Audit: audit, Logger: log, Delay: reserveDelay(limits.WriteTimeout)})
+	gate := httpgate.New(p, lim, httpgate.Options{Metrics: metrics, Audit: audit, Logger: log, Delay: reserveDelay(limits.WriteTimeout), Insight: stats})
 	srv := &server{Gate: gate, Limiter: lim, Metrics: metrics, Registry: reg, Logger: log}
 
 	// Rules kept in PostgreSQL (store.url postgres://...?sluice_rules=true)
@@ -278,6 +284,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 			if force {
 				log.Error("reload refused, keeping the policy in force", "why", why, "err", err)
 				metrics.Reloaded(false)
+				stats.Loaded(*config, nil, true, err)
 			}
 			return
 		}
@@ -302,6 +309,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 			err = rules.SetConfig(*config, data) // merges the table's rules and installs
 			np = rules.Policy()
 		}
+		stats.Loaded(*config, data, true, err)
 		if err != nil {
 			log.Error("reload refused, keeping the policy in force", "why", why, "err", err)
 			metrics.Reloaded(false)

@@ -107,7 +107,7 @@ func TestStatsShowsRulesDecisionsAndHotKeys(t *testing.T) {
 		e.post("/v1/take", `{"rule":"per-user","key":"alice"}`)
 	}
 	e.post("/v1/peek", `{"rule":"per-user","key":"bob"}`) // a peek is no decision
-	e.clk.Advance(time.Second)                             // alice gets 1 token back
+	e.clk.Advance(time.Second)                            // alice gets 1 token back
 	e.get("/v1/auth", "X-User", "carol", "X-Key", "k1", "X-Plan", "free")
 	e.clk.Advance(time.Second)
 

@@ -54,7 +54,9 @@
     if (v === 0) return 'now';
     if (v < 1000) return v + 'ms';
     if (v < 60000) return (v / 1000).toFixed(1) + 's';
-    return dur(Math.round(v / 1000));
+    const s = Math.ceil(v / 1000);
+    if (s < 3600) return Math.floor(s / 60) + 'm' + (s % 60 ? ' ' + (s % 60) + 's' : '');
+    return Math.floor(s / 3600) + 'h' + (s % 3600 >= 60 ? ' ' + Math.floor((s % 3600) / 60) + 'm' : '');
   }
 
   function clock(iso) {
@@ -65,7 +67,12 @@
   // rate says what a limit allows, in the terms of the config.
   function rate(l) {
     if (l.window_s) return num(l.capacity) + ' per ' + dur(l.window_s);
-    return num(l.rate_per_second) + '/s, burst ' + num(l.capacity);
+    // A slow rate in the unit that shows it as a number: 10/h, not 0/s.
+    let r = l.rate_per_second, unit = '/s';
+    if (r < 1) { r *= 60; unit = '/min'; }
+    if (r < 1) { r *= 60; unit = '/h'; }
+    if (r < 1) { r *= 24; unit = '/day'; }
+    return num(Math.round(r * 1000) / 1000) + unit + ', burst ' + num(l.capacity);
   }
 
   // chart draws series ([{values, cls}]) over the window as lines, with

@@ -30,8 +30,8 @@ func TestAttackKeyFloodBounded(t *testing.T) {
 	}
 	for _, r := range [][2]*spaceSaving{c.traffic, c.rejected} {
 		for _, s := range r {
-			if len(s.heap) > 32 || len(s.index) > 32 {
-				t.Errorf("a ranking holds %d counters, %d index entries; want at most 32", len(s.heap), len(s.index))
+			if len(s.slots) > 32 || len(s.table) > 64 {
+				t.Errorf("a ranking holds %d counters, a table of %d; want at most 32 and 64", len(s.slots), len(s.table))
 			}
 		}
 	}

@@ -47,7 +47,8 @@ func TestSpaceSavingBounds(t *testing.T) {
 				t.Fatalf("total %d", n)
 			}
 			var sum uint64
-			for _, c := range s.heap {
+			for slot := range s.slots {
+				c := s.counter(int32(slot))
 				sum += c.count
 				tr := exact[c.item]
 				if c.count < tr || c.count-c.err > tr {

@@ -334,9 +334,11 @@ func (c *Collector) Snapshot(top int) Snapshot {
 	c.mu.Lock()
 	c.rotate(sec)
 	since := time.Unix(c.period-int64(c.opts.Period/time.Second), 0) // the period before the current one
-	s.ByRejected = ranking(c.rejected, top, since)
-	s.ByTraffic = ranking(c.traffic, top, since)
+	rejected := [2]*spaceSaving{c.rejected[0].clone(), c.rejected[1].clone()}
+	traffic := [2]*spaceSaving{c.traffic[0].clone(), c.traffic[1].clone()}
 	c.mu.Unlock()
+	s.ByRejected = ranking(rejected, top, since)
+	s.ByTraffic = ranking(traffic, top, since)
 	s.Store = c.store.read(s.From)
 	if c.opts.Readings != nil {
 		s.Readings = c.opts.Readings(Readings...)

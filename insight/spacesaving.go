@@ -174,6 +174,14 @@ func (s *spaceSaving) lookup(it Item) (counter, bool) {
 	return counter{}, false
 }
 
+// clone copies s, so that a snapshot ranks the copy without holding the
+// lock that decisions wait on.
+func (s *spaceSaving) clone() *spaceSaving {
+	c := *s
+	c.slots, c.hash, c.heap, c.pos, c.table = slices.Clone(s.slots), slices.Clone(s.hash), slices.Clone(s.heap), slices.Clone(s.pos), slices.Clone(s.table)
+	return &c
+}
+
 func (s *spaceSaving) reset() {
 	s.slots, s.hash, s.heap, s.pos = s.slots[:0], s.hash[:0], s.heap[:0], s.pos[:0]
 	clear(s.table)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"reflect"
@@ -312,5 +313,23 @@ func TestOpenAPIDescribesStats(t *testing.T) {
 				t.Errorf("schema %s lacks %s", schema, name)
 			}
 		}
+	}
+}
+
+// TestUISessionCookieSecureOverTLS: served over TLS, the session cookie
+// is Secure, so the browser never sends it over plain HTTP.
+func TestUISessionCookieSecureOverTLS(t *testing.T) {
+	e, _ := newUIEnv(t, uiPolicy, adminToken)
+	srv := httptest.NewTLSServer(e.gate.Handler())
+	defer srv.Close()
+	c := srv.Client()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := c.Get(srv.URL + "/ui?token=" + url.QueryEscape(adminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if cs := resp.Cookies(); resp.StatusCode != 303 || len(cs) != 1 || !cs[0].Secure {
+		t.Errorf("over TLS: %d %+v", resp.StatusCode, cs)
 	}
 }

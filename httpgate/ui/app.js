@@ -134,7 +134,7 @@
     );
   }
 
-  function renderRule(r) {
+  function renderRule(r, store) {
     const totalA = sum(r.allowed), totalR = sum(r.rejected), totalS = sum(r.shadow_rejected), totalE = sum(r.store_error);
     const badges = [];
     if (!r.in_policy) badges.push(el('span', { class: 'badge gone' }, 'no longer in the policy'));
@@ -146,7 +146,7 @@
     const about = [];
     if (r.in_policy) {
       about.push('keys ', el('code', {}, r.keys.length ? r.keys.join(' + ') : 'none (one bucket)'));
-      about.push(' · on store error ', r.on_store_error, ' · ', el('span', { class: 'src' }, r.source));
+      about.push(' · ', store, ' store, on error ', r.on_store_error, ' · ', el('span', { class: 'src' }, r.source));
     }
     if (r.alias) about.push(' · named ', el('code', {}, r.alias), ' in its file');
     const facts = el('p', { class: 'meta' }, about);
@@ -250,7 +250,7 @@
   function render(st) {
     refreshes++;
     renderSummary(st);
-    $('rules').replaceChildren(...(st.rules.length ? st.rules.map((r) => renderRule(r)) : [el('p', { class: 'empty' }, 'The policy has no rules.')]));
+    $('rules').replaceChildren(...(st.rules.length ? st.rules.map((r) => renderRule(r, (st.store.url || 'memory://').split(':')[0])) : [el('p', { class: 'empty' }, 'The policy has no rules.')]));
     renderRanking($('hot-rejections'), $('bound-rejections'), st.hot_keys.by_rejections, 'rejections');
     renderRanking($('hot-traffic'), $('bound-traffic'), st.hot_keys.by_traffic, 'decisions');
     $('hot-note').textContent = st.keys_hashed ? 'keys hashed (ui.show_keys: false)' : 'this period and the one before';

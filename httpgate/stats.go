@@ -115,8 +115,8 @@ type StatsHot struct {
 
 // StatsRanking is one ranking of a Space-Saving summary (see package
 // insight): over the decisions since Since, Total of them, each key's
-// true count lies within Count±Error, and Error is at most ErrorBound =
-// Total/Counters.
+// true count lies within Count±Error, and Error is at most ErrorBound,
+// itself at most Total/Counters.
 type StatsRanking struct {
 	Since      time.Time     `json:"since"`
 	Total      uint64        `json:"total"`

@@ -28,10 +28,12 @@ func TestAttackKeyFloodBounded(t *testing.T) {
 			clk.Advance(30 * time.Second) // across ranking periods
 		}
 	}
-	for _, r := range [][2]*spaceSaving{c.traffic, c.rejected} {
-		for _, s := range r {
-			if len(s.slots) > 32 || len(s.table) > 64 {
-				t.Errorf("a ranking holds %d counters, a table of %d; want at most 32 and 64", len(s.slots), len(s.table))
+	for i := range c.shards {
+		for _, r := range [][2]*spaceSaving{c.shards[i].traffic, c.shards[i].rejected} {
+			for _, s := range r {
+				if s.n > 32 || len(s.slots) > 32 || len(s.bcount) > 32 || len(s.table) > 64 {
+					t.Errorf("a ranking holds %d counters in %d, %d buckets, a table of %d; want at most 32 and 64", s.n, len(s.slots), len(s.bcount), len(s.table))
+				}
 			}
 		}
 	}

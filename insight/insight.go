@@ -4,13 +4,14 @@
 //
 //   - per rule, its decisions (allowed, rejected, shadow_rejected,
 //     store_error) in each second of the last five minutes (Window);
-//   - the hottest keys, by rejections and by traffic: two Space-Saving
-//     summaries of Options.Counters counters each (256 by default), over
-//     the current period (Options.Period, one minute) and the one before.
-//     A key's count overestimates its true count by at most N/k, where N
-//     is the decisions the ranking counted over those periods and k the
-//     counters, and every key seen more than N/k times is listed (see
-//     Ranking);
+//   - the hottest keys, by rejections and by traffic: Space-Saving
+//     summaries over the current period (Options.Period, one minute) and
+//     the one before, in 8 shards by a hash of the key (so that decisions
+//     seldom wait on one lock), each of Options.Counters counters (256 by
+//     default). A key's count is within N/k of its true count, where N is
+//     the decisions the ranking counted over those periods and k the
+//     counters of a shard, and every key seen more than N/k times is
+//     listed (see Ranking);
 //   - the store's calls, errors and latency per second (StoreCall, which
 //     metrics.Metrics.OnStoreCall feeds), and readings of the gauges and
 //     counters the stores export (breaker state, over-limit cache hits);
@@ -54,7 +55,10 @@ type Options struct {
 	Readings func(names ...string) map[string]float64
 }
 
-// Collector gathers the statistics. It is safe for concurrent use.
+// Collector gathers the statistics. It is safe for concurrent use. Its
+// memory is fixed but for one series per rule that decided in the last
+// Window: about 40 KiB per rule, and 8 shards of four summaries of
+// Options.Counters counters (about 90 KiB a shard at 256).
 type Collector struct {
 	opts Options
 	sec  seconds
@@ -64,10 +68,9 @@ type Collector struct {
 	rules   atomic.Pointer[map[string]*ruleSeries]
 	rulesMu sync.Mutex // serialises replacing rules
 
-	mu       sync.Mutex // guards the rankings
-	period   int64      // the Unix second the current period started
-	traffic  [2]*spaceSaving
-	rejected [2]*spaceSaving // [0] the current period, [1] the one before
+	// The rankings, in shards by a hash of the item, so that decisions
+	// of different keys seldom wait on one lock.
+	shards [nShards]rankings
 
 	store storeSeries
 
@@ -85,9 +88,11 @@ func New(opts Options) *Collector {
 		opts.Period = time.Minute
 	}
 	c := &Collector{opts: opts, sec: seconds{clock: opts.Clock}}
-	for i := range 2 {
-		c.traffic[i] = newSpaceSaving(opts.Counters)
-		c.rejected[i] = newSpaceSaving(opts.Counters)
+	for i := range c.shards {
+		for j := range 2 {
+			c.shards[i].traffic[j] = newSpaceSaving(opts.Counters)
+			c.shards[i].rejected[j] = newSpaceSaving(opts.Counters)
+		}
 	}
 	c.rules.Store(&map[string]*ruleSeries{})
 	c.starts = c.sec.wall()
@@ -148,8 +153,7 @@ func (c *Collector) ObserveResults(rs []policy.Result) {
 			c.series(r.Match.Rule.Name).add(sec, outcome(r.Outcome()))
 		}
 	}
-	c.mu.Lock()
-	c.rotate(sec)
+	p := int64(c.opts.Period / time.Second)
 	for i := range rs {
 		r := &rs[i]
 		lim := r.Match.Request.Limit
@@ -157,31 +161,50 @@ func (c *Collector) ObserveResults(rs []policy.Result) {
 			continue
 		}
 		it := Item{Limit: lim.Name(), Key: r.Match.Request.Key}
-		c.traffic[0].add(it, 1)
+		h := hashItem(it)
+		sh := &c.shards[h>>(64-shardBits)]
+		sh.mu.Lock()
+		sh.rotate(sec, p)
+		sh.traffic[0].add(it, h)
 		if r.Violated {
-			c.rejected[0].add(it, 1)
+			sh.rejected[0].add(it, h)
 		}
+		sh.mu.Unlock()
 	}
-	c.mu.Unlock()
 }
 
-// rotate starts a new ranking period when the current one is over:
-// periods start at multiples of Options.Period since the epoch. c.mu is
-// held.
-func (c *Collector) rotate(sec int64) {
-	p := int64(c.opts.Period / time.Second)
+// shardBits picks a ranking shard from the top bits of an item's hash;
+// the table inside a shard uses the low ones.
+const (
+	shardBits = 3
+	nShards   = 1 << shardBits
+)
+
+// rankings is one shard of both rankings: the items whose hash falls in
+// it, over the current period and the one before.
+type rankings struct {
+	mu       sync.Mutex
+	period   int64 // the Unix second the current period started
+	traffic  [2]*spaceSaving
+	rejected [2]*spaceSaving // [0] the current period, [1] the one before
+	_        [64]byte        // a cache line of its own for mu
+}
+
+// rotate starts a new ranking period when the current one (p seconds)
+// is over: periods start at multiples of p since the epoch. r.mu is held.
+func (r *rankings) rotate(sec, p int64) {
 	start := sec - sec%p
-	if start <= c.period {
+	if start <= r.period {
 		return
 	}
-	for _, r := range []*[2]*spaceSaving{&c.traffic, &c.rejected} {
-		r[0], r[1] = r[1], r[0]
-		r[0].reset()
-		if start != c.period+p { // a whole period without decisions: nothing is recent
-			r[1].reset()
+	for _, rk := range []*[2]*spaceSaving{&r.traffic, &r.rejected} {
+		rk[0], rk[1] = rk[1], rk[0]
+		rk[0].reset()
+		if start != r.period+p { // a whole period without decisions: nothing is recent
+			rk[1].reset()
 		}
 	}
-	c.period = start
+	r.period = start
 }
 
 // StoreCall counts one call to the store: how long it took and whether
@@ -256,8 +279,9 @@ func (c *Collector) PolicyInForce() {
 
 // Ranking is the hottest keys of one ranking, the largest count first.
 // Each key's true count over the ranking's periods lies within
-// [Count-Error, Count+Error], and Error is at most Bound = Total/Counters:
-// a key whose true count exceeds Bound is always listed.
+// [Count-Error, Count+Error], and Error is at most Bound, the largest of
+// the shards' N/Counters, itself at most Total/Counters: a key whose true
+// count exceeds Bound is always listed.
 type Ranking struct {
 	// Since is when the counted periods began.
 	Since    time.Time
@@ -331,14 +355,19 @@ func (c *Collector) Snapshot(top int) Snapshot {
 		}
 	}
 	c.forget(idle, s.From)
-	c.mu.Lock()
-	c.rotate(sec)
-	since := time.Unix(c.period-int64(c.opts.Period/time.Second), 0) // the period before the current one
-	rejected := [2]*spaceSaving{c.rejected[0].clone(), c.rejected[1].clone()}
-	traffic := [2]*spaceSaving{c.traffic[0].clone(), c.traffic[1].clone()}
-	c.mu.Unlock()
-	s.ByRejected = ranking(rejected, top, since)
-	s.ByTraffic = ranking(traffic, top, since)
+	p := int64(c.opts.Period / time.Second)
+	since := time.Unix(sec-sec%p-p, 0) // the period before the current one
+	var rejected, traffic [nShards][2]*spaceSaving
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		sh.rotate(sec, p)
+		rejected[i] = [2]*spaceSaving{sh.rejected[0].clone(), sh.rejected[1].clone()}
+		traffic[i] = [2]*spaceSaving{sh.traffic[0].clone(), sh.traffic[1].clone()}
+		sh.mu.Unlock()
+	}
+	s.ByRejected = ranking(rejected[:], top, since, c.opts.Counters)
+	s.ByTraffic = ranking(traffic[:], top, since, c.opts.Counters)
 	s.Store = c.store.read(s.From)
 	if c.opts.Readings != nil {
 		s.Readings = c.opts.Readings(Readings...)
@@ -374,8 +403,20 @@ func (c *Collector) forget(names []string, from int64) {
 	c.rules.Store(&m)
 }
 
-func ranking(r [2]*spaceSaving, top int, since time.Time) Ranking {
-	out := Ranking{Since: since, Total: r[0].total + r[1].total, Counters: r[0].k, Keys: merged(r[0], r[1], top)}
-	out.Bound = out.Total / uint64(out.Counters)
+// ranking ranks the shards' items: each shard's top, then the top of
+// those (an item is in one shard only, so no counts are summed across
+// shards, and the top n overall are among the shards' top n).
+func ranking(shards [][2]*spaceSaving, top int, since time.Time, k int) Ranking {
+	out := Ranking{Since: since, Counters: k, Keys: []HotKey{}}
+	for _, r := range shards {
+		n := r[0].total + r[1].total
+		out.Total += n
+		out.Bound = max(out.Bound, n/uint64(k))
+		out.Keys = append(out.Keys, merged(r[0], r[1], top)...)
+	}
+	sortHot(out.Keys)
+	if len(out.Keys) > top {
+		out.Keys = out.Keys[:top]
+	}
 	return out
 }

@@ -26,18 +26,33 @@ type Item struct {
 //
 // It is not safe for concurrent use; the Collector locks it.
 //
-// The counters sit in slots that never move; the heap orders slot
-// numbers, so that keeping it in order moves small integers. Items find
-// their slot through an open-addressing table of a fixed size (twice k,
-// linear probing, deletion by backward shift, no tombstones): the
-// decision path never allocates, however the items churn.
+// It is kept as the paper's Stream-Summary, so that counting one more is
+// a constant number of steps whatever the counts: the counters are in
+// buckets of equal count, the buckets in a list by count, the smallest
+// first; one more moves a counter to the next bucket. Items find their
+// counter through an open-addressing table of twice k places (linear
+// probing, deletion by backward shift, no tombstones). Everything is
+// allocated up front as arrays of k, linked by index: the decision path
+// never allocates, however the items churn.
 type spaceSaving struct {
-	k     int
-	slots []counter // the counted items (their counts are in heap)
-	hash  []uint64  // each slot's item's hash
-	heap  []node    // a min-heap on count
-	pos   []int32   // each slot's position in heap
-	table []int32   // slot number + 1 by hash, 0 for none
+	k int
+	n int // counters in use
+
+	// By counter (slot): its item and error, its item's hash, its bucket
+	// and its neighbours there.
+	slots        []counter
+	hash         []uint64
+	bucket       []int32
+	snext, sprev []int32
+
+	// By bucket: its count, its first counter, its neighbours in the list
+	// (bnext also chains the free buckets).
+	bcount       []uint64
+	bfirst       []int32
+	bnext, bprev []int32
+	head, free   int32 // the smallest bucket; the first free one
+
+	table []int32 // slot + 1 by hash, 0 for none
 	mask  uint64
 	total uint64 // N
 }
@@ -46,16 +61,12 @@ type spaceSaving struct {
 // count, count-err a lower bound.
 type counter struct {
 	item  Item
-	count uint64 // filled in by counter(); heap holds the live one
+	count uint64 // filled in by counter(); the bucket holds the live one
 	err   uint64
 }
 
-// node is a place in the heap: a slot's count, kept beside it so that
-// ordering the heap reads one array.
-type node struct {
-	count uint64
-	slot  int32
-}
+// none is the null index of the lists.
+const none = -1
 
 // seed keys the table's hashes: random per process, so that no client
 // can choose keys that collide in it.
@@ -70,10 +81,33 @@ func newSpaceSaving(k int) *spaceSaving {
 	for size < 2*k {
 		size *= 2
 	}
-	return &spaceSaving{
-		k: k, slots: make([]counter, 0, k), hash: make([]uint64, 0, k), heap: make([]node, 0, k), pos: make([]int32, 0, k),
+	s := &spaceSaving{
+		k: k, slots: make([]counter, k), hash: make([]uint64, k), bucket: make([]int32, k), snext: make([]int32, k), sprev: make([]int32, k),
+		bcount: make([]uint64, k), bfirst: make([]int32, k), bnext: make([]int32, k), bprev: make([]int32, k),
 		table: make([]int32, size), mask: uint64(size - 1),
 	}
+	s.reset()
+	return s
+}
+
+func (s *spaceSaving) reset() {
+	clear(s.slots[:s.n])
+	s.n, s.total, s.head, s.free = 0, 0, none, 0
+	for b := range s.bnext {
+		s.bnext[b] = int32(b + 1)
+	}
+	s.bnext[len(s.bnext)-1] = none
+	clear(s.table)
+}
+
+// clone copies s, so that a snapshot ranks the copy without holding the
+// lock that decisions wait on.
+func (s *spaceSaving) clone() *spaceSaving {
+	c := *s
+	c.slots, c.hash, c.bucket, c.snext, c.sprev = slices.Clone(s.slots), slices.Clone(s.hash), slices.Clone(s.bucket), slices.Clone(s.snext), slices.Clone(s.sprev)
+	c.bcount, c.bfirst, c.bnext, c.bprev = slices.Clone(s.bcount), slices.Clone(s.bfirst), slices.Clone(s.bnext), slices.Clone(s.bprev)
+	c.table = slices.Clone(s.table)
+	return &c
 }
 
 // find returns it's slot and where the table holds it, or, when it has
@@ -82,7 +116,7 @@ func (s *spaceSaving) find(it Item, h uint64) (slot int32, at uint64) {
 	for i := h & s.mask; ; i = (i + 1) & s.mask {
 		v := s.table[i]
 		if v == 0 {
-			return -1, i
+			return none, i
 		}
 		if s.hash[v-1] == h && s.slots[v-1].item == it {
 			return v - 1, i
@@ -114,116 +148,138 @@ func (s *spaceSaving) remove(at uint64) {
 	}
 }
 
-// add counts w more for it.
-func (s *spaceSaving) add(it Item, w uint64) {
-	s.total += w
-	h := hashItem(it)
+// newBucket takes a free bucket for count and links it after prev (at
+// the head for none). There is always one free: there are never more
+// buckets than counters in use.
+func (s *spaceSaving) newBucket(count uint64, prev int32) int32 {
+	b := s.free
+	s.free = s.bnext[b]
+	s.bcount[b], s.bfirst[b], s.bprev[b] = count, none, prev
+	if prev == none {
+		s.bnext[b], s.head = s.head, b
+	} else {
+		s.bnext[b], s.bnext[prev] = s.bnext[prev], b
+	}
+	if next := s.bnext[b]; next != none {
+		s.bprev[next] = b
+	}
+	return b
+}
+
+// freeBucket unlinks the empty bucket b and frees it.
+func (s *spaceSaving) freeBucket(b int32) {
+	prev, next := s.bprev[b], s.bnext[b]
+	if prev == none {
+		s.head = next
+	} else {
+		s.bnext[prev] = next
+	}
+	if next != none {
+		s.bprev[next] = prev
+	}
+	s.bnext[b], s.free = s.free, b
+}
+
+// attach puts slot in bucket b.
+func (s *spaceSaving) attach(slot, b int32) {
+	first := s.bfirst[b]
+	s.snext[slot], s.sprev[slot], s.bucket[slot] = first, none, b
+	if first != none {
+		s.sprev[first] = slot
+	}
+	s.bfirst[b] = slot
+}
+
+// detach takes slot out of its bucket, which it leaves linked even when
+// empty.
+func (s *spaceSaving) detach(slot int32) {
+	b, prev, next := s.bucket[slot], s.sprev[slot], s.snext[slot]
+	if prev == none {
+		s.bfirst[b] = next
+	} else {
+		s.snext[prev] = next
+	}
+	if next != none {
+		s.sprev[next] = prev
+	}
+}
+
+// increment counts one more for slot: to the next bucket when it has
+// the count one more, else to a new one after its own (or its own,
+// when it is alone there).
+func (s *spaceSaving) increment(slot int32) {
+	b := s.bucket[slot]
+	c := s.bcount[b] + 1
+	next := s.bnext[b]
+	alone := s.bfirst[b] == slot && s.snext[slot] == none
+	switch {
+	case next != none && s.bcount[next] == c:
+		s.detach(slot)
+		s.attach(slot, next)
+		if alone {
+			s.freeBucket(b)
+		}
+	case alone:
+		s.bcount[b] = c // the next bucket counts more still: the order holds
+	default:
+		s.detach(slot)
+		s.attach(slot, s.newBucket(c, b))
+	}
+}
+
+// add counts one more for it, whose hashItem is h.
+func (s *spaceSaving) add(it Item, h uint64) {
+	s.total++
 	slot, at := s.find(it, h)
-	if slot >= 0 {
-		i := s.pos[slot]
-		s.heap[i].count += w
-		s.down(int(i))
-		return
-	}
-	if len(s.slots) < s.k {
-		slot = int32(len(s.slots))
-		s.slots = append(s.slots, counter{item: it})
-		s.hash = append(s.hash, h)
-		s.heap = append(s.heap, node{count: w, slot: slot})
-		s.pos = append(s.pos, int32(len(s.heap)-1))
+	switch {
+	case slot != none:
+		s.increment(slot)
+	case s.n < s.k:
+		slot = int32(s.n)
+		s.n++
+		s.slots[slot], s.hash[slot] = counter{item: it}, h
 		s.table[at] = slot + 1
-		s.up(len(s.heap) - 1)
-		return
+		if s.head != none && s.bcount[s.head] == 1 {
+			s.attach(slot, s.head)
+		} else {
+			s.attach(slot, s.newBucket(1, none))
+		}
+	default:
+		// Take over a smallest counter: it keeps its count (the new
+		// item may have been seen that often while unmonitored), which
+		// becomes the new item's error, and counts one more.
+		slot = s.bfirst[s.head]
+		_, old := s.find(s.slots[slot].item, s.hash[slot])
+		s.remove(old)
+		s.slots[slot], s.hash[slot] = counter{item: it, err: s.bcount[s.head]}, h
+		_, at = s.find(it, h)
+		s.table[at] = slot + 1
+		s.increment(slot)
 	}
-	// Take over the smallest counter: it keeps its count (the new item
-	// may have been seen that often while unmonitored), which becomes the
-	// new item's error.
-	slot, minc := s.heap[0].slot, s.heap[0].count
-	c := &s.slots[slot]
-	_, old := s.find(c.item, s.hash[slot])
-	s.remove(old)
-	*c = counter{item: it, err: minc}
-	s.heap[0].count = minc + w
-	s.hash[slot] = h
-	_, at = s.find(it, h)
-	s.table[at] = slot + 1
-	s.down(0)
 }
 
 // min is the smallest count while every counter is in use (an item
 // without a counter was seen at most that often), else 0.
 func (s *spaceSaving) min() uint64 {
-	if len(s.slots) < s.k || len(s.slots) == 0 {
+	if s.n < s.k || s.n == 0 {
 		return 0
 	}
-	return s.heap[0].count
+	return s.bcount[s.head]
 }
 
 // counter returns slot's counter with its count.
 func (s *spaceSaving) counter(slot int32) counter {
 	c := s.slots[slot]
-	c.count = s.heap[s.pos[slot]].count
+	c.count = s.bcount[s.bucket[slot]]
 	return c
 }
 
 // lookup returns it's counter, if it has one.
 func (s *spaceSaving) lookup(it Item) (counter, bool) {
-	if slot, _ := s.find(it, hashItem(it)); slot >= 0 {
+	if slot, _ := s.find(it, hashItem(it)); slot != none {
 		return s.counter(slot), true
 	}
 	return counter{}, false
-}
-
-// clone copies s, so that a snapshot ranks the copy without holding the
-// lock that decisions wait on.
-func (s *spaceSaving) clone() *spaceSaving {
-	c := *s
-	c.slots, c.hash, c.heap, c.pos, c.table = slices.Clone(s.slots), slices.Clone(s.hash), slices.Clone(s.heap), slices.Clone(s.pos), slices.Clone(s.table)
-	return &c
-}
-
-func (s *spaceSaving) reset() {
-	s.slots, s.hash, s.heap, s.pos = s.slots[:0], s.hash[:0], s.heap[:0], s.pos[:0]
-	clear(s.table)
-	s.total = 0
-}
-
-func (s *spaceSaving) less(i, j int) bool { return s.heap[i].count < s.heap[j].count }
-
-func (s *spaceSaving) swap(i, j int) {
-	s.heap[i], s.heap[j] = s.heap[j], s.heap[i]
-	s.pos[s.heap[i].slot] = int32(i)
-	s.pos[s.heap[j].slot] = int32(j)
-}
-
-func (s *spaceSaving) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !s.less(i, p) {
-			return
-		}
-		s.swap(i, p)
-		i = p
-	}
-}
-
-func (s *spaceSaving) down(i int) {
-	n := len(s.heap)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		c := l
-		if r := l + 1; r < n && s.less(r, l) {
-			c = r
-		}
-		if !s.less(c, i) {
-			return
-		}
-		s.swap(i, c)
-		i = c
-	}
 }
 
 // HotKey is one item of a ranking. Its true count over the ranking's
@@ -239,10 +295,10 @@ type HotKey struct {
 // its Error, as a counted item contributes its err: so Error is at most
 // (N1+N2)/k, the bound of one summary of both periods.
 func merged(a, b *spaceSaving, n int) []HotKey {
-	seen := make(map[Item]bool, len(a.slots)+len(b.slots))
+	seen := make(map[Item]bool, a.n+b.n)
 	var out []HotKey
 	for _, s := range []*spaceSaving{a, b} {
-		for slot := range s.slots {
+		for slot := range s.n {
 			c := s.counter(int32(slot))
 			if seen[c.item] {
 				continue
@@ -260,7 +316,17 @@ func merged(a, b *spaceSaving, n int) []HotKey {
 			out = append(out, h)
 		}
 	}
-	slices.SortFunc(out, func(x, y HotKey) int {
+	sortHot(out)
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+// sortHot orders hot keys by count, the largest first, then by limit and
+// key, so that equal counts list the same way every time.
+func sortHot(hs []HotKey) {
+	slices.SortFunc(hs, func(x, y HotKey) int {
 		if c := cmp.Compare(y.Count, x.Count); c != 0 {
 			return c
 		}
@@ -269,8 +335,4 @@ func merged(a, b *spaceSaving, n int) []HotKey {
 		}
 		return cmp.Compare(x.Key, y.Key)
 	})
-	if len(out) > n {
-		out = out[:n]
-	}
-	return out
 }

@@ -192,7 +192,7 @@
     table.replaceChildren(
       el('colgroup', {}, el('col', { class: 'c-key' }), el('col'), el('col'), el('col'), el('col')),
       head, body);
-    boundEl.textContent = `Since ${clock(rk.since)}: ${num(rk.total)} counted by ${rk.counters} counters; a count is off by at most ±${num(rk.error_bound)} (total ÷ counters), and every key above that is listed.`;
+    boundEl.textContent = `Since ${clock(rk.since)}: ${num(rk.total)} counted, ${rk.counters} counters a shard; a count is off by at most ±${num(rk.error_bound)} (at most total ÷ counters), and every key above that is listed.`;
   }
 
   function renderStore(st) {

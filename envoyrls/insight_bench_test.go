@@ -45,6 +45,7 @@ func BenchmarkShouldRateLimitObserved(b *testing.B) {
 			s := envoyrls.New(pol, sluice.New(memory.New(memory.Options{})), envoyrls.Options{Logger: slog.New(slog.DiscardHandler), Observer: policy.Observers(obs...)})
 			ctx := context.Background()
 			b.ReportAllocs()
+			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				i := 0
 				for pb.Next() {

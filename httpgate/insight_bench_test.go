@@ -45,6 +45,7 @@ rules:
 			ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
 			h := httpgate.Middleware(p, sluice.New(memory.New(memory.Options{})), opts)(ok)
 			b.ReportAllocs()
+			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				req := httptest.NewRequest("GET", "/api/orders", nil)
 				req.RemoteAddr = "192.0.2.1:4000"

@@ -119,6 +119,9 @@ func (g *Gate) handler(auth, api bool) http.Handler {
 		if g.opts.Metrics != nil {
 			routes = append(routes, route{"GET", "/metrics", "Prometheus metrics", g.opts.Metrics.Handler()})
 		}
+		if g.opts.Insight != nil {
+			routes = append(routes, g.uiRoutes()...)
+		}
 	}
 	// The Authorization header of a forward-auth call is the client's own
 	// (JWT rules read it), so sluice's token travels beside it.
@@ -296,8 +299,8 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	ctx, cancel := sluice.WithTimeout(withCaller(r.Context(), ms, in.ClientIP, r.URL.Path), g.opts.StoreTimeout)
 	defer cancel()
 	var obs policy.Observer
-	if op == sluice.OpTake && g.opts.Metrics != nil {
-		obs = g.opts.Metrics
+	if op == sluice.OpTake {
+		obs = g.obs
 	}
 	v := policy.Enforce(ctx, g.lim, op, ms, obs)
 	if op == sluice.OpTake {

@@ -2,7 +2,8 @@
 // decision API (/v1/take, /v1/peek, /v1/reset), forward auth for nginx
 // auth_request, Traefik ForwardAuth, Caddy forward_auth and Envoy ext_authz
 // (/v1/auth), a reverse proxy, a Go middleware, the /metrics endpoint of a
-// metrics.Metrics and an audit log of rejections.
+// metrics.Metrics, an audit log of rejections, and the live page of an
+// insight.Collector (/ui, its data at /v1/stats; ui.go, stats.go).
 //
 // Every request-shaped path (forward auth, proxy, middleware) answers the
 // same way: policy.Match builds each applicable rule's key, policy.Enforce

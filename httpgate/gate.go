@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/insight"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -39,6 +40,10 @@ type Options struct {
 	// buckets, reserve: true), or fails when ctx ends first. The default
 	// waits on a timer; tests pass one that records the wait.
 	Delay func(ctx context.Context, d time.Duration) error
+	// Insight, when set, is told every decision and serves the live page
+	// (GET /ui) and its data (GET /v1/stats) behind the admin token; nil
+	// serves neither.
+	Insight *insight.Collector
 }
 
 // Wait is the default Options.Delay: it returns after d, or with ctx's
@@ -62,6 +67,8 @@ type Gate struct {
 	opts     Options
 	draining atomic.Bool
 	storeLog policy.StoreErrorLog
+	obs      policy.Observer // Metrics and Insight, nil for neither
+	ui       *uiSecrets      // nil without Insight
 }
 
 // New returns a Gate enforcing p with lim.
@@ -79,9 +86,23 @@ func New(p *policy.Policy, lim *sluice.Limiter, opts Options) *Gate {
 		opts.Delay = Wait
 	}
 	g := &Gate{lim: lim, opts: opts}
-	g.pol.Store(p)
+	var obs []policy.Observer
+	if opts.Metrics != nil {
+		obs = append(obs, opts.Metrics)
+	}
+	if opts.Insight != nil {
+		obs = append(obs, opts.Insight)
+		g.ui = newUISecrets()
+	}
+	g.obs = policy.Observers(obs...)
+	g.SetPolicy(p)
 	return g
 }
+
+// Observer is what the gate tells every decision: Options.Metrics and
+// Options.Insight (nil when neither is set), for the other transports of
+// the same process (the Envoy service) to tell theirs.
+func (g *Gate) Observer() policy.Observer { return g.obs }
 
 // Policy returns the policy in force.
 func (g *Gate) Policy() *policy.Policy { return g.pol.Load() }
@@ -90,7 +111,12 @@ func (g *Gate) Policy() *policy.Policy { return g.pol.Load() }
 // finish with the old one, later ones use p. Bucket state lives in the
 // store under each limit's name, so rules that keep their name (and
 // algorithm) keep their state.
-func (g *Gate) SetPolicy(p *policy.Policy) { g.pol.Store(p) }
+func (g *Gate) SetPolicy(p *policy.Policy) {
+	g.pol.Store(p)
+	if g.opts.Insight != nil {
+		g.opts.Insight.PolicyInForce()
+	}
+}
 
 // Drain makes /readyz fail, so that load balancers stop sending traffic
 // before a graceful shutdown.
@@ -137,11 +163,7 @@ func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (p
 	}
 	ctx, cancel := sluice.WithTimeout(withCaller(ctx, ms, in.ClientIP, in.Path), g.opts.StoreTimeout)
 	defer cancel()
-	var obs policy.Observer
-	if g.opts.Metrics != nil {
-		obs = g.opts.Metrics
-	}
-	v := policy.Enforce(ctx, g.lim, sluice.OpTake, ms, obs)
+	v := policy.Enforce(ctx, g.lim, sluice.OpTake, ms, g.obs)
 	g.record(ctx, &v, in.ClientIP, in.Path)
 	return v, nil
 }

@@ -79,6 +79,13 @@ func newEnvStore(t *testing.T, yaml string, wrap func(sluice.Store) sluice.Store
 // newEnvPolicy builds an env serving p (a policy of any format).
 func newEnvPolicy(t *testing.T, p *policy.Policy, wrap func(sluice.Store) sluice.Store) *env {
 	t.Helper()
+	return newEnvOpts(t, p, wrap, nil)
+}
+
+// newEnvOpts is newEnvPolicy with opts, when not nil, changing the gate's
+// options (given the env, for its clock).
+func newEnvOpts(t *testing.T, p *policy.Policy, wrap func(sluice.Store) sluice.Store, opts func(*env, *httpgate.Options)) *env {
+	t.Helper()
 	e := &env{t: t, clk: sluice.NewManualClock(sluiceEpoch), audit: &lockedbuf.Buffer{}, env: map[string]string{}}
 	e.store = memory.New(memory.Options{Clock: e.clk})
 	reg := prometheus.NewRegistry()
@@ -89,7 +96,7 @@ func newEnvPolicy(t *testing.T, p *policy.Policy, wrap func(sluice.Store) sluice
 		st = wrap(st)
 	}
 	lim := sluice.NewWithOptions(m.InstrumentStore(st), sluice.Options{Clock: e.clk})
-	e.gate = httpgate.New(p, lim, httpgate.Options{
+	o := httpgate.Options{
 		Metrics: m,
 		Audit:   httpgate.NewAudit(e.audit),
 		Getenv:  func(k string) string { return e.env[k] },
@@ -100,7 +107,11 @@ func newEnvPolicy(t *testing.T, p *policy.Policy, wrap func(sluice.Store) sluice
 			e.mu.Unlock()
 			return nil
 		},
-	})
+	}
+	if opts != nil {
+		opts(e, &o)
+	}
+	e.gate = httpgate.New(p, lim, o)
 	e.srv = httptest.NewServer(e.gate.Handler())
 	t.Cleanup(e.srv.Close)
 	return e

@@ -14,24 +14,15 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testbin"
 )
 
 // serverBinary finds a real server's binary (nginx, caddy): on PATH or
-// where Debian's package puts it. When it is missing the test is skipped,
-// except in CI, where that is a failure.
+// where Debian's package puts it (see testbin.Find).
 func serverBinary(t *testing.T, name, debianPath string) string {
 	t.Helper()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	if _, err := os.Stat(debianPath); err == nil {
-		return debianPath
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is not installed (apt-get install %s); CI=true requires it", name, name)
-	}
-	t.Skipf("%s is not installed (apt-get install %s); skipping its integration test", name, name)
-	return ""
+	return testbin.Find(t, name, debianPath)
 }
 
 func freePort(t *testing.T) string {

@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -92,6 +93,7 @@ func NewReverseProxy(upstream *url.URL, opts ProxyOptions) *httputil.ReverseProx
 			for _, h := range clientAddressHeaders {
 				pr.Out.Header.Del(h)
 			}
+			dropCookie(pr.Out.Header, uiCookie)
 		},
 		Transport:     tr,
 		FlushInterval: -1,
@@ -139,4 +141,38 @@ func (g *Gate) Proxy(upstream *url.URL, opts ProxyOptions) http.Handler {
 		opts.Logger = g.opts.Logger
 	}
 	return g.Wrap(NewReverseProxy(upstream, opts))
+}
+
+// dropCookie removes the cookie called name from h's Cookie headers,
+// keeping the others as they were sent. The live page's session cookie
+// is scoped to a host, and browsers send a host's cookies to each of its
+// ports: the proxy in front of an upstream on the same host as the page
+// would otherwise hand the upstream a session that opens the page.
+func dropCookie(h http.Header, name string) {
+	lines := h.Values("Cookie")
+	if len(lines) == 0 {
+		return
+	}
+	var kept []string
+	changed := false
+	for _, line := range lines {
+		var parts []string
+		for _, c := range strings.Split(line, ";") {
+			if n, _, _ := strings.Cut(strings.TrimSpace(c), "="); n == name {
+				changed = true
+				continue
+			}
+			parts = append(parts, strings.TrimSpace(c))
+		}
+		if len(parts) > 0 {
+			kept = append(kept, strings.Join(parts, "; "))
+		}
+	}
+	if !changed {
+		return
+	}
+	h.Del("Cookie")
+	for _, line := range kept {
+		h.Add("Cookie", line)
+	}
 }

@@ -12,10 +12,12 @@ package metrics
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice"
 )
@@ -37,6 +39,7 @@ type Metrics struct {
 	storeErrors  *prometheus.CounterVec
 	storeLatency *prometheus.HistogramVec
 	reloads      *prometheus.CounterVec
+	onStoreCall  func(op string, d time.Duration, failed bool)
 }
 
 // New creates the collectors and registers them on reg.
@@ -140,10 +143,94 @@ type instrumented struct {
 }
 
 func (i *instrumented) observe(op string, start time.Time, err error) {
-	i.m.storeLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
-	if err != nil && !sluice.IsInputError(err) {
+	d := time.Since(start)
+	i.m.storeLatency.WithLabelValues(op).Observe(d.Seconds())
+	failed := err != nil && !sluice.IsInputError(err)
+	if failed {
 		i.m.storeErrors.WithLabelValues(op).Inc()
 	}
+	if i.m.onStoreCall != nil {
+		i.m.onStoreCall(op, d, failed)
+	}
+}
+
+// OnStoreCall makes the stores that InstrumentStore wraps tell f every
+// call: its operation, how long it took and whether the store failed (the
+// live page's store health, insight.Collector.StoreCall). Set it before
+// the stores serve.
+func (m *Metrics) OnStoreCall(f func(op string, d time.Duration, failed bool)) {
+	if m != nil {
+		m.onStoreCall = f
+	}
+}
+
+// Values returns the current values of the named metrics that the
+// registry holds: a bare name sums the series of its family, and
+// name{label="value",...} (labels in any order) is the one series with
+// exactly those labels. Counters, gauges and untyped metrics have a
+// value; histograms and summaries are left out, as are names that match
+// nothing (a store that does not export them).
+func (m *Metrics) Values(names ...string) map[string]float64 {
+	out := map[string]float64{}
+	if m == nil {
+		return out
+	}
+	fams, _ := m.reg.Gather() // a failed collector leaves its metrics out
+	byName := make(map[string]*dto.MetricFamily, len(fams))
+	for _, f := range fams {
+		byName[f.GetName()] = f
+	}
+	for _, name := range names {
+		fam, labels, _ := strings.Cut(name, "{")
+		f := byName[fam]
+		if f == nil {
+			continue
+		}
+		want := map[string]string{}
+		for _, kv := range strings.Split(strings.TrimSuffix(labels, "}"), ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				want[strings.TrimSpace(k)] = strings.Trim(strings.TrimSpace(v), `"`)
+			}
+		}
+		sum, found := 0.0, false
+		for _, s := range f.GetMetric() {
+			if !labelsAre(s.GetLabel(), want, labels != "") {
+				continue
+			}
+			switch {
+			case s.Counter != nil:
+				sum += s.Counter.GetValue()
+			case s.Gauge != nil:
+				sum += s.Gauge.GetValue()
+			case s.Untyped != nil:
+				sum += s.Untyped.GetValue()
+			default:
+				continue
+			}
+			found = true
+		}
+		if found {
+			out[name] = sum
+		}
+	}
+	return out
+}
+
+// labelsAre reports whether a series' labels are exactly want (when
+// exact), or any labels at all (when not).
+func labelsAre(got []*dto.LabelPair, want map[string]string, exact bool) bool {
+	if !exact {
+		return true
+	}
+	if len(got) != len(want) {
+		return false
+	}
+	for _, l := range got {
+		if v, ok := want[l.GetName()]; !ok || v != l.GetValue() {
+			return false
+		}
+	}
+	return true
 }
 
 func (i *instrumented) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {

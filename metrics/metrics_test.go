@@ -2,7 +2,9 @@ package metrics_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -134,5 +136,32 @@ func TestOpString(t *testing.T) {
 		if op.String() != want {
 			t.Errorf("%d: %q, want %q", op, op.String(), want)
 		}
+	}
+}
+
+// TestValuesAndOnStoreCall reads metrics by name (summed, or one labelled
+// series) and tells the hook every store call.
+func TestValuesAndOnStoreCall(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	var calls []string
+	m.OnStoreCall(func(op string, d time.Duration, failed bool) {
+		calls = append(calls, fmt.Sprint(op, " ", failed, " ", d >= 0))
+	})
+	lim := sluice.New(m.InstrumentStore(memory.New(memory.Options{})))
+	l := sluice.MustLimit(sluice.Spec{Name: "l", TokensPerSecond: 1, Burst: 1})
+	if _, err := lim.Take(context.Background(), sluice.Request{Limit: l, Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(calls) != "[take false true]" {
+		t.Errorf("calls: %v", calls)
+	}
+	m.Observe("a", metrics.ResultAllowed)
+	m.Observe("a", metrics.ResultRejected)
+	m.Observe("b", metrics.ResultRejected)
+	got := m.Values("sluice_decisions_total", `sluice_decisions_total{result="rejected",rule="a"}`, `sluice_decisions_total{rule="b"}`, "sluice_store_latency_seconds", "sluice_no_such_metric")
+	want := map[string]float64{"sluice_decisions_total": 3, `sluice_decisions_total{result="rejected",rule="a"}`: 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("values %v, want %v", got, want)
 	}
 }

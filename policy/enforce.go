@@ -158,6 +158,61 @@ type Observer interface {
 	Observe(rule string, result string)
 }
 
+// ResultsObserver is an Observer that wants the whole of each decision:
+// the limit and the key besides the rule and the outcome (package insight
+// ranks the hottest keys with them). Enforce calls ObserveResults, once per
+// call with every result (Result.Outcome names each one's result), instead
+// of Observe. It must not keep rs, which the caller goes on to use, and
+// should not allocate: it runs on every decision.
+type ResultsObserver interface {
+	Observer
+	ObserveResults(rs []Result)
+}
+
+// Observers combines observers into one that tells each of them every
+// decision (nil ones are left out); nil when none is left.
+func Observers(obs ...Observer) Observer {
+	var out tee
+	for _, o := range obs {
+		if o != nil {
+			out = append(out, o)
+		}
+	}
+	switch len(out) {
+	case 0:
+		return nil
+	case 1:
+		return out[0]
+	}
+	return out
+}
+
+// tee is Observers' result.
+type tee []Observer
+
+func (t tee) Observe(rule, result string) {
+	for _, o := range t {
+		o.Observe(rule, result)
+	}
+}
+
+func (t tee) ObserveResults(rs []Result) {
+	for _, o := range t {
+		observe(o, rs)
+	}
+}
+
+// observe tells o the results rs.
+func observe(o Observer, rs []Result) {
+	if ro, ok := o.(ResultsObserver); ok {
+		ro.ObserveResults(rs)
+		return
+	}
+	for i := range rs {
+		o.Observe(rs[i].Match.Rule.Name, rs[i].result())
+	}
+}
+
 // StoreErrorRetry is the wait a rejection by on_store_error: deny reports.
 const StoreErrorRetry = time.Second
 
@@ -260,9 +315,7 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		r.Violated = !r.Decision.Allowed && (r.Decision.RetryAfter > 0 || r.impossible || r.StoreErr != nil)
 	}
 	if obs != nil {
-		for _, r := range v.Results {
-			obs.Observe(r.Match.Rule.Name, r.result())
-		}
+		observe(obs, v.Results)
 	}
 	return v
 }
@@ -304,6 +357,10 @@ func refund(ctx context.Context, lim *sluice.Limiter, ms []Match) Verdict {
 	}
 	return v
 }
+
+// Outcome names r's result as an Observer is told it: "allowed",
+// "rejected", "shadow_rejected" or "store_error".
+func (r *Result) Outcome() string { return r.result() }
 
 // result names r for the Observer. A limit that would have admitted the
 // request but was not charged because another refused counts as allowed:

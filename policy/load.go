@@ -169,7 +169,7 @@ func (l *loader) load(data []byte) *Policy {
 	return l.policy(doc.Content[0])
 }
 
-var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits", "api_listen", "api_token_env", "server", "forward_auth"}
+var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits", "api_listen", "api_token_env", "server", "forward_auth", "ui"}
 
 // newPolicy returns a policy holding the default of every top-level
 // setting: what a file that gives only rules gets.
@@ -180,6 +180,7 @@ func newPolicy(file string) *Policy {
 	s.Headers = []string{"draft", "trio"}
 	s.DenyStatus, s.IPv6Prefix = 429, 64
 	s.Server = DefaultServerLimits
+	s.UI.ShowKeys = true
 	return p
 }
 
@@ -227,7 +228,22 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	} else {
 		l.needJWT()
 	}
+	if n, ok := o.vals["ui"]; ok {
+		l.ui(n, s)
+	}
 	return p
+}
+
+// ui reads the live page's section.
+func (l *loader) ui(n *yaml.Node, s *Settings) {
+	if uo := l.object(n, "ui", []string{"show_keys"}); uo != nil {
+		if v, _, ok := uo.boolean("show_keys"); ok {
+			s.UI.ShowKeys = v
+		}
+	}
+	if s.AdminTokenEnv == "" {
+		l.warnf(n, "ui", "the live page (/ui, /v1/stats) needs the admin token: without admin_token_env it is disabled")
+	}
 }
 
 // listenAt reads a listener's address field into dst. It reports whether

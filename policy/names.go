@@ -102,6 +102,9 @@ func (p *Policy) ownerOf(name string, lim *sluice.Limit) *Rule {
 	return &Rule{Name: name, Limit: lim}
 }
 
+// NamedRules returns the name-only rules (see NameOnly), in file order.
+func (p *Policy) NamedRules() []NamedRule { return p.named }
+
 // NamedLimits returns every limit FindLimit resolves, in file order: the
 // rules' own and their tiers' (Limits), then the name-only rules'.
 func (p *Policy) NamedLimits() []*sluice.Limit {

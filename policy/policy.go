@@ -142,6 +142,17 @@ type Settings struct {
 	// headers that describe the original request; the zero value believes
 	// none.
 	ForwardAuth ForwardAuth
+
+	// UI is the ui section: what the live page (/ui) and /v1/stats show.
+	UI UI
+}
+
+// UI is the ui section, the live page's settings.
+type UI struct {
+	// ShowKeys shows the hottest keys as they are (default true); false
+	// shows each as a keyed hash, stable within one process, so that the
+	// page shows how hot a key is without saying whose it is.
+	ShowKeys bool
 }
 
 // RulesTable is the rules_table section: the sources of the identities

@@ -36,10 +36,7 @@ func startEnvoy(s *server, set policy.Settings, ln net.Listener) (addr string, s
 		}
 	}
 	g := grpc.NewServer(gopts...)
-	opts := envoyrls.Options{Logger: s.Logger, Source: s.Gate.Policy}
-	if s.Metrics != nil {
-		opts.Observer = s.Metrics
-	}
+	opts := envoyrls.Options{Logger: s.Logger, Source: s.Gate.Policy, Observer: s.Gate.Observer()}
 	rls := envoyrls.New(s.Gate.Policy(), s.Limiter, opts)
 	health := rls.Register(g)
 	go func() {

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/insight"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -41,7 +42,9 @@ type server struct {
 	Gate    *httpgate.Gate
 	Limiter *sluice.Limiter
 	Metrics *metrics.Metrics
-	Logger  *slog.Logger
+	// Stats feeds the live page (/ui, /v1/stats).
+	Stats  *insight.Collector
+	Logger *slog.Logger
 }
 
 // reloadPoll is how often serve checks the config file for changes.
@@ -104,6 +107,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		return fail(err)
 	}
 	defer closeServer()
+	srv.Stats.Loaded(p.Source, fileContent(f.config), false, nil)
 
 	lns, err := bind(rs)
 	if err != nil {
@@ -206,6 +210,9 @@ func policySource(ctx context.Context, file *policy.File, p *policy.Policy, rs r
 func newServer(p *policy.Policy, rs runSettings, store sluice.Store, reg *prometheus.Registry, log *slog.Logger) (*server, func(), error) {
 	m := metrics.New(reg)
 	m.WatchKeys(store)
+	// The live page's statistics, fed by every decision and store call.
+	stats := insight.New(insight.Options{Store: redact(rs.StoreURL), Readings: m.Values})
+	m.OnStoreCall(stats.StoreCall)
 	lim := sluice.New(m.InstrumentStore(store))
 	var audit *httpgate.Audit
 	closeAudit := func() {}
@@ -218,8 +225,8 @@ func newServer(p *policy.Policy, rs runSettings, store sluice.Store, reg *promet
 		audit = httpgate.NewAudit(f)
 	}
 	limits := rs.Server.WithDefaults()
-	gate := httpgate.New(p, lim, httpgate.Options{Metrics: m, Audit: audit, Logger: log, Delay: reserveDelay(limits.WriteTimeout)})
-	return &server{Gate: gate, Limiter: lim, Metrics: m, Logger: log}, closeAudit, nil
+	gate := httpgate.New(p, lim, httpgate.Options{Metrics: m, Audit: audit, Logger: log, Delay: reserveDelay(limits.WriteTimeout), Insight: stats})
+	return &server{Gate: gate, Limiter: lim, Metrics: m, Stats: stats, Logger: log}, closeAudit, nil
 }
 
 // startHTTP serves the HTTP listeners of lns (bound by bind): forward
@@ -314,6 +321,7 @@ func watchPolicy(ctx context.Context, src policy.Source, s *server, started poli
 	go func() {
 		defer wg.Done()
 		policy.Watch(ctx, src, now, s.Gate.SetPolicy, func(r policy.Reload) {
+			s.Stats.Loaded(file, fileContent(file), true, r.Err)
 			if r.Err != nil {
 				s.Logger.Error("reload refused, keeping the policy in force", "why", r.Why, "err", r.Err)
 				s.Metrics.Reloaded(false)
@@ -330,6 +338,16 @@ func watchPolicy(ctx context.Context, src policy.Source, s *server, started poli
 		wg.Wait()
 		signal.Stop(hup)
 	}
+}
+
+// fileContent is the policy file's content for the live page's version of
+// it; nil for the embedded default or a file that cannot be read now.
+func fileContent(path string) []byte {
+	if path == "" {
+		return nil
+	}
+	data, _ := os.ReadFile(path)
+	return data
 }
 
 // waitForShutdown serves until ctx is done (exit 0) or a listener fails

@@ -1,0 +1,335 @@
+package httpgate_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/insight"
+	"github.com/sluicehq/sluice/policy"
+)
+
+const adminToken = "admin-token-0123456789abcdef"
+
+const uiPolicy = `
+admin_token_env: ADMIN
+rules:
+  - name: per-user
+    limit_keys: ["header:X-User"]
+    algorithm_config: {rps: 1, burst: 5}
+  - name: api
+    limit_keys: ["header:X-Key"]
+    tiers:
+      - name: free
+        match: {"header:X-Plan": free}
+        algorithm_config: {rps: 2, burst: 4}
+    algorithm_config: {rps: 10, burst: 20}
+  - name: hourly
+    mode: shadow
+    algorithm: fixed_window
+    algorithm_config: {rate: 100, period: 1h}
+`
+
+// newUIEnv serves yaml with the live page on, the statistics on the
+// env's manual clock, and the admin token set (unless token is "").
+func newUIEnv(t *testing.T, yaml, token string) (*env, *insight.Collector) {
+	t.Helper()
+	var stats *insight.Collector
+	e := newEnvOpts(t, mustPolicy(t, yaml), nil, func(e *env, o *httpgate.Options) {
+		stats = insight.New(insight.Options{Clock: e.clk, Store: "memory://", Readings: o.Metrics.Values})
+		o.Metrics.OnStoreCall(stats.StoreCall)
+		o.Insight = stats
+	})
+	if token != "" {
+		e.env["ADMIN"] = token
+	}
+	return e, stats
+}
+
+// noRedirect is a client that shows redirects instead of following them.
+var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// getStats reads /v1/stats with hdr.
+func getStats(t *testing.T, e *env, hdr ...string) httpgate.Stats {
+	t.Helper()
+	req, _ := http.NewRequest("GET", e.srv.URL+"/v1/stats", nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("/v1/stats: %d %s", resp.StatusCode, body)
+	}
+	var s httpgate.Stats
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		t.Fatalf("/v1/stats: %v\n%s", err, body)
+	}
+	return s
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func sum(xs []uint64) (n uint64) {
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// TestStatsShowsRulesDecisionsAndHotKeys drives decisions through the
+// decision API and forward auth and reads them back from /v1/stats: the
+// rules as configured, the decisions of each second, the hottest keys
+// with their buckets as a peek finds them, the store's calls.
+func TestStatsShowsRulesDecisionsAndHotKeys(t *testing.T) {
+	e, _ := newUIEnv(t, uiPolicy, adminToken)
+	for range 7 { // burst 5: 5 admitted, 2 rejected
+		e.post("/v1/take", `{"rule":"per-user","key":"alice"}`)
+	}
+	e.post("/v1/peek", `{"rule":"per-user","key":"bob"}`) // a peek is no decision
+	e.clk.Advance(time.Second)                            // alice gets 1 token back
+	e.get("/v1/auth", "X-User", "carol", "X-Key", "k1", "X-Plan", "free")
+	e.clk.Advance(time.Second)
+
+	s := getStats(t, e, "Authorization", "Bearer "+adminToken)
+	if s.WindowS != insight.Window || s.KeysHashed || s.Store.URL != "memory://" || s.Policy.Changes != 1 {
+		t.Errorf("stats: window %d hashed %v store %q changes %d", s.WindowS, s.KeysHashed, s.Store.URL, s.Policy.Changes)
+	}
+	if len(s.Rules) != 3 {
+		t.Fatalf("rules: %+v", s.Rules)
+	}
+	pu, api, hourly := s.Rules[0], s.Rules[1], s.Rules[2]
+	if pu.Name != "per-user" || !pu.InPolicy || pu.Algorithm != "token_bucket" || pu.Mode != "enforce" || pu.OnStoreError != "allow" ||
+		!reflect.DeepEqual(pu.Keys, []string{"header:X-User"}) || pu.Source != "test.yaml:4" ||
+		!reflect.DeepEqual(pu.Limits, []httpgate.StatsLimit{{Name: "per-user", RatePerSecond: 1, Capacity: 5}}) {
+		t.Errorf("per-user: %+v", pu)
+	}
+	if len(pu.Allowed) != insight.Window || pu.Allowed[insight.Window-2] != 5 || pu.Rejected[insight.Window-2] != 2 || pu.Allowed[insight.Window-1] != 1 || sum(pu.Allowed) != 6 {
+		t.Errorf("per-user decisions, last 2 s: allowed %v rejected %v", pu.Allowed[insight.Window-2:], pu.Rejected[insight.Window-2:])
+	}
+	if api.Name != "api" || !reflect.DeepEqual(api.Limits, []httpgate.StatsLimit{{Name: "api", RatePerSecond: 10, Capacity: 20}, {Name: "api.free", Tier: "free", RatePerSecond: 2, Capacity: 4}}) || sum(api.Allowed) != 1 || api.Rejected != nil {
+		t.Errorf("api: %+v", api)
+	}
+	if hourly.Mode != "shadow" || hourly.Algorithm != "fixed_window" || hourly.Limits[0].WindowS != 3600 || hourly.Limits[0].Capacity != 100 || sum(hourly.Allowed) != 1 || hourly.Keys == nil || len(hourly.Keys) != 0 {
+		t.Errorf("hourly: %+v", hourly)
+	}
+
+	rej := s.HotKeys.ByRejections
+	if rej.Total != 2 || rej.Counters != 256 || rej.ErrorBound != 0 || len(rej.Keys) != 1 {
+		t.Fatalf("by rejections: %+v", rej)
+	}
+	k := rej.Keys[0]
+	if k.Rule != "per-user" || k.Limit != "per-user" || k.Key != "alice" || k.Count != 2 || k.Error != 0 || k.Capacity != 5 {
+		t.Errorf("hot key: %+v", k)
+	}
+	// Two seconds at 1/s after the bucket emptied: 2 tokens, no wait.
+	if k.Tokens == nil || *k.Tokens != 2 || k.RetryAfterMs == nil || *k.RetryAfterMs != 0 {
+		t.Errorf("alice's bucket: tokens %v retry %v", deref(k.Tokens), deref(k.RetryAfterMs))
+	}
+	traffic := s.HotKeys.ByTraffic
+	if traffic.Total != 10 || traffic.Keys[0].Key != "alice" || traffic.Keys[0].Count != 7 {
+		t.Errorf("by traffic: %+v", traffic)
+	}
+	var carol bool
+	for _, k := range traffic.Keys {
+		if k.Limit == "api.free" && k.Rule == "api" && k.Key == "k1" && k.Capacity == 4 && k.Tokens != nil && *k.Tokens == 4 {
+			carol = true
+		}
+	}
+	if !carol {
+		t.Errorf("by traffic: no api.free k1, refilled to 4 tokens: %+v", traffic.Keys)
+	}
+	if s.HotKeys.PeekError != "" {
+		t.Errorf("peek error: %s", s.HotKeys.PeekError)
+	}
+	// 7 takes, 1 peek, and forward auth's take_all of its enforce-mode
+	// rules and take of its shadow rule, in the seconds they were in (the
+	// page's own peek is in the second in progress).
+	if got := sum(s.Store.Calls); got != 10 || len(s.Store.LatencyMs) != insight.Window {
+		t.Errorf("store calls %d", got)
+	}
+	if s.Store.Metrics["sluice_live_keys"] < 1 || s.Store.Breaker != "" {
+		t.Errorf("store metrics %v breaker %q", s.Store.Metrics, s.Store.Breaker)
+	}
+}
+
+// TestUILoginFlow: the page asks for the token, takes it once (as
+// ?token= or from the form) for a session cookie, and then serves the
+// page and its data to the cookie.
+func TestUILoginFlow(t *testing.T) {
+	e, _ := newUIEnv(t, uiPolicy, adminToken)
+	resp, err := noRedirect.Get(e.srv.URL + "/ui")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 401 || !strings.Contains(string(body), `<form method="post" action="ui/login">`) || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") {
+		t.Fatalf("/ui without a token: %d %v\n%s", resp.StatusCode, resp.Header, body)
+	}
+
+	for _, how := range []string{"query", "form"} {
+		var resp *http.Response
+		var err error
+		want := "ui"
+		if how == "query" {
+			resp, err = noRedirect.Get(e.srv.URL + "/ui?token=" + url.QueryEscape(adminToken))
+		} else {
+			req, _ := http.NewRequest("POST", e.srv.URL+"/ui/login", strings.NewReader("token="+url.QueryEscape(adminToken)))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Origin", e.srv.URL)
+			resp, err = noRedirect.Do(req)
+			want = "../ui"
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		loc, _ := resp.Location()
+		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != want || loc.Path != "/ui" || loc.RawQuery != "" {
+			t.Fatalf("%s: %d to %q", how, resp.StatusCode, resp.Header.Get("Location"))
+		}
+		cookies := resp.Cookies()
+		if len(cookies) != 1 || cookies[0].Name != "sluice_ui" || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteStrictMode || cookies[0].Path != "/" || cookies[0].MaxAge != 12*3600 {
+			t.Fatalf("%s: cookies %+v", how, cookies)
+		}
+		c := cookies[0]
+		req, _ := http.NewRequest("GET", e.srv.URL+"/ui", nil)
+		req.AddCookie(c)
+		page, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		html, _ := io.ReadAll(page.Body)
+		page.Body.Close()
+		if page.StatusCode != 200 || !strings.Contains(string(html), `<script src="ui/app.js" defer></script>`) || page.Header.Get("X-Frame-Options") != "DENY" {
+			t.Errorf("%s: /ui with the cookie: %d\n%s", how, page.StatusCode, html)
+		}
+		s := getStats(t, e, "Cookie", c.Name+"="+c.Value)
+		if len(s.Rules) != 3 {
+			t.Errorf("%s: stats with the cookie: %+v", how, s)
+		}
+	}
+
+	// The page's own files are there, typed, whoever asks.
+	for path, ctype := range map[string]string{"/ui/app.js": "text/javascript; charset=utf-8", "/ui/app.css": "text/css; charset=utf-8"} {
+		resp, _ := e.get(path)
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != ctype {
+			t.Errorf("%s: %d %q", path, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+	// The index lists the page and its data.
+	_, idx := e.get("/")
+	var paths []string
+	for _, ep := range idx["endpoints"].([]any) {
+		paths = append(paths, ep.(map[string]any)["path"].(string))
+	}
+	for _, want := range []string{"/ui", "/v1/stats", "/ui/login"} {
+		if !strings.Contains(strings.Join(paths, " "), want) {
+			t.Errorf("index lacks %s: %v", want, paths)
+		}
+	}
+}
+
+// TestStatsReloads: a new policy is counted and listed; a rule gone from
+// it stays listed while its decisions are in the window.
+func TestStatsReloads(t *testing.T) {
+	e, stats := newUIEnv(t, uiPolicy, adminToken)
+	e.post("/v1/take", `{"rule":"per-user","key":"alice"}`)
+	e.gate.SetPolicy(mustPolicy(t, "admin_token_env: ADMIN\nrules:\n  - name: other\n    algorithm_config: {rps: 1, burst: 1}\n"))
+	stats.Loaded("test.yaml", []byte("new"), true, nil)
+	stats.Loaded("test.yaml", []byte("bad"), true, &policy.Errors{List: []error{&policy.Error{File: "test.yaml", Line: 3, Path: "rules", Msg: "broken"}}})
+	e.clk.Advance(time.Second)
+	s := getStats(t, e, "Authorization", "Bearer "+adminToken)
+	if s.Policy.Changes != 2 || s.Policy.LastReload == nil || s.Policy.LastReload.OK || !strings.Contains(s.Policy.LastReload.Error, "test.yaml:3: rules: broken") || s.Policy.Source != "test.yaml" {
+		t.Errorf("policy: %+v %+v", s.Policy, s.Policy.LastReload)
+	}
+	if len(s.Rules) != 2 || s.Rules[0].Name != "other" || s.Rules[1].Name != "per-user" || s.Rules[1].InPolicy || sum(s.Rules[1].Allowed) != 1 {
+		t.Errorf("rules: %+v", s.Rules)
+	}
+	// The hot key of a rule gone has no bucket to read.
+	if k := s.HotKeys.ByTraffic.Keys; len(k) != 1 || k[0].Tokens != nil {
+		t.Errorf("hot keys: %+v", k)
+	}
+}
+
+// TestOpenAPIDescribesStats keeps api/openapi.yaml's /v1/stats and its
+// schemas in step with the JSON the handler writes, nested types too.
+func TestOpenAPIDescribesStats(t *testing.T) {
+	data, err := os.ReadFile("../api/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths      map[string]map[string]any `yaml:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]any `yaml:"properties"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for path, method := range map[string]string{"/v1/stats": "get", "/ui": "get", "/ui/login": "post"} {
+		if _, ok := doc.Paths[path][method]; !ok {
+			t.Errorf("openapi lacks %s %s", method, path)
+		}
+	}
+	for schema, v := range map[string]any{
+		"Stats": httpgate.Stats{}, "StatsPolicy": httpgate.StatsPolicy{}, "StatsReload": httpgate.StatsReload{},
+		"StatsStore": httpgate.StatsStore{}, "StatsRule": httpgate.StatsRule{}, "StatsLimit": httpgate.StatsLimit{},
+		"StatsHot": httpgate.StatsHot{}, "StatsRanking": httpgate.StatsRanking{}, "StatsHotKey": httpgate.StatsHotKey{},
+	} {
+		rt := reflect.TypeOf(v)
+		props := doc.Components.Schemas[schema].Properties
+		if len(props) != rt.NumField() {
+			t.Errorf("schema %s has %d properties, %s %d fields", schema, len(props), rt.Name(), rt.NumField())
+		}
+		for i := range rt.NumField() {
+			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+			if _, ok := props[name]; !ok {
+				t.Errorf("schema %s lacks %s", schema, name)
+			}
+		}
+	}
+}
+
+// TestUISessionCookieSecureOverTLS: served over TLS, the session cookie
+// is Secure, so the browser never sends it over plain HTTP.
+func TestUISessionCookieSecureOverTLS(t *testing.T) {
+	e, _ := newUIEnv(t, uiPolicy, adminToken)
+	srv := httptest.NewTLSServer(e.gate.Handler())
+	defer srv.Close()
+	c := srv.Client()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := c.Get(srv.URL + "/ui?token=" + url.QueryEscape(adminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if cs := resp.Cookies(); resp.StatusCode != 303 || len(cs) != 1 || !cs[0].Secure {
+		t.Errorf("over TLS: %d %+v", resp.StatusCode, cs)
+	}
+}

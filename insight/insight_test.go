@@ -1,0 +1,302 @@
+package insight
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// TestSpaceSavingBounds checks the error bound the package documents on
+// skewed and uniform streams of far more distinct keys than counters:
+// every counter's count overestimates its key's true count by at most its
+// err, err is at most N/k, and every key seen more than N/k times has a
+// counter.
+func TestSpaceSavingBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		next func(r *rand.Rand) int
+	}{
+		{"zipf", func() func(r *rand.Rand) int {
+			return func(r *rand.Rand) int { return int(rand.NewZipf(r, 1.2, 1, 100000).Uint64()) }
+		}()},
+		{"uniform", func(r *rand.Rand) int { return r.IntN(5000) }},
+		{"one-hot-in-noise", func(r *rand.Rand) int {
+			if r.IntN(10) == 0 {
+				return -1
+			}
+			return r.IntN(1 << 20)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const k = 64
+			r := rand.New(rand.NewPCG(1, 2))
+			s := newSpaceSaving(k)
+			exact := map[Item]uint64{}
+			for range 50000 {
+				it := Item{Limit: "l", Key: fmt.Sprint(tc.next(r))}
+				exact[it]++
+				s.add(it, hashItem(it))
+			}
+			checkStreamSummary(t, s)
+			n := s.total
+			if n != 50000 {
+				t.Fatalf("total %d", n)
+			}
+			var sum uint64
+			for slot := range s.n {
+				c := s.counter(int32(slot))
+				sum += c.count
+				tr := exact[c.item]
+				if c.count < tr || c.count-c.err > tr {
+					t.Errorf("%v: count %d err %d, true %d", c.item, c.count, c.err, tr)
+				}
+				if c.err > n/k {
+					t.Errorf("%v: err %d > N/k = %d", c.item, c.err, n/k)
+				}
+			}
+			if sum != n {
+				t.Errorf("counters sum to %d, N = %d", sum, n)
+			}
+			for it, tr := range exact {
+				if _, ok := s.lookup(it); tr > n/k && !ok {
+					t.Errorf("%v seen %d > N/k = %d times has no counter", it, tr, n/k)
+				}
+				if _, ok := s.lookup(it); !ok && tr > s.min() {
+					t.Errorf("%v seen %d times without a counter, above the smallest %d", it, tr, s.min())
+				}
+			}
+		})
+	}
+}
+
+// TestMergedBound checks the merged ranking of two periods: each key's
+// true count over both lies within Count±Error, Error within the bound.
+func TestMergedBound(t *testing.T) {
+	const k = 32
+	r := rand.New(rand.NewPCG(3, 4))
+	a, b := newSpaceSaving(k), newSpaceSaving(k)
+	exact := map[Item]uint64{}
+	for i := range 20000 {
+		it := Item{Limit: "l", Key: fmt.Sprint(rand.NewZipf(r, 1.1, 1, 10000).Uint64())}
+		exact[it]++
+		if i < 8000 {
+			b.add(it, hashItem(it))
+		} else {
+			a.add(it, hashItem(it))
+		}
+	}
+	bound := (a.total + b.total) / k
+	for _, h := range merged(a, b, 1000) {
+		tr := exact[h.Item]
+		if tr+h.Error < h.Count || h.Count+h.Error < tr {
+			t.Errorf("%v: count %d error %d, true %d", h.Item, h.Count, h.Error, tr)
+		}
+		if h.Error > bound+2 { // two floors of N/k
+			t.Errorf("%v: error %d > %d", h.Item, h.Error, bound)
+		}
+	}
+	top := merged(a, b, 3)
+	if len(top) != 3 || top[0].Key != "0" || top[0].Count < top[1].Count || top[1].Count < top[2].Count {
+		t.Errorf("top 3: %+v", top)
+	}
+}
+
+var (
+	perIP  = sluice.MustLimit(sluice.Spec{Name: "per-ip", TokensPerSecond: 10, Burst: 20})
+	login  = sluice.MustLimit(sluice.Spec{Name: "login", TokensPerSecond: 1, Burst: 5})
+	ruleIP = &policy.Rule{Name: "per-ip", Limit: perIP}
+	ruleLg = &policy.Rule{Name: "login", Limit: login}
+)
+
+func result(rule *policy.Rule, key string, rejected bool) policy.Result {
+	r := policy.Result{Match: policy.Match{Rule: rule, Request: sluice.Request{Limit: rule.Limit, Key: key}}}
+	r.Decision.Allowed = !rejected
+	if rejected {
+		r.Decision.RetryAfter = time.Second
+		r.Violated = true
+	}
+	return r
+}
+
+// TestSeriesPerSecond counts decisions in the seconds they were made and
+// shows the last Window complete seconds.
+func TestSeriesPerSecond(t *testing.T) {
+	clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+	c := New(Options{Clock: clk})
+	for sec := range 3 {
+		for range sec + 1 {
+			c.ObserveResults([]policy.Result{result(ruleIP, "a", false), result(ruleLg, "a", sec == 2)})
+		}
+		clk.Advance(time.Second)
+	}
+	c.Observe("per-ip", "store_error")
+	s := c.Snapshot(10)
+	if s.From != 1_700_000_003-Window {
+		t.Fatalf("from %d", s.From)
+	}
+	ip := s.Rules["per-ip"]
+	if got := ip.Allowed[Window-3:]; fmt.Sprint(got) != "[1 2 3]" {
+		t.Errorf("per-ip allowed, last 3 s: %v", got)
+	}
+	if ip.Rejected != nil || ip.StoreError != nil {
+		t.Errorf("per-ip: rejected %v, store errors in the second in progress %v", ip.Rejected, ip.StoreError)
+	}
+	if got := s.Rules["login"].Rejected[Window-3:]; fmt.Sprint(got) != "[0 0 3]" {
+		t.Errorf("login rejected: %v", got)
+	}
+	clk.Advance(time.Second)
+	if got := c.Snapshot(10).Rules["per-ip"].StoreError[Window-1]; got != 1 {
+		t.Errorf("store errors: %d", got)
+	}
+
+	// Past the window, a second's slot is reused and nothing old shows.
+	clk.Advance(Window * time.Second)
+	c.ObserveResults([]policy.Result{result(ruleIP, "a", false)})
+	clk.Advance(time.Second)
+	s = c.Snapshot(10)
+	var sum uint64
+	for _, v := range s.Rules["per-ip"].Allowed {
+		sum += v
+	}
+	if sum != 1 {
+		t.Errorf("per-ip allowed over the window: %d, want 1", sum)
+	}
+	if _, ok := s.Rules["login"]; ok {
+		t.Errorf("login, idle for a window, still listed")
+	}
+	if _, ok := (*c.rules.Load())["login"]; ok {
+		t.Errorf("login's series kept after a window idle")
+	}
+}
+
+// TestRankings ranks by rejections and by traffic, over the current
+// period and the one before, and forgets older ones.
+func TestRankings(t *testing.T) {
+	clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+	c := New(Options{Clock: clk, Counters: 8})
+	for i := range 50 {
+		c.ObserveResults([]policy.Result{result(ruleIP, "busy", false)})
+		c.ObserveResults([]policy.Result{result(ruleLg, "attacker", i >= 5)})
+		c.ObserveResults([]policy.Result{result(ruleIP, fmt.Sprint("once-", i), false)})
+	}
+	s := c.Snapshot(2)
+	if len(s.ByTraffic.Keys) != 2 || s.ByTraffic.Total != 150 || s.ByTraffic.Counters != 8 || s.ByTraffic.Bound > 150/8 {
+		t.Fatalf("by traffic: %+v", s.ByTraffic)
+	}
+	for _, h := range s.ByTraffic.Keys {
+		if (h.Key != "busy" && h.Key != "attacker") || h.Count-h.Error > 50 || h.Count < 50 {
+			t.Errorf("by traffic: %+v", h)
+		}
+	}
+	if k := s.ByRejected.Keys; len(k) != 1 || k[0].Item != (Item{"login", "attacker"}) || k[0].Count != 45 || k[0].Error != 0 {
+		t.Errorf("by rejections: %+v", s.ByRejected)
+	}
+	clk.Advance(time.Minute)
+	if k := c.Snapshot(2).ByRejected.Keys; len(k) != 1 || k[0].Count != 45 {
+		t.Errorf("the period before is shown: %+v", k)
+	}
+	clk.Advance(time.Minute)
+	if s := c.Snapshot(2); len(s.ByRejected.Keys) != 0 || s.ByTraffic.Total != 0 {
+		t.Errorf("two periods later: %+v", s.ByRejected)
+	}
+}
+
+// TestObserveAllocatesNothing: the decision path pays no allocation for
+// the statistics, even while a flood of fresh keys churns the rankings.
+func TestObserveAllocatesNothing(t *testing.T) {
+	c := New(Options{Counters: 16})
+	keys := make([]policy.Result, 1000)
+	for i := range keys {
+		keys[i] = result(ruleIP, fmt.Sprint("client-", i), i%3 == 0)
+	}
+	one := make([]policy.Result, 1)
+	i := 0
+	observe := func() {
+		one[0] = keys[i%len(keys)]
+		i++
+		c.ObserveResults(one)
+	}
+	for range 5000 { // warm: the rule's series, the maps' room
+		observe()
+	}
+	if n := testing.AllocsPerRun(5000, observe); n != 0 {
+		t.Errorf("ObserveResults allocates %v per call", n)
+	}
+	c.StoreCall("take", time.Millisecond, false)
+	if n := testing.AllocsPerRun(1000, func() { c.StoreCall("take", time.Millisecond, true) }); n != 0 {
+		t.Errorf("StoreCall allocates %v per call", n)
+	}
+}
+
+// TestSecondsWithoutClock: the hot path's second is the system clock's.
+func TestSecondsWithoutClock(t *testing.T) {
+	var s seconds
+	before := time.Now().Unix()
+	got := s.get()
+	again := s.get()
+	after := time.Now().Unix()
+	if got < before || again < got || again > after+1 {
+		t.Errorf("seconds %d, %d outside [%d, %d]", got, again, before, after)
+	}
+}
+
+// TestStoreAndPolicy records store calls and policy loads.
+func TestStoreAndPolicy(t *testing.T) {
+	clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+	c := New(Options{Clock: clk, Store: "memory://", Readings: func(names ...string) map[string]float64 {
+		return map[string]float64{"sluice_live_keys": float64(len(names))}
+	}})
+	c.StoreCall("take", time.Millisecond, false)
+	c.StoreCall("take", 3*time.Millisecond, true)
+	c.Loaded("p.yaml", []byte("rules: []"), false, nil)
+	c.PolicyInForce()
+	clk.Advance(time.Second)
+	c.Loaded("p.yaml", []byte("rules: ["), true, errors.New("p.yaml:1: bad"))
+	s := c.Snapshot(5)
+	last := Window - 1
+	if s.Store.Calls[last] != 2 || s.Store.Errors[last] != 1 || s.Store.MeanMs[last] != 2 || s.Store.MaxMs[last] != 3 {
+		t.Errorf("store: %d calls %d errors mean %v max %v", s.Store.Calls[last], s.Store.Errors[last], s.Store.MeanMs[last], s.Store.MaxMs[last])
+	}
+	if s.Readings["sluice_live_keys"] != float64(len(Readings)) || s.StoreURL != "memory://" {
+		t.Errorf("readings %v, store %q", s.Readings, s.StoreURL)
+	}
+	p := s.Policy
+	if p.Source != "p.yaml" || p.Version != version([]byte("rules: []")) || p.Changes != 1 || p.LastReload == nil || p.LastReload.OK || p.LastReload.Error != "p.yaml:1: bad" || p.LastReload.Version == p.Version {
+		t.Errorf("policy: %+v %+v", p, p.LastReload)
+	}
+}
+
+// checkStreamSummary checks the lists of s: buckets in strictly
+// increasing count from the head, every counter in use in exactly one
+// non-empty bucket that names it, and every bucket either linked or free.
+func checkStreamSummary(t *testing.T, s *spaceSaving) {
+	t.Helper()
+	seen := map[int32]bool{}
+	buckets, last, prev := 0, uint64(0), int32(none)
+	for b := s.head; b != none; b = s.bnext[b] {
+		buckets++
+		if s.bprev[b] != prev || (prev != none && s.bcount[b] <= last) || s.bfirst[b] == none {
+			t.Fatalf("bucket %d: prev %d (want %d), count %d after %d, first %d", b, s.bprev[b], prev, s.bcount[b], last, s.bfirst[b])
+		}
+		sp := int32(none)
+		for sl := s.bfirst[b]; sl != none; sl = s.snext[sl] {
+			if s.bucket[sl] != b || s.sprev[sl] != sp || seen[sl] {
+				t.Fatalf("slot %d in bucket %d: names %d, prev %d (want %d), seen %v", sl, b, s.bucket[sl], s.sprev[sl], sp, seen[sl])
+			}
+			seen[sl], sp = true, sl
+		}
+		last, prev = s.bcount[b], b
+	}
+	free := 0
+	for b := s.free; b != none; b = s.bnext[b] {
+		free++
+	}
+	if len(seen) != s.n || buckets+free != s.k {
+		t.Fatalf("%d slots in buckets of %d in use; %d buckets linked and %d free of %d", len(seen), s.n, buckets, free, s.k)
+	}
+}

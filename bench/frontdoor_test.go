@@ -1,0 +1,354 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// BenchmarkFrontDoor puts each of sluice's front doors beside the floor
+// under it, in one process and one run: forward auth (GET /v1/auth) and
+// the decision API (POST /v1/take) beside a bare net/http handler that
+// sets the same kind of fields, and the Envoy rate limit service beside a
+// no-op RateLimitService on the same grpc-go server options. One load
+// client drives both servers of a pair over loopback in alternating rounds
+// (so that the machine's other load falls on both alike), over 10,000
+// user values.
+//
+// It reports each side's calls per second, their ratio, and the process
+// CPU (getrusage) per call of each side. Client and server share the
+// process, so the CPU per call includes the client's; the client's work
+// is the same for both sides, so the difference (extra-µs/op) is what the
+// door itself adds over the floor.
+//
+// Run it once per invocation (each round is time-based):
+//
+//	go test -run '^$' -bench FrontDoor -benchtime 1x
+//
+// FRONTDOOR_ROUNDS (default 4), FRONTDOOR_ROUND (default 1s) and
+// FRONTDOOR_CONNS (default 16) change the rounds and the connections.
+func BenchmarkFrontDoor(b *testing.B) {
+	rounds := envInt("FRONTDOOR_ROUNDS", 4)
+	round := envDuration("FRONTDOOR_ROUND", time.Second)
+	conns := envInt("FRONTDOOR_CONNS", 16)
+	users := make([]string, workloadKeys)
+	for i := range users {
+		users[i] = "user-" + strconv.Itoa(i)
+	}
+
+	b.Run("auth", func(b *testing.B) {
+		bare := startHTTP(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := w.Header()
+			h.Set("RateLimit-Policy", `"per-user";q=1000000000;w=1`)
+			h.Set("RateLimit", `"per-user";r=999999999;t=0`)
+			w.WriteHeader(http.StatusOK)
+		}))
+		gate := startHTTP(b, frontDoorGate(b).AuthHandler())
+		reqs := make([]*http.Request, len(users))
+		for i, u := range users {
+			reqs[i] = mustRequest(b, "GET", "/v1/auth", nil)
+			reqs[i].Header.Set("X-User", u)
+			reqs[i].Header.Set("X-Forwarded-Uri", "/api/orders")
+			reqs[i].Header.Set("X-Forwarded-Method", "GET")
+		}
+		compare(b, rounds, round, conns, "bare", "sluice",
+			httpCaller(bare, conns, reqs, http.StatusOK),
+			httpCaller(gate, conns, reqs, http.StatusOK))
+	})
+
+	b.Run("take", func(b *testing.B) {
+		bare := startHTTP(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			h := w.Header()
+			h.Set("Content-Type", "application/json")
+			h.Set("Cache-Control", "no-store")
+			io.WriteString(w, `{"allowed":true,"limit":1000000000,"remaining":999999999,"reset_after_ms":0,"retry_after_ms":0}`+"\n")
+		}))
+		gate := startHTTP(b, frontDoorGate(b).APIHandler())
+		bodies := make([][]byte, len(users))
+		for i, u := range users {
+			bodies[i] = []byte(`{"rule":"per-user","key":"` + u + `"}`)
+		}
+		compare(b, rounds, round, conns, "bare", "sluice",
+			takeCaller(bare, conns, bodies),
+			takeCaller(gate, conns, bodies))
+	})
+
+	b.Run("grpc", func(b *testing.B) {
+		noop := startGRPC(b, noopRLS{})
+		pol, err := policy.Parse("bench", []byte("rules:\n  - name: per-user\n    match: {domain: bench}\n    limit_keys: [\"descriptor:user\"]\n    algorithm: token_bucket\n    algorithm_config: {rps: 1000000000, burst: 1000000000}\n"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv := envoyrls.New(pol, sluice.New(memory.New(memory.Options{})), envoyrls.Options{Logger: slog.New(slog.DiscardHandler)})
+		rls := startGRPC(b, srv)
+		reqs := make([]*rlspb.RateLimitRequest, len(users))
+		for i, u := range users {
+			reqs[i] = &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
+				Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: u}},
+			}}}
+		}
+		compare(b, rounds, round, conns, "noop", "sluice",
+			grpcCaller(b, noop, conns, reqs),
+			grpcCaller(b, rls, conns, reqs))
+	})
+}
+
+// frontDoorGate is sluice's gate on the memory store with one rule keyed
+// by user that never refuses, so that both sides answer 200.
+func frontDoorGate(b *testing.B) *httpgate.Gate {
+	p, err := policy.Parse("frontdoor.yaml", []byte(`
+rules:
+  - name: per-user
+    limit_keys: ["header:X-User"]
+    algorithm: token_bucket
+    algorithm_config: {rps: 1000000000, burst: 1000000000}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return httpgate.New(p, sluice.New(memory.New(memory.Options{})), httpgate.Options{Logger: slog.New(slog.DiscardHandler)})
+}
+
+// caller makes calls on one connection's worth of state (worker w of the
+// client) until it returns an error.
+type caller func(w, i int) error
+
+// compare runs rounds alternating a and b (a first on odd rounds, b first
+// on even ones) and reports both sides and their ratio.
+func compare(b *testing.B, rounds int, round time.Duration, conns int, aName, bName string, a, c caller) {
+	var calls [2]int64
+	var cpu [2]time.Duration
+	var wall [2]time.Duration
+	sides := [2]caller{a, c}
+	// Warm both up: connections, the store's keys, the runtime's pools.
+	for s := range sides {
+		drive(b, sides[s], conns, round/4)
+	}
+	for r := range rounds {
+		for k := range 2 {
+			s := k
+			if r%2 == 1 {
+				s = 1 - k
+			}
+			c0 := processCPU()
+			t0 := time.Now()
+			n := drive(b, sides[s], conns, round)
+			wall[s] += time.Since(t0)
+			cpu[s] += processCPU() - c0
+			calls[s] += n
+		}
+	}
+	rate := func(s int) float64 { return float64(calls[s]) / wall[s].Seconds() }
+	perCall := func(s int) float64 { return float64(cpu[s].Microseconds()) / float64(calls[s]) }
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(rate(0), aName+"-calls/s")
+	b.ReportMetric(rate(1), bName+"-calls/s")
+	b.ReportMetric(rate(1)/rate(0), "ratio")
+	b.ReportMetric(perCall(0), aName+"-cpu-µs/op")
+	b.ReportMetric(perCall(1), bName+"-cpu-µs/op")
+	b.ReportMetric(perCall(1)-perCall(0), "extra-µs/op")
+}
+
+// drive runs conns workers of call for d and returns the calls made.
+func drive(b *testing.B, call caller, conns int, d time.Duration) int64 {
+	var n atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for w := range conns {
+		wg.Go(func() {
+			i := w * 7919
+			var k int64
+			for !stop.Load() {
+				if err := call(w, i); err != nil {
+					b.Error(err)
+					stop.Store(true)
+					break
+				}
+				i += 7
+				k++
+			}
+			n.Add(k)
+		})
+	}
+	time.Sleep(d)
+	stop.Store(true)
+	wg.Wait()
+	return n.Load()
+}
+
+// processCPU is the user and system CPU time of the process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func startHTTP(b *testing.B, h http.Handler) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+func mustRequest(b *testing.B, method, path string, body []byte) *http.Request {
+	r, err := http.NewRequest(method, path, bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+// httpClient keeps conns keep-alive connections to one server.
+func httpClient(conns int) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		MaxIdleConns:        conns,
+		MaxIdleConnsPerHost: conns,
+		DisableCompression:  true,
+	}}
+}
+
+// httpCaller sends reqs (templates without a host) to base, expecting want.
+func httpCaller(base string, conns int, reqs []*http.Request, want int) caller {
+	cl := httpClient(conns)
+	u := mustRequestURL(base)
+	return func(_, i int) error {
+		r := reqs[i%len(reqs)].Clone(context.Background())
+		r.URL.Scheme, r.URL.Host, r.Host = u.URL.Scheme, u.URL.Host, u.URL.Host
+		resp, err := cl.Do(r)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			return fmt.Errorf("%s: status %d, want %d", base, resp.StatusCode, want)
+		}
+		return nil
+	}
+}
+
+func takeCaller(base string, conns int, bodies [][]byte) caller {
+	cl := httpClient(conns)
+	url := base + "/v1/take"
+	return func(_, i int) error {
+		resp, err := cl.Post(url, "application/json", bytes.NewReader(bodies[i%len(bodies)]))
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: status %d", url, resp.StatusCode)
+		}
+		return nil
+	}
+}
+
+func mustRequestURL(base string) *http.Request {
+	r, err := http.NewRequest("GET", base, nil)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// noopRLS answers every call OK: the floor of the gRPC stack.
+type noopRLS struct {
+	rlspb.UnimplementedRateLimitServiceServer
+}
+
+func (noopRLS) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	st := make([]*rlspb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))
+	for i := range st {
+		st[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+	}
+	return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: st}, nil
+}
+
+// startGRPC serves svc (noopRLS, or something with a Register method) on
+// sluice's own server options.
+func startGRPC(b *testing.B, svc any) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := grpc.NewServer(envoyrls.ServerOptions()...)
+	switch s := svc.(type) {
+	case noopRLS:
+		rlspb.RegisterRateLimitServiceServer(g, s)
+	case *envoyrls.Server:
+		s.Register(g)
+	default:
+		b.Fatalf("cannot serve %T", svc)
+	}
+	go g.Serve(ln)
+	b.Cleanup(g.Stop)
+	return ln.Addr().String()
+}
+
+// grpcCaller spreads the workers over 4 connections, as Envoy keeps a few.
+func grpcCaller(b *testing.B, addr string, conns int, reqs []*rlspb.RateLimitRequest) caller {
+	clients := make([]rlspb.RateLimitServiceClient, 4)
+	for i := range clients {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cc.Close() })
+		clients[i] = rlspb.NewRateLimitServiceClient(cc)
+	}
+	ctx := context.Background()
+	return func(w, i int) error {
+		resp, err := clients[w%len(clients)].ShouldRateLimit(ctx, reqs[i%len(reqs)])
+		if err != nil {
+			return err
+		}
+		if resp.OverallCode != rlspb.RateLimitResponse_OK {
+			return fmt.Errorf("%s: %v", addr, resp.OverallCode)
+		}
+		return nil
+	}
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d > 0 {
+		return d
+	}
+	return def
+}

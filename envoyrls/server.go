@@ -283,7 +283,7 @@ func plan(req *rlspb.RateLimitRequest, found []Found, ds []descState, ms []polic
 // decide asks the store. Peeks go first: a check without charging that
 // fails makes the call OVER_LIMIT, and then nothing may be charged.
 func (s *Server) decide(ctx context.Context, c *call) {
-	ctx, cancel := sluice.WithTimeout(ctx, s.timeout)
+	ctx, cancel := sluice.WithStoreTimeout(ctx, s.lim.Store(), s.timeout)
 	defer cancel()
 	take, peek, refund := &c.groups[kindTake], &c.groups[kindPeek], &c.groups[kindRefund]
 	peek.op, take.op, refund.op = sluice.OpPeek, sluice.OpTake, sluice.OpRefund

@@ -296,7 +296,7 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		ms[i] = m
 	}
 	in := p.FromHTTP(r)
-	ctx, cancel := sluice.WithTimeout(withCaller(r.Context(), ms, in.ClientIP, r.URL.Path), g.opts.StoreTimeout)
+	ctx, cancel := sluice.WithStoreTimeout(withCaller(r.Context(), ms, in.ClientIP, r.URL.Path), g.lim.Store(), g.opts.StoreTimeout)
 	defer cancel()
 	var obs policy.Observer
 	if op == sluice.OpTake {

@@ -161,7 +161,7 @@ func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (p
 	if err != nil {
 		return policy.Verdict{}, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
 	}
-	ctx, cancel := sluice.WithTimeout(withCaller(ctx, ms, in.ClientIP, in.Path), g.opts.StoreTimeout)
+	ctx, cancel := sluice.WithStoreTimeout(withCaller(ctx, ms, in.ClientIP, in.Path), g.lim.Store(), g.opts.StoreTimeout)
 	defer cancel()
 	v := policy.Enforce(ctx, g.lim, sluice.OpTake, ms, g.obs)
 	g.record(ctx, &v, in.ClientIP, in.Path)

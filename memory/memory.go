@@ -154,6 +154,11 @@ func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
 	return h, maphash.String(s.seed2, key) + n
 }
 
+// InProcess reports that the store's calls never leave the process and
+// never wait on anything but its own locks, so callers need not arm a
+// deadline for them (see sluice.WithStoreTimeout).
+func (s *Store) InProcess() bool { return true }
+
 // Len returns the number of keys held.
 func (s *Store) Len() int {
 	return int(s.keys.Load())

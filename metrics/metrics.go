@@ -13,6 +13,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -134,23 +135,77 @@ func (m *Metrics) InstrumentStore(s sluice.Store) sluice.Store {
 	if m == nil {
 		return s
 	}
-	return &instrumented{s: s, m: m}
+	i := &instrumented{s: s, m: m}
+	for op := range i.ops {
+		for all := range i.ops[op] {
+			i.ops[op][all] = m.storeOp(sluice.Op(op), all == 1)
+		}
+	}
+	i.reset = m.storeOpNamed("reset")
+	return i
 }
 
 type instrumented struct {
 	s sluice.Store
 	m *Metrics
+	// The series of each operation, looked up once rather than on every
+	// call: ops[op][1] is op's TakeAll.
+	ops   [sluice.OpRefund + 1][2]*storeOp
+	reset *storeOp
 }
 
-func (i *instrumented) observe(op string, start time.Time, err error) {
+// storeOp is the op label of one kind of store call and its series. The
+// latency series is made on the first call, as WithLabelValues would:
+// an operation never called exports no histogram.
+type storeOp struct {
+	name    string
+	errors  prometheus.Counter
+	vec     *prometheus.HistogramVec
+	latency atomic.Pointer[prometheus.Observer]
+}
+
+func (o *storeOp) observe(d time.Duration) {
+	l := o.latency.Load()
+	if l == nil {
+		obs := o.vec.WithLabelValues(o.name)
+		l = &obs
+		o.latency.Store(l)
+	}
+	(*l).Observe(d.Seconds())
+}
+
+func (m *Metrics) storeOp(op sluice.Op, all bool) *storeOp {
+	name := op.String()
+	if all {
+		name += "_all"
+	}
+	return m.storeOpNamed(name)
+}
+
+func (m *Metrics) storeOpNamed(name string) *storeOp {
+	return &storeOp{name: name, errors: m.storeErrors.WithLabelValues(name), vec: m.storeLatency}
+}
+
+// opOf is the series of op (of a TakeAll when all).
+func (i *instrumented) opOf(op sluice.Op, all bool) *storeOp {
+	if int(op) < len(i.ops) {
+		if all {
+			return i.ops[op][1]
+		}
+		return i.ops[op][0]
+	}
+	return i.m.storeOp(op, all)
+}
+
+func (i *instrumented) observe(op *storeOp, start time.Time, err error) {
 	d := time.Since(start)
-	i.m.storeLatency.WithLabelValues(op).Observe(d.Seconds())
+	op.observe(d)
 	failed := err != nil && !sluice.IsInputError(err)
 	if failed {
-		i.m.storeErrors.WithLabelValues(op).Inc()
+		op.errors.Inc()
 	}
 	if i.m.onStoreCall != nil {
-		i.m.onStoreCall(op, d, failed)
+		i.m.onStoreCall(op.name, d, failed)
 	}
 }
 
@@ -233,23 +288,30 @@ func labelsAre(got []*dto.LabelPair, want map[string]string, exact bool) bool {
 	return true
 }
 
+// InProcess passes on whether the wrapped store's calls stay in the
+// process (see sluice.WithStoreTimeout).
+func (i *instrumented) InProcess() bool {
+	p, ok := i.s.(interface{ InProcess() bool })
+	return ok && p.InProcess()
+}
+
 func (i *instrumented) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
 	start := time.Now()
 	d, err := i.s.Take(ctx, op, r)
-	i.observe(op.String(), start, err)
+	i.observe(i.opOf(op, false), start, err)
 	return d, err
 }
 
 func (i *instrumented) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
 	start := time.Now()
 	ds, err := i.s.TakeAll(ctx, op, rs)
-	i.observe(op.String()+"_all", start, err)
+	i.observe(i.opOf(op, true), start, err)
 	return ds, err
 }
 
 func (i *instrumented) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 	start := time.Now()
 	err := i.s.Reset(ctx, l, key)
-	i.observe("reset", start, err)
+	i.observe(i.reset, start, err)
 	return err
 }

@@ -231,19 +231,27 @@ func AppendFields(dst []Field, v *Verdict, identity, path string, sets []string)
 		state = strconv.AppendInt(append(state, ";r="...), remaining(d, refused), 10)
 		state = strconv.AppendInt(append(state, ";t="...), resetSeconds(d, refused), 10)
 	}
-	if len(pol) > 0 {
-		dst = append(dst, Field{hPolicy, string(pol)}, Field{hRateLimit, string(state)})
-	}
-	if enforced > 0 && (trio || legacy) {
+	// Every value so far is cut from one string: one allocation for the
+	// lot rather than one per field.
+	var buf [256]byte
+	all := append(append(buf[:0], pol...), state...)
+	np := len(pol)
+	var n1, n2 int
+	nums := enforced > 0 && (trio || legacy)
+	if nums {
 		d := v.Overall
-		var buf [64]byte
-		nums := strconv.AppendInt(buf[:0], d.Limit, 10)
-		n1 := len(nums)
-		nums = strconv.AppendInt(nums, remaining(d, !v.Allowed), 10)
-		n2 := len(nums)
-		nums = strconv.AppendInt(nums, resetSeconds(d, !v.Allowed), 10)
-		all := string(nums)
-		limit, rem, reset := all[:n1], all[n1:n2], all[n2:]
+		all = strconv.AppendInt(all, d.Limit, 10)
+		n1 = len(all)
+		all = strconv.AppendInt(all, remaining(d, !v.Allowed), 10)
+		n2 = len(all)
+		all = strconv.AppendInt(all, resetSeconds(d, !v.Allowed), 10)
+	}
+	vals := string(all)
+	if len(pol) > 0 {
+		dst = append(dst, Field{hPolicy, vals[:np]}, Field{hRateLimit, vals[np : np+len(state)]})
+	}
+	if nums {
+		limit, rem, reset := vals[np+len(state):n1], vals[n1:n2], vals[n2:]
 		if trio {
 			dst = append(dst, Field{hLimit, limit}, Field{hRemaining, rem}, Field{hReset, reset})
 		}

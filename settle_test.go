@@ -1,0 +1,58 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
+)
+
+func TestSettlePureArithmetic(t *testing.T) {
+	conformance.RunSettle(t, newMapStore, conformance.SettleOptions{Goroutines: 4})
+}
+
+// Settle refuses what is no cost, and a request without a limit, before
+// any store call.
+func TestSettleRefusesBadInput(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(0))
+	l := sluice.New(newMapStore(t, clock))
+	lim := sluice.MustLimit(sluice.Spec{Name: "s", TokensPerSecond: 1, Burst: 10})
+	r := sluice.Request{Limit: lim, Key: "k"}
+	for _, c := range []struct{ charged, actual float64 }{
+		{0, 1}, {-1, 1}, {math.NaN(), 1}, {math.Inf(1), 1},
+		{1, -1}, {1, math.NaN()}, {1, math.Inf(1)}, {1, math.Inf(-1)},
+	} {
+		if _, err := l.Settle(context.Background(), r, c.charged, c.actual); !errors.Is(err, sluice.ErrInvalidCost) {
+			t.Errorf("settle %v as %v: %v, want ErrInvalidCost", c.charged, c.actual, err)
+		}
+	}
+	if _, err := l.Settle(context.Background(), sluice.Request{Key: "k"}, 1, 1); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Errorf("settle without a limit: %v, want ErrInvalidLimit", err)
+	}
+	if got := conformance.Level(t, l, lim, "k"); got != 10 {
+		t.Fatalf("refused settlements changed the bucket: %v tokens, want 10", got)
+	}
+}
+
+// The debt bound of an extra charge: max_reserved when the limit sets
+// one or reserves every request, else one capacity; none on a sliding log.
+func TestSettleDebt(t *testing.T) {
+	for _, c := range []struct {
+		spec sluice.Spec
+		want float64
+	}{
+		{sluice.Spec{Name: "tb", TokensPerSecond: 1, Burst: 10}, 10},
+		{sluice.Spec{Name: "tb-mr", TokensPerSecond: 1, Burst: 10, MaxReserved: 3}, 3},
+		{sluice.Spec{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Minute}, 5},
+		{sluice.Spec{Name: "sl", Algorithm: sluice.SlidingLog, Rate: 5, Period: time.Minute}, 0},
+		{sluice.Spec{Name: "lb", Algorithm: sluice.LeakyBucket, Rate: 10, MaxDelay: 2 * time.Second}, 20},
+	} {
+		if got := sluice.MustLimit(c.spec).SettleDebt(); got != c.want {
+			t.Errorf("%s: SettleDebt %v, want %v", c.spec.Name, got, c.want)
+		}
+	}
+}

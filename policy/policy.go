@@ -142,6 +142,11 @@ type Settings struct {
 	// headers that describe the original request; the zero value believes
 	// none.
 	ForwardAuth ForwardAuth
+
+	// SettleSecretEnv names the environment variable holding the key that
+	// the decision API signs settlement handles with, so that every server
+	// of a fleet accepts the others' ("" = a key of each process's own).
+	SettleSecretEnv string
 }
 
 // RulesTable is the rules_table section: the sources of the identities
@@ -384,6 +389,7 @@ type variant struct {
 	limit   *sluice.Limit
 	cost    costSpec
 	reserve bool
+	settle  *SettleFrom // nil: the charge is final
 }
 
 // Rule returns the rule called name, or nil.

@@ -56,3 +56,32 @@ func TestSettleDebt(t *testing.T) {
 		}
 	}
 }
+
+// A sharded limit settles through the Limiter, which places the refund
+// and the extra charge on its shards as it places any: an extra charge is
+// charged whole, and a refund goes to two shards picked at random, each
+// up to full, as every refund of a sharded limit does, so a refund that
+// finds them full is dropped. The shards never hold more than the actual
+// costs leave.
+func TestSettleSharded(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(1_000_000_000_000))
+	l := sluice.NewWithOptions(newMapStore(t, clock), sluice.Options{Clock: clock}).WithShardSeed(7)
+	lim := sluice.MustLimit(sluice.Spec{Name: "sharded", Rate: 1, Period: time.Hour, Capacity: 800, Shards: 4})
+	ctx := context.Background()
+	exact, refunded := 800.0, 0.0
+	for i, c := range []struct{ est, actual float64 }{{100, 40}, {100, 100}, {50, 180}, {200, 0}, {10, 150}} {
+		req := sluice.Request{Limit: lim, Key: "k", Cost: c.est}
+		if d, err := l.Take(ctx, req); err != nil || !d.Allowed {
+			t.Fatalf("take %d: %+v %v", i, d, err)
+		}
+		s, err := l.Settle(ctx, req, c.est, c.actual)
+		if err != nil || s.Forgiven != 0 || s.Extra != max(0, c.actual-c.est) || s.Refunded != max(0, c.est-c.actual) {
+			t.Fatalf("settle %d: %+v %v", i, s, err)
+		}
+		exact -= c.actual
+		refunded += s.Refunded
+		if got := conformance.Level(t, l, lim, "k"); got > exact || got < exact-refunded {
+			t.Fatalf("after settlement %d the shards hold %v, want at most %v and at least %v", i, got, exact, exact-refunded)
+		}
+	}
+}

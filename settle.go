@@ -54,8 +54,8 @@ const settleTries = 4
 // A sharded limit (Spec.Shards) settles as it takes and refunds: the
 // extra charge is a take on credit from its shards, and the refund goes
 // to two shards picked at random, each up to full, as every refund of a
-// sharded limit does; what those two cannot hold is dropped, so the
-// shards may end fuller-charged than the actual costs, never less.
+// sharded limit does; what those two cannot hold is dropped, so the key
+// may end charged more than its actual costs, never less.
 //
 // The errors are the store's, and ErrInvalidCost for a charged that is
 // no cost or an actual that is not a finite number >= 0.

@@ -25,7 +25,8 @@
 // algorithm_config and costs; the other sections are read in the file
 // named after them (jwt.go, forwardauth.go, grpctls.go, serverlimits.go,
 // rulestable.go); yamlnode.go is the schema-free plumbing (typed field
-// readers, "did you mean", FILE:LINE errors). request.go and query.go
+// readers, "did you mean", FILE:LINE errors); settle.go settle_from,
+// body:PATH costs and settle_secret_env. request.go and query.go
 // read a request's key parts, match.go its conditions and costs, and
 // enforce.go decides;
 // response.go says what a client is told. watch.go keeps a running policy

@@ -85,3 +85,23 @@ func TestSettleSharded(t *testing.T) {
 		}
 	}
 }
+
+// At the edge of what the stores count, a limit of a billion tokens at a
+// rate with a denominator, reserving without bound, settles a huge actual
+// cost without an error: charged up to the bound, the rest forgiven.
+func TestSettleHugeLimit(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(1_000_000_000_000))
+	l := sluice.NewWithOptions(newMapStore(t, clock), sluice.Options{Clock: clock})
+	lim := sluice.MustLimit(sluice.Spec{Name: "huge", TokensPerSecond: 0.7, Burst: 1e9, Reserve: true})
+	req := sluice.Request{Limit: lim, Key: "k", Cost: 1}
+	if _, err := l.Take(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	s, err := l.Settle(context.Background(), req, 1, 5e9)
+	if err != nil {
+		t.Fatalf("settle: %v", err)
+	}
+	if s.Extra+s.Forgiven != 5e9-1 || s.Extra <= 0 || s.Decision.Tokens > -lim.SettleDebt()+1 {
+		t.Fatalf("settle: %+v (debt bound %v)", s, lim.SettleDebt())
+	}
+}

@@ -106,8 +106,8 @@ func (g *Gate) AuthHandler() http.Handler { return g.handler(true, false) }
 
 // APIHandler serves the decision API, reset, metrics and health (POST
 // /v1/take, /v1/peek, /v1/reset, /v1/settle, GET /metrics, /healthz,
-// /readyz): what
-// faces trusted services when it has a listener of its own (api_listen).
+// /readyz): what faces trusted services when it has a listener of its own
+// (api_listen).
 func (g *Gate) APIHandler() http.Handler { return g.handler(false, true) }
 
 func (g *Gate) handler(auth, api bool) http.Handler {

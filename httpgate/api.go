@@ -73,6 +73,9 @@ type DecisionResponse struct {
 	// on_store_error decided.
 	StoreError bool               `json:"store_error,omitempty"`
 	Takes      []DecisionResponse `json:"takes,omitempty"`
+	// Settle is the handle that settles an admitted take of a limit with
+	// settle_from at its actual cost (POST /v1/settle); absent otherwise.
+	Settle string `json:"settle,omitempty"`
 }
 
 // ResetRequest is the body of /v1/reset.
@@ -84,16 +87,16 @@ type ResetRequest struct {
 // Handler serves the decision API, forward auth, metrics and health on
 // one listener:
 //
-//	POST /v1/take, POST /v1/peek, POST /v1/reset, ANY /v1/auth (and
-//	/v1/auth/..., for Envoy's ext_authz),
+//	POST /v1/take, POST /v1/peek, POST /v1/reset, POST /v1/settle,
+//	ANY /v1/auth (and /v1/auth/..., for Envoy's ext_authz),
 //	GET /metrics, GET /healthz, GET /readyz,
 //	GET / (the list of these, as an Index), GET /openapi.yaml
 //
 // Every other path is a 404, and another method a 405 with Allow, both
 // application/problem+json.
 //
-// When the policy names an api_token_env, /v1/take, /v1/peek and /v1/auth
-// require its token (see RequireToken).
+// When the policy names an api_token_env, /v1/take, /v1/peek, /v1/settle
+// and /v1/auth require its token (see RequireToken).
 func (g *Gate) Handler() http.Handler { return g.handler(true, true) }
 
 // AuthHandler serves forward auth and health (ANY /v1/auth, GET /healthz,
@@ -102,8 +105,9 @@ func (g *Gate) Handler() http.Handler { return g.handler(true, true) }
 func (g *Gate) AuthHandler() http.Handler { return g.handler(true, false) }
 
 // APIHandler serves the decision API, reset, metrics and health (POST
-// /v1/take, /v1/peek, /v1/reset, GET /metrics, /healthz, /readyz): what
-// faces trusted services when it has a listener of its own (api_listen).
+// /v1/take, /v1/peek, /v1/reset, /v1/settle, GET /metrics, /healthz,
+// /readyz): what faces trusted services when it has a listener of its own
+// (api_listen).
 func (g *Gate) APIHandler() http.Handler { return g.handler(false, true) }
 
 func (g *Gate) handler(auth, api bool) http.Handler {
@@ -115,6 +119,8 @@ func (g *Gate) handler(auth, api bool) http.Handler {
 			route{"POST", "/v1/peek", "what /v1/take would answer, consuming nothing",
 				g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpPeek) }))},
 			route{"POST", "/v1/reset", `refill a bucket: {"rule","key"}; needs the admin token`, http.HandlerFunc(g.reset)},
+			route{"POST", "/v1/settle", `settle a take at its actual cost: {"handle","actual"}`,
+				g.RequireToken(BearerSource, http.HandlerFunc(g.settleAPI))},
 		)
 		if g.opts.Metrics != nil {
 			routes = append(routes, route{"GET", "/metrics", "Prometheus metrics", g.opts.Metrics.Handler()})
@@ -311,6 +317,9 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		rr := &v.Results[i]
 		e := DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: rr.Reason(), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
 		fill(&e, rr.Effective(rr.Decision.Allowed), rr.Refused())
+		if op == sluice.OpTake && v.Allowed && rr.Match.Settle != nil && rr.Decision.Allowed && rr.StoreErr == nil {
+			e.Settle = g.issueHandle(p, rr.Match.Request)
+		}
 		entries[i] = e
 	}
 	var out DecisionResponse
@@ -388,7 +397,7 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 		}
 		return policy.Match{}, &inputError{http.StatusBadRequest, err.Error()}
 	}
-	return policy.Match{Rule: rule, Request: req, Identity: it.Key}, nil
+	return policy.Match{Rule: rule, Request: req, Identity: it.Key, Settle: rule.SettleFrom(lim)}, nil
 }
 
 // fill copies d into out; a limit that rejected has nothing remaining.

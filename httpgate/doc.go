@@ -1,5 +1,5 @@
 // Package httpgate puts sluice's policies in front of HTTP traffic: the JSON
-// decision API (/v1/take, /v1/peek, /v1/reset), forward auth for nginx
+// decision API (/v1/take, /v1/peek, /v1/reset, /v1/settle), forward auth for nginx
 // auth_request, Traefik ForwardAuth, Caddy forward_auth and Envoy ext_authz
 // (/v1/auth), a reverse proxy, a Go middleware, the /metrics endpoint of a
 // metrics.Metrics, an audit log of rejections, and the live page of an
@@ -14,4 +14,9 @@
 // whose detail and violated limits are the verdict's
 // (policy.Verdict.Violations). The Envoy service (package envoyrls) tells
 // its callers the same from the same functions.
+//
+// The proxy and the middleware also settle the limits whose rules set
+// settle_from, once the response is written, at the actual cost it states
+// (settle.go); the decision API does it through the signed handles of
+// /v1/settle (settleapi.go).
 package httpgate

@@ -44,6 +44,15 @@ type Options struct {
 	// (GET /ui) and its data (GET /v1/stats) behind the admin token; nil
 	// serves neither.
 	Insight *insight.Collector
+
+	// SettleTTL is how long a settlement handle of /v1/take may be used
+	// (default DefaultSettleTTL).
+	SettleTTL time.Duration
+	// BodyMemory bounds the bytes of request bodies held at once for
+	// body:PATH costs, over every request (default DefaultBodyMemory). A
+	// request that finds it spent is charged its rule's default_cost, its
+	// body streamed on unread.
+	BodyMemory int64
 }
 
 // Wait is the default Options.Delay: it returns after d, or with ctx's
@@ -69,6 +78,7 @@ type Gate struct {
 	storeLog policy.StoreErrorLog
 	obs      policy.Observer // Metrics and Insight, nil for neither
 	ui       *uiSecrets      // nil without Insight
+	settle   settleState
 }
 
 // New returns a Gate enforcing p with lim.
@@ -95,6 +105,7 @@ func New(p *policy.Policy, lim *sluice.Limiter, opts Options) *Gate {
 		g.ui = newUISecrets()
 	}
 	g.obs = policy.Observers(obs...)
+	g.initSettle()
 	g.SetPolicy(p)
 	return g
 }
@@ -134,12 +145,16 @@ func Middleware(p *policy.Policy, lim *sluice.Limiter, opts Options) func(http.H
 	return New(p, lim, opts).Wrap
 }
 
-// Wrap limits requests to next with the gate's current policy.
+// Wrap limits requests to next with the gate's current policy. Limits
+// that settle (settle_from) are settled once next has answered, from what
+// its response says the request cost.
 func (g *Gate) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := g.Policy()
-		if g.enforce(w, r, p, p.FromHTTP(r), http.StatusTooManyRequests) {
-			next.ServeHTTP(w, r)
+		in := p.FromHTTP(r)
+		defer g.prepareSettle(r, p, in)()
+		if v, ok := g.enforce(w, r, p, in, http.StatusTooManyRequests); ok {
+			g.serveSettled(next, w, r, &v)
 		}
 	})
 }
@@ -183,26 +198,26 @@ func withCaller(ctx context.Context, ms []policy.Match, clientIP netip.Addr, pat
 
 // enforce decides in, sets the rate limit fields on w and, on rejection,
 // writes the deny status and a problem body. It reports whether the
-// request may proceed.
-func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int) bool {
+// request may proceed, with the verdict.
+func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int) (policy.Verdict, bool) {
 	v, err := g.check(r.Context(), p, in)
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, err.Error())
-		return false
+		return v, false
 	}
 	setRateLimitHeaders(w.Header(), &v, v.Identity(), in.Path, p.Settings.Headers)
 	if !v.Allowed {
 		WriteRejection(w, v, denyStatus)
-		return false
+		return v, false
 	}
 	// An admitted reservation (a leaky bucket shaping traffic) goes ahead
 	// when its turn comes: holding it here is what spaces the requests.
 	if d := v.Overall.RetryAfter; d > 0 {
 		if err := g.opts.Delay(r.Context(), d); err != nil {
-			return false // the client gave up; nobody to answer
+			return v, false // the client gave up; nobody to answer
 		}
 	}
-	return true
+	return v, true
 }
 
 // WriteRejection writes the status and application/problem+json body of a

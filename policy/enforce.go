@@ -21,6 +21,10 @@ type Match struct {
 	Identity string
 	// Tier is the tier that matched, nil for the rule's own limit.
 	Tier *Tier
+	// Settle, when not nil, says where the actual cost of the request is
+	// found once it has been served (the limit's settle_from): what it
+	// was charged, Request.Cost, is an estimate to settle.
+	Settle *SettleFrom
 }
 
 // Match returns the limits that apply to in, in rule order: for every rule
@@ -60,6 +64,7 @@ func (p *Policy) Match(in *Input) ([]Match, error) {
 			Request:  v.request(e, key),
 			Identity: identity,
 			Tier:     tier,
+			Settle:   v.settle,
 		})
 	}
 	return out, nil
@@ -91,11 +96,11 @@ func (p *Policy) LimitMatch(name, key string) (m Match, ok bool) {
 	e := &eval{p: p, r: &Input{}}
 	for _, rule := range p.Rules {
 		if v := rule.ownVariant(); v != nil && v.limit.Name() == name {
-			return Match{Rule: rule, Request: v.request(e, key)}, true
+			return Match{Rule: rule, Request: v.request(e, key), Settle: v.settle}, true
 		}
 		for _, t := range rule.Tiers {
 			if t.v != nil && t.v.limit.Name() == name {
-				return Match{Rule: rule, Request: t.v.request(e, key), Tier: t}, true
+				return Match{Rule: rule, Request: t.v.request(e, key), Tier: t, Settle: t.v.settle}, true
 			}
 		}
 	}

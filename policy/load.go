@@ -169,7 +169,7 @@ func (l *loader) load(data []byte) *Policy {
 	return l.policy(doc.Content[0])
 }
 
-var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits", "api_listen", "api_token_env", "server", "forward_auth", "ui"}
+var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits", "api_listen", "api_token_env", "server", "forward_auth", "ui", "settle_secret_env"}
 
 // newPolicy returns a policy holding the default of every top-level
 // setting: what a file that gives only rules gets.
@@ -198,6 +198,7 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	l.listen(o, s, addrs)
 	l.store(o, s)
 	l.adminTokenEnv(o, s)
+	l.settleSecretEnv(o, s)
 	l.trustedProxies(o, s)
 	l.proxy(o, s, addrs)
 	l.apiListen(o, s, addrs)

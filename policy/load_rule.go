@@ -318,12 +318,12 @@ func (l *loader) matchValues(n *yaml.Node, path string) ([]string, bool) {
 }
 
 var (
-	costFields   = []string{"cost_source", "fixed_cost", "default_cost", "min_cost"}
+	costFields   = []string{"cost_source", "fixed_cost", "default_cost", "min_cost", "settle_from"}
 	tbFields     = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "reserve", "max_reserved", "shards"}
 	lbFields     = []string{"tokens_per_second", "rps", "rate", "period", "max_delay"}
 	fwFields     = []string{"rate", "period", "capacity", "start", "reserve", "max_reserved", "shards"}
 	slFields     = []string{"rate", "period", "capacity", "shards"}
-	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost", "shards"}
+	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost", "shards", "settle_from"}
 )
 
 // commonAlgFields are the fields every algorithm takes besides its own.
@@ -364,6 +364,7 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 		spec.Reserve = v.reserve
 	}
 	costN := l.cost(o, path, &v.cost)
+	l.settleFrom(o, v)
 	if len(l.errs) > errsBefore {
 		return nil
 	}
@@ -612,10 +613,16 @@ func (l *loader) cost(o *obj, path string, c *costSpec) map[string]*yaml.Node {
 	if v, n, ok := o.str("cost_source"); ok {
 		nodes["cost_source"] = n
 		srcName = v
-		if v != "fixed" {
+		if jp, ok := strings.CutPrefix(v, "body:"); ok {
+			if _, msg := parseJSONPath(jp); msg != "" {
+				l.errf(n, join(path, "cost_source"), "%s", msg)
+			} else {
+				c.src = &source{kind: srcBody, name: jp, text: v}
+			}
+		} else if v != "fixed" {
 			src, msg := parseSource(v, false)
 			if msg != "" || (src.kind != srcHeader && src.kind != srcQuery) {
-				l.errf(n, join(path, "cost_source"), "must be fixed, header:NAME or query:NAME (got %q)", v)
+				l.errf(n, join(path, "cost_source"), "must be fixed, header:NAME, query:NAME or body:PATH (got %q)", v)
 			} else {
 				c.src = &src
 			}
@@ -644,7 +651,7 @@ func (l *loader) cost(o *obj, path string, c *costSpec) map[string]*yaml.Node {
 		nodes["min_cost"] = n
 		switch {
 		case srcName == "fixed":
-			l.errf(n, join(path, "min_cost"), "applies only with cost_source header:NAME or query:NAME (it bounds the costs clients declare; fixed_cost is the cost here)")
+			l.errf(n, join(path, "min_cost"), "applies only with cost_source header:NAME, query:NAME or body:PATH (it bounds the costs clients declare; fixed_cost is the cost here)")
 		case v <= 0:
 			l.errf(n, join(path, "min_cost"), "must be > 0 (got %v)", v)
 		default:

@@ -64,6 +64,22 @@ func (e *eval) cost(c costSpec) float64 {
 	if c.src == nil {
 		return c.fixed
 	}
+	if c.src.kind == srcBody {
+		// A key given twice is as ambiguous as a query parameter given
+		// twice: an upstream may read either.
+		vs, ok := e.bodyCost(*c.src)
+		switch {
+		case !ok || len(vs) == 0:
+			return c.def
+		case len(vs) == 1:
+			return parseCost(vs[0], c)
+		}
+		most := c.def
+		for _, v := range vs {
+			most = max(most, parseCost(v, c))
+		}
+		return most
+	}
 	if c.src.kind == srcQuery {
 		// An ambiguous parameter costs the most any server could read.
 		if vs, st := e.query(c.src.name); st == ambiguous {

@@ -25,7 +25,8 @@
 // algorithm_config and costs; the other sections are read in the file
 // named after them (jwt.go, forwardauth.go, grpctls.go, serverlimits.go,
 // rulestable.go); yamlnode.go is the schema-free plumbing (typed field
-// readers, "did you mean", FILE:LINE errors). request.go and query.go
+// readers, "did you mean", FILE:LINE errors); settle.go settle_from,
+// body:PATH costs and settle_secret_env. request.go and query.go
 // read a request's key parts, match.go its conditions and costs, and
 // enforce.go decides;
 // response.go says what a client is told. watch.go keeps a running policy
@@ -145,6 +146,10 @@ type Settings struct {
 
 	// UI is the ui section: what the live page (/ui) and /v1/stats show.
 	UI UI
+	// SettleSecretEnv names the environment variable holding the key that
+	// the decision API signs settlement handles with, so that every server
+	// of a fleet accepts the others' ("" = a key of each process's own).
+	SettleSecretEnv string
 }
 
 // UI is the ui section, the live page's settings.
@@ -395,6 +400,7 @@ type variant struct {
 	limit   *sluice.Limit
 	cost    costSpec
 	reserve bool
+	settle  *SettleFrom // nil: the charge is final
 }
 
 // Rule returns the rule called name, or nil.

@@ -48,6 +48,11 @@ type Input struct {
 	Domain string
 	// Descriptor is one Envoy rate limit descriptor, in order.
 	Descriptor []DescriptorEntry
+
+	// Body is the request body, for a body:PATH cost_source (see
+	// Policy.ReadsBody): at most CostBodyLimit bytes, and nil when it was
+	// not read or was longer.
+	Body []byte
 }
 
 // DescriptorEntry is one entry of an Envoy rate limit descriptor.
@@ -177,6 +182,7 @@ const (
 	srcDescriptorKey
 	srcDescriptor
 	srcDomain // match only
+	srcBody   // cost_source only: a JSON path into the request body
 )
 
 // source is a parsed "kind:name" value source.

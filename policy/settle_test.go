@@ -1,0 +1,208 @@
+package policy_test
+
+import (
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
+)
+
+const llmCfg = `rules:
+  - name: tokens
+    limit_keys: ["header:x-api-key"]
+    algorithm_config:
+      rate: 1000
+      period: 1m
+      capacity: 10000
+      cost_source: "body:max_tokens"
+      default_cost: 4000
+      settle_from: "body:usage.total_tokens"
+  - name: by-header
+    algorithm_config:
+      rps: 10
+      burst: 100
+      settle_from: "header:x-usage-tokens"
+  - name: tiered
+    tiers:
+      - name: gold
+        match: {"header:x-plan": gold}
+        algorithm_config: {rps: 10, burst: 100, settle_from: "trailer:x-cost"}
+      - name: free
+        algorithm_config: {rps: 1, burst: 10}
+`
+
+// The cost of a body:PATH rule is the number at the path of the request's
+// JSON body: default_cost when the body is absent, not JSON, lacks the
+// path or holds no number there; a key given twice costs the most of its
+// values, and never less than default_cost then.
+func TestBodyCost(t *testing.T) {
+	p := mustParse(t, llmCfg)
+	if !p.ReadsBody() {
+		t.Fatal("ReadsBody is false for a body:PATH cost_source")
+	}
+	deep := strings.Repeat("[", 200) + strings.Repeat("]", 200)
+	for body, want := range map[string]float64{
+		`{"max_tokens": 250}`: 250,
+		`{"model":"m","messages":[{"max_tokens":9}],"max_tokens":300}`: 300,
+		`{"nested":{"max_tokens":9}}`:                                  4000,
+		`{"max_tokens": "250"}`:                                        4000,
+		`{"max_tokens": null}`:                                         4000,
+		`{"max_tokens": -5}`:                                           4000,
+		`{"max_tokens": 0.5}`:                                          1,    // min_cost
+		`{"max_tokens": 250`:                                           4000, // not JSON
+		`{"max_tokens": 250} {"max_tokens": 1}`:                        4000, // two values
+		`{"max_tokens": 250} x`:                                        4000,
+		``:                                                             4000,
+		`[{"max_tokens": 5}]`:                                          4000,
+		`{"max_tokens": 1, "max_tokens": 900}`:                         4000,
+		`{"max_tokens": 9000, "max_tokens": 1}`:                        9000,
+		`{"max\u005ftokens": 700}`:                                     700,  // the key as JSON reads it
+		`{"a":` + deep + `, "max_tokens": 20}`:                         4000, // nested beyond the bound
+		`{"max_tokens": 1e400}`:                                        0,    // above any capacity: infinite
+	} {
+		in := fromIP("192.0.2.1")
+		in.Header = http.Header{"X-Api-Key": {"k"}}
+		if body != "" {
+			in.Body = []byte(body)
+		}
+		ms, err := p.Match(in)
+		if err != nil || len(ms) < 1 {
+			t.Fatalf("match: %v %v", ms, err)
+		}
+		got := ms[0].Request.Cost
+		if want == 0 {
+			if got <= 1e308 {
+				t.Errorf("body %q costs %v, want +Inf", body, got)
+			}
+			continue
+		}
+		if got != want {
+			t.Errorf("body %q costs %v, want %v", body, got, want)
+		}
+	}
+}
+
+// Match carries each limit's settle_from, tiers' included; Rule.SettleFrom
+// finds it for the decision API, and SettleHeaders lists the fields the
+// proxy must not let a client send.
+func TestSettleFromLoads(t *testing.T) {
+	p := mustParse(t, llmCfg)
+	in := fromIP("192.0.2.1")
+	in.Header = http.Header{"X-Plan": {"gold"}, "X-Api-Key": {"k"}}
+	ms, err := p.Match(in)
+	if err != nil || len(ms) != 3 {
+		t.Fatalf("match: %v %v", ms, err)
+	}
+	for i, want := range []policy.SettleFrom{
+		{Kind: policy.SettleBody, Path: []string{"usage", "total_tokens"}, Text: "body:usage.total_tokens"},
+		{Kind: policy.SettleHeader, Name: "X-Usage-Tokens", Text: "header:x-usage-tokens"},
+		{Kind: policy.SettleTrailer, Name: "X-Cost", Text: "trailer:x-cost"},
+	} {
+		if ms[i].Settle == nil || !reflect.DeepEqual(*ms[i].Settle, want) {
+			t.Errorf("match %d (%s) settles from %+v, want %+v", i, ms[i].Request.Limit.Name(), ms[i].Settle, want)
+		}
+	}
+	in.Header.Set("X-Plan", "none")
+	ms, _ = p.Match(in)
+	if ms[2].Settle != nil {
+		t.Errorf("the free tier settles from %v, want nothing", ms[2].Settle)
+	}
+	rule, lim, err := p.FindLimit("tiered.gold")
+	if err != nil || rule.SettleFrom(lim) == nil || rule.SettleFrom(lim).Name != "X-Cost" {
+		t.Errorf("FindLimit(tiered.gold): %v, settles from %v", err, rule.SettleFrom(lim))
+	}
+	rule, lim, _ = p.FindLimit("tiered.free")
+	if rule.SettleFrom(lim) != nil {
+		t.Errorf("tiered.free settles from %v", rule.SettleFrom(lim))
+	}
+	if got := p.SettleHeaders(); !reflect.DeepEqual(got, []string{"X-Usage-Tokens", "X-Cost"}) {
+		t.Errorf("SettleHeaders %v", got)
+	}
+	m, ok := p.LimitMatch("tokens", "k")
+	if !ok || m.Settle == nil || m.Settle.Kind != policy.SettleBody {
+		t.Errorf("LimitMatch: %+v", m)
+	}
+	if policy.Default().ReadsBody() || len(policy.Default().SettleHeaders()) > 0 {
+		t.Error("the default policy reads bodies or settles")
+	}
+}
+
+func TestSettleFromErrors(t *testing.T) {
+	t.Setenv("SHORT_SETTLE", "short")
+	t.Setenv("SLUICE_SETTLE_SECRET", strings.Repeat("k", 32))
+	for cfg, want := range map[string]string{
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: usage\n"):                      `c.yaml:7: rules[0].algorithm_config.settle_from: must be header:NAME, trailer:NAME, body:PATH (a JSON path such as usage.total_tokens) or caller (got "usage")`,
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"body:usage..total\"\n"):      `c.yaml:7: rules[0].algorithm_config.settle_from: the JSON path "usage..total" must be object keys joined by dots, such as usage.total_tokens`,
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"header:x cost\"\n"):          `c.yaml:7: rules[0].algorithm_config.settle_from: the header name "x cost" is not a valid HTTP field name`,
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"query:n\"\n"):                `c.yaml:7: rules[0].algorithm_config.settle_from: must be header:NAME, trailer:NAME, body:PATH (a JSON path such as usage.total_tokens) or caller (got "query:n")`,
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"body:a.b.c.d.e.f.g.h.i\"\n"): `c.yaml:7: rules[0].algorithm_config.settle_from: the JSON path "a.b.c.d.e.f.g.h.i" has more than 8 keys`,
+		rule("", "      rps: 1\n      burst: 5\n      cost_source: \"body:\"\n"):                  `c.yaml:7: rules[0].algorithm_config.cost_source: the JSON path "" must be object keys joined by dots, such as usage.total_tokens`,
+		rule("", "      rps: 1\n      burst: 5\n      cost_source: \"bogus:x\"\n"):                `c.yaml:7: rules[0].algorithm_config.cost_source: must be fixed, header:NAME, query:NAME or body:PATH (got "bogus:x")`,
+		"settle_secret_env: \"not a name\"\n" + rule("", "      rps: 1\n      burst: 5\n"):        `c.yaml:1: settle_secret_env: must be the name of an environment variable, such as SLUICE_SETTLE_SECRET (got "not a name")`,
+		"settle_secret_env: SLUICE_TEST_UNSET\n" + rule("", "      rps: 1\n      burst: 5\n"):     `c.yaml:1: settle_secret_env: environment variable SLUICE_TEST_UNSET is not set or empty`,
+		"settle_secret_env: SHORT_SETTLE\n" + rule("", "      rps: 1\n      burst: 5\n"):          `c.yaml:1: settle_secret_env: the key in SHORT_SETTLE is 5 bytes; use at least 32 (random, such as: openssl rand -hex 32)`,
+	} {
+		got := problems(t, cfg)
+		if len(got) != 1 || got[0] != want {
+			t.Errorf("config\n%s\ngives %q\nwant  %q", cfg, got, want)
+		}
+	}
+	p := mustParse(t, "settle_secret_env: SLUICE_SETTLE_SECRET\n"+rule("", "      rps: 1\n      burst: 5\n      settle_from: caller\n"))
+	if p.Settings.SettleSecretEnv != "SLUICE_SETTLE_SECRET" {
+		t.Errorf("settle_secret_env: %q", p.Settings.SettleSecretEnv)
+	}
+	if sf := p.Rules[0].SettleFrom(p.Rules[0].Limit); sf == nil || sf.Kind != policy.SettleCaller {
+		t.Errorf("settle_from: caller loads as %+v", sf)
+	}
+}
+
+// An actual cost is read from a header or a JSON body: a finite number
+// >= 0; a field or key given more than once counts its largest value.
+func TestSettleFromReads(t *testing.T) {
+	h := &policy.SettleFrom{Kind: policy.SettleHeader, Name: "X-Usage"}
+	for vals, want := range map[string]float64{"12": 12, " 7.5 ": 7.5, "0": 0, "3|9|x": 9, "x": -1, "-1": -1, "NaN": -1, "Inf": -1, "": -1} {
+		hdr := http.Header{}
+		for _, v := range strings.Split(vals, "|") {
+			if vals != "" {
+				hdr.Add("X-Usage", v)
+			}
+		}
+		got, ok := h.FromHeader(hdr)
+		if (want < 0) == ok || (ok && got != want) {
+			t.Errorf("header %q: %v %v, want %v", vals, got, ok, want)
+		}
+	}
+	b := &policy.SettleFrom{Kind: policy.SettleBody, Path: []string{"usage", "total_tokens"}}
+	for doc, want := range map[string]float64{
+		`{"usage":{"total_tokens":42}}`: 42,
+		`{"id":"x","choices":[{"usage":{"total_tokens":1}}],"usage":{"prompt_tokens":3,"total_tokens":12}}`: 12,
+		`{"usage":null}`:                                           -1,
+		`{"usage":{"total_tokens":"42"}}`:                          -1,
+		`{"usage":{"total_tokens":42}`:                             -1,
+		`{"usage":{"total_tokens":4},"usage":{"total_tokens":40}}`: 40,
+		`{"usage":{"total_tokens":-4}}`:                            -1,
+		`[]`:                                                       -1,
+	} {
+		got, ok := b.FromJSON([]byte(doc))
+		if (want < 0) == ok || (ok && got != want) {
+			t.Errorf("body %s: %v %v, want %v", doc, got, ok, want)
+		}
+	}
+}
+
+// The request a body cost builds is what the store is asked: the charge
+// that a settlement later corrects.
+func TestBodyCostCharges(t *testing.T) {
+	p := mustParse(t, llmCfg)
+	lim, _ := newLimiter()
+	in := fromIP("192.0.2.1")
+	in.Header = http.Header{"X-Api-Key": {"k"}}
+	in.Body = []byte(`{"max_tokens": 2500}`)
+	v := decide(t, p, lim, in, sluice.OpTake, nil)
+	if !v.Allowed || v.Results[0].Decision.Tokens != 7500 {
+		t.Fatalf("verdict %+v, want 7500 tokens left of 10000", v.Results[0].Decision)
+	}
+}

@@ -1,0 +1,14 @@
+package postgres_test
+
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/conformance"
+)
+
+// Settlements on one key from many goroutines end where the actual costs
+// put the bucket, each refund and extra charge one statement: none lost,
+// none doubled.
+func TestSettle(t *testing.T) {
+	conformance.RunSettle(t, newStore, conformance.SettleOptions{Goroutines: 8, PerCaller: 25})
+}

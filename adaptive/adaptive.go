@@ -115,32 +115,46 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports the first field of c that cannot work, as
-// "field: problem".
+// FieldError is a Config field that cannot work. Field is its name in a
+// policy file's adaptive block ("" for the limit's own rate).
+type FieldError struct{ Field, Msg string }
+
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+// Validate reports the first field of c that cannot work, as a
+// *FieldError.
 func (c *Config) Validate() error {
+	bad := func(field, format string, a ...any) error {
+		return &FieldError{Field: field, Msg: fmt.Sprintf(format, a...)}
+	}
 	switch {
 	case !(c.Min > 0) || math.IsInf(c.Min, 0):
-		return fmt.Errorf("min: must be a rate > 0 (got %v)", c.Min)
+		return bad("min", "must be a rate > 0 (got %v)", c.Min)
 	case !(c.Max > c.Min) || math.IsInf(c.Max, 0):
-		return fmt.Errorf("max: must be a rate above min (%v), got %v", c.Min, c.Max)
+		return bad("max", "must be a rate above min (%v), got %v", c.Min, c.Max)
 	case c.Start < c.Min || c.Start > c.Max:
-		return fmt.Errorf("the limit's rate (%v) must lie between min (%v) and max (%v): it is the rate the limit starts at", c.Start, c.Min, c.Max)
+		return bad("", "the limit's rate (%v) must lie between adaptive.min (%v) and adaptive.max (%v): it is the rate the limit starts at", c.Start, c.Min, c.Max)
 	case c.Percentile <= 0 || c.Percentile > 100:
-		return fmt.Errorf("latency_percentile: must be above 0 and at most 100 (got %v)", c.Percentile)
+		return bad("latency_percentile", "must be above 0 and at most 100 (got %v)", c.Percentile)
 	case c.ErrorRatio < 0 || c.ErrorRatio >= 1:
-		return fmt.Errorf("error_ratio: must be at least 0 and below 1 (got %v)", c.ErrorRatio)
+		return bad("error_ratio", "must be at least 0 and below 1 (got %v)", c.ErrorRatio)
 	case c.Interval < MinInterval:
-		return fmt.Errorf("interval: must be at least %v (got %v)", MinInterval, c.Interval)
+		return bad("interval", "must be at least %v (got %v)", MinInterval, c.Interval)
 	case !(c.Increase > 0) || math.IsInf(c.Increase, 0):
-		return fmt.Errorf("increase: must be a rate > 0 (got %v)", c.Increase)
+		return bad("increase", "must be a rate > 0 (got %v)", c.Increase)
 	case !(c.Decrease > 0 && c.Decrease < 1):
-		return fmt.Errorf("decrease: must be a factor above 0 and below 1 (got %v)", c.Decrease)
+		return bad("decrease", "must be a factor above 0 and below 1 (got %v)", c.Decrease)
 	case c.TargetLatency < 0:
-		return fmt.Errorf("target_latency: must not be negative")
+		return bad("target_latency", "must not be negative")
 	}
 	for _, s := range c.ErrorStatuses {
 		if s < 100 || s > 599 {
-			return fmt.Errorf("error_statuses: %d is not an HTTP status (100 to 599)", s)
+			return bad("error_statuses", "%d is not an HTTP status (100 to 599)", s)
 		}
 	}
 	return nil

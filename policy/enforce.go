@@ -21,6 +21,11 @@ type Match struct {
 	Identity string
 	// Tier is the tier that matched, nil for the rule's own limit.
 	Tier *Tier
+
+	v         *variant // the limit's settings; nil for a Match built by hand
+	scale     float64  // AtScale's factor; 0 for none
+	queueFull bool     // QueueFull: no place in the rule's queue
+	queueRoom time.Duration
 }
 
 // Match returns the limits that apply to in, in rule order: for every rule
@@ -60,6 +65,7 @@ func (p *Policy) Match(in *Input) ([]Match, error) {
 			Request:  v.request(e, key),
 			Identity: identity,
 			Tier:     tier,
+			v:        v,
 		})
 	}
 	return out, nil
@@ -79,7 +85,7 @@ func (r *Rule) ownVariant() *variant {
 // request is what a match of v asks the store: the limit, the key, the
 // request's cost and whether it reserves.
 func (v *variant) request(e *eval, key string) sluice.Request {
-	return sluice.Request{Limit: v.limit, Key: key, Cost: e.cost(v.cost), Reserve: v.reserve}
+	return sluice.Request{Limit: v.limit, Key: key, Cost: e.cost(v.cost), Reserve: v.reserve, MaxReserved: v.queueDebt}
 }
 
 // LimitMatch returns the Match that Match builds for a request that
@@ -91,11 +97,11 @@ func (p *Policy) LimitMatch(name, key string) (m Match, ok bool) {
 	e := &eval{p: p, r: &Input{}}
 	for _, rule := range p.Rules {
 		if v := rule.ownVariant(); v != nil && v.limit.Name() == name {
-			return Match{Rule: rule, Request: v.request(e, key)}, true
+			return Match{Rule: rule, Request: v.request(e, key), v: v}, true
 		}
 		for _, t := range rule.Tiers {
 			if t.v != nil && t.v.limit.Name() == name {
-				return Match{Rule: rule, Request: t.v.request(e, key), Tier: t}, true
+				return Match{Rule: rule, Request: t.v.request(e, key), Tier: t, v: t.v}, true
 			}
 		}
 	}
@@ -226,6 +232,9 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 			}
 		}
 	}
+	for _, i := range enf {
+		v.Results[i].unscale()
+	}
 	if len(enf) > 0 {
 		var dsBuf [8]sluice.Decision
 		ds := dsBuf[:0]
@@ -251,6 +260,7 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		} else {
 			r.Decision = d
 		}
+		r.unscale()
 	}
 
 	for i := range v.Results {
@@ -295,6 +305,7 @@ func refund(ctx context.Context, lim *sluice.Limiter, ms []Match) Verdict {
 		} else {
 			r.Decision = ds[i]
 		}
+		r.unscale()
 		if !r.Shadow {
 			enf = append(enf, r.Decision)
 		}
@@ -340,6 +351,9 @@ func (r *Result) judge(op sluice.Op) bool {
 	r.cost = ch.Cost
 	if !errors.Is(err, sluice.ErrCostExceedsLimit) {
 		return false
+	}
+	if r.queueRefuse(op) {
+		return true
 	}
 	r.refuse()
 	return true

@@ -37,6 +37,7 @@ type Metrics struct {
 	storeErrors  *prometheus.CounterVec
 	storeLatency *prometheus.HistogramVec
 	reloads      *prometheus.CounterVec
+	shaping      *shaping
 }
 
 // New creates the collectors and registers them on reg.
@@ -62,6 +63,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		}, []string{"result"}),
 	}
 	reg.MustRegister(m.decisions, m.storeErrors, m.storeLatency, m.reloads)
+	m.shaping = newShaping(reg)
 	// The counters an alert watches exist at zero from the start: a
 	// series that first appears at 1 has no increase to alert on, so the
 	// first failed reload or store call would go unseen.
@@ -138,6 +140,10 @@ type instrumented struct {
 	s sluice.Store
 	m *Metrics
 }
+
+// Unwrap returns the store that i instruments, for callers that look for
+// what it can do besides sluice.Store (shared values, key counts).
+func (i *instrumented) Unwrap() sluice.Store { return i.s }
 
 func (i *instrumented) observe(op string, start time.Time, err error) {
 	i.m.storeLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())

@@ -62,6 +62,7 @@ type Gate struct {
 	opts     Options
 	draining atomic.Bool
 	storeLog policy.StoreErrorLog
+	shaping  shaping // adaptive rates and queues (adaptive.go, queue.go)
 }
 
 // New returns a Gate enforcing p with lim.
@@ -112,8 +113,8 @@ func Middleware(p *policy.Policy, lim *sluice.Limiter, opts Options) func(http.H
 func (g *Gate) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := g.Policy()
-		if g.enforce(w, r, p, p.FromHTTP(r), http.StatusTooManyRequests) {
-			next.ServeHTTP(w, r)
+		if v, ok := g.admit(w, r, p, p.FromHTTP(r), http.StatusTooManyRequests); ok {
+			g.serveMeasured(next, w, r, &v)
 		}
 	})
 }
@@ -131,9 +132,17 @@ func (g *Gate) Check(ctx context.Context, in *policy.Input) (policy.Verdict, htt
 }
 
 func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (policy.Verdict, error) {
+	v, q, err := g.checkHeld(ctx, p, in)
+	q.release()
+	return v, err
+}
+
+// checkHeld is check for a request that will be held until its turn:
+// the places it took in its limits' queues are kept until release.
+func (g *Gate) checkHeld(ctx context.Context, p *policy.Policy, in *policy.Input) (policy.Verdict, *queued, error) {
 	ms, err := p.Match(in)
 	if err != nil {
-		return policy.Verdict{}, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
+		return policy.Verdict{}, nil, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
 	}
 	ctx, cancel := sluice.WithTimeout(withCaller(ctx, ms, in.ClientIP, in.Path), g.opts.StoreTimeout)
 	defer cancel()
@@ -141,9 +150,12 @@ func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (p
 	if g.opts.Metrics != nil {
 		obs = g.opts.Metrics
 	}
+	g.adapt(ctx, ms)
+	q := g.enqueue(ms)
 	v := policy.Enforce(ctx, g.lim, sluice.OpTake, ms, obs)
+	q.decided(&v, g.lim.Now())
 	g.record(ctx, &v, in.ClientIP, in.Path)
-	return v, nil
+	return v, q, nil
 }
 
 // withCaller tells the store whom the request is for (see sluice.Caller):
@@ -163,24 +175,31 @@ func withCaller(ctx context.Context, ms []policy.Match, clientIP netip.Addr, pat
 // writes the deny status and a problem body. It reports whether the
 // request may proceed.
 func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int) bool {
-	v, err := g.check(r.Context(), p, in)
+	_, ok := g.admit(w, r, p, in, denyStatus)
+	return ok
+}
+
+// admit is enforce, returning the verdict as well.
+func (g *Gate) admit(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int) (policy.Verdict, bool) {
+	v, q, err := g.checkHeld(r.Context(), p, in)
+	defer q.release()
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, err.Error())
-		return false
+		return v, false
 	}
 	setRateLimitHeaders(w.Header(), &v, v.Identity(), in.Path, p.Settings.Headers)
 	if !v.Allowed {
 		WriteRejection(w, v, denyStatus)
-		return false
+		return v, false
 	}
 	// An admitted reservation (a leaky bucket shaping traffic) goes ahead
 	// when its turn comes: holding it here is what spaces the requests.
 	if d := v.Overall.RetryAfter; d > 0 {
 		if err := g.opts.Delay(r.Context(), d); err != nil {
-			return false // the client gave up; nobody to answer
+			return v, false // the client gave up; nobody to answer
 		}
 	}
-	return true
+	return v, true
 }
 
 // WriteRejection writes the status and application/problem+json body of a

@@ -271,12 +271,8 @@ func (l *loader) adaptiveWarnings(p *Policy) {
 		return
 	}
 	for _, r := range p.Rules {
-		vs := []*variant{r.own}
-		for _, t := range r.Tiers {
-			vs = append(vs, t.v)
-		}
-		for _, v := range vs {
-			if v != nil && v.adaptive != nil {
+		for _, v := range r.variants() {
+			if v.adaptive != nil {
 				l.warnf(&yaml.Node{Line: v.adaptiveLine}, "rules."+r.Name, "limit %q is adaptive, but there is no proxy section: its rate moves only with the responses sluice forwards (proxy, or the Go middleware), so under serve without a proxy it stays at %v", v.limit.Name(), v.adaptive.Start)
 			}
 		}
@@ -384,4 +380,39 @@ func (r *Result) unscale() {
 	if d.Tokens > 0 {
 		d.Remaining = min(int64(math.Floor(d.Tokens+1e-9)), d.Limit)
 	}
+}
+
+// AdaptiveLimit is an adaptive limit of a policy: its name and control.
+type AdaptiveLimit struct {
+	// Name is the limit's: a rule's, or "RULE.TIER".
+	Name   string
+	Config *adaptive.Config
+}
+
+// AdaptiveLimits lists the policy's adaptive limits in file order.
+func (p *Policy) AdaptiveLimits() []AdaptiveLimit {
+	var out []AdaptiveLimit
+	for _, r := range p.Rules {
+		for _, v := range r.variants() {
+			if v.adaptive != nil {
+				out = append(out, AdaptiveLimit{Name: v.limit.Name(), Config: v.adaptive})
+			}
+		}
+	}
+	return out
+}
+
+// variants are the rule's limits with their settings: its own, then its
+// tiers'.
+func (r *Rule) variants() []*variant {
+	var out []*variant
+	if r.own != nil {
+		out = append(out, r.own)
+	}
+	for _, t := range r.Tiers {
+		if t.v != nil {
+			out = append(out, t.v)
+		}
+	}
+	return out
 }

@@ -49,7 +49,8 @@ func (g *Gate) AdaptiveRates() []AdaptiveRate {
 		ctl := g.shaping.controllers[al.Name]
 		g.shaping.mu.Unlock()
 		if ctl != nil {
-			r.Rate = min(max(ctl.Rate(), c.Min), c.Max)
+			ctl.SetConfig(c) // a reload's bounds apply before its first request
+			r.Rate = ctl.Rate()
 		}
 		out = append(out, r)
 	}

@@ -90,7 +90,19 @@ func rateText(rate float64, per time.Duration) string {
 	if per == time.Second {
 		return strconv.FormatFloat(rate, 'g', -1, 64) + " tokens/s"
 	}
-	return strconv.FormatFloat(rate, 'g', -1, 64) + " tokens per " + per.String()
+	return strconv.FormatFloat(rate, 'g', -1, 64) + " tokens per " + shortDuration(per)
+}
+
+// shortDuration writes d as a person would: "1m", not "1m0s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // queueOptions reads max_queued and max_queue_delay: how many requests

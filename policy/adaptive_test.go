@@ -21,7 +21,7 @@ func TestBurstSeconds(t *testing.T) {
 		note       string
 	}{
 		{"per second", "      rps: 10\n      burst_seconds: 300\n", 3000, "c.yaml:6: rules[0].algorithm_config.burst_seconds: 300 seconds of 10 tokens/s give a burst of 3000 tokens"},
-		{"rate and period", "      rate: 600\n      period: 1m\n      burst_seconds: 300\n", 3000, "c.yaml:7: rules[0].algorithm_config.burst_seconds: 300 seconds of 600 tokens per 1m0s give a burst of 3000 tokens"},
+		{"rate and period", "      rate: 600\n      period: 1m\n      burst_seconds: 300\n", 3000, "c.yaml:7: rules[0].algorithm_config.burst_seconds: 300 seconds of 600 tokens per 1m give a burst of 3000 tokens"},
 		{"seconds of a minute's rate", "      rate: 60\n      period: 1m\n      burst_seconds: 30\n", 30, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,9 +1,11 @@
 package httpgate_test
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -297,5 +299,54 @@ func TestAdaptiveRateSurvivesReload(t *testing.T) {
 	got := e.gate.AdaptiveRates()
 	if len(got) != 1 || got[0].Rate != 6 || got[0].Min != 6 {
 		t.Fatalf("after the reload: %+v, want 6 (the new min)", got)
+	}
+}
+
+// Through an adaptive limit the response is measured by a wrapper of the
+// ResponseWriter: event streams still flush as they come, and upgrades
+// still hijack the connection.
+func TestAdaptiveProxyStreamsAndUpgrades(t *testing.T) {
+	up := newUpstream(t)
+	e := newEnv(t, adaptivePolicy)
+	proxy := proxyOf(t, e.gate, up.URL)
+
+	resp, err := http.Get(proxy.url + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "data: one\n" {
+		t.Fatalf("first event: %q %v", line, err)
+	}
+	close(up.release)
+	if rest, _ := io.ReadAll(br); !strings.Contains(string(rest), "data: two") {
+		t.Errorf("rest of stream %q", rest)
+	}
+	<-proxy.done
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(proxy.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	cr := bufio.NewReader(conn)
+	r, err := http.ReadResponse(cr, nil)
+	if err != nil || r.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", r, err)
+	}
+	fmt.Fprint(conn, "ping\n")
+	if echo, err := cr.ReadString('\n'); err != nil || echo != "ping\n" {
+		t.Errorf("echo %q %v", echo, err)
+	}
+	conn.Close()
+	<-proxy.done
+	// Both were healthy answers: the next interval's step is up.
+	e.clk.Advance(time.Second)
+	proxy.get(t, "/")
+	if r := e.gate.AdaptiveRates()[0].Rate; r != 12 {
+		t.Fatalf("rate %v, want 12", r)
 	}
 }

@@ -153,7 +153,7 @@ func (g *Gate) checkHeld(ctx context.Context, p *policy.Policy, in *policy.Input
 	g.adapt(ctx, ms)
 	q := g.enqueue(ms)
 	v := policy.Enforce(ctx, g.lim, sluice.OpTake, ms, obs)
-	q.decided(&v, g.lim.Now())
+	q.decided(&v)
 	g.record(ctx, &v, in.ClientIP, in.Path)
 	return v, q, nil
 }

@@ -117,10 +117,11 @@ func (g *Gate) enqueue(ms []policy.Match) *queued {
 
 // decided records the turns v gave: a place whose request was refused,
 // or needs no wait, is given up now; the others are kept until release.
-func (q *queued) decided(v *policy.Verdict, now time.Time) {
+func (q *queued) decided(v *policy.Verdict) {
 	if q == nil {
 		return
 	}
+	now := q.g.lim.Now()
 	kept := q.places[:0]
 	for _, qm := range q.places {
 		d := v.Results[qm.i].Decision

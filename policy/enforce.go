@@ -25,7 +25,7 @@ type Match struct {
 	v         *variant // the limit's settings; nil for a Match built by hand
 	scale     float64  // AtScale's factor; 0 for none
 	queueFull bool     // QueueFull: no place in the rule's queue
-	queueRoom time.Duration
+	queueRoom time.Duration // QueueFull: until the queue has room
 }
 
 // Match returns the limits that apply to in, in rule order: for every rule

@@ -22,9 +22,9 @@ type Match struct {
 	// Tier is the tier that matched, nil for the rule's own limit.
 	Tier *Tier
 
-	v         *variant // the limit's settings; nil for a Match built by hand
-	scale     float64  // AtScale's factor; 0 for none
-	queueFull bool     // QueueFull: no place in the rule's queue
+	v         *variant      // the limit's settings; nil for a Match built by hand
+	scale     float64       // AtScale's factor; 0 for none
+	queueFull bool          // QueueFull: no place in the rule's queue
 	queueRoom time.Duration // QueueFull: until the queue has room
 }
 

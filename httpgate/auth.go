@@ -43,7 +43,7 @@ func (g *Gate) ForwardAuth(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if _, ok := g.enforce(w, r, p, in, status); ok {
+	if g.enforce(w, r, p, in, status) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusOK)
 	}

@@ -79,6 +79,7 @@ type Gate struct {
 	obs      policy.Observer // Metrics and Insight, nil for neither
 	ui       *uiSecrets      // nil without Insight
 	settle   settleState
+	shaping  shaping // adaptive rates and queues (adaptive.go, queue.go)
 }
 
 // New returns a Gate enforcing p with lim.
@@ -153,8 +154,11 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 		p := g.Policy()
 		in := p.FromHTTP(r)
 		defer g.prepareSettle(r, p, in)()
-		if v, ok := g.enforce(w, r, p, in, http.StatusTooManyRequests); ok {
-			g.serveSettled(next, w, r, &v)
+		if v, ok := g.admit(w, r, p, in, http.StatusTooManyRequests); ok {
+			// Measured for an adaptive rate around the response as the
+			// client gets it; settled once the upstream says what it used.
+			settled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveSettled(next, w, r, &v) })
+			g.serveMeasured(settled, w, r, &v)
 		}
 	})
 }
@@ -172,15 +176,26 @@ func (g *Gate) Check(ctx context.Context, in *policy.Input) (policy.Verdict, htt
 }
 
 func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (policy.Verdict, error) {
+	v, q, err := g.checkHeld(ctx, p, in)
+	q.release()
+	return v, err
+}
+
+// checkHeld is check for a request that will be held until its turn:
+// the places it took in its limits' queues are kept until release.
+func (g *Gate) checkHeld(ctx context.Context, p *policy.Policy, in *policy.Input) (policy.Verdict, *queued, error) {
 	ms, err := p.Match(in)
 	if err != nil {
-		return policy.Verdict{}, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
+		return policy.Verdict{}, nil, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
 	}
 	ctx, cancel := sluice.WithStoreTimeout(withCaller(ctx, ms, in.ClientIP, in.Path), g.lim.Store(), g.opts.StoreTimeout)
 	defer cancel()
+	g.adapt(ctx, ms)
+	q := g.enqueue(ms)
 	v := policy.Enforce(ctx, g.lim, sluice.OpTake, ms, g.obs)
+	q.decided(&v)
 	g.record(ctx, &v, in.ClientIP, in.Path)
-	return v, nil
+	return v, q, nil
 }
 
 // withCaller tells the store whom the request is for (see sluice.Caller):
@@ -198,9 +213,16 @@ func withCaller(ctx context.Context, ms []policy.Match, clientIP netip.Addr, pat
 
 // enforce decides in, sets the rate limit fields on w and, on rejection,
 // writes the deny status and a problem body. It reports whether the
-// request may proceed, with the verdict.
-func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int) (policy.Verdict, bool) {
-	v, err := g.check(r.Context(), p, in)
+// request may proceed.
+func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int) bool {
+	_, ok := g.admit(w, r, p, in, denyStatus)
+	return ok
+}
+
+// admit is enforce, returning the verdict as well.
+func (g *Gate) admit(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int) (policy.Verdict, bool) {
+	v, q, err := g.checkHeld(r.Context(), p, in)
+	defer q.release()
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, err.Error())
 		return v, false

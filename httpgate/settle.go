@@ -212,7 +212,9 @@ func (g *Gate) serveSettled(next http.Handler, w http.ResponseWriter, r *http.Re
 		if !ok {
 			continue
 		}
-		g.settleOne(ctx, res.Match.Request, actual)
+		// An adaptive rate charges in scaled units (policy.Match.Scale):
+		// the actual cost is scaled alike.
+		g.settleOne(ctx, res.Match.Request, actual*res.Match.Scale())
 	}
 }
 

@@ -41,6 +41,7 @@ type Metrics struct {
 	storeLatency *prometheus.HistogramVec
 	reloads      *prometheus.CounterVec
 	onStoreCall  func(op string, d time.Duration, failed bool)
+	shaping      *shaping
 }
 
 // New creates the collectors and registers them on reg.
@@ -66,6 +67,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		}, []string{"result"}),
 	}
 	reg.MustRegister(m.decisions, m.storeErrors, m.storeLatency, m.reloads)
+	m.shaping = newShaping(reg)
 	// The counters an alert watches exist at zero from the start: a
 	// series that first appears at 1 has no increase to alert on, so the
 	// first failed reload or store call would go unseen.
@@ -153,6 +155,10 @@ type instrumented struct {
 	ops   [sluice.OpRefund + 1][2]*storeOp
 	reset *storeOp
 }
+
+// Unwrap returns the store that i instruments, for callers that look for
+// what it can do besides sluice.Store (shared values, key counts).
+func (i *instrumented) Unwrap() sluice.Store { return i.s }
 
 // storeOp is the op label of one kind of store call and its series. The
 // latency series is made on the first call, as WithLabelValues would:

@@ -25,6 +25,11 @@ type Match struct {
 	// found once it has been served (the limit's settle_from): what it
 	// was charged, Request.Cost, is an estimate to settle.
 	Settle *SettleFrom
+
+	v         *variant      // the limit's settings; nil for a Match built by hand
+	scale     float64       // AtScale's factor; 0 for none
+	queueFull bool          // QueueFull: no place in the rule's queue
+	queueRoom time.Duration // QueueFull: until the queue has room
 }
 
 // Match returns the limits that apply to in, in rule order: for every rule
@@ -65,6 +70,7 @@ func (p *Policy) Match(in *Input) ([]Match, error) {
 			Identity: identity,
 			Tier:     tier,
 			Settle:   v.settle,
+			v:        v,
 		})
 	}
 	return out, nil
@@ -84,7 +90,7 @@ func (r *Rule) ownVariant() *variant {
 // request is what a match of v asks the store: the limit, the key, the
 // request's cost and whether it reserves.
 func (v *variant) request(e *eval, key string) sluice.Request {
-	return sluice.Request{Limit: v.limit, Key: key, Cost: e.cost(v.cost), Reserve: v.reserve}
+	return sluice.Request{Limit: v.limit, Key: key, Cost: e.cost(v.cost), Reserve: v.reserve, MaxReserved: v.queueDebt}
 }
 
 // LimitMatch returns the Match that Match builds for a request that
@@ -96,11 +102,11 @@ func (p *Policy) LimitMatch(name, key string) (m Match, ok bool) {
 	e := &eval{p: p, r: &Input{}}
 	for _, rule := range p.Rules {
 		if v := rule.ownVariant(); v != nil && v.limit.Name() == name {
-			return Match{Rule: rule, Request: v.request(e, key), Settle: v.settle}, true
+			return Match{Rule: rule, Request: v.request(e, key), Settle: v.settle, v: v}, true
 		}
 		for _, t := range rule.Tiers {
 			if t.v != nil && t.v.limit.Name() == name {
-				return Match{Rule: rule, Request: t.v.request(e, key), Tier: t, Settle: t.v.settle}, true
+				return Match{Rule: rule, Request: t.v.request(e, key), Tier: t, Settle: t.v.settle, v: t.v}, true
 			}
 		}
 	}
@@ -286,6 +292,9 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 			}
 		}
 	}
+	for _, i := range enf {
+		v.Results[i].unscale()
+	}
 	if len(enf) > 0 {
 		var dsBuf [8]sluice.Decision
 		ds := dsBuf[:0]
@@ -311,6 +320,7 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		} else {
 			r.Decision = d
 		}
+		r.unscale()
 	}
 
 	for i := range v.Results {
@@ -353,6 +363,7 @@ func refund(ctx context.Context, lim *sluice.Limiter, ms []Match) Verdict {
 		} else {
 			r.Decision = ds[i]
 		}
+		r.unscale()
 		if !r.Shadow {
 			enf = append(enf, r.Decision)
 		}
@@ -402,6 +413,9 @@ func (r *Result) judge(op sluice.Op) bool {
 	r.cost = ch.Cost
 	if !errors.Is(err, sluice.ErrCostExceedsLimit) {
 		return false
+	}
+	if r.queueRefuse(op) {
+		return true
 	}
 	r.refuse()
 	return true

@@ -18,6 +18,8 @@ import (
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(policy.DefaultYAML))
 	f.Add([]byte(tieredCfg))
+	f.Add([]byte(adaptiveRule))
+	f.Add([]byte(rule("", "      rate: 10\n      period: 1m\n      burst_seconds: 300\n      reserve: true\n      max_queue_delay: 2s\n      max_queued: 5\n")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := policy.Parse("f.yaml", data)
 		if err != nil {

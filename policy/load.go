@@ -119,6 +119,7 @@ type loader struct {
 	readFile func(string) ([]byte, error)
 	errs     []*Error
 	warns    []*Error   // settings that load but deserve a second look
+	notes    []*Error   // what a setting works out to (burst_seconds' burst)
 	usesJWT  *yaml.Node // the first jwt: source, to locate "no jwt section"
 	jwtPath  string
 }
@@ -137,6 +138,10 @@ func parse(filename string, data []byte, getenv func(string) string, readFile fu
 	sort.SliceStable(l.warns, func(i, j int) bool { return l.warns[i].Line < l.warns[j].Line })
 	for _, w := range l.warns {
 		p.Warnings = append(p.Warnings, w.Error())
+	}
+	sort.SliceStable(l.notes, func(i, j int) bool { return l.notes[i].Line < l.notes[j].Line })
+	for _, n := range l.notes {
+		p.Notes = append(p.Notes, n.Error())
 	}
 	return p, nil
 }
@@ -219,6 +224,7 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	}
 	l.rules(o, p)
 	l.indexLimits(p)
+	l.adaptiveWarnings(p)
 	if n, ok := o.vals["forward_auth"]; ok {
 		l.forwardAuth(n, s)
 	}

@@ -319,15 +319,15 @@ func (l *loader) matchValues(n *yaml.Node, path string) ([]string, bool) {
 
 var (
 	costFields   = []string{"cost_source", "fixed_cost", "default_cost", "min_cost", "settle_from"}
-	tbFields     = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "reserve", "max_reserved", "shards"}
-	lbFields     = []string{"tokens_per_second", "rps", "rate", "period", "max_delay"}
-	fwFields     = []string{"rate", "period", "capacity", "start", "reserve", "max_reserved", "shards"}
+	tbFields     = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "reserve", "max_reserved", "shards", "burst_seconds", "max_queue_delay", "max_queued"}
+	lbFields     = []string{"tokens_per_second", "rps", "rate", "period", "max_delay", "max_queue_delay", "max_queued"}
+	fwFields     = []string{"rate", "period", "capacity", "start", "reserve", "max_reserved", "shards", "max_queued"}
 	slFields     = []string{"rate", "period", "capacity", "shards"}
-	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost", "shards", "settle_from"}
+	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost", "shards", "settle_from", "burst_seconds", "max_queue_delay", "max_queued"}
 )
 
 // commonAlgFields are the fields every algorithm takes besides its own.
-var commonAlgFields = []string{"jitter"}
+var commonAlgFields = []string{"jitter", "adaptive"}
 
 func algFields(a sluice.Algorithm) []string {
 	switch a {
@@ -365,6 +365,7 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 	}
 	costN := l.cost(o, path, &v.cost)
 	l.settleFrom(o, v)
+	l.queueOptions(o, v, alg)
 	if len(l.errs) > errsBefore {
 		return nil
 	}
@@ -378,9 +379,10 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 		return nil
 	}
 	v.limit = lim
-	if !l.usableCosts(o, v, costN) {
+	if !l.queueBound(o, v) || !l.usableCosts(o, v, costN) || !l.adaptiveConfig(o, v, rf) {
 		return nil
 	}
+	l.burstNote(o, rf, lim)
 	return v
 }
 
@@ -403,6 +405,9 @@ type rateFields struct {
 	tps, rate, burst, capacity              float64
 	period                                  time.Duration
 	tpsOK, rateOK, periodOK, burstOK, capOK bool
+	// burstSeconds is burst_seconds: the burst as seconds of the rate
+	// (burst = rate x seconds); zero when not given or not valid.
+	burstSeconds float64
 	// capN is the capacity's node: a capacity of 0 is checked against
 	// reserve once that is read (algOptions).
 	capN *yaml.Node
@@ -434,6 +439,7 @@ func (l *loader) rate(o *obj, alg sluice.Algorithm) rateFields {
 		r.capOK = false
 	}
 	l.checkRate(o, alg, r)
+	l.burstSeconds(o, &r)
 	return r
 }
 
@@ -465,7 +471,13 @@ func (l *loader) checkRate(o *obj, alg sluice.Algorithm, r rateFields) {
 		}
 	case o.has("rate") && !o.has("period") && (alg == sluice.FixedWindow || alg == sluice.SlidingLog):
 		l.errf(o.n, join(path, "period"), "is required with rate for %s (such as \"1m\")", alg)
-	case perSecond && alg == sluice.TokenBucket && !o.has("burst"):
+	case o.has("burst_seconds") && (o.has("burst") || o.has("capacity")):
+		other := "burst"
+		if o.has("capacity") {
+			other = "capacity"
+		}
+		l.errf(o.vals["burst_seconds"], join(path, "burst_seconds"), "gives the bucket size as seconds of the rate (burst = rate x seconds): give either %s or burst_seconds, not both", other)
+	case perSecond && alg == sluice.TokenBucket && !o.has("burst") && !o.has("burst_seconds"):
 		l.errf(o.n, join(path, "burst"), "is required with %s (the bucket size, >= %s)", tpsName, tpsName)
 	case r.tpsOK && r.burstOK && r.burst < r.tps:
 		l.errf(o.vals["burst"], join(path, "burst"), "must be >= %s (%v)", tpsName, r.tps)
@@ -503,7 +515,7 @@ func (l *loader) algOptions(o *obj, spec *sluice.Spec, v *variant) {
 	if mr, _, ok := o.positive("max_reserved"); ok {
 		spec.MaxReserved = mr
 	}
-	if v.reserve && !o.has("max_reserved") {
+	if v.reserve && !o.has("max_reserved") && !o.has("max_queue_delay") {
 		l.warnf(rn, join(o.path, "reserve"), "reserves without bound (no max_reserved): a request is admitted however far ahead its turn is, a declared cost may go that far into debt at once, and a client that gives up while held leaves its debt for later requests of its key to wait out; set max_reserved to bound how far ahead turns may be")
 	}
 	if d, dn, ok := o.duration("max_delay"); ok {
@@ -575,12 +587,14 @@ func (l *loader) usableCosts(o *obj, v *variant, costN map[string]*yaml.Node) bo
 		}{"min_cost", v.cost.min})
 	}
 	for _, c := range checks {
-		if _, err := (sluice.Request{Limit: lim, Cost: c.cost, Reserve: v.reserve}).Charge(sluice.OpTake); err != nil {
+		if _, err := (sluice.Request{Limit: lim, Cost: c.cost, Reserve: v.reserve, MaxReserved: v.queueDebt}).Charge(sluice.OpTake); err != nil {
 			at := costN[c.field]
 			if at == nil {
 				at = o.n
 			}
-			if errors.Is(err, sluice.ErrCostExceedsLimit) && (v.reserve || lim.Params().Reserve) && lim.Shards() <= 1 {
+			if errors.Is(err, sluice.ErrCostExceedsLimit) && v.queueDebt > 0 {
+				l.errf(at, join(path, c.field), "%v is above what a request may take within max_queue_delay (capacity %v plus %v tokens of debt): no request could ever pass", c.cost, lim.Capacity(), v.queueDebt)
+			} else if errors.Is(err, sluice.ErrCostExceedsLimit) && (v.reserve || lim.Params().Reserve) && lim.Shards() <= 1 {
 				l.errf(at, join(path, c.field), "%v is above what a reservation can take (capacity %v plus max_reserved %v): no request could ever pass", c.cost, lim.Capacity(), sluice.FromMicroTokens(lim.Params().MaxReserved))
 			} else if errors.Is(err, sluice.ErrCostExceedsLimit) && lim.Shards() > 1 {
 				l.errf(at, join(path, c.field), "%v is above what two of the limit's %d shards hold together (2 x capacity / shards = %v): no request could ever pass", c.cost, lim.Shards(), lim.MaxCost())

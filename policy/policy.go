@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/adaptive"
 )
 
 // Policy is a loaded, validated configuration.
@@ -59,6 +60,10 @@ type Policy struct {
 	// trusted_proxies), each as "FILE:LINE: path: message". sluice check
 	// prints them; serve logs them.
 	Warnings []string
+	// Notes say what settings work out to, such as the burst that
+	// burst_seconds gives, each as "FILE:LINE: path: message". sluice
+	// check prints them.
+	Notes []string
 	// Envoy, when set, finds the limits of the Envoy rate limit service's
 	// descriptors in place of Rules: envoyrls.ParseReferenceConfig sets it
 	// to the lookup of a file in envoyproxy/ratelimit's format (an
@@ -401,6 +406,21 @@ type variant struct {
 	cost    costSpec
 	reserve bool
 	settle  *SettleFrom // nil: the charge is final
+
+	// adaptive, when set, moves the limit's rate (see package adaptive).
+	adaptive *adaptive.Config
+	// adaptiveLine is where the adaptive block is, for warnings.
+	adaptiveLine int
+	// maxQueued bounds the requests held for this limit's turns in one
+	// process (max_queued; 0: no bound but the listener's connections).
+	maxQueued int
+	// queueDelay is max_queue_delay (0: none given).
+	queueDelay time.Duration
+	// queueDebt is the debt, in tokens, that a turn within
+	// max_queue_delay leaves (0: none given, or max_reserved is tighter):
+	// each request's MaxReserved, so the store refuses a later turn in
+	// the step that would have charged it.
+	queueDebt float64
 }
 
 // Rule returns the rule called name, or nil.

@@ -56,7 +56,8 @@ func Reason(a sluice.Algorithm) string { return a.String() + "_exceeded" }
 func (r *Result) Refused() bool { return r.Violated && r.Match.Request.Limit != nil }
 
 // Reason says why r rejected: Reason of its algorithm,
-// ReasonStoreUnavailable or ReasonCostExceedsLimit; "" when it admitted or
+// ReasonStoreUnavailable, ReasonCostExceedsLimit, ReasonQueueFull or
+// ReasonQueueDelayExceeded; "" when it admitted or
 // when it would have admitted and was rejected only with the others of an
 // all-or-nothing request. For a shadow-mode result it says why enforcing
 // would have rejected.
@@ -68,6 +69,10 @@ func (r *Result) Reason() string {
 		return ReasonStoreUnavailable
 	case r.impossible:
 		return ReasonCostExceedsLimit
+	case r.Match.queueFull:
+		return ReasonQueueFull
+	case r.Match.queueDelayBinds():
+		return ReasonQueueDelayExceeded
 	}
 	return Reason(r.Match.Request.Limit.Algorithm())
 }
@@ -86,7 +91,7 @@ func (r *Result) Effective(taken bool) sluice.Decision {
 		return d
 	}
 	cost := sluice.FromMicroTokens(r.cost)
-	d.Tokens += cost
+	d.Tokens += cost / r.Match.Scale() // in the rule's units, as unscale reports them
 	d.Remaining = min(int64(math.Floor(math.Max(0, d.Tokens)+1e-9)), d.Limit)
 	// A bucket refills continuously: it is full cost/rate sooner than the
 	// store's answer says. A window refills at its boundaries, which the

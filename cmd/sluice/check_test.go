@@ -162,3 +162,27 @@ func TestCheckReservesWithoutBound(t *testing.T) {
 		t.Fatalf("stdout %q", out.String())
 	}
 }
+
+// check tells what burst_seconds came to, and an adaptive rate's bounds
+// and steps, after the file's ok line.
+func TestCheckNotes(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", "../../examples/llm-gateway.yaml"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errb.String())
+	}
+	for _, want := range []string{
+		"../../examples/llm-gateway.yaml: ok (2 rules)\n",
+		": rules[0].algorithm_config.burst_seconds: 300 seconds of 60000 tokens per 1m give a burst of 300000 tokens\n",
+		": rules[1].algorithm_config.adaptive: starts at 20 tokens/s and moves between 2 and 50",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("stdout:\n%s\nwant a line %q", out.String(), want)
+		}
+	}
+	if !strings.Contains(out.String(), "\nnote: ../../examples/llm-gateway.yaml:") {
+		t.Errorf("stdout:\n%s\nwant note: lines", out.String())
+	}
+	if errb.Len() != 0 {
+		t.Errorf("stderr %q", errb.String())
+	}
+}

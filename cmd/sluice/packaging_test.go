@@ -30,7 +30,7 @@ const examplesDir = "../../examples"
 
 // sluiceConfigs are the examples that are sluice configurations (its own
 // format or envoyproxy/ratelimit's): exactly these go to sluice check.
-var sluiceConfigs = []string{"api.yaml", "global-rps.yaml", "policy.yaml", "ratelimit-config.yaml", "redis.yaml", "tiered.yaml"}
+var sluiceConfigs = []string{"api.yaml", "global-rps.yaml", "policy.yaml", "ratelimit-config.yaml", "redis.yaml", "tiered.yaml", "llm-gateway.yaml"}
 
 // exampleChecks checks every other example in its own format.
 var exampleChecks = map[string]func(t *testing.T, path string){

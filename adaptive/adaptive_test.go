@@ -1,0 +1,390 @@
+package adaptive_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/adaptive"
+)
+
+var epoch = time.Unix(1_700_000_000, 0)
+
+func testConfig() *adaptive.Config {
+	c := adaptive.Config{Min: 10, Max: 100, Start: 50, TargetLatency: 200 * time.Millisecond, Increase: 10, Decrease: 0.5}.WithDefaults()
+	return &c
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// The law alone, on a clock passed in: the rate's path through healthy,
+// unhealthy and idle intervals, one step per interval.
+func TestNextPath(t *testing.T) {
+	c := testConfig()
+	st := c.Initial()
+	now := epoch
+	steps := []struct {
+		h    adaptive.Health
+		want float64
+	}{
+		{adaptive.Healthy, 60},   // +10
+		{adaptive.Healthy, 70},   // +10
+		{adaptive.Unhealthy, 35}, // x0.5
+		{adaptive.Unhealthy, 17.5},
+		{adaptive.Unhealthy, 10}, // floor: min
+		{adaptive.Unhealthy, 10},
+		{adaptive.Idle, 10}, // nothing measured: stays
+		{adaptive.Healthy, 20},
+		{adaptive.Healthy, 30},
+	}
+	for i, s := range steps {
+		now = now.Add(c.Interval)
+		st = adaptive.Next(c, st, s.h, now)
+		if !near(st.Rate, s.want) {
+			t.Fatalf("step %d (%v): rate %v, want %v", i, s.h, st.Rate, s.want)
+		}
+	}
+	for range 20 {
+		now = now.Add(c.Interval)
+		st = adaptive.Next(c, st, adaptive.Healthy, now)
+	}
+	if st.Rate != c.Max {
+		t.Fatalf("after a long healthy run: %v, want max %v", st.Rate, c.Max)
+	}
+}
+
+// At most one step per interval: verdicts given more often (many
+// processes, or many ticks) move the rate once, and an increase waits an
+// interval after a decrease.
+func TestNextOncePerInterval(t *testing.T) {
+	c := testConfig()
+	st := adaptive.Next(c, c.Initial(), adaptive.Unhealthy, epoch)
+	if st.Rate != 25 {
+		t.Fatalf("first decrease: %v", st.Rate)
+	}
+	half := epoch.Add(c.Interval / 2)
+	if got := adaptive.Next(c, st, adaptive.Unhealthy, half); got != st {
+		t.Fatalf("a second decrease within the interval: %+v", got)
+	}
+	if got := adaptive.Next(c, st, adaptive.Healthy, half); got != st {
+		t.Fatalf("an increase within the interval after a decrease: %+v", got)
+	}
+	up := adaptive.Next(c, st, adaptive.Healthy, epoch.Add(c.Interval))
+	if up.Rate != 35 {
+		t.Fatalf("an interval later: %v, want 35", up.Rate)
+	}
+	// A decrease does not wait for the last increase: only for the last
+	// decrease.
+	down := adaptive.Next(c, up, adaptive.Unhealthy, epoch.Add(c.Interval+time.Millisecond))
+	if down.Rate != 17.5 {
+		t.Fatalf("decrease right after an increase: %v, want 17.5", down.Rate)
+	}
+	// A clock behind the stored stamps (another process's clock is
+	// ahead) takes no step.
+	if got := adaptive.Next(c, down, adaptive.Unhealthy, epoch); got != down {
+		t.Fatalf("step with a clock behind the state's: %+v", got)
+	}
+}
+
+// A reload that narrows the bounds brings the rate within them, and a
+// state that is not a usable rate starts over at Start.
+func TestNextClamps(t *testing.T) {
+	c := testConfig()
+	if got := adaptive.Next(c, adaptive.State{Rate: 500}, adaptive.Idle, epoch); got.Rate != 100 {
+		t.Fatalf("rate above max: %v", got.Rate)
+	}
+	if got := adaptive.Next(c, adaptive.State{Rate: 1}, adaptive.Idle, epoch); got.Rate != 10 {
+		t.Fatalf("rate below min: %v", got.Rate)
+	}
+	for _, bad := range []float64{0, -3, math.NaN(), math.Inf(1)} {
+		if got := adaptive.Next(c, adaptive.State{Rate: bad}, adaptive.Idle, epoch); got.Rate != c.Start {
+			t.Fatalf("rate %v: %v, want start %v", bad, got.Rate, c.Start)
+		}
+	}
+}
+
+func TestJudge(t *testing.T) {
+	c := testConfig()
+	c.ErrorRatio = 0.1
+	for _, tc := range []struct {
+		w    adaptive.Window
+		want adaptive.Health
+	}{
+		{adaptive.Window{}, adaptive.Idle},
+		{adaptive.Window{Responses: 10, Latency: 100 * time.Millisecond}, adaptive.Healthy},
+		{adaptive.Window{Responses: 10, Errors: 1, Latency: time.Millisecond}, adaptive.Healthy},   // 10%: tolerated
+		{adaptive.Window{Responses: 10, Errors: 2, Latency: time.Millisecond}, adaptive.Unhealthy}, // 20%
+		{adaptive.Window{Responses: 10, Latency: 200 * time.Millisecond}, adaptive.Healthy},        // at the target
+		{adaptive.Window{Responses: 10, Latency: 201 * time.Millisecond}, adaptive.Unhealthy},
+	} {
+		if got := c.Judge(tc.w); got != tc.want {
+			t.Errorf("Judge(%+v) = %v, want %v", tc.w, got, tc.want)
+		}
+	}
+	c.ErrorRatio = 0
+	if got := c.Judge(adaptive.Window{Responses: 1000, Errors: 1}); got != adaptive.Unhealthy {
+		t.Errorf("error_ratio 0, one error in 1000: %v", got)
+	}
+	c.TargetLatency = 0
+	if got := c.Judge(adaptive.Window{Responses: 1, Latency: time.Hour}); got != adaptive.Healthy {
+		t.Errorf("no target latency: judged by latency: %v", got)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		s    []time.Duration
+		p    float64
+		want time.Duration
+	}{
+		{nil, 90, 0},
+		{ms(5), 90, 5 * time.Millisecond},
+		{ms(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), 90, 9 * time.Millisecond},
+		{ms(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), 50, 5 * time.Millisecond},
+		{ms(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), 100, 10 * time.Millisecond},
+		{ms(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), 1, time.Millisecond},
+	} {
+		if got := adaptive.Percentile(tc.s, tc.p); got != tc.want {
+			t.Errorf("Percentile(%v, %v) = %v, want %v", tc.s, tc.p, got, tc.want)
+		}
+	}
+}
+
+func TestScale(t *testing.T) {
+	c := testConfig()
+	if s := c.Scale(50); s != 1 {
+		t.Errorf("at start: %v", s)
+	}
+	if s := c.Scale(10); s != 5 {
+		t.Errorf("at min: %v", s)
+	}
+	if s := c.Scale(100); s != 0.5 {
+		t.Errorf("at max: %v", s)
+	}
+	if s := c.Scale(0); s != 1 {
+		t.Errorf("no rate: %v", s)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := *testConfig()
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(*adaptive.Config){
+		"min":         func(c *adaptive.Config) { c.Min = 0 },
+		"max":         func(c *adaptive.Config) { c.Max = c.Min },
+		"start":       func(c *adaptive.Config) { c.Start = 200 },
+		"percentile":  func(c *adaptive.Config) { c.Percentile = 101 },
+		"error_ratio": func(c *adaptive.Config) { c.ErrorRatio = 1 },
+		"interval":    func(c *adaptive.Config) { c.Interval = time.Millisecond },
+		"decrease":    func(c *adaptive.Config) { c.Decrease = 1 },
+		"increase":    func(c *adaptive.Config) { c.Increase = math.Inf(1) },
+		"status":      func(c *adaptive.Config) { c.ErrorStatuses = []int{600} },
+	} {
+		c := good
+		mut(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: no error for %+v", name, c)
+		}
+	}
+}
+
+func TestStateEncoding(t *testing.T) {
+	st := adaptive.State{Rate: 12.5, Changed: 1700000000000000, Decreased: 1699999999000000}
+	got, err := adaptive.ParseState(st.String())
+	if err != nil || got != st {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for _, bad := range []string{"", "1 2", "x 1 2", "0 1 2", "-1 1 2", "NaN 1 2", "+Inf 1 2", "1 x 2", "1 2 3 4"} {
+		if _, err := adaptive.ParseState(bad); err == nil {
+			t.Errorf("ParseState(%q): no error", bad)
+		}
+	}
+}
+
+// A controller on its own clock: the responses of each interval move the
+// rate once the interval is over, and not before.
+func TestControllerLocal(t *testing.T) {
+	c := testConfig()
+	now := epoch
+	ctl := adaptive.NewController("api", c, nil, now)
+	var seen []float64
+	ctl.OnChange = func(r float64) { seen = append(seen, r) }
+	ctx := context.Background()
+
+	for range 5 {
+		ctl.Observe(200, 10*time.Millisecond)
+	}
+	if err := ctl.Tick(ctx, now.Add(c.Interval/2)); err != nil || ctl.Rate() != 50 {
+		t.Fatalf("before the interval ends: %v, %v", ctl.Rate(), err)
+	}
+	now = now.Add(c.Interval)
+	ctl.Tick(ctx, now)
+	if ctl.Rate() != 60 {
+		t.Fatalf("healthy interval: %v, want 60", ctl.Rate())
+	}
+	ctl.Observe(503, time.Millisecond)
+	ctl.Observe(0, time.Hour) // a client that went away: not counted
+	now = now.Add(c.Interval)
+	ctl.Tick(ctx, now)
+	if ctl.Rate() != 30 {
+		t.Fatalf("interval with errors: %v, want 30", ctl.Rate())
+	}
+	ctl.Observe(200, 300*time.Millisecond) // above the 200ms target
+	now = now.Add(c.Interval)
+	ctl.Tick(ctx, now)
+	if ctl.Rate() != 15 {
+		t.Fatalf("slow interval: %v, want 15", ctl.Rate())
+	}
+	now = now.Add(c.Interval)
+	ctl.Tick(ctx, now) // idle
+	if ctl.Rate() != 15 {
+		t.Fatalf("idle interval: %v", ctl.Rate())
+	}
+	if want := []float64{60, 30, 15}; len(seen) != len(want) || seen[0] != 60 || seen[1] != 30 || seen[2] != 15 {
+		t.Fatalf("OnChange saw %v, want %v", seen, want)
+	}
+
+	narrow := *c
+	narrow.Min, narrow.Max = 20, 40
+	ctl.SetConfig(&narrow)
+	if ctl.Rate() != 20 {
+		t.Fatalf("after a reload to [20,40]: %v", ctl.Rate())
+	}
+}
+
+// Many latencies in one interval: the percentile is estimated from a
+// bounded sample, and still tells a slow upstream from a fast one.
+func TestControllerManySamples(t *testing.T) {
+	c := testConfig()
+	ctl := adaptive.NewController("api", c, nil, epoch)
+	for i := range 100_000 {
+		d := 10 * time.Millisecond
+		if i%2 == 0 {
+			d = time.Second // half are slow: the 90th percentile is slow
+		}
+		ctl.Observe(200, d)
+	}
+	ctl.Tick(context.Background(), epoch.Add(c.Interval))
+	if ctl.Rate() != 25 {
+		t.Fatalf("rate %v, want 25 (slow interval)", ctl.Rate())
+	}
+}
+
+// values is a store of shared values in this process, standing in for the
+// redis store (whose own implementation is tested against a real Redis
+// in package httpgate).
+type values struct {
+	mu   sync.Mutex
+	m    map[string]string
+	fail error
+	// race, when set, is run inside the next compare-and-swap, before it
+	// compares: another process stepping first.
+	race func(m map[string]string)
+}
+
+func (v *values) LoadValue(_ context.Context, key string) (string, bool, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.fail != nil {
+		return "", false, v.fail
+	}
+	s, ok := v.m[key]
+	return s, ok, nil
+}
+
+func (v *values) CompareAndSwapValue(_ context.Context, key, old, value string, _ time.Duration) (bool, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.fail != nil {
+		return false, v.fail
+	}
+	if v.race != nil {
+		v.race(v.m)
+		v.race = nil
+	}
+	if v.m[key] != old {
+		return false, nil
+	}
+	v.m[key] = value
+	return true, nil
+}
+
+// Two processes share one state: what one measures moves the rate both
+// use, and the interval's step is taken once whoever ticks.
+func TestControllerShared(t *testing.T) {
+	c := testConfig()
+	store := &values{m: map[string]string{}}
+	ctx := context.Background()
+	a := adaptive.NewController("api", c, store, epoch)
+	b := adaptive.NewController("api", c, store, epoch)
+	if err := a.Sync(ctx, epoch); err != nil {
+		t.Fatal(err)
+	}
+	a.Observe(500, time.Millisecond)
+	now := epoch.Add(c.Interval)
+	if err := a.Tick(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	if a.Rate() != 25 {
+		t.Fatalf("a after errors: %v", a.Rate())
+	}
+	// b saw errors too in the same interval: the shared rate falls once.
+	b.Observe(500, time.Millisecond)
+	if err := b.Tick(ctx, now.Add(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if b.Rate() != 25 {
+		t.Fatalf("b adopted %v, want the fleet's 25 (one decrease per interval)", b.Rate())
+	}
+	st, _ := adaptive.ParseState(store.m["adaptive:api"])
+	if st.Rate != 25 {
+		t.Fatalf("shared %v", st.Rate)
+	}
+
+	// A step that loses its compare-and-swap to another process reads
+	// the winner's state and steps from it.
+	store.race = func(m map[string]string) {
+		m["adaptive:api"] = adaptive.State{Rate: 80, Changed: 1, Decreased: 1}.String()
+	}
+	a.Observe(500, time.Millisecond)
+	now = now.Add(2 * c.Interval)
+	if err := a.Tick(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	if a.Rate() != 40 {
+		t.Fatalf("after a lost swap: %v, want 40 (the winner's 80, halved)", a.Rate())
+	}
+
+	// A store that fails: the step is taken on the process's own state.
+	store.fail = errors.New("down")
+	a.Observe(500, time.Millisecond)
+	now = now.Add(c.Interval)
+	if err := a.Tick(ctx, now); err == nil {
+		t.Fatal("no error from a failing store")
+	}
+	if a.Rate() != 20 {
+		t.Fatalf("local step: %v, want 20", a.Rate())
+	}
+
+	// A value in the store that is not a state is written over.
+	store.fail = nil
+	store.m["adaptive:api"] = "garbage"
+	if err := a.Sync(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := adaptive.ParseState(store.m["adaptive:api"]); err != nil || st.Rate != 20 {
+		t.Fatalf("garbage replaced by %q (%v)", store.m["adaptive:api"], err)
+	}
+}

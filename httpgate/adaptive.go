@@ -1,0 +1,209 @@
+package httpgate
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// shaping is what a Gate keeps about the upstream it stands in front of:
+// each adaptive limit's controller and each limit's queue of held
+// requests, by limit name, so that both outlive a reload that keeps the
+// name (as bucket state does).
+type shaping struct {
+	mu          sync.Mutex
+	controllers map[string]*adaptive.Controller
+	queues      map[string]*ruleQueue
+}
+
+// AdaptiveRate is the state of one adaptive limit (Gate.AdaptiveRates).
+type AdaptiveRate struct {
+	// Rule names the limit: a rule's name, or RULE.TIER.
+	Rule string `json:"rule"`
+	// Rate is the rate in force, Start the one the limit was written
+	// with, Min and Max its bounds: tokens per Per.
+	Rate  float64 `json:"rate"`
+	Start float64 `json:"start"`
+	Min   float64 `json:"min"`
+	Max   float64 `json:"max"`
+	// Per is the period of the rates (one second for tokens_per_second).
+	Per time.Duration `json:"per_ns"`
+}
+
+// AdaptiveRates reports the rate in force of every adaptive limit of the
+// current policy, in file order; a limit no request has reached yet is
+// at its Start.
+func (g *Gate) AdaptiveRates() []AdaptiveRate {
+	var out []AdaptiveRate
+	for _, al := range g.Policy().AdaptiveLimits() {
+		c := al.Config
+		r := AdaptiveRate{Rule: al.Name, Rate: c.Start, Start: c.Start, Min: c.Min, Max: c.Max, Per: c.Per}
+		g.shaping.mu.Lock()
+		ctl := g.shaping.controllers[al.Name]
+		g.shaping.mu.Unlock()
+		if ctl != nil {
+			ctl.SetConfig(c) // a reload's bounds apply before its first request
+			r.Rate = ctl.Rate()
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// adapt charges the adaptive matches of ms at their limits' current
+// rates, first taking an interval's step where one is due.
+func (g *Gate) adapt(ctx context.Context, ms []policy.Match) {
+	for i := range ms {
+		cfg := ms[i].Adaptive()
+		if cfg == nil {
+			continue
+		}
+		now := g.lim.Now()
+		ctl := g.controller(ctx, ms[i].Request.Limit.Name(), cfg, now)
+		g.tick(ctx, ctl, now)
+		ms[i].AtScale(ctl.Scale())
+	}
+}
+
+// controller returns the controller of the adaptive limit name, made on
+// first use: it keeps its rate in the store when the store shares values
+// (Redis), so that a fleet moves one rate, else in this process.
+func (g *Gate) controller(ctx context.Context, name string, cfg *adaptive.Config, now time.Time) *adaptive.Controller {
+	g.shaping.mu.Lock()
+	ctl := g.shaping.controllers[name]
+	if ctl != nil {
+		g.shaping.mu.Unlock()
+		ctl.SetConfig(cfg)
+		return ctl
+	}
+	if g.shaping.controllers == nil {
+		g.shaping.controllers = map[string]*adaptive.Controller{}
+	}
+	ctl = adaptive.NewController(name, cfg, sharedValues(g.lim.Store()), now)
+	ctl.OnChange = func(rate float64) {
+		g.opts.Metrics.AdaptiveRate(name, rate/ctl.Config().Per.Seconds())
+	}
+	g.shaping.controllers[name] = ctl
+	g.shaping.mu.Unlock()
+	g.opts.Metrics.AdaptiveRate(name, ctl.Rate()/cfg.Per.Seconds())
+	if err := ctl.Sync(ctx, now); err != nil {
+		g.opts.Logger.Warn("adaptive rate: starting from this process's own", "limit", name, "err", err)
+	}
+	return ctl
+}
+
+// tick takes ctl's step when its interval is over, logging a shared
+// store's failure (the step is then taken on this process's state).
+func (g *Gate) tick(ctx context.Context, ctl *adaptive.Controller, now time.Time) {
+	if err := ctl.Tick(ctx, now); err != nil {
+		g.opts.Logger.Warn("adaptive rate: stepped on this process's own state", "limit", ctl.Name(), "err", err)
+	}
+}
+
+// sharedValues finds, beneath any wrappers (metrics' InstrumentStore),
+// a store that shares values across a fleet; nil when there is none (the
+// memory store: each process is the whole of its fleet).
+func sharedValues(s sluice.Store) adaptive.Values {
+	for range 8 {
+		if v, ok := s.(adaptive.Values); ok {
+			return v
+		}
+		u, ok := s.(interface{ Unwrap() sluice.Store })
+		if !ok {
+			return nil
+		}
+		s = u.Unwrap()
+	}
+	return nil
+}
+
+// serveMeasured serves an admitted request with next and, when v has
+// adaptive limits, tells their controllers how the upstream answered:
+// the status, and the time until the response's headers (an event
+// stream's length says nothing of the upstream's health).
+func (g *Gate) serveMeasured(next http.Handler, w http.ResponseWriter, r *http.Request, v *policy.Verdict) {
+	var ctls []*adaptive.Controller
+	for i := range v.Results {
+		m := &v.Results[i].Match
+		if m.Adaptive() == nil {
+			continue
+		}
+		g.shaping.mu.Lock()
+		if ctl := g.shaping.controllers[m.Request.Limit.Name()]; ctl != nil {
+			ctls = append(ctls, ctl)
+		}
+		g.shaping.mu.Unlock()
+	}
+	if len(ctls) == 0 {
+		next.ServeHTTP(w, r)
+		return
+	}
+	rec := &statusRecorder{ResponseWriter: w, now: g.lim.Now}
+	start := g.lim.Now()
+	next.ServeHTTP(rec, r)
+	status, at := rec.status, rec.at
+	if status == 0 {
+		if r.Context().Err() != nil {
+			// The client went away before any answer: nothing is known
+			// of the upstream.
+			status = 0
+		} else {
+			status, at = http.StatusOK, g.lim.Now() // net/http's implicit 200
+		}
+	}
+	ctx, cancel := sluice.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
+	defer cancel()
+	now := g.lim.Now()
+	for _, ctl := range ctls {
+		ctl.Observe(status, at.Sub(start))
+		g.tick(ctx, ctl, now)
+	}
+}
+
+// statusRecorder notes the status of a response and when its headers
+// were written. It passes Flush, Hijack and Unwrap (http.ResponseController)
+// through, so that event streams and websocket upgrades work through it.
+type statusRecorder struct {
+	http.ResponseWriter
+	now    func() time.Time
+	status int
+	at     time.Time
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		s.status, s.at = code, s.now()
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status, s.at = http.StatusOK, s.now()
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) Flush() {
+	if s.status == 0 {
+		s.status, s.at = http.StatusOK, s.now()
+	}
+	http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(s.ResponseWriter).Hijack()
+	if err == nil && s.status == 0 {
+		s.status, s.at = http.StatusSwitchingProtocols, s.now()
+	}
+	return conn, brw, err
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -1,0 +1,332 @@
+package httpgate_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/redis"
+)
+
+// Upstream behaviours a test switches between.
+const (
+	upHealthy int32 = iota
+	upFailing       // 500s
+	upSlow          // 300ms on the test's clock
+)
+
+// switchable is an upstream whose behaviour the test switches over time.
+// Slow answers take their time on the test's manual clock, so latency is
+// measured without sleeping.
+type switchable struct {
+	*httptest.Server
+	mode atomic.Int32
+}
+
+func newSwitchable(t *testing.T, clk *sluice.ManualClock) *switchable {
+	u := &switchable{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch u.mode.Load() {
+		case upFailing:
+			http.Error(w, "upstream is failing", http.StatusInternalServerError)
+		case upSlow:
+			clk.Advance(300 * time.Millisecond)
+			fmt.Fprint(w, "slow")
+		default:
+			fmt.Fprint(w, "ok")
+		}
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+// proxyOf serves g as a reverse proxy in front of up.
+func proxyOf(t *testing.T, g *httpgate.Gate, up string) *served {
+	u, _ := url.Parse(up)
+	return serve(t, g.Proxy(u, httpgate.ProxyOptions{}))
+}
+
+// get fetches path and waits for the handler to return.
+func (s *served) get(t *testing.T, path string) *http.Response {
+	t.Helper()
+	resp := fetch(t, s.URL+path)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler did not return")
+	}
+	return resp
+}
+
+func fetch(t *testing.T, u string) *http.Response {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+const adaptivePolicy = `rules:
+  - name: upstream
+    algorithm_config:
+      rps: 10
+      burst_seconds: 1
+      adaptive:
+        min: 1
+        max: 20
+        target_latency: 200ms
+        interval: 1s
+        increase: 2
+        decrease: 0.5
+        error_ratio: 0
+`
+
+// The rate follows the upstream: additive increase while it answers well,
+// halving each interval while it answers 500 or slowly, down to min, and
+// back up once it recovers. One request per interval, on a manual clock;
+// each interval's verdict moves the rate at the next interval's first
+// request. The limit enforces the rate in force: at min, a burst of one
+// second holds one request, and the rate limit fields say so.
+func TestAdaptiveRateFollowsUpstream(t *testing.T) {
+	e := newEnv(t, adaptivePolicy)
+	up := newSwitchable(t, e.clk)
+	proxy := proxyOf(t, e.gate, up.URL)
+
+	rate := func() float64 { return e.gate.AdaptiveRates()[0].Rate }
+	phases := []struct {
+		mode int32
+		n    int
+	}{{upHealthy, 3}, {upFailing, 6}, {upHealthy, 3}, {upSlow, 2}, {upHealthy, 2}}
+	var path []float64
+	for _, ph := range phases {
+		up.mode.Store(ph.mode)
+		for range ph.n {
+			resp := proxy.get(t, "/v1/chat")
+			if ph.mode == upFailing && resp.StatusCode != 500 || ph.mode != upFailing && resp.StatusCode != 200 {
+				t.Fatalf("mode %d: status %d", ph.mode, resp.StatusCode)
+			}
+			path = append(path, rate())
+			e.clk.Advance(time.Second)
+		}
+	}
+	// Each value is the rate after that interval's request, moved by the
+	// previous interval's verdict. A slow answer advances the clock by
+	// 300ms, so its interval ends 300ms sooner.
+	want := []float64{
+		10, 12, 14, // healthy: +2
+		16, 8, 4, 2, 1, 1, // failing from the 4th: the 4th still moves up (3rd was healthy)
+		1, 3, 5, // healthy again: a decrease, then +2 an interval later
+		7, 3.5, // slow: 300ms above the 200ms target
+		1.75, 3.75,
+	}
+	if fmt.Sprint(path) != fmt.Sprint(want) {
+		t.Fatalf("rate path\n got %v\nwant %v", path, want)
+	}
+	if m := e.metrics(); !strings.Contains(m, `sluice_adaptive_rate{rule="upstream"} 3.75`) {
+		t.Fatalf("metric: %s", grepLines(m, "sluice_adaptive_rate"))
+	}
+
+	// Back to min: a burst of one second of the rate in force holds one
+	// request, and the fields tell the burst in the rule's own units.
+	up.mode.Store(upFailing)
+	for range 4 {
+		proxy.get(t, "/")
+		e.clk.Advance(time.Second)
+	}
+	if rate() != 1 {
+		t.Fatalf("rate %v, want min", rate())
+	}
+	up.mode.Store(upHealthy)
+	if resp := proxy.get(t, "/"); resp.StatusCode != 200 || resp.Header.Get("RateLimit-Limit") != "1" || resp.Header.Get("RateLimit-Remaining") != "0" {
+		t.Fatalf("at min: %d limit %q remaining %q", resp.StatusCode, resp.Header.Get("RateLimit-Limit"), resp.Header.Get("RateLimit-Remaining"))
+	}
+	resp := proxy.get(t, "/")
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("second request at min: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// A fleet on Redis moves one rate: what one process measures reaches the
+// others at their next interval, and the interval's step is taken once
+// whoever takes it.
+func TestAdaptiveRateSharedThroughRedis(t *testing.T) {
+	addr := redistest.Server(t)
+	clk := sluice.NewManualClock(sluiceEpoch)
+	prefix := fmt.Sprintf("adaptive%d:", time.Now().UnixNano())
+	gate := func() *httpgate.Gate {
+		st, err := redis.Open("redis://"+addr+"/0", redis.Options{Clock: clk, KeyPrefix: prefix, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		m := metrics.New(prometheus.NewRegistry())
+		lim := sluice.NewWithOptions(m.InstrumentStore(st), sluice.Options{Clock: clk})
+		return httpgate.New(mustPolicy(t, adaptivePolicy), lim, httpgate.Options{Metrics: m, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	}
+	a, b := gate(), gate()
+	failing := newSwitchable(t, clk)
+	failing.mode.Store(upFailing)
+	healthy := newSwitchable(t, clk)
+	pa, pb := proxyOf(t, a, failing.URL), proxyOf(t, b, healthy.URL)
+	rate := func(g *httpgate.Gate) float64 { return g.AdaptiveRates()[0].Rate }
+
+	pa.get(t, "/") // a: a 500, in its first interval
+	pb.get(t, "/") // b: a 200
+	clk.Advance(time.Second)
+	pa.get(t, "/") // a's step: the interval had an error: 10 -> 5
+	if rate(a) != 5 {
+		t.Fatalf("a: %v, want 5", rate(a))
+	}
+	pb.get(t, "/") // b's step: healthy, but the fleet's rate moved this interval
+	if rate(b) != 5 {
+		t.Fatalf("b: %v, want the fleet's 5", rate(b))
+	}
+	clk.Advance(time.Second)
+	pb.get(t, "/") // b: healthy interval, and an interval since the decrease: +2
+	if rate(b) != 7 {
+		t.Fatalf("b: %v, want 7", rate(b))
+	}
+	// a has not stepped since: it adopts 7 at its next step, and its own
+	// 500 of the last interval halves the fleet's rate.
+	pa.get(t, "/")
+	if rate(a) != 3.5 {
+		t.Fatalf("a: %v, want 3.5 (7 halved)", rate(a))
+	}
+	clk.Advance(time.Second)
+	pb.get(t, "/") // b: healthy, an interval after a's decrease: 3.5 + 2
+	if rate(b) != 5.5 {
+		t.Fatalf("b: %v, want 5.5 (a's 3.5, +2)", rate(b))
+	}
+
+	// A new process of the fleet starts at the fleet's rate, not its own.
+	c := gate()
+	pc := proxyOf(t, c, healthy.URL)
+	pc.get(t, "/")
+	if rate(c) != 5.5 {
+		t.Fatalf("a new process: %v, want the fleet's 5.5", rate(c))
+	}
+}
+
+// The Go middleware measures the handler it wraps as the proxy measures
+// its upstream.
+func TestAdaptiveMiddleware(t *testing.T) {
+	e := newEnv(t, adaptivePolicy)
+	var fail atomic.Bool
+	h := e.gate.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		// No write at all: net/http's implicit 200.
+	}))
+	srv := serve(t, h)
+	fail.Store(true)
+	srv.get(t, "/")
+	e.clk.Advance(time.Second)
+	fail.Store(false)
+	srv.get(t, "/")
+	if r := e.gate.AdaptiveRates()[0].Rate; r != 5 {
+		t.Fatalf("after a 503: %v, want 5", r)
+	}
+	e.clk.Advance(time.Second)
+	srv.get(t, "/")
+	if r := e.gate.AdaptiveRates()[0].Rate; r != 7 {
+		t.Fatalf("after implicit 200s: %v, want 7", r)
+	}
+}
+
+// A reload keeps an adaptive limit's rate (its state is by name, as
+// bucket state is), brought within the new bounds.
+func TestAdaptiveRateSurvivesReload(t *testing.T) {
+	e := newEnv(t, adaptivePolicy)
+	up := newSwitchable(t, e.clk)
+	proxy := proxyOf(t, e.gate, up.URL)
+	up.mode.Store(upFailing)
+	proxy.get(t, "/")
+	e.clk.Advance(time.Second)
+	proxy.get(t, "/")
+	if r := e.gate.AdaptiveRates()[0].Rate; r != 5 {
+		t.Fatalf("rate %v", r)
+	}
+	e.gate.SetPolicy(mustPolicy(t, strings.Replace(adaptivePolicy, "min: 1", "min: 6", 1)))
+	proxy.get(t, "/")
+	got := e.gate.AdaptiveRates()
+	if len(got) != 1 || got[0].Rate != 6 || got[0].Min != 6 {
+		t.Fatalf("after the reload: %+v, want 6 (the new min)", got)
+	}
+}
+
+// Through an adaptive limit the response is measured by a wrapper of the
+// ResponseWriter: event streams still flush as they come, and upgrades
+// still hijack the connection.
+func TestAdaptiveProxyStreamsAndUpgrades(t *testing.T) {
+	up := newUpstream(t)
+	e := newEnv(t, adaptivePolicy)
+	proxy := proxyOf(t, e.gate, up.URL)
+
+	resp, err := http.Get(proxy.URL + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "data: one\n" {
+		t.Fatalf("first event: %q %v", line, err)
+	}
+	close(up.release)
+	if rest, _ := io.ReadAll(br); !strings.Contains(string(rest), "data: two") {
+		t.Errorf("rest of stream %q", rest)
+	}
+	<-proxy.done
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(proxy.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	cr := bufio.NewReader(conn)
+	r, err := http.ReadResponse(cr, nil)
+	if err != nil || r.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", r, err)
+	}
+	fmt.Fprint(conn, "ping\n")
+	if echo, err := cr.ReadString('\n'); err != nil || echo != "ping\n" {
+		t.Errorf("echo %q %v", echo, err)
+	}
+	conn.Close()
+	<-proxy.done
+	// Both were healthy answers: the next interval's step is up.
+	e.clk.Advance(time.Second)
+	proxy.get(t, "/")
+	if r := e.gate.AdaptiveRates()[0].Rate; r != 12 {
+		t.Fatalf("rate %v, want 12", r)
+	}
+}

@@ -1,0 +1,158 @@
+package httpgate
+
+import (
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// A limit that holds requests for their turns (a leaky bucket, reserve:
+// true) queues them in this process: the proxy, the middleware and
+// forward auth wait until each admitted request's turn (Options.Delay).
+// Each such limit has a queue here, by name: the requests it holds now,
+// at most its max_queued. A request takes a place before it is decided
+// and keeps it until its turn, so the bound holds however many requests
+// race for the last place; one that finds no place is decided without a
+// reservation (sluice.Request.NoReserve, by the store in the same atomic
+// step), so it passes only if it needs no wait, and is otherwise refused
+// at once (queue_full) having been charged nothing. The wait a request
+// is given is bounded by max_queue_delay in the store itself (see
+// policy's queue_delay_exceeded).
+
+// ruleQueue is one limit's queue in this process.
+type ruleQueue struct {
+	name string
+	m    *metrics.Metrics
+	mu   sync.Mutex
+	held map[*place]struct{}
+}
+
+// place is one request's place in a queue: until its turn is known, at
+// is zero.
+type place struct {
+	q  *ruleQueue
+	at time.Time
+}
+
+// queue returns the queue of the limit called name.
+func (g *Gate) queue(name string) *ruleQueue {
+	g.shaping.mu.Lock()
+	defer g.shaping.mu.Unlock()
+	q := g.shaping.queues[name]
+	if q == nil {
+		if g.shaping.queues == nil {
+			g.shaping.queues = map[string]*ruleQueue{}
+		}
+		q = &ruleQueue{name: name, m: g.opts.Metrics, held: map[*place]struct{}{}}
+		g.shaping.queues[name] = q
+	}
+	return q
+}
+
+// enter takes a place when fewer than most (0: no bound) are held. When
+// the queue is full it returns nil and how long until the first held
+// request's turn, when its place frees.
+func (q *ruleQueue) enter(most int, now time.Time) (*place, time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if most > 0 && len(q.held) >= most {
+		room := time.Duration(-1)
+		for p := range q.held {
+			if w := p.at.Sub(now); room < 0 || w < room {
+				room = w // a place whose turn is not known yet: 0, it leaves soon
+			}
+		}
+		return nil, max(room, 0)
+	}
+	p := &place{q: q}
+	q.held[p] = struct{}{}
+	q.m.Queued(q.name, int64(len(q.held)))
+	return p, 0
+}
+
+// leave gives p up.
+func (q *ruleQueue) leave(p *place) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.held, p)
+	q.m.Queued(q.name, int64(len(q.held)))
+}
+
+// queued is the places one request holds, one per limit of its that
+// holds requests.
+type queued struct {
+	g      *Gate
+	places []queuedMatch
+}
+
+type queuedMatch struct {
+	i     int    // the match's index
+	p     *place // nil: the queue was full
+	limit string
+}
+
+// enqueue takes a place in the queue of every limit of ms that may hold
+// the request; a match whose queue is full is marked so (QueueFull).
+func (g *Gate) enqueue(ms []policy.Match) *queued {
+	var q *queued
+	for i := range ms {
+		holds, most := ms[i].Queue()
+		if !holds {
+			continue
+		}
+		if q == nil {
+			q = &queued{g: g}
+		}
+		name := ms[i].Request.Limit.Name()
+		p, room := g.queue(name).enter(most, g.lim.Now())
+		if p == nil {
+			ms[i].QueueFull(room)
+		}
+		q.places = append(q.places, queuedMatch{i: i, p: p, limit: name})
+	}
+	return q
+}
+
+// decided records the turns v gave: a place whose request was refused,
+// or needs no wait, is given up now; the others are kept until release.
+func (q *queued) decided(v *policy.Verdict) {
+	if q == nil {
+		return
+	}
+	now := q.g.lim.Now()
+	kept := q.places[:0]
+	for _, qm := range q.places {
+		d := v.Results[qm.i].Decision
+		if v.Allowed {
+			q.g.opts.Metrics.QueueDelay(qm.limit, max(d.RetryAfter, 0))
+		}
+		if qm.p == nil {
+			continue
+		}
+		if !v.Allowed || d.RetryAfter <= 0 {
+			qm.p.q.leave(qm.p)
+			continue
+		}
+		qm.p.q.mu.Lock()
+		qm.p.at = now.Add(d.RetryAfter)
+		qm.p.q.mu.Unlock()
+		kept = append(kept, qm)
+	}
+	q.places = kept
+}
+
+// release gives up every place still held: the request's turn has come,
+// or it will not wait for it.
+func (q *queued) release() {
+	if q == nil {
+		return
+	}
+	for _, qm := range q.places {
+		if qm.p != nil {
+			qm.p.q.leave(qm.p)
+		}
+	}
+	q.places = nil
+}

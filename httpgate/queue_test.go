@@ -1,0 +1,228 @@
+package httpgate_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/metrics"
+)
+
+// holding is a gate whose Delay holds each request until the test lets
+// it go (or its client gives up), on a manual clock: a queue the test
+// can fill.
+type holding struct {
+	clk     *sluice.ManualClock
+	gate    *httpgate.Gate
+	m       *metrics.Metrics
+	srv     *httptest.Server
+	entered chan time.Duration
+	release chan struct{}
+}
+
+func newHolding(t *testing.T, yaml string) *holding {
+	t.Helper()
+	h := &holding{clk: sluice.NewManualClock(sluiceEpoch), m: metrics.New(prometheus.NewRegistry()), entered: make(chan time.Duration, 64), release: make(chan struct{})}
+	m := h.m
+	lim := sluice.NewWithOptions(m.InstrumentStore(memory.New(memory.Options{Clock: h.clk})), sluice.Options{Clock: h.clk})
+	h.gate = httpgate.New(mustPolicy(t, yaml), lim, httpgate.Options{
+		Metrics: m,
+		Logger:  slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Delay: func(ctx context.Context, d time.Duration) error {
+			h.entered <- d
+			select {
+			case <-h.release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	})
+	h.srv = httptest.NewServer(h.gate.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	})))
+	t.Cleanup(h.srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-h.release:
+		default:
+			close(h.release)
+		}
+	})
+	return h
+}
+
+// send sends a request in the background and returns its answer's
+// channel.
+func (h *holding) send(ctx context.Context) chan *http.Response {
+	out := make(chan *http.Response, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "GET", h.srv.URL+"/", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			out <- nil
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		out <- resp
+	}()
+	return out
+}
+
+func (h *holding) metric(t *testing.T, name string) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return grepLines(rec.Body.String(), name)
+}
+
+// wait takes the next wait the gate was asked to hold for.
+func (h *holding) wait(t *testing.T) time.Duration {
+	t.Helper()
+	select {
+	case d := <-h.entered:
+		return d
+	case <-time.After(10 * time.Second):
+		t.Fatal("no request reached its wait")
+		return 0
+	}
+}
+
+const shapedPolicy = `rules:
+  - name: shaped
+    algorithm: leaky_bucket
+    algorithm_config:
+      rps: 10
+      max_delay: 10s
+      max_queued: 3
+`
+
+// N+1 requests into a queue of max_queued N: the one beyond is refused at
+// once (429 queue_full with a Retry-After), is charged nothing (the next
+// request's turn is the one it would have had), and the queue is seen in
+// sluice_queued.
+func TestQueueFull(t *testing.T) {
+	h := newHolding(t, shapedPolicy)
+	first := <-h.send(context.Background()) // the bucket's one request: no wait
+	if first == nil || first.StatusCode != 200 {
+		t.Fatalf("first: %v", first)
+	}
+	var held []chan *http.Response
+	for i := range 3 {
+		held = append(held, h.send(context.Background()))
+		if d := h.wait(t); d != time.Duration(i+1)*100*time.Millisecond {
+			t.Fatalf("held request %d waits %v", i, d)
+		}
+	}
+	if got := h.metric(t, "sluice_queued{"); !strings.Contains(got, `sluice_queued{rule="shaped"} 3`) {
+		t.Fatalf("sluice_queued: %q", got)
+	}
+	resp := <-h.send(context.Background())
+	if resp == nil || resp.StatusCode != 429 || resp.Header.Get("X-Sluice-Reason") != "queue_full" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("beyond max_queued: %+v", resp)
+	}
+	close(h.release)
+	for _, c := range held {
+		if r := <-c; r == nil || r.StatusCode != 200 {
+			t.Fatalf("a held request: %+v", r)
+		}
+	}
+	if got := h.metric(t, "sluice_queued{"); !strings.Contains(got, `sluice_queued{rule="shaped"} 0`) {
+		t.Fatalf("sluice_queued after: %q", got)
+	}
+	// The refused request took no turn: the next one's is 400ms, right
+	// after the three held ones'.
+	h.release = make(chan struct{})
+	next := h.send(context.Background())
+	if d := h.wait(t); d != 400*time.Millisecond {
+		t.Fatalf("next turn %v, want 400ms: the refused request was charged", d)
+	}
+	close(h.release)
+	<-next
+	if got := h.metric(t, "sluice_queue_delay_seconds_count"); !strings.Contains(got, `sluice_queue_delay_seconds_count{rule="shaped"} 5`) {
+		t.Fatalf("queue delay histogram: %q", got)
+	}
+}
+
+// A wait beyond max_queue_delay is refused at once with its Retry-After
+// (429 queue_delay_exceeded), charging nothing.
+func TestQueueDelayExceeded(t *testing.T) {
+	e := newEnv(t, `rules:
+  - name: paced
+    algorithm_config:
+      rate: 10
+      capacity: 0
+      reserve: true
+      max_queue_delay: 250ms
+`)
+	srv := httptest.NewServer(e.gate.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	t.Cleanup(srv.Close)
+	for i := range 2 {
+		if resp := fetch(t, srv.URL); resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	if w := e.waits(); len(w) != 2 || w[0] != 100*time.Millisecond || w[1] != 200*time.Millisecond {
+		t.Fatalf("waits %v", w)
+	}
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	resp, body := e.do(req)
+	if resp.StatusCode != 429 || resp.Header.Get("X-Sluice-Reason") != "queue_delay_exceeded" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a turn 300ms away: %d %q Retry-After %q", resp.StatusCode, resp.Header.Get("X-Sluice-Reason"), resp.Header.Get("Retry-After"))
+	}
+	if body["reason"] != "queue_delay_exceeded" || body["status"] != float64(429) {
+		b, _ := json.Marshal(body)
+		t.Fatalf("problem %s", b)
+	}
+	// Nothing was charged: 100ms later one token has come back, and the
+	// next turn is 200ms away again.
+	e.clk.Advance(100 * time.Millisecond)
+	if resp := fetch(t, srv.URL); resp.StatusCode != 200 {
+		t.Fatalf("after 100ms: %d", resp.StatusCode)
+	}
+	if w := e.waits(); len(w) != 3 || w[2] != 200*time.Millisecond {
+		t.Fatalf("waits %v: the refused request was charged", w)
+	}
+}
+
+// A client that gives up while held gives its place up: the queue does
+// not stay full of requests nobody waits for.
+func TestQueuePlaceFreedWhenClientLeaves(t *testing.T) {
+	h := newHolding(t, strings.Replace(shapedPolicy, "max_queued: 3", "max_queued: 1", 1))
+	<-h.send(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := h.send(ctx)
+	h.wait(t)
+	cancel()
+	<-gone
+	// The place is free once the handler has returned; the next request
+	// may race it, so ask until it is held rather than refused.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := h.send(context.Background())
+		select {
+		case d := <-h.entered:
+			if d <= 0 {
+				t.Fatalf("wait %v", d)
+			}
+			close(h.release)
+			<-c
+			return
+		case r := <-c:
+			if r == nil || r.Header.Get("X-Sluice-Reason") != "queue_full" || time.Now().After(deadline) {
+				t.Fatalf("after the client left: %+v", r)
+			}
+		}
+	}
+}

@@ -39,8 +39,10 @@ const TokenScale = 1_000_000
 // Errors returned for requests that can never be decided as asked. They are
 // wrapped with detail; test with errors.Is.
 var (
-	// ErrInvalidCost is a cost that is not a finite number of at least one
-	// micro-token (zero, negative, NaN, infinite or too small).
+	// ErrInvalidCost is a cost that is no amount of tokens: negative, NaN,
+	// or below one micro-token (see Request.Charge; a Request's zero Cost
+	// means one token). A cost too large to count is not one: it is
+	// ErrCostExceedsLimit.
 	ErrInvalidCost = errors.New("sluice: cost must be a finite number > 0")
 	// ErrCostExceedsLimit is a cost larger than the limit's burst or
 	// capacity (plus its max_reserved, for a reservation): no amount of

@@ -13,16 +13,16 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
 
 // Options configures a Gate. The zero value works: no metrics, no audit
 // log, the default slog logger.
 type Options struct {
-	// Metrics counts decisions; nil counts nothing. Wrap the limiter's
-	// store with Metrics.InstrumentStore to time store calls.
-	Metrics *metrics.Metrics
+	// Metrics counts decisions and serves /metrics; nil counts nothing.
+	// A *metrics.Metrics is one (wrap the limiter's store with its
+	// InstrumentStore to time store calls).
+	Metrics Metrics
 	// Audit records every rejection; nil records none.
 	Audit *Audit
 	// Logger receives operational logs (default slog.Default()).
@@ -39,6 +39,16 @@ type Options struct {
 	// buckets, reserve: true), or fails when ctx ends first. The default
 	// waits on a timer; tests pass one that records the wait.
 	Delay func(ctx context.Context, d time.Duration) error
+}
+
+// Metrics is what a Gate asks of its metrics: to count each decision and
+// to serve them. Package metrics implements it with Prometheus; an
+// interface, so that a program using the middleware alone does not link
+// Prometheus (a third of a small program's binary).
+type Metrics interface {
+	policy.Observer
+	// Handler serves the metrics (GET /metrics on the decision API).
+	Handler() http.Handler
 }
 
 // Wait is the default Options.Delay: it returns after d, or with ctx's

@@ -12,8 +12,7 @@ import (
 )
 
 // A limit, a store, and a Take per request: the README's first snippet,
-// run. Two requests a minute per user, the second minute's token a minute
-// away.
+// run. One request a minute per user, two at once.
 func Example() {
 	ctx := context.Background()
 	perUser := sluice.MustLimit(sluice.Spec{Name: "per-user", Rate: 1, Period: time.Minute, Capacity: 2})

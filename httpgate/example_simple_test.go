@@ -2,6 +2,7 @@ package httpgate_test
 
 import (
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -75,4 +76,11 @@ func ExampleLimitByHeader() {
 	// k1 200
 	// k1 429
 	// k2 200
+}
+
+// The README's one line: a server whose every client address may send
+// 100 requests a minute. It listens, so it is compiled but not run.
+func ExampleLimitByIP_listen() {
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+	log.Fatal(http.ListenAndServe(":8080", httpgate.LimitByIP(100, time.Minute)(app)))
 }

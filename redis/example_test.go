@@ -12,7 +12,7 @@ import (
 // redis+cluster://host:port,host:port). It needs a server, so it is
 // compiled but not run.
 func Example() {
-	store, err := redis.Open("redis://app:secret@10.0.0.5:6379/0?timeout=250ms", redis.Options{})
+	store, err := redis.Open("redis://app:secret@10.0.0.5:6379/0", redis.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}

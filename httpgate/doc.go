@@ -4,6 +4,11 @@
 // (/v1/auth), a reverse proxy, a Go middleware, the /metrics endpoint of a
 // metrics.Metrics and an audit log of rejections.
 //
+// LimitByIP, LimitByHeader and LimitGlobal are the middleware for the
+// common cases, n requests per period, without a configuration file:
+//
+//	http.ListenAndServe(":8080", httpgate.LimitByIP(100, time.Minute)(app))
+//
 // Every request-shaped path (forward auth, proxy, middleware) answers the
 // same way: policy.Match builds each applicable rule's key, policy.Enforce
 // decides all of them at once, and RateLimitHeaders writes what

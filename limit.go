@@ -173,7 +173,11 @@ func MaxDebt(p *Params) int64 {
 // name the offending field.
 func NewLimit(s Spec) (*Limit, error) {
 	bad := func(format string, a ...any) (*Limit, error) {
-		return nil, fmt.Errorf("%w %q: %s", ErrInvalidLimit, s.Name, fmt.Sprintf(format, a...))
+		return nil, &SpecError{Limit: s.Name, Reason: fmt.Sprintf(format, a...)}
+	}
+	// badField names the field at fault; reason is said of it.
+	badField := func(field, format string, a ...any) (*Limit, error) {
+		return nil, &SpecError{Limit: s.Name, Field: field, Reason: fmt.Sprintf(format, a...)}
 	}
 	if s.Name == "" {
 		return nil, fmt.Errorf("%w: a limit needs a name", ErrInvalidLimit)
@@ -183,14 +187,14 @@ func NewLimit(s Spec) (*Limit, error) {
 	}
 	for field, v := range map[string]float64{"tokens_per_second": s.TokensPerSecond, "burst": s.Burst, "rate": s.Rate, "capacity": s.Capacity, "max_reserved": s.MaxReserved} {
 		if math.IsNaN(v) || math.IsInf(v, 0) || (v < 0 && field != "capacity") {
-			return bad("%s must be a finite number >= 0, got %v", field, v)
+			return badField(field, "must be a finite number >= 0, got %v", v)
 		}
 	}
 	if s.Period < 0 || s.MaxDelay < 0 {
 		return bad("period and max_delay must not be negative")
 	}
 	if s.Jitter < 0 {
-		return bad("jitter must not be negative")
+		return badField("jitter", "must not be negative")
 	}
 	// Normalise the two spellings into rate per period plus capacity.
 	rate, period, capacity := s.Rate, s.Period, s.Capacity
@@ -222,7 +226,7 @@ func NewLimit(s Spec) (*Limit, error) {
 		return bad("a rate is required: tokens_per_second (rps) or rate, > 0")
 	}
 	if period%time.Microsecond != 0 {
-		return bad("period %v is finer than the 1µs resolution", period)
+		return badField("period", "must be a whole number of microseconds (the resolution of every store), got %v", period)
 	}
 	if capacity == 0 {
 		capacity = rate
@@ -234,11 +238,23 @@ func NewLimit(s Spec) (*Limit, error) {
 	if s.Reserve && s.Algorithm == SlidingLog {
 		return bad("reserve needs a token bucket, leaky bucket or fixed window")
 	}
+	// The fields the rate and the size were given in, for errors.
+	rateField, capField := "rate", "capacity"
+	if s.TokensPerSecond > 0 {
+		rateField = "tokens_per_second"
+	}
+	switch {
+	case s.Capacity == 0 && s.Burst > 0:
+		capField = "burst"
+	case s.Capacity == 0:
+		capField = rateField // the size defaults to the rate
+	}
 	var err error
+	var why string
 	switch {
 	case capacity >= 0:
-		if p.Capacity, err = ToMicroTokens(capacity); err != nil {
-			return bad("capacity: %v", err)
+		if p.Capacity, why = amountReason(capacity); why != "" {
+			return badField(capField, "%s", why)
 		}
 	case !s.Reserve && s.Algorithm != LeakyBucket:
 		// Without a reservation no request could ever pass.
@@ -246,12 +262,12 @@ func NewLimit(s Spec) (*Limit, error) {
 	default:
 		capacity = 0
 	}
-	if p.WindowRate, err = ToMicroTokens(rate); err != nil {
-		return bad("rate: %v", err)
+	if p.WindowRate, why = amountReason(rate); why != "" {
+		return badField(rateField, "%s", why)
 	}
 	if s.Start != nil {
 		if *s.Start < 0 {
-			return bad("start must not be negative")
+			return badField("start", "must not be negative")
 		}
 		p.Offset = int64(*s.Start/time.Microsecond) % p.Period
 	}
@@ -259,10 +275,10 @@ func NewLimit(s Spec) (*Limit, error) {
 	case TokenBucket, LeakyBucket:
 		p.RateNum, p.RateDen, err = rational(rate, p.Period)
 		if err != nil {
-			return bad("%v", err)
+			return badField(rateField, "%v", err)
 		}
 		if hi := float64(p.Capacity) * float64(p.RateDen); hi >= maxScaled {
-			return bad("capacity %v at this rate's precision overflows; give the rate as rate + period with whole numbers", capacity)
+			return badField(capField, "%v is too large for this rate's precision: give the rate as rate and period in whole numbers", capacity)
 		}
 		if s.Algorithm == LeakyBucket {
 			p.Reserve = true
@@ -273,7 +289,7 @@ func NewLimit(s Spec) (*Limit, error) {
 			// The debt that drains in exactly delay.
 			p.MaxReserved = min(mulDiv(Micros(delay), p.RateNum, p.RateDen), MaxDebt(&p))
 		} else if p.MaxReserved, err = maxReserved(s.MaxReserved, &p); err != nil {
-			return bad("max_reserved: %v", err)
+			return badField("max_reserved", "%v", err)
 		}
 	case FixedWindow, SlidingLog:
 		if s.Algorithm == SlidingLog && s.MaxReserved > 0 {
@@ -288,7 +304,7 @@ func NewLimit(s Spec) (*Limit, error) {
 		}
 		if s.Algorithm == FixedWindow {
 			if p.MaxReserved, err = maxReserved(s.MaxReserved, &p); err != nil {
-				return bad("max_reserved: %v", err)
+				return badField("max_reserved", "%v", err)
 			}
 		}
 	}
@@ -307,9 +323,11 @@ func maxReserved(tokens float64, p *Params) (int64, error) {
 	if tokens == 0 {
 		return most, nil
 	}
-	mr, err := ToMicroTokens(tokens)
-	if err != nil {
-		return 0, err
+	mr, why := amountReason(tokens)
+	if why != "" {
+		// ErrInvalidCost: a request's own max_reserved is part of its
+		// charge (Request.Charge).
+		return 0, &costError{why, ErrInvalidCost}
 	}
 	return min(mr, most), nil
 }
@@ -381,18 +399,15 @@ func (l *Limit) cost(op Op, cost float64, most int64) (int64, error) {
 	above := err == nil || cost > FromMicroTokens(most)
 	switch {
 	case !above:
-		return 0, fmt.Errorf("limit %q: %w", l.spec.Name, err)
+		return 0, costInvalid(l.spec.Name, cost)
 	case op == OpRefund:
 		return most, nil
 	}
-	what := fmt.Sprintf("capacity %v", l.Capacity())
+	what := fmt.Sprintf("the capacity (%v)", l.Capacity())
 	if most > l.params.Capacity {
-		what = fmt.Sprintf("capacity %v + max_reserved %v", l.Capacity(), FromMicroTokens(most-l.params.Capacity))
+		what = fmt.Sprintf("the capacity (%v) plus max_reserved (%v)", l.Capacity(), FromMicroTokens(most-l.params.Capacity))
 	}
-	if err != nil {
-		return 0, fmt.Errorf("limit %q: cost %v > %s: %w (%w)", l.spec.Name, cost, what, ErrCostExceedsLimit, err)
-	}
-	return 0, fmt.Errorf("limit %q: cost %v > %s: %w", l.spec.Name, cost, what, ErrCostExceedsLimit)
+	return 0, costAbove(l.spec.Name, cost, what)
 }
 
 // rational expresses rate tokens per period microseconds as num/den
@@ -402,7 +417,7 @@ func (l *Limit) cost(op Op, cost float64, most int64) (int64, error) {
 func rational(rate float64, periodUs int64) (num, den int64, err error) {
 	micro := rate * TokenScale
 	if micro < 1 {
-		return 0, 0, fmt.Errorf("rate %v per %v is below one micro-token", rate, Duration(periodUs))
+		return 0, 0, fmt.Errorf("must be at least one micro-token (0.000001) per period, got %v per %v", rate, Duration(periodUs))
 	}
 	if micro == math.Trunc(micro) && micro < maxMicroTokens {
 		n, d := int64(micro), periodUs
@@ -416,7 +431,7 @@ func rational(rate float64, periodUs int64) (num, den int64, err error) {
 	x.Quo(x, new(big.Rat).SetInt64(periodUs))
 	n, d := bestRational(x, maxRateDen)
 	if n <= 0 || n >= maxScaled {
-		return 0, 0, fmt.Errorf("rate %v per %v is out of range", rate, Duration(periodUs))
+		return 0, 0, fmt.Errorf("is out of range: %v per %v", rate, Duration(periodUs))
 	}
 	return n, d, nil
 }

@@ -49,17 +49,20 @@ type Charge struct {
 //
 // The rule:
 //
-//   - A Cost of zero means one token. Fractions count down to one
-//     micro-token (1e-6 of a token).
+//   - A Cost of zero means one token: the zero value of Request asks
+//     for one, as most callers do. (The decision API's JSON has no zero
+//     value: an explicit "cost": 0 there is refused, and a cost left out
+//     is one.) Fractions count down to one micro-token (1e-6 of a token).
 //   - A cost that is not a number, is negative, or is below one
 //     micro-token is ErrInvalidCost.
 //   - A take or a peek above the most it can ever be charged is
 //     ErrCostExceedsLimit: no wait would ever admit it. That most is the
 //     limit's capacity (its burst), plus its max_reserved when the
 //     request reserves: a reservation may cost more than the bucket
-//     holds, and waits its turn for the rest. One that is no finite
-//     number of micro-tokens either (infinity, or beyond 2^53
-//     micro-tokens) is ErrInvalidCost as well.
+//     holds, and waits its turn for the rest. A cost too large to count
+//     (1e300, infinity) is above every capacity and is refused the same
+//     way: "cost 1e+300 is above the capacity (10): it can never
+//     succeed", never as an invalid number.
 //   - A refund gives back at most the most that one request can be
 //     charged, the capacity plus the limit's max_reserved (MaxDebt when
 //     it sets none; zero for a sliding log): a larger refund (infinity
@@ -92,7 +95,7 @@ func (r Request) Charge(op Op) (Charge, error) {
 	var err error
 	if r.MaxReserved != 0 {
 		if ch.MaxReserved, err = maxReserved(r.MaxReserved, p); err != nil {
-			return Charge{}, fmt.Errorf("limit %q: max_reserved: %w", r.Limit.Name(), err)
+			return Charge{}, fmt.Errorf("limit %q: max_reserved %w", r.Limit.Name(), err)
 		}
 	}
 	most := p.Capacity

@@ -170,14 +170,10 @@ func (l *Limit) shardCost(cost float64) (int64, error) {
 		return c, nil
 	}
 	if err != nil && !(cost > FromMicroTokens(most)) {
-		return 0, fmt.Errorf("limit %q: %w", l.spec.Name, err)
+		return 0, costInvalid(l.spec.Name, cost)
 	}
-	msg := fmt.Sprintf("limit %q: cost %v > %v, what two of its %d shards hold together (2 x capacity %v / %d)",
-		l.spec.Name, cost, FromMicroTokens(most), l.shards.n, l.Capacity(), l.shards.n)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w (%w)", msg, ErrCostExceedsLimit, err)
-	}
-	return 0, fmt.Errorf("%s: %w", msg, ErrCostExceedsLimit)
+	return 0, costAbove(l.spec.Name, cost, fmt.Sprintf("what two of its %d shards hold together (%v: 2 x capacity %v / %d)",
+		l.shards.n, FromMicroTokens(most), l.Capacity(), l.shards.n))
 }
 
 // shardRequest is r's request to shard i of its limit, for cost

@@ -3,14 +3,29 @@
 // over a pluggable Store (in memory, Redis, Redis Cluster or PostgreSQL) with
 // the same answers on every store.
 //
-// The root package holds the domain: a Limit (what is allowed), a Request
-// (who asks, for how much), a Decision (the answer), the Store interface
-// every engine implements, and the pure arithmetic that defines every
-// algorithm. Request.Charge is the one rule that judges a request's cost,
-// for every store and every transport. The arithmetic has no clock of its own: the time is passed in,
-// so each engine can use its own clock (Redis's TIME, PostgreSQL's
-// clock_timestamp(), the process's monotonic clock) and tests can use a
-// fake one.
+// A limit, a store, and a Take per request:
+//
+//	perUser := sluice.MustLimit(sluice.Spec{Name: "per-user", TokensPerSecond: 10, Burst: 50})
+//	lim := sluice.New(memory.New(memory.Options{})) // or redis.Open, postgres.Open
+//
+//	d, err := lim.Take(ctx, sluice.Request{Limit: perUser, Key: userID})
+//	if err != nil {
+//		return err // a cost that can never succeed, or a store error
+//	}
+//	if !d.Allowed {
+//		// refuse, or come back after d.RetryAfter
+//	}
+//
+// A Limiter also takes several limits at once, all-or-nothing (TakeAll),
+// answers without consuming (Peek), refills a key (Reset), gives tokens
+// back (Refund), waits for a turn (Wait) and makes a rejection an error
+// (TakeOrError). For HTTP, httpgate.LimitByIP(100, time.Minute) is a
+// middleware in one line, and policy.Load reads limits from a
+// configuration file (httpgate.Middleware serves them).
+//
+// NewLimit is the one rule for what a limit may be and Request.Charge the
+// one rule for what a request may cost, for every store and every
+// transport.
 //
 // # Units
 //
@@ -22,6 +37,22 @@
 // when the bucket holds its cost is allowed, not "almost" allowed as it
 // would be with floating point. See TakeTokenBucket for how rates are kept
 // exact.
+//
+// # For store implementers
+//
+// Application code needs none of what follows; a Store needs all of it.
+// The root package defines every algorithm as pure arithmetic on the
+// state and the time: TakeTokenBucket, TakeFixedWindow and TakeSlidingLog
+// decide, RefundTokenBucket, RefundFixedWindow and RefundSlidingLog give
+// back, over the states BucketState, WindowState and []LogEntry (State
+// holds any of them), each answering an Outcome. A Limit's Params are its
+// integer form, Request.Charge turns a Request into the Charge those
+// functions take, MaxDebt bounds a reservation's debt, StorageKey and
+// WindowOffset name and place a key's bucket. The arithmetic has no clock
+// of its own: the time is passed in, so each engine uses its own clock
+// (Redis's TIME, PostgreSQL's clock_timestamp(), the process's monotonic
+// clock) and tests use a fake one. Package conformance checks a Store
+// against the vectors every store passes.
 package sluice
 
 import (
@@ -39,8 +70,10 @@ const TokenScale = 1_000_000
 // Errors returned for requests that can never be decided as asked. They are
 // wrapped with detail; test with errors.Is.
 var (
-	// ErrInvalidCost is a cost that is not a finite number of at least one
-	// micro-token (zero, negative, NaN, infinite or too small).
+	// ErrInvalidCost is a cost that is no amount of tokens: negative, NaN,
+	// or below one micro-token (see Request.Charge; a Request's zero Cost
+	// means one token). A cost too large to count is not one: it is
+	// ErrCostExceedsLimit.
 	ErrInvalidCost = errors.New("sluice: cost must be a finite number > 0")
 	// ErrCostExceedsLimit is a cost larger than the limit's burst or
 	// capacity (plus its max_reserved, for a reservation): no amount of

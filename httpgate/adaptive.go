@@ -88,11 +88,11 @@ func (g *Gate) controller(ctx context.Context, name string, cfg *adaptive.Config
 	}
 	ctl = adaptive.NewController(name, cfg, sharedValues(g.lim.Store()), now)
 	ctl.OnChange = func(rate float64) {
-		g.opts.Metrics.AdaptiveRate(name, rate/ctl.Config().Per.Seconds())
+		g.shapingMetrics().AdaptiveRate(name, rate/ctl.Config().Per.Seconds())
 	}
 	g.shaping.controllers[name] = ctl
 	g.shaping.mu.Unlock()
-	g.opts.Metrics.AdaptiveRate(name, ctl.Rate()/cfg.Per.Seconds())
+	g.shapingMetrics().AdaptiveRate(name, ctl.Rate()/cfg.Per.Seconds())
 	if err := ctl.Sync(ctx, now); err != nil {
 		g.opts.Logger.Warn("adaptive rate: starting from this process's own", "limit", name, "err", err)
 	}

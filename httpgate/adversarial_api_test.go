@@ -334,7 +334,7 @@ func TestAttackShardedCostAboveTwoShards(t *testing.T) {
 	for _, path := range []string{"/v1/take", "/v1/peek"} {
 		resp, m := e.post(path, `{"rule":"hot","key":"*","cost":50}`)
 		detail, _ := m["detail"].(string)
-		if resp.StatusCode != 422 || !strings.Contains(detail, "what two of the 10 shards") || !strings.Contains(detail, "(20)") {
+		if resp.StatusCode != 422 || !strings.Contains(detail, "what two of its 10 shards hold together (20") || !strings.Contains(detail, "can never succeed") {
 			t.Errorf("%s cost 50 of 10 shards of 10: %d %v", path, resp.StatusCode, m)
 		}
 	}

@@ -111,7 +111,7 @@ rules:
 	}
 	wantFields(t, m, map[string]any{"allowed": true, "retry_after_ms": 2000, "tokens": -2})
 	resp, m = e.post("/v1/take", `{"rule":"credit","key":"k2","cost":3.5,"reserve":true}`)
-	if resp.StatusCode != 422 || !strings.Contains(fmt.Sprint(m["detail"]), "max_reserved 2") {
+	if resp.StatusCode != 422 || !strings.Contains(fmt.Sprint(m["detail"]), "max_reserved (2)") {
 		t.Errorf("reservation above burst + max_reserved: %d %v", resp.StatusCode, m)
 	}
 	// Fixed windows reserve too: the debt is paid by the next window.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -375,25 +374,19 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 	}
 	cost := 1.0
 	if it.Cost != nil {
+		// The library's zero Cost means one token, as Go's zero values
+		// do; JSON has no zero value, so an explicit 0 asks for nothing.
 		cost = *it.Cost
-		if math.IsNaN(cost) || math.IsInf(cost, 0) || cost <= 0 {
-			return policy.Match{}, &inputError{http.StatusBadRequest, fmt.Sprintf("cost must be a finite number > 0, got %v", cost)}
+		if cost == 0 {
+			return policy.Match{}, &inputError{http.StatusBadRequest, `cost 0 takes nothing: give a cost > 0, or leave "cost" out to take 1 token`}
 		}
 	}
 	req := sluice.Request{Limit: lim, Key: it.Key, Cost: cost, Reserve: it.Reserve}
 	if _, err := req.Charge(sluice.OpTake); err != nil {
-		// A finite cost too large to count (1e308) is above every
-		// capacity too: it can never succeed, like any cost above the
-		// burst, whatever the arithmetic's range.
-		if errors.Is(err, sluice.ErrCostExceedsLimit) && lim.Shards() > 1 {
-			return policy.Match{}, &inputError{http.StatusUnprocessableEntity, fmt.Sprintf("cost %v exceeds what two of the %d shards of %q hold together (%v) and can never succeed", cost, lim.Shards(), lim.Name(), lim.MaxCost())}
-		}
+		// Request.Charge's rule and words: a cost above the most the
+		// limit can charge (1e308 included) can never succeed.
 		if errors.Is(err, sluice.ErrCostExceedsLimit) {
-			most := fmt.Sprintf("the burst of %q (%v)", lim.Name(), lim.Capacity())
-			if p := lim.Params(); req.Reserve || p.Reserve {
-				most = fmt.Sprintf("what a reservation on %q can take (its capacity %v plus max_reserved %v)", lim.Name(), lim.Capacity(), sluice.FromMicroTokens(p.MaxReserved))
-			}
-			return policy.Match{}, &inputError{http.StatusUnprocessableEntity, fmt.Sprintf("cost %v exceeds %s and can never succeed", cost, most)}
+			return policy.Match{}, &inputError{http.StatusUnprocessableEntity, err.Error()}
 		}
 		return policy.Match{}, &inputError{http.StatusBadRequest, err.Error()}
 	}

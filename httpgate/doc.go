@@ -5,6 +5,11 @@
 // metrics.Metrics, an audit log of rejections, and the live page of an
 // insight.Collector (/ui, its data at /v1/stats; ui.go, stats.go).
 //
+// LimitByIP, LimitByHeader and LimitGlobal are the middleware for the
+// common cases, n requests per period, without a configuration file:
+//
+//	http.ListenAndServe(":8080", httpgate.LimitByIP(100, time.Minute)(app))
+//
 // Every request-shaped path (forward auth, proxy, middleware) answers the
 // same way: policy.Match builds each applicable rule's key, policy.Enforce
 // decides all of them at once, and RateLimitHeaders writes what

@@ -2,6 +2,7 @@ package httpgate_test
 
 import (
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 
@@ -36,4 +37,20 @@ rules:
 	// 200 "per-ip";r=1;t=1 retry-after=""
 	// 200 "per-ip";r=0;t=2 retry-after=""
 	// 429 "per-ip";r=0;t=1 retry-after="1"
+}
+
+// The README's middleware snippet: limits from a configuration file
+// (policy.Load reports every problem as FILE:LINE: path: message), on a
+// store of the program's choosing. It listens, so it is compiled but not
+// run.
+func ExampleMiddleware_load() {
+	pol, err := policy.Load("sluice.yaml")
+	if err != nil {
+		log.Fatal(err)
+	}
+	store := memory.New(memory.Options{}) // or redis.Open(url, redis.Options{}), postgres.Open(ctx, url, postgres.Options{})
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+
+	mw := httpgate.Middleware(pol, sluice.New(store), httpgate.Options{})
+	log.Fatal(http.ListenAndServe(":8080", mw(app)))
 }

@@ -14,16 +14,16 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/insight"
-	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
 
 // Options configures a Gate. The zero value works: no metrics, no audit
 // log, the default slog logger.
 type Options struct {
-	// Metrics counts decisions; nil counts nothing. Wrap the limiter's
-	// store with Metrics.InstrumentStore to time store calls.
-	Metrics *metrics.Metrics
+	// Metrics counts decisions and serves /metrics; nil counts nothing.
+	// A *metrics.Metrics is one (wrap the limiter's store with its
+	// InstrumentStore to time store calls).
+	Metrics Metrics
 	// Audit records every rejection; nil records none.
 	Audit *Audit
 	// Logger receives operational logs (default slog.Default()).
@@ -53,6 +53,40 @@ type Options struct {
 	// request that finds it spent is charged its rule's default_cost, its
 	// body streamed on unread.
 	BodyMemory int64
+}
+
+// Metrics is what a Gate asks of its metrics: to count each decision and
+// to serve them. Package metrics implements it with Prometheus; an
+// interface, so that a program using the middleware alone does not link
+// Prometheus (a third of a small program's binary).
+type Metrics interface {
+	policy.Observer
+	// Handler serves the metrics (GET /metrics on the decision API).
+	Handler() http.Handler
+}
+
+// ShapingMetrics is what a Metrics also counts when its rules shape
+// traffic: adaptive rates and held requests. A *metrics.Metrics does;
+// a Metrics that does not leaves them uncounted.
+type ShapingMetrics interface {
+	AdaptiveRate(rule string, perSecond float64)
+	Queued(rule string, n int64)
+	QueueDelay(rule string, d time.Duration)
+}
+
+// noShaping counts nothing.
+type noShaping struct{}
+
+func (noShaping) AdaptiveRate(string, float64)     {}
+func (noShaping) Queued(string, int64)             {}
+func (noShaping) QueueDelay(string, time.Duration) {}
+
+// shapingMetrics is where adaptive rates and queues are counted.
+func (g *Gate) shapingMetrics() ShapingMetrics {
+	if m, ok := g.opts.Metrics.(ShapingMetrics); ok {
+		return m
+	}
+	return noShaping{}
 }
 
 // Wait is the default Options.Delay: it returns after d, or with ctx's

@@ -32,6 +32,8 @@ type env struct {
 	srv   *httptest.Server
 	audit *lockedbuf.Buffer
 	env   map[string]string
+	// prom are the gate's metrics (Options.Metrics), for tests that read them.
+	prom *metrics.Metrics
 
 	mu     sync.Mutex
 	delays []time.Duration // the waits Options.Delay was asked for
@@ -91,6 +93,7 @@ func newEnvOpts(t *testing.T, p *policy.Policy, wrap func(sluice.Store) sluice.S
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	m.WatchKeys(e.store)
+	e.prom = m
 	var st sluice.Store = e.store
 	if wrap != nil {
 		st = wrap(st)

@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -24,7 +23,7 @@ import (
 // ruleQueue is one limit's queue in this process.
 type ruleQueue struct {
 	name string
-	m    *metrics.Metrics
+	m    ShapingMetrics
 	mu   sync.Mutex
 	held map[*place]struct{}
 }
@@ -45,7 +44,7 @@ func (g *Gate) queue(name string) *ruleQueue {
 		if g.shaping.queues == nil {
 			g.shaping.queues = map[string]*ruleQueue{}
 		}
-		q = &ruleQueue{name: name, m: g.opts.Metrics, held: map[*place]struct{}{}}
+		q = &ruleQueue{name: name, m: g.shapingMetrics(), held: map[*place]struct{}{}}
 		g.shaping.queues[name] = q
 	}
 	return q
@@ -126,7 +125,7 @@ func (q *queued) decided(v *policy.Verdict) {
 	for _, qm := range q.places {
 		d := v.Results[qm.i].Decision
 		if v.Allowed {
-			q.g.opts.Metrics.QueueDelay(qm.limit, max(d.RetryAfter, 0))
+			q.g.shapingMetrics().QueueDelay(qm.limit, max(d.RetryAfter, 0))
 		}
 		if qm.p == nil {
 			continue

@@ -46,8 +46,8 @@ func newUIEnv(t *testing.T, yaml, token string) (*env, *insight.Collector) {
 	t.Helper()
 	var stats *insight.Collector
 	e := newEnvOpts(t, mustPolicy(t, yaml), nil, func(e *env, o *httpgate.Options) {
-		stats = insight.New(insight.Options{Clock: e.clk, Store: "memory://", Readings: o.Metrics.Values})
-		o.Metrics.OnStoreCall(stats.StoreCall)
+		stats = insight.New(insight.Options{Clock: e.clk, Store: "memory://", Readings: e.prom.Values})
+		e.prom.OnStoreCall(stats.StoreCall)
 		o.Insight = stats
 	})
 	if token != "" {

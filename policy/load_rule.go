@@ -370,6 +370,12 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 		return nil
 	}
 	lim, err := sluice.NewLimit(spec)
+	if at, field, reason := specErrorAt(o, err); at != nil {
+		// NewLimit decides what a limit may be, for code and files alike;
+		// the file says where.
+		l.errf(at, join(path, field), "%s", reason)
+		return nil
+	}
 	if err != nil {
 		msg := err.Error()
 		if i := strings.Index(msg, "\": "); i >= 0 {
@@ -445,7 +451,9 @@ func (l *loader) rate(o *obj, alg sluice.Algorithm) rateFields {
 
 // checkRate reports the first problem with how the rate and size fields
 // combine: both forms of the rate, one form's size with the other, a
-// rate or size missing, a burst below the rate.
+// rate or size missing. What values they may hold is sluice.NewLimit's
+// to say (a burst below the rate is a bucket that caps bursts below one
+// second's worth, which is legal).
 func (l *loader) checkRate(o *obj, alg sluice.Algorithm, r rateFields) {
 	path := o.path
 	perSecond := o.has("tokens_per_second") || o.has("rps")
@@ -478,9 +486,7 @@ func (l *loader) checkRate(o *obj, alg sluice.Algorithm, r rateFields) {
 		}
 		l.errf(o.vals["burst_seconds"], join(path, "burst_seconds"), "gives the bucket size as seconds of the rate (burst = rate x seconds): give either %s or burst_seconds, not both", other)
 	case perSecond && alg == sluice.TokenBucket && !o.has("burst") && !o.has("burst_seconds"):
-		l.errf(o.n, join(path, "burst"), "is required with %s (the bucket size, >= %s)", tpsName, tpsName)
-	case r.tpsOK && r.burstOK && r.burst < r.tps:
-		l.errf(o.vals["burst"], join(path, "burst"), "must be >= %s (%v)", tpsName, r.tps)
+		l.errf(o.n, join(path, "burst"), "is required with %s (the bucket size: how many requests may pass at once; or burst_seconds)", tpsName)
 	}
 }
 
@@ -699,4 +705,24 @@ func (l *loader) start(n *yaml.Node, path string) (time.Duration, bool) {
 		return 0, false
 	}
 	return t.Sub(time.Unix(0, 0)), true
+}
+
+// specErrorAt locates a sluice.SpecError of o's limit: the node of the
+// field NewLimit names (rps when the file spells tokens_per_second so),
+// the field and the reason. The node is nil when err is no SpecError or
+// names no field of o.
+func specErrorAt(o *obj, err error) (*yaml.Node, string, string) {
+	var se *sluice.SpecError
+	if !errors.As(err, &se) || se.Field == "" {
+		return nil, "", ""
+	}
+	field := se.Field
+	if field == "tokens_per_second" && !o.has(field) && o.has("rps") {
+		field = "rps"
+	}
+	n, ok := o.vals[field]
+	if !ok {
+		return nil, "", ""
+	}
+	return n, field, se.Reason
 }

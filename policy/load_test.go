@@ -63,16 +63,20 @@ func TestValidationErrors(t *testing.T) {
 		cfg  string
 		want []string
 	}{
-		{"burst below rate", rule("", "      tokens_per_second: 100\n      burst: 50\n"),
-			[]string{"c.yaml:6: rules[0].algorithm_config.burst: must be >= tokens_per_second (100)"}},
-		{"burst below rps", rule("", "      rps: 10\n      burst: 5\n"),
-			[]string{"c.yaml:6: rules[0].algorithm_config.burst: must be >= rps (10)"}},
+		{"burst below a micro-token", rule("", "      tokens_per_second: 100\n      burst: 0.0000001\n"),
+			[]string{"c.yaml:6: rules[0].algorithm_config.burst: must be at least 0.000001 (one micro-token, the least every store counts), got 1e-07"}},
+		{"burst out of range", rule("", "      rps: 10\n      burst: 1e12\n"),
+			[]string{"c.yaml:6: rules[0].algorithm_config.burst: must be at most 9007199254.740992 (2^53 micro-tokens, the most every store counts exactly), got 1e+12"}},
+		{"rps out of range", rule("", "      rps: 1e12\n      burst: 10\n"),
+			[]string{"c.yaml:5: rules[0].algorithm_config.rps: must be at most 9007199254.740992 (2^53 micro-tokens, the most every store counts exactly), got 1e+12"}},
+		{"capacity out of range", rule("", "      rate: 10\n      period: 1m\n      capacity: 1e12\n"),
+			[]string{"c.yaml:7: rules[0].algorithm_config.capacity: must be at most 9007199254.740992 (2^53 micro-tokens, the most every store counts exactly), got 1e+12"}},
 		{"both spellings of the rate", rule("", "      rps: 10\n      tokens_per_second: 10\n      burst: 20\n"),
 			[]string{"c.yaml:5: rules[0].algorithm_config.rps: is an alias of tokens_per_second: give one of them"}},
 		{"no rate", rule("", "      burst: 20\n"),
 			[]string{"c.yaml:5: rules[0].algorithm_config: needs a rate: tokens_per_second (or its alias rps), or rate with period"}},
 		{"burst missing", rule("", "      rps: 10\n"),
-			[]string{"c.yaml:5: rules[0].algorithm_config.burst: is required with rps (the bucket size, >= rps)"}},
+			[]string{"c.yaml:5: rules[0].algorithm_config.burst: is required with rps (the bucket size: how many requests may pass at once; or burst_seconds)"}},
 		{"zero rate", rule("", "      rps: 0\n      burst: 1\n"),
 			[]string{"c.yaml:5: rules[0].algorithm_config.rps: must be > 0 (got 0)"}},
 		{"negative burst", rule("", "      rps: 1\n      burst: -1\n"),
@@ -83,7 +87,7 @@ func TestValidationErrors(t *testing.T) {
 			[]string{"c.yaml:5: rules[0].algorithm_config.rps: must be a finite number"}},
 		{"typo in algorithm_config", rule("", "      rps: 10\n      brust: 20\n"),
 			[]string{
-				`c.yaml:5: rules[0].algorithm_config.burst: is required with rps (the bucket size, >= rps)`,
+				`c.yaml:5: rules[0].algorithm_config.burst: is required with rps (the bucket size: how many requests may pass at once; or burst_seconds)`,
 				`c.yaml:6: rules[0].algorithm_config.brust: unknown field (did you mean "burst"?)`,
 			}},
 		{"typo in a rule", "rules:\n  - name: r\n    limit_key: [ip:address]\n    algorithm_config: {rps: 1, burst: 1}\n",
@@ -117,7 +121,7 @@ func TestValidationErrors(t *testing.T) {
 		{"cost above what a reservation can take", rule("", "      rps: 10\n      burst: 10\n      reserve: true\n      max_reserved: 5\n      fixed_cost: 16\n"),
 			[]string{"c.yaml:9: rules[0].algorithm_config.fixed_cost: 16 is above what a reservation can take (capacity 10 plus max_reserved 5): no request could ever pass"}},
 		{"rate below a micro-token", rule("", "      rate: 0.0000001\n      period: 1h\n"),
-			[]string{`c.yaml:5: rules[0].algorithm_config: capacity: sluice: cost must be a finite number > 0 (got 1e-07, below 1e-6)`}},
+			[]string{`c.yaml:5: rules[0].algorithm_config.rate: must be at least 0.000001 (one micro-token, the least every store counts), got 1e-07`}},
 		{"unknown algorithm", "rules:\n  - name: r\n    algorithm: gcra\n    algorithm_config: {rps: 1, burst: 1}\n",
 			[]string{`c.yaml:3: rules[0].algorithm: unknown algorithm "gcra" (want token_bucket, fixed_window, sliding_log or leaky_bucket)`}},
 		{"no algorithm_config", "rules:\n  - name: r\n    limit_keys: []\n",
@@ -229,8 +233,8 @@ rules:
 		{"two documents", "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n---\nlisten: \":1\"\n", []string{"c.yaml:4: the file holds more than one YAML document"}},
 		{"duplicate field", "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1, rps: 2}\n",
 			[]string{"c.yaml:3: rules[0].algorithm_config.rps: appears twice"}},
-		{"json with problems", "{\n\t\"rules\": [\n\t\t{\"name\": \"r\",\n\t\t \"algorithm_config\": {\"rps\": 100, \"burst\": 10}}\n\t]\n}\n",
-			[]string{"c.yaml:4: rules[0].algorithm_config.burst: must be >= rps (100)"}},
+		{"json with problems", "{\n\t\"rules\": [\n\t\t{\"name\": \"r\",\n\t\t \"algorithm_config\": {\"rps\": 100, \"burst\": 1e12}}\n\t]\n}\n",
+			[]string{"c.yaml:4: rules[0].algorithm_config.burst: must be at most 9007199254.740992 (2^53 micro-tokens, the most every store counts exactly), got 1e+12"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

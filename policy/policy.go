@@ -4,7 +4,8 @@
 //
 // Load and Parse validate the whole file and report every problem at once,
 // each located as FILE:LINE: path: message. A Policy is immutable once
-// loaded and safe for concurrent use.
+// loaded and safe for concurrent use. FromRules builds one from rules
+// written in code.
 //
 // The request-shaped paths (forward auth, reverse proxy, Envoy, the Go
 // middleware) describe the request as an Input (FromHTTP), ask Match for

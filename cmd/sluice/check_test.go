@@ -37,10 +37,10 @@ rules:
   - name: typo
     limit_key: ["ip:address"]
     algorithm_config: {rps: 10, burst: 20}
-  - name: low-burst
+  - name: huge-burst
     algorithm_config:
       tokens_per_second: 100
-      burst: 50
+      burst: 1e12
 `
 	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ rules:
 		t.Fatalf("exit %d, want 1; stdout %q stderr %q", code, out.String(), errb.String())
 	}
 	want := file + ":6: rules[1].limit_key: unknown field (did you mean \"limit_keys\"?)\n" +
-		file + ":11: rules[2].algorithm_config.burst: must be >= tokens_per_second (100)\n"
+		file + ":11: rules[2].algorithm_config.burst: must be at most 9007199254.740992 (2^53 micro-tokens, the most every store counts exactly), got 1e+12\n"
 	if errb.String() != want {
 		t.Fatalf("stderr:\n%s\nwant:\n%s", errb.String(), want)
 	}

@@ -244,7 +244,7 @@ func TestServeHotReload(t *testing.T) {
 
 func TestServeRefusesInvalidConfig(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "bad.yaml")
-	os.WriteFile(cfg, []byte("rules:\n  - name: x\n    algorithm: token_bucket\n    algorithm_config: {rps: 10, burst: 5}\n"), 0o644)
+	os.WriteFile(cfg, []byte("rules:\n  - name: x\n    algorithm: token_bucket\n    algorithm_config: {rps: 10, burst: 1e12}\n"), 0o644)
 	var logs lockedbuf.Buffer
 	code := serve(context.Background(), []string{"--config", cfg, "--listen", "127.0.0.1:0"}, &logs, nil)
 	if code != 1 || !strings.Contains(logs.String(), "bad.yaml:4") || !strings.Contains(logs.String(), "burst") {

@@ -1,0 +1,212 @@
+package httpgate_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/memory"
+)
+
+// manualLimiter is a limiter over a fresh memory store on a manual clock.
+func manualLimiter() (*sluice.Limiter, *sluice.ManualClock) {
+	clk := sluice.NewManualClock(sluiceEpoch)
+	return sluice.NewWithOptions(memory.New(memory.Options{Clock: clk}), sluice.Options{Clock: clk}), clk
+}
+
+var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+
+// recordFrom sends one request from peer to h, with extra headers as name,
+// value pairs, and returns the recorded response.
+func recordFrom(h http.Handler, peer string, hdr ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("GET", "/orders", nil)
+	req.RemoteAddr = peer
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+// dump is a response as a client sees it: status, headers, body.
+func dump(w *httptest.ResponseRecorder) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d\n", w.Code)
+	w.Header().Write(&b)
+	b.WriteString(w.Body.String())
+	return b.String()
+}
+
+// A limit built in code answers exactly as the same limit written in a
+// file: the same RateLimit fields, 429, Retry-After and problem+json.
+func TestLimitByIPAnswersAsTheFile(t *testing.T) {
+	codeLim, codeClk := manualLimiter()
+	fileLim, fileClk := manualLimiter()
+	code := httpgate.LimitByIP(2, time.Minute, httpgate.WithLimiter(codeLim))(hello)
+	file := httpgate.Middleware(mustPolicy(t, `rules:
+  - name: ip-2-per-1m
+    limit_keys: ["ip:address"]
+    algorithm_config: {rate: 2, period: 1m, capacity: 2}
+`), fileLim, httpgate.Options{})(hello)
+	for i := range 4 {
+		c, f := recordFrom(code, "192.0.2.7:1234"), recordFrom(file, "192.0.2.7:1234")
+		if dump(c) != dump(f) {
+			t.Fatalf("request %d:\ncode:\n%s\nfile:\n%s", i, dump(c), dump(f))
+		}
+		if want := []int{200, 200, 429, 200}[i]; c.Code != want {
+			t.Fatalf("request %d: %d, want %d\n%s", i, c.Code, want, dump(c))
+		}
+		if i == 2 {
+			if c.Header().Get("Retry-After") == "" || !strings.Contains(c.Body.String(), `"ip-2-per-1m"`) ||
+				c.Header().Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("a rejection without Retry-After or the limit's name:\n%s", dump(c))
+			}
+			// A token comes back every 30 s.
+			codeClk.Advance(30 * time.Second)
+			fileClk.Advance(30 * time.Second)
+		}
+	}
+}
+
+// Each client address has its own bucket; IPv6 clients are counted by
+// /64, as ip:address in a file counts them.
+func TestLimitByIPPerClient(t *testing.T) {
+	lim, _ := manualLimiter()
+	h := httpgate.LimitByIP(1, time.Hour, httpgate.WithLimiter(lim))(hello)
+	for _, peer := range []string{"192.0.2.1:1", "192.0.2.2:1", "[2001:db8::1]:1"} {
+		if w := recordFrom(h, peer); w.Code != 200 {
+			t.Fatalf("%s, first request: %d", peer, w.Code)
+		}
+	}
+	for _, peer := range []string{"192.0.2.1:2", "[2001:db8::2]:1"} {
+		if w := recordFrom(h, peer); w.Code != 429 {
+			t.Fatalf("%s, second request: %d", peer, w.Code)
+		}
+	}
+}
+
+// Behind a named proxy, the client is the first address of
+// X-Forwarded-For, read from the right, outside the proxies.
+func TestLimitByIPTrustedProxy(t *testing.T) {
+	lim, _ := manualLimiter()
+	h := httpgate.LimitByIP(1, time.Hour, httpgate.WithLimiter(lim),
+		httpgate.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")))(hello)
+	for _, client := range []string{"198.51.100.1", "198.51.100.2"} {
+		if w := recordFrom(h, "10.0.0.5:443", "X-Forwarded-For", client); w.Code != 200 {
+			t.Fatalf("%s through the proxy: %d", client, w.Code)
+		}
+	}
+	// The same client again, through another of the proxies, and with a
+	// hop it made up in front of its real address.
+	if w := recordFrom(h, "10.0.0.6:443", "X-Forwarded-For", "203.0.113.9, 198.51.100.1"); w.Code != 429 {
+		t.Fatalf("198.51.100.1 again: %d", w.Code)
+	}
+	// A peer that is not a proxy is its own client, whatever it forwards.
+	if w := recordFrom(h, "198.51.100.3:1", "X-Forwarded-For", "198.51.100.4"); w.Code != 200 {
+		t.Fatalf("direct client: %d", w.Code)
+	}
+	if w := recordFrom(h, "198.51.100.3:2", "X-Forwarded-For", "198.51.100.5"); w.Code != 429 {
+		t.Fatalf("direct client forwarding another address: %d", w.Code)
+	}
+}
+
+// Each header value is a bucket; requests without the header share one.
+func TestLimitByHeader(t *testing.T) {
+	lim, _ := manualLimiter()
+	h := httpgate.LimitByHeader("X-API-Key", 1, time.Hour, httpgate.WithLimiter(lim))(hello)
+	for _, key := range []string{"k1", "k2"} {
+		if w := recordFrom(h, "192.0.2.1:1", "X-API-Key", key); w.Code != 200 {
+			t.Fatalf("key %s: %d", key, w.Code)
+		}
+	}
+	if w := recordFrom(h, "192.0.2.2:1", "X-API-Key", "k1"); w.Code != 429 {
+		t.Fatalf("key k1 from another address: %d", w.Code)
+	}
+	if w := recordFrom(h, "192.0.2.1:1"); w.Code != 200 {
+		t.Fatalf("no key: %d", w.Code)
+	}
+	if w := recordFrom(h, "192.0.2.3:1"); w.Code != 429 {
+		t.Fatalf("no key again, from another address: %d", w.Code)
+	}
+	if got := recordFrom(h, "192.0.2.4:1", "X-API-Key", "k3").Header().Get("RateLimit-Policy"); got != `"header-x-api-key-1-per-1h";q=1;w=3600` {
+		t.Fatalf("RateLimit-Policy %q", got)
+	}
+}
+
+// One bucket for every client.
+func TestLimitGlobal(t *testing.T) {
+	lim, clk := manualLimiter()
+	h := httpgate.LimitGlobal(2, time.Second, httpgate.WithLimiter(lim))(hello)
+	codes := []int{}
+	for _, peer := range []string{"192.0.2.1:1", "192.0.2.2:1", "192.0.2.3:1"} {
+		codes = append(codes, recordFrom(h, peer).Code)
+	}
+	clk.Advance(500 * time.Millisecond)
+	codes = append(codes, recordFrom(h, "192.0.2.4:1").Code)
+	if fmt.Sprint(codes) != "[200 200 429 200]" {
+		t.Fatalf("codes %v", codes)
+	}
+}
+
+// Limits sharing a store keep their own buckets: the default name says
+// what, how many and per what.
+func TestCodeLimitsShareAStoreApart(t *testing.T) {
+	lim, _ := manualLimiter()
+	perMinute := httpgate.LimitByIP(1, time.Minute, httpgate.WithLimiter(lim))(hello)
+	perHour := httpgate.LimitByIP(1, time.Hour, httpgate.WithLimiter(lim))(hello)
+	for i, h := range []http.Handler{perMinute, perHour} {
+		if w := recordFrom(h, "192.0.2.1:1"); w.Code != 200 {
+			t.Fatalf("limit %d, first request: %d (a bucket shared with the other limit)", i, w.Code)
+		}
+	}
+	if got := recordFrom(perHour, "192.0.2.1:1").Header().Get("RateLimit-Policy"); got != `"ip-1-per-1h";q=1;w=3600` {
+		t.Fatalf("RateLimit-Policy %q", got)
+	}
+	named := httpgate.LimitByIP(1, time.Minute, httpgate.WithLimiter(lim), httpgate.WithName("api"))(hello)
+	if got := recordFrom(named, "192.0.2.1:1").Header().Get("RateLimit-Policy"); got != `"api";q=1;w=60` {
+		t.Fatalf("WithName: RateLimit-Policy %q", got)
+	}
+}
+
+// The other algorithms count n per period too; a sliding log never
+// admits more than n in any period.
+func TestLimitByIPAlgorithms(t *testing.T) {
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog} {
+		lim, _ := manualLimiter()
+		h := httpgate.LimitByIP(2, time.Minute, httpgate.WithLimiter(lim), httpgate.WithAlgorithm(alg))(hello)
+		var codes []int
+		for range 3 {
+			codes = append(codes, recordFrom(h, "192.0.2.1:1").Code)
+		}
+		if fmt.Sprint(codes) != "[200 200 429]" {
+			t.Errorf("%s: %v", alg, codes)
+		}
+	}
+}
+
+// Arguments that admit nothing are a programming error, found at start.
+func TestCodeLimitPanics(t *testing.T) {
+	for name, f := range map[string]func(){
+		"n 0":          func() { httpgate.LimitByIP(0, time.Minute) },
+		"negative per": func() { httpgate.LimitGlobal(1, -time.Second) },
+		"leaky bucket": func() { httpgate.LimitGlobal(1, time.Second, httpgate.WithAlgorithm(sluice.LeakyBucket)) },
+		"bad name":     func() { httpgate.LimitGlobal(1, time.Second, httpgate.WithName("a b")) },
+		"bad header":   func() { httpgate.LimitByHeader("X Key", 1, time.Second) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}

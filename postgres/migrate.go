@@ -131,7 +131,9 @@ func Migrate(ctx context.Context, conn *pgx.Conn) (MigrateResult, error) {
 			return res, fmt.Errorf("postgres migrate: %04d_%s: %w", m.Version, m.Name, err)
 		}
 		res.Applied = append(res.Applied, m)
-		res.Current = m.Version
+		// Versions may have gaps, filled by a later binary: the schema's
+		// version is the newest applied, not the last.
+		res.Current = max(res.Current, m.Version)
 	}
 	return res, nil
 }

@@ -521,7 +521,8 @@ func hasPrefix(p string) string {
 // Housekeep deletes the rows of buckets that have refilled (and are
 // therefore equivalent to absent rows), one batch per statement so that
 // no statement holds many row locks, until a batch comes back short. It
-// returns the number of rows deleted.
+// returns the number of rows deleted. Expired shared values (LoadValue)
+// go the same way.
 func (s *Store) Housekeep(ctx context.Context) (int64, error) {
 	var total int64
 	for {
@@ -531,7 +532,8 @@ func (s *Store) Housekeep(ctx context.Context) (int64, error) {
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(s.opts.HousekeepingBatch) {
-			return total, nil
+			n, err := s.housekeepValues(ctx)
+			return total + n, err
 		}
 		select {
 		case <-ctx.Done():

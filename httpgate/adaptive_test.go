@@ -19,6 +19,8 @@ import (
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/postgres"
+	"github.com/sluicehq/sluice/postgres/pgtest"
 	"github.com/sluicehq/sluice/redis"
 )
 
@@ -180,12 +182,41 @@ func TestAdaptiveRateSharedThroughRedis(t *testing.T) {
 	addr := redistest.Server(t)
 	clk := sluice.NewManualClock(sluiceEpoch)
 	prefix := fmt.Sprintf("adaptive%d:", time.Now().UnixNano())
-	gate := func() *httpgate.Gate {
+	testAdaptiveFleet(t, clk, func() sluice.Store {
 		st, err := redis.Open("redis://"+addr+"/0", redis.Options{Clock: clk, KeyPrefix: prefix, Timeout: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
+		return st
+	})
+}
+
+// The same fleet on PostgreSQL: each process a store of its own on one
+// database.
+func TestAdaptiveRateSharedThroughPostgres(t *testing.T) {
+	srv := pgtest.ForTest(t)
+	ctx := pgtest.Context(t)
+	url, err := srv.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := sluice.NewManualClock(sluiceEpoch)
+	testAdaptiveFleet(t, clk, func() sluice.Store {
+		st, err := postgres.Open(ctx, url, postgres.Options{Clock: clk, Migrate: true, HousekeepingInterval: -1, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		return st
+	})
+}
+
+// testAdaptiveFleet runs processes of one fleet, each a gate over a
+// store that store opens, and checks that they move one adaptive rate.
+func testAdaptiveFleet(t *testing.T, clk *sluice.ManualClock, store func() sluice.Store) {
+	gate := func() *httpgate.Gate {
+		st := store()
 		m := metrics.New(prometheus.NewRegistry())
 		lim := sluice.NewWithOptions(m.InstrumentStore(st), sluice.Options{Clock: clk})
 		return httpgate.New(mustPolicy(t, adaptivePolicy), lim, httpgate.Options{Metrics: m, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})

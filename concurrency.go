@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -345,4 +346,54 @@ func (l *Limiter) peekSlot(ctx context.Context, r Request) (Decision, error) {
 	d, err := l.store.Lease(ctx, OpPeek, r, LeaseID{})
 	l.advise(ctx, &d, &r, time.Time{})
 	return d, err
+}
+
+// Keep renews the lease every half of its limit's lease, on the limiter's
+// clock (see Options), until stop is called: for a holder whose work may
+// run longer than the lease, so that only a holder that died loses its
+// slot. lost, when not nil, is told each renewal that failed (the store's
+// error) or found the slot gone (a rejected Decision: the lease had ended
+// and the slots were full). stop waits for a renewal in flight to finish,
+// so a Release after stop is never undone by a late renewal. Keeping the
+// zero Lease does nothing.
+func (s Lease) Keep(lost func(Decision, error)) (stop func()) {
+	if !s.Held() {
+		return func() {}
+	}
+	every := s.lim.Lease() / 2
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			var tick <-chan time.Time
+			var stopTimer func() bool
+			if tc, ok := s.l.clock.(TimerClock); ok {
+				tick, stopTimer = tc.NewTimer(every)
+			} else {
+				t := time.NewTimer(every)
+				tick, stopTimer = t.C, t.Stop
+			}
+			select {
+			case <-done:
+				stopTimer()
+				return
+			case <-tick:
+			}
+			// A renewal that takes longer than half a lease is too late
+			// anyway; bounding it keeps stop from waiting on a hung store.
+			ctx, cancel := context.WithTimeout(context.Background(), every)
+			d, err := s.Renew(ctx)
+			cancel()
+			if (err != nil || !d.Allowed) && lost != nil {
+				lost(d, err)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			<-finished
+		})
+	}
 }

@@ -71,8 +71,13 @@ type DecisionResponse struct {
 	Shadow bool `json:"shadow,omitempty"`
 	// StoreError is set when the store failed and the rule's
 	// on_store_error decided.
-	StoreError bool               `json:"store_error,omitempty"`
-	Takes      []DecisionResponse `json:"takes,omitempty"`
+	StoreError bool `json:"store_error,omitempty"`
+	// Lease is the slot an admitted take of a concurrency rule holds: 32
+	// hexadecimal digits to give /v1/release when the work ends. The slot
+	// is freed without it LeaseMs after the take.
+	Lease   string             `json:"lease,omitempty"`
+	LeaseMs int64              `json:"lease_ms,omitempty"`
+	Takes   []DecisionResponse `json:"takes,omitempty"`
 }
 
 // ResetRequest is the body of /v1/reset.
@@ -84,7 +89,7 @@ type ResetRequest struct {
 // Handler serves the decision API, forward auth, metrics and health on
 // one listener:
 //
-//	POST /v1/take, POST /v1/peek, POST /v1/reset, ANY /v1/auth (and
+//	POST /v1/take, POST /v1/peek, POST /v1/release, POST /v1/reset, ANY /v1/auth (and
 //	/v1/auth/..., for Envoy's ext_authz),
 //	GET /metrics, GET /healthz, GET /readyz,
 //	GET / (the list of these, as an Index), GET /openapi.yaml
@@ -92,8 +97,8 @@ type ResetRequest struct {
 // Every other path is a 404, and another method a 405 with Allow, both
 // application/problem+json.
 //
-// When the policy names an api_token_env, /v1/take, /v1/peek and /v1/auth
-// require its token (see RequireToken).
+// When the policy names an api_token_env, /v1/take, /v1/peek, /v1/release
+// and /v1/auth require its token (see RequireToken).
 func (g *Gate) Handler() http.Handler { return g.handler(true, true) }
 
 // AuthHandler serves forward auth and health (ANY /v1/auth, GET /healthz,
@@ -102,7 +107,7 @@ func (g *Gate) Handler() http.Handler { return g.handler(true, true) }
 func (g *Gate) AuthHandler() http.Handler { return g.handler(true, false) }
 
 // APIHandler serves the decision API, reset, metrics and health (POST
-// /v1/take, /v1/peek, /v1/reset, GET /metrics, /healthz, /readyz): what
+// /v1/take, /v1/peek, /v1/release, /v1/reset, GET /metrics, /healthz, /readyz): what
 // faces trusted services when it has a listener of its own (api_listen).
 func (g *Gate) APIHandler() http.Handler { return g.handler(false, true) }
 
@@ -115,6 +120,8 @@ func (g *Gate) handler(auth, api bool) http.Handler {
 			route{"POST", "/v1/peek", "what /v1/take would answer, consuming nothing",
 				g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpPeek) }))},
 			route{"POST", "/v1/reset", `refill a bucket: {"rule","key"}; needs the admin token`, http.HandlerFunc(g.reset)},
+			route{"POST", "/v1/release", `free a concurrency slot: {"rule","key","lease"} with the lease /v1/take returned`,
+				g.RequireToken(BearerSource, http.HandlerFunc(g.release))},
 		)
 		if g.opts.Metrics != nil {
 			routes = append(routes, route{"GET", "/metrics", "Prometheus metrics", g.opts.Metrics.Handler()})
@@ -299,7 +306,9 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	if op == sluice.OpTake && g.opts.Metrics != nil {
 		obs = g.opts.Metrics
 	}
-	v := policy.Enforce(ctx, g.lim, op, ms, obs)
+	// A concurrency rule's slot outlives this call: the caller releases it
+	// with /v1/release, or its lease ends.
+	v := policy.Hold(ctx, g.lim, op, ms, obs)
 	if op == sluice.OpTake {
 		g.record(ctx, &v, in.ClientIP, r.URL.Path)
 	}
@@ -308,6 +317,9 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		rr := &v.Results[i]
 		e := DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: rr.Reason(), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
 		fill(&e, rr.Effective(rr.Decision.Allowed), rr.Refused())
+		if rr.Lease.Held() {
+			e.Lease, e.LeaseMs = rr.Lease.ID().String(), ceilMillis(rr.Lease.Limit().Lease())
+		}
 		entries[i] = e
 	}
 	var out DecisionResponse
@@ -369,6 +381,12 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 		}
 	}
 	req := sluice.Request{Limit: lim, Key: it.Key, Cost: cost, Reserve: it.Reserve}
+	if lim.Algorithm() == sluice.Concurrency {
+		if err := req.CheckLease(); err != nil {
+			return policy.Match{}, &inputError{http.StatusBadRequest, fmt.Sprintf("%q is a concurrency rule: a take holds one slot, with no cost other than 1 and no reserve", lim.Name())}
+		}
+		return policy.Match{Rule: rule, Request: req, Identity: it.Key}, nil
+	}
 	if _, err := req.Charge(sluice.OpTake); err != nil {
 		// A finite cost too large to count (1e308) is above every
 		// capacity too: it can never succeed, like any cost above the

@@ -108,13 +108,19 @@ func Middleware(p *policy.Policy, lim *sluice.Limiter, opts Options) func(http.H
 	return New(p, lim, opts).Wrap
 }
 
-// Wrap limits requests to next with the gate's current policy.
+// Wrap limits requests to next with the gate's current policy. A request
+// that a concurrency rule admits holds its slot until next returns,
+// however it returns (a panic, a client that went away, an upstream
+// error), renewing the slot's lease while it runs.
 func (g *Gate) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := g.Policy()
-		if g.enforce(w, r, p, p.FromHTTP(r), http.StatusTooManyRequests) {
-			next.ServeHTTP(w, r)
+		v, ok := g.enforceHeld(w, r, p, p.FromHTTP(r), http.StatusTooManyRequests, true)
+		if !ok {
+			return
 		}
+		defer g.holdSlots(r, &v)()
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -123,14 +129,16 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 // metrics and writing rejections to the audit log.
 func (g *Gate) Check(ctx context.Context, in *policy.Input) (policy.Verdict, http.Header, error) {
 	p := g.Policy()
-	v, err := g.check(ctx, p, in)
+	v, err := g.check(ctx, p, in, false)
 	if err != nil {
 		return v, nil, err
 	}
 	return v, RateLimitHeaders(v, v.Identity(), in.Path, p.Settings.Headers), nil
 }
 
-func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (policy.Verdict, error) {
+// check decides in with p. With hold, a concurrency rule's slot is
+// acquired and held (policy.Hold); the caller releases it.
+func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input, hold bool) (policy.Verdict, error) {
 	ms, err := p.Match(in)
 	if err != nil {
 		return policy.Verdict{}, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
@@ -141,7 +149,11 @@ func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (p
 	if g.opts.Metrics != nil {
 		obs = g.opts.Metrics
 	}
-	v := policy.Enforce(ctx, g.lim, sluice.OpTake, ms, obs)
+	decide := policy.Enforce
+	if hold {
+		decide = policy.Hold
+	}
+	v := decide(ctx, g.lim, sluice.OpTake, ms, obs)
 	g.record(ctx, &v, in.ClientIP, in.Path)
 	return v, nil
 }
@@ -163,24 +175,37 @@ func withCaller(ctx context.Context, ms []policy.Match, clientIP netip.Addr, pat
 // writes the deny status and a problem body. It reports whether the
 // request may proceed.
 func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int) bool {
-	v, err := g.check(r.Context(), p, in)
+	_, ok := g.enforceHeld(w, r, p, in, denyStatus, false)
+	return ok
+}
+
+// enforceHeld is enforce, with concurrency slots held when hold is set:
+// an admitted verdict's leases are then the caller's to release
+// (holdSlots). A request that does not go ahead holds none.
+func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int, hold bool) (policy.Verdict, bool) {
+	v, err := g.check(r.Context(), p, in, hold)
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, err.Error())
-		return false
+		return v, false
 	}
 	setRateLimitHeaders(w.Header(), &v, v.Identity(), in.Path, p.Settings.Headers)
 	if !v.Allowed {
+		if v.Reason() == policy.ReasonConcurrencyUnsupported {
+			writeUnsupported(w, v)
+			return v, false
+		}
 		WriteRejection(w, v, denyStatus)
-		return false
+		return v, false
 	}
 	// An admitted reservation (a leaky bucket shaping traffic) goes ahead
 	// when its turn comes: holding it here is what spaces the requests.
 	if d := v.Overall.RetryAfter; d > 0 {
 		if err := g.opts.Delay(r.Context(), d); err != nil {
-			return false // the client gave up; nobody to answer
+			g.releaseSlots(r, &v)
+			return v, false // the client gave up; nobody to answer
 		}
 	}
-	return true
+	return v, true
 }
 
 // WriteRejection writes the status and application/problem+json body of a

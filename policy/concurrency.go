@@ -56,33 +56,37 @@ func (l *loader) concurrencyConfig(o *obj, path, name string) *variant {
 	return &variant{limit: lim, cost: costSpec{fixed: 1, def: 1, min: 1}}
 }
 
-// concurrencyTransports refuses the concurrency rules that the file itself
-// says will be asked by a path that cannot hold a slot: forward auth, when
-// forward_auth names the front proxy that calls it, and Envoy's rate limit
-// service, when the rule's key or match reads a descriptor (which only
-// Envoy sends). Neither learns when a request ends, so neither can release
-// a slot; a lease alone would make the rule a limit on requests started
-// per lease, which is not what it says.
+// concurrencyTransports refuses the concurrency rules that only Envoy's
+// rate limit service can reach: those whose key or match reads a
+// descriptor or the domain, which only Envoy sends. Envoy is asked before
+// a request and never told when it ends, so it cannot release a slot; a
+// lease alone would make the rule a limit on requests started per lease,
+// which is not what it says. With forward_auth set, forward auth (which
+// cannot hold a slot either) refuses every request a concurrency rule
+// matches: that is a warning, since the rule may be meant for the reverse
+// proxy's requests alone, and its match may keep forward auth's out.
 func (l *loader) concurrencyTransports(p *Policy) {
 	for i, r := range p.Rules {
 		if r.Algorithm != sluice.Concurrency {
 			continue
 		}
 		at := fmt.Sprintf("rules[%d]", i)
-		if fa := p.Settings.ForwardAuth.Proxy; fa != "" {
-			l.errf(&yaml.Node{Line: r.Line}, at, "%q is a concurrency rule and forward_auth is set (%s): forward auth is asked before a request and never told when it ends, so it cannot hold a slot; serve this rule through the reverse proxy (proxy.upstream) or the Go middleware, or take leases with /v1/take and /v1/release", r.Name, fa)
+		if r.readsDescriptor() {
+			l.errf(&yaml.Node{Line: r.Line}, at, "%q is a concurrency rule that reads an Envoy descriptor or domain: Envoy's rate limit service is asked before a request and never told when it ends, so it cannot hold a slot; serve this rule through the reverse proxy or the Go middleware", r.Name)
 			continue
 		}
-		if r.readsDescriptor() {
-			l.errf(&yaml.Node{Line: r.Line}, at, "%q is a concurrency rule that reads an Envoy descriptor: Envoy's rate limit service is asked before a request and never told when it ends, so it cannot hold a slot; serve this rule through the reverse proxy or the Go middleware", r.Name)
+		if fa := p.Settings.ForwardAuth.Proxy; fa != "" {
+			l.warnf(&yaml.Node{Line: r.Line}, at, "%q is a concurrency rule, which forward auth (forward_auth: %s) cannot hold a slot of: it is asked before a request and never told when it ends, so it refuses every request the rule matches (500, reason concurrency_unsupported). The reverse proxy and the Go middleware hold slots; give the rule a match that forward auth's requests do not meet", r.Name, fa)
 		}
 	}
 }
 
-// readsDescriptor reports whether r's key, match or tiers read an Envoy
-// descriptor.
+// readsDescriptor reports whether r's key, match or tiers read what only
+// Envoy's rate limit service sends: a descriptor, or the domain.
 func (r *Rule) readsDescriptor() bool {
-	desc := func(s source) bool { return s.kind == srcDescriptor || s.kind == srcDescriptorKey }
+	desc := func(s source) bool {
+		return s.kind == srcDescriptor || s.kind == srcDescriptorKey || s.kind == srcDomain
+	}
 	conds := slices.Clone(r.match)
 	for _, t := range r.Tiers {
 		conds = append(conds, t.match...)

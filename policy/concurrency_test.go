@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,18 +44,21 @@ func TestConcurrencyConfig(t *testing.T) {
 			[]string{"c.yaml:7: rules[0].algorithm_config.reserve: does not apply to concurrency (it takes max_in_flight, lease)"}},
 		{"shards", rule(cc, "      max_in_flight: 2\n      shards: 4\n"),
 			[]string{"c.yaml:7: rules[0].algorithm_config.shards: does not apply to concurrency (it takes max_in_flight, lease)"}},
-		{"forward auth names its proxy", "trusted_proxies: [10.0.0.0/8]\nforward_auth: {proxy: nginx}\n" + rule(cc, "      max_in_flight: 2\n"),
-			[]string{`c.yaml:4: rules[0]: "r" is a concurrency rule and forward_auth is set (nginx): forward auth is asked before a request and never told when it ends, so it cannot hold a slot; serve this rule through the reverse proxy (proxy.upstream) or the Go middleware, or take leases with /v1/take and /v1/release`}},
 		{"an Envoy descriptor key", "rules:\n  - name: r\n    limit_keys: [descriptor:user]\n" + cc + "    algorithm_config:\n      max_in_flight: 2\n",
-			[]string{`c.yaml:2: rules[0]: "r" is a concurrency rule that reads an Envoy descriptor: Envoy's rate limit service is asked before a request and never told when it ends, so it cannot hold a slot; serve this rule through the reverse proxy or the Go middleware`}},
-		{"an Envoy descriptor match", "rules:\n  - name: r\n    match: {descriptor:path: /x}\n" + cc + "    algorithm_config:\n      max_in_flight: 2\n",
-			[]string{`c.yaml:2: rules[0]: "r" is a concurrency rule that reads an Envoy descriptor: Envoy's rate limit service is asked before a request and never told when it ends, so it cannot hold a slot; serve this rule through the reverse proxy or the Go middleware`}},
+			[]string{`c.yaml:2: rules[0]: "r" is a concurrency rule that reads an Envoy descriptor or domain: Envoy's rate limit service is asked before a request and never told when it ends, so it cannot hold a slot; serve this rule through the reverse proxy or the Go middleware`}},
+		{"an Envoy domain match", "rules:\n  - name: r\n    match: {domain: edge}\n" + cc + "    algorithm_config:\n      max_in_flight: 2\n",
+			[]string{`c.yaml:2: rules[0]: "r" is a concurrency rule that reads an Envoy descriptor or domain: Envoy's rate limit service is asked before a request and never told when it ends, so it cannot hold a slot; serve this rule through the reverse proxy or the Go middleware`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := problems(t, tc.cfg); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got:\n%v\nwant:\n%v", got, tc.want)
 			}
 		})
+	}
+
+	fa := mustParse(t, "trusted_proxies: [10.0.0.0/8]\nforward_auth: {proxy: nginx}\n"+rule(cc, "      max_in_flight: 2\n"))
+	if len(fa.Warnings) != 1 || !strings.Contains(fa.Warnings[0], `test.yaml:4: rules[0]: "r" is a concurrency rule, which forward auth (forward_auth: nginx) cannot hold a slot of`) {
+		t.Errorf("with forward_auth: warnings %q", fa.Warnings)
 	}
 
 	p := mustParse(t, "rules:\n  - name: r\n    algorithm: concurrency\n    algorithm_config: {max_in_flight: 4}\n  - name: t\n    algorithm: concurrency\n    tiers:\n      - name: pro\n        match: {header:x-plan: pro}\n        algorithm_config: {max_in_flight: 8, lease: 2m, jitter: 1s}\n      - name: free\n        algorithm_config: {max_in_flight: 1}\n")

@@ -313,9 +313,11 @@ func refund(ctx context.Context, lim *sluice.Limiter, ms []Match) Verdict {
 	for i, m := range ms {
 		v.Results[i] = Result{Match: m, Shadow: m.Rule != nil && m.Rule.Mode == Shadow}
 		if isSlot(m.Request.Limit) {
-			// A slot is given back by its lease, not by a refund.
+			// A slot is given back by its lease, not by a refund, which
+			// leaves the slots as they are and reports none of them used.
 			l := m.Request.Limit
-			v.Results[i].Decision = sluice.Decision{Allowed: true, Limit: int64(l.MaxInFlight()), Rule: l.Name()}
+			n := int64(l.MaxInFlight())
+			v.Results[i].Decision = sluice.Decision{Allowed: true, Limit: n, Remaining: n, Tokens: float64(n), Rule: l.Name()}
 			continue
 		}
 		r := m.Request

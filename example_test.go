@@ -80,3 +80,31 @@ func ExampleLimiter_TakeOrError() {
 	// true
 	// sluice: rate limited by "signups" for key "global"; retry after 36s (at 2025-01-02T15:04:41.000Z)
 }
+
+// Acquire holds one of a key's slots of a concurrency limit until the
+// lease is released; a rejected caller gets the zero Lease, whose Release
+// does nothing.
+func ExampleLimiter_Acquire() {
+	inflight := sluice.MustLimit(sluice.Spec{Name: "llm-inflight", Algorithm: sluice.Concurrency, MaxInFlight: 2, Lease: time.Minute})
+	lim := sluice.New(memory.New(memory.Options{}))
+	ctx := context.Background()
+	r := sluice.Request{Limit: inflight, Key: "api-key-7"}
+
+	first, d, _ := lim.Acquire(ctx, r)
+	fmt.Println("first:", d.Allowed, "remaining", d.Remaining)
+	second, d, _ := lim.Acquire(ctx, r)
+	fmt.Println("second:", d.Allowed, "remaining", d.Remaining)
+	third, d, _ := lim.Acquire(ctx, r)
+	fmt.Println("third:", d.Allowed, "holds a slot:", third.Held())
+	defer third.Release(ctx) // nothing to release, and no error
+
+	first.Release(ctx)
+	_, d, _ = lim.Acquire(ctx, r)
+	fmt.Println("after a release:", d.Allowed)
+	second.Release(ctx)
+	// Output:
+	// first: true remaining 1
+	// second: true remaining 0
+	// third: false holds a slot: false
+	// after a release: true
+}

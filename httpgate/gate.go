@@ -126,7 +126,9 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 
 // Check decides in against the current policy (charging the tokens) and
 // returns the verdict with the response fields to send, counting it in the
-// metrics and writing rejections to the audit log.
+// metrics and writing rejections to the audit log. It cannot know when
+// the request ends, so a concurrency rule refuses what it matches
+// (policy.Enforce); Wrap holds such rules' slots.
 func (g *Gate) Check(ctx context.Context, in *policy.Input) (policy.Verdict, http.Header, error) {
 	p := g.Policy()
 	v, err := g.check(ctx, p, in, false)

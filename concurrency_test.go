@@ -140,3 +140,79 @@ func TestLeaseKeep(t *testing.T) {
 		t.Fatal("the slot outlived its last renewal by a lease")
 	}
 }
+
+// StepLease on any sequence of acquires, peeks and releases of a few
+// leases, with a clock that moves either way: never more leases than
+// slots are added, an admitted acquire leaves its lease live for a whole
+// lease, a release leaves it gone, a peek changes nothing and answers as
+// the acquire after it does, and the outcome counts what is held.
+func FuzzStepLease(f *testing.F) {
+	f.Add(uint8(2), uint32(1000), []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add(uint8(1), uint32(1), []byte{0x10, 0x21, 0x32, 0x03, 0x14})
+	f.Fuzz(func(t *testing.T, slots uint8, leaseUs uint32, ops []byte) {
+		n := int(slots%8) + 1
+		lease := time.Duration(leaseUs%5_000_000+1000) * time.Microsecond
+		l := sluice.MustLimit(sluice.Spec{Name: "f", Algorithm: sluice.Concurrency, MaxInFlight: n, Lease: lease})
+		p := l.Params()
+		ids := [4]sluice.LeaseID{sluice.NewLeaseID(), sluice.NewLeaseID(), sluice.NewLeaseID(), sluice.NewLeaseID()}
+		var set []sluice.LeaseEntry
+		now := int64(1_000_000_000)
+		live := func(set []sluice.LeaseEntry, now int64) (count int, ends map[sluice.LeaseID]int64) {
+			ends = map[sluice.LeaseID]int64{}
+			for _, e := range set {
+				if e.Expires > now {
+					count++
+					ends[e.ID] = e.Expires
+				}
+			}
+			return count, ends
+		}
+		for _, b := range ops {
+			now += int64(int8(b)) * 50_000 // the clock moves either way
+			id := ids[b>>4&3]
+			before, _ := live(set, now)
+			switch b & 3 {
+			case 0, 1: // acquire
+				peekSet := append([]sluice.LeaseEntry(nil), set...)
+				_, po, pw := sluice.StepLease(p, peekSet, now, sluice.OpPeek, id)
+				var o sluice.Outcome
+				set, o, _ = sluice.StepLease(p, set, now, sluice.OpTake, id)
+				if pw || po != o {
+					t.Fatalf("peek %+v (write %v), acquire %+v", po, pw, o)
+				}
+				after, ends := live(set, now)
+				if o.Allowed && ends[id] < now+p.Period {
+					t.Fatalf("an admitted acquire's lease ends at %d, before %d", ends[id], now+p.Period)
+				}
+				if !o.Allowed && (o.RetryAfter <= 0 || after != before) {
+					t.Fatalf("a rejection: %+v, %d held before, %d after", o, before, after)
+				}
+				if after > max(n, before) {
+					t.Fatalf("%d leases held with %d slots (%d before)", after, n, before)
+				}
+				if o.Tokens != int64(n-after)*sluice.TokenScale {
+					t.Fatalf("tokens %d with %d of %d held", o.Tokens, after, n)
+				}
+			case 2: // release
+				var o sluice.Outcome
+				_, ends := live(set, now)
+				_, held := ends[id]
+				set, o, _ = sluice.StepLease(p, set, now, sluice.OpRefund, id)
+				if _, ends := live(set, now); o.Allowed != held || ends[id] != 0 {
+					t.Fatalf("release: %+v, held %v, still live %v", o, held, ends[id] != 0)
+				}
+			case 3: // a peek without a lease
+				copySet := append([]sluice.LeaseEntry(nil), set...)
+				out, o, w := sluice.StepLease(p, set, now, sluice.OpPeek, sluice.LeaseID{})
+				if w || len(out) != len(copySet) || o.Allowed != (before < n) {
+					t.Fatalf("peek: %+v write %v, %d held of %d", o, w, before, n)
+				}
+				for i := range out {
+					if out[i] != copySet[i] {
+						t.Fatal("a peek changed the set")
+					}
+				}
+			}
+		}
+	})
+}

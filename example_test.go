@@ -80,3 +80,51 @@ func ExampleLimiter_TakeOrError() {
 	// true
 	// sluice: rate limited by "signups" for key "global"; retry after 36s (at 2025-01-02T15:04:41.000Z)
 }
+
+// Acquire holds one of a key's slots of a concurrency limit until the
+// lease is released; a rejected caller gets the zero Lease, whose Release
+// does nothing.
+func ExampleLimiter_Acquire() {
+	inflight := sluice.MustLimit(sluice.Spec{Name: "llm-inflight", Algorithm: sluice.Concurrency, MaxInFlight: 2, Lease: time.Minute})
+	lim := sluice.New(memory.New(memory.Options{}))
+	ctx := context.Background()
+	r := sluice.Request{Limit: inflight, Key: "api-key-7"}
+
+	first, d, _ := lim.Acquire(ctx, r)
+	fmt.Println("first:", d.Allowed, "remaining", d.Remaining)
+	second, d, _ := lim.Acquire(ctx, r)
+	fmt.Println("second:", d.Allowed, "remaining", d.Remaining)
+	third, d, _ := lim.Acquire(ctx, r)
+	fmt.Println("third:", d.Allowed, "holds a slot:", third.Held())
+	defer third.Release(ctx) // nothing to release, and no error
+
+	first.Release(ctx)
+	_, d, _ = lim.Acquire(ctx, r)
+	fmt.Println("after a release:", d.Allowed)
+	second.Release(ctx)
+	// Output:
+	// first: true remaining 1
+	// second: true remaining 0
+	// third: false holds a slot: false
+	// after a release: true
+}
+
+// The README's concurrency snippet, compiled: a slot held for the work,
+// renewed while it runs.
+func ExampleLimiter_Acquire_readme() {
+	lim := sluice.New(memory.New(memory.Options{}))
+	ctx := context.Background()
+	apiKey := "api-key-7"
+	inflight := sluice.MustLimit(sluice.Spec{Name: "llm-inflight", Algorithm: sluice.Concurrency, MaxInFlight: 4, Lease: 2 * time.Minute})
+
+	lease, d, err := lim.Acquire(ctx, sluice.Request{Limit: inflight, Key: apiKey})
+	if err != nil {
+		return // a store error: no slot is held
+	}
+	if !d.Allowed {
+		// d.RetryAfter: until enough leases end for a slot to be free (sooner if one is released)
+	}
+	defer lease.Release(ctx) // releasing the zero Lease of a rejection does nothing
+	stop := lease.Keep(nil)  // renew every half lease while the work runs longer than a lease
+	defer stop()
+}

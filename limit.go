@@ -67,6 +67,14 @@ type Spec struct {
 	// windows and sliding logs only; a sharded limit is used through a
 	// Limiter, which expands its requests.
 	Shards int
+
+	// MaxInFlight is a Concurrency limit's number of slots: at most this
+	// many requests of a key hold one at once (1 to MaxInFlightLimit).
+	MaxInFlight int
+	// Lease is how long a Concurrency limit's slot stays held without a
+	// renewal or a release (default DefaultLease): a holder that dies
+	// without releasing loses its slot when its lease ends.
+	Lease time.Duration
 }
 
 // Limit is a validated, compiled Spec: immutable and safe to share. Every
@@ -184,6 +192,9 @@ func NewLimit(s Spec) (*Limit, error) {
 	}
 	if int(s.Algorithm) >= len(algorithmNames) {
 		return bad("unknown algorithm %d", s.Algorithm)
+	}
+	if s.Algorithm == Concurrency || s.MaxInFlight != 0 || s.Lease != 0 {
+		return newConcurrency(s)
 	}
 	for field, v := range map[string]float64{"tokens_per_second": s.TokensPerSecond, "burst": s.Burst, "rate": s.Rate, "capacity": s.Capacity, "max_reserved": s.MaxReserved} {
 		if math.IsNaN(v) || math.IsInf(v, 0) || (v < 0 && field != "capacity") {

@@ -76,6 +76,9 @@ func (r Request) Charge(op Op) (Charge, error) {
 	if r.Limit == nil {
 		return Charge{}, fmt.Errorf("%w: request for key %q has no limit", ErrInvalidLimit, r.Key)
 	}
+	if r.Limit.params.Algorithm == Concurrency {
+		return Charge{}, fmt.Errorf("limit %q: %w", r.Limit.Name(), ErrLeaseRequired)
+	}
 	if r.Limit.shards != nil {
 		return r.shardedCharge(op)
 	}
@@ -156,6 +159,12 @@ type Store interface {
 	TakeAll(ctx context.Context, op Op, rs []Request) ([]Decision, error)
 	// Reset forgets the state of key under l: the bucket is full again.
 	Reset(ctx context.Context, l *Limit, key string) error
+	// Lease applies op to lease id of r.Key under r.Limit, a concurrency
+	// limit, atomically, as StepLease defines: OpTake acquires a slot (or
+	// renews id's), OpPeek answers what OpTake would, and OpRefund
+	// releases id's slot. Other limits are ErrLeaseRequired (see
+	// Request.CheckLease).
+	Lease(ctx context.Context, op Op, r Request, id LeaseID) (Decision, error)
 }
 
 // StorageKey is the name under which a store keeps the state of key under
@@ -197,8 +206,12 @@ func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
 	return err == nil && d.Allowed
 }
 
-// Peek answers what Take would, consuming nothing.
+// Peek answers what Take would, consuming nothing; for a concurrency
+// limit, what Acquire would.
 func (l *Limiter) Peek(ctx context.Context, r Request) (Decision, error) {
+	if r.Limit != nil && r.Limit.params.Algorithm == Concurrency {
+		return l.peekSlot(ctx, r)
+	}
 	d, err := l.one(ctx, OpPeek, r)
 	l.advise(ctx, &d, &r, time.Time{})
 	return d, err

@@ -94,6 +94,10 @@ func (c *takeCounter) TakeAll(_ context.Context, op Op, rs []Request) ([]Decisio
 
 func (c *takeCounter) Reset(context.Context, *Limit, string) error { return nil }
 
+func (c *takeCounter) Lease(context.Context, Op, Request, LeaseID) (Decision, error) {
+	return Decision{}, ErrLeaseRequired
+}
+
 // Attack: a client sends one request per fresh key to a per-key sharded
 // limit. Sharding must not multiply the keys each request writes by the
 // shard count: a take charges at most two shards, and reads at most two.

@@ -84,6 +84,10 @@ var (
 	// ErrReserveUnsupported is a reservation against an algorithm that has
 	// no notion of a future turn (a sliding log).
 	ErrReserveUnsupported = errors.New("sluice: reservations need a token bucket, leaky bucket or fixed window")
+	// ErrLeaseRequired is a take, refund or reservation on a concurrency
+	// limit, or an acquire on any other: a concurrency limit's slots are
+	// held by lease (Limiter.Acquire, Lease.Release), not charged.
+	ErrLeaseRequired = errors.New("sluice: a concurrency limit holds slots by lease: use Limiter.Acquire and Lease.Release")
 )
 
 // Algorithm names how a Limit counts.
@@ -105,10 +109,14 @@ const (
 	// where every request reserves its own turn, 1/rate apart, up to a
 	// maximum queueing delay.
 	LeakyBucket
+	// Concurrency admits at most Spec.MaxInFlight requests of a key at
+	// once: each holds a slot from Limiter.Acquire until Lease.Release, or
+	// until its lease ends (see concurrency.go).
+	Concurrency
 )
 
-var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_log", "leaky_bucket"}
-var algorithmPrefixes = [...]string{"tb", "fw", "sl", "lb"}
+var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_log", "leaky_bucket", "concurrency"}
+var algorithmPrefixes = [...]string{"tb", "fw", "sl", "lb", "cc"}
 
 // String returns the configuration name of a, such as "token_bucket".
 func (a Algorithm) String() string {
@@ -133,7 +141,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return Algorithm(i), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown algorithm %q (want token_bucket, fixed_window, sliding_log or leaky_bucket)", ErrInvalidLimit, s)
+	return 0, fmt.Errorf("%w: unknown algorithm %q (want token_bucket, fixed_window, sliding_log, leaky_bucket or concurrency)", ErrInvalidLimit, s)
 }
 
 // Micros converts d to whole microseconds, rounding up so that a wait is
@@ -189,5 +197,6 @@ func FromMicroTokens(v int64) float64 { return float64(v) / TokenScale }
 // on_store_error.
 func IsInputError(err error) bool {
 	return errors.Is(err, ErrInvalidCost) || errors.Is(err, ErrCostExceedsLimit) ||
-		errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrReserveUnsupported)
+		errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrReserveUnsupported) ||
+		errors.Is(err, ErrLeaseRequired)
 }

@@ -84,6 +84,24 @@ func (s *mapStore) Reset(_ context.Context, l *sluice.Limit, key string) error {
 	return nil
 }
 
+func (s *mapStore) Lease(_ context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+	if err := r.CheckLease(); err != nil {
+		return sluice.Decision{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := sluice.StorageKey(r.Limit, r.Key)
+	var set []sluice.LeaseEntry
+	if st, ok := s.m[k]; ok {
+		set = st.Leases
+	}
+	set, o, write := sluice.StepLease(r.Limit.Params(), set, s.clock.Now().UnixMicro(), op, id)
+	if write {
+		s.m[k] = &sluice.State{Leases: set}
+	}
+	return r.Limit.Decide(o), nil
+}
+
 func newMapStore(t *testing.T, clock sluice.Clock) sluice.Store {
 	return &mapStore{clock: clock, m: map[string]*sluice.State{}}
 }

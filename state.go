@@ -7,11 +7,13 @@ package sluice
 //     scaled tokens and the microsecond up to which refill is counted;
 //   - fixed windows: Tokens and Stamp, WindowState's Tokens and Start
 //     (Window): micro-tokens and the start of the window they count in;
-//   - sliding logs: Log, the admitted requests of the last period.
+//   - sliding logs: Log, the admitted requests of the last period;
+//   - concurrency limits: Leases, the slots held (see StepLease).
 type State struct {
 	Tokens int64
 	Stamp  int64
 	Log    []LogEntry
+	Leases []LeaseEntry
 }
 
 // Bucket returns st as a token (or leaky) bucket's state.

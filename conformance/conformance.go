@@ -55,6 +55,9 @@ type LimitSpec struct {
 	MaxDelayUs  int64    `json:"max_delay_us,omitempty"`
 	// Reserve makes every request of the limit reserve (sluice.Spec.Reserve).
 	Reserve bool `json:"reserve,omitempty"`
+	// MaxInFlight and LeaseUs describe a concurrency limit.
+	MaxInFlight int   `json:"max_in_flight,omitempty"`
+	LeaseUs     int64 `json:"lease_us,omitempty"`
 }
 
 // Step is one request and its expected answer.
@@ -66,6 +69,9 @@ type Step struct {
 	MaxReserved float64 `json:"max_reserved,omitempty"`
 	Want        *Want   `json:"want,omitempty"`
 	WantError   string  `json:"want_error,omitempty"`
+	// Lease names the lease of a concurrency limit's step (acquire,
+	// release, peek): a label that Run maps to a random sluice.LeaseID.
+	Lease string `json:"lease,omitempty"`
 }
 
 // Want is the exact expected outcome.
@@ -97,7 +103,8 @@ func (c Case) Compile() (*sluice.Limit, error) {
 		TokensPerSecond: c.Limit.TokensPerSecond, Burst: c.Limit.Burst,
 		Rate: c.Limit.Rate, Period: time.Duration(c.Limit.PeriodUs) * time.Microsecond,
 		MaxReserved: c.Limit.MaxReserved, Reserve: c.Limit.Reserve,
-		MaxDelay: time.Duration(c.Limit.MaxDelayUs) * time.Microsecond,
+		MaxDelay:    time.Duration(c.Limit.MaxDelayUs) * time.Microsecond,
+		MaxInFlight: c.Limit.MaxInFlight, Lease: time.Duration(c.Limit.LeaseUs) * time.Microsecond,
 	}
 	if c.Limit.Capacity != nil {
 		s.Capacity = *c.Limit.Capacity
@@ -129,12 +136,28 @@ func Run(t *testing.T, newStore NewStore) {
 			clock := sluice.NewManualClock(time.UnixMicro(0))
 			store := newStore(t, clock)
 			ctx := context.Background()
+			ids := map[string]sluice.LeaseID{}
 			for i, s := range c.Steps {
 				clock.Set(time.UnixMicro(s.TUs))
 				if s.Op == "reset" {
 					if err := store.Reset(ctx, lim, c.Key); err != nil {
 						t.Fatalf("step %d: reset: %v", i, err)
 					}
+					continue
+				}
+				if lop, ok := leaseOps[s.Op]; ok && lim.Algorithm() == sluice.Concurrency {
+					var id sluice.LeaseID
+					if s.Lease != "" {
+						if _, seen := ids[s.Lease]; !seen {
+							ids[s.Lease] = sluice.NewLeaseID()
+						}
+						id = ids[s.Lease]
+					}
+					d, err := store.Lease(ctx, lop, sluice.Request{Limit: lim, Key: c.Key}, id)
+					if err != nil {
+						t.Fatalf("step %d (t=%dus %s %s): %v", i, s.TUs, s.Op, s.Lease, err)
+					}
+					CheckDecision(t, fmt.Sprintf("step %d (t=%dus %s %s)", i, s.TUs, s.Op, s.Lease), lim, d, *s.Want)
 					continue
 				}
 				op := sluice.OpTake
@@ -185,8 +208,13 @@ func CheckDecision(t *testing.T, where string, lim *sluice.Limit, d sluice.Decis
 	}
 }
 
+// leaseOps are the store ops of a concurrency limit's steps.
+var leaseOps = map[string]sluice.Op{"acquire": sluice.OpTake, "peek": sluice.OpPeek, "release": sluice.OpRefund}
+
 func matchesError(err error, name string) bool {
 	switch name {
+	case "lease_required":
+		return errors.Is(err, sluice.ErrLeaseRequired)
 	case "cost_exceeds_limit":
 		return errors.Is(err, sluice.ErrCostExceedsLimit)
 	case "invalid_cost":

@@ -43,3 +43,11 @@ func (f *FaultyStore) Reset(ctx context.Context, l *sluice.Limit, key string) er
 	}
 	return f.Store.Reset(ctx, l, key)
 }
+
+// Lease implements sluice.Store.
+func (f *FaultyStore) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+	if f.Down.Load() {
+		return sluice.Decision{}, ErrStoreDown
+	}
+	return f.Store.Lease(ctx, op, r, id)
+}

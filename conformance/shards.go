@@ -43,6 +43,10 @@ func (s limiterStore) Reset(ctx context.Context, l *sluice.Limit, key string) er
 	return s.l.Reset(ctx, l, key)
 }
 
+func (s limiterStore) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+	return s.l.Store().Lease(ctx, op, r, id)
+}
+
 // shardGoroutines are the concurrency levels of the sharded streams,
 // whatever the store's options: many callers on few shards is where
 // sharding is racy.

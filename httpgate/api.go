@@ -70,8 +70,13 @@ type DecisionResponse struct {
 	Shadow bool `json:"shadow,omitempty"`
 	// StoreError is set when the store failed and the rule's
 	// on_store_error decided.
-	StoreError bool               `json:"store_error,omitempty"`
-	Takes      []DecisionResponse `json:"takes,omitempty"`
+	StoreError bool `json:"store_error,omitempty"`
+	// Lease is the slot an admitted take of a concurrency rule holds: 32
+	// hexadecimal digits to give /v1/release when the work ends. The slot
+	// is freed without it LeaseMs after the take.
+	Lease   string             `json:"lease,omitempty"`
+	LeaseMs int64              `json:"lease_ms,omitempty"`
+	Takes   []DecisionResponse `json:"takes,omitempty"`
 	// Settle is the handle that settles an admitted take of a limit with
 	// settle_from at its actual cost (POST /v1/settle); absent otherwise.
 	Settle string `json:"settle,omitempty"`
@@ -86,15 +91,15 @@ type ResetRequest struct {
 // Handler serves the decision API, forward auth, metrics and health on
 // one listener:
 //
-//	POST /v1/take, POST /v1/peek, POST /v1/reset, POST /v1/settle,
-//	ANY /v1/auth (and /v1/auth/..., for Envoy's ext_authz),
+//	POST /v1/take, POST /v1/peek, POST /v1/release, POST /v1/reset,
+//	POST /v1/settle, ANY /v1/auth (and /v1/auth/..., for Envoy's ext_authz),
 //	GET /metrics, GET /healthz, GET /readyz,
 //	GET / (the list of these, as an Index), GET /openapi.yaml
 //
 // Every other path is a 404, and another method a 405 with Allow, both
 // application/problem+json.
 //
-// When the policy names an api_token_env, /v1/take, /v1/peek, /v1/settle
+// When the policy names an api_token_env, /v1/take, /v1/peek, /v1/release, /v1/settle
 // and /v1/auth require its token (see RequireToken).
 func (g *Gate) Handler() http.Handler { return g.handler(true, true) }
 
@@ -104,7 +109,7 @@ func (g *Gate) Handler() http.Handler { return g.handler(true, true) }
 func (g *Gate) AuthHandler() http.Handler { return g.handler(true, false) }
 
 // APIHandler serves the decision API, reset, metrics and health (POST
-// /v1/take, /v1/peek, /v1/reset, /v1/settle, GET /metrics, /healthz,
+// /v1/take, /v1/peek, /v1/release, /v1/reset, /v1/settle, GET /metrics, /healthz,
 // /readyz): what faces trusted services when it has a listener of its own
 // (api_listen).
 func (g *Gate) APIHandler() http.Handler { return g.handler(false, true) }
@@ -120,6 +125,8 @@ func (g *Gate) handler(auth, api bool) http.Handler {
 			route{"POST", "/v1/reset", `refill a bucket: {"rule","key"}; needs the admin token`, http.HandlerFunc(g.reset)},
 			route{"POST", "/v1/settle", `settle a take at its actual cost: {"handle","actual"}`,
 				g.RequireToken(BearerSource, http.HandlerFunc(g.settleAPI))},
+			route{"POST", "/v1/release", `free a concurrency slot: {"rule","key","lease"} with the lease /v1/take returned`,
+				g.RequireToken(BearerSource, http.HandlerFunc(g.release))},
 		)
 		if g.opts.Metrics != nil {
 			routes = append(routes, route{"GET", "/metrics", "Prometheus metrics", g.opts.Metrics.Handler()})
@@ -307,7 +314,9 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	if op == sluice.OpTake {
 		obs = g.obs
 	}
-	v := policy.Enforce(ctx, g.lim, op, ms, obs)
+	// A concurrency rule's slot outlives this call: the caller releases it
+	// with /v1/release, or its lease ends.
+	v := policy.Hold(ctx, g.lim, op, ms, obs)
 	if op == sluice.OpTake {
 		g.record(ctx, &v, in.ClientIP, r.URL.Path)
 	}
@@ -318,6 +327,9 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		fill(&e, rr.Effective(rr.Decision.Allowed), rr.Refused())
 		if op == sluice.OpTake && v.Allowed && rr.Match.Settle != nil && rr.Decision.Allowed && rr.StoreErr == nil {
 			e.Settle = g.issueHandle(p, rr.Match.Request)
+		}
+		if rr.Lease.Held() {
+			e.Lease, e.LeaseMs = rr.Lease.ID().String(), ceilMillis(rr.Lease.Limit().Lease())
 		}
 		entries[i] = e
 	}
@@ -382,6 +394,12 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 		}
 	}
 	req := sluice.Request{Limit: lim, Key: it.Key, Cost: cost, Reserve: it.Reserve}
+	if lim.Algorithm() == sluice.Concurrency {
+		if err := req.CheckLease(); err != nil {
+			return policy.Match{}, &inputError{http.StatusBadRequest, fmt.Sprintf("%q is a concurrency rule: a take holds one slot, with no cost other than 1 and no reserve", lim.Name())}
+		}
+		return policy.Match{Rule: rule, Request: req, Identity: it.Key}, nil
+	}
 	if _, err := req.Charge(sluice.OpTake); err != nil {
 		// Request.Charge's rule and words: a cost above the most the
 		// limit can charge (1e308 included) can never succeed.

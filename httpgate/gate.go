@@ -180,44 +180,52 @@ func Middleware(p *policy.Policy, lim *sluice.Limiter, opts Options) func(http.H
 	return New(p, lim, opts).Wrap
 }
 
-// Wrap limits requests to next with the gate's current policy. Limits
-// that settle (settle_from) are settled once next has answered, from what
-// its response says the request cost.
+// Wrap limits requests to next with the gate's current policy. A request
+// that a concurrency rule admits holds its slot until next returns,
+// however it returns (a panic, a client that went away, an upstream
+// error), renewing the slot's lease while it runs. Limits that settle
+// (settle_from) are settled once next has answered, from what its
+// response says the request cost; adaptive rates measure the response.
 func (g *Gate) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := g.Policy()
 		in := p.FromHTTP(r)
 		defer g.prepareSettle(r, p, in)()
-		if v, ok := g.admit(w, r, p, in, http.StatusTooManyRequests); ok {
-			// Measured for an adaptive rate around the response as the
-			// client gets it; settled once the upstream says what it used.
-			settled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveSettled(next, w, r, &v) })
-			g.serveMeasured(settled, w, r, &v)
+		v, ok := g.enforceHeld(w, r, p, in, http.StatusTooManyRequests, true)
+		if !ok {
+			return
 		}
+		defer g.holdSlots(r, &v)()
+		settled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveSettled(next, w, r, &v) })
+		g.serveMeasured(settled, w, r, &v)
 	})
 }
 
 // Check decides in against the current policy (charging the tokens) and
 // returns the verdict with the response fields to send, counting it in the
-// metrics and writing rejections to the audit log.
+// metrics and writing rejections to the audit log. It cannot know when
+// the request ends, so a concurrency rule refuses what it matches
+// (policy.Enforce); Wrap holds such rules' slots.
 func (g *Gate) Check(ctx context.Context, in *policy.Input) (policy.Verdict, http.Header, error) {
 	p := g.Policy()
-	v, err := g.check(ctx, p, in)
+	v, err := g.check(ctx, p, in, false)
 	if err != nil {
 		return v, nil, err
 	}
 	return v, RateLimitHeaders(v, v.Identity(), in.Path, p.Settings.Headers), nil
 }
 
-func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input) (policy.Verdict, error) {
-	v, q, err := g.checkHeld(ctx, p, in)
+// check decides in with p. With hold, a concurrency rule's slot is
+// acquired and held (policy.Hold); the caller releases it.
+func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input, hold bool) (policy.Verdict, error) {
+	v, q, err := g.checkHeld(ctx, p, in, hold)
 	q.release()
 	return v, err
 }
 
 // checkHeld is check for a request that will be held until its turn:
 // the places it took in its limits' queues are kept until release.
-func (g *Gate) checkHeld(ctx context.Context, p *policy.Policy, in *policy.Input) (policy.Verdict, *queued, error) {
+func (g *Gate) checkHeld(ctx context.Context, p *policy.Policy, in *policy.Input, hold bool) (policy.Verdict, *queued, error) {
 	ms, err := p.Match(in)
 	if err != nil {
 		return policy.Verdict{}, nil, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
@@ -226,7 +234,11 @@ func (g *Gate) checkHeld(ctx context.Context, p *policy.Policy, in *policy.Input
 	defer cancel()
 	g.adapt(ctx, ms)
 	q := g.enqueue(ms)
-	v := policy.Enforce(ctx, g.lim, sluice.OpTake, ms, g.obs)
+	decide := policy.Enforce
+	if hold {
+		decide = policy.Hold
+	}
+	v := decide(ctx, g.lim, sluice.OpTake, ms, g.obs)
 	q.decided(&v)
 	g.record(ctx, &v, in.ClientIP, in.Path)
 	return v, q, nil
@@ -249,13 +261,15 @@ func withCaller(ctx context.Context, ms []policy.Match, clientIP netip.Addr, pat
 // writes the deny status and a problem body. It reports whether the
 // request may proceed.
 func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int) bool {
-	_, ok := g.admit(w, r, p, in, denyStatus)
+	_, ok := g.enforceHeld(w, r, p, in, denyStatus, false)
 	return ok
 }
 
-// admit is enforce, returning the verdict as well.
-func (g *Gate) admit(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int) (policy.Verdict, bool) {
-	v, q, err := g.checkHeld(r.Context(), p, in)
+// enforceHeld is enforce, with concurrency slots held when hold is set:
+// an admitted verdict's leases are then the caller's to release
+// (holdSlots). A request that does not go ahead holds none.
+func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int, hold bool) (policy.Verdict, bool) {
+	v, q, err := g.checkHeld(r.Context(), p, in, hold)
 	defer q.release()
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, err.Error())
@@ -263,6 +277,10 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request, p *policy.Policy, i
 	}
 	setRateLimitHeaders(w.Header(), &v, v.Identity(), in.Path, p.Settings.Headers)
 	if !v.Allowed {
+		if v.Reason() == policy.ReasonConcurrencyUnsupported {
+			writeUnsupported(w, v)
+			return v, false
+		}
 		WriteRejection(w, v, denyStatus)
 		return v, false
 	}
@@ -270,6 +288,7 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request, p *policy.Policy, i
 	// when its turn comes: holding it here is what spaces the requests.
 	if d := v.Overall.RetryAfter; d > 0 {
 		if err := g.opts.Delay(r.Context(), d); err != nil {
+			g.releaseSlots(r, &v)
 			return v, false // the client gave up; nobody to answer
 		}
 	}

@@ -88,7 +88,12 @@ type shard struct {
 	floor     int64
 	earliest  *atomic.Int64 // Store.earliest[id]
 	evictions *evictionStats
-	_         [64]byte // keep neighbouring shards' mutexes off one cache line
+
+	// leases are the concurrency limits' held slots, by (h, check), made
+	// on first use (see lease.go).
+	leases map[[2]uint64][]sluice.LeaseEntry
+
+	_ [64]byte // keep neighbouring shards' mutexes off one cache line
 }
 
 // New returns an empty Store.
@@ -182,6 +187,10 @@ func (sh *shard) load(i int, p *sluice.Params, st *sluice.State) bool {
 	if p.Algorithm == sluice.SlidingLog {
 		e := &sh.t.entries[i]
 		st.Log = sh.logs[[2]uint64{e.h, e.check}]
+	}
+	if p.Algorithm == sluice.Concurrency {
+		e := &sh.t.entries[i]
+		st.Leases = sh.leases[[2]uint64{e.h, e.check}]
 	}
 	return true
 }
@@ -485,12 +494,16 @@ func (sh *shard) store(i int, h, check uint64, st *sluice.State, o sluice.Outcom
 	} else if len(sh.logs) > 0 {
 		delete(sh.logs, [2]uint64{h, check}) // the limit was a sliding log before
 	}
+	sh.storeLeases(h, check, p, st.Leases)
 }
 
 func (sh *shard) remove(i int) {
 	e := &sh.t.entries[i]
 	if len(sh.logs) > 0 {
 		delete(sh.logs, [2]uint64{e.h, e.check})
+	}
+	if len(sh.leases) > 0 {
+		delete(sh.leases, [2]uint64{e.h, e.check})
 	}
 	sh.t.remove(i)
 	sh.keys.Add(-1)

@@ -54,11 +54,11 @@ func New(reg *prometheus.Registry) *Metrics {
 		}, []string{"rule", "result"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_store_errors_total",
-			Help: "Store calls that failed, by operation (take, peek, refund, take_all, peek_all, refund_all, reset).",
+			Help: "Store calls that failed, by operation (take, peek, refund, take_all, peek_all, refund_all, reset, acquire, lease_peek, release).",
 		}, []string{"op"}),
 		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_store_latency_seconds",
-			Help:    "Latency of store calls, by operation (take, peek, refund, take_all, peek_all, refund_all, reset).",
+			Help:    "Latency of store calls, by operation (take, peek, refund, take_all, peek_all, refund_all, reset, acquire, lease_peek, release).",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"op"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -86,7 +86,7 @@ func StoreOps() []string {
 	for _, op := range []sluice.Op{sluice.OpTake, sluice.OpPeek, sluice.OpRefund} {
 		ops = append(ops, op.String(), op.String()+"_all")
 	}
-	return append(ops, "reset")
+	return append(ops, "reset", "acquire", "lease_peek", "release")
 }
 
 // Observe counts one decision of rule; result is one of the Result
@@ -144,6 +144,9 @@ func (m *Metrics) InstrumentStore(s sluice.Store) sluice.Store {
 		}
 	}
 	i.reset = m.storeOpNamed("reset")
+	for op := range i.leases {
+		i.leases[op] = m.storeOpNamed(leaseOpName(sluice.Op(op)))
+	}
 	return i
 }
 
@@ -154,6 +157,9 @@ type instrumented struct {
 	// call: ops[op][1] is op's TakeAll.
 	ops   [sluice.OpRefund + 1][2]*storeOp
 	reset *storeOp
+	// leases[op] is a concurrency limit's call (acquire, lease_peek,
+	// release).
+	leases [sluice.OpRefund + 1]*storeOp
 }
 
 // Unwrap returns the store that i instruments, for callers that look for
@@ -320,4 +326,27 @@ func (i *instrumented) Reset(ctx context.Context, l *sluice.Limit, key string) e
 	err := i.s.Reset(ctx, l, key)
 	i.observe(i.reset, start, err)
 	return err
+}
+
+// Lease times a concurrency limit's store call as "acquire", "lease_peek"
+// or "release".
+func (i *instrumented) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+	start := time.Now()
+	d, err := i.s.Lease(ctx, op, r, id)
+	o := i.m.storeOpNamed(leaseOpName(op))
+	if int(op) < len(i.leases) {
+		o = i.leases[op]
+	}
+	i.observe(o, start, err)
+	return d, err
+}
+
+func leaseOpName(op sluice.Op) string {
+	switch op {
+	case sluice.OpTake:
+		return "acquire"
+	case sluice.OpRefund:
+		return "release"
+	}
+	return "lease_peek"
 }

@@ -157,8 +157,13 @@ type Result struct {
 	// when enforcing it would have rejected.
 	Violated bool
 
-	impossible bool  // the cost exceeds the limit's capacity
-	cost       int64 // the cost in micro-tokens, as sluice.Request.Charge judged it
+	// Lease is the slot a concurrency rule holds for the request (Hold);
+	// the zero Lease when none is held. Verdict.Release frees it.
+	Lease sluice.Lease
+
+	impossible  bool  // the cost exceeds the limit's capacity
+	cost        int64 // the cost in micro-tokens, as sluice.Request.Charge judged it
+	unsupported bool  // a concurrency rule on a path that cannot hold its slot
 }
 
 // Observer is told every decision; package metrics implements it with
@@ -246,7 +251,15 @@ const StoreErrorRetry = time.Second
 //     produced. Its store errors are recorded and otherwise ignored.
 //
 // obs, when not nil, is told each match's result.
+//
+// A take that a concurrency rule matches is refused here, with reason
+// ReasonConcurrencyUnsupported: holding a slot needs a caller that knows
+// when the request ends, which calls Hold instead.
 func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
+	return enforce(ctx, lim, op, ms, obs, false)
+}
+
+func enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
 	if op == sluice.OpRefund {
 		return refund(ctx, lim, ms)
 	}
@@ -265,8 +278,14 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 
 	reqs := make([]sluice.Request, 0, len(enf))
 	impossible := false
+	var concBuf [8]int
+	conc := concBuf[:0]
 	for _, i := range enf {
 		r := &v.Results[i]
+		if isSlot(r.Match.Request.Limit) {
+			conc = append(conc, i)
+			continue
+		}
 		if r.judge(op) {
 			impossible = true
 			continue
@@ -274,9 +293,12 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		reqs = append(reqs, r.Match.Request)
 		idx = append(idx, i)
 	}
+	// Slots first: a lease is given back exactly when the rate rules
+	// then reject (see Hold).
+	slotted := len(conc) == 0 || v.slots(ctx, lim, op, conc, hold, !impossible)
 	if len(reqs) > 0 {
 		do := lim.TakeAll
-		if op == sluice.OpPeek || impossible {
+		if op == sluice.OpPeek || impossible || !slotted {
 			do = lim.PeekAll
 		}
 		_, ds, err := do(ctx, reqs...)
@@ -304,9 +326,20 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		v.Overall = sluice.Combine(ds)
 		v.Allowed = v.Overall.Allowed
 	}
+	if !v.Allowed && len(conc) > 0 {
+		v.unhold(ctx, conc)
+	}
 
 	for _, i := range shadow {
 		r := &v.Results[i]
+		if isSlot(r.Match.Request.Limit) {
+			// A shadow slot is held when the request runs and the caller
+			// can hold it, so that its count is what enforcing would see.
+			// Where it cannot be held, it is peeked: a shadow rule never
+			// refuses.
+			v.slots(ctx, lim, op, []int{i}, true, v.Allowed && hold)
+			continue
+		}
 		if r.judge(op) {
 			continue
 		}
@@ -327,7 +360,7 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		r := &v.Results[i]
 		// A limit short of tokens always reports a positive wait; one that
 		// passed but was not charged because another refused reports none.
-		r.Violated = !r.Decision.Allowed && (r.Decision.RetryAfter > 0 || r.impossible || r.StoreErr != nil)
+		r.Violated = !r.Decision.Allowed && (r.Decision.RetryAfter > 0 || r.impossible || r.StoreErr != nil || r.unsupported)
 	}
 	if obs != nil {
 		observe(obs, v.Results)
@@ -343,25 +376,36 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 // Refunds are not decisions, so the Observer is not told.
 func refund(ctx context.Context, lim *sluice.Limiter, ms []Match) Verdict {
 	v := Verdict{Allowed: true, Results: make([]Result, len(ms))}
-	reqs := make([]sluice.Request, len(ms))
+	reqs := make([]sluice.Request, 0, len(ms))
+	idx := make([]int, 0, len(ms))
 	for i, m := range ms {
 		v.Results[i] = Result{Match: m, Shadow: m.Rule != nil && m.Rule.Mode == Shadow}
-		reqs[i] = m.Request
-		reqs[i].Reserve = false
+		if isSlot(m.Request.Limit) {
+			// A slot is given back by its lease, not by a refund, which
+			// leaves the slots as they are and reports none of them used.
+			l := m.Request.Limit
+			n := int64(l.MaxInFlight())
+			v.Results[i].Decision = sluice.Decision{Allowed: true, Limit: n, Remaining: n, Tokens: float64(n), Rule: l.Name()}
+			continue
+		}
+		r := m.Request
+		r.Reserve = false
+		reqs = append(reqs, r)
+		idx = append(idx, i)
 	}
 	if len(reqs) == 0 {
 		return v
 	}
 	ds, err := lim.RefundAll(ctx, reqs...)
 	var enf []sluice.Decision
-	for i := range v.Results {
+	for k, i := range idx {
 		r := &v.Results[i]
 		if err != nil {
 			r.StoreErr = err
 			l := r.Match.Request.Limit
 			r.Decision = sluice.Decision{Allowed: true, Limit: int64(l.Capacity()), Rule: l.Name()}
 		} else {
-			r.Decision = ds[i]
+			r.Decision = ds[k]
 		}
 		r.unscale()
 		if !r.Shadow {

@@ -229,6 +229,7 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 		l.forwardAuth(n, s)
 	}
 	l.forwardAuthWarnings(o, s)
+	l.concurrencyTransports(p)
 	s.RulesTable = l.rulesTable(o, len(s.TrustedProxies) > 0)
 	if n, ok := o.vals["jwt"]; ok {
 		p.jwt = l.jwt(n, "jwt")

@@ -82,7 +82,7 @@ func (l *loader) rule(n *yaml.Node, path string, missing MissingKey) *Rule {
 	if v, an, ok := o.str("algorithm"); ok {
 		a, err := sluice.ParseAlgorithm(v)
 		if err != nil {
-			l.errf(an, join(path, "algorithm"), "unknown algorithm %q (want token_bucket, fixed_window, sliding_log or leaky_bucket)", v)
+			l.errf(an, join(path, "algorithm"), "unknown algorithm %q (want token_bucket, fixed_window, sliding_log, leaky_bucket or concurrency)", v)
 			return nil
 		}
 		alg = a
@@ -323,7 +323,7 @@ var (
 	lbFields     = []string{"tokens_per_second", "rps", "rate", "period", "max_delay", "max_queue_delay", "max_queued"}
 	fwFields     = []string{"rate", "period", "capacity", "start", "reserve", "max_reserved", "shards", "max_queued"}
 	slFields     = []string{"rate", "period", "capacity", "shards"}
-	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost", "shards", "settle_from", "burst_seconds", "max_queue_delay", "max_queued"}
+	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost", "shards", "settle_from", "burst_seconds", "max_queue_delay", "max_queued", "max_in_flight", "lease"}
 )
 
 // commonAlgFields are the fields every algorithm takes besides its own.
@@ -337,6 +337,8 @@ func algFields(a sluice.Algorithm) []string {
 		return append(fwFields, costFields...)
 	case sluice.SlidingLog:
 		return append(slFields, costFields...)
+	case sluice.Concurrency:
+		return ccFields // one slot per request: no cost
 	}
 	return append(tbFields, costFields...)
 }
@@ -350,6 +352,9 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 	}
 	errsBefore := len(l.errs)
 	l.dropInapplicable(o, alg)
+	if alg == sluice.Concurrency {
+		return l.concurrencyConfig(o, path, name)
+	}
 	spec := sluice.Spec{Name: name, Algorithm: alg}
 	rf := l.rate(o, alg)
 	rf.apply(&spec)

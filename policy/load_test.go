@@ -123,7 +123,7 @@ func TestValidationErrors(t *testing.T) {
 		{"rate below a micro-token", rule("", "      rate: 0.0000001\n      period: 1h\n"),
 			[]string{`c.yaml:5: rules[0].algorithm_config.rate: must be at least 0.000001 (one micro-token, the least every store counts), got 1e-07`}},
 		{"unknown algorithm", "rules:\n  - name: r\n    algorithm: gcra\n    algorithm_config: {rps: 1, burst: 1}\n",
-			[]string{`c.yaml:3: rules[0].algorithm: unknown algorithm "gcra" (want token_bucket, fixed_window, sliding_log or leaky_bucket)`}},
+			[]string{`c.yaml:3: rules[0].algorithm: unknown algorithm "gcra" (want token_bucket, fixed_window, sliding_log, leaky_bucket or concurrency)`}},
 		{"no algorithm_config", "rules:\n  - name: r\n    limit_keys: []\n",
 			[]string{"c.yaml:2: rules[0].algorithm_config: is required (or tiers)"}},
 		{"bad name and duplicate", "rules:\n  - name: a b\n    algorithm_config: {rps: 1, burst: 1}\n  - name: x\n    algorithm_config: {rps: 1, burst: 1}\n  - name: x\n    algorithm_config: {rps: 1, burst: 1}\n",

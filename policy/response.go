@@ -46,8 +46,8 @@ const (
 )
 
 // Reason is the X-Sluice-Reason of a rejection by a limit of algorithm a:
-// "token_bucket_exceeded", "fixed_window_exceeded", "sliding_log_exceeded"
-// or "leaky_bucket_exceeded".
+// "token_bucket_exceeded", "fixed_window_exceeded", "sliding_log_exceeded",
+// "leaky_bucket_exceeded" or "concurrency_exceeded".
 func Reason(a sluice.Algorithm) string { return a.String() + "_exceeded" }
 
 // Refused reports whether r is a cause of its request's rejection
@@ -69,6 +69,8 @@ func (r *Result) Reason() string {
 		return ReasonStoreUnavailable
 	case r.impossible:
 		return ReasonCostExceedsLimit
+	case r.unsupported:
+		return ReasonConcurrencyUnsupported
 	case r.Match.queueFull:
 		return ReasonQueueFull
 	case r.Match.queueDelayBinds():
@@ -344,7 +346,9 @@ func resetSeconds(d sluice.Decision, rejected bool) int64 {
 func windowSeconds(l *sluice.Limit) int64 {
 	p := l.Params()
 	switch l.Algorithm() {
-	case sluice.FixedWindow, sluice.SlidingLog:
+	case sluice.FixedWindow, sluice.SlidingLog, sluice.Concurrency:
+		// A concurrency limit's quota is slots, not tokens over time; the
+		// lease is the most a slot stays held without its holder.
 		return max(ceilSeconds(sluice.Duration(p.Period)), 1)
 	}
 	rate := l.TokensPerSecond() // micro-tokens per microsecond = tokens per second

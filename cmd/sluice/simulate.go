@@ -509,6 +509,15 @@ func describeUnsharded(l *sluice.Limit) string {
 // reference server's format has no rules of its own, and its limits go
 // by their rule names or the file's own names for them.
 func pickLimit(p *policy.Policy, name string) (*sluice.Limit, error) {
+	lim, err := pickAnyLimit(p, name)
+	if err == nil && lim.Algorithm() == sluice.Concurrency {
+		// Arrivals alone say nothing of how many are in flight.
+		return nil, fmt.Errorf("limit %q is a concurrency limit: simulate replays arrivals, not how long each request runs, so it cannot say how many are in flight", lim.Name())
+	}
+	return lim, err
+}
+
+func pickAnyLimit(p *policy.Policy, name string) (*sluice.Limit, error) {
 	if name == "" {
 		all := p.NamedLimits()
 		if len(all) == 1 {

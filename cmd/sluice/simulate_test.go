@@ -359,6 +359,19 @@ func TestSimulateBadInput(t *testing.T) {
 	}
 }
 
+// A concurrency limit counts requests in flight, which arrivals alone do
+// not say: simulate refuses it, by name or as the policy's only limit.
+func TestSimulateRefusesConcurrency(t *testing.T) {
+	cfg := writeConfig(t, "rules:\n  - name: cc\n    algorithm: concurrency\n    algorithm_config: {max_in_flight: 2}\n")
+	for _, args := range [][]string{{"--config", cfg}, {"--config", cfg, "--limit", "cc"}} {
+		var out, errb bytes.Buffer
+		args = append(args, "--pattern", "1/s for 1s")
+		if code := run(append([]string{"simulate"}, args...), &out, &errb); code != 2 || !strings.Contains(errb.String(), `limit "cc" is a concurrency limit: simulate replays arrivals`) {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errb.String())
+		}
+	}
+}
+
 // README's simulate examples print what the command prints.
 func TestSimulateREADME(t *testing.T) {
 	data, err := os.ReadFile("../../README.md")

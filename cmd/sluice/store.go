@@ -234,6 +234,14 @@ func (p *pendingStore) Reset(ctx context.Context, l *sluice.Limit, key string) e
 	return s.Reset(ctx, l, key)
 }
 
+func (p *pendingStore) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+	s, err := p.opened()
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	return s.Lease(ctx, op, r, id)
+}
+
 // retry opens the store until it succeeds or ctx ends.
 func (p *pendingStore) retry(ctx context.Context, open func(context.Context) (sluice.Store, func() error, error), name string, log *slog.Logger) {
 	defer p.wg.Done()

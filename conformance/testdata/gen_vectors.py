@@ -198,8 +198,36 @@ def sl_refund(self, now, amount):
 SlidingLog.refund = sl_refund
 
 
+class Concurrency:
+    """At most n leases live at once; a lease ends lease_us after it was
+    taken or last renewed. Leases are named by the vectors' labels."""
+    def __init__(self, n, lease_us):
+        self.n, self.lease, self.ends = n, lease_us, {}
+        self.cap = n * S
+
+    def step(self, now, op, label):
+        live = {k: e for k, e in self.ends.items() if e > now}
+        held = label is not None and label in live
+        allowed = held if op == "release" else (held or len(live) < self.n)
+        after = dict(live)
+        if op == "release":
+            after.pop(label, None)
+        elif allowed:
+            after[label] = max(after.get(label, 0), now + self.lease)
+        out = dict(allowed=allowed, tokens=(self.n - len(after)) * S, retry_after_us=0,
+                   reset_after_us=max([e - now for e in after.values()], default=0))
+        if not allowed and op != "release":
+            # When enough leases have ended that one slot is free.
+            out["retry_after_us"] = sorted(live.values())[len(live) - self.n] - now
+        if op != "peek":
+            self.ends = after
+        return out
+
+
 def engine(limit, key):
     alg = limit["algorithm"]
+    if alg == "concurrency":
+        return Concurrency(limit["max_in_flight"], limit.get("lease_us", 30 * S))
     if "tokens_per_second" in limit:
         rate, period = F(str(limit["tokens_per_second"])), S
         cap = F(str(limit.get("burst", limit["tokens_per_second"])))
@@ -229,6 +257,14 @@ def run(case):
         if op == "reset":
             eng = engine(case["limit"], case["key"])
             steps.append(dict(st))
+            continue
+        if isinstance(eng, Concurrency):
+            s = dict(st)
+            if "want_error" not in st:
+                out = eng.step(st["t_us"], op, st.get("lease"))
+                out["remaining"] = max(0, out["tokens"] // S)
+                s["want"] = {k: out[k] for k in ("allowed", "remaining", "tokens", "retry_after_us", "reset_after_us")}
+            steps.append(s)
             continue
         cost = int(F(str(st.get("cost", 1))) * S)
         reserve = st.get("reserve", False) or case["limit"]["algorithm"] == "leaky_bucket" or case["limit"].get("reserve", False)
@@ -455,5 +491,35 @@ cases.append(dict(name="fw_unbounded_reserve_range", key="k",
                   note="1 per 2^50us window, capacity 1, no max_reserved: paying a debt must end within 2^52us, so 1 token of debt at most",
                   limit=dict(algorithm="fixed_window", rate=1, period_us=2**50, capacity=1, start_us=0),
                   steps=[at(0, cost=2.000001, reserve=True, want_error="cost_exceeds_limit"), at(0, cost=2, reserve=True), at(0, op="peek", cost=0.5, reserve=True)]))
+
+# Concurrency limits: each step names its lease ("lease": a label the
+# harness maps to a random lease id); peeks without one ask for a new slot.
+cases.append(dict(name="cc_acquire_release", key="k",
+                  note="2 slots, 10 s leases: a third acquire waits for the first lease to end (retry = its end); a release frees a slot at once; releasing twice finds nothing",
+                  limit=dict(algorithm="concurrency", max_in_flight=2, lease_us=10 * S),
+                  steps=[at(0, op="peek"), at(0, op="acquire", lease="a"), at(S, op="acquire", lease="b"),
+                         at(2 * S, op="acquire", lease="c"), at(2 * S, op="peek"),
+                         at(3 * S, op="release", lease="a"), at(3 * S, op="release", lease="a"),
+                         at(3 * S, op="acquire", lease="c"), at(4 * S, op="acquire", lease="d"),
+                         at(4 * S, op="take", want_error="lease_required")]))
+cases.append(dict(name="cc_lease_expiry", key="k",
+                  note="1 slot, 1 s lease: the holder never releases; its slot is free exactly when its lease ends, and its late release finds nothing",
+                  limit=dict(algorithm="concurrency", max_in_flight=1, lease_us=S),
+                  steps=[at(0, op="acquire", lease="a"), at(S - 1, op="acquire", lease="b"), at(S - 1, op="peek"),
+                         at(S, op="peek"), at(S, op="acquire", lease="b"), at(S + 1, op="release", lease="a"),
+                         at(S + 1, op="peek", lease="b")]))
+cases.append(dict(name="cc_renew", key="k",
+                  note="1 slot, 1 s lease: acquiring again with the same lease renews it from now, never shortening it; a lease that lapsed is taken again if a slot is free",
+                  limit=dict(algorithm="concurrency", max_in_flight=1, lease_us=S),
+                  steps=[at(0, op="acquire", lease="a"), at(900_000, op="acquire", lease="a"), at(1_500_000, op="acquire", lease="b"),
+                         at(1_899_999, op="peek", lease="a"), at(1_900_000, op="acquire", lease="b"),
+                         at(3_000_000, op="acquire", lease="b"), at(3_000_000, op="acquire", lease="a"),
+                         at(3_000_000, op="reset"), at(3_000_000, op="acquire", lease="a")]))
+cases.append(dict(name="cc_retry_is_nth_end", key="k",
+                  note="3 slots: a rejected acquire waits for the earliest end among the live leases; after a release, a slot is free at once",
+                  limit=dict(algorithm="concurrency", max_in_flight=3, lease_us=5 * S),
+                  steps=[at(0, op="acquire", lease="a"), at(2 * S, op="acquire", lease="b"), at(S, op="acquire", lease="c"),
+                         at(3 * S, op="acquire", lease="d"), at(3 * S, op="release", lease="b"), at(3 * S, op="acquire", lease="d"),
+                         at(5 * S, op="peek"), at(6 * S, op="peek"), at(6 * S, op="acquire", lease="e")]))
 
 print(json.dumps({"cases": [run(c) for c in cases]}, indent=1))

@@ -1,0 +1,399 @@
+package sluice
+
+// Concurrency limits: at most N requests of a key in flight at once.
+//
+// A rate limit counts requests as they start; a concurrency limit counts
+// those that have not ended. Each admitted request holds a slot under a
+// lease, a random 128-bit id kept in the key's state with the time it
+// ends: the state of a key is the set of its (lease id, expiry) pairs.
+// Acquiring drops the expired leases and admits when fewer than N are
+// left; releasing removes the lease's id. A holder that dies without
+// releasing (a crashed process, a client that took a lease and vanished)
+// loses its slot when its lease ends, so no slot is lost for good; a
+// holder that runs longer renews its lease before it ends.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+)
+
+// DefaultLease is a concurrency limit's lease when its Spec gives none.
+const DefaultLease = 30 * time.Second
+
+// Bounds of a concurrency limit's Spec.
+const (
+	// MaxInFlightLimit is the most slots a concurrency limit may have:
+	// a key's state is one entry per slot held (O(MaxInFlight)).
+	MaxInFlightLimit = 1 << 16
+	// MinLease and MaxLease bound Spec.Lease: a lease shorter than a
+	// millisecond ends before a store's answer is back, and one longer
+	// than a day keeps a dead holder's slot far longer than any request
+	// runs.
+	MinLease = time.Millisecond
+	MaxLease = 24 * time.Hour
+)
+
+// ErrInvalidLease is a lease id that is not 32 hexadecimal digits.
+var ErrInvalidLease = errors.New("sluice: a lease id is 32 hexadecimal digits")
+
+// newConcurrency validates and compiles the Spec of a concurrency limit:
+// MaxInFlight slots held for Lease each; no rate, size or reservation.
+func newConcurrency(s Spec) (*Limit, error) {
+	bad := func(format string, a ...any) (*Limit, error) {
+		return nil, fmt.Errorf("%w %q: %s", ErrInvalidLimit, s.Name, fmt.Sprintf(format, a...))
+	}
+	if s.Algorithm != Concurrency {
+		return bad("max_in_flight and lease apply to concurrency limits only, not %s", s.Algorithm)
+	}
+	switch {
+	case s.TokensPerSecond != 0 || s.Rate != 0 || s.Burst != 0 || s.Capacity != 0 || s.Period != 0:
+		return bad("a concurrency limit counts requests in flight: it takes max_in_flight and lease, no rate, burst, capacity or period")
+	case s.Reserve || s.MaxReserved != 0 || s.MaxDelay != 0 || s.Start != nil:
+		return bad("a concurrency limit takes no reservation, max_delay or start")
+	case s.Shards > 1:
+		return bad("a concurrency limit cannot be sharded: its slots are counted in one set per key")
+	case s.MaxInFlight < 1 || s.MaxInFlight > MaxInFlightLimit:
+		return bad("max_in_flight must be a whole number from 1 to %d (got %d)", MaxInFlightLimit, s.MaxInFlight)
+	case s.Jitter < 0:
+		return bad("jitter must not be negative")
+	}
+	lease := s.Lease
+	if lease == 0 {
+		lease = DefaultLease
+	}
+	if lease < MinLease || lease > MaxLease {
+		return bad("lease must be from %v to %v (got %v)", MinLease, MaxLease, s.Lease)
+	}
+	p := Params{
+		Algorithm: Concurrency,
+		Capacity:  int64(s.MaxInFlight) * TokenScale,
+		Period:    Micros(lease),
+		Offset:    -1,
+	}
+	return &Limit{spec: s, params: p, nameID: maphash.String(nameSeed, s.Name)}, nil
+}
+
+// MaxInFlight returns a concurrency limit's number of slots (0 for any
+// other limit).
+func (l *Limit) MaxInFlight() int {
+	if l.params.Algorithm != Concurrency {
+		return 0
+	}
+	return int(l.params.Capacity / TokenScale)
+}
+
+// Lease returns how long a concurrency limit's slot is held without a
+// renewal (0 for any other limit).
+func (l *Limit) Lease() time.Duration {
+	if l.params.Algorithm != Concurrency {
+		return 0
+	}
+	return Duration(l.params.Period)
+}
+
+// LeaseID names one held slot. It is drawn from crypto/rand (NewLeaseID)
+// and is the only proof of holding the slot: whoever knows it can renew
+// or release it, and 128 random bits cannot be guessed. It is meaningful
+// only under the limit and key it was acquired for.
+type LeaseID [16]byte
+
+// NewLeaseID returns a random lease id, never the zero one.
+func NewLeaseID() LeaseID {
+	var id LeaseID
+	for id == (LeaseID{}) {
+		rand.Read(id[:]) // never fails (crypto/rand, Go 1.24 and later)
+	}
+	return id
+}
+
+// String returns id as 32 lowercase hexadecimal digits, the form the
+// decision API and the stores use.
+func (id LeaseID) String() string { return hex.EncodeToString(id[:]) }
+
+// IsZero reports whether id is the zero id, which no lease has.
+func (id LeaseID) IsZero() bool { return id == LeaseID{} }
+
+// ParseLeaseID reads 32 hexadecimal digits (either case).
+func ParseLeaseID(s string) (LeaseID, error) {
+	var id LeaseID
+	if len(s) != 2*len(id) {
+		return id, fmt.Errorf("%w (got %d characters)", ErrInvalidLease, len(s))
+	}
+	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
+		return LeaseID{}, ErrInvalidLease
+	}
+	return id, nil
+}
+
+// LeaseEntry is one held slot of a concurrency limit: its lease and when
+// the lease ends, in microseconds of the store's clock.
+type LeaseEntry struct {
+	ID      LeaseID
+	Expires int64
+}
+
+// StepLease applies op for lease id to set, the leases of one key of a
+// concurrency limit of parameters p (p.Capacity/TokenScale slots, leases
+// of p.Period microseconds), at time now. It is the one definition of a
+// concurrency limit that every store implements (Go in memory, Lua in
+// Redis, PL/pgSQL in PostgreSQL):
+//
+//   - A lease is live while Expires > now; expired ones are dropped.
+//   - OpTake acquires: when id holds a live lease, it is renewed (its
+//     expiry becomes now + p.Period, never earlier than it was) and
+//     admitted; else it is admitted when fewer than N leases are live,
+//     and added with expiry now + p.Period.
+//   - OpPeek answers what OpTake would, changing nothing.
+//   - OpRefund releases: id's lease is removed; Allowed reports whether
+//     id held a live one.
+//
+// The Outcome describes the set after op (for a peek, after the take it
+// would be): Tokens is N minus the leases held, in micro-tokens (below
+// zero when more are held than a lowered N allows); ResetAfter is the
+// wait until every lease has ended; a rejected acquire's RetryAfter is the
+// wait until enough leases end for a slot to be free, which is an upper
+// bound: a release frees one sooner.
+//
+// OpTake and OpRefund rewrite set in place and return the set to store
+// with true; OpPeek leaves set as it was and returns false.
+func StepLease(p *Params, set []LeaseEntry, now int64, op Op, id LeaseID) ([]LeaseEntry, Outcome, bool) {
+	n := p.Capacity / TokenScale
+	var live int64
+	held := false
+	for _, e := range set {
+		if e.Expires > now {
+			live++
+			held = held || e.ID == id
+		}
+	}
+	var o Outcome
+	if op == OpRefund {
+		o.Allowed = held
+	} else {
+		o.Allowed = held || live < n
+	}
+	after := set
+	if op == OpPeek {
+		after = slices.Clone(set)
+	}
+	out := after[:0]
+	for _, e := range after {
+		if e.Expires <= now || (op == OpRefund && e.ID == id) {
+			continue
+		}
+		if e.ID == id && o.Allowed {
+			e.Expires = max(e.Expires, now+p.Period)
+		}
+		out = append(out, e)
+	}
+	if o.Allowed && op != OpRefund && !held {
+		out = append(out, LeaseEntry{ID: id, Expires: now + p.Period})
+	}
+	o.Tokens = (n - int64(len(out))) * TokenScale
+	for _, e := range out {
+		o.ResetAfter = max(o.ResetAfter, e.Expires-now)
+	}
+	if !o.Allowed && op != OpRefund {
+		o.RetryAfter = slotFreeAfter(out, live-n+1, now)
+	}
+	if op == OpPeek {
+		return set, o, false
+	}
+	return out, o, true
+}
+
+// slotFreeAfter is the wait until k of the leases of set (all live) have
+// ended: the k-th earliest expiry, less now.
+func slotFreeAfter(set []LeaseEntry, k, now int64) int64 {
+	if k < 1 || k > int64(len(set)) {
+		return 0
+	}
+	exp := make([]int64, len(set))
+	for i, e := range set {
+		exp[i] = e.Expires
+	}
+	slices.Sort(exp)
+	return exp[k-1] - now
+}
+
+// slot checks that r asks for one slot of a concurrency limit: the
+// request Acquire, Peek and Release take.
+func (r *Request) slot() error {
+	if r.Limit == nil {
+		return fmt.Errorf("%w: request for key %q has no limit", ErrInvalidLimit, r.Key)
+	}
+	if r.Limit.params.Algorithm != Concurrency {
+		return fmt.Errorf("limit %q is a %s, not a concurrency limit: %w", r.Limit.Name(), r.Limit.Algorithm(), ErrLeaseRequired)
+	}
+	if r.Cost != 0 && r.Cost != 1 {
+		return fmt.Errorf("limit %q: a request holds one slot of a concurrency limit, not %v: %w", r.Limit.Name(), r.Cost, ErrInvalidCost)
+	}
+	if r.Reserve || r.MaxReserved != 0 {
+		return fmt.Errorf("limit %q (concurrency): %w", r.Limit.Name(), ErrReserveUnsupported)
+	}
+	return nil
+}
+
+// CheckLease validates r as a request for one slot of a concurrency
+// limit: the check every store's Lease makes first.
+func (r Request) CheckLease() error { return r.slot() }
+
+// Lease is one held slot of a concurrency limit, from Limiter.Acquire.
+// It is a small value: copy it freely; its methods are safe for
+// concurrent use. The zero Lease holds nothing, and releasing it does
+// nothing, so a caller may defer Release whether or not it was admitted.
+type Lease struct {
+	l   *Limiter
+	lim *Limit
+	key string
+	id  LeaseID
+}
+
+// ID returns the lease's id (zero for the zero Lease).
+func (s Lease) ID() LeaseID { return s.id }
+
+// Limit returns the limit the lease holds a slot of.
+func (s Lease) Limit() *Limit { return s.lim }
+
+// Key returns the key the lease holds a slot of.
+func (s Lease) Key() string { return s.key }
+
+// Held reports whether s came from an admitted Acquire (it may have
+// expired or been released since).
+func (s Lease) Held() bool { return s.l != nil && !s.id.IsZero() }
+
+// Release frees the slot. Releasing the zero Lease, or a lease already
+// released or expired, does nothing and is no error; the error is the
+// store's failure, after which the slot is freed when its lease ends.
+func (s Lease) Release(ctx context.Context) error {
+	if !s.Held() {
+		return nil
+	}
+	_, err := s.l.Release(ctx, Request{Limit: s.lim, Key: s.key}, s.id)
+	return err
+}
+
+// Renew extends the lease to the limit's lease duration from now, for a
+// holder whose work runs longer than the lease. Its decision is allowed
+// while the lease holds its slot; a lease that had expired is acquired
+// again if a slot is free, and else rejected: the slot was lost.
+func (s Lease) Renew(ctx context.Context) (Decision, error) {
+	if !s.Held() {
+		return Decision{}, fmt.Errorf("renew: the zero Lease holds no slot: %w", ErrLeaseRequired)
+	}
+	r := Request{Limit: s.lim, Key: s.key}
+	d, err := s.l.store.Lease(ctx, OpTake, r, s.id)
+	if err != nil {
+		return Decision{}, err
+	}
+	s.l.advise(ctx, &d, &r, time.Time{})
+	return d, nil
+}
+
+// Acquire asks r.Limit, a concurrency limit, for one of r.Key's slots.
+// When admitted, the Lease holds it until Lease.Release, or until the
+// limit's lease ends without a Renew; the Decision's Remaining is the
+// slots left. When rejected, the Lease is the zero Lease and the
+// Decision's RetryAfter is the wait until enough leases end for a slot to
+// be free: an upper bound, since a release frees one sooner.
+//
+// Like Take, and unlike semaphore.Weighted's Acquire, it does not block:
+// a rejected caller decides whether to wait. A request holds one slot
+// (Cost 0 or 1). A store error leaves no slot held by the caller; if the
+// store acquired one before failing to answer, it is freed when its lease
+// ends.
+func (l *Limiter) Acquire(ctx context.Context, r Request) (Lease, Decision, error) {
+	if err := r.slot(); err != nil {
+		return Lease{}, Decision{}, err
+	}
+	id := NewLeaseID()
+	d, err := l.store.Lease(ctx, OpTake, r, id)
+	if err != nil {
+		return Lease{}, Decision{}, err
+	}
+	l.advise(ctx, &d, &r, time.Time{})
+	if !d.Allowed {
+		return Lease{}, d, nil
+	}
+	return Lease{l: l, lim: r.Limit, key: r.Key, id: id}, d, nil
+}
+
+// Release frees the slot that lease id holds of r.Key under r.Limit, a
+// concurrency limit: what Lease.Release does, for a caller that has the id
+// alone (the decision API's /v1/release). The Decision describes the key
+// after the release; its Allowed reports whether id held a live lease
+// (false for one already released, expired, or never acquired under this
+// limit and key).
+func (l *Limiter) Release(ctx context.Context, r Request, id LeaseID) (Decision, error) {
+	if err := r.slot(); err != nil {
+		return Decision{}, err
+	}
+	return l.store.Lease(ctx, OpRefund, r, id)
+}
+
+// peekSlot answers what Acquire would for r.
+func (l *Limiter) peekSlot(ctx context.Context, r Request) (Decision, error) {
+	if err := r.slot(); err != nil {
+		return Decision{}, err
+	}
+	d, err := l.store.Lease(ctx, OpPeek, r, LeaseID{})
+	l.advise(ctx, &d, &r, time.Time{})
+	return d, err
+}
+
+// Keep renews the lease every half of its limit's lease, on the limiter's
+// clock (see Options), until stop is called: for a holder whose work may
+// run longer than the lease, so that only a holder that died loses its
+// slot. lost, when not nil, is told each renewal that failed (the store's
+// error) or found the slot gone (a rejected Decision: the lease had ended
+// and the slots were full). stop waits for a renewal in flight to finish,
+// so a Release after stop is never undone by a late renewal. Keeping the
+// zero Lease does nothing.
+func (s Lease) Keep(lost func(Decision, error)) (stop func()) {
+	if !s.Held() {
+		return func() {}
+	}
+	every := s.lim.Lease() / 2
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			var tick <-chan time.Time
+			var stopTimer func() bool
+			if tc, ok := s.l.clock.(TimerClock); ok {
+				tick, stopTimer = tc.NewTimer(every)
+			} else {
+				t := time.NewTimer(every)
+				tick, stopTimer = t.C, t.Stop
+			}
+			select {
+			case <-done:
+				stopTimer()
+				return
+			case <-tick:
+			}
+			// A renewal that takes longer than half a lease is too late
+			// anyway; bounding it keeps stop from waiting on a hung store.
+			ctx, cancel := context.WithTimeout(context.Background(), every)
+			d, err := s.Renew(ctx)
+			cancel()
+			if (err != nil || !d.Allowed) && lost != nil {
+				lost(d, err)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			<-finished
+		})
+	}
+}

@@ -1,0 +1,218 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
+)
+
+func TestLeasesPureArithmetic(t *testing.T) {
+	conformance.RunLeases(t, newMapStore, conformance.LeaseOptions{})
+}
+
+func TestConcurrencySpec(t *testing.T) {
+	ok := sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 3}
+	l, err := sluice.NewLimit(ok)
+	if err != nil || l.MaxInFlight() != 3 || l.Lease() != sluice.DefaultLease || l.Capacity() != 3 {
+		t.Fatalf("%v, %v; want 3 slots on the default lease", l, err)
+	}
+	start := time.Duration(0)
+	for name, s := range map[string]sluice.Spec{
+		"no slots":          {Name: "x", Algorithm: sluice.Concurrency},
+		"too many slots":    {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: sluice.MaxInFlightLimit + 1},
+		"negative slots":    {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: -1},
+		"short lease":       {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Microsecond},
+		"negative lease":    {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: -time.Second},
+		"long lease":        {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: 25 * time.Hour},
+		"a rate":            {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, TokensPerSecond: 5},
+		"a capacity":        {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Capacity: 5},
+		"reserve":           {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Reserve: true},
+		"start":             {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Start: &start},
+		"shards":            {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Shards: 4},
+		"slots on a bucket": {Name: "x", TokensPerSecond: 1, Burst: 1, MaxInFlight: 2},
+		"lease on a window": {Name: "x", Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Second, Lease: time.Second},
+	} {
+		if _, err := sluice.NewLimit(s); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Errorf("%s: %v, want ErrInvalidLimit", name, err)
+		}
+	}
+}
+
+func TestLeaseIDs(t *testing.T) {
+	a, b := sluice.NewLeaseID(), sluice.NewLeaseID()
+	if a == b || a.IsZero() || len(a.String()) != 32 {
+		t.Fatalf("%s %s", a, b)
+	}
+	for _, s := range []string{a.String(), strings.ToUpper(a.String())} {
+		if got, err := sluice.ParseLeaseID(s); err != nil || got != a {
+			t.Errorf("ParseLeaseID(%q) = %s, %v", s, got, err)
+		}
+	}
+	for _, s := range []string{"", "00", a.String() + "0", a.String()[:31] + "g", "-" + a.String()[1:]} {
+		if _, err := sluice.ParseLeaseID(s); !errors.Is(err, sluice.ErrInvalidLease) {
+			t.Errorf("ParseLeaseID(%q): %v, want ErrInvalidLease", s, err)
+		}
+	}
+}
+
+// A concurrency limit holds slots by lease: its takes, refunds and
+// all-or-nothing takes are refused on every path, and an acquire of any
+// other limit too.
+func TestConcurrencyNeedsLease(t *testing.T) {
+	ctx := context.Background()
+	clk := sluice.NewManualClock(time.Unix(1000, 0))
+	lim := sluice.New(newMapStore(t, clk))
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1})
+	tb := sluice.MustLimit(sluice.Spec{Name: "tb", TokensPerSecond: 1, Burst: 1})
+	r := sluice.Request{Limit: cc, Key: "k"}
+	if _, err := lim.Take(ctx, r); !errors.Is(err, sluice.ErrLeaseRequired) || !sluice.IsInputError(err) {
+		t.Errorf("Take: %v", err)
+	}
+	if _, err := lim.Refund(ctx, r); !errors.Is(err, sluice.ErrLeaseRequired) {
+		t.Errorf("Refund: %v", err)
+	}
+	if _, _, err := lim.TakeAll(ctx, r, sluice.Request{Limit: tb, Key: "k"}); !errors.Is(err, sluice.ErrLeaseRequired) {
+		t.Errorf("TakeAll: %v", err)
+	}
+	if _, _, err := lim.Acquire(ctx, sluice.Request{Limit: tb, Key: "k"}); !errors.Is(err, sluice.ErrLeaseRequired) {
+		t.Errorf("Acquire of a token bucket: %v", err)
+	}
+	for _, bad := range []sluice.Request{{Limit: cc, Key: "k", Cost: 0.5}, {Limit: cc, Key: "k", Cost: 2}, {Limit: cc, Key: "k", Reserve: true}, {Key: "k"}} {
+		if _, _, err := lim.Acquire(ctx, bad); err == nil || !sluice.IsInputError(err) {
+			t.Errorf("Acquire %+v: %v, want an input error", bad, err)
+		}
+	}
+	var zero sluice.Lease
+	if err := zero.Release(ctx); err != nil || zero.Held() {
+		t.Errorf("the zero Lease: %v", err)
+	}
+	zero.Keep(nil)() // nothing to keep, nothing to stop
+	if _, err := zero.Renew(ctx); !errors.Is(err, sluice.ErrLeaseRequired) {
+		t.Errorf("renewing the zero Lease: %v", err)
+	}
+}
+
+// Keep renews a lease every half lease on the limiter's clock, so the
+// slot outlives its first lease while its holder lives; after stop, the
+// slot ends with its last renewal.
+func TestLeaseKeep(t *testing.T) {
+	ctx := context.Background()
+	clk := sluice.NewManualClock(time.Unix(1000, 0))
+	lim := sluice.NewWithOptions(newMapStore(t, clk), sluice.Options{Clock: clk})
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: 10 * time.Second})
+	r := sluice.Request{Limit: cc, Key: "k"}
+	ls, d, err := lim.Acquire(ctx, r)
+	if err != nil || !d.Allowed || ls.Key() != "k" || ls.Limit() != cc {
+		t.Fatalf("%+v %+v %v", ls, d, err)
+	}
+	var lost []error
+	stop := ls.Keep(func(_ sluice.Decision, err error) { lost = append(lost, err) })
+	waitPending := func(n int) {
+		for {
+			got, changed := clk.PendingTimers()
+			if got == n {
+				return
+			}
+			<-changed
+		}
+	}
+	for range 6 { // 30s, three leases
+		waitPending(1)
+		clk.Advance(5 * time.Second)
+	}
+	waitPending(1)
+	if d, _ := lim.Peek(ctx, r); d.Allowed {
+		t.Fatal("a kept lease lost its slot")
+	}
+	stop()
+	stop()
+	waitPending(0)
+	if len(lost) != 0 {
+		t.Fatalf("renewals lost the slot: %v", lost)
+	}
+	clk.Advance(10 * time.Second)
+	if d, _ := lim.Peek(ctx, r); !d.Allowed {
+		t.Fatal("the slot outlived its last renewal by a lease")
+	}
+}
+
+// StepLease on any sequence of acquires, peeks and releases of a few
+// leases, with a clock that moves either way: never more leases than
+// slots are added, an admitted acquire leaves its lease live for a whole
+// lease, a release leaves it gone, a peek changes nothing and answers as
+// the acquire after it does, and the outcome counts what is held.
+func FuzzStepLease(f *testing.F) {
+	f.Add(uint8(2), uint32(1000), []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add(uint8(1), uint32(1), []byte{0x10, 0x21, 0x32, 0x03, 0x14})
+	f.Fuzz(func(t *testing.T, slots uint8, leaseUs uint32, ops []byte) {
+		n := int(slots%8) + 1
+		lease := time.Duration(leaseUs%5_000_000+1000) * time.Microsecond
+		l := sluice.MustLimit(sluice.Spec{Name: "f", Algorithm: sluice.Concurrency, MaxInFlight: n, Lease: lease})
+		p := l.Params()
+		ids := [4]sluice.LeaseID{sluice.NewLeaseID(), sluice.NewLeaseID(), sluice.NewLeaseID(), sluice.NewLeaseID()}
+		var set []sluice.LeaseEntry
+		now := int64(1_000_000_000)
+		live := func(set []sluice.LeaseEntry, now int64) (count int, ends map[sluice.LeaseID]int64) {
+			ends = map[sluice.LeaseID]int64{}
+			for _, e := range set {
+				if e.Expires > now {
+					count++
+					ends[e.ID] = e.Expires
+				}
+			}
+			return count, ends
+		}
+		for _, b := range ops {
+			now += int64(int8(b)) * 50_000 // the clock moves either way
+			id := ids[b>>4&3]
+			before, _ := live(set, now)
+			switch b & 3 {
+			case 0, 1: // acquire
+				peekSet := append([]sluice.LeaseEntry(nil), set...)
+				_, po, pw := sluice.StepLease(p, peekSet, now, sluice.OpPeek, id)
+				var o sluice.Outcome
+				set, o, _ = sluice.StepLease(p, set, now, sluice.OpTake, id)
+				if pw || po != o {
+					t.Fatalf("peek %+v (write %v), acquire %+v", po, pw, o)
+				}
+				after, ends := live(set, now)
+				if o.Allowed && ends[id] < now+p.Period {
+					t.Fatalf("an admitted acquire's lease ends at %d, before %d", ends[id], now+p.Period)
+				}
+				if !o.Allowed && (o.RetryAfter <= 0 || after != before) {
+					t.Fatalf("a rejection: %+v, %d held before, %d after", o, before, after)
+				}
+				if after > max(n, before) {
+					t.Fatalf("%d leases held with %d slots (%d before)", after, n, before)
+				}
+				if o.Tokens != int64(n-after)*sluice.TokenScale {
+					t.Fatalf("tokens %d with %d of %d held", o.Tokens, after, n)
+				}
+			case 2: // release
+				var o sluice.Outcome
+				_, ends := live(set, now)
+				_, held := ends[id]
+				set, o, _ = sluice.StepLease(p, set, now, sluice.OpRefund, id)
+				if _, ends := live(set, now); o.Allowed != held || ends[id] != 0 {
+					t.Fatalf("release: %+v, held %v, still live %v", o, held, ends[id] != 0)
+				}
+			case 3: // a peek without a lease
+				copySet := append([]sluice.LeaseEntry(nil), set...)
+				out, o, w := sluice.StepLease(p, set, now, sluice.OpPeek, sluice.LeaseID{})
+				if w || len(out) != len(copySet) || o.Allowed != (before < n) {
+					t.Fatalf("peek: %+v write %v, %d held of %d", o, w, before, n)
+				}
+				for i := range out {
+					if out[i] != copySet[i] {
+						t.Fatal("a peek changed the set")
+					}
+				}
+			}
+		}
+	})
+}

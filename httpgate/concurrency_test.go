@@ -1,0 +1,474 @@
+package httpgate_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httpgate"
+)
+
+// inflightPolicy allows 3 requests per API key in flight, on leases of
+// 30s.
+const inflightPolicy = `
+rules:
+  - name: inflight
+    algorithm: concurrency
+    limit_keys: ["header:x-api-key"]
+    algorithm_config: {max_in_flight: 3, lease: 30s}
+`
+
+// holdingUpstream answers /hold only when the test closes release (or the
+// request ends), counting the requests in it.
+type holdingUpstream struct {
+	*httptest.Server
+	in      atomic.Int64
+	arrived chan struct{} // one send per request that reached /hold
+	release chan struct{}
+}
+
+func newHoldingUpstream(t *testing.T) *holdingUpstream {
+	u := &holdingUpstream{arrived: make(chan struct{}, 64), release: make(chan struct{})}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.in.Add(1)
+		defer u.in.Add(-1)
+		u.arrived <- struct{}{}
+		select {
+		case <-u.release:
+			io.WriteString(w, "done")
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+// proxyTo serves e's gate as a reverse proxy to up.
+func (e *env) proxyTo(up string, opts httpgate.ProxyOptions) *httptest.Server {
+	e.t.Helper()
+	u, err := url.Parse(up)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	srv := httptest.NewServer(e.gate.Proxy(u, opts))
+	e.t.Cleanup(srv.Close)
+	return srv
+}
+
+// slotsFree reports the free slots of key under the concurrency rule of
+// e, as a peek sees them (the slots a take would leave, plus its own).
+func (e *env) slotsFree(rule, key string) int64 {
+	e.t.Helper()
+	lim := e.gate.Policy().Limit(rule)
+	d, err := e.gate.Limiter().Peek(context.Background(), sluice.Request{Limit: lim, Key: key})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !d.Allowed {
+		return 0
+	}
+	return d.Remaining + 1
+}
+
+// waitFree waits until key has want free slots: a handler releases its
+// slots after its response has gone out, so a client may see the answer
+// a moment before the slot is free. The wait is for that goroutine, not
+// for time to pass: it ends as soon as the slot is free.
+func (e *env) waitFree(rule, key string, want int64) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.slotsFree(rule, key) != want {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s/%s: %d slots free 10s after every request ended, want %d", rule, key, e.slotsFree(rule, key), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func getWith(t *testing.T, ctx context.Context, u, key string) (*http.Response, string, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Api-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b), nil
+}
+
+// N+1 requests at once through the real proxy, each held by the upstream
+// until the test lets go: exactly N reach it and one is refused with a 429
+// (concurrency_exceeded); once they end, every slot is free again.
+func TestProxyConcurrencyLimit(t *testing.T) {
+	up := newHoldingUpstream(t)
+	e := newEnv(t, inflightPolicy)
+	proxy := e.proxyTo(up.URL, httpgate.ProxyOptions{})
+
+	const n = 3
+	type result struct {
+		status int
+		reason string
+		retry  string
+	}
+	results := make(chan result, n+1)
+	for range n + 1 {
+		go func() {
+			resp, _, err := getWith(t, context.Background(), proxy.URL+"/hold", "k1")
+			if err != nil {
+				results <- result{status: -1, reason: err.Error()}
+				return
+			}
+			results <- result{resp.StatusCode, resp.Header.Get("X-Sluice-Reason"), resp.Header.Get("Retry-After")}
+		}()
+	}
+	// The admitted ones wait in the upstream; the one refused answers.
+	rejected := <-results
+	if rejected.status != 429 || rejected.reason != "concurrency_exceeded" || rejected.retry == "" {
+		t.Fatalf("the request beyond max_in_flight: %+v, want 429 concurrency_exceeded with Retry-After", rejected)
+	}
+	for range n {
+		<-up.arrived
+	}
+	if got := up.in.Load(); got != n {
+		t.Fatalf("%d requests in the upstream, want %d", got, n)
+	}
+	// Another key has slots of its own.
+	if e.slotsFree("inflight", "k2") != n {
+		t.Fatal("another key's slots are taken")
+	}
+	close(up.release)
+	for range n {
+		if r := <-results; r.status != 200 {
+			t.Fatalf("an admitted request: %+v, want 200", r)
+		}
+	}
+	e.waitFree("inflight", "k1", n)
+	// All free: N more at once are admitted.
+	results2 := make(chan int, n)
+	for range n {
+		go func() {
+			resp, _, err := getWith(t, context.Background(), proxy.URL+"/hold", "k1")
+			if err != nil {
+				results2 <- -1
+				return
+			}
+			results2 <- resp.StatusCode
+		}()
+	}
+	for range n {
+		if s := <-results2; s != 200 {
+			t.Fatalf("after every slot was freed: %d, want 200", s)
+		}
+	}
+}
+
+// A holder that dies keeps its slot only until its lease ends: a lease
+// taken through the decision API and never released blocks the proxy's
+// requests of that key, and not a moment past its lease.
+func TestKilledHolderSlotComesBack(t *testing.T) {
+	e := newEnv(t, `
+rules:
+  - name: one
+    algorithm: concurrency
+    limit_keys: ["header:x-api-key"]
+    algorithm_config: {max_in_flight: 1, lease: 30s}
+`)
+	up := newUpstream(t)
+	proxy := e.proxyTo(up.URL, httpgate.ProxyOptions{})
+
+	_, took := e.post("/v1/take", `{"rule":"one","key":"k1"}`)
+	if took["allowed"] != true || len(fmt.Sprint(took["lease"])) != 32 || took["lease_ms"] != float64(30000) {
+		t.Fatalf("take: %v; want allowed with a 32-digit lease of 30000ms", took)
+	}
+	// Its holder dies here: the lease is never released.
+	resp, _, err := getWith(t, context.Background(), proxy.URL+"/x", "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Retry-After is the lease's end, spread by up to half again per client.
+	if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != 429 || ra < 30 || ra > 45 {
+		t.Fatalf("while the dead holder's lease runs: %d Retry-After %q, want 429 after 30 to 45", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	e.clk.Advance(30*time.Second - time.Microsecond)
+	if resp, _, _ := getWith(t, context.Background(), proxy.URL+"/x", "k1"); resp.StatusCode != 429 {
+		t.Fatalf("1us before the lease ends: %d, want 429", resp.StatusCode)
+	}
+	e.clk.Advance(time.Microsecond)
+	resp, body, err := getWith(t, context.Background(), proxy.URL+"/x", "k1")
+	if err != nil || resp.StatusCode != 200 || !strings.HasPrefix(body, "hello /x") {
+		t.Fatalf("once the lease ended: %v %v %q, want 200 from the upstream", resp, err, body)
+	}
+	e.waitFree("one", "k1", 1)
+	// The late release of the dead holder's lease frees nothing.
+	_, rel := e.post("/v1/release", fmt.Sprintf(`{"rule":"one","key":"k1","lease":%q}`, took["lease"]))
+	wantFields(t, rel, map[string]any{"released": false, "rule": "one", "limit": 1, "remaining": 1})
+}
+
+// However the request ends (the upstream fails, times out or the client
+// goes away mid-stream, or the handler panics), its slot is freed.
+func TestSlotFreedHoweverTheRequestEnds(t *testing.T) {
+	const one = `
+rules:
+  - name: one
+    algorithm: concurrency
+    limit_keys: ["header:x-api-key"]
+    algorithm_config: {max_in_flight: 1}
+`
+	t.Run("upstream_fails", func(t *testing.T) {
+		e := newEnv(t, one)
+		broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close() // no answer at all
+			}
+		}))
+		t.Cleanup(broken.Close)
+		proxy := e.proxyTo(broken.URL, httpgate.ProxyOptions{})
+		for range 3 {
+			resp, _, err := getWith(t, context.Background(), proxy.URL+"/x", "k")
+			if err != nil || resp.StatusCode != 502 {
+				t.Fatalf("%v %v, want 502", resp, err)
+			}
+			e.waitFree("one", "k", 1)
+		}
+	})
+	t.Run("upstream_times_out", func(t *testing.T) {
+		e := newEnv(t, one)
+		up := newUpstream(t)
+		proxy := e.proxyTo(up.URL, httpgate.ProxyOptions{ResponseHeaderTimeout: 50 * time.Millisecond})
+		resp, _, err := getWith(t, context.Background(), proxy.URL+"/slow", "k")
+		if err != nil || resp.StatusCode != 504 {
+			t.Fatalf("%v %v, want 504", resp, err)
+		}
+		e.waitFree("one", "k", 1)
+	})
+	t.Run("client_goes_away", func(t *testing.T) {
+		e := newEnv(t, one)
+		up := newUpstream(t)
+		proxy := e.proxyTo(up.URL, httpgate.ProxyOptions{})
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "GET", proxy.URL+"/stream", nil)
+		req.Header.Set("X-Api-Key", "k")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len("data: one\n\n"))
+		if _, err := io.ReadFull(resp.Body, buf); err != nil {
+			t.Fatal(err)
+		}
+		if e.slotsFree("one", "k") != 0 {
+			t.Fatal("the streaming request holds no slot")
+		}
+		cancel()
+		resp.Body.Close()
+		e.waitFree("one", "k", 1)
+	})
+	t.Run("handler_panics", func(t *testing.T) {
+		e := newEnv(t, one)
+		srv := httptest.NewUnstartedServer(e.gate.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+			panic(http.ErrAbortHandler) // net/http recovers it without a log line
+		})))
+		srv.Start()
+		t.Cleanup(srv.Close)
+		for range 3 {
+			if _, _, err := getWith(t, context.Background(), srv.URL+"/x", "k"); err == nil {
+				t.Fatal("the panicking handler answered")
+			}
+			e.waitFree("one", "k", 1)
+		}
+	})
+}
+
+// A request that runs longer than its lease keeps its slot: the middleware
+// renews the lease every half lease while the handler runs, on the
+// limiter's clock. Only a holder that died loses its slot.
+func TestLongRequestKeepsItsSlot(t *testing.T) {
+	e := newEnv(t, `
+rules:
+  - name: one
+    algorithm: concurrency
+    limit_keys: ["header:x-api-key"]
+    algorithm_config: {max_in_flight: 1, lease: 10s}
+`)
+	entered, release := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(e.gate.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/long" {
+			close(entered)
+			<-release
+		}
+		io.WriteString(w, "ok")
+	})))
+	t.Cleanup(srv.Close)
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // before srv.Close, which waits for the handler
+	done := make(chan int, 1)
+	go func() {
+		resp, _, err := getWith(t, context.Background(), srv.URL+"/long", "k")
+		if err != nil {
+			done <- -1
+			return
+		}
+		done <- resp.StatusCode
+	}()
+	<-entered
+	// Each half lease the renewal fires and arms its next timer: wait for
+	// that timer before moving the clock again.
+	for range 4 {
+		waitTimers(t, e.clk, 1)
+		e.clk.Advance(5 * time.Second)
+		waitTimers(t, e.clk, 1)
+	}
+	// 20s in, twice the lease: still held.
+	if resp, _, _ := getWith(t, context.Background(), srv.URL+"/short", "k"); resp.StatusCode != 429 {
+		t.Fatalf("while the long request runs, 20s after it began on a 10s lease: %d, want 429", resp.StatusCode)
+	}
+	letGo()
+	if s := <-done; s != 200 {
+		t.Fatalf("the long request: %d", s)
+	}
+	e.waitFree("one", "k", 1)
+	waitTimers(t, e.clk, 0) // the renewals stopped with the request
+}
+
+// waitTimers waits until clk has n timers pending (a renewal goroutine
+// has armed its next timer, or stopped).
+func waitTimers(t *testing.T, clk *sluice.ManualClock, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		got, changed := clk.PendingTimers()
+		if got == n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("%d timers pending after 10s, want %d", got, n)
+		}
+	}
+}
+
+// The decision API acquires a slot with a take, returning its lease, and
+// frees it with /v1/release; a batch that is rejected holds no slot.
+func TestDecisionAPISlots(t *testing.T) {
+	e := newEnv(t, `
+rules:
+  - name: jobs
+    algorithm: concurrency
+    algorithm_config: {max_in_flight: 2, lease: 1m}
+  - name: rate
+    algorithm: token_bucket
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	_, a := e.post("/v1/take", `{"rule":"jobs","key":"acme"}`)
+	wantFields(t, a, map[string]any{"allowed": true, "limit": 2, "remaining": 1, "rule": "jobs", "lease_ms": 60000, "reset_after_ms": 60000})
+	_, b := e.post("/v1/take", `{"rule":"jobs","key":"acme"}`)
+	wantFields(t, b, map[string]any{"allowed": true, "remaining": 0})
+	if a["lease"] == b["lease"] {
+		t.Fatal("two takes got one lease")
+	}
+	e.clk.Advance(time.Second)
+	_, c := e.post("/v1/take", `{"rule":"jobs","key":"acme"}`)
+	wantFields(t, c, map[string]any{"allowed": false, "reason": "concurrency_exceeded", "retry_after_ms": 59000, "remaining": 0})
+	if _, ok := c["lease"]; ok {
+		t.Fatalf("a rejected take returned a lease: %v", c)
+	}
+	_, p := e.post("/v1/peek", `{"rule":"jobs","key":"acme"}`)
+	wantFields(t, p, map[string]any{"allowed": false, "reason": "concurrency_exceeded"})
+
+	_, rel := e.post("/v1/release", fmt.Sprintf(`{"rule":"jobs","key":"acme","lease":%q}`, a["lease"]))
+	wantFields(t, rel, map[string]any{"released": true, "rule": "jobs", "limit": 2, "remaining": 1, "reset_after_ms": 59000})
+	_, rel = e.post("/v1/release", fmt.Sprintf(`{"rule":"jobs","key":"acme","lease":%q}`, a["lease"]))
+	wantFields(t, rel, map[string]any{"released": false, "remaining": 1})
+
+	// All-or-nothing: the rate rule takes its one token, then refuses, so
+	// the batch holds no slot.
+	e.post("/v1/take", `{"rule":"rate","key":"acme"}`)
+	_, batch := e.post("/v1/take", `{"takes":[{"rule":"jobs","key":"acme"},{"rule":"rate","key":"acme"}]}`)
+	wantFields(t, batch, map[string]any{"allowed": false, "reason": "token_bucket_exceeded"})
+	takes := batch["takes"].([]any)
+	if j := takes[0].(map[string]any); j["allowed"] != false || j["lease"] != nil || j["reason"] != "" {
+		t.Fatalf("the slot of a rejected batch: %v; want not admitted, no lease, not the cause", j)
+	}
+	if got := e.slotsFree("jobs", "acme"); got != 1 {
+		t.Fatalf("after a rejected batch %d slots are free, want 1", got)
+	}
+}
+
+// Forward auth is asked before a request and never told when it ends: a
+// request that a concurrency rule matches is refused there, closed, with
+// a reason the operator can act on, and holds no slot.
+func TestForwardAuthRefusesConcurrency(t *testing.T) {
+	e := newEnv(t, inflightPolicy)
+	for range 5 {
+		resp, body := e.get("/v1/auth", "X-Api-Key", "k1")
+		if resp.StatusCode != 500 || resp.Header.Get("X-Sluice-Reason") != "concurrency_unsupported" || resp.Header.Get("Retry-After") != "" {
+			t.Fatalf("forward auth of a concurrency rule: %d %v %v; want 500 concurrency_unsupported without Retry-After", resp.StatusCode, resp.Header, body)
+		}
+		if d := fmt.Sprint(body["detail"]); !strings.Contains(d, `"inflight"`) || !strings.Contains(d, "reverse proxy") {
+			t.Fatalf("detail %q does not say which rule or where it belongs", d)
+		}
+	}
+	if got := e.slotsFree("inflight", "k1"); got != 3 {
+		t.Fatalf("forward auth left %d of 3 slots free", got)
+	}
+}
+
+// A shadow-mode concurrency rule never refuses; it holds a slot while the
+// request runs so its count is what enforcing would see, and frees it.
+func TestShadowConcurrency(t *testing.T) {
+	e := newEnv(t, `
+rules:
+  - name: one
+    mode: shadow
+    algorithm: concurrency
+    limit_keys: ["header:x-api-key"]
+    algorithm_config: {max_in_flight: 1}
+`)
+	up := newHoldingUpstream(t)
+	proxy := e.proxyTo(up.URL, httpgate.ProxyOptions{})
+	var wg sync.WaitGroup
+	statuses := make(chan int, 2)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, _, err := getWith(t, context.Background(), proxy.URL+"/hold", "k")
+			if err != nil {
+				statuses <- -1
+				return
+			}
+			statuses <- resp.StatusCode
+		}()
+	}
+	<-up.arrived
+	<-up.arrived
+	close(up.release)
+	wg.Wait()
+	for range 2 {
+		if s := <-statuses; s != 200 {
+			t.Fatalf("a shadow rule refused: %d", s)
+		}
+	}
+	e.waitFree("one", "k", 1)
+	if m := e.metrics(); !strings.Contains(m, `sluice_decisions_total{result="shadow_rejected",rule="one"} 1`) {
+		t.Errorf("the second request is not counted as shadow_rejected:\n%s", grep(m, "sluice_decisions_total"))
+	}
+}

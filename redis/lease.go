@@ -1,0 +1,82 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+)
+
+// The concurrency script: one key, a sorted set of leases (see
+// lua/concurrency.lua). It is a script of its own rather than a part of
+// the batched one: a lease call is made twice per request at most, so
+// batching buys little, and a sorted set is no string that the batch's
+// MGET could read.
+var (
+	//go:embed lua/concurrency.lua
+	luaConcurrency string
+	leaseScript    = rueidis.NewLuaScript(luaConcurrency)
+)
+
+// LeaseScriptSource returns the concurrency script, for tools that drive
+// it directly (its arguments are documented at its top).
+func LeaseScriptSource() string { return luaConcurrency }
+
+// Lease implements sluice.Store for concurrency limits: one script call
+// on the key's sorted set of leases, on the server's clock (TIME) unless
+// Options.Clock is set. On a Cluster the key is one slot like any other.
+// The key's TTL is the time until its last lease ends, so a key whose
+// holders all died disappears by itself.
+func (s *Store) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+	if err := r.CheckLease(); err != nil {
+		return sluice.Decision{}, err
+	}
+	p := r.Limit.Params()
+	key := s.prefix + sluice.StorageKey(r.Limit, r.Key)
+	args := []string{leaseOp(op), id.String(), strconv.FormatInt(p.Capacity/sluice.TokenScale, 10), strconv.FormatInt(p.Period, 10), s.nowArg(), s.pad}
+	if !s.br.Allow() {
+		s.met.errors.Inc()
+		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", leaseOpName(op), key, ErrBreakerOpen)
+	}
+	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
+	res, err := leaseScript.Exec(cctx, s.client, []string{key}, args).AsIntSlice()
+	cancel()
+	if err == nil && len(res) != 4 {
+		err = fmt.Errorf("script returned %d values, want 4", len(res))
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			s.br.Done(false)
+		} else {
+			s.br.Abort() // the caller's own cancellation says nothing of Redis
+		}
+		s.met.errors.Inc()
+		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", leaseOpName(op), key, err)
+	}
+	s.br.Done(true)
+	return r.Limit.Decide(sluice.Outcome{Allowed: res[0] == 1, Tokens: res[1], RetryAfter: res[2], ResetAfter: res[3]}), nil
+}
+
+// leaseOp is op's letter in the concurrency script.
+func leaseOp(op sluice.Op) string {
+	switch op {
+	case sluice.OpTake:
+		return "t"
+	case sluice.OpRefund:
+		return "r"
+	}
+	return "p"
+}
+
+func leaseOpName(op sluice.Op) string {
+	switch op {
+	case sluice.OpTake:
+		return "acquire"
+	case sluice.OpRefund:
+		return "release"
+	}
+	return "lease peek"
+}

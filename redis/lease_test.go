@@ -1,0 +1,68 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/redis"
+)
+
+func TestLeases(t *testing.T) {
+	conformance.RunLeases(t, vectorStore(standaloneURL(t), redis.Options{}), conformance.LeaseOptions{})
+}
+
+func TestClusterLeases(t *testing.T) {
+	conformance.RunLeases(t, vectorStore(clusterURL(t), redis.Options{}), conformance.LeaseOptions{})
+}
+
+// On the server's clock (TIME, no test clock) a dead holder's slot comes
+// back when its lease ends, and the key is gone with it. The test waits
+// for a lease, not for tokens: the lease is short, and its end is
+// observed, not timed.
+func TestLeaseServerClock(t *testing.T) {
+	prefix := fmt.Sprintf("lease%d:", testSeq.Add(1))
+	s := open(t, standaloneURL(t), redis.Options{KeyPrefix: prefix})
+	lim := sluice.New(s)
+	ctx := context.Background()
+	const lease = 300 * time.Millisecond
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: lease})
+	start := time.Now()
+	held, d, err := lim.Acquire(ctx, sluice.Request{Limit: cc, Key: "k"})
+	if err != nil || !d.Allowed {
+		t.Fatalf("acquire: %+v, %v", d, err)
+	}
+	_ = held // never released: its holder died
+	_, d, err = lim.Acquire(ctx, sluice.Request{Limit: cc, Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < lease/2 && (d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > lease) {
+		t.Fatalf("a second acquire while the first is held: %+v; want rejected with a retry within the lease", d)
+	}
+	key := prefix + sluice.StorageKey(cc, "k")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, d, err = lim.Acquire(ctx, sluice.Request{Limit: cc, Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead holder's slot is still held 10s after a %v lease: %+v", lease, d)
+		}
+		time.Sleep(d.RetryAfter)
+	}
+	if since := time.Since(start); since < lease {
+		t.Fatalf("the slot came back after %v, before the %v lease ended", since, lease)
+	}
+	ttl, err := s.Client().Do(ctx, s.Client().B().Pttl().Key(key).Build()).AsInt64()
+	if err != nil || ttl <= 0 || ttl > lease.Milliseconds()+1 {
+		t.Fatalf("the key's TTL is %dms (%v); want at most the %v lease", ttl, err, lease)
+	}
+}

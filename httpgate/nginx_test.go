@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/realserver"
 )
 
 // serverBinary finds a real server's binary (nginx, caddy): on PATH or
@@ -27,10 +29,7 @@ func serverBinary(t *testing.T, name, debianPath string) string {
 	if _, err := os.Stat(debianPath); err == nil {
 		return debianPath
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is not installed (apt-get install %s); CI=true requires it", name, name)
-	}
-	t.Skipf("%s is not installed (apt-get install %s); skipping its integration test", name, name)
+	realserver.Missing(t, name, name, "")
 	return ""
 }
 

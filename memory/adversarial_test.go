@@ -23,12 +23,12 @@ import (
 // 2 µs apart, so the store holds only 0.2 s of them and every eviction is
 // of a key below full (the one closest to full); the second million come
 // 20 µs apart, so half the keys held are full and those go. Under the race
-// detector the store and the flood are a tenth of that, over the same
+// detector the store and the flood are a fortieth of that, over the same
 // simulated time.
 func TestKeyFloodKeepsDrainedBucket(t *testing.T) {
 	maxKeys, flood := 100_000, 2_000_000
 	if raceDetector {
-		maxKeys, flood = 10_000, 200_000
+		maxKeys, flood = 2_500, 50_000
 	}
 	fast := 200 * time.Millisecond / time.Duration(maxKeys) // the store holds 0.2 s of keys
 	slow := 10 * fast                                       // 2 s

@@ -213,16 +213,19 @@ func TestRealClockBound(t *testing.T) {
 	s := memory.New(memory.Options{PreciseClock: true})
 	lim := sluice.MustLimit(sluice.Spec{Name: "real", TokensPerSecond: 1000, Burst: 10})
 	start := time.Now()
-	admitted := 0
+	admitted, takes := 0, 0
 	for time.Since(start) < 50*time.Millisecond {
+		takes++
 		if d, _ := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); d.Allowed {
 			admitted++
 		}
 	}
 	elapsed := time.Since(start)
 	bound := 10 + 1000*elapsed.Seconds()
-	if float64(admitted) > bound || admitted < 10 {
-		t.Fatalf("admitted %d in %v, bound %.1f", admitted, elapsed, bound)
+	// At least the burst the bucket starts with, or every take when a
+	// loaded machine made fewer.
+	if float64(admitted) > bound || admitted < min(10, takes) {
+		t.Fatalf("admitted %d of %d takes in %v, bound %.1f", admitted, takes, elapsed, bound)
 	}
 }
 

@@ -47,13 +47,18 @@ func TestBreaker(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("take %d against a locked row: %v", i+1, err)
 		}
-		if d < timeout/2 || d > timeout+2*time.Second {
+		// At least most of the deadline (lower bounds hold at any speed);
+		// at most the deadline and a slack no wait for a CPU reaches: a
+		// take that ignored its deadline would wait on the row for ever.
+		if d < timeout/2 || d > timeout+5*time.Second {
 			t.Fatalf("take %d took %v, deadline %v", i+1, d, timeout)
 		}
 	}
-	d, err := take()
-	if !errors.Is(err, postgres.ErrBreakerOpen) || d > 50*time.Millisecond {
-		t.Fatalf("after 3 failures: %v in %v, want ErrBreakerOpen at once", err, d)
+	// The row is still locked: a take that reached it would end in
+	// DeadlineExceeded. ErrBreakerOpen shows the breaker refused it
+	// without a query, however long a loaded machine took to say so.
+	if _, err := take(); !errors.Is(err, postgres.ErrBreakerOpen) {
+		t.Fatalf("after 3 failures: %v, want ErrBreakerOpen at once", err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)

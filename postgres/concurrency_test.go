@@ -24,16 +24,16 @@ func serverMicros(t *testing.T, s *postgres.Store) int64 {
 }
 
 // hammer runs 64 goroutines taking one token each from one key for d on
-// the server's clock; take reports whether a request was admitted and
-// charged. It returns the admitted count and the server-time span
-// [start, end] that contains every take.
-func hammer(t *testing.T, s *postgres.Store, d time.Duration, take func(ctx context.Context) (bool, error)) (admitted int64, spanUs int64) {
+// the server's clock; take reports whether a request was admitted. It
+// returns the admitted count, the number of takes, and the server-time
+// span [start, end] that contains every take.
+func hammer(t *testing.T, s *postgres.Store, d time.Duration, take func(ctx context.Context) (bool, error)) (admitted, takes, spanUs int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
 	defer cancel()
 	start := serverMicros(t, s)
 	deadline := time.Now().Add(d)
-	var n atomic.Int64
+	var n, all atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for g := 0; g < 64; g++ {
@@ -46,6 +46,7 @@ func hammer(t *testing.T, s *postgres.Store, d time.Duration, take func(ctx cont
 					errs <- err
 					return
 				}
+				all.Add(1)
 				if ok {
 					n.Add(1)
 				}
@@ -57,64 +58,97 @@ func hammer(t *testing.T, s *postgres.Store, d time.Duration, take func(ctx cont
 	for err := range errs {
 		t.Fatal(err)
 	}
-	return n.Load(), serverMicros(t, s) - start
+	return n.Load(), all.Load(), serverMicros(t, s) - start
 }
 
 // The headline property under real contention and the real server clock:
-// 64 goroutines on one key (r=100/s, b=100) for five seconds admit at most
-// b + r*t, and not much less.
+// 64 goroutines on one key (r=100/s, b=100) for two seconds admit at most
+// b + r*t. And at least the burst (or every take, when there were fewer):
+// the bucket starts full and only admissions empty it. Both bounds hold
+// however fast the machine is; how close to b + r*t the count comes
+// depends on it, so that is not asserted.
 func TestConcurrentOneKeyServerClock(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs for five seconds")
-	}
 	lim := sluice.MustLimit(sluice.Spec{Name: "hot", TokensPerSecond: 100, Burst: 100})
-	t.Run("commit", func(t *testing.T) {
-		t.Parallel()
-		s := newStoreOpts(t, postgres.Options{})
-		admitted, span := hammer(t, s, 5*time.Second, func(ctx context.Context) (bool, error) {
-			d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
-			return d.Allowed, err
-		})
-		bound := 100 + span*100/1_000_000
-		t.Logf("admitted %d in %dus, bound %d", admitted, span, bound)
-		if admitted > bound {
-			t.Fatalf("admitted %d > b + r*t = %d", admitted, bound)
-		}
-		if admitted < bound*9/10 {
-			t.Fatalf("admitted %d, far below b + r*t = %d: the store is over-restrictive", admitted, bound)
-		}
+	s := newStoreOpts(t, postgres.Options{})
+	admitted, takes, span := hammer(t, s, 2*time.Second, func(ctx context.Context) (bool, error) {
+		d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		return d.Allowed, err
 	})
-	t.Run("caller-transactions", func(t *testing.T) {
-		t.Parallel()
-		s := newStoreOpts(t, postgres.Options{})
-		var rolledBackAdmits atomic.Int64
-		admitted, span := hammer(t, s, 5*time.Second, func(ctx context.Context) (bool, error) {
-			tx, err := s.Pool().Begin(ctx)
-			if err != nil {
-				return false, err
+	bound := 100 + span*100/1_000_000
+	t.Logf("admitted %d of %d in %dus, bound %d", admitted, takes, span, bound)
+	if admitted > bound {
+		t.Fatalf("admitted %d > b + r*t = %d", admitted, bound)
+	}
+	if admitted < min(100, takes) {
+		t.Fatalf("admitted %d of %d takes from a full bucket of 100: the store is over-restrictive", admitted, takes)
+	}
+}
+
+// Takes in callers' transactions that roll back charge nothing, under
+// contention. The clock stands still (no refill): 64 goroutines on one key
+// (b=100) take in transactions they commit or roll back at random, each
+// until its take is rejected. Takes on the row wait for each other, so a
+// rejection means the committed admissions have emptied the bucket: they
+// are exactly b when rollbacks charge nothing, fewer when they leak.
+func TestConcurrentCallerTransactionsRollBack(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(1_000_000))
+	s := newStoreOpts(t, postgres.Options{Clock: clock})
+	lim := sluice.MustLimit(sluice.Spec{Name: "hot-tx", TokensPerSecond: 100, Burst: 100})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var committed, rolledBack, takes atomic.Int64
+	take := func() (rejected bool, err error) {
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			return false, err
+		}
+		defer tx.Rollback(ctx)
+		d, err := s.WithTx(tx).Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		if err != nil {
+			return false, err
+		}
+		if rand.IntN(2) == 0 {
+			if d.Allowed {
+				rolledBack.Add(1)
 			}
-			defer tx.Rollback(ctx)
-			d, err := s.WithTx(tx).Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
-			if err != nil {
-				return false, err
-			}
-			if rand.IntN(2) == 0 {
-				if d.Allowed {
-					rolledBackAdmits.Add(1)
+			return !d.Allowed, tx.Rollback(ctx)
+		}
+		if d.Allowed {
+			committed.Add(1)
+		}
+		return !d.Allowed, tx.Commit(ctx)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if takes.Add(1) > 10_000 {
+					errs <- errors.New("10000 takes without a rejection from a bucket of 100 that never refills")
+					return
 				}
-				return false, tx.Rollback(ctx)
+				rejected, err := take()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if rejected {
+					return
+				}
 			}
-			return d.Allowed, tx.Commit(ctx)
-		})
-		bound := 100 + span*100/1_000_000
-		t.Logf("committed %d admits (and rolled back %d) in %dus, bound %d", admitted, rolledBackAdmits.Load(), span, bound)
-		if admitted > bound {
-			t.Fatalf("committed admits %d > b + r*t = %d: rolled-back charges leaked or the store over-admits", admitted, bound)
-		}
-		if admitted < bound*9/10 {
-			t.Fatalf("committed admits %d, far below b + r*t = %d: rolled-back transactions charged", admitted, bound)
-		}
-	})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("committed %d admits, rolled back %d, in %d takes", committed.Load(), rolledBack.Load(), takes.Load())
+	if committed.Load() != 100 {
+		t.Fatalf("committed admits %d, want the burst of 100: rolled-back takes charged (fewer) or the store over-admits (more)", committed.Load())
+	}
 }
 
 // A take made in a caller's transaction is undone by its rollback, and a

@@ -51,7 +51,7 @@ func TestHousekeepingFlood(t *testing.T) {
 		sluice.MustLimit(sluice.Spec{Name: "hk-sl", Algorithm: sluice.SlidingLog, Rate: 5, Period: 300 * time.Millisecond}),
 	}
 	const perRound = 1000
-	for round := 0; round < 6; round++ {
+	for round := 0; round < 3; round++ {
 		flood(t, s, round, perRound, lims...)
 		n, err := s.Len(ctx)
 		if err != nil {

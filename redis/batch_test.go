@@ -56,15 +56,23 @@ func TestUnsentCallsAreNotRedisFailures(t *testing.T) {
 	}
 	// "direct" goes straight to Redis (nothing in flight); "writer" is
 	// taken by the only writer, which then blocks; the rest queue behind it
-	// and run out of time there.
-	start("direct", 3*time.Second)
+	// and run out of time there. The writer is released once they have
+	// all returned, however long a loaded machine took to run them.
+	start("direct", time.Minute)
 	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return sentKeys["direct"] })
-	start("writer", 3*time.Second)
+	start("writer", time.Minute)
 	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return sentKeys["writer"] })
 	for _, k := range []string{"q1", "q2", "q3"} {
 		start(k, 100*time.Millisecond)
 	}
-	time.Sleep(300 * time.Millisecond) // the queued calls' deadlines pass
+	waitFor(t, func() bool {
+		emu.Lock()
+		defer emu.Unlock()
+		_, q1 := errs["q1"]
+		_, q2 := errs["q2"]
+		_, q3 := errs["q3"]
+		return q1 && q2 && q3
+	})
 	close(release)
 	wg.Wait()
 
@@ -85,9 +93,11 @@ func TestUnsentCallsAreNotRedisFailures(t *testing.T) {
 	}
 }
 
+// waitFor polls cond until it holds; its deadline only ends a test that
+// would otherwise hang.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+	for deadline := time.Now().Add(time.Minute); !cond(); {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not reached")
 		}

@@ -216,7 +216,7 @@ func TestClusterFailover(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	killed := time.Now()
 	victim.stop()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	recovered := false
 	for time.Now().Before(deadline) {
 		before := ok.Load()
@@ -241,7 +241,7 @@ func TestClusterFailover(t *testing.T) {
 				break
 			}
 		}
-		t.Fatalf("no recovery within 30s of killing %s (ok %d, failed %d)", primary, ok.Load(), failed.Load())
+		t.Fatalf("no recovery within a minute of killing %s (ok %d, failed %d)", primary, ok.Load(), failed.Load())
 	}
 	mu.Lock()
 	t.Logf("killed primary %s: first failure %v after the kill, last failure %v after; gap of failed answers %v; %d failed, %d answered",

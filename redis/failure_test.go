@@ -18,6 +18,17 @@ import (
 	"github.com/sluicehq/sluice/redis"
 )
 
+// Deadline tests bound a call by its deadline plus deadlineSlack, more
+// than a goroutine waits for a CPU on a loaded 2-core machine under
+// -race. The client's own timeouts (dial, and the write timeout that also
+// gives up on a silent connection: 1s each by default) are raised far
+// beyond it by slowClientTimeouts, so that a call which ignored its
+// deadline and waited on them instead still breaks the bound.
+const (
+	deadlineSlack      = 5 * time.Second
+	slowClientTimeouts = "?dial_timeout=30s&write_timeout=30s"
+)
+
 // Redis stopped and restarted under load: while it is down every call
 // fails within the deadline (the breaker makes most fail at once), with a
 // store error, not an input error; the rule's on_store_error decides from
@@ -30,7 +41,7 @@ func TestRestartUnderLoad(t *testing.T) {
 	srv := newStandalone(t)
 	reg := prometheus.NewRegistry()
 	const timeout = 100 * time.Millisecond
-	s := open(t, "redis://"+srv.addr(), redis.Options{Timeout: timeout, Registerer: reg, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
+	s := open(t, "redis://"+srv.addr()+slowClientTimeouts, redis.Options{Timeout: timeout, Registerer: reg, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "restart", TokensPerSecond: 1e6, Burst: 1e6})
 	goroutinesBefore := runtime.NumGoroutine()
@@ -77,15 +88,28 @@ func TestRestartUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The phases end on what happened, not on how long they took: the
+	// machine's speed decides how many takes each phase holds.
+	for deadline := time.Now().Add(time.Minute); okUp.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no take succeeded in a minute with Redis up")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	phase.Store(1)
 	srv.stop()
 	time.Sleep(time.Second)
+	for deadline := time.Now().Add(time.Minute); metricValue(t, reg, "sluice_redis_breaker_opens_total") < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the breaker did not open in a minute with Redis down")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if err := srv.start(); err != nil {
 		t.Fatal(err)
 	}
 	phase.Store(2)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for okAfter.Load() < 100 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -99,12 +123,11 @@ func TestRestartUnderLoad(t *testing.T) {
 		t.Fatalf("up %d, failed while down %d: the test tests nothing", okUp.Load(), failDown.Load())
 	}
 	if okAfter.Load() < 100 {
-		t.Fatalf("only %d takes succeeded in 10s after the restart: no recovery", okAfter.Load())
+		t.Fatalf("only %d takes succeeded in a minute after the restart: no recovery", okAfter.Load())
 	}
-	// Bounded by the deadline, with generous slack: CI runs the packages'
-	// tests in parallel with -race on 2 cores, where a goroutine can wait
-	// long for a CPU.
-	if lat := time.Duration(maxFailLatency.Load()); lat > timeout+time.Second {
+	// Bounded by the deadline, with a slack (deadlineSlack) a goroutine
+	// waiting for a CPU on a loaded machine stays within.
+	if lat := time.Duration(maxFailLatency.Load()); lat > timeout+deadlineSlack {
 		t.Fatalf("a failing call took %v, deadline %v", lat, timeout)
 	}
 	opens := metricValue(t, reg, "sluice_redis_breaker_opens_total")
@@ -142,12 +165,13 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 }
 
 // Three separately connected clients, 32 goroutines each, one key at
-// r=100/s, b=100, for 5s on the server's clock: no more than b + r*t is
+// r=100/s, b=100, for 2s on the server's clock: no more than b + r*t is
 // admitted, where t is this process's measure of the run (which contains
-// the server's).
+// the server's), and no less than the burst, which the bucket starts with
+// (or every take, when a loaded machine made fewer).
 func TestNoOverAdmissionAcrossClients(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs for 5s of real time")
+		t.Skip("runs for 2s of real time")
 	}
 	url := standaloneURL(t)
 	lim := uniqueLimit(t, sluice.Spec{Name: "fleet", TokensPerSecond: 100, Burst: 100})
@@ -158,9 +182,9 @@ func TestNoOverAdmissionAcrossClients(t *testing.T) {
 		stores = append(stores, open(t, url, redis.Options{Timeout: 5 * time.Second}))
 	}
 	ctx := context.Background()
-	var admitted, errs atomic.Int64
+	var admitted, errs, takes atomic.Int64
 	start := time.Now()
-	end := start.Add(5 * time.Second)
+	end := start.Add(2 * time.Second)
 	var wg sync.WaitGroup
 	for _, s := range stores {
 		for range 32 {
@@ -169,6 +193,7 @@ func TestNoOverAdmissionAcrossClients(t *testing.T) {
 				defer wg.Done()
 				for time.Now().Before(end) {
 					d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "one"})
+					takes.Add(1)
 					if err != nil {
 						if errs.Add(1) == 1 {
 							t.Logf("first error: %v", err)
@@ -189,8 +214,9 @@ func TestNoOverAdmissionAcrossClients(t *testing.T) {
 	if admitted.Load() > bound {
 		t.Fatalf("admitted %d > b + r*t = %d", admitted.Load(), bound)
 	}
-	if admitted.Load() < 100 {
-		t.Fatalf("admitted only %d of a possible %d: the limiter starves", admitted.Load(), bound)
+	// A take that failed may have been charged without being counted.
+	if admitted.Load()+errs.Load() < min(100, takes.Load()) {
+		t.Fatalf("admitted only %d (and %d errors) of %d takes from a full bucket of 100: the limiter starves", admitted.Load(), errs.Load(), takes.Load())
 	}
 }
 
@@ -302,15 +328,17 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 			t.Fatal("take succeeded against a stopped server")
 		}
 	}
-	start := time.Now()
+	// ErrBreakerOpen is the breaker's own answer, given without a call to
+	// Redis (which would fail with a connection error): that, not how soon
+	// a loaded machine returns it, shows the call was refused at once.
 	_, err := s.Take(ctx, sluice.OpTake, req)
-	if !errors.Is(err, redis.ErrBreakerOpen) || time.Since(start) > 100*time.Millisecond {
-		t.Fatalf("want an immediate ErrBreakerOpen, got %v after %v", err, time.Since(start))
+	if !errors.Is(err, redis.ErrBreakerOpen) {
+		t.Fatalf("want ErrBreakerOpen, got %v", err)
 	}
 	if err := srv.start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		if _, err = s.Take(ctx, sluice.OpTake, req); err == nil {
 			break
@@ -410,7 +438,9 @@ rules:
 		t.Fatal(err)
 	}
 	clock := sluice.NewManualClock(time.UnixMicro(8_000_000_000_000))
-	s := open(t, "redis://"+srv.addr(), redis.Options{Timeout: time.Second, Clock: clock, NoOverLimitCache: true, BreakerBackoff: 10 * time.Millisecond})
+	// A deadline far beyond deadlineSlack: a decision that waited for it
+	// with Redis down, instead of failing at once, breaks the bound below.
+	s := open(t, "redis://"+srv.addr()+slowClientTimeouts, redis.Options{Timeout: 30 * time.Second, Clock: clock, NoOverLimitCache: true, BreakerBackoff: 10 * time.Millisecond})
 	lim := sluice.New(s)
 	ctx := context.Background()
 	enforce := func(name string) policy.Verdict {
@@ -438,7 +468,7 @@ rules:
 		if deny.Allowed || deny.Results[0].StoreErr == nil {
 			t.Fatalf("on_store_error deny: %+v", deny)
 		}
-		if d := time.Since(start); d > time.Second {
+		if d := time.Since(start); d > deadlineSlack {
 			t.Fatalf("two decisions took %v with Redis down", d)
 		}
 	}
@@ -448,7 +478,7 @@ rules:
 	// The restart emptied Redis (no persistence), so the bucket is full
 	// again: the first take after recovery leaves burst-1, which also shows
 	// the allows while Redis was down left nothing behind to replay.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		v := enforce("open")
 		if v.Results[0].StoreErr == nil {
@@ -471,7 +501,7 @@ rules:
 func TestHungRedis(t *testing.T) {
 	srv := newStandalone(t)
 	const timeout = redis.DefaultTimeout
-	s := open(t, "redis://"+srv.addr(), redis.Options{Timeout: timeout, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
+	s := open(t, "redis://"+srv.addr()+slowClientTimeouts, redis.Options{Timeout: timeout, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "hung", TokensPerSecond: 1e6, Burst: 1e6})
 	req := sluice.Request{Limit: lim, Key: "k"}
@@ -500,8 +530,7 @@ func TestHungRedis(t *testing.T) {
 			breakerOpen++
 		}
 	}
-	// Generous slack for -race on a loaded 2-core machine.
-	if slowest > timeout+time.Second {
+	if slowest > timeout+deadlineSlack {
 		t.Fatalf("a call against a hung server took %v, deadline %v", slowest, timeout)
 	}
 	if breakerOpen == 0 {
@@ -510,7 +539,7 @@ func TestHungRedis(t *testing.T) {
 	t.Logf("hung server: slowest call %v (deadline %v), %d of 30 refused by the open breaker", slowest, timeout, breakerOpen)
 	srv.cmd.Process.Signal(syscall.SIGCONT)
 	resumed = true
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		if _, err := s.Take(ctx, sluice.OpTake, req); err == nil {
 			break
@@ -527,7 +556,7 @@ func TestHungRedis(t *testing.T) {
 func TestHungRedisConcurrentCallers(t *testing.T) {
 	srv := newStandalone(t)
 	const timeout = redis.DefaultTimeout
-	s := open(t, "redis://"+srv.addr(), redis.Options{Timeout: timeout, NoOverLimitCache: true})
+	s := open(t, "redis://"+srv.addr()+slowClientTimeouts, redis.Options{Timeout: timeout, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "hung-many", TokensPerSecond: 1e6, Burst: 1e6})
 	if _, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
@@ -560,8 +589,8 @@ func TestHungRedisConcurrentCallers(t *testing.T) {
 	}
 	wg.Wait()
 	// A call queued behind a batch in flight waits for it and then for
-	// its own: two deadlines, with generous slack for -race on 2 cores.
-	if d := time.Duration(slowest.Load()); d > 2*timeout+time.Second {
+	// its own: two deadlines, and deadlineSlack.
+	if d := time.Duration(slowest.Load()); d > 2*timeout+deadlineSlack {
 		t.Fatalf("a call against a hung server took %v, deadline %v", d, timeout)
 	}
 	t.Logf("hung server, 64 callers: slowest call %v (deadline %v)", time.Duration(slowest.Load()), timeout)
@@ -603,7 +632,7 @@ func TestOverLimitCacheFleet(t *testing.T) {
 			}
 			untilAllowed := func(what string) {
 				t.Helper()
-				for deadline := time.Now().Add(5 * time.Second); !take().Allowed; {
+				for deadline := time.Now().Add(time.Minute); !take().Allowed; {
 					if time.Now().After(deadline) {
 						t.Fatalf("after %s through another store, the cache still rejects", what)
 					}
@@ -649,7 +678,7 @@ func TestOverLimitCacheClearedOnResubscribe(t *testing.T) {
 	if err := srv.start(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(time.Minute); ; {
 		d, err := take()
 		if err == nil && d.Allowed {
 			break
@@ -678,7 +707,7 @@ func TestOverLimitDropsRefusedByACL(t *testing.T) {
 	if err := s.Reset(ctx, lim, "k"); err != nil {
 		t.Fatalf("reset with its publish refused: %v", err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); metricValue(t, reg, "sluice_redis_overlimit_drops_failures_total") < 2; {
+	for deadline := time.Now().Add(time.Minute); metricValue(t, reg, "sluice_redis_overlimit_drops_failures_total") < 2; {
 		if time.Now().After(deadline) {
 			t.Fatalf("refused subscription and publish not counted: %v", metricValue(t, reg, "sluice_redis_overlimit_drops_failures_total"))
 		}

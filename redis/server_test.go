@@ -11,12 +11,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/realserver"
 )
 
 // The test helpers start their own redis-server processes on free loopback
 // ports, in temporary directories, never touching a system Redis. With
 // SLUICE_REDIS_URL (SLUICE_REDIS_CLUSTER_URL) set, that server (cluster) is
-// used instead. Without redis-server the tests skip, unless CI=true.
+// used instead. Without redis-server the tests skip, unless CI=true
+// (realserver.Missing).
 
 // server is one redis-server process.
 type server struct {
@@ -28,15 +31,18 @@ type server struct {
 
 func (s *server) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
-func needBinary(tb testing.TB, name string) string {
-	path, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("%s not found and CI=true: install redis-server and redis-tools", name)
+// needBinary skips (or under CI=true fails) tb when redis-server or
+// redis-cli is missing; envURL names the variable that would point tb at
+// a running server instead ("" when tb needs a server of its own).
+func needBinary(tb testing.TB, name, envURL string) {
+	tb.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		pkg := "redis-server"
+		if name == "redis-cli" {
+			pkg = "redis-tools"
 		}
-		tb.Skipf("%s not found: install redis-server and redis-tools to run the Redis tests", name)
+		realserver.Missing(tb, name, pkg, envURL)
 	}
-	return path
 }
 
 // freePorts returns n distinct free loopback ports.
@@ -108,8 +114,8 @@ func cli(addr string, args ...string) (string, error) {
 // newStandalone starts a private redis-server for one test.
 func newStandalone(t *testing.T) *server {
 	t.Helper()
-	needBinary(t, "redis-server")
-	needBinary(t, "redis-cli")
+	needBinary(t, "redis-server", "")
+	needBinary(t, "redis-cli", "")
 	ports, err := freePorts(1)
 	if err != nil {
 		t.Fatal(err)
@@ -156,8 +162,8 @@ func standaloneURL(t testing.TB) string {
 	if u := os.Getenv("SLUICE_REDIS_URL"); u != "" {
 		return u
 	}
-	needBinary(t, "redis-server")
-	needBinary(t, "redis-cli")
+	needBinary(t, "redis-server", "SLUICE_REDIS_URL")
+	needBinary(t, "redis-cli", "SLUICE_REDIS_URL")
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.single != "" {
@@ -188,8 +194,8 @@ func clusterURL(t testing.TB) string {
 	if u := os.Getenv("SLUICE_REDIS_CLUSTER_URL"); u != "" {
 		return u
 	}
-	needBinary(t, "redis-server")
-	needBinary(t, "redis-cli")
+	needBinary(t, "redis-server", "SLUICE_REDIS_CLUSTER_URL")
+	needBinary(t, "redis-cli", "SLUICE_REDIS_CLUSTER_URL")
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.cluster == nil {

@@ -17,7 +17,7 @@ import (
 // An ACL user with a password: the URL's credentials are used, wrong ones
 // are refused.
 func TestACLUser(t *testing.T) {
-	needBinary(t, "redis-server")
+	needBinary(t, "redis-server", "")
 	ports, err := freePorts(1)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func TestACLUser(t *testing.T) {
 
 // Sentinel: the store asks the sentinel for the primary of the named set.
 func TestSentinel(t *testing.T) {
-	needBinary(t, "redis-server")
+	needBinary(t, "redis-server", "")
 	primary := newStandalone(t)
 	ports, err := freePorts(1)
 	if err != nil {

@@ -16,12 +16,18 @@ import (
 // Two sluice processes' worth of serve share one Redis and enforce one
 // limit together: a burst of 5 is 5 across the fleet, not 5 each. The
 // Redis store's metrics appear on /metrics.
+//
+// The count is of what Redis decided: a take whose store call failed is
+// answered by on_store_error (store_error in the answer), and whether
+// Redis charged it is unknown, so it bounds the count from below only.
+// The store's deadline is long, so that on a loaded machine such answers
+// are rare rather than the rule.
 func TestServeRedisFleet(t *testing.T) {
 	addr := redistest.Server(t)
 	cfg := filepath.Join(t.TempDir(), "fleet.yaml")
 	t.Setenv("SLUICE_FLEET_ADMIN", "fleet-admin-token")
 	conf := fmt.Sprintf(`store:
-  url: redis://%s/0
+  url: redis://%s/0?timeout=10s
 admin_token_env: SLUICE_FLEET_ADMIN
 rules:
   - name: shared
@@ -32,18 +38,21 @@ rules:
 	}
 	a, _ := startServe(t, "--config", cfg)
 	b, _ := startServe(t, "--config", cfg)
-	admitted := 0
+	admitted, storeErrors := 0, 0
 	for i := 0; i < 12; i++ {
 		api := a.API
 		if i%2 == 1 {
 			api = b.API
 		}
-		if d := take(t, api, `{"rule":"shared","key":"k"}`); d["allowed"] == true {
+		switch d := take(t, api, `{"rule":"shared","key":"k"}`); {
+		case d["store_error"] == true:
+			storeErrors++
+		case d["allowed"] == true:
 			admitted++
 		}
 	}
-	if admitted != 5 {
-		t.Fatalf("the fleet admitted %d, want the shared burst of 5", admitted)
+	if admitted > 5 || admitted < 5-storeErrors {
+		t.Fatalf("Redis admitted %d (and %d takes were store errors), want the shared burst of 5", admitted, storeErrors)
 	}
 	// Both processes now answer the key from their over-limit caches (a
 	// window of an hour). A reset through b reaches a's cache too.
@@ -57,7 +66,9 @@ rules:
 	if rr.StatusCode != http.StatusOK {
 		t.Fatalf("reset: %s", rr.Status)
 	}
-	for deadline := time.Now().Add(5 * time.Second); take(t, a.API, `{"rule":"shared","key":"k"}`)["allowed"] != true; {
+	// The deadline only ends a test that would otherwise hang: the loop
+	// ends as soon as the message arrives, however slow the machine.
+	for deadline := time.Now().Add(time.Minute); !admittedByRedis(take(t, a.API, `{"rule":"shared","key":"k"}`)); {
 		if time.Now().After(deadline) {
 			t.Fatal("after a reset through b, a still rejects the key")
 		}
@@ -72,4 +83,10 @@ rules:
 	if !strings.Contains(string(body), "sluice_redis_breaker_state") {
 		t.Fatalf("/metrics lacks the Redis store's metrics:\n%s", body)
 	}
+}
+
+// admittedByRedis reports whether a decision API answer is an admission
+// the store made, not one on_store_error made for a failed store.
+func admittedByRedis(d map[string]any) bool {
+	return d["allowed"] == true && d["store_error"] != true
 }

@@ -10,6 +10,9 @@ import (
 	"time"
 )
 
+// now is the breaker's clock; its tests step a fake one.
+var now = time.Now
+
 // The states, as onChange is told them.
 const (
 	Closed int32 = iota
@@ -66,7 +69,7 @@ func ForDeadline(threshold int, backoff, deadline time.Duration, onChange func(s
 // server that hangs would never open the breaker for it.
 func NewWindowed(threshold int, backoff, window time.Duration, onChange func(state int32, opened bool)) *Breaker {
 	b := &Breaker{threshold: int64(threshold), backoff: backoff, span: int64(max(window, time.Second)), onChange: onChange}
-	b.window.Store(time.Now().UnixNano())
+	b.window.Store(now().UnixNano())
 	return b
 }
 
@@ -81,7 +84,7 @@ func (b *Breaker) Allow() bool {
 	case Closed:
 		return true
 	case Open:
-		if time.Now().Before(b.until) {
+		if now().Before(b.until) {
 			return false
 		}
 		b.set(Probing, false)
@@ -94,8 +97,8 @@ func (b *Breaker) Allow() bool {
 // count adds a call to the current window, starting a new one when the
 // window has passed, and returns the window's calls and failures.
 func (b *Breaker) count(failed bool) (calls, failures int64) {
-	now := time.Now().UnixNano()
-	if w := b.window.Load(); now-w >= b.span && b.window.CompareAndSwap(w, now) {
+	t := now().UnixNano()
+	if w := b.window.Load(); t-w >= b.span && b.window.CompareAndSwap(w, t) {
 		// Calls counted by other goroutines between the swap and these
 		// stores may be lost: the share is an estimate either way.
 		b.calls.Store(0)
@@ -128,7 +131,7 @@ func (b *Breaker) Done(ok bool) {
 	}
 	b.mu.Lock()
 	if st := b.state.Load(); st == Probing || st == Closed {
-		b.until = time.Now().Add(b.backoff)
+		b.until = now().Add(b.backoff)
 		b.set(Open, true)
 	}
 	b.mu.Unlock()
@@ -143,7 +146,7 @@ func (b *Breaker) Abort() {
 	}
 	b.mu.Lock()
 	if b.state.Load() == Probing {
-		b.until = time.Now()
+		b.until = now()
 		b.set(Open, false)
 	}
 	b.mu.Unlock()

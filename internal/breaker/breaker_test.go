@@ -9,6 +9,7 @@ import (
 // (TestBreakerOpensAndProbes, TestRestartUnderLoad) cannot force a probe
 // whose caller gives up.
 func TestBreakerStates(t *testing.T) {
+	advance := fakeClock(t)
 	var opens int
 	b := New(2, 20*time.Millisecond, func(_ int32, opened bool) {
 		if opened {
@@ -23,7 +24,11 @@ func TestBreakerStates(t *testing.T) {
 	if b.Allow() || opens != 1 {
 		t.Fatalf("not open after two failures (opens %d)", opens)
 	}
-	time.Sleep(25 * time.Millisecond)
+	advance(19 * time.Millisecond)
+	if b.Allow() {
+		t.Fatal("a call went through before the backoff ended")
+	}
+	advance(time.Millisecond)
 	if !b.Allow() {
 		t.Fatal("no probe after the backoff")
 	}
@@ -38,7 +43,7 @@ func TestBreakerStates(t *testing.T) {
 	if b.Allow() || opens != 2 {
 		t.Fatalf("a failed probe did not reopen (opens %d)", opens)
 	}
-	time.Sleep(25 * time.Millisecond)
+	advance(20 * time.Millisecond)
 	if !b.Allow() {
 		t.Fatal("no probe")
 	}
@@ -52,6 +57,7 @@ func TestBreakerStates(t *testing.T) {
 // calls miss their deadline together) do not open the breaker; a Redis
 // that fails most calls does.
 func TestBreakerOpensOnAShareOfFailures(t *testing.T) {
+	fakeClock(t) // all in one window, however slow the machine
 	b := New(5, time.Minute, nil)
 	for range 100 {
 		b.Done(true)
@@ -68,4 +74,13 @@ func TestBreakerOpensOnAShareOfFailures(t *testing.T) {
 	if b.Allow() {
 		t.Fatal("120 failures among 220 calls left the breaker closed")
 	}
+}
+
+// fakeClock stands the breaker's clock still for the test (no stall of a
+// loaded machine ends a window or a backoff) and returns what steps it.
+func fakeClock(t *testing.T) (advance func(time.Duration)) {
+	at := time.Unix(1_000_000, 0)
+	now = func() time.Time { return at }
+	t.Cleanup(func() { now = time.Now })
+	return func(d time.Duration) { at = at.Add(d) }
 }

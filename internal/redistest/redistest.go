@@ -4,10 +4,11 @@ package redistest
 
 import (
 	"net"
-	"os"
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/realserver"
 )
 
 // Server runs a private redis-server on a free loopback port, in a
@@ -56,9 +57,6 @@ func ServerOn(t testing.TB, addr string) string {
 func need(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server not found and CI=true: install redis-server")
-		}
-		t.Skip("redis-server not found: install redis-server to run this test")
+		realserver.Missing(t, "redis-server", "redis-server", "SLUICE_REDIS_URL")
 	}
 }

@@ -171,9 +171,9 @@ func TestCheckNotes(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, errb.String())
 	}
 	for _, want := range []string{
-		"../../examples/llm-gateway.yaml: ok (2 rules)\n",
+		"../../examples/llm-gateway.yaml: ok (3 rules)\n",
 		": rules[0].algorithm_config.burst_seconds: 300 seconds of 60000 tokens per 1m give a burst of 300000 tokens\n",
-		": rules[1].algorithm_config.adaptive: starts at 20 tokens/s and moves between 2 and 50",
+		": rules[2].algorithm_config.adaptive: starts at 20 tokens/s and moves between 2 and 50",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("stdout:\n%s\nwant a line %q", out.String(), want)

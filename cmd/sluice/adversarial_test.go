@@ -339,7 +339,10 @@ rules:
 // whole exchange: a body sent in pieces and a response streamed with
 // pauses, each longer in all than read_timeout and write_timeout, go
 // through, as does a quiet websocket; a client that stops reading is cut
-// off, and the upstream sees the request end.
+// off, and the upstream sees the request end. The upload's pieces come
+// 100ms apart against a read_timeout of 3s, so that a writer a loaded
+// machine pauses still sends each in time; the pauses that must outlast
+// a deadline can only grow.
 func TestProxyDeadlinesBoundStalls(t *testing.T) {
 	upstreamGone := make(chan struct{})
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -380,7 +383,7 @@ func TestProxyDeadlinesBoundStalls(t *testing.T) {
 	cfg := writePolicy(t, `
 server:
   read_header_timeout: 1s
-  read_timeout: 1s
+  read_timeout: 3s
   write_timeout: 1s
 proxy:
   listen: 127.0.0.1:0
@@ -392,12 +395,27 @@ rules:
 `)
 	l, _ := startServe(t, "--config", cfg)
 
-	// An upload in 8 pieces, 250ms apart: 2s in all.
+	// An upgraded connection may stay quiet longer than every timeout: it
+	// stays quiet while the upload and the stream below go through.
+	ws, err := net.Dial("tcp", l.Proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	ws.SetDeadline(time.Now().Add(time.Minute))
+	io.WriteString(ws, "GET /ws HTTP/1.1\r\nHost: app\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	wr := bufio.NewReader(ws)
+	if r, err := http.ReadResponse(wr, nil); err != nil || r.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", r, err)
+	}
+	quietSince := time.Now()
+
+	// An upload in 40 pieces, 100ms apart: 4s in all.
 	pr, pw := io.Pipe()
 	go func() {
-		for i := 0; i < 8; i++ {
+		for i := 0; i < 40; i++ {
 			pw.Write([]byte("0123456789"))
-			time.Sleep(250 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond)
 		}
 		pw.Close()
 	}()
@@ -407,7 +425,7 @@ rules:
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || string(body) != "got 80 bytes" {
+	if resp.StatusCode != 200 || string(body) != "got 400 bytes" {
 		t.Errorf("slow but steady upload: %d %q", resp.StatusCode, body)
 	}
 
@@ -422,19 +440,9 @@ rules:
 		t.Errorf("stream: %q, %v", body, err)
 	}
 
-	// An upgraded connection may stay quiet longer than every timeout.
-	ws, err := net.Dial("tcp", l.Proxy)
-	if err != nil {
-		t.Fatal(err)
+	if quiet := time.Since(quietSince); quiet < 3200*time.Millisecond {
+		time.Sleep(3200*time.Millisecond - quiet)
 	}
-	defer ws.Close()
-	ws.SetDeadline(time.Now().Add(30 * time.Second))
-	io.WriteString(ws, "GET /ws HTTP/1.1\r\nHost: app\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-	wr := bufio.NewReader(ws)
-	if r, err := http.ReadResponse(wr, nil); err != nil || r.StatusCode != 101 {
-		t.Fatalf("upgrade: %v %v", r, err)
-	}
-	time.Sleep(1200 * time.Millisecond)
 	io.WriteString(ws, "ping\n")
 	if echo, err := wr.ReadString('\n'); err != nil || echo != "ping\n" {
 		t.Errorf("echo after a quiet spell: %q %v", echo, err)

@@ -342,7 +342,7 @@ func TestReferenceFidelityRedis(t *testing.T) {
 				// A generous per-call timeout (and the harness's store
 				// deadline): a store error would be answered by
 				// on_store_error, not by the window under test.
-				store, err := redis.Open(fmt.Sprintf("redis://%s/0?timeout=1m&key_prefix=fidelity%d:", addr, time.Now().UnixNano()), redis.Options{})
+				store, err := redis.Open(fmt.Sprintf("redis://%s/0?timeout=1m&dial_timeout=1m&write_timeout=1m&key_prefix=fidelity%d:", addr, time.Now().UnixNano()), redis.Options{})
 				if err != nil {
 					t.Fatal(err)
 				}

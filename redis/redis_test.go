@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,10 +20,16 @@ import (
 var testSeq atomic.Int64
 
 // open connects a store to url with test options; opts may adjust them.
+// open opens a store for the test. A test that sets no Timeout checks
+// answers, not deadlines: it gets deadlines no loaded machine reaches, the
+// store's and the client's own (slowClientTimeouts).
 func open(t testing.TB, url string, opts redis.Options) *redis.Store {
 	t.Helper()
 	if opts.Timeout == 0 {
-		opts.Timeout = 2 * time.Second // -race on 2 shared cores is slow
+		opts.Timeout = 30 * time.Second
+		if !strings.Contains(url, "write_timeout=") {
+			url = withQuery(url, slowClientTimeouts)
+		}
 	}
 	s, err := redis.Open(url, opts)
 	if err != nil {
@@ -30,6 +37,19 @@ func open(t testing.TB, url string, opts redis.Options) *redis.Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// slowClientTimeouts raises the client's own dial and write timeouts
+// (1s each by default; the write timeout also gives up on a silent
+// connection) far beyond any wait a loaded machine causes.
+const slowClientTimeouts = "dial_timeout=30s&write_timeout=30s"
+
+// withQuery adds query parameters to a store URL.
+func withQuery(url, query string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + query
+	}
+	return url + "?" + query
 }
 
 // vectorStore adapts open to conformance.NewStore for the vectors: the

@@ -20,14 +20,15 @@ import (
 // The count is of what Redis decided: a take whose store call failed is
 // answered by on_store_error (store_error in the answer), and whether
 // Redis charged it is unknown, so it bounds the count from below only.
-// The store's deadline is long, so that on a loaded machine such answers
-// are rare rather than the rule.
+// The store's deadline and the client's own dial and write timeouts are
+// long, so that on a loaded machine such answers are rare rather than the
+// rule (serve's cap on a decision, 2s, still applies).
 func TestServeRedisFleet(t *testing.T) {
 	addr := redistest.Server(t)
 	cfg := filepath.Join(t.TempDir(), "fleet.yaml")
 	t.Setenv("SLUICE_FLEET_ADMIN", "fleet-admin-token")
 	conf := fmt.Sprintf(`store:
-  url: redis://%s/0?timeout=10s
+  url: redis://%s/0?timeout=10s&dial_timeout=30s&write_timeout=30s
 admin_token_env: SLUICE_FLEET_ADMIN
 rules:
   - name: shared

@@ -144,7 +144,9 @@ func testServeRulesTable(t *testing.T, u string) {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
-	file := "store:\n  url: " + strconv.Quote(withParams(u, "sluice_rules=true&sluice_violations=true")) + "\nrules_table: {user: \"ip:address\"}\nrules:\n  - name: from-file\n    algorithm_config: {tokens_per_second: 1, burst: 1}\n"
+	// sluice_timeout: a store deadline no loaded machine reaches (serve's
+	// own cap on a decision, 2s, still applies); the test checks answers.
+	file := "store:\n  url: " + strconv.Quote(withParams(u, "sluice_rules=true&sluice_violations=true&sluice_timeout=1m")) + "\nrules_table: {user: \"ip:address\"}\nrules:\n  - name: from-file\n    algorithm_config: {tokens_per_second: 1, burst: 1}\n"
 	if err := os.WriteFile(cfg, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}

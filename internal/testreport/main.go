@@ -172,8 +172,11 @@ func (r *report) line(p *pkg, elapsed float64) {
 	name := r.name(p.name)
 	var detail string
 	switch {
-	case p.result == "skip" || (p.result == "pass" && p.passed+p.skipped+p.failed == 0):
-		fmt.Fprintf(r.out, "--    %-*s          (no tests)\n", r.width, name)
+	case p.result == "skip":
+		fmt.Fprintf(r.out, "--    %-*s          (no test files)\n", r.width, name)
+		return
+	case p.result == "pass" && p.passed+p.skipped+p.failed == 0:
+		fmt.Fprintf(r.out, "--    %-*s          (no tests to run)\n", r.width, name)
 		return
 	case p.result == "build failed":
 		fmt.Fprintf(r.out, "FAIL  %-*s          (build failed)\n", r.width, name)

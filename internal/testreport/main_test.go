@@ -48,7 +48,7 @@ func TestPassingRunListsSkips(t *testing.T) {
 	}
 	for _, want := range []string{
 		"ok    m/a ", "(1 passed, 2 skipped)",
-		"--    m/b ", "(no tests)",
+		"--    m/b ", "(no test files)",
 		"Skipped (2):\n",
 		"  redis-server not found: install it (apt-get install redis-server) or set SLUICE_REDIS_URL\n      m/a TestRedis\n",
 		"  nginx not found: install it (apt-get install nginx)\n      m/a TestNginx\n",

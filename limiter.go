@@ -131,6 +131,19 @@ func (op Op) String() string {
 	return fmt.Sprintf("op(%d)", uint8(op))
 }
 
+// LeaseString names op as a call on a concurrency limit's leases
+// (Store.Lease): "acquire", "lease_peek" or "release", in metrics and
+// errors.
+func (op Op) LeaseString() string {
+	switch op {
+	case OpTake:
+		return "acquire"
+	case OpRefund:
+		return "release"
+	}
+	return "lease_peek"
+}
+
 const (
 	// OpTake charges admitted requests.
 	OpTake Op = iota

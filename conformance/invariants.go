@@ -305,23 +305,32 @@ func runTakeAll(t *testing.T, newStore NewStore, opts InvariantOptions, g int) {
 // runRejectedTakeAll checks, step by step, that a rejected TakeAll leaves
 // every one of its buckets exactly as it was.
 func runRejectedTakeAll(t *testing.T, newStore NewStore, opts InvariantOptions) {
-	ctx := context.Background()
 	a := sluice.MustLimit(sluice.Spec{Name: "rej-a", TokensPerSecond: 10, Burst: 10})
 	b := sluice.MustLimit(sluice.Spec{Name: "rej-b", TokensPerSecond: 2, Burst: 3})
 	c := sluice.MustLimit(sluice.Spec{Name: "rej-c", Algorithm: sluice.SlidingLog, Rate: 5, Period: time.Second})
 	rng := rand.New(rand.NewPCG(opts.Seed, 7))
 	clock := sluice.NewManualClock(time.UnixMicro(3_000_000_000_000))
-	store := newStore(t, clock)
+	checkRejectedTakeAll(t, newStore(t, clock), clock, rng, opts.Rounds*2, func(r *rand.Rand) []sluice.Request {
+		return []sluice.Request{
+			{Limit: a, Key: "x", Cost: float64(1 + r.IntN(3))},
+			{Limit: b, Key: "x", Cost: float64(1 + r.IntN(3))},
+			{Limit: c, Key: "x", Cost: 1},
+		}
+	})
+}
+
+// checkRejectedTakeAll sends rounds TakeAlls of next's requests to store,
+// moving clock now and then, and checks that every rejected one left each
+// bucket as a peek before it found it and reports none of them allowed.
+func checkRejectedTakeAll(t *testing.T, store sluice.Store, clock *sluice.ManualClock, rng *rand.Rand, rounds int, next func(*rand.Rand) []sluice.Request) {
+	t.Helper()
+	ctx := context.Background()
 	rejected := 0
-	for i := 0; i < opts.Rounds*2; i++ {
+	for i := 0; i < rounds; i++ {
 		if rng.IntN(3) == 0 {
 			clock.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
 		}
-		reqs := []sluice.Request{
-			{Limit: a, Key: "x", Cost: float64(1 + rng.IntN(3))},
-			{Limit: b, Key: "x", Cost: float64(1 + rng.IntN(3))},
-			{Limit: c, Key: "x", Cost: 1},
-		}
+		reqs := next(rng)
 		before, err := store.TakeAll(ctx, sluice.OpPeek, reqs)
 		if err != nil {
 			t.Fatal(err)

@@ -136,51 +136,19 @@ func runShardTakeAll(t *testing.T, newStore NewStore, opts InvariantOptions, g i
 // with sharded limits leaves every shard as it was: a peek of a sharded
 // limit sums all its shards.
 func runShardRejectedTakeAll(t *testing.T, newStore NewStore, opts InvariantOptions) {
-	ctx := context.Background()
 	a := sluice.MustLimit(sluice.Spec{Name: "shrej-a", TokensPerSecond: 10, Burst: 12, Shards: 3})
 	b := sluice.MustLimit(sluice.Spec{Name: "shrej-b", TokensPerSecond: 2, Burst: 3})
 	c := sluice.MustLimit(sluice.Spec{Name: "shrej-c", Algorithm: sluice.SlidingLog, Rate: 8, Period: time.Second, Shards: 2})
 	rng := rand.New(rand.NewPCG(opts.Seed, 17))
 	clock := sluice.NewManualClock(time.UnixMicro(6_000_000_000_000))
-	lim := sluice.New(newStore(t, clock))
-	rejected := 0
-	for i := 0; i < opts.Rounds*2; i++ {
-		if rng.IntN(3) == 0 {
-			clock.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
+	ls := limiterStore{sluice.New(newStore(t, clock))}
+	checkRejectedTakeAll(t, ls, clock, rng, opts.Rounds*2, func(r *rand.Rand) []sluice.Request {
+		return []sluice.Request{
+			{Limit: a, Key: "x", Cost: float64(1 + r.IntN(8))},
+			{Limit: b, Key: "x", Cost: float64(1 + r.IntN(3))},
+			{Limit: c, Key: "x", Cost: float64(1 + r.IntN(3))},
 		}
-		reqs := []sluice.Request{
-			{Limit: a, Key: "x", Cost: float64(1 + rng.IntN(8))},
-			{Limit: b, Key: "x", Cost: float64(1 + rng.IntN(3))},
-			{Limit: c, Key: "x", Cost: float64(1 + rng.IntN(3))},
-		}
-		_, before, err := lim.PeekAll(ctx, reqs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, ds, err := lim.TakeAll(ctx, reqs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, after, err := lim.PeekAll(ctx, reqs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Allowed {
-			continue
-		}
-		rejected++
-		for k := range reqs {
-			if before[k].Tokens != after[k].Tokens || before[k].ResetAfter != after[k].ResetAfter {
-				t.Fatalf("round %d: rejected TakeAll changed %s: before %+v after %+v", i, reqs[k].Limit.Name(), before[k], after[k])
-			}
-			if ds[k].Allowed {
-				t.Fatalf("round %d: rejected TakeAll reports %s allowed", i, reqs[k].Limit.Name())
-			}
-		}
-	}
-	if rejected == 0 {
-		t.Fatal("no TakeAll was rejected; the test tests nothing")
-	}
+	})
 }
 
 // shardStep is one request of an exact sharded scenario and its answer.

@@ -82,11 +82,12 @@ func New(reg *prometheus.Registry) *Metrics {
 // StoreOps are the op labels of the store metrics, one per kind of store
 // call InstrumentStore records.
 func StoreOps() []string {
-	var ops []string
+	var ops, leases []string
 	for _, op := range []sluice.Op{sluice.OpTake, sluice.OpPeek, sluice.OpRefund} {
 		ops = append(ops, op.String(), op.String()+"_all")
+		leases = append(leases, op.LeaseString())
 	}
-	return append(ops, "reset", "acquire", "lease_peek", "release")
+	return append(append(ops, "reset"), leases...)
 }
 
 // Observe counts one decision of rule; result is one of the Result
@@ -145,7 +146,7 @@ func (m *Metrics) InstrumentStore(s sluice.Store) sluice.Store {
 	}
 	i.reset = m.storeOpNamed("reset")
 	for op := range i.leases {
-		i.leases[op] = m.storeOpNamed(leaseOpName(sluice.Op(op)))
+		i.leases[op] = m.storeOpNamed(sluice.Op(op).LeaseString())
 	}
 	return i
 }
@@ -333,20 +334,10 @@ func (i *instrumented) Reset(ctx context.Context, l *sluice.Limit, key string) e
 func (i *instrumented) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
 	start := time.Now()
 	d, err := i.s.Lease(ctx, op, r, id)
-	o := i.m.storeOpNamed(leaseOpName(op))
+	o := i.m.storeOpNamed(op.LeaseString())
 	if int(op) < len(i.leases) {
 		o = i.leases[op]
 	}
 	i.observe(o, start, err)
 	return d, err
-}
-
-func leaseOpName(op sluice.Op) string {
-	switch op {
-	case sluice.OpTake:
-		return "acquire"
-	case sluice.OpRefund:
-		return "release"
-	}
-	return "lease_peek"
 }

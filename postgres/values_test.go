@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/postgres"
 )
 
@@ -21,52 +21,13 @@ func TestValues(t *testing.T) {
 	s := newStoreOpts(t, postgres.Options{Clock: clock})
 	var _ adaptive.Values = s
 	ctx := context.Background()
-	if _, ok, err := s.LoadValue(ctx, "adaptive:x"); err != nil || ok {
-		t.Fatalf("absent key: ok %v, %v", ok, err)
-	}
-	if ok, err := s.CompareAndSwapValue(ctx, "adaptive:x", "stale", "v1", time.Minute); err != nil || ok {
-		t.Fatalf("swap from a value that is not there: %v, %v", ok, err)
-	}
-	if ok, err := s.CompareAndSwapValue(ctx, "adaptive:x", "", "v1", time.Minute); err != nil || !ok {
-		t.Fatalf("create: %v, %v", ok, err)
-	}
-	if v, ok, err := s.LoadValue(ctx, "adaptive:x"); err != nil || !ok || v != "v1" {
-		t.Fatalf("load: %q %v %v", v, ok, err)
-	}
-	if ok, _ := s.CompareAndSwapValue(ctx, "adaptive:x", "", "v2", time.Minute); ok {
-		t.Fatal("create over an existing value")
-	}
+	cur := conformance.RunValues(t, s)
 	if ok, _ := s.CompareAndSwapValue(ctx, "adaptive:x", "v0", "v2", time.Minute); ok {
 		t.Fatal("swap from a value that is not the one kept")
 	}
-	if _, err := s.CompareAndSwapValue(ctx, "adaptive:x", "v1", "", time.Minute); err == nil {
+	if _, err := s.CompareAndSwapValue(ctx, "adaptive:x", cur, "", time.Minute); err == nil {
 		t.Fatal("an empty value was accepted")
 	}
-
-	// Concurrent writers from the same old value: exactly one wins.
-	var wins sync.WaitGroup
-	won := make(chan string, 16)
-	for i := range 16 {
-		wins.Add(1)
-		go func() {
-			defer wins.Done()
-			if ok, err := s.CompareAndSwapValue(ctx, "adaptive:x", "v1", fmt.Sprintf("w%d", i), time.Minute); err != nil {
-				t.Error(err)
-			} else if ok {
-				won <- fmt.Sprintf("w%d", i)
-			}
-		}()
-	}
-	wins.Wait()
-	close(won)
-	var winners []string
-	for w := range won {
-		winners = append(winners, w)
-	}
-	if v, _, _ := s.LoadValue(ctx, "adaptive:x"); len(winners) != 1 || v != winners[0] {
-		t.Fatalf("winners %v, stored %q", winners, v)
-	}
-	cur := winners[0]
 
 	// Another prefix sees none of it.
 	other := newStoreOpts(t, postgres.Options{Clock: clock})
@@ -84,25 +45,7 @@ func TestValues(t *testing.T) {
 		t.Fatalf("swap from an expired value: %v, %v", ok, err)
 	}
 	// Concurrent creates over the expired row: exactly one wins.
-	var creates sync.WaitGroup
-	created := make(chan string, 16)
-	for i := range 16 {
-		creates.Add(1)
-		go func() {
-			defer creates.Done()
-			if ok, err := s.CompareAndSwapValue(ctx, "adaptive:x", "", fmt.Sprintf("c%d", i), time.Second); err != nil {
-				t.Error(err)
-			} else if ok {
-				created <- fmt.Sprintf("c%d", i)
-			}
-		}()
-	}
-	creates.Wait()
-	close(created)
-	winners = winners[:0]
-	for w := range created {
-		winners = append(winners, w)
-	}
+	winners := conformance.ConcurrentSwaps(t, s, "adaptive:x", "", "c", time.Second)
 	if v, ok, _ := s.LoadValue(ctx, "adaptive:x"); len(winners) != 1 || !ok || v != winners[0] {
 		t.Fatalf("creates over an expired value: winners %v, stored %q", winners, v)
 	}

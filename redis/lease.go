@@ -39,7 +39,7 @@ func (s *Store) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sl
 	args := []string{leaseOp(op), id.String(), strconv.FormatInt(p.Capacity/sluice.TokenScale, 10), strconv.FormatInt(p.Period, 10), s.nowArg(), s.pad}
 	if !s.br.Allow() {
 		s.met.errors.Inc()
-		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", leaseOpName(op), key, ErrBreakerOpen)
+		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op.LeaseString(), key, ErrBreakerOpen)
 	}
 	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
 	res, err := leaseScript.Exec(cctx, s.client, []string{key}, args).AsIntSlice()
@@ -54,7 +54,7 @@ func (s *Store) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sl
 			s.br.Abort() // the caller's own cancellation says nothing of Redis
 		}
 		s.met.errors.Inc()
-		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", leaseOpName(op), key, err)
+		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op.LeaseString(), key, err)
 	}
 	s.br.Done(true)
 	return r.Limit.Decide(sluice.Outcome{Allowed: res[0] == 1, Tokens: res[1], RetryAfter: res[2], ResetAfter: res[3]}), nil
@@ -69,14 +69,4 @@ func leaseOp(op sluice.Op) string {
 		return "r"
 	}
 	return "p"
-}
-
-func leaseOpName(op sluice.Op) string {
-	switch op {
-	case sluice.OpTake:
-		return "acquire"
-	case sluice.OpRefund:
-		return "release"
-	}
-	return "lease peek"
 }

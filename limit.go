@@ -117,6 +117,16 @@ type Params struct {
 	// Reserve is set when every request reserves a turn: leaky buckets,
 	// and limits whose Spec sets Reserve.
 	Reserve bool
+	// rateInv and denInv are reciprocal(RateNum) and reciprocal(RateDen),
+	// for the divisions of every decision; zero in Params built by hand,
+	// which then divide.
+	rateInv, denInv uint64
+}
+
+// setReciprocals computes rateInv and denInv: called wherever a Limit's
+// Params are final.
+func (p *Params) setReciprocals() {
+	p.rateInv, p.denInv = reciprocal(p.RateNum), reciprocal(p.RateDen)
 }
 
 // ZeroCapacity is the Spec.Capacity of a bucket that holds nothing: with
@@ -319,6 +329,7 @@ func NewLimit(s Spec) (*Limit, error) {
 			}
 		}
 	}
+	p.setReciprocals()
 	l := &Limit{spec: s, params: p, nameID: maphash.String(nameSeed, s.Name)}
 	if err := l.initShards(); err != nil {
 		return bad("%v", err)

@@ -164,7 +164,9 @@ const (
 type Store interface {
 	// Take decides one request. With OpTake an admitted request is charged
 	// atomically; a rejected one changes nothing. OpRefund gives its cost
-	// back.
+	// back. A store that decides on the system clock may set the
+	// Decision's RetryAt from its own reading (see Decision.RetryAt); one
+	// that leaves it zero lets the Limiter read its clock.
 	Take(ctx context.Context, op Op, r Request) (Decision, error)
 	// TakeAll decides several requests all-or-nothing: they are charged
 	// only if every one is admitted, and a rejection charges none of them.
@@ -194,19 +196,53 @@ func StorageKey(l *Limit, key string) string {
 // must be used through a Limiter: a Store asked directly would keep it in
 // one bucket of its whole capacity, beside the shards.
 type Limiter struct {
-	store Store
-	clock Clock       // nil: the system clock (see Options)
-	rng   *lockedRand // the choice of shards; nil draws from math/rand/v2
+	store   Store
+	allow   allowStore   // store, when it answers Allow itself; else nil
+	outcome outcomeStore // store, when it answers in Outcomes; else nil
+	clock   Clock        // nil: the system clock (see Options)
+	rng     *lockedRand  // the choice of shards; nil draws from math/rand/v2
 }
 
 // New returns a Limiter over store.
-func New(store Store) *Limiter { return &Limiter{store: store} }
+func New(store Store) *Limiter { return NewWithOptions(store, Options{}) }
+
+// allowStore is a Store that answers Limiter.Allow without building a
+// Decision (the memory store), whose copying through the calls' frames
+// costs more than the rest of an in-process decision.
+type allowStore interface {
+	Allow(ctx context.Context, r Request) bool
+}
+
+// outcomeStore is a Store that answers Take in an Outcome and, for an
+// outcome with a wait decided on the system clock, the Decision's RetryAt
+// (else zero), from which Limiter.Take builds the Decision in its own
+// frame.
+type outcomeStore interface {
+	TakeOutcome(ctx context.Context, op Op, r Request) (Outcome, time.Time, error)
+}
 
 // Store returns the limiter's store.
 func (l *Limiter) Store() Store { return l.store }
 
 // Take asks for r.Cost tokens and charges them if admitted.
 func (l *Limiter) Take(ctx context.Context, r Request) (Decision, error) {
+	if l.outcome != nil && r.Limit != nil && r.Limit.shards == nil {
+		// The Decision is built here, once: see outcomeStore.
+		o, at, err := l.outcome.TakeOutcome(ctx, OpTake, r)
+		if err != nil {
+			return Decision{}, err
+		}
+		dated := l.clock == nil && !at.IsZero() // RetryAt on the limiter's clock
+		if o.RetryAfter <= 0 || (dated && (o.Allowed || r.Limit.spec.Jitter <= 0)) {
+			return r.Limit.decide(o, at), nil // nothing to advise
+		}
+		d := r.Limit.Decide(o)
+		if dated {
+			d.RetryAt = at
+		}
+		l.advise(ctx, &d, &r, time.Time{})
+		return d, nil
+	}
 	d, err := l.one(ctx, OpTake, r)
 	l.advise(ctx, &d, &r, time.Time{})
 	return d, err
@@ -215,7 +251,11 @@ func (l *Limiter) Take(ctx context.Context, r Request) (Decision, error) {
 // Allow is Take for one token of lim under key, reporting only whether it
 // was admitted. Errors count as not admitted.
 func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
-	d, err := l.one(ctx, OpTake, Request{Limit: lim, Key: key, Cost: 1})
+	r := Request{Limit: lim, Key: key, Cost: 1}
+	if l.allow != nil && (lim == nil || lim.shards == nil) {
+		return l.allow.Allow(ctx, r)
+	}
+	d, err := l.one(ctx, OpTake, r)
 	return err == nil && d.Allowed
 }
 
@@ -294,11 +334,15 @@ type Decision struct {
 	// A Limiter adds the limit's Spec.Jitter to a rejection's.
 	RetryAfter time.Duration
 	// RetryAt is when RetryAfter ends on the Limiter's clock (see
-	// Options): the time the store's answer reached the Limiter plus
-	// RetryAfter; zero when RetryAfter is. A store with a server measures
+	// Options): the moment the store's answer says the wait is over. A
+	// store in the process dates it from its own reading of the system
+	// clock, the time it decided at (when the Limiter's clock is the
+	// system clock too); otherwise it is the time the store's answer
+	// reached the Limiter plus RetryAfter. A store with a server measures
 	// the wait on the server's clock, a moment before its answer arrives,
 	// so RetryAt is never early on the caller's clock, however far the two
-	// clocks are apart, and late by at most the answer's trip back.
+	// clocks are apart, and late by at most the answer's trip back. Zero
+	// when RetryAfter is.
 	RetryAt time.Time
 	// ResetAfter is how long until the bucket is full again.
 	ResetAfter time.Duration
@@ -310,19 +354,26 @@ type Decision struct {
 }
 
 // Decide turns an engine's Outcome into a Decision of l.
-func (l *Limit) Decide(o Outcome) Decision {
-	d := Decision{
+func (l *Limit) Decide(o Outcome) Decision { return l.decide(o, time.Time{}) }
+
+// decide is Decide with RetryAt given, written as one literal so that the
+// Decision is built where it is returned, not built and then copied (its
+// fields' separate stores and the copy's wide loads stall each other).
+func (l *Limit) decide(o Outcome, retryAt time.Time) Decision {
+	var remaining int64
+	if o.Tokens > 0 {
+		remaining = o.Tokens / TokenScale
+	}
+	return Decision{
 		Allowed:    o.Allowed,
 		Limit:      l.params.Capacity / TokenScale,
+		Remaining:  remaining,
 		RetryAfter: Duration(o.RetryAfter),
+		RetryAt:    retryAt,
 		ResetAfter: Duration(o.ResetAfter),
 		Rule:       l.spec.Name,
 		Tokens:     FromMicroTokens(o.Tokens),
 	}
-	if o.Tokens > 0 {
-		d.Remaining = o.Tokens / TokenScale
-	}
-	return d
 }
 
 // Combine merges the decisions of an all-or-nothing request. It is

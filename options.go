@@ -18,7 +18,10 @@ type Options struct {
 
 // NewWithOptions returns a Limiter over store configured by opts.
 func NewWithOptions(store Store, opts Options) *Limiter {
-	return &Limiter{store: store, clock: opts.Clock}
+	l := &Limiter{store: store, clock: opts.Clock}
+	l.allow, _ = store.(allowStore)
+	l.outcome, _ = store.(outcomeStore)
+	return l
 }
 
 // Now returns the time of the limiter's clock (see Options).
@@ -31,14 +34,26 @@ func (l *Limiter) Now() time.Time {
 
 // advise completes d, a store's decision of r, with what the caller is
 // advised: a rejection's wait grows by the limit's jitter, and a wait gets
-// its RetryAt, as of now (read from the clock when zero). Nothing is read
-// for a decision without a wait, the common admit.
+// its RetryAt. A store that decided on the system clock dates the decision
+// itself (the memory store does: reading the clock again here would cost
+// as much as the rest of its Take); otherwise it is as of now, read from
+// the limiter's clock when zero. Nothing is read for a decision without a
+// wait, the common admit.
 func (l *Limiter) advise(ctx context.Context, d *Decision, r *Request, now time.Time) time.Time {
 	if d.RetryAfter <= 0 {
+		d.RetryAt = time.Time{}
 		return now
 	}
+	var jitter time.Duration
 	if !d.Allowed && r.Limit != nil {
-		d.RetryAfter += r.Limit.Jitter(ctx, r.Key)
+		jitter = r.Limit.Jitter(ctx, r.Key)
+		d.RetryAfter += jitter
+	}
+	if l.clock == nil && !d.RetryAt.IsZero() {
+		if jitter != 0 { // no write without one: see Limiter.Take
+			d.RetryAt = d.RetryAt.Add(jitter)
+		}
+		return now
 	}
 	if now.IsZero() {
 		now = l.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 )
 
 // Settlement is what Limiter.Settle did to a bucket.
@@ -145,7 +146,7 @@ func (l *Limiter) settleExtra(ctx context.Context, base Request, extra int64) (S
 		forgiven += over
 	}
 	forgiven += extra // still unplaced after every try
-	last.Allowed, last.RetryAfter = true, 0
+	last.Allowed, last.RetryAfter, last.RetryAt = true, 0, time.Time{}
 	return Settlement{Decision: last, Extra: FromMicroTokens(charged), Forgiven: FromMicroTokens(forgiven)}, nil
 }
 

@@ -46,6 +46,7 @@ func (l *Limit) initShards() error {
 	if err != nil {
 		return err
 	}
+	sp.setReciprocals()
 	shard := &Limit{spec: l.spec, params: sp, nameID: l.nameID}
 	shard.spec.Shards = 0
 	l.shards = &shardSet{n: n, lim: shard, tags: shardTags(l.spec.Name, n)}

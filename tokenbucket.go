@@ -54,13 +54,13 @@ func TakeTokenBucket(p *Params, st BucketState, present bool, now, cost int64, r
 	case reserve && need-tokens <= maxReserved*p.RateDen:
 		o.Allowed = true
 		tokens -= need
-		o.RetryAfter = lag + ceilDiv(-tokens, p.RateNum)
+		o.RetryAfter = lag + ceilDivBy(-tokens, p.RateNum, p.rateInv)
 	default:
 		if reserve {
 			// Admitted once the debt it would leave fits within maxReserved.
 			need -= maxReserved * p.RateDen
 		}
-		o.RetryAfter = lag + ceilDiv(need-tokens, p.RateNum)
+		o.RetryAfter = lag + ceilDivBy(need-tokens, p.RateNum, p.rateInv)
 	}
 	bucketOutcome(p, tokens, lag, &o)
 	return BucketState{Tokens: tokens, Stamp: stamp}, o
@@ -95,10 +95,10 @@ func refillBucket(p *Params, st BucketState, present bool, now int64) (tokens, s
 func bucketOutcome(p *Params, tokens, lag int64, o *Outcome) {
 	o.Tokens = tokens
 	if p.RateDen != 1 { // whole micro-tokens per µs need no division
-		o.Tokens = floorDiv(tokens, p.RateDen)
+		o.Tokens = floorDivBy(tokens, p.RateDen, p.denInv)
 	}
 	if full := p.Capacity * p.RateDen; tokens < full {
-		o.ResetAfter = lag + ceilDiv(full-tokens, p.RateNum)
+		o.ResetAfter = lag + ceilDivBy(full-tokens, p.RateNum, p.rateInv)
 	}
 }
 

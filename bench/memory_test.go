@@ -51,7 +51,18 @@ func makeSequence(n int) []string {
 // allower is the one question every limiter is asked.
 type allower func(key string) bool
 
+// newSluice asks sluice's memory store the question every limiter here is
+// asked, through Limiter.Allow: admitted or not.
 func newSluice() allower {
+	lim := sluice.New(memory.New(memory.Options{}))
+	l := sluice.MustLimit(sluice.Spec{Name: "bench", TokensPerSecond: ratePerSec, Burst: burst})
+	ctx := context.Background()
+	return func(key string) bool { return lim.Allow(ctx, l, key) }
+}
+
+// newSluiceTake asks through Limiter.Take, which also answers the
+// remaining tokens, the waits, RetryAt and the rule: an 88-byte Decision.
+func newSluiceTake() allower {
 	lim := sluice.New(memory.New(memory.Options{}))
 	l := sluice.MustLimit(sluice.Spec{Name: "bench", TokensPerSecond: ratePerSec, Burst: burst})
 	ctx := context.Background()
@@ -111,6 +122,7 @@ var limiters = []struct {
 	make func() allower
 }{
 	{"sluice", newSluice},
+	{"sluice-take", newSluiceTake},
 	{"xrate", newXrate},
 	{"sethvargo", newSethvargo},
 	{"throttled", newThrottled},

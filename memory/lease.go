@@ -13,9 +13,9 @@ import (
 // The entry counts against MaxKeys like any other, and becomes full (free
 // to evict, the same as absent) when its last lease ends; a key whose
 // last lease is released is removed at once.
-func (s *Store) Lease(_ context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+func (s *Store) Lease(_ context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (d sluice.Decision, err error) {
 	if err := r.CheckLease(); err != nil {
-		return sluice.Decision{}, err
+		return d, err
 	}
 	lim := r.Limit
 	p := lim.Params()
@@ -53,7 +53,8 @@ func (s *Store) Lease(_ context.Context, op sluice.Op, r sluice.Request, id slui
 			sh.store(i, h, check, &sluice.State{Leases: set}, o, p, now)
 		}
 		sh.mu.Unlock()
-		return lim.Decide(o), nil
+		s.decide(&d, lim, o, now)
+		return d, nil
 	}
 }
 

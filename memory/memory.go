@@ -24,6 +24,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -159,6 +160,21 @@ func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
 	return h, maphash.String(s.seed2, key) + n
 }
 
+// decide fills d with lim's Decision of o, decided at now. A wait gets its
+// RetryAt from that time when it is the system clock's: the moment the
+// bucket admits, so a Limiter need not read the clock a second time (a
+// time.Now costs about as much as the rest of a Take). A coarse now is
+// early, and its RetryAfter longer by as much, so their sum is the same
+// moment. It writes through d rather than returning a Decision, which is
+// too large for registers: each frame a Decision is returned through
+// copies it, a large share of a Take.
+func (s *Store) decide(d *sluice.Decision, lim *sluice.Limit, o sluice.Outcome, now int64) {
+	*d = lim.Decide(o)
+	if o.RetryAfter > 0 && s.clock == nil {
+		d.RetryAt = wallTime(now, d.RetryAfter)
+	}
+}
+
 // InProcess reports that the store's calls never leave the process and
 // never wait on anything but its own locks, so callers need not arm a
 // deadline for them (see sluice.WithStoreTimeout).
@@ -218,6 +234,8 @@ type attempt struct {
 	tokens  int64 // the state after the decision (sluice.State.Tokens)
 	stamp   int64 // and sluice.State.Stamp
 	o       sluice.Outcome
+	now     int64 // the time it was decided at
+	early   bool  // now is the coarse clock's
 }
 
 // decideUnlocked decides r without the lock, into at. The decision stands
@@ -228,6 +246,7 @@ type attempt struct {
 // lock.
 func (sh *shard) decideUnlocked(at *attempt, lim *sluice.Limit, key string, ch sluice.Charge, h, check uint64, now int64, early, take bool) bool {
 	p := lim.Params()
+	at.now, at.early = now, early
 	at.seq = sh.seq.Load()
 	if p.Algorithm == sluice.SlidingLog || at.seq&1 != 0 {
 		return false
@@ -248,17 +267,51 @@ func (sh *shard) decideUnlocked(at *attempt, lim *sluice.Limit, key string, ch s
 	case !at.valid || (take && at.o.Allowed):
 		return false
 	case !at.o.Allowed && early && at.o.RetryAfter <= recheckWithin:
-		at.valid = false // near the boundary: the precise clock decides
-		return false
+		// Near the boundary the precise clock decides (see clock.go); its
+		// rejection stands without the lock like any other.
+		return sh.decideUnlocked(at, lim, key, ch, h, check, preciseNow(), false, take)
 	}
 	return true
 }
 
 // Take implements sluice.Store.
-func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (d sluice.Decision, err error) {
+	o, now, err := s.decideOne(op, r)
+	if err != nil {
+		return d, err
+	}
+	s.decide(&d, r.Limit, o, now)
+	return d, nil
+}
+
+// Allow is Take of one token that reports only whether it was admitted,
+// for sluice.Limiter.Allow: it builds no Decision, the larger part of a
+// Take's cost once the key's state is in cache.
+func (s *Store) Allow(_ context.Context, r sluice.Request) bool {
+	o, _, err := s.decideOne(sluice.OpTake, r)
+	return err == nil && o.Allowed
+}
+
+// TakeOutcome is Take answering in the algorithm's integers and, when the
+// outcome has a wait and the store reads the system clock (not a test's
+// Clock), the time the wait ends: the Decision's RetryAt. sluice.Limiter
+// builds the Decision from them in its own frame: a Decision is too large
+// for registers, and each frame that returns one copies it.
+func (s *Store) TakeOutcome(_ context.Context, op sluice.Op, r sluice.Request) (sluice.Outcome, time.Time, error) {
+	o, now, err := s.decideOne(op, r)
+	if err != nil || o.RetryAfter <= 0 || s.clock != nil {
+		return o, time.Time{}, err
+	}
+	return o, wallTime(now, sluice.Duration(o.RetryAfter)), nil
+}
+
+// decideOne applies op to r, returning the outcome and the time it was
+// decided at. Its results fit in registers, where a Decision would be
+// returned through memory.
+func (s *Store) decideOne(op sluice.Op, r sluice.Request) (sluice.Outcome, int64, error) {
 	ch, err := r.Charge(op)
 	if err != nil {
-		return sluice.Decision{}, err
+		return sluice.Outcome{}, 0, err
 	}
 	lim := r.Limit
 	p := lim.Params()
@@ -267,12 +320,14 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	h, check := s.hashes(lim, r.Key)
 	sh := &s.shards[h&s.mask]
 	if op == sluice.OpRefund {
-		return s.refund(sh, lim, r.Key, ch, h, check), nil
+		o, now := s.refund(sh, lim, r.Key, ch, h, check)
+		return o, now, nil
 	}
 	var at attempt
 	if sh.decideUnlocked(&at, lim, r.Key, ch, h, check, now, early, take) {
-		return lim.Decide(at.o), nil
+		return at.o, at.now, nil
 	}
+	now, early = at.now, at.early
 	var force bool
 	for {
 		sh.mu.Lock()
@@ -311,13 +366,13 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 			sh.store(i, h, check, &st, o, p, now)
 		}
 		sh.mu.Unlock()
-		return lim.Decide(o), nil
+		return o, now, nil
 	}
 }
 
 // refund gives ch.Cost back to the key (h, check) of sh (see
 // sluice.OpRefund), at the precise time: a refund is no hot path.
-func (s *Store) refund(sh *shard, lim *sluice.Limit, key string, ch sluice.Charge, h, check uint64) sluice.Decision {
+func (s *Store) refund(sh *shard, lim *sluice.Limit, key string, ch sluice.Charge, h, check uint64) (sluice.Outcome, int64) {
 	p := lim.Params()
 	now := s.preciseTime()
 	var force bool
@@ -338,7 +393,7 @@ func (s *Store) refund(sh *shard, lim *sluice.Limit, key string, ch sluice.Charg
 			sh.store(i, h, check, &st, o, p, now)
 		}
 		sh.mu.Unlock()
-		return lim.Decide(o)
+		return o, now
 	}
 }
 
@@ -627,7 +682,7 @@ func (s *Store) decideAll(op sluice.Op, rs []sluice.Request, ws []work, out []sl
 		if !all {
 			out[i].Allowed = false
 		}
-		ds[i] = rs[i].Limit.Decide(out[i])
+		s.decide(&ds[i], rs[i].Limit, out[i], now)
 	}
 	return ds, all
 }

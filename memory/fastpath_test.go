@@ -1,0 +1,78 @@
+package memory_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memory"
+)
+
+// storeOnly hides the memory store's own answers to Limiter.Take and
+// Limiter.Allow (TakeOutcome, Allow), so that a Limiter over it goes the
+// way it goes for any store.
+type storeOnly struct{ sluice.Store }
+
+// The Limiter's short ways through the memory store (TakeOutcome for
+// Take, Allow for Allow) answer exactly what the way through Store.Take
+// answers, RetryAt and jitter included: the same random sequence of
+// costs, reservations and clock steps, on a Limiter with the test's clock
+// and on one with the system clock.
+func TestLimiterShortWaysAnswerAsStoreTake(t *testing.T) {
+	limits := []*sluice.Limit{
+		sluice.MustLimit(sluice.Spec{Name: "tb", Rate: 10, Period: time.Second, Capacity: 5}),
+		sluice.MustLimit(sluice.Spec{Name: "slow", Rate: 10, Period: time.Minute, Capacity: 3, MaxReserved: 4}),
+		sluice.MustLimit(sluice.Spec{Name: "jit", Rate: 2, Period: time.Second, Capacity: 2, Jitter: 300 * time.Millisecond}),
+		sluice.MustLimit(sluice.Spec{Name: "leaky", Algorithm: sluice.LeakyBucket, Rate: 5, Period: time.Second}),
+		sluice.MustLimit(sluice.Spec{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 4, Period: time.Second}),
+	}
+	bg := context.Background()
+	for _, withClock := range []bool{true, false} {
+		clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+		short := memory.New(memory.Options{Clock: clk})
+		long := memory.New(memory.Options{Clock: clk})
+		var opts sluice.Options
+		if withClock {
+			opts.Clock = clk
+		}
+		a, b := sluice.NewWithOptions(short, opts), sluice.NewWithOptions(storeOnly{long}, opts)
+		rng := rand.New(rand.NewPCG(7, 11))
+		for i := range 3000 {
+			r := sluice.Request{Limit: limits[rng.IntN(len(limits))], Key: "k" + string(rune('0'+rng.IntN(3)))}
+			switch rng.IntN(4) {
+			case 0:
+				r.Cost = float64(1 + rng.IntN(3))
+			case 1:
+				r.Reserve = r.Limit.Name() != "fw" || rng.IntN(2) == 0
+			}
+			if rng.IntN(5) == 0 {
+				if got, want := a.Allow(bg, r.Limit, r.Key), b.Allow(bg, r.Limit, r.Key); got != want {
+					t.Fatalf("clock %v, step %d: Allow(%s, %s) = %v, want %v", withClock, i, r.Limit.Name(), r.Key, got, want)
+				}
+			} else {
+				got, gerr := a.Take(bg, r)
+				want, werr := b.Take(bg, r)
+				if (gerr == nil) != (werr == nil) || !sameDecision(got, want, withClock) {
+					t.Fatalf("clock %v, step %d: Take(%+v) = %+v, %v; want %+v, %v", withClock, i, r, got, gerr, want, werr)
+				}
+			}
+			clk.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
+		}
+	}
+}
+
+// sameDecision compares decisions; RetryAt only when the Limiter reads the
+// test's clock (otherwise both are the system clock's, read at different
+// moments).
+func sameDecision(a, b sluice.Decision, exactAt bool) bool {
+	if exactAt && !a.RetryAt.Equal(b.RetryAt) {
+		return false
+	}
+	if a.RetryAt.IsZero() != b.RetryAt.IsZero() {
+		return false
+	}
+	a.RetryAt, b.RetryAt = time.Time{}, time.Time{}
+	return a == b
+}

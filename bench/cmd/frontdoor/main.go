@@ -1,0 +1,200 @@
+// Command frontdoor measures sluice's front doors against their floors
+// with each server in a process of its own, so that servers and load
+// client run on cores of their own (bench/frontdoor.sh pins them with
+// taskset) and the server's CPU per call is read from /proc, apart from
+// the client's. BenchmarkFrontDoor measures the same in one process, for
+// a machine with too few cores to pin.
+//
+//	frontdoor bare -listen 127.0.0.1:18490   # net/http answering /v1/auth and /v1/take as sluice does
+//	frontdoor noop -listen 127.0.0.1:18491   # a RateLimitService answering OK, on sluice's gRPC server options
+//	frontdoor load -door auth -addr 127.0.0.1:18490 -pid PID -conns 64 -duration 10s
+//
+// load prints one line: the door, calls, calls per second, and the
+// server's CPU (user + system, from /proc/PID/stat) per call in µs.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/envoyrls"
+)
+
+func main() {
+	log.SetFlags(0)
+	if len(os.Args) < 2 {
+		log.Fatal("usage: frontdoor bare|noop|load [flags]")
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "address to serve on (bare, noop)")
+	door := fs.String("door", "auth", "what load drives: auth (GET /v1/auth), take (POST /v1/take) or grpc (ShouldRateLimit)")
+	addr := fs.String("addr", "", "server to drive (load)")
+	pid := fs.Int("pid", 0, "the server's process, whose CPU load reports (load)")
+	conns := fs.Int("conns", 64, "concurrent callers (load); gRPC callers share 4 connections")
+	duration := fs.Duration("duration", 10*time.Second, "measured time (load)")
+	warmup := fs.Duration("warmup", time.Second, "unmeasured time first (load)")
+	fs.Parse(os.Args[2:])
+	switch os.Args[1] {
+	case "bare":
+		ln := mustListen(*listen)
+		srv := &http.Server{Handler: bench.BareHandler(), ReadHeaderTimeout: 10 * time.Second}
+		log.Fatal(srv.Serve(ln))
+	case "noop":
+		ln := mustListen(*listen)
+		g := grpc.NewServer(envoyrls.ServerOptions()...)
+		rlspb.RegisterRateLimitServiceServer(g, bench.NoopRLS{})
+		log.Fatal(g.Serve(ln))
+	case "load":
+		call, err := caller(*door, *addr, *conns)
+		if err != nil {
+			log.Fatal(err)
+		}
+		drive(call, *conns, *warmup)
+		c0 := processCPU(*pid)
+		t0 := time.Now()
+		n := drive(call, *conns, *duration)
+		wall := time.Since(t0)
+		cpu := processCPU(*pid) - c0
+		fmt.Printf("%s calls %d calls/s %.0f server-cpu-µs/call %.2f\n", *door, n, float64(n)/wall.Seconds(), float64(cpu.Microseconds())/float64(n))
+	default:
+		log.Fatalf("frontdoor: unknown command %q", os.Args[1])
+	}
+}
+
+func mustListen(addr string) net.Listener {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(ln.Addr())
+	return ln
+}
+
+// caller returns the call that worker w makes with sequence number i.
+func caller(door, addr string, conns int) (func(w, i int) error, error) {
+	users := bench.Users()
+	switch door {
+	case "auth":
+		cl := client(conns)
+		url := "http://" + addr + "/v1/auth"
+		return func(_, i int) error {
+			req, _ := http.NewRequest("GET", url, nil)
+			req.Header.Set("X-User", users[i%len(users)])
+			req.Header.Set("X-Forwarded-Uri", "/api/orders")
+			req.Header.Set("X-Forwarded-Method", "GET")
+			return do(cl, req)
+		}, nil
+	case "take":
+		cl := client(conns)
+		url := "http://" + addr + "/v1/take"
+		bodies := make([][]byte, len(users))
+		for i, u := range users {
+			bodies[i] = []byte(`{"rule":"per-user","key":"` + u + `"}`)
+		}
+		return func(_, i int) error {
+			req, _ := http.NewRequest("POST", url, bytes.NewReader(bodies[i%len(bodies)]))
+			req.Header.Set("Content-Type", "application/json")
+			return do(cl, req)
+		}, nil
+	case "grpc":
+		clients := make([]rlspb.RateLimitServiceClient, 4)
+		for i := range clients {
+			cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return nil, err
+			}
+			clients[i] = rlspb.NewRateLimitServiceClient(cc)
+		}
+		reqs := make([]*rlspb.RateLimitRequest, len(users))
+		for i, u := range users {
+			reqs[i] = &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
+				Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: u}},
+			}}}
+		}
+		return func(w, i int) error {
+			resp, err := clients[w%len(clients)].ShouldRateLimit(context.Background(), reqs[i%len(reqs)])
+			if err != nil {
+				return err
+			}
+			if resp.OverallCode != rlspb.RateLimitResponse_OK {
+				return fmt.Errorf("%s: %v", addr, resp.OverallCode)
+			}
+			return nil
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown door %q: auth, take or grpc", door)
+}
+
+func client(conns int) *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, DisableCompression: true}}
+}
+
+func do(cl *http.Client, req *http.Request) error {
+	resp, err := cl.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: status %d", req.URL, resp.StatusCode)
+	}
+	return nil
+}
+
+// drive runs conns workers of call for d and returns the calls made.
+func drive(call func(w, i int) error, conns int, d time.Duration) int64 {
+	var n atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for w := range conns {
+		wg.Go(func() {
+			i := w * 7919
+			var k int64
+			for !stop.Load() {
+				if err := call(w, i); err != nil {
+					log.Fatal(err)
+				}
+				i += 7
+				k++
+			}
+			n.Add(k)
+		})
+	}
+	time.Sleep(d)
+	stop.Store(true)
+	wg.Wait()
+	return n.Load()
+}
+
+// processCPU is the user and system CPU time of process pid so far, from
+// /proc/PID/stat (in the kernel's USER_HZ ticks of 10 ms).
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		log.Fatalf("server CPU: %v", err)
+	}
+	// The command name, in parentheses, may hold spaces: fields count from after it.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}

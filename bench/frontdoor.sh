@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# frontdoor.sh SLUICE FRONTDOOR: sluice's front doors against their floors,
+# each server a process of its own pinned to SERVER_CPUS (default 0-3),
+# the load client (FRONTDOOR load) pinned to CLIENT_CPUS (default 4-11).
+# For each door (auth, take, grpc) it alternates ROUNDS (default 3) rounds
+# of DURATION (default 10s) on the floor and on sluice, and prints each
+# round's line, then per door: calls/s of each, their ratio, the server's
+# CPU per call of each and the difference (BENCHMARKS.md, "Front doors").
+#
+#   cd bench && CGO_ENABLED=0 go build -o /tmp/fd ./cmd/frontdoor &&
+#     (cd .. && CGO_ENABLED=0 go build -o /tmp/sluice ./cmd/sluice) &&
+#     ./frontdoor.sh /tmp/sluice /tmp/fd
+set -euo pipefail
+sluice=$1 fd=$2
+here=$(cd "$(dirname "$0")" && pwd)
+server=${SERVER_CPUS:-0-3} client=${CLIENT_CPUS:-4-11}
+rounds=${ROUNDS:-3} duration=${DURATION:-10s} conns=${CONNS:-64}
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+
+start() { # start NAME CMD...: runs CMD pinned to the server cores
+  taskset -c "$server" "${@:2}" >/dev/null 2>&1 &
+  pids+=($!)
+  eval "$1=$!"
+}
+start bare "$fd" bare -listen 127.0.0.1:18490
+start noop "$fd" noop -listen 127.0.0.1:18491
+start shttp "$sluice" serve --config "$here/testdata/frontdoor-http.yaml" --grpc-listen off
+start sgrpc "$sluice" serve --config "$here/testdata/frontdoor-grpc.yaml"
+sleep 2
+
+load() { # load DOOR ADDR PID SIDE
+  printf '%s ' "$4"
+  taskset -c "$client" "$fd" load -door "$1" -addr "$2" -pid "$3" -conns "$conns" -duration "$duration"
+}
+out=$(mktemp)
+for door in auth take grpc; do
+  case $door in
+  grpc) floor=(127.0.0.1:18491 "$noop") mine=(127.0.0.1:18495 "$sgrpc") ;;
+  *) floor=(127.0.0.1:18490 "$bare") mine=(127.0.0.1:18492 "$shttp") ;;
+  esac
+  for r in $(seq "$rounds"); do
+    if ((r % 2)); then
+      load "$door" "${floor[@]}" floor; load "$door" "${mine[@]}" sluice
+    else
+      load "$door" "${mine[@]}" sluice; load "$door" "${floor[@]}" floor
+    fi
+  done | tee -a "$out"
+done
+# Per door: calls/s and CPU per call over all rounds of each side.
+awk '{ k = $2; s = $1; n[k, s] += $4; r[k, s] += $6; c[k, s] += $8 * $4; m[k, s]++; doors[k] = 1 }
+  END { for (k in doors) {
+    fr = r[k, "floor"] / m[k, "floor"]; sr = r[k, "sluice"] / m[k, "sluice"]
+    fc = c[k, "floor"] / n[k, "floor"]; sc = c[k, "sluice"] / n[k, "sluice"]
+    printf "%s: floor %.0f calls/s, sluice %.0f calls/s, ratio %.2f; server CPU floor %.2f µs/call, sluice %.2f, extra %.2f\n", k, fr, sr, sr / fr, fc, sc, sc - fc } }' "$out"

@@ -135,12 +135,18 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 // per call starts with a small stack and grows it through gRPC's and the
 // store's frames every time, which cost about a seventh of the CPU of a
 // loaded server. Calls beyond the workers (all busy, e.g. waiting on
-// Redis) still get a goroutine of their own.
+// Redis) still get a goroutine of their own. In a binary built with the
+// build tag vtprotobuf, responses are marshalled with go-control-plane's
+// generated code (see codec), on this server only.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.SharedWriteBuffer(true),
 		grpc.NumStreamWorkers(uint32(max(64, 16*runtime.GOMAXPROCS(0)))),
 	}
+	if vtCompiled {
+		opts = append(opts, grpc.ForceServerCodecV2(newCodec()))
+	}
+	return opts
 }
 
 // descKind says how one descriptor's cost is applied.

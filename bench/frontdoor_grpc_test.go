@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -33,6 +34,11 @@ import (
 // and RateLimit headers, taken from sluice's answer to a first call), so
 // that the client decodes the same bytes from both sides: the client's
 // work, which this process pays too, is then the same on both.
+//
+// Run it with -tags vtprotobuf, as sluice's image is built, so that the
+// shipped stack includes the codec envoyrls.ServerOptions adds then:
+//
+//	go test -tags vtprotobuf -run '^$' -bench 'FrontDoor/grpc' -benchtime 1x
 func frontDoorGRPC(b *testing.B, rounds int, round time.Duration, conns int, users []string) {
 	pol, err := policy.Parse("bench", []byte("rules:\n  - name: per-user\n    match: {domain: bench}\n    limit_keys: [\"descriptor:user\"]\n    algorithm: token_bucket\n    algorithm_config: {rps: 1000000000, burst: 1000000000}\n"))
 	if err != nil {
@@ -55,14 +61,14 @@ func frontDoorGRPC(b *testing.B, rounds int, round time.Duration, conns int, use
 
 	b.Run("grpc", func(b *testing.B) {
 		compare(b, rounds, round, conns, "noop", "sluice",
-			grpcCaller(b, startGRPC(b, noop, envoyrls.ServerOptions()...), conns, reqs),
-			grpcCaller(b, startGRPC(b, srv, envoyrls.ServerOptions()...), conns, reqs))
+			grpcCaller(b, startGRPC(b, "noop", noop, envoyrls.ServerOptions()...), conns, reqs),
+			grpcCaller(b, startGRPC(b, "sluice", srv, envoyrls.ServerOptions()...), conns, reqs))
 	})
 
 	b.Run("grpc-floor", func(b *testing.B) {
 		compare(b, rounds, round, conns, "default", "shipped",
-			grpcCaller(b, startGRPC(b, noop), conns, reqs),
-			grpcCaller(b, startGRPC(b, noop, envoyrls.ServerOptions()...), conns, reqs))
+			grpcCaller(b, startGRPC(b, "noop-default", noop), conns, reqs),
+			grpcCaller(b, startGRPC(b, "noop-shipped", noop, envoyrls.ServerOptions()...), conns, reqs))
 	})
 }
 
@@ -83,22 +89,28 @@ func (n noopRLS) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest)
 }
 
 // startGRPC serves svc (noopRLS, or something with a Register method) on
-// a server with opts.
-func startGRPC(b *testing.B, svc any, opts ...grpc.ServerOption) string {
+// a server with opts, labelled name in CPU profiles.
+func startGRPC(b *testing.B, name string, svc any, opts ...grpc.ServerOption) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	g := grpc.NewServer(opts...)
-	switch s := svc.(type) {
-	case noopRLS:
-		rlspb.RegisterRateLimitServiceServer(g, s)
-	case *envoyrls.Server:
-		s.Register(g)
-	default:
-		b.Fatalf("cannot serve %T", svc)
-	}
-	go g.Serve(ln)
+	var g *grpc.Server
+	// Labelled, so that a CPU profile tells the servers apart (go tool
+	// pprof -tagfocus server=NAME): the goroutines it starts, its stream
+	// workers among them, inherit the label.
+	pprof.Do(context.Background(), pprof.Labels("server", name), func(context.Context) {
+		g = grpc.NewServer(opts...)
+		switch s := svc.(type) {
+		case noopRLS:
+			rlspb.RegisterRateLimitServiceServer(g, s)
+		case *envoyrls.Server:
+			s.Register(g)
+		default:
+			b.Fatalf("cannot serve %T", svc)
+		}
+		go g.Serve(ln)
+	})
 	b.Cleanup(g.Stop)
 	return ln.Addr().String()
 }

@@ -222,6 +222,12 @@ func (cfg *Reference) limitsFor(req *rlspb.RateLimitRequest, out []*refLimit) []
 // with share_threshold counts every matching value together).
 func refKey(d *rlv3.RateLimitDescriptor, l *refLimit) string {
 	var b strings.Builder
+	// The usual key (nothing to escape, no share) in one allocation.
+	n := len(l.share)
+	for _, en := range d.Entries {
+		n += len(en.Key) + len(en.Value) + 2
+	}
+	b.Grow(n)
 	for i, en := range d.Entries {
 		if i > 0 {
 			b.WriteByte('|')

@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"sync"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/policy"
@@ -65,14 +66,34 @@ type response struct {
 	blocks   [1]statusBlock
 }
 
+// admittedFields is how many RateLimit headers the default sets (draft
+// and trio) give an admitted call.
+const admittedFields = 5
+
+// limitedResponse is a response with room for the headers of an admitted
+// call under the default sets, for a call that finds limits: the headers
+// come in the same allocation.
+type limitedResponse struct {
+	response
+	headers [admittedFields]*corev3.HeaderValue
+	values  [admittedFields]corev3.HeaderValue
+}
+
 // newResponse returns an OK response for n descriptors, with room for
-// each one's status in blocks.
-func newResponse(n int) (*rlspb.RateLimitResponse, []statusBlock) {
-	if n == 1 {
-		r := &response{}
-		r.resp.OverallCode = rlspb.RateLimitResponse_OK
-		r.resp.Statuses = r.statuses[:]
-		return &r.resp, r.blocks[:]
+// each one's status in blocks and, when limited (headers are likely), for
+// a few headers in room.
+func newResponse(n int, limited bool) (_ *rlspb.RateLimitResponse, blocks []statusBlock, room headerRoom) {
+	if n != 1 {
+		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, n)}, make([]statusBlock, n), room
 	}
-	return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, n)}, make([]statusBlock, n)
+	var r *response
+	if limited {
+		lr := &limitedResponse{}
+		r, room = &lr.response, headerRoom{ptrs: lr.headers[:0], values: lr.values[:0]}
+	} else {
+		r = &response{}
+	}
+	r.resp.OverallCode = rlspb.RateLimitResponse_OK
+	r.resp.Statuses = r.statuses[:]
+	return &r.resp, r.blocks[:], room
 }

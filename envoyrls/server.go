@@ -309,7 +309,7 @@ func (s *Server) decide(ctx context.Context, c *call, sc *scratch) {
 // bucket stands afterwards.
 func (s *Server) respond(c *call, sc *scratch, sets []string) *rlspb.RateLimitResponse {
 	now := s.now()
-	resp, blocks := newResponse(len(c.ds))
+	resp, blocks, room := newResponse(len(c.ds), len(c.groups[kindTake].ms)+len(c.groups[kindPeek].ms) > 0)
 	if !c.allowed {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
@@ -342,7 +342,7 @@ func (s *Server) respond(c *call, sc *scratch, sets []string) *rlspb.RateLimitRe
 			identity = identityOf(c.req)
 		}
 		var fs [policy.MaxFields]policy.Field
-		resp.ResponseHeadersToAdd = headerValues(policy.AppendFields(fs[:0], &merged, identity, c.req.Domain, sets))
+		resp.ResponseHeadersToAdd = headerValues(policy.AppendFields(fs[:0], &merged, identity, c.req.Domain, sets), room)
 	}
 	sc.results = merged.Results // for the next call
 	return resp

@@ -16,13 +16,7 @@ import (
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
@@ -32,7 +26,8 @@ import (
 // under it, in one process and one run: forward auth (GET /v1/auth) and
 // the decision API (POST /v1/take) beside a bare net/http handler that
 // sets the same kind of fields, and the Envoy rate limit service beside a
-// no-op RateLimitService on the same grpc-go server options. One load
+// no-op RateLimitService that answers the same fields (see frontDoorGRPC,
+// which also measures the gRPC stack itself). One load
 // client drives both servers of a pair over loopback in alternating rounds
 // (so that the machine's other load falls on both alike), over 10,000
 // user values.
@@ -96,24 +91,7 @@ func BenchmarkFrontDoor(b *testing.B) {
 			takeCaller(gate, conns, bodies))
 	})
 
-	b.Run("grpc", func(b *testing.B) {
-		noop := startGRPC(b, noopRLS{})
-		pol, err := policy.Parse("bench", []byte("rules:\n  - name: per-user\n    match: {domain: bench}\n    limit_keys: [\"descriptor:user\"]\n    algorithm: token_bucket\n    algorithm_config: {rps: 1000000000, burst: 1000000000}\n"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		srv := envoyrls.New(pol, sluice.New(memory.New(memory.Options{})), envoyrls.Options{Logger: slog.New(slog.DiscardHandler)})
-		rls := startGRPC(b, srv)
-		reqs := make([]*rlspb.RateLimitRequest, len(users))
-		for i, u := range users {
-			reqs[i] = &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
-				Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: u}},
-			}}}
-		}
-		compare(b, rounds, round, conns, "noop", "sluice",
-			grpcCaller(b, noop, conns, reqs),
-			grpcCaller(b, rls, conns, reqs))
-	})
+	frontDoorGRPC(b, rounds, round, conns, users)
 }
 
 // frontDoorGate is sluice's gate on the memory store with one rule keyed
@@ -279,64 +257,6 @@ func mustRequestURL(base string) *http.Request {
 		panic(err)
 	}
 	return r
-}
-
-// noopRLS answers every call OK: the floor of the gRPC stack.
-type noopRLS struct {
-	rlspb.UnimplementedRateLimitServiceServer
-}
-
-func (noopRLS) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-	st := make([]*rlspb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))
-	for i := range st {
-		st[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-	}
-	return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: st}, nil
-}
-
-// startGRPC serves svc (noopRLS, or something with a Register method) on
-// sluice's own server options.
-func startGRPC(b *testing.B, svc any) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	g := grpc.NewServer(envoyrls.ServerOptions()...)
-	switch s := svc.(type) {
-	case noopRLS:
-		rlspb.RegisterRateLimitServiceServer(g, s)
-	case *envoyrls.Server:
-		s.Register(g)
-	default:
-		b.Fatalf("cannot serve %T", svc)
-	}
-	go g.Serve(ln)
-	b.Cleanup(g.Stop)
-	return ln.Addr().String()
-}
-
-// grpcCaller spreads the workers over 4 connections, as Envoy keeps a few.
-func grpcCaller(b *testing.B, addr string, conns int, reqs []*rlspb.RateLimitRequest) caller {
-	clients := make([]rlspb.RateLimitServiceClient, 4)
-	for i := range clients {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { cc.Close() })
-		clients[i] = rlspb.NewRateLimitServiceClient(cc)
-	}
-	ctx := context.Background()
-	return func(w, i int) error {
-		resp, err := clients[w%len(clients)].ShouldRateLimit(ctx, reqs[i%len(reqs)])
-		if err != nil {
-			return err
-		}
-		if resp.OverallCode != rlspb.RateLimitResponse_OK {
-			return fmt.Errorf("%s: %v", addr, resp.OverallCode)
-		}
-		return nil
-	}
 }
 
 func envInt(name string, def int) int {

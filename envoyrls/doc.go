@@ -124,4 +124,13 @@
 // can say more:
 // token buckets, any period (not only whole units), burst above the rate,
 // rollover, tiers, per-rule on_store_error, and costs from headers.
+//
+// # Building
+//
+// go-control-plane ships generated marshalling code (vtprotobuf) for its
+// messages behind the build tag vtprotobuf. In a binary built with it
+// (go build -tags vtprotobuf, as the container image is), ServerOptions
+// marshals the responses with that code, which takes the floor of a call
+// down by a microsecond or two; without it, the server uses grpc-go's
+// proto codec. Either writes the same messages.
 package envoyrls

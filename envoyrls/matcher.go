@@ -49,18 +49,29 @@ type rules struct{ pol *policy.Policy }
 
 // Match implements Matcher.
 func (m rules) Match(req *rlspb.RateLimitRequest, found []Found) error {
+	return m.matchInto(req, &scratch{found: found})
+}
+
+// matchInto is Match into sc.found, with sc's buffers: the matches of
+// every descriptor share sc.ms.
+func (m rules) matchInto(req *rlspb.RateLimitRequest, sc *scratch) error {
 	for i, d := range req.Descriptors {
-		ms, err := m.pol.Match(&policy.Input{Domain: req.Domain, Descriptor: entriesOf(d)})
-		if err != nil {
+		sc.entries = appendEntries(sc.entries[:0], d)
+		sc.in = policy.Input{Domain: req.Domain, Descriptor: sc.entries}
+		start := len(sc.ms)
+		var err error
+		if sc.ms, err = m.pol.AppendMatch(sc.ms, &sc.in); err != nil {
 			return fmt.Errorf("descriptors[%d]: %v", i, err)
 		}
-		limited := ms[:0]
-		for _, match := range ms {
+		limited := sc.ms[start:start]
+		for _, match := range sc.ms[start:] {
 			if match.Request.Limit != nil {
 				limited = append(limited, match)
 			}
 		}
-		found[i] = Found{Limits: limited}
+		sc.ms = sc.ms[:start+len(limited)]
+		// Capped, so that no later append writes into another's limits.
+		sc.found[i] = Found{Limits: limited[:len(limited):len(limited)]}
 	}
 	return nil
 }

@@ -144,13 +144,19 @@ func ReferenceLimits(pol *policy.Policy) (domains []string, limits []*sluice.Lim
 // replaces is dropped. A limit of requests_per_unit 0 blocks its
 // descriptor; an unlimited one lets it through.
 func (cfg *Reference) Match(req *rlspb.RateLimitRequest, found []Found) error {
+	return cfg.matchInto(req, &scratch{found: found})
+}
+
+// matchInto is Match into sc.found, with sc's buffers: the limits of
+// every descriptor share sc.ms.
+func (cfg *Reference) matchInto(req *rlspb.RateLimitRequest, sc *scratch) error {
 	var refBuf [8]*refLimit
 	refs := refBuf[:0]
 	if len(req.Descriptors) > len(refBuf) {
 		refs = make([]*refLimit, 0, len(req.Descriptors))
 	}
 	refs = cfg.limitsFor(req, refs)
-	var ms []policy.Match // one backing array for every descriptor's limit
+	found := sc.found
 	for i, l := range refs {
 		switch {
 		case l == nil:
@@ -160,11 +166,9 @@ func (cfg *Reference) Match(req *rlspb.RateLimitRequest, found []Found) error {
 		case l.rpu == 0:
 			found[i] = Found{Blocked: true, Shadow: l.shadow, Window: l.period(), Limit: l.currentLimit()}
 		default:
-			if ms == nil {
-				ms = make([]policy.Match, 0, len(refs)-i)
-			}
-			ms = append(ms, policy.Match{Rule: l.policyRule, Request: sluice.Request{Limit: l.policyRule.Limit, Key: refKey(req.Descriptors[i], l)}})
-			found[i] = Found{Limits: ms[len(ms)-1:], Limit: l.currentLimit()}
+			sc.ms = append(sc.ms, policy.Match{Rule: l.policyRule, Request: sluice.Request{Limit: l.policyRule.Limit, Key: refKey(req.Descriptors[i], l)}})
+			n := len(sc.ms)
+			found[i] = Found{Limits: sc.ms[n-1 : n : n], Limit: l.currentLimit()}
 		}
 	}
 	return nil
@@ -218,6 +222,12 @@ func (cfg *Reference) limitsFor(req *rlspb.RateLimitRequest, out []*refLimit) []
 // with share_threshold counts every matching value together).
 func refKey(d *rlv3.RateLimitDescriptor, l *refLimit) string {
 	var b strings.Builder
+	// The usual key (nothing to escape, no share) in one allocation.
+	n := len(l.share)
+	for _, en := range d.Entries {
+		n += len(en.Key) + len(en.Value) + 2
+	}
+	b.Grow(n)
 	for i, en := range d.Entries {
 		if i > 0 {
 			b.WriteByte('|')

@@ -135,12 +135,18 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 // per call starts with a small stack and grows it through gRPC's and the
 // store's frames every time, which cost about a seventh of the CPU of a
 // loaded server. Calls beyond the workers (all busy, e.g. waiting on
-// Redis) still get a goroutine of their own.
+// Redis) still get a goroutine of their own. In a binary built with the
+// build tag vtprotobuf, responses are marshalled with go-control-plane's
+// generated code (see codec), on this server only.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.SharedWriteBuffer(true),
 		grpc.NumStreamWorkers(uint32(max(64, 16*runtime.GOMAXPROCS(0)))),
 	}
+	if vtCompiled {
+		opts = append(opts, grpc.ForceServerCodecV2(newCodec()))
+	}
+	return opts
 }
 
 // descKind says how one descriptor's cost is applied.
@@ -162,9 +168,10 @@ type descState struct {
 
 // group is the matches decided in one policy.Enforce.
 type group struct {
-	ms  []policy.Match
-	res *policy.Verdict
-	op  sluice.Op
+	ms      []policy.Match
+	res     policy.Verdict
+	decided bool // res is set: the group has matches
+	op      sluice.Op
 }
 
 // call is one ShouldRateLimit while it is decided, apart from what the
@@ -192,17 +199,18 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	if err := refusedRefund(e.pol, req); err != nil {
 		return nil, err
 	}
-	found := make([]Found, len(req.Descriptors))
-	if err := e.match.Match(req, found); err != nil {
+	sc := getScratch(len(req.Descriptors))
+	defer sc.release()
+	if err := matchInto(e.match, req, sc); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	// Calls of a few descriptors and limits (the usual) decide on the stack.
 	var dsBuf [4]descState
 	var msBuf [8]policy.Match
 	c := call{req: req}
-	c.ds, c.groups, c.blocked = plan(req, found, dsBuf[:0], msBuf[:0])
-	s.decide(ctx, &c)
-	return s.respond(&c, found, e.headers), nil
+	c.ds, c.groups, c.blocked = plan(req, sc.found, dsBuf[:0], msBuf[:0])
+	s.decide(ctx, &c, sc)
+	return s.respond(&c, sc, e.headers), nil
 }
 
 // current is the engine of the policy in force (Options.Source).
@@ -282,49 +290,41 @@ func plan(req *rlspb.RateLimitRequest, found []Found, ds []descState, ms []polic
 
 // decide asks the store. Peeks go first: a check without charging that
 // fails makes the call OVER_LIMIT, and then nothing may be charged.
-func (s *Server) decide(ctx context.Context, c *call) {
+func (s *Server) decide(ctx context.Context, c *call, sc *scratch) {
 	ctx, cancel := sluice.WithStoreTimeout(ctx, s.lim.Store(), s.timeout)
 	defer cancel()
 	take, peek, refund := &c.groups[kindTake], &c.groups[kindPeek], &c.groups[kindRefund]
 	peek.op, take.op, refund.op = sluice.OpPeek, sluice.OpTake, sluice.OpRefund
-	s.apply(ctx, peek)
-	if c.blocked || (peek.res != nil && !peek.res.Allowed) {
+	s.apply(ctx, peek, &sc.groups[kindPeek])
+	if c.blocked || (peek.decided && !peek.res.Allowed) {
 		take.op = sluice.OpPeek
 	}
-	s.apply(ctx, take)
-	s.apply(ctx, refund)
-	c.allowed = !c.blocked && (take.res == nil || take.res.Allowed) && (peek.res == nil || peek.res.Allowed)
+	s.apply(ctx, take, &sc.groups[kindTake])
+	s.apply(ctx, refund, &sc.groups[kindRefund])
+	c.allowed = !c.blocked && (!take.decided || take.res.Allowed) && (!peek.decided || peek.res.Allowed)
 }
 
 // respond is the answer to a decided call: a status per descriptor, and
 // the RateLimit headers of every enforce-mode limit of the call as its
 // bucket stands afterwards.
-func (s *Server) respond(c *call, found []Found, sets []string) *rlspb.RateLimitResponse {
+func (s *Server) respond(c *call, sc *scratch, sets []string) *rlspb.RateLimitResponse {
 	now := s.now()
-	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(c.ds))}
+	resp, blocks, room := newResponse(len(c.ds), len(c.groups[kindTake].ms)+len(c.groups[kindPeek].ms) > 0)
 	if !c.allowed {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
-	blocks := make([]statusBlock, len(c.ds))
-	merged := policy.Verdict{Allowed: c.allowed}
-	n := 0
-	for k := range c.groups {
-		if g := &c.groups[k]; g.res != nil && g.op != sluice.OpRefund {
-			n += len(g.res.Results)
-		}
-	}
-	merged.Results = make([]policy.Result, 0, n)
+	merged := policy.Verdict{Allowed: c.allowed, Results: sc.results[:0]}
 	var enfBuf [8]sluice.Decision
 	enf := enfBuf[:0]
 	for i := range c.ds {
-		st, f := &c.ds[i], &found[i]
+		st, f := &c.ds[i], &sc.found[i]
 		g := &c.groups[st.kind]
 		var rrs []policy.Result
-		if g.res != nil {
+		if g.decided {
 			rrs = g.res.Results[st.first : st.first+st.n]
 		}
 		// A refund's decisions describe the bucket after it, as a charge's do.
-		charged := g.res != nil && (g.op == sluice.OpRefund || (g.op == sluice.OpTake && g.res.Allowed))
+		charged := g.decided && (g.op == sluice.OpRefund || (g.op == sluice.OpTake && g.res.Allowed))
 		resp.Statuses[i] = s.status(st, f, rrs, charged, &blocks[i], now)
 		if st.kind == kindRefund {
 			continue
@@ -337,9 +337,14 @@ func (s *Server) respond(c *call, found []Found, sets []string) *rlspb.RateLimit
 	if len(enf) > 0 {
 		merged.Overall = sluice.Combine(enf)
 		merged.Overall.Allowed = c.allowed
+		identity := "" // only a rejection's Retry-After is jittered by it
+		if !c.allowed {
+			identity = identityOf(c.req)
+		}
 		var fs [policy.MaxFields]policy.Field
-		resp.ResponseHeadersToAdd = headerValues(policy.AppendFields(fs[:0], &merged, identityOf(c.req), c.req.Domain, sets))
+		resp.ResponseHeadersToAdd = headerValues(policy.AppendFields(fs[:0], &merged, identity, c.req.Domain, sets), room)
 	}
+	sc.results = merged.Results // for the next call
 	return resp
 }
 
@@ -373,18 +378,20 @@ func identityOf(req *rlspb.RateLimitRequest) string {
 	return d.Entries[0].Key + "=" + d.Entries[0].Value
 }
 
-// apply decides one group.
-func (s *Server) apply(ctx context.Context, g *group) {
+// apply decides one group, with its results in buf's backing array
+// (which it keeps for the next call).
+func (s *Server) apply(ctx context.Context, g *group, buf *[]policy.Result) {
 	if len(g.ms) == 0 {
 		return
 	}
-	v := policy.Enforce(ctx, s.lim, g.op, g.ms, s.obs)
-	for _, rr := range v.Results {
-		if rr.StoreErr != nil {
+	v := policy.EnforceInto(ctx, s.lim, g.op, g.ms, s.obs, *buf)
+	*buf = v.Results // from v, not from g: g's call stays on the stack
+	g.res, g.decided = v, true
+	for i := range g.res.Results {
+		if rr := &g.res.Results[i]; rr.StoreErr != nil {
 			s.storeLog.Log(s.log, rr.Match.Request.Limit.Name(), rr.Match.Request.Key, rr.StoreErr, !rr.Decision.Allowed)
 		}
 	}
-	g.res = &v
 }
 
 // costOf is a descriptor's cost as the protocol defines it: the
@@ -435,12 +442,12 @@ func validate(req *rlspb.RateLimitRequest) error {
 	return nil
 }
 
-func entriesOf(d *rlv3.RateLimitDescriptor) []policy.DescriptorEntry {
-	out := make([]policy.DescriptorEntry, len(d.Entries))
-	for i, en := range d.Entries {
-		out[i] = policy.DescriptorEntry{Key: en.Key, Value: en.Value}
+// appendEntries appends d's entries to dst.
+func appendEntries(dst []policy.DescriptorEntry, d *rlv3.RateLimitDescriptor) []policy.DescriptorEntry {
+	for _, en := range d.Entries {
+		dst = append(dst, policy.DescriptorEntry{Key: en.Key, Value: en.Value})
 	}
-	return out
+	return dst
 }
 
 // tooBig reports whether a cost asks more than an enforce-mode limit of

@@ -64,7 +64,9 @@ func startOn(t *testing.T, pol *policy.Policy, st sluice.Store, clock sluice.Clo
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	// The options sluice serves with, so that the answers are checked
+	// through its codec too.
+	g := grpc.NewServer(envoyrls.ServerOptions()...)
 	logs := new(lockedbuf.Buffer)
 	// A store deadline far beyond any call's duration on a loaded machine:
 	// these tests check answers, and a call past the default 250ms would be

@@ -39,9 +39,13 @@ type Match struct {
 // absent applies with AbsentMarker in the key (missing_key: shared, the
 // default) or not at all (skip). The error is reserved for input that
 // cannot be evaluated at all; none is currently produced.
-func (p *Policy) Match(in *Input) ([]Match, error) {
+func (p *Policy) Match(in *Input) ([]Match, error) { return p.AppendMatch(nil, in) }
+
+// AppendMatch is Match appending the limits that apply to in to dst, so
+// that a caller deciding many requests can reuse one slice.
+func (p *Policy) AppendMatch(dst []Match, in *Input) ([]Match, error) {
 	e := &eval{p: p, r: in}
-	var out []Match
+	out, first := dst, len(dst)
 	identity := ""
 	for _, rule := range p.Rules {
 		if !e.holds(rule.match) {
@@ -61,7 +65,7 @@ func (p *Policy) Match(in *Input) ([]Match, error) {
 		if !ok {
 			continue
 		}
-		if len(out) == 0 {
+		if len(out) == first {
 			identity = e.identity()
 		}
 		out = append(out, Match{
@@ -256,14 +260,29 @@ const StoreErrorRetry = time.Second
 // ReasonConcurrencyUnsupported: holding a slot needs a caller that knows
 // when the request ends, which calls Hold instead.
 func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
-	return enforce(ctx, lim, op, ms, obs, false)
+	return enforce(ctx, lim, op, ms, obs, false, nil)
 }
 
-func enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
-	if op == sluice.OpRefund {
-		return refund(ctx, lim, ms)
+// EnforceInto is Enforce with Verdict.Results in the backing array of
+// results when it has room for every match (else in a new one), for a
+// caller that decides many requests with one slice.
+func EnforceInto(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, results []Result) Verdict {
+	return enforce(ctx, lim, op, ms, obs, false, results)
+}
+
+// resultsFor is room for n results: buf's when it has it.
+func resultsFor(buf []Result, n int) []Result {
+	if cap(buf) >= n {
+		return buf[:n]
 	}
-	v := Verdict{Allowed: true, Results: make([]Result, len(ms))}
+	return make([]Result, n)
+}
+
+func enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool, buf []Result) Verdict {
+	if op == sluice.OpRefund {
+		return refund(ctx, lim, ms, buf)
+	}
+	v := Verdict{Allowed: true, Results: resultsFor(buf, len(ms))}
 	// Index lists of a few matches (the usual) stay on the stack.
 	var enfBuf, shadowBuf, idxBuf [8]int
 	enf, shadow, idx := enfBuf[:0], shadowBuf[:0], idxBuf[:0]
@@ -374,8 +393,8 @@ func enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 // refund, and a store failure is recorded without denying anything. A cost
 // above a limit's capacity refunds the capacity (sluice.Request.Charge).
 // Refunds are not decisions, so the Observer is not told.
-func refund(ctx context.Context, lim *sluice.Limiter, ms []Match) Verdict {
-	v := Verdict{Allowed: true, Results: make([]Result, len(ms))}
+func refund(ctx context.Context, lim *sluice.Limiter, ms []Match, buf []Result) Verdict {
+	v := Verdict{Allowed: true, Results: resultsFor(buf, len(ms))}
 	reqs := make([]sluice.Request, 0, len(ms))
 	idx := make([]int, 0, len(ms))
 	for i, m := range ms {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -35,14 +36,17 @@ func (e *eval) holdsOne(c cond) bool {
 		}
 		return false
 	}
-	for _, g := range e.values(c.src) {
-		for _, v := range c.values {
-			if g == v {
+	if c.src.multi() {
+		for _, g := range e.values(c.src) {
+			if slices.Contains(c.values, g) {
 				return true
 			}
 		}
+		return false
 	}
-	return false
+	// One value: compared without a slice to hold it.
+	g, ok := e.value(c.src)
+	return ok && slices.Contains(c.values, g)
 }
 
 // costSpec is how a request's cost is found.

@@ -375,6 +375,13 @@ func (e *eval) query(name string) ([]string, presence) {
 	return qr.vals, qr.st
 }
 
+// multi reports whether a match on src compares several values (values)
+// rather than one (value): an array claim, an ambiguous query parameter,
+// the clean and lenient paths.
+func (src source) multi() bool {
+	return src.kind == srcJWT || src.kind == srcQuery || src.kind == srcPath
+}
+
 // values returns the values of src in r for matching; nil when absent.
 func (e *eval) values(src source) []string {
 	switch src.kind {
@@ -384,11 +391,6 @@ func (e *eval) values(src source) []string {
 			return nil
 		}
 		return claimStrings(v)
-	case srcDomain:
-		if e.r.Domain == "" {
-			return nil
-		}
-		return []string{e.r.Domain}
 	case srcQuery:
 		// An ambiguous parameter matches every value a server could read.
 		vs, st := e.query(src.name)
@@ -621,28 +623,40 @@ func (e *eval) key(rule *Rule) (string, bool) {
 	if len(rule.keys) == 0 {
 		return globalKey, true
 	}
+	if len(rule.keys) == 1 {
+		// The component itself: no copy to make.
+		return e.keyPart(rule, rule.keys[0])
+	}
 	var b strings.Builder
 	for i, src := range rule.keys {
 		if i > 0 {
 			b.WriteByte('|')
 		}
-		if src.kind == srcQuery {
-			if _, st := e.query(src.name); st == ambiguous {
-				b.WriteString(AmbiguousMarker)
-				continue
-			}
-		}
-		v, ok := e.value(src)
+		part, ok := e.keyPart(rule, src)
 		if !ok {
-			if rule.MissingKey == MissingSkip {
-				return "", false
-			}
-			b.WriteString(AbsentMarker)
-			continue
+			return "", false
 		}
-		b.WriteString(component(src, v))
+		b.WriteString(part)
 	}
 	return b.String(), true
+}
+
+// keyPart is the component of rule's key that src gives. ok is false when
+// src is absent and the rule skips such requests.
+func (e *eval) keyPart(rule *Rule, src source) (string, bool) {
+	if src.kind == srcQuery {
+		if _, st := e.query(src.name); st == ambiguous {
+			return AmbiguousMarker, true
+		}
+	}
+	v, ok := e.value(src)
+	if !ok {
+		if rule.MissingKey == MissingSkip {
+			return "", false
+		}
+		return AbsentMarker, true
+	}
+	return component(src, v), true
 }
 
 // KeyComponent returns the value v (of a header, query parameter or JWT

@@ -530,7 +530,8 @@ func parseDockerfile(t *testing.T, path string) [][]dockerInstruction {
 }
 
 // TestDockerfile checks what the Dockerfile promises: a static binary
-// built without the build machine's paths, on a base with no shell, run
+// built without the build machine's paths and with go-control-plane's
+// generated marshalling (-tags vtprotobuf), on a base with no shell, run
 // as a numeric non-root user, /sluice serve by default. .ci/image builds
 // this image (reading ENTRYPOINT, CMD, USER and EXPOSE from the file)
 // and runs it.
@@ -553,7 +554,7 @@ func TestDockerfile(t *testing.T) {
 		for _, in := range st {
 			if in.cmd == "RUN" && strings.Contains(in.args, "go build") {
 				built = true
-				for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "./cmd/sluice"} {
+				for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-tags vtprotobuf", "./cmd/sluice"} {
 					if !strings.Contains(in.args, want) {
 						t.Errorf("line %d: the go build lacks %s", in.line, want)
 					}
@@ -603,7 +604,7 @@ func TestDockerfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "./cmd/sluice", "Dockerfile"} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-tags vtprotobuf", "./cmd/sluice", "Dockerfile"} {
 		if !bytes.Contains(script, []byte(want)) {
 			t.Errorf(".ci/image lacks %s", want)
 		}

@@ -1,0 +1,99 @@
+package envoyrls
+
+import (
+	"sync"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// scratch is the working memory of one call, kept for the next one
+// (scratchPool) rather than allocated per call: nothing in it outlives
+// the call, and nothing the response holds is in it.
+type scratch struct {
+	found   []Found                  // per descriptor, what applies to it
+	entries []policy.DescriptorEntry // one descriptor's entries, for policy.Input
+	in      policy.Input
+	ms      []policy.Match     // the matches of every descriptor (found[i].Limits)
+	groups  [3][]policy.Result // each group's results (policy.EnforceInto)
+	results []policy.Result    // the call's results, as respond merges them
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// getScratch returns a scratch with found sized for n descriptors.
+func getScratch(n int) *scratch {
+	sc := scratchPool.Get().(*scratch)
+	if cap(sc.found) < n {
+		sc.found = make([]Found, n)
+	}
+	sc.found = sc.found[:n]
+	return sc
+}
+
+// release gives sc back. What the call left in it is overwritten by the
+// next one, not cleared: clearing memory that holds pointers costs a write
+// barrier per word while the collector runs, and the pool itself drops sc
+// within two collections, with whatever it still points to.
+func (sc *scratch) release() {
+	sc.found, sc.entries, sc.ms, sc.results = sc.found[:0], sc.entries[:0], sc.ms[:0], sc.results[:0]
+	for k := range sc.groups {
+		sc.groups[k] = sc.groups[k][:0]
+	}
+	sc.in = policy.Input{}
+	scratchPool.Put(sc)
+}
+
+// matchInto fills sc.found for req with m: with sc's buffers when m is
+// one of this package's matchers, else with m.Match.
+func matchInto(m Matcher, req *rlspb.RateLimitRequest, sc *scratch) error {
+	switch m := m.(type) {
+	case rules:
+		return m.matchInto(req, sc)
+	case *Reference:
+		return m.matchInto(req, sc)
+	}
+	return m.Match(req, sc.found)
+}
+
+// response is a response to a call of one descriptor (the usual) with its
+// status, in one allocation.
+type response struct {
+	resp     rlspb.RateLimitResponse
+	statuses [1]*rlspb.RateLimitResponse_DescriptorStatus
+	blocks   [1]statusBlock
+}
+
+// admittedFields is how many RateLimit headers the default sets (draft
+// and trio) give an admitted call.
+const admittedFields = 5
+
+// limitedResponse is a response with room for the headers of an admitted
+// call under the default sets, for a call that finds limits: the headers
+// come in the same allocation.
+type limitedResponse struct {
+	response
+	headers [admittedFields]*corev3.HeaderValue
+	values  [admittedFields]corev3.HeaderValue
+}
+
+// newResponse returns an OK response for n descriptors, with room for
+// each one's status in blocks and, when limited (headers are likely), for
+// a few headers in room.
+func newResponse(n int, limited bool) (_ *rlspb.RateLimitResponse, blocks []statusBlock, room headerRoom) {
+	if n != 1 {
+		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, n)}, make([]statusBlock, n), room
+	}
+	var r *response
+	if limited {
+		lr := &limitedResponse{}
+		r, room = &lr.response, headerRoom{ptrs: lr.headers[:0], values: lr.values[:0]}
+	} else {
+		r = &response{}
+	}
+	r.resp.OverallCode = rlspb.RateLimitResponse_OK
+	r.resp.Statuses = r.statuses[:]
+	return &r.resp, r.blocks[:], room
+}

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
@@ -44,16 +46,39 @@ func BareHandler() http.Handler {
 	return mux
 }
 
-// NoopRLS answers every call OK: the floor of the gRPC stack.
+// GRPCPolicy is the front-door policy of the Envoy rate limit service:
+// one rule per descriptor value that never refuses, so that sluice and
+// the no-op both answer OK (testdata/frontdoor-grpc.yaml says the same
+// for sluice serve).
+const GRPCPolicy = "rules:\n  - name: per-user\n    match: {domain: bench}\n    limit_keys: [\"descriptor:user\"]\n    algorithm: token_bucket\n    algorithm_config: {rps: 1000000000, burst: 1000000000}\n"
+
+// NoopRLS answers every call OK, deciding nothing: the floor of the gRPC
+// stack. Every descriptor's status is Status, and the headers are
+// Headers: what sluice answers (NoopLikeSluice), so that a client decodes
+// the same bytes from both.
 type NoopRLS struct {
 	rlspb.UnimplementedRateLimitServiceServer
+	Status  *rlspb.RateLimitResponse_DescriptorStatus
+	Headers []*corev3.HeaderValue
 }
 
 // ShouldRateLimit answers OK for every descriptor.
-func (NoopRLS) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+func (n NoopRLS) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	st := make([]*rlspb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))
 	for i := range st {
-		st[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		st[i] = n.Status
 	}
-	return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: st}, nil
+	return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: st, ResponseHeadersToAdd: n.Headers}, nil
+}
+
+// NoopLikeSluice is the no-op answering what srv, sluice's service under
+// GRPCPolicy, answers to a first call.
+func NoopLikeSluice(srv rlspb.RateLimitServiceServer) (NoopRLS, error) {
+	first, err := srv.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
+		Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "first"}},
+	}}})
+	if err != nil {
+		return NoopRLS{}, err
+	}
+	return NoopRLS{Status: first.Statuses[0], Headers: first.ResponseHeadersToAdd}, nil
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -40,7 +39,7 @@ import (
 //
 //	go test -tags vtprotobuf -run '^$' -bench 'FrontDoor/grpc' -benchtime 1x
 func frontDoorGRPC(b *testing.B, rounds int, round time.Duration, conns int, users []string) {
-	pol, err := policy.Parse("bench", []byte("rules:\n  - name: per-user\n    match: {domain: bench}\n    limit_keys: [\"descriptor:user\"]\n    algorithm: token_bucket\n    algorithm_config: {rps: 1000000000, burst: 1000000000}\n"))
+	pol, err := policy.Parse("bench", []byte(GRPCPolicy))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -51,13 +50,10 @@ func frontDoorGRPC(b *testing.B, rounds int, round time.Duration, conns int, use
 			Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: u}},
 		}}}
 	}
-	first, err := srv.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
-		Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "first"}},
-	}}})
+	noop, err := NoopLikeSluice(srv)
 	if err != nil {
 		b.Fatal(err)
 	}
-	noop := noopRLS{status: first.Statuses[0], headers: first.ResponseHeadersToAdd}
 
 	b.Run("grpc", func(b *testing.B) {
 		compare(b, rounds, round, conns, "noop", "sluice",
@@ -72,23 +68,7 @@ func frontDoorGRPC(b *testing.B, rounds int, round time.Duration, conns int, use
 	})
 }
 
-// noopRLS answers every call OK, deciding nothing: the floor of the gRPC
-// stack. Every descriptor's status is status, and the headers are headers.
-type noopRLS struct {
-	rlspb.UnimplementedRateLimitServiceServer
-	status  *rlspb.RateLimitResponse_DescriptorStatus
-	headers []*corev3.HeaderValue
-}
-
-func (n noopRLS) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-	st := make([]*rlspb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))
-	for i := range st {
-		st[i] = n.status
-	}
-	return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: st, ResponseHeadersToAdd: n.headers}, nil
-}
-
-// startGRPC serves svc (noopRLS, or something with a Register method) on
+// startGRPC serves svc (NoopRLS, or something with a Register method) on
 // a server with opts, labelled name in CPU profiles.
 func startGRPC(b *testing.B, name string, svc any, opts ...grpc.ServerOption) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -102,7 +82,7 @@ func startGRPC(b *testing.B, name string, svc any, opts ...grpc.ServerOption) st
 	pprof.Do(context.Background(), pprof.Labels("server", name), func(context.Context) {
 		g = grpc.NewServer(opts...)
 		switch s := svc.(type) {
-		case noopRLS:
+		case NoopRLS:
 			rlspb.RegisterRateLimitServiceServer(g, s)
 		case *envoyrls.Server:
 			s.Register(g)

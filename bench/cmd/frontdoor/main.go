@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -34,8 +35,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/policy"
 )
 
 func main() {
@@ -59,8 +63,16 @@ func main() {
 		log.Fatal(srv.Serve(ln))
 	case "noop":
 		ln := mustListen(*listen)
+		pol, err := policy.Parse("frontdoor", []byte(bench.GRPCPolicy))
+		if err != nil {
+			log.Fatal(err)
+		}
+		noop, err := bench.NoopLikeSluice(envoyrls.New(pol, sluice.New(memory.New(memory.Options{})), envoyrls.Options{Logger: slog.New(slog.DiscardHandler)}))
+		if err != nil {
+			log.Fatal(err)
+		}
 		g := grpc.NewServer(envoyrls.ServerOptions()...)
-		rlspb.RegisterRateLimitServiceServer(g, bench.NoopRLS{})
+		rlspb.RegisterRateLimitServiceServer(g, noop)
 		log.Fatal(g.Serve(ln))
 	case "load":
 		call, err := caller(*door, *addr, *conns)

@@ -7,8 +7,10 @@
 # round's line, then per door: calls/s of each, their ratio, the server's
 # CPU per call of each and the difference (BENCHMARKS.md, "Front doors").
 #
-#   cd bench && CGO_ENABLED=0 go build -o /tmp/fd ./cmd/frontdoor &&
-#     (cd .. && CGO_ENABLED=0 go build -o /tmp/sluice ./cmd/sluice) &&
+# Both built as the image builds sluice, with the generated marshalling:
+#
+#   cd bench && CGO_ENABLED=0 go build -tags vtprotobuf -o /tmp/fd ./cmd/frontdoor &&
+#     (cd .. && CGO_ENABLED=0 go build -tags vtprotobuf -o /tmp/sluice ./cmd/sluice) &&
 #     ./frontdoor.sh /tmp/sluice /tmp/fd
 set -euo pipefail
 sluice=$1 fd=$2

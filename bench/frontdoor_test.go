@@ -18,21 +18,28 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/insight"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
 
 // BenchmarkFrontDoor puts each of sluice's front doors beside the floor
 // under it, in one process and one run: forward auth (GET /v1/auth) and
 // the decision API (POST /v1/take) beside a bare net/http handler that
-// sets the same kind of fields, and the Envoy rate limit service beside a
-// no-op RateLimitService on the same grpc-go server options. One load
+// answers with the same fields (and, for a take, the same body), and the
+// Envoy rate limit service beside a no-op RateLimitService on the same
+// grpc-go server options. The gate is built and served as sluice serve
+// builds and serves it (metrics, live page statistics, the API server's
+// wrapping and cap on connections); the bare handler has the same server
+// deadlines and bounds, and nothing else. One load
 // client drives both servers of a pair over loopback in alternating rounds
 // (so that the machine's other load falls on both alike), over 10,000
 // user values.
@@ -59,13 +66,19 @@ func BenchmarkFrontDoor(b *testing.B) {
 	}
 
 	b.Run("auth", func(b *testing.B) {
+		// What the gate answers an admitted call of this policy: the
+		// draft's and the trio's fields and Cache-Control.
 		bare := startHTTP(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			h := w.Header()
 			h.Set("RateLimit-Policy", `"per-user";q=1000000000;w=1`)
-			h.Set("RateLimit", `"per-user";r=999999999;t=0`)
+			h.Set("RateLimit", `"per-user";r=999999999;t=1`)
+			h.Set("RateLimit-Limit", "1000000000")
+			h.Set("RateLimit-Remaining", "999999999")
+			h.Set("RateLimit-Reset", "1")
+			h.Set("Cache-Control", "no-store")
 			w.WriteHeader(http.StatusOK)
 		}))
-		gate := startHTTP(b, frontDoorGate(b).AuthHandler())
+		gate := startGate(b, (*httpgate.Gate).AuthHandler)
 		reqs := make([]*http.Request, len(users))
 		for i, u := range users {
 			reqs[i] = mustRequest(b, "GET", "/v1/auth", nil)
@@ -79,14 +92,16 @@ func BenchmarkFrontDoor(b *testing.B) {
 	})
 
 	b.Run("take", func(b *testing.B) {
+		// The gate's answer to a take of this policy, its fields and its
+		// length.
 		bare := startHTTP(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.Copy(io.Discard, r.Body)
 			h := w.Header()
 			h.Set("Content-Type", "application/json")
 			h.Set("Cache-Control", "no-store")
-			io.WriteString(w, `{"allowed":true,"limit":1000000000,"remaining":999999999,"reset_after_ms":0,"retry_after_ms":0}`+"\n")
+			io.WriteString(w, `{"allowed":true,"limit":1000000000,"remaining":999999999,"tokens":999999999,"retry_after_ms":0,"reset_after_ms":1,"rule":"per-user","reason":""}`+"\n")
 		}))
-		gate := startHTTP(b, frontDoorGate(b).APIHandler())
+		gate := startGate(b, (*httpgate.Gate).APIHandler)
 		bodies := make([][]byte, len(users))
 		for i, u := range users {
 			bodies[i] = []byte(`{"rule":"per-user","key":"` + u + `"}`)
@@ -117,7 +132,9 @@ func BenchmarkFrontDoor(b *testing.B) {
 }
 
 // frontDoorGate is sluice's gate on the memory store with one rule keyed
-// by user that never refuses, so that both sides answer 200.
+// by user that never refuses, so that both sides answer 200, built as
+// sluice serve builds it: Prometheus metrics, the live page's statistics
+// and the store's calls timed for both.
 func frontDoorGate(b *testing.B) *httpgate.Gate {
 	p, err := policy.Parse("frontdoor.yaml", []byte(`
 rules:
@@ -129,7 +146,37 @@ rules:
 	if err != nil {
 		b.Fatal(err)
 	}
-	return httpgate.New(p, sluice.New(memory.New(memory.Options{})), httpgate.Options{Logger: slog.New(slog.DiscardHandler)})
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	store := memory.New(memory.Options{})
+	m.WatchKeys(store)
+	stats := insight.New(insight.Options{Store: "memory://", Readings: m.Values})
+	m.OnStoreCall(stats.StoreCall)
+	lim := sluice.New(m.InstrumentStore(store))
+	return httpgate.New(p, lim, httpgate.Options{
+		Metrics: m,
+		Logger:  slog.New(slog.DiscardHandler),
+		Delay:   httpgate.ReserveDelay(serverLimits.WriteTimeout),
+		Insight: stats,
+	})
+}
+
+// serverLimits are sluice serve's default deadlines and bounds, which
+// both sides of the HTTP pairs are served with.
+var serverLimits = policy.DefaultServerLimits
+
+// startGate serves the handler that door picks of frontDoorGate as sluice
+// serve serves it (httpgate.APIServer, with its cap on connections).
+func startGate(b *testing.B, door func(*httpgate.Gate) http.Handler) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	lc := httpgate.LimitConns(ln, policy.DefaultMaxConns)
+	srv := httpgate.APIServer(door(frontDoorGate(b)), serverLimits, lc)
+	go srv.Serve(lc)
+	b.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
 }
 
 // caller makes calls on one connection's worth of state (worker w of the
@@ -208,12 +255,22 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// startHTTP serves h on a bare http.Server with the deadlines and bounds
+// that sluice serve gives its own.
 func startHTTP(b *testing.B, h http.Handler) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	lim := serverLimits
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: lim.ReadHeaderTimeout,
+		ReadTimeout:       lim.ReadTimeout,
+		WriteTimeout:      lim.WriteTimeout,
+		IdleTimeout:       lim.IdleTimeout,
+		MaxHeaderBytes:    lim.MaxHeaderBytes,
+	}
 	go srv.Serve(ln)
 	b.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String()

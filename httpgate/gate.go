@@ -287,7 +287,7 @@ func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Pol
 	// An admitted reservation (a leaky bucket shaping traffic) goes ahead
 	// when its turn comes: holding it here is what spaces the requests.
 	if d := v.Overall.RetryAfter; d > 0 {
-		if err := g.opts.Delay(r.Context(), d); err != nil {
+		if err := g.opts.Delay(withHeld(r.Context(), w), d); err != nil {
 			g.releaseSlots(r, &v)
 			return v, false // the client gave up; nobody to answer
 		}

@@ -24,36 +24,44 @@ import (
 // connections (serve it on lc).
 func APIServer(h http.Handler, lim policy.ServerLimits, lc *ConnLimiter) *http.Server {
 	return &http.Server{
-		Handler:           holdWrite(h),
+		Handler:           h,
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
 		ReadTimeout:       lim.ReadTimeout,
 		WriteTimeout:      lim.WriteTimeout,
 		IdleTimeout:       lim.IdleTimeout,
 		MaxHeaderBytes:    lim.MaxHeaderBytes,
 		ConnState:         lc.Track,
+		// Marked once per connection rather than once per request: a
+		// reservation's wait is rare, a request is not.
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			return context.WithValue(ctx, apiServerKey{}, true)
+		},
 	}
 }
 
-type controllerKey struct{}
+// apiServerKey marks the context of a request that APIServer serves.
+type apiServerKey struct{}
 
-// holdWrite passes each request's ResponseController to the gate's Delay
-// (ReserveDelay) through its context.
-func holdWrite(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := context.WithValue(r.Context(), controllerKey{}, http.NewResponseController(w))
-		h.ServeHTTP(w, r.WithContext(ctx))
-	})
+// heldKey carries the ResponseWriter of a request held for its turn to
+// Options.Delay (see enforceHeld).
+type heldKey struct{}
+
+// withHeld returns ctx carrying w, the writer of the request that Delay
+// holds.
+func withHeld(ctx context.Context, w http.ResponseWriter) context.Context {
+	return context.WithValue(ctx, heldKey{}, w)
 }
 
 // ReserveDelay is Options.Delay for a gate served by APIServer: a request
 // admitted on a reservation (leaky bucket shaping, reserve: true) is held
 // until its turn, so its write deadline moves to writeTimeout after the
 // turn; the server's WriteTimeout, counted from the request's arrival,
-// would cut it.
+// would cut it. A request another server serves (the reverse proxy's,
+// which sets a deadline before each write itself) is left as it is.
 func ReserveDelay(writeTimeout time.Duration) func(context.Context, time.Duration) error {
 	return func(ctx context.Context, d time.Duration) error {
-		if rc, ok := ctx.Value(controllerKey{}).(*http.ResponseController); ok {
-			rc.SetWriteDeadline(time.Now().Add(d + writeTimeout))
+		if w, ok := ctx.Value(heldKey{}).(http.ResponseWriter); ok && ctx.Value(apiServerKey{}) != nil {
+			http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d + writeTimeout))
 		}
 		return Wait(ctx, d)
 	}

@@ -120,7 +120,9 @@ func (e *eval) identity() string {
 		}
 	}
 	if ip := e.clientIP(); ip.IsValid() {
-		return "ip:" + ip.String()
+		// One string, not the address's and then the concatenation.
+		var buf [64]byte
+		return string(ip.AppendTo(append(buf[:0], "ip:"...)))
 	}
 	return ""
 }

@@ -621,6 +621,17 @@ func (e *eval) key(rule *Rule) (string, bool) {
 	if len(rule.keys) == 0 {
 		return globalKey, true
 	}
+	if len(rule.keys) == 1 && rule.keys[0].kind != srcQuery {
+		// One component is the key as it is: no builder to copy it into.
+		v, ok := e.value(rule.keys[0])
+		switch {
+		case ok:
+			return component(rule.keys[0], v), true
+		case rule.MissingKey == MissingSkip:
+			return "", false
+		}
+		return AbsentMarker, true
+	}
 	var b strings.Builder
 	for i, src := range rule.keys {
 		if i > 0 {

@@ -116,10 +116,10 @@ func (g *Gate) APIHandler() http.Handler { return g.handler(false, true) }
 
 func (g *Gate) handler(auth, api bool) http.Handler {
 	var routes []route
+	take := g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpTake) }))
 	if api {
 		routes = append(routes,
-			route{"POST", "/v1/take", `take tokens: {"rule","key","cost","reserve"} or {"takes":[...]}, all-or-nothing`,
-				g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpTake) }))},
+			route{"POST", takePath, `take tokens: {"rule","key","cost","reserve"} or {"takes":[...]}, all-or-nothing`, take},
 			route{"POST", "/v1/peek", "what /v1/take would answer, consuming nothing",
 				g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpPeek) }))},
 			route{"POST", "/v1/reset", `refill a bucket: {"rule","key"}; needs the admin token`, http.HandlerFunc(g.reset)},
@@ -158,9 +158,25 @@ func (g *Gate) handler(auth, api bool) http.Handler {
 			forwardAuth.ServeHTTP(w, r)
 			return
 		}
+		// The calls that come by the thousand go straight to their
+		// handler, as the mux would send them (a path without escapes is
+		// matched as it is), without the cost of its lookup.
+		if r.URL.RawPath == "" {
+			switch {
+			case auth && r.URL.Path == forwardAuthPath:
+				forwardAuth.ServeHTTP(w, r)
+				return
+			case api && r.URL.Path == takePath && r.Method == http.MethodPost:
+				take.ServeHTTP(w, r)
+				return
+			}
+		}
 		mux.ServeHTTP(w, r)
 	})
 }
+
+// takePath is where the decision API takes.
+const takePath = "/v1/take"
 
 // TokenHeader carries the api token on /v1/auth, where Authorization
 // belongs to the client whose request is judged.
@@ -238,7 +254,10 @@ func (g *Gate) ready(w http.ResponseWriter, r *http.Request) {
 // fields, nothing after the value (see decodeJSON). It writes the 4xx
 // itself and reports whether decoding succeeded.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	buf := getBuf()
+	defer putBuf(buf)
+	data, err := readAll(http.MaxBytesReader(w, r.Body, maxBody), *buf)
+	*buf = data
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -252,11 +271,35 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		badRequest(w, http.StatusBadRequest, "the body could not be read: the connection failed or the body ended early")
 		return false
 	}
+	if t, ok := v.(*TakeRequest); ok {
+		if req, ok := parseSimpleTake(data); ok {
+			*t = req
+			return true
+		}
+	}
 	if msg := decodeJSON(data, v); msg != "" {
 		badRequest(w, http.StatusBadRequest, msg)
 		return false
 	}
 	return true
+}
+
+// readAll is io.ReadAll reading into b (from its length on), which it
+// grows as needed.
+func readAll(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // keyRequired answers a take or reset without a key. An absent key would
@@ -343,9 +386,24 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		fill(&out, v.Overall, !v.Allowed)
 	}
 	setRetryAt(&out, g.lim.Now())
-	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, out)
+	h := w.Header()
+	h["Cache-Control"] = noStore
+	buf := getBuf()
+	defer putBuf(buf)
+	b, ok := appendDecision(*buf, &out)
+	if !ok {
+		writeJSON(w, http.StatusOK, out) // its answer to what it cannot encode
+		return
+	}
+	*buf = append(b, '\n')
+	h["Content-Type"] = jsonType
+	w.WriteHeader(http.StatusOK)
+	w.Write(*buf)
 }
+
+// jsonType is the Content-Type of the decision API's answers, shared as
+// noStore is.
+var jsonType = []string{"application/json"}
 
 // setRetryAt fills the retry_at of out and its takes from their
 // retry_after_ms, as of now: the time the answer is written, after the

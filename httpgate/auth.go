@@ -44,10 +44,15 @@ func (g *Gate) ForwardAuth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if g.enforce(w, r, p, in, status) {
-		w.Header().Set("Cache-Control", "no-store")
+		w.Header()["Cache-Control"] = noStore
 		w.WriteHeader(http.StatusOK)
 	}
 }
+
+// noStore is the value of Cache-Control on every forward-auth answer,
+// shared rather than made per request: net/http only reads it, and its
+// capacity of one makes an append copy it.
+var noStore = []string{"no-store"}
 
 // clientQuery marks the front proxies whose forward-auth calls carry the
 // client's query string.

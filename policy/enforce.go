@@ -40,8 +40,13 @@ type Match struct {
 // default) or not at all (skip). The error is reserved for input that
 // cannot be evaluated at all; none is currently produced.
 func (p *Policy) Match(in *Input) ([]Match, error) {
+	return p.appendMatch(nil, in)
+}
+
+// appendMatch is Match appending to out.
+func (p *Policy) appendMatch(out []Match, in *Input) ([]Match, error) {
 	e := &eval{p: p, r: in}
-	var out []Match
+	base := len(out)
 	identity := ""
 	for _, rule := range p.Rules {
 		if !e.holds(rule.match) {
@@ -61,7 +66,7 @@ func (p *Policy) Match(in *Input) ([]Match, error) {
 		if !ok {
 			continue
 		}
-		if len(out) == 0 {
+		if len(out) == base {
 			identity = e.identity()
 		}
 		out = append(out, Match{
@@ -262,10 +267,20 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 }
 
 func enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
+	return enforceIn(nil, nil, ctx, lim, op, ms, obs, hold)
+}
+
+// enforceIn is enforce with the verdict's Results in buf, and the store's
+// requests in reqBuf, when they have room for them.
+func enforceIn(buf []Result, reqBuf []sluice.Request, ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
 	if op == sluice.OpRefund {
 		return refund(ctx, lim, ms)
 	}
-	v := Verdict{Allowed: true, Results: make([]Result, len(ms))}
+	results := buf[:0]
+	if cap(buf) < len(ms) {
+		results = make([]Result, len(ms))
+	}
+	v := Verdict{Allowed: true, Results: results[:len(ms)]}
 	// Index lists of a few matches (the usual) stay on the stack.
 	var enfBuf, shadowBuf, idxBuf [8]int
 	enf, shadow, idx := enfBuf[:0], shadowBuf[:0], idxBuf[:0]
@@ -278,7 +293,10 @@ func enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		}
 	}
 
-	reqs := make([]sluice.Request, 0, len(enf))
+	reqs := reqBuf[:0]
+	if cap(reqBuf) < len(enf) {
+		reqs = make([]sluice.Request, 0, len(enf))
+	}
 	impossible := false
 	var concBuf [8]int
 	conc := concBuf[:0]

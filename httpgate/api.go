@@ -256,32 +256,56 @@ func (g *Gate) ready(w http.ResponseWriter, r *http.Request) {
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	buf := getBuf()
 	defer putBuf(buf)
-	data, err := readAll(http.MaxBytesReader(w, r.Body, maxBody), *buf)
-	*buf = data
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			badRequest(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
-			return false
-		}
-		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
-			badRequest(w, http.StatusRequestTimeout, "the body did not arrive in time (server.read_timeout)")
-			return false
-		}
-		badRequest(w, http.StatusBadRequest, "the body could not be read: the connection failed or the body ended early")
+	data, ok := readBody(w, r, buf)
+	if !ok {
 		return false
-	}
-	if t, ok := v.(*TakeRequest); ok {
-		if req, ok := parseSimpleTake(data); ok {
-			*t = req
-			return true
-		}
 	}
 	if msg := decodeJSON(data, v); msg != "" {
 		badRequest(w, http.StatusBadRequest, msg)
 		return false
 	}
 	return true
+}
+
+// decodeTake is decodeBody for the body of /v1/take and /v1/peek, read
+// by parseSimpleTake when it can.
+func decodeTake(w http.ResponseWriter, r *http.Request) (TakeRequest, bool) {
+	buf := getBuf()
+	defer putBuf(buf)
+	data, ok := readBody(w, r, buf)
+	if !ok {
+		return TakeRequest{}, false
+	}
+	if req, ok := parseSimpleTake(data); ok {
+		return req, true
+	}
+	var req TakeRequest
+	if msg := decodeJSON(data, &req); msg != "" {
+		badRequest(w, http.StatusBadRequest, msg)
+		return req, false
+	}
+	return req, true
+}
+
+// readBody reads r's body, at most maxBody bytes, into buf (a pooled
+// buffer), writing the 4xx itself when it cannot.
+func readBody(w http.ResponseWriter, r *http.Request, buf *[]byte) ([]byte, bool) {
+	data, err := readAll(http.MaxBytesReader(w, r.Body, maxBody), *buf)
+	*buf = data
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			badRequest(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
+			return nil, false
+		}
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+			badRequest(w, http.StatusRequestTimeout, "the body did not arrive in time (server.read_timeout)")
+			return nil, false
+		}
+		badRequest(w, http.StatusBadRequest, "the body could not be read: the connection failed or the body ended early")
+		return nil, false
+	}
+	return data, true
 }
 
 // readAll is io.ReadAll reading into b (from its length on), which it
@@ -314,11 +338,12 @@ type inputError struct {
 }
 
 func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
-	var body TakeRequest
-	if !decodeBody(w, r, &body) {
+	body, ok := decodeTake(w, r)
+	if !ok {
 		return
 	}
 	items := body.Takes
+	var one [1]TakeItem
 	single := len(items) == 0
 	switch {
 	case body.Takes != nil && len(body.Takes) == 0:
@@ -328,7 +353,8 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		badRequest(w, http.StatusBadRequest, `give "rule" and "key", or "takes"`)
 		return
 	case single:
-		items = []TakeItem{{Rule: body.Rule, Key: body.Key, Cost: body.Cost, Reserve: body.Reserve}}
+		one[0] = TakeItem{Rule: body.Rule, Key: body.Key, Cost: body.Cost, Reserve: body.Reserve}
+		items = one[:]
 	case body.Rule != "" || body.Key != "" || body.Cost != nil || body.Reserve:
 		badRequest(w, http.StatusBadRequest, `give either "rule"/"key"/"cost"/"reserve" or "takes", not both`)
 		return
@@ -337,7 +363,11 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		return
 	}
 	p := g.Policy()
-	ms := make([]policy.Match, len(items))
+	// The call is over when decide returns (a slot it holds is the
+	// store's, named by its lease): what it decides with is pooled.
+	sc := getScratch()
+	defer putScratch(sc)
+	ms := sc.Matches(len(items))
 	for i, it := range items {
 		m, ie := matchFor(p, it)
 		if ie != nil {
@@ -350,7 +380,7 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		}
 		ms[i] = m
 	}
-	in := p.FromHTTP(r)
+	in := sc.FromHTTP(p, r)
 	ctx, cancel := sluice.WithStoreTimeout(withCaller(r.Context(), ms, in.ClientIP, r.URL.Path), g.lim.Store(), g.opts.StoreTimeout)
 	defer cancel()
 	var obs policy.Observer
@@ -359,11 +389,15 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	}
 	// A concurrency rule's slot outlives this call: the caller releases it
 	// with /v1/release, or its lease ends.
-	v := policy.Hold(ctx, g.lim, op, ms, obs)
+	v := sc.Hold(ctx, g.lim, op, ms, obs)
 	if op == sluice.OpTake {
 		g.record(ctx, &v, in.ClientIP, r.URL.Path)
 	}
-	entries := make([]DecisionResponse, len(v.Results))
+	var oneEntry [1]DecisionResponse
+	entries := oneEntry[:]
+	if len(v.Results) > 1 {
+		entries = make([]DecisionResponse, len(v.Results))
+	}
 	for i := range v.Results {
 		rr := &v.Results[i]
 		e := DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: rr.Reason(), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
@@ -391,8 +425,8 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	buf := getBuf()
 	defer putBuf(buf)
 	b, ok := appendDecision(*buf, &out)
-	if !ok {
-		writeJSON(w, http.StatusOK, out) // its answer to what it cannot encode
+	if !ok { // what writeJSON answers when json.Marshal fails alike
+		badRequest(w, http.StatusInternalServerError, "the answer could not be encoded")
 		return
 	}
 	*buf = append(b, '\n')

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -246,7 +247,9 @@ func appendFloat(b []byte, f float64) ([]byte, bool) {
 func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always encodes
+			// A copy: s itself then stays off the heap, and so does
+			// what holds it (the answer being written).
+			q, _ := json.Marshal(strings.Clone(s)) // a string always encodes
 			return append(b, q...)
 		}
 	}

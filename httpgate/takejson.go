@@ -226,6 +226,12 @@ func appendFloat(b []byte, f float64) ([]byte, bool) {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return b, false
 	}
+	// A whole number below 2^53 (the usual count of tokens) is its own
+	// shortest decimal: every whole number there is a float64, so no
+	// fewer digits name it. -0 is written "-0", as AppendFloat does.
+	if t := math.Trunc(f); t == f && math.Abs(f) < 1<<53 && (f != 0 || !math.Signbit(f)) {
+		return strconv.AppendInt(b, int64(f), 10), true
+	}
 	format := byte('f')
 	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
 		format = 'e'

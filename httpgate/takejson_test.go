@@ -55,6 +55,10 @@ func FuzzAppendDecision(f *testing.F) {
 	f.Add(false, int64(10), int64(0), -3.25, int64(1500), int64(2000), "api.gold", "2026-01-02T03:04:05.123Z", "token_bucket_exceeded", "k<1>&\"\\\x00é\xff\u2028", true, true, "0123456789abcdef0123456789abcdef", int64(30000), "handle.sig", 2)
 	f.Add(true, int64(-1), int64(-5), 1e-7, int64(-1), int64(-1), "", "", "", "", false, false, "", int64(-3), "", 1)
 	f.Add(true, int64(0), int64(0), 1e21, int64(0), int64(0), "r", "", "", "", false, false, "", int64(0), "", 0)
+	f.Add(true, int64(0), int64(0), math.Copysign(0, -1), int64(0), int64(0), "r", "", "", "", false, false, "", int64(0), "", 0)
+	f.Add(true, int64(0), int64(0), float64(1<<53-1), int64(0), int64(0), "r", "", "", "", false, false, "", int64(0), "", 0)
+	f.Add(true, int64(0), int64(0), float64(-(1 << 53)), int64(0), int64(0), "r", "", "", "", false, false, "", int64(0), "", 0)
+	f.Add(true, int64(0), int64(0), 1e20, int64(0), int64(0), "r", "", "", "", false, false, "", int64(0), "", 0)
 	f.Add(true, int64(0), int64(0), math.NaN(), int64(0), int64(0), "r", "", "", "", false, false, "", int64(0), "", 1)
 	f.Add(true, int64(0), int64(0), math.Inf(-1), int64(0), int64(0), "r", "", "", "", false, false, "", int64(0), "", 0)
 	f.Fuzz(func(t *testing.T, allowed bool, limit, remaining int64, tokens float64, retry, reset int64,

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/sluicehq/sluice/policy"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -25,25 +27,42 @@ func Users() []string {
 	return users
 }
 
-// BareHandler answers GET /v1/auth with 200 and POST /v1/take with an
-// admitting decision, with the header fields sluice sends for the same
-// answers under the front-door policy, and decides nothing.
-func BareHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/auth", func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("RateLimit-Policy", `"per-user";q=1000000000;w=1`)
-		h.Set("RateLimit", `"per-user";r=999999999;t=0`)
-		w.WriteHeader(http.StatusOK)
-	})
-	mux.HandleFunc("/v1/take", func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		h := w.Header()
-		h.Set("Content-Type", "application/json")
-		h.Set("Cache-Control", "no-store")
-		io.WriteString(w, `{"allowed":true,"limit":1000000000,"remaining":999999999,"reset_after_ms":0,"retry_after_ms":0}`+"\n")
-	})
-	return mux
+// BareAuth answers forward auth (GET /v1/auth) as the gate answers an
+// admitted call of the front-door policy, the draft's and the trio's
+// fields and Cache-Control, and decides nothing.
+func BareAuth(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h.Set("RateLimit-Policy", `"per-user";q=1000000000;w=1`)
+	h.Set("RateLimit", `"per-user";r=999999999;t=1`)
+	h.Set("RateLimit-Limit", "1000000000")
+	h.Set("RateLimit-Remaining", "999999999")
+	h.Set("RateLimit-Reset", "1")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+}
+
+// BareTake answers POST /v1/take with the gate's answer to a take of the
+// front-door policy, its fields and its length, and decides nothing.
+func BareTake(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	io.WriteString(w, `{"allowed":true,"limit":1000000000,"remaining":999999999,"tokens":999999999,"retry_after_ms":0,"reset_after_ms":1,"rule":"per-user","reason":""}`+"\n")
+}
+
+// BareServer serves h with the deadlines and bounds that sluice serve
+// gives its own servers, and nothing else.
+func BareServer(h http.Handler) *http.Server {
+	lim := policy.DefaultServerLimits
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: lim.ReadHeaderTimeout,
+		ReadTimeout:       lim.ReadTimeout,
+		WriteTimeout:      lim.WriteTimeout,
+		IdleTimeout:       lim.IdleTimeout,
+		MaxHeaderBytes:    lim.MaxHeaderBytes,
+	}
 }
 
 // GRPCPolicy is the front-door policy of the Envoy rate limit service:

@@ -16,18 +16,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/insight"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
 
 // BenchmarkFrontDoor puts each of sluice's front doors beside the floor
 // under it, in one process and one run: forward auth (GET /v1/auth) and
 // the decision API (POST /v1/take) beside a bare net/http handler that
-// sets the same kind of fields, and the Envoy rate limit service beside a
-// no-op RateLimitService that answers the same fields (see frontDoorGRPC,
-// which also measures the gRPC stack itself). One load
+// answers with the same fields (and, for a take, the same body), and the
+// Envoy rate limit service beside a no-op RateLimitService that answers
+// the same fields (see frontDoorGRPC, which also measures the gRPC stack
+// itself). The gate is built and served as sluice serve builds and serves
+// it (metrics, live page statistics, the API server's wrapping and cap on
+// connections); the bare handler has the same server deadlines and
+// bounds, and nothing else. One load
 // client drives both servers of a pair over loopback in alternating rounds
 // (so that the machine's other load falls on both alike), over 10,000
 // user values.
@@ -54,13 +62,8 @@ func BenchmarkFrontDoor(b *testing.B) {
 	}
 
 	b.Run("auth", func(b *testing.B) {
-		bare := startHTTP(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			h := w.Header()
-			h.Set("RateLimit-Policy", `"per-user";q=1000000000;w=1`)
-			h.Set("RateLimit", `"per-user";r=999999999;t=0`)
-			w.WriteHeader(http.StatusOK)
-		}))
-		gate := startHTTP(b, frontDoorGate(b).AuthHandler())
+		bare := startHTTP(b, http.HandlerFunc(BareAuth))
+		gate := startGate(b, (*httpgate.Gate).AuthHandler)
 		reqs := make([]*http.Request, len(users))
 		for i, u := range users {
 			reqs[i] = mustRequest(b, "GET", "/v1/auth", nil)
@@ -74,14 +77,8 @@ func BenchmarkFrontDoor(b *testing.B) {
 	})
 
 	b.Run("take", func(b *testing.B) {
-		bare := startHTTP(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
-			h := w.Header()
-			h.Set("Content-Type", "application/json")
-			h.Set("Cache-Control", "no-store")
-			io.WriteString(w, `{"allowed":true,"limit":1000000000,"remaining":999999999,"reset_after_ms":0,"retry_after_ms":0}`+"\n")
-		}))
-		gate := startHTTP(b, frontDoorGate(b).APIHandler())
+		bare := startHTTP(b, http.HandlerFunc(BareTake))
+		gate := startGate(b, (*httpgate.Gate).APIHandler)
 		bodies := make([][]byte, len(users))
 		for i, u := range users {
 			bodies[i] = []byte(`{"rule":"per-user","key":"` + u + `"}`)
@@ -95,7 +92,9 @@ func BenchmarkFrontDoor(b *testing.B) {
 }
 
 // frontDoorGate is sluice's gate on the memory store with one rule keyed
-// by user that never refuses, so that both sides answer 200.
+// by user that never refuses, so that both sides answer 200, built as
+// sluice serve builds it: Prometheus metrics, the live page's statistics
+// and the store's calls timed for both.
 func frontDoorGate(b *testing.B) *httpgate.Gate {
 	p, err := policy.Parse("frontdoor.yaml", []byte(`
 rules:
@@ -107,7 +106,37 @@ rules:
 	if err != nil {
 		b.Fatal(err)
 	}
-	return httpgate.New(p, sluice.New(memory.New(memory.Options{})), httpgate.Options{Logger: slog.New(slog.DiscardHandler)})
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	store := memory.New(memory.Options{})
+	m.WatchKeys(store)
+	stats := insight.New(insight.Options{Store: "memory://", Readings: m.Values})
+	m.OnStoreCall(stats.StoreCall)
+	lim := sluice.New(m.InstrumentStore(store))
+	return httpgate.New(p, lim, httpgate.Options{
+		Metrics: m,
+		Logger:  slog.New(slog.DiscardHandler),
+		Delay:   httpgate.ReserveDelay(serverLimits.WriteTimeout),
+		Insight: stats,
+	})
+}
+
+// serverLimits are sluice serve's default deadlines and bounds, which
+// both sides of the HTTP pairs are served with.
+var serverLimits = policy.DefaultServerLimits
+
+// startGate serves the handler that door picks of frontDoorGate as sluice
+// serve serves it (httpgate.APIServer, with its cap on connections).
+func startGate(b *testing.B, door func(*httpgate.Gate) http.Handler) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	lc := httpgate.LimitConns(ln, policy.DefaultMaxConns)
+	srv := httpgate.APIServer(door(frontDoorGate(b)), serverLimits, lc)
+	go srv.Serve(lc)
+	b.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
 }
 
 // caller makes calls on one connection's worth of state (worker w of the
@@ -186,12 +215,14 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// startHTTP serves h on a bare http.Server with the deadlines and bounds
+// that sluice serve gives its own.
 func startHTTP(b *testing.B, h http.Handler) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := BareServer(h)
 	go srv.Serve(ln)
 	b.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String()

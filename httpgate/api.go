@@ -116,10 +116,10 @@ func (g *Gate) APIHandler() http.Handler { return g.handler(false, true) }
 
 func (g *Gate) handler(auth, api bool) http.Handler {
 	var routes []route
+	take := g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpTake) }))
 	if api {
 		routes = append(routes,
-			route{"POST", "/v1/take", `take tokens: {"rule","key","cost","reserve"} or {"takes":[...]}, all-or-nothing`,
-				g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpTake) }))},
+			route{"POST", takePath, `take tokens: {"rule","key","cost","reserve"} or {"takes":[...]}, all-or-nothing`, take},
 			route{"POST", "/v1/peek", "what /v1/take would answer, consuming nothing",
 				g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpPeek) }))},
 			route{"POST", "/v1/reset", `refill a bucket: {"rule","key"}; needs the admin token`, http.HandlerFunc(g.reset)},
@@ -158,9 +158,25 @@ func (g *Gate) handler(auth, api bool) http.Handler {
 			forwardAuth.ServeHTTP(w, r)
 			return
 		}
+		// The calls that come by the thousand go straight to their
+		// handler, as the mux would send them (a path without escapes is
+		// matched as it is), without the cost of its lookup.
+		if r.URL.RawPath == "" {
+			switch {
+			case auth && r.URL.Path == forwardAuthPath:
+				forwardAuth.ServeHTTP(w, r)
+				return
+			case api && r.URL.Path == takePath && r.Method == http.MethodPost:
+				take.ServeHTTP(w, r)
+				return
+			}
+		}
 		mux.ServeHTTP(w, r)
 	})
 }
+
+// takePath is where the decision API takes.
+const takePath = "/v1/take"
 
 // TokenHeader carries the api token on /v1/auth, where Authorization
 // belongs to the client whose request is judged.
@@ -238,18 +254,10 @@ func (g *Gate) ready(w http.ResponseWriter, r *http.Request) {
 // fields, nothing after the value (see decodeJSON). It writes the 4xx
 // itself and reports whether decoding succeeded.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			badRequest(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
-			return false
-		}
-		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
-			badRequest(w, http.StatusRequestTimeout, "the body did not arrive in time (server.read_timeout)")
-			return false
-		}
-		badRequest(w, http.StatusBadRequest, "the body could not be read: the connection failed or the body ended early")
+	buf := getBuf()
+	defer putBuf(buf)
+	data, ok := readBody(w, r, buf)
+	if !ok {
 		return false
 	}
 	if msg := decodeJSON(data, v); msg != "" {
@@ -257,6 +265,65 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// decodeTake is decodeBody for the body of /v1/take and /v1/peek, read
+// by parseSimpleTake when it can.
+func decodeTake(w http.ResponseWriter, r *http.Request) (TakeRequest, bool) {
+	buf := getBuf()
+	defer putBuf(buf)
+	data, ok := readBody(w, r, buf)
+	if !ok {
+		return TakeRequest{}, false
+	}
+	if req, ok := parseSimpleTake(data); ok {
+		return req, true
+	}
+	var req TakeRequest
+	if msg := decodeJSON(data, &req); msg != "" {
+		badRequest(w, http.StatusBadRequest, msg)
+		return req, false
+	}
+	return req, true
+}
+
+// readBody reads r's body, at most maxBody bytes, into buf (a pooled
+// buffer), writing the 4xx itself when it cannot.
+func readBody(w http.ResponseWriter, r *http.Request, buf *[]byte) ([]byte, bool) {
+	data, err := readAll(http.MaxBytesReader(w, r.Body, maxBody), *buf)
+	*buf = data
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			badRequest(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
+			return nil, false
+		}
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+			badRequest(w, http.StatusRequestTimeout, "the body did not arrive in time (server.read_timeout)")
+			return nil, false
+		}
+		badRequest(w, http.StatusBadRequest, "the body could not be read: the connection failed or the body ended early")
+		return nil, false
+	}
+	return data, true
+}
+
+// readAll is io.ReadAll reading into b (from its length on), which it
+// grows as needed.
+func readAll(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // keyRequired answers a take or reset without a key. An absent key would
@@ -271,11 +338,12 @@ type inputError struct {
 }
 
 func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
-	var body TakeRequest
-	if !decodeBody(w, r, &body) {
+	body, ok := decodeTake(w, r)
+	if !ok {
 		return
 	}
 	items := body.Takes
+	var one [1]TakeItem
 	single := len(items) == 0
 	switch {
 	case body.Takes != nil && len(body.Takes) == 0:
@@ -285,7 +353,8 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		badRequest(w, http.StatusBadRequest, `give "rule" and "key", or "takes"`)
 		return
 	case single:
-		items = []TakeItem{{Rule: body.Rule, Key: body.Key, Cost: body.Cost, Reserve: body.Reserve}}
+		one[0] = TakeItem{Rule: body.Rule, Key: body.Key, Cost: body.Cost, Reserve: body.Reserve}
+		items = one[:]
 	case body.Rule != "" || body.Key != "" || body.Cost != nil || body.Reserve:
 		badRequest(w, http.StatusBadRequest, `give either "rule"/"key"/"cost"/"reserve" or "takes", not both`)
 		return
@@ -294,7 +363,11 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		return
 	}
 	p := g.Policy()
-	ms := make([]policy.Match, len(items))
+	// The call is over when decide returns (a slot it holds is the
+	// store's, named by its lease): what it decides with is pooled.
+	sc := getScratch()
+	defer putScratch(sc)
+	ms := sc.Matches(len(items))
 	for i, it := range items {
 		m, ie := matchFor(p, it)
 		if ie != nil {
@@ -307,7 +380,7 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		}
 		ms[i] = m
 	}
-	in := p.FromHTTP(r)
+	in := sc.FromHTTP(p, r)
 	ctx, cancel := sluice.WithStoreTimeout(withCaller(r.Context(), ms, in.ClientIP, r.URL.Path), g.lim.Store(), g.opts.StoreTimeout)
 	defer cancel()
 	var obs policy.Observer
@@ -316,11 +389,15 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	}
 	// A concurrency rule's slot outlives this call: the caller releases it
 	// with /v1/release, or its lease ends.
-	v := policy.Hold(ctx, g.lim, op, ms, obs)
+	v := sc.Hold(ctx, g.lim, op, ms, obs)
 	if op == sluice.OpTake {
 		g.record(ctx, &v, in.ClientIP, r.URL.Path)
 	}
-	entries := make([]DecisionResponse, len(v.Results))
+	var oneEntry [1]DecisionResponse
+	entries := oneEntry[:]
+	if len(v.Results) > 1 {
+		entries = make([]DecisionResponse, len(v.Results))
+	}
 	for i := range v.Results {
 		rr := &v.Results[i]
 		e := DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: rr.Reason(), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
@@ -343,9 +420,24 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		fill(&out, v.Overall, !v.Allowed)
 	}
 	setRetryAt(&out, g.lim.Now())
-	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, out)
+	h := w.Header()
+	h["Cache-Control"] = noStore
+	buf := getBuf()
+	defer putBuf(buf)
+	b, ok := appendDecision(*buf, &out)
+	if !ok { // what writeJSON answers when json.Marshal fails alike
+		badRequest(w, http.StatusInternalServerError, "the answer could not be encoded")
+		return
+	}
+	*buf = append(b, '\n')
+	h["Content-Type"] = jsonType
+	w.WriteHeader(http.StatusOK)
+	w.Write(*buf)
 }
+
+// jsonType is the Content-Type of the decision API's answers, shared as
+// noStore is.
+var jsonType = []string{"application/json"}
 
 // setRetryAt fills the retry_at of out and its takes from their
 // retry_after_ms, as of now: the time the answer is written, after the

@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+
+	"github.com/sluicehq/sluice/policy"
 )
 
 // ForwardAuth serves /v1/auth for nginx auth_request, Traefik ForwardAuth,
@@ -38,16 +41,36 @@ func (g *Gate) ForwardAuth(w http.ResponseWriter, r *http.Request) {
 	if status == 0 {
 		status = http.StatusTooManyRequests
 	}
-	in, err := p.FromForwardAuth(r, forwardAuthPath)
+	// The call is over when ForwardAuth returns: what it decides with
+	// is pooled.
+	s := getScratch()
+	defer putScratch(s)
+	in, err := s.FromForwardAuth(p, r, forwardAuthPath)
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if g.enforce(w, r, p, in, status) {
-		w.Header().Set("Cache-Control", "no-store")
+	if g.enforce(w, r, p, in, status, s) {
+		w.Header()["Cache-Control"] = noStore
 		w.WriteHeader(http.StatusOK)
 	}
 }
+
+// scratchPool holds the policy.Scratch of the requests whose decision
+// is over when their handler returns (forward auth, the decision API).
+var scratchPool = sync.Pool{New: func() any { return new(policy.Scratch) }}
+
+func getScratch() *policy.Scratch { return scratchPool.Get().(*policy.Scratch) }
+
+func putScratch(s *policy.Scratch) {
+	s.Clear()
+	scratchPool.Put(s)
+}
+
+// noStore is the value of Cache-Control on every forward-auth answer,
+// shared rather than made per request: net/http only reads it, and its
+// capacity of one makes an append copy it.
+var noStore = []string{"no-store"}
 
 // clientQuery marks the front proxies whose forward-auth calls carry the
 // client's query string.

@@ -24,4 +24,11 @@
 // settle_from, once the response is written, at the actual cost it states
 // (settle.go); the decision API does it through the signed handles of
 // /v1/settle (settleapi.go).
+//
+// APIServer, LimitConns and ReserveDelay serve forward auth and the
+// decision API as sluice serve does: its deadlines, its cap on
+// connections, and a reservation's wait outside the write deadline
+// (server.go). The calls that come by the thousand (forward auth, a
+// take) decide in a pooled policy.Scratch, and a take of the usual shape
+// is read and answered without encoding/json's reflection (takejson.go).
 package httpgate

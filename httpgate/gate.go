@@ -191,7 +191,7 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 		p := g.Policy()
 		in := p.FromHTTP(r)
 		defer g.prepareSettle(r, p, in)()
-		v, ok := g.enforceHeld(w, r, p, in, http.StatusTooManyRequests, true)
+		v, ok := g.enforceHeld(w, r, p, in, http.StatusTooManyRequests, true, nil)
 		if !ok {
 			return
 		}
@@ -218,15 +218,22 @@ func (g *Gate) Check(ctx context.Context, in *policy.Input) (policy.Verdict, htt
 // check decides in with p. With hold, a concurrency rule's slot is
 // acquired and held (policy.Hold); the caller releases it.
 func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input, hold bool) (policy.Verdict, error) {
-	v, q, err := g.checkHeld(ctx, p, in, hold)
+	v, q, err := g.checkHeld(ctx, p, in, hold, nil)
 	q.release()
 	return v, err
 }
 
 // checkHeld is check for a request that will be held until its turn:
-// the places it took in its limits' queues are kept until release.
-func (g *Gate) checkHeld(ctx context.Context, p *policy.Policy, in *policy.Input, hold bool) (policy.Verdict, *queued, error) {
-	ms, err := p.Match(in)
+// the places it took in its limits' queues are kept until release. The
+// matches and the verdict are kept in s, when it is not nil.
+func (g *Gate) checkHeld(ctx context.Context, p *policy.Policy, in *policy.Input, hold bool, s *policy.Scratch) (policy.Verdict, *queued, error) {
+	var ms []policy.Match
+	var err error
+	if s != nil {
+		ms, err = s.Match(p, in)
+	} else {
+		ms, err = p.Match(in)
+	}
 	if err != nil {
 		return policy.Verdict{}, nil, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
 	}
@@ -235,7 +242,12 @@ func (g *Gate) checkHeld(ctx context.Context, p *policy.Policy, in *policy.Input
 	g.adapt(ctx, ms)
 	q := g.enqueue(ms)
 	decide := policy.Enforce
-	if hold {
+	switch {
+	case s != nil && hold:
+		decide = s.Hold
+	case s != nil:
+		decide = s.Enforce
+	case hold:
 		decide = policy.Hold
 	}
 	v := decide(ctx, g.lim, sluice.OpTake, ms, g.obs)
@@ -260,16 +272,17 @@ func withCaller(ctx context.Context, ms []policy.Match, clientIP netip.Addr, pat
 // enforce decides in, sets the rate limit fields on w and, on rejection,
 // writes the deny status and a problem body. It reports whether the
 // request may proceed.
-func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int) bool {
-	_, ok := g.enforceHeld(w, r, p, in, denyStatus, false)
+func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int, s *policy.Scratch) bool {
+	_, ok := g.enforceHeld(w, r, p, in, denyStatus, false, s)
 	return ok
 }
 
 // enforceHeld is enforce, with concurrency slots held when hold is set:
 // an admitted verdict's leases are then the caller's to release
-// (holdSlots). A request that does not go ahead holds none.
-func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int, hold bool) (policy.Verdict, bool) {
-	v, q, err := g.checkHeld(r.Context(), p, in, hold)
+// (holdSlots). A request that does not go ahead holds none. s, when not
+// nil, keeps the matches and the verdict (see checkHeld).
+func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int, hold bool, s *policy.Scratch) (policy.Verdict, bool) {
+	v, q, err := g.checkHeld(r.Context(), p, in, hold, s)
 	defer q.release()
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, err.Error())
@@ -287,7 +300,7 @@ func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Pol
 	// An admitted reservation (a leaky bucket shaping traffic) goes ahead
 	// when its turn comes: holding it here is what spaces the requests.
 	if d := v.Overall.RetryAfter; d > 0 {
-		if err := g.opts.Delay(r.Context(), d); err != nil {
+		if err := g.opts.Delay(withHeld(r.Context(), w), d); err != nil {
 			g.releaseSlots(r, &v)
 			return v, false // the client gave up; nobody to answer
 		}

@@ -13,6 +13,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,11 @@ type Metrics struct {
 	reloads      *prometheus.CounterVec
 	onStoreCall  func(op string, d time.Duration, failed bool)
 	shaping      *shaping
+
+	// byRule holds each rule's decision counters (ruleCounters), copied
+	// on write: read on every decision, written once per rule.
+	byRule   atomic.Pointer[map[string]*[len(ruleResults)]lazyCounter]
+	byRuleMu sync.Mutex
 }
 
 // New creates the collectors and registers them on reg.
@@ -66,6 +72,7 @@ func New(reg *prometheus.Registry) *Metrics {
 			Help: "Configuration reloads by result (success, failure).",
 		}, []string{"result"}),
 	}
+	m.byRule.Store(&map[string]*[len(ruleResults)]lazyCounter{})
 	reg.MustRegister(m.decisions, m.storeErrors, m.storeLatency, m.reloads)
 	m.shaping = newShaping(reg)
 	// The counters an alert watches exist at zero from the start: a
@@ -96,7 +103,76 @@ func (m *Metrics) Observe(rule, result string) {
 	if m == nil {
 		return
 	}
-	m.decisions.WithLabelValues(rule, result).Inc()
+	k := resultIndex(result)
+	if k < 0 {
+		m.decisions.WithLabelValues(rule, result).Inc()
+		return
+	}
+	if c := (*m.byRule.Load())[rule]; c != nil {
+		c[k].Inc()
+		return
+	}
+	m.ruleCounters(rule)[k].Inc()
+}
+
+// ruleResults are the results Observe keeps a rule's counters of, in
+// resultIndex's order.
+var ruleResults = [...]string{ResultAllowed, ResultRejected, ResultShadowRejected, ResultStoreError}
+
+// resultIndex is result's place in ruleResults, -1 for another.
+func resultIndex(result string) int {
+	switch result {
+	case ResultAllowed:
+		return 0
+	case ResultRejected:
+		return 1
+	case ResultShadowRejected:
+		return 2
+	case ResultStoreError:
+		return 3
+	}
+	return -1
+}
+
+// ruleCounters returns rule's decision counters, looked up once: hashing
+// the labels of every decision costs more than counting it. A series is
+// made on its first count, as WithLabelValues makes it, so that a rule
+// exports only the results it has had.
+func (m *Metrics) ruleCounters(rule string) *[len(ruleResults)]lazyCounter {
+	m.byRuleMu.Lock()
+	defer m.byRuleMu.Unlock()
+	old := *m.byRule.Load()
+	if c := old[rule]; c != nil {
+		return c
+	}
+	c := new([len(ruleResults)]lazyCounter)
+	for k := range c {
+		c[k] = lazyCounter{vec: m.decisions, labels: [2]string{rule, ruleResults[k]}}
+	}
+	next := make(map[string]*[len(ruleResults)]lazyCounter, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[rule] = c
+	m.byRule.Store(&next)
+	return c
+}
+
+// lazyCounter is one series of a CounterVec, made on its first count.
+type lazyCounter struct {
+	vec    *prometheus.CounterVec
+	labels [2]string
+	c      atomic.Pointer[prometheus.Counter]
+}
+
+func (l *lazyCounter) Inc() {
+	c := l.c.Load()
+	if c == nil {
+		made := l.vec.WithLabelValues(l.labels[:]...)
+		c = &made
+		l.c.Store(c)
+	}
+	(*c).Inc()
 }
 
 // Reloaded counts a configuration reload attempt.

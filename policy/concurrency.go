@@ -113,7 +113,7 @@ func (r *Rule) readsDescriptor() bool {
 // rejected: the error is towards rejecting, never admitting too much.
 // A rejected verdict holds no lease.
 func Hold(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
-	return enforce(ctx, lim, op, ms, obs, true, nil)
+	return enforce(ctx, lim, op, ms, obs, true)
 }
 
 // isSlot reports whether l is a concurrency limit, whose requests hold

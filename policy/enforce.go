@@ -41,11 +41,11 @@ type Match struct {
 // cannot be evaluated at all; none is currently produced.
 func (p *Policy) Match(in *Input) ([]Match, error) { return p.AppendMatch(nil, in) }
 
-// AppendMatch is Match appending the limits that apply to in to dst, so
+// AppendMatch is Match appending the limits that apply to in to out, so
 // that a caller deciding many requests can reuse one slice.
-func (p *Policy) AppendMatch(dst []Match, in *Input) ([]Match, error) {
+func (p *Policy) AppendMatch(out []Match, in *Input) ([]Match, error) {
 	e := &eval{p: p, r: in}
-	out, first := dst, len(dst)
+	base := len(out)
 	identity := ""
 	for _, rule := range p.Rules {
 		if !e.holds(rule.match) {
@@ -65,7 +65,7 @@ func (p *Policy) AppendMatch(dst []Match, in *Input) ([]Match, error) {
 		if !ok {
 			continue
 		}
-		if len(out) == first {
+		if len(out) == base {
 			identity = e.identity()
 		}
 		out = append(out, Match{
@@ -124,7 +124,9 @@ func (e *eval) identity() string {
 		}
 	}
 	if ip := e.clientIP(); ip.IsValid() {
-		return "ip:" + ip.String()
+		// One string, not the address's and then the concatenation.
+		var buf [64]byte
+		return string(ip.AppendTo(append(buf[:0], "ip:"...)))
 	}
 	return ""
 }
@@ -260,14 +262,14 @@ const StoreErrorRetry = time.Second
 // ReasonConcurrencyUnsupported: holding a slot needs a caller that knows
 // when the request ends, which calls Hold instead.
 func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
-	return enforce(ctx, lim, op, ms, obs, false, nil)
+	return enforce(ctx, lim, op, ms, obs, false)
 }
 
 // EnforceInto is Enforce with Verdict.Results in the backing array of
 // results when it has room for every match (else in a new one), for a
 // caller that decides many requests with one slice.
 func EnforceInto(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, results []Result) Verdict {
-	return enforce(ctx, lim, op, ms, obs, false, results)
+	return enforceIn(results, nil, ctx, lim, op, ms, obs, false)
 }
 
 // resultsFor is room for n results: buf's when it has it.
@@ -278,7 +280,13 @@ func resultsFor(buf []Result, n int) []Result {
 	return make([]Result, n)
 }
 
-func enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool, buf []Result) Verdict {
+func enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
+	return enforceIn(nil, nil, ctx, lim, op, ms, obs, hold)
+}
+
+// enforceIn is enforce with the verdict's Results in buf, and the store's
+// requests in reqBuf, when they have room for them.
+func enforceIn(buf []Result, reqBuf []sluice.Request, ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
 	if op == sluice.OpRefund {
 		return refund(ctx, lim, ms, buf)
 	}
@@ -295,7 +303,10 @@ func enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 		}
 	}
 
-	reqs := make([]sluice.Request, 0, len(enf))
+	reqs := reqBuf[:0]
+	if cap(reqBuf) < len(enf) {
+		reqs = make([]sluice.Request, 0, len(enf))
+	}
 	impossible := false
 	var concBuf [8]int
 	conc := concBuf[:0]

@@ -27,18 +27,28 @@ import (
 // or malformed, says what is wrong in words a client can be shown; judging
 // such a request by anything else could let it escape its rules.
 func (p *Policy) FromForwardAuth(r *http.Request, prefix string) (*Input, error) {
-	in := &Input{Method: r.Method, Host: r.Host, Header: r.Header, Peer: peerOf(r)}
+	in := &Input{}
+	if err := p.fromForwardAuth(in, r, prefix); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// fromForwardAuth is FromForwardAuth describing the request in in, a
+// zero Input.
+func (p *Policy) fromForwardAuth(in *Input, r *http.Request, prefix string) error {
+	*in = Input{Method: r.Method, Host: r.Host, Header: r.Header, Peer: peerOf(r)}
 	if r.URL != nil {
 		in.Path, in.RawQuery = r.URL.Path, r.URL.RawQuery
 	}
 	if !in.Peer.IsValid() {
-		return in, nil
+		return nil
 	}
 	peer := in.Peer.Addr().Unmap().WithZone("")
 	in.ClientIP = peer
 	fa := p.Settings.ForwardAuth
 	if fa.Proxy == "" || !p.TrustedProxy(peer) {
-		return in, nil
+		return nil
 	}
 
 	var uri string
@@ -49,30 +59,30 @@ func (p *Policy) FromForwardAuth(r *http.Request, prefix string) (*Input, error)
 		}
 		rest, ok := strings.CutPrefix(ru, prefix)
 		if !ok || !strings.HasPrefix(rest, "/") {
-			return nil, fmt.Errorf("forward auth (envoy): the original path must follow %s (set the ext_authz http_service's path_prefix to %s)", prefix, prefix)
+			return fmt.Errorf("forward auth (envoy): the original path must follow %s (set the ext_authz http_service's path_prefix to %s)", prefix, prefix)
 		}
 		uri = rest
 	} else {
 		var err error
 		if in.Method, err = forwardedHeader(r, fa, fa.MethodHeader); err != nil {
-			return nil, err
+			return err
 		}
 		if uri, err = forwardedHeader(r, fa, fa.URIHeader); err != nil {
-			return nil, err
+			return err
 		}
 		if in.Host, err = forwardedHeader(r, fa, fa.HostHeader); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if !validMethod(in.Method) {
-		return nil, fmt.Errorf("forward auth (%s): the original method %q is not an HTTP method", fa.Proxy, in.Method)
+		return fmt.Errorf("forward auth (%s): the original method %q is not an HTTP method", fa.Proxy, in.Method)
 	}
 	if strings.ContainsAny(in.Host, ", \t") {
-		return nil, fmt.Errorf("forward auth (%s): the original host %q is not one host name", fa.Proxy, in.Host)
+		return fmt.Errorf("forward auth (%s): the original host %q is not one host name", fa.Proxy, in.Host)
 	}
 	u, err := url.ParseRequestURI(uri)
 	if err != nil {
-		return nil, fmt.Errorf("forward auth (%s): the original URI %q is not a request URI", fa.Proxy, uri)
+		return fmt.Errorf("forward auth (%s): the original URI %q is not a request URI", fa.Proxy, uri)
 	}
 	in.Path, in.RawQuery = u.Path, u.RawQuery
 
@@ -85,10 +95,10 @@ func (p *Policy) FromForwardAuth(r *http.Request, prefix string) (*Input, error)
 		}
 	}
 	if len(hops) == 0 {
-		return nil, fmt.Errorf("forward auth (%s): the front proxy sent no %s header with the client's address", fa.Proxy, fa.ClientHeader)
+		return fmt.Errorf("forward auth (%s): the front proxy sent no %s header with the client's address", fa.Proxy, fa.ClientHeader)
 	}
 	in.ClientIP = p.walkHops(peer, hops)
-	return in, nil
+	return nil
 }
 
 // forwardedHeader reads one attribute of the original request: a header

@@ -61,12 +61,18 @@ type DescriptorEntry struct{ Key, Value string }
 // FromHTTP describes r as the rules see it, with the client address
 // resolved (see ResolveClient). It does not read the body.
 func (p *Policy) FromHTTP(r *http.Request) *Input {
-	in := &Input{Method: r.Method, Host: r.Host, Header: r.Header, Peer: peerOf(r)}
+	in := &Input{}
+	p.fromHTTP(in, r)
+	return in
+}
+
+// fromHTTP is FromHTTP describing r in in.
+func (p *Policy) fromHTTP(in *Input, r *http.Request) {
+	*in = Input{Method: r.Method, Host: r.Host, Header: r.Header, Peer: peerOf(r)}
 	if r.URL != nil {
 		in.Path, in.RawQuery = r.URL.Path, r.URL.RawQuery
 	}
 	p.ResolveClient(in)
-	return in
 }
 
 // peerOf parses r's socket peer; invalid when there is none.

@@ -225,7 +225,7 @@ func newServer(p *policy.Policy, rs runSettings, store sluice.Store, reg *promet
 		audit = httpgate.NewAudit(f)
 	}
 	limits := rs.Server.WithDefaults()
-	gate := httpgate.New(p, lim, httpgate.Options{Metrics: m, Audit: audit, Logger: log, Delay: reserveDelay(limits.WriteTimeout), Insight: stats})
+	gate := httpgate.New(p, lim, httpgate.Options{Metrics: m, Audit: audit, Logger: log, Delay: httpgate.ReserveDelay(limits.WriteTimeout), Insight: stats})
 	return &server{Gate: gate, Limiter: lim, Metrics: m, Stats: stats, Logger: log}, closeAudit, nil
 }
 
@@ -257,11 +257,11 @@ func startHTTP(s *server, rs runSettings, lns map[string]net.Listener, errc chan
 		if !ok {
 			continue
 		}
-		mk := apiServer
+		mk := httpgate.APIServer
 		if l.name == "proxy" {
 			mk = proxyServer
 		}
-		lc := limitConns(lns[l.name], conns)
+		lc := httpgate.LimitConns(lns[l.name], conns)
 		hs := mk(h, limits, lc)
 		servers = append(servers, hs)
 		go func(name string) {

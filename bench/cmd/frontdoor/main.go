@@ -59,7 +59,13 @@ func main() {
 	switch os.Args[1] {
 	case "bare":
 		ln := mustListen(*listen)
-		srv := &http.Server{Handler: bench.BareHandler(), ReadHeaderTimeout: 10 * time.Second}
+		srv := bench.BareServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/take" {
+				bench.BareTake(w, r)
+				return
+			}
+			bench.BareAuth(w, r)
+		}))
 		log.Fatal(srv.Serve(ln))
 	case "noop":
 		ln := mustListen(*listen)

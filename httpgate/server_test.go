@@ -1,4 +1,4 @@
-package main
+package httpgate_test
 
 import (
 	"bufio"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -20,11 +21,11 @@ func TestConnLimiterIdleNextAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lc := limitConns(ln, 1)
+	lc := httpgate.LimitConns(ln, 1)
 	release := make(chan struct{})
 	lim := policy.DefaultServerLimits
 	lim.IdleTimeout = time.Hour
-	hs := apiServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hs := httpgate.APIServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {
 			<-release
 		}

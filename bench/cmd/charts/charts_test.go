@@ -86,7 +86,7 @@ func TestChartsShowFigures(t *testing.T) {
 	want := map[string]map[string][]float64{
 		"redis.svg":    {"sluice": {68877, 160402, 234817, 251871}, "redis_rate": {61852, 63889, 65093, 56256}},
 		"postgres.svg": {"onekey, synchronous_commit=off": {12279, 12520, 5441}},
-		"memory.svg":   {"sluice": {50.5, 30.7, 37.6}},
+		"memory.svg":   {"sluice": {48.2, 25.9, 37.6}},
 		"envoy.svg":    {"reference server (own process)": {8387, 7963, 8887}},
 	}
 	for _, c := range charts(d) {

@@ -138,6 +138,7 @@ var colors = map[string]string{
 	"sluice":                 "#1565c0",
 	"sluice-nocache":         "#42a5f5",
 	"sluice-nobatch-nocache": "#90caf9",
+	"sluice-take":            "#64b5f6",
 	"xrate":                  "#8e24aa",
 	"sethvargo":              "#ef6c00",
 	"throttled":              "#6d4c41",
@@ -201,7 +202,7 @@ func memoryChart(s Section[MemoryRow]) *svgplot.Chart {
 	return &svgplot.Chart{
 		Title:    title("Memory store", s, "ns per check, sluice beside three Go limiters"),
 		Subtitle: subtitle(s),
-		Desc:     "Nanoseconds per check of each in-memory limiter on 10,000 Zipf-skewed keys: serial (one goroutine), parallel (2 goroutines) and onekey (one goroutine, one key); medians of 6 runs.",
+		Desc:     "Nanoseconds per check of each in-memory limiter on 10,000 Zipf-skewed keys: serial (one goroutine), parallel (2 goroutines) and onekey (one goroutine, one key); medians of 6 runs; sluice asked through Limiter.Allow, sluice-take through Limiter.Take (the whole Decision).",
 		Panels: []svgplot.Panel{{
 			X:      svgplot.Bands{Label: "workload: serial (1 goroutine, 10,000 keys), parallel (2 goroutines), onekey (1 goroutine, 1 key)", Names: bands},
 			Y:      svgplot.Axis{Label: "ns per check (lower is better)"},

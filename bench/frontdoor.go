@@ -5,6 +5,9 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/policy"
 
@@ -100,4 +103,36 @@ func NoopLikeSluice(srv rlspb.RateLimitServiceServer) (NoopRLS, error) {
 		return NoopRLS{}, err
 	}
 	return NoopRLS{Status: first.Statuses[0], Headers: first.ResponseHeadersToAdd}, nil
+}
+
+// Drive runs conns workers of call (worker w, sequence number i) for d,
+// and returns the calls made and the first error, which stops them all.
+func Drive(call func(w, i int) error, conns int, d time.Duration) (int64, error) {
+	var n atomic.Int64
+	var stop atomic.Bool
+	var first atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for w := range conns {
+		wg.Go(func() {
+			i := w * 7919
+			var k int64
+			for !stop.Load() {
+				if err := call(w, i); err != nil {
+					first.CompareAndSwap(nil, &err)
+					stop.Store(true)
+					break
+				}
+				i += 7
+				k++
+			}
+			n.Add(k)
+		})
+	}
+	time.Sleep(d)
+	stop.Store(true)
+	wg.Wait()
+	if err := first.Load(); err != nil {
+		return n.Load(), *err
+	}
+	return n.Load(), nil
 }

@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -179,31 +177,13 @@ func compare(b *testing.B, rounds int, round time.Duration, conns int, aName, bN
 	b.ReportMetric(perCall(1)-perCall(0), "extra-µs/op")
 }
 
-// drive runs conns workers of call for d and returns the calls made.
+// drive is Drive, failing b on the first error.
 func drive(b *testing.B, call caller, conns int, d time.Duration) int64 {
-	var n atomic.Int64
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	for w := range conns {
-		wg.Go(func() {
-			i := w * 7919
-			var k int64
-			for !stop.Load() {
-				if err := call(w, i); err != nil {
-					b.Error(err)
-					stop.Store(true)
-					break
-				}
-				i += 7
-				k++
-			}
-			n.Add(k)
-		})
+	n, err := Drive(call, conns, d)
+	if err != nil {
+		b.Error(err)
 	}
-	time.Sleep(d)
-	stop.Store(true)
-	wg.Wait()
-	return n.Load()
+	return n
 }
 
 // processCPU is the user and system CPU time of the process so far.

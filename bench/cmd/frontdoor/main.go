@@ -26,8 +26,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -178,29 +176,13 @@ func do(cl *http.Client, req *http.Request) error {
 	return nil
 }
 
-// drive runs conns workers of call for d and returns the calls made.
+// drive is bench.Drive, exiting on the first error.
 func drive(call func(w, i int) error, conns int, d time.Duration) int64 {
-	var n atomic.Int64
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	for w := range conns {
-		wg.Go(func() {
-			i := w * 7919
-			var k int64
-			for !stop.Load() {
-				if err := call(w, i); err != nil {
-					log.Fatal(err)
-				}
-				i += 7
-				k++
-			}
-			n.Add(k)
-		})
+	n, err := bench.Drive(call, conns, d)
+	if err != nil {
+		log.Fatal(err)
 	}
-	time.Sleep(d)
-	stop.Store(true)
-	wg.Wait()
-	return n.Load()
+	return n
 }
 
 // processCPU is the user and system CPU time of process pid so far, from

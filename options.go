@@ -41,7 +41,9 @@ func (l *Limiter) Now() time.Time {
 // wait, the common admit.
 func (l *Limiter) advise(ctx context.Context, d *Decision, r *Request, now time.Time) time.Time {
 	if d.RetryAfter <= 0 {
-		d.RetryAt = time.Time{}
+		if !d.RetryAt.IsZero() { // no write on the common admit: see Limiter.Take
+			d.RetryAt = time.Time{}
+		}
 		return now
 	}
 	var jitter time.Duration

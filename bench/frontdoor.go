@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/policy"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -55,17 +56,12 @@ func BareTake(w http.ResponseWriter, r *http.Request) {
 }
 
 // BareServer serves h with the deadlines and bounds that sluice serve
-// gives its own servers, and nothing else.
+// gives its own servers (httpgate.APIServer's), and nothing else: no cap
+// on connections, no mark on their contexts.
 func BareServer(h http.Handler) *http.Server {
-	lim := policy.DefaultServerLimits
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: lim.ReadHeaderTimeout,
-		ReadTimeout:       lim.ReadTimeout,
-		WriteTimeout:      lim.WriteTimeout,
-		IdleTimeout:       lim.IdleTimeout,
-		MaxHeaderBytes:    lim.MaxHeaderBytes,
-	}
+	srv := httpgate.APIServer(h, policy.DefaultServerLimits, nil)
+	srv.ConnState, srv.ConnContext = nil, nil
+	return srv
 }
 
 // GRPCPolicy is the front-door policy of the Envoy rate limit service:

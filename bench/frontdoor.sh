@@ -2,7 +2,7 @@
 # frontdoor.sh SLUICE FRONTDOOR: sluice's front doors against their floors,
 # each server a process of its own pinned to SERVER_CPUS (default 0-3),
 # the load client (FRONTDOOR load) pinned to CLIENT_CPUS (default 4-11).
-# For each door (auth, take, grpc) it alternates ROUNDS (default 3) rounds
+# For each door of DOORS (default "auth take grpc") it alternates ROUNDS (default 3) rounds
 # of DURATION (default 10s) on the floor and on sluice, and prints each
 # round's line, then per door: calls/s of each, their ratio, the server's
 # CPU per call of each and the difference (BENCHMARKS.md, "Front doors").
@@ -16,7 +16,7 @@ set -euo pipefail
 sluice=$1 fd=$2
 here=$(cd "$(dirname "$0")" && pwd)
 server=${SERVER_CPUS:-0-3} client=${CLIENT_CPUS:-4-11}
-rounds=${ROUNDS:-3} duration=${DURATION:-10s} conns=${CONNS:-64}
+rounds=${ROUNDS:-3} duration=${DURATION:-10s} conns=${CONNS:-64} doors=${DOORS:-auth take grpc}
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 
@@ -36,7 +36,7 @@ load() { # load DOOR ADDR PID SIDE
   taskset -c "$client" "$fd" load -door "$1" -addr "$2" -pid "$3" -conns "$conns" -duration "$duration"
 }
 out=$(mktemp)
-for door in auth take grpc; do
+for door in $doors; do
   case $door in
   grpc) floor=(127.0.0.1:18491 "$noop") mine=(127.0.0.1:18495 "$sgrpc") ;;
   *) floor=(127.0.0.1:18490 "$bare") mine=(127.0.0.1:18492 "$shttp") ;;

@@ -18,7 +18,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 server=${SERVER_CPUS:-0-3} client=${CLIENT_CPUS:-4-11}
 rounds=${ROUNDS:-3} duration=${DURATION:-10s} conns=${CONNS:-64} doors=${DOORS:-auth take grpc}
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+# The servers are gone, and their ports free, when this script ends.
+trap 'kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null || true' EXIT
 
 start() { # start NAME CMD...: runs CMD pinned to the server cores
   taskset -c "$server" "${@:2}" >/dev/null 2>&1 &

@@ -18,9 +18,25 @@ type Caller struct {
 
 type callerKey struct{}
 
+// callerCtx is a context carrying a Caller: one allocation per request,
+// where context.WithValue takes two (the context, and the Caller boxed to
+// be its value). The Caller is boxed only when asked for, which few stores
+// do.
+type callerCtx struct {
+	context.Context
+	c Caller
+}
+
+func (c *callerCtx) Value(key any) any {
+	if key == (callerKey{}) {
+		return c.c
+	}
+	return c.Context.Value(key)
+}
+
 // WithCaller returns ctx carrying c.
 func WithCaller(ctx context.Context, c Caller) context.Context {
-	return context.WithValue(ctx, callerKey{}, c)
+	return &callerCtx{Context: ctx, c: c}
 }
 
 // CallerFrom returns the Caller that ctx carries, if any.

@@ -381,8 +381,13 @@ func (l *Limit) decide(o Outcome, retryAt time.Time) Decision {
 // Otherwise it reports the limit closest to rejecting (fewest remaining),
 // with the longest reservation wait among them.
 func Combine(ds []Decision) Decision {
-	if len(ds) == 0 {
+	switch {
+	case len(ds) == 0:
 		return Decision{Allowed: true}
+	case len(ds) == 1 && (!ds[0].Allowed || ds[0].RetryAfter >= 0 && !ds[0].RetryAt.Before(time.Time{})):
+		// One limit (the usual): its decision is the combined one, as the
+		// loops below would find at more cost.
+		return ds[0]
 	}
 	best := -1
 	for i, d := range ds {

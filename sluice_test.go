@@ -245,6 +245,24 @@ func TestCombine(t *testing.T) {
 	}
 }
 
+// Combine answers for one decision what its loops answer: that decision
+// twice over combines to the same as it alone, whatever its fields (a
+// negative wait and a zero RetryAt among them).
+func TestCombineOneAsTheLoops(t *testing.T) {
+	at := time.Unix(1700000000, 0)
+	for _, allowed := range []bool{true, false} {
+		for _, wait := range []time.Duration{-time.Second, 0, time.Millisecond} {
+			for _, retryAt := range []time.Time{{}, at, time.Unix(-62135596900, 0)} {
+				d := sluice.Decision{Allowed: allowed, Limit: 10, Remaining: 3, RetryAfter: wait, RetryAt: retryAt, ResetAfter: time.Second, Rule: "r", Tokens: 3.5}
+				one, two := sluice.Combine([]sluice.Decision{d}), sluice.Combine([]sluice.Decision{d, d})
+				if one != two {
+					t.Errorf("%+v: one %+v, twice %+v", d, one, two)
+				}
+			}
+		}
+	}
+}
+
 func TestWindowOffsetSpreads(t *testing.T) {
 	seen := map[int64]bool{}
 	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {

@@ -20,7 +20,8 @@ import (
 
 // BenchmarkShouldRateLimitObserved is BenchmarkShouldRateLimit's sluice
 // policy with the decisions counted as sluice serve counts them:
-// Prometheus alone, and Prometheus with the live page's statistics.
+// Prometheus alone, and Prometheus with the live page's statistics, the
+// store wrapped in the metrics' instrumentation in both, as served.
 func BenchmarkShouldRateLimitObserved(b *testing.B) {
 	pol, err := policy.Parse("bench", []byte("rules:\n  - name: per-user\n    match: {domain: bench}\n    limit_keys: [\"descriptor:user\"]\n    algorithm: token_bucket\n    algorithm_config: {rps: 100, burst: 100}\n"))
 	if err != nil {
@@ -38,11 +39,14 @@ func BenchmarkShouldRateLimitObserved(b *testing.B) {
 			name = "metrics+insight"
 		}
 		b.Run(name, func(b *testing.B) {
-			obs := []policy.Observer{metrics.New(prometheus.NewRegistry())}
+			m := metrics.New(prometheus.NewRegistry())
+			obs := []policy.Observer{m}
 			if withInsight {
-				obs = append(obs, insight.New(insight.Options{}))
+				stats := insight.New(insight.Options{})
+				m.OnStoreCall(stats.StoreCall)
+				obs = append(obs, stats)
 			}
-			s := envoyrls.New(pol, sluice.New(memory.New(memory.Options{})), envoyrls.Options{Logger: slog.New(slog.DiscardHandler), Observer: policy.Observers(obs...)})
+			s := envoyrls.New(pol, sluice.New(m.InstrumentStore(memory.New(memory.Options{}))), envoyrls.Options{Logger: slog.New(slog.DiscardHandler), Observer: policy.Observers(obs...)})
 			ctx := context.Background()
 			b.ReportAllocs()
 			b.ResetTimer()

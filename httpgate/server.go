@@ -31,10 +31,10 @@ func APIServer(h http.Handler, lim policy.ServerLimits, lc *ConnLimiter) *http.S
 		IdleTimeout:       lim.IdleTimeout,
 		MaxHeaderBytes:    lim.MaxHeaderBytes,
 		ConnState:         lc.Track,
-		// Marked once per connection rather than once per request: a
-		// reservation's wait is rare, a request is not.
-		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
-			return context.WithValue(ctx, apiServerKey{}, true)
+		// Marked, and its peer parsed, once per connection rather than
+		// once per request: a reservation's wait is rare, a request is not.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(policy.WithPeer(ctx, c), apiServerKey{}, true)
 		},
 	}
 }

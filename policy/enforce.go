@@ -333,27 +333,33 @@ func enforceIn(buf []Result, reqBuf []sluice.Request, ctx context.Context, lim *
 		}
 		_, ds, err := do(ctx, reqs...)
 		for k, i := range idx {
-			if sluice.IsInputError(err) {
+			if err == nil {
+				v.Results[i].Decision = ds[k]
+			} else if sluice.IsInputError(err) {
 				// The request is at fault, not the store: on_store_error
 				// must not admit what can never be decided as asked.
 				v.Results[i].refuse()
-			} else if err != nil {
-				v.Results[i].storeFailed(err)
 			} else {
-				v.Results[i].Decision = ds[k]
+				v.Results[i].storeFailed(err)
 			}
 		}
 	}
 	for _, i := range enf {
 		v.Results[i].unscale()
 	}
-	if len(enf) > 0 {
+	switch len(enf) {
+	case 0:
+	case 1:
+		v.Overall = sluice.Combine([]sluice.Decision{v.Results[enf[0]].Decision})
+	default:
 		var dsBuf [8]sluice.Decision
 		ds := dsBuf[:0]
 		for _, i := range enf {
 			ds = append(ds, v.Results[i].Decision)
 		}
 		v.Overall = sluice.Combine(ds)
+	}
+	if len(enf) > 0 {
 		v.Allowed = v.Overall.Allowed
 	}
 	if !v.Allowed && len(conc) > 0 {

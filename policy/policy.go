@@ -42,6 +42,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -422,6 +423,9 @@ type variant struct {
 	// each request's MaxReserved, so the store refuses a later turn in
 	// the step that would have charged it.
 	queueDebt float64
+
+	// formatted is the limit's response fields, made on first use.
+	formatted atomic.Pointer[limitFields]
 }
 
 // Rule returns the rule called name, or nil.

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -75,14 +76,39 @@ func (p *Policy) fromHTTP(in *Input, r *http.Request) {
 	p.ResolveClient(in)
 }
 
-// peerOf parses r's socket peer; invalid when there is none.
+// peerOf parses r's socket peer; invalid when there is none. A server
+// that parsed its connection's peer already (WithPeer) is taken at its
+// word while r.RemoteAddr is still what it parsed.
 func peerOf(r *http.Request) netip.AddrPort {
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+	if p, ok := r.Context().Value(peerKey{}).(*connPeer); ok && p.remote == r.RemoteAddr {
+		return p.addr
+	}
+	return parsePeer(r.RemoteAddr)
+}
+
+func parsePeer(remote string) netip.AddrPort {
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
 		return ap
-	} else if a := parseHostAddr(r.RemoteAddr); a.IsValid() {
+	} else if a := parseHostAddr(remote); a.IsValid() {
 		return netip.AddrPortFrom(a, 0)
 	}
 	return netip.AddrPort{}
+}
+
+// WithPeer returns ctx carrying c's peer address, parsed once: a server
+// that sets it on each connection's context (http.Server.ConnContext)
+// spares every request on the connection parsing RemoteAddr again.
+func WithPeer(ctx context.Context, c net.Conn) context.Context {
+	remote := c.RemoteAddr().String() // what net/http puts in RemoteAddr
+	return context.WithValue(ctx, peerKey{}, &connPeer{remote: remote, addr: parsePeer(remote)})
+}
+
+type peerKey struct{}
+
+// connPeer is a connection's peer: RemoteAddr and its parse.
+type connPeer struct {
+	remote string
+	addr   netip.AddrPort
 }
 
 // ResolveClient sets in.ClientIP: the socket peer, unless the peer is a
@@ -588,7 +614,7 @@ func component(src source, v string) string {
 func escape(s, extra string) string {
 	n := 0
 	for i := 0; i < len(s); i++ {
-		if mustEscape(s[i], extra) {
+		if escaped[s[i]] || extra != "" && mustEscape(s[i], extra) {
 			n++
 		}
 	}
@@ -609,15 +635,18 @@ func escape(s, extra string) string {
 }
 
 func mustEscape(c byte, extra string) bool {
-	if c <= 0x20 || c >= 0x7f {
-		return true
-	}
-	switch c {
-	case '%', '|', ':', '{', '}', '(', ')', '#':
-		return true
-	}
-	return extra != "" && strings.IndexByte(extra, c) >= 0
+	return escaped[c] || extra != "" && strings.IndexByte(extra, c) >= 0
 }
+
+// escaped marks the bytes that every key component escapes: controls,
+// space, non-ASCII and the separators above. A table, since every byte of
+// every key is looked up in it.
+var escaped = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c <= 0x20 || c >= 0x7f || strings.IndexByte("%|:{}()#", byte(c)) >= 0
+	}
+	return t
+}()
 
 // globalKey is the composite key of a rule without limit_keys.
 const globalKey = "*"

@@ -212,7 +212,8 @@ const MaxFields = 11
 // Cache-Control: no-store, whatever the sets.
 func AppendFields(dst []Field, v *Verdict, identity, path string, sets []string) []Field {
 	draft, trio, legacy := pickSets(sets)
-	var pol, state []byte
+	var polBuf, stateBuf [128]byte
+	pol, state := polBuf[:0], stateBuf[:0]
 	enforced := 0
 	for i := range v.Results {
 		r := &v.Results[i]
@@ -224,17 +225,18 @@ func AppendFields(dst []Field, v *Verdict, identity, path string, sets []string)
 		if !draft {
 			continue
 		}
-		// Appended here, not in a helper: growing pol and state where they
-		// are declared keeps them off the heap.
 		d, refused := r.Effective(r.Decision.Allowed), r.Refused()
 		if len(pol) > 0 {
 			pol = append(pol, headerListDelim...)
 			state = append(state, headerListDelim...)
 		}
-		pol = appendSFString(pol, lim.Name())
-		pol = strconv.AppendInt(append(pol, ";q="...), d.Limit, 10)
-		pol = strconv.AppendInt(append(pol, ";w="...), windowSeconds(lim), 10)
-		state = appendSFString(state, lim.Name())
+		if lf := r.Match.v.fields(lim, d.Limit); lf != nil {
+			pol = append(pol, lf.item...)
+			state = append(state, lf.name...)
+		} else {
+			pol = appendPolicyItem(pol, lim, d.Limit, windowSeconds(lim))
+			state = appendSFString(state, lim.Name())
+		}
 		state = strconv.AppendInt(append(state, ";r="...), remaining(d, refused), 10)
 		state = strconv.AppendInt(append(state, ";t="...), resetSeconds(d, refused), 10)
 	}
@@ -370,6 +372,40 @@ func ceilSeconds(d time.Duration) int64 {
 		return 0
 	}
 	return int64((d + time.Second - 1) / time.Second)
+}
+
+// appendPolicyItem appends lim's RateLimit-Policy item: its name, quota q
+// and window w.
+func appendPolicyItem(b []byte, lim *sluice.Limit, q, w int64) []byte {
+	b = appendSFString(b, lim.Name())
+	b = strconv.AppendInt(append(b, ";q="...), q, 10)
+	return strconv.AppendInt(append(b, ";w="...), w, 10)
+}
+
+// limitFields is how a limit's items in RateLimit-Policy and RateLimit
+// begin, formatted once rather than for every response: its name as an
+// sf-string, and its whole policy item for the quota and window it was
+// made with. Both stay as they are for most limits, but an adaptive rate
+// moves the window, so the item is used only while they are the same.
+type limitFields struct {
+	name string // "name"
+	item string // "name";q=Q;w=W
+	q, w int64
+}
+
+// fields returns the formatted fields of v's limit lim for a decision of
+// quota q, or nil when v is nil (a Match built by hand) or is not lim's.
+func (v *variant) fields(lim *sluice.Limit, q int64) *limitFields {
+	if v == nil || v.limit != lim {
+		return nil
+	}
+	w := windowSeconds(lim)
+	if lf := v.formatted.Load(); lf != nil && lf.q == q && lf.w == w {
+		return lf
+	}
+	lf := &limitFields{name: string(appendSFString(nil, lim.Name())), item: string(appendPolicyItem(nil, lim, q, w)), q: q, w: w}
+	v.formatted.Store(lf)
+	return lf
 }
 
 // appendSFString appends s as a Structured Field sf-string (RFC 9651):

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"context"
+	"net"
 	"net/http/httptest"
 	"reflect"
 	"testing"
@@ -92,4 +93,55 @@ func noRetryAt(v policy.Verdict) policy.Verdict {
 	}
 	v.Results = rs
 	return v
+}
+
+// A connection's peer parsed once (WithPeer, as sluice serve's servers
+// set it) is the request's peer only while RemoteAddr is still that
+// connection's: a handler in front that rewrote RemoteAddr is believed,
+// as it is without the cache, and never the address the cache holds.
+func TestPeerParsedOncePerConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := mustParse(t, "rules:\n  - name: per-ip\n    limit_keys: [\"ip:address\"]\n    algorithm_config: {rps: 1, burst: 1}\n")
+	r := httptest.NewRequest("GET", "/", nil).WithContext(policy.WithPeer(context.Background(), c))
+	r.RemoteAddr = c.RemoteAddr().String()
+	if in := p.FromHTTP(r); in.Peer.String() != r.RemoteAddr {
+		t.Errorf("peer %v, want the connection's %s", in.Peer, r.RemoteAddr)
+	}
+	r.RemoteAddr = "203.0.113.9:4000"
+	in := p.FromHTTP(r)
+	if in.Peer.String() != "203.0.113.9:4000" || in.ClientIP.String() != "203.0.113.9" {
+		t.Errorf("RemoteAddr rewritten to 203.0.113.9:4000: peer %v, client %v", in.Peer, in.ClientIP)
+	}
+}
+
+// The RateLimit fields of a compiled limit, formatted once and kept, are
+// what a Match built by hand (formatted every time) gets, also when the
+// quota moves from one decision to the next.
+func TestFieldsKeptAsFormatted(t *testing.T) {
+	p := mustParse(t, "rules:\n  - name: per-user\n    limit_keys: [\"header:X-User\"]\n    algorithm_config: {rps: 2, burst: 10}\n")
+	m, ok := p.LimitMatch("per-user", "u1")
+	if !ok {
+		t.Fatal("no match")
+	}
+	byHand := policy.Match{Rule: m.Rule, Request: m.Request}
+	for _, q := range []int64{10, 10, 7, 10, 1 << 40} {
+		d := sluice.Decision{Allowed: true, Limit: q, Remaining: 3, ResetAfter: 4 * time.Second, Rule: "per-user", Tokens: 3}
+		fields := func(m policy.Match) []policy.Field {
+			v := policy.Verdict{Allowed: true, Overall: d, Results: []policy.Result{{Match: m, Decision: d}}}
+			return policy.AppendFields(nil, &v, "", "/", nil)
+		}
+		kept, made := fields(m), fields(byHand)
+		if !reflect.DeepEqual(kept, made) {
+			t.Errorf("quota %d: kept %v, formatted %v", q, kept, made)
+		}
+	}
 }

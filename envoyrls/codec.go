@@ -45,6 +45,12 @@ func newCodec() codec { return codec{proto: encoding.GetCodecV2(proto.Name)} }
 // larger one in a buffer from mem.DefaultBufferPool, which grpc-go gives
 // back once it is written.
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*recycled); ok {
+		// Once marshalled, nothing reads it (handleShouldRateLimit).
+		b, err := c.Marshal(r.RateLimitResponse)
+		r.release()
+		return b, err
+	}
 	m, ok := v.(vtMarshaler)
 	if !ok {
 		return c.proto.Marshal(v)

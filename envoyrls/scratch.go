@@ -79,10 +79,36 @@ type limitedResponse struct {
 	values  [admittedFields]corev3.HeaderValue
 }
 
+// recycled is a response to a call of one descriptor whose memory goes
+// back to recycledPool once codec.Marshal has marshalled it: the server's
+// own handler (see Register) answers with one where nothing can see the
+// response after it is marshalled. To any other codec it is the response
+// it embeds.
+type recycled struct {
+	*rlspb.RateLimitResponse
+	mem limitedResponse
+}
+
+var recycledPool = sync.Pool{New: func() any { return new(recycled) }}
+
+// release gives r back, for another call's response.
+func (r *recycled) release() {
+	r.RateLimitResponse = nil
+	recycledPool.Put(r)
+}
+
 // newResponse returns an OK response for n descriptors, with room for
 // each one's status in blocks and, when limited (headers are likely), for
-// a few headers in room.
-func newResponse(n int, limited bool) (_ *rlspb.RateLimitResponse, blocks []statusBlock, room headerRoom) {
+// a few headers in room: in into's memory when it is given and n is 1.
+func newResponse(n int, limited bool, into *recycled) (_ *rlspb.RateLimitResponse, blocks []statusBlock, room headerRoom) {
+	if n == 1 && into != nil {
+		lr := &into.mem
+		*lr = limitedResponse{} // a message's state included: nothing of the last call's
+		into.RateLimitResponse = &lr.resp
+		lr.resp.OverallCode = rlspb.RateLimitResponse_OK
+		lr.resp.Statuses = lr.statuses[:]
+		return &lr.resp, lr.blocks[:], headerRoom{ptrs: lr.headers[:0], values: lr.values[:0]}
+	}
 	if n != 1 {
 		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, n)}, make([]statusBlock, n), room
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -118,14 +120,66 @@ func (s *Server) setPolicy(pol *policy.Policy) *engine {
 
 // Register adds the rate limit service, the standard health service
 // (reporting SERVING for "" and ServiceName) and server reflection to g.
+// On a server with ServerOptions (in a binary built with -tags
+// vtprotobuf), a call's response is marshalled by the codec and its
+// memory reused for a later call, unless the server has an interceptor or
+// grpc-go's binary log is on: a stats handler on such a server must not
+// keep OutPayload.Payload past HandleRPC (grpc-go's own rule for it).
 func (s *Server) Register(g *grpc.Server) *health.Server {
-	rlspb.RegisterRateLimitServiceServer(g, s)
+	g.RegisterService(&serviceDesc, s)
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, h)
 	reflection.Register(g)
 	return h
+}
+
+// serviceDesc is the rate limit service as go-control-plane describes it,
+// but that ShouldRateLimit is answered by handleShouldRateLimit.
+var serviceDesc = func() grpc.ServiceDesc {
+	d := rlspb.RateLimitService_ServiceDesc
+	d.Methods = slices.Clone(d.Methods)
+	for i := range d.Methods {
+		if d.Methods[i].MethodName == "ShouldRateLimit" {
+			generated := d.Methods[i].Handler
+			d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+				return handleShouldRateLimit(srv, ctx, dec, interceptor, generated)
+			}
+		}
+	}
+	return d
+}()
+
+// recycling says whether a response can go back to recycledPool once it
+// is marshalled: only the codec gives it back (a server without it lets
+// the collector have it, as any response), and grpc-go's binary log, which
+// reads a response after sending it, must be off.
+var recycling = vtCompiled && os.Getenv("GRPC_BINARY_LOG_FILTER") == ""
+
+// handleShouldRateLimit is the generated handler, except that a call of
+// one descriptor (the usual) is answered in recycled memory when nothing
+// but the codec sees the response: no interceptor stands between the
+// handler and grpc-go.
+func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor, generated grpc.MethodHandler) (any, error) {
+	s, ok := srv.(*Server)
+	if !ok || interceptor != nil || !recycling {
+		return generated(srv, ctx, dec, interceptor)
+	}
+	req := new(rlspb.RateLimitRequest)
+	if err := dec(req); err != nil {
+		return nil, err
+	}
+	if len(req.Descriptors) != 1 {
+		return s.ShouldRateLimit(ctx, req)
+	}
+	r := recycledPool.Get().(*recycled)
+	resp, err := s.answer(ctx, req, r)
+	if err != nil || resp != r.RateLimitResponse {
+		r.release()
+		return resp, err
+	}
+	return r, nil
 }
 
 // ServerOptions are the gRPC server options sluice serves Envoy with.
@@ -192,6 +246,12 @@ type call struct {
 // the store (decide) and answers with a status per descriptor and the
 // RateLimit headers (respond).
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	return s.answer(ctx, req, nil)
+}
+
+// answer is ShouldRateLimit, with a one-descriptor response in into's
+// memory when into is given.
+func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, into *recycled) (*rlspb.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -210,7 +270,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	c := call{req: req}
 	c.ds, c.groups, c.blocked = plan(req, sc.found, dsBuf[:0], msBuf[:0])
 	s.decide(ctx, &c, sc)
-	return s.respond(&c, sc, e.headers), nil
+	return s.respond(&c, sc, e.headers, into), nil
 }
 
 // current is the engine of the policy in force (Options.Source).
@@ -307,9 +367,9 @@ func (s *Server) decide(ctx context.Context, c *call, sc *scratch) {
 // respond is the answer to a decided call: a status per descriptor, and
 // the RateLimit headers of every enforce-mode limit of the call as its
 // bucket stands afterwards.
-func (s *Server) respond(c *call, sc *scratch, sets []string) *rlspb.RateLimitResponse {
+func (s *Server) respond(c *call, sc *scratch, sets []string, into *recycled) *rlspb.RateLimitResponse {
 	now := s.now()
-	resp, blocks, room := newResponse(len(c.ds), len(c.groups[kindTake].ms)+len(c.groups[kindPeek].ms) > 0)
+	resp, blocks, room := newResponse(len(c.ds), len(c.groups[kindTake].ms)+len(c.groups[kindPeek].ms) > 0, into)
 	if !c.allowed {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}

@@ -1,0 +1,140 @@
+package envoyrls_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// recyclePolicy gives every user value a bucket of its own, refilled by
+// nothing on a manual clock: the n-th call of a value leaves recycleBurst-n.
+const (
+	recycleBurst  = 1000
+	recyclePolicy = "rules:\n  - name: per-user\n    match: {domain: d}\n    limit_keys: [\"descriptor:user\"]\n    algorithm_config: {rate: 1, period: 1h, capacity: 1000}\n"
+)
+
+// serveRecycle serves recyclePolicy on a server with opts and returns a
+// client of it.
+func serveRecycle(t *testing.T, opts ...grpc.ServerOption) rlspb.RateLimitServiceClient {
+	t.Helper()
+	pol, err := policy.Parse("recycle", []byte(recyclePolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := sluice.NewManualClock(t0)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(opts...)
+	envoyrls.New(pol, sluice.New(memory.New(memory.Options{Clock: clock})), envoyrls.Options{Clock: clock, Logger: slog.New(slog.DiscardHandler)}).Register(g)
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlspb.NewRateLimitServiceClient(conn)
+}
+
+func userCall(user string) *rlspb.RateLimitRequest {
+	return &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{
+		Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}},
+	}}}
+}
+
+// checkOwn reports whether resp is the answer to the n-th call (from 1) of
+// user's bucket, in its status and in its RateLimit header.
+func checkOwn(resp *rlspb.RateLimitResponse, n int) error {
+	want := recycleBurst - n
+	if resp.OverallCode != OK || len(resp.Statuses) != 1 || resp.Statuses[0].LimitRemaining != uint32(want) {
+		return fmt.Errorf("call %d: %v, want OK with %d remaining", n, resp, want)
+	}
+	if got := header(resp, "Ratelimit-Remaining"); got != strconv.Itoa(want) {
+		return fmt.Errorf("call %d: Ratelimit-Remaining %q, want %d", n, got, want)
+	}
+	return nil
+}
+
+// Responses answered in recycled memory (the server's own options and
+// codec) each carry their own call's answer while many calls are in flight
+// at once: a response given back before it was sent, or reused while
+// another call still writes it, would answer one caller with another's
+// bucket (and fail under -race).
+func TestRecycledResponsesAnswerTheirOwnCall(t *testing.T) {
+	rls := serveRecycle(t, envoyrls.ServerOptions()...)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 16 {
+		wg.Go(func() {
+			user := "user-" + strconv.Itoa(w)
+			for n := 1; n <= 50+10*w; n++ { // callers progress apart
+				resp, err := rls.ShouldRateLimit(context.Background(), userCall(user))
+				if err == nil {
+					err = checkOwn(resp, n)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", user, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// An interceptor is handed a response it may keep: it is never one whose
+// memory goes back for another call's. What an interceptor kept from the
+// first call is still the first call's answer after many more.
+func TestInterceptorKeepsItsResponse(t *testing.T) {
+	var kept []proto.Message
+	var mu sync.Mutex
+	keep := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if m, ok := resp.(proto.Message); ok {
+			mu.Lock()
+			kept = append(kept, m)
+			mu.Unlock()
+		}
+		return resp, err
+	}
+	rls := serveRecycle(t, append(envoyrls.ServerOptions(), grpc.UnaryInterceptor(keep))...)
+	for n := 1; n <= 20; n++ {
+		resp, err := rls.ShouldRateLimit(context.Background(), userCall("u"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkOwn(resp, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	first, ok := kept[0].(*rlspb.RateLimitResponse)
+	if !ok {
+		t.Fatalf("the interceptor was handed a %T, not the response itself", kept[0])
+	}
+	if err := checkOwn(first, 1); err != nil {
+		t.Errorf("the response the interceptor kept changed: %v", err)
+	}
+}

@@ -368,7 +368,7 @@ func (s *Server) decide(ctx context.Context, c *call, sc *scratch) {
 // the RateLimit headers of every enforce-mode limit of the call as its
 // bucket stands afterwards.
 func (s *Server) respond(c *call, sc *scratch, sets []string, into *recycled) *rlspb.RateLimitResponse {
-	now := s.now()
+	now := &reading{s: s}
 	resp, blocks, room := newResponse(len(c.ds), len(c.groups[kindTake].ms)+len(c.groups[kindPeek].ms) > 0, into)
 	if !c.allowed {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
@@ -414,7 +414,7 @@ func (s *Server) respond(c *call, sc *scratch, sets []string, into *recycled) *r
 // headers say what the statuses say, and their waits are the statuses'
 // duration_until_reset to the second (a store failure's wait stands: it
 // is no window's).
-func standing(results []policy.Result, enf []sluice.Decision, rrs []policy.Result, charged, tooBig bool, now time.Time) ([]policy.Result, []sluice.Decision) {
+func standing(results []policy.Result, enf []sluice.Decision, rrs []policy.Result, charged, tooBig bool, now *reading) ([]policy.Result, []sluice.Decision) {
 	for _, rr := range rrs {
 		rr.Decision = rr.Effective(charged)
 		rr.Violated = rr.Violated || (tooBig && !rr.Shadow)
@@ -541,7 +541,7 @@ func durationOf(p *durationpb.Duration, d time.Duration) *durationpb.Duration {
 }
 
 // status is one descriptor's answer, written into b.
-func (s *Server) status(st *descState, f *Found, rrs []policy.Result, charged bool, b *statusBlock, now time.Time) *rlspb.RateLimitResponse_DescriptorStatus {
+func (s *Server) status(st *descState, f *Found, rrs []policy.Result, charged bool, b *statusBlock, now *reading) *rlspb.RateLimitResponse_DescriptorStatus {
 	out := &b.status
 	out.Code = rlspb.RateLimitResponse_OK
 	switch {
@@ -553,7 +553,7 @@ func (s *Server) status(st *descState, f *Found, rrs []policy.Result, charged bo
 			out.Code = rlspb.RateLimitResponse_OVER_LIMIT
 		}
 		out.CurrentLimit = f.Limit
-		out.DurationUntilReset = durationOf(&b.reset, ceilSecond(untilBoundary(now, f.Window, 0)))
+		out.DurationUntilReset = durationOf(&b.reset, ceilSecond(untilBoundary(now.get(), f.Window, 0)))
 		return out
 	case len(rrs) == 0:
 		return out
@@ -620,12 +620,12 @@ func (s *Server) status(st *descState, f *Found, rrs []policy.Result, charged bo
 // second, from 1 up to the whole unit. Every other limit resets when its
 // bucket is full again: that time rounded up to a whole second (at least
 // 1 when the bucket is not full, 0 when it is).
-func resetOf(l *sluice.Limit, d sluice.Decision, rejected bool, now time.Time) (reset, retry time.Duration) {
+func resetOf(l *sluice.Limit, d sluice.Decision, rejected bool, now *reading) (reset, retry time.Duration) {
 	retry = d.RetryAfter
 	if l != nil {
 		if p := l.Params(); p.Algorithm == sluice.FixedWindow && p.Offset >= 0 {
 			period := sluice.Duration(p.Period)
-			reset = ceilSecond(untilBoundary(now, period, p.Offset))
+			reset = ceilSecond(untilBoundary(now.get(), period, p.Offset))
 			if rejected && retry <= period {
 				// Tokens arrive at the boundary the status names; the store
 				// measured it a moment earlier.
@@ -643,6 +643,22 @@ func ceilSecond(d time.Duration) time.Duration {
 		return 0
 	}
 	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+// reading is the store's clock, read once for a response, and only if
+// the response needs it (a window's boundary): a bucket's answer does not,
+// and a clock read is a good part of a call's own cost on some hosts.
+type reading struct {
+	s    *Server
+	t    time.Time
+	done bool
+}
+
+func (r *reading) get() time.Time {
+	if !r.done {
+		r.t, r.done = r.s.now(), true
+	}
+	return r.t
 }
 
 // now is the time of the store's clock (Options.Clock).

@@ -419,7 +419,9 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		out = DecisionResponse{Allowed: v.Allowed, Reason: v.Reason(), Takes: entries}
 		fill(&out, v.Overall, !v.Allowed)
 	}
-	setRetryAt(&out, g.lim.Now())
+	if waits(&out) {
+		setRetryAt(&out, g.lim.Now())
+	}
 	h := w.Header()
 	h["Cache-Control"] = noStore
 	buf := getBuf()
@@ -438,6 +440,20 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 // jsonType is the Content-Type of the decision API's answers, shared as
 // noStore is.
 var jsonType = []string{"application/json"}
+
+// waits reports whether out or one of its takes has a wait to date: the
+// clock is read for those alone.
+func waits(out *DecisionResponse) bool {
+	if out.RetryAfterMs > 0 {
+		return true
+	}
+	for i := range out.Takes {
+		if waits(&out.Takes[i]) {
+			return true
+		}
+	}
+	return false
+}
 
 // setRetryAt fills the retry_at of out and its takes from their
 // retry_after_ms, as of now: the time the answer is written, after the

@@ -76,3 +76,38 @@ func sameDecision(a, b sluice.Decision, exactAt bool) bool {
 	a.RetryAt, b.RetryAt = time.Time{}, time.Time{}
 	return a == b
 }
+
+// A TakeAll of one request (a call of one descriptor or one rule, the
+// servers' usual) answers what Take answers: the same random sequence of
+// operations, costs, reservations and clock steps on two stores, one asked
+// through TakeAll and one through Take, every algorithm, refunds, peeks
+// and refusals included.
+func TestTakeAllOfOneAnswersAsTake(t *testing.T) {
+	limits := []*sluice.Limit{
+		sluice.MustLimit(sluice.Spec{Name: "tb", Rate: 10, Period: time.Second, Capacity: 5, MaxReserved: 3}),
+		sluice.MustLimit(sluice.Spec{Name: "leaky", Algorithm: sluice.LeakyBucket, Rate: 5, Period: time.Second}),
+		sluice.MustLimit(sluice.Spec{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 4, Period: time.Second}),
+		sluice.MustLimit(sluice.Spec{Name: "log", Algorithm: sluice.SlidingLog, Rate: 3, Period: time.Second}),
+	}
+	ops := []sluice.Op{sluice.OpTake, sluice.OpTake, sluice.OpTake, sluice.OpPeek, sluice.OpRefund}
+	clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+	all, one := memory.New(memory.Options{Clock: clk, MaxKeys: 6}), memory.New(memory.Options{Clock: clk, MaxKeys: 6})
+	rng := rand.New(rand.NewPCG(3, 4))
+	bg := context.Background()
+	for step := range 4000 {
+		r := sluice.Request{Limit: limits[rng.IntN(len(limits))], Key: "k" + string(rune('a'+rng.IntN(9))), Cost: float64(rng.IntN(4)), Reserve: rng.IntN(4) == 0}
+		if rng.IntN(50) == 0 {
+			r.Cost = 1e9 // never fits: an error from both
+		}
+		op := ops[rng.IntN(len(ops))]
+		ds, errAll := all.TakeAll(bg, op, []sluice.Request{r})
+		d, errOne := one.Take(bg, op, r)
+		if (errAll == nil) != (errOne == nil) {
+			t.Fatalf("step %d (%v %+v): TakeAll error %v, Take error %v", step, op, r, errAll, errOne)
+		}
+		if errAll == nil && (len(ds) != 1 || ds[0] != d) {
+			t.Fatalf("step %d (%v %+v): TakeAll %+v, Take %+v", step, op, r, ds, d)
+		}
+		clk.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
+	}
+}

@@ -1,7 +1,9 @@
 package httpgate_test
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -86,12 +88,33 @@ rules:
 		"gate":   func() http.Handler { return gates["gate"]().APIHandler() },
 		"served": func() http.Handler { return served(gates["served"]().APIHandler()) },
 	}
+	// A served request comes on a connection that APIServer's ConnContext
+	// has seen, as every request of sluice serve's does.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	connCtx := httpgate.APIServer(nil, policy.DefaultServerLimits, nil).ConnContext(context.Background(), conn)
+	newRequest := func(side, method, target string) *http.Request {
+		r := httptest.NewRequest(method, target, nil)
+		if side == "served" {
+			r = r.WithContext(connCtx)
+			r.RemoteAddr = conn.RemoteAddr().String()
+		}
+		return r
+	}
 	for _, side := range []string{"bare", "gate", "served"} {
 		b.Run("auth/"+side, func(b *testing.B) {
 			h := auth[side]()
 			reqs := make([]*http.Request, len(users))
 			for i, u := range users {
-				r := httptest.NewRequest("GET", "/v1/auth", nil)
+				r := newRequest(side, "GET", "/v1/auth")
 				r.Header.Set("X-User", u)
 				r.Header.Set("X-Forwarded-Uri", "/api/orders")
 				r.Header.Set("X-Forwarded-Method", "GET")
@@ -105,7 +128,7 @@ rules:
 			reqs := make([]*http.Request, len(users))
 			for i, u := range users {
 				bodies[i] = &body{s: `{"rule":"per-user","key":"` + u + `"}`}
-				r := httptest.NewRequest("POST", "/v1/take", nil)
+				r := newRequest(side, "POST", "/v1/take")
 				r.Header.Set("Content-Type", "application/json")
 				r.Body = bodies[i]
 				r.ContentLength = int64(len(bodies[i].s))

@@ -225,27 +225,41 @@ type outcomeStore interface {
 func (l *Limiter) Store() Store { return l.store }
 
 // Take asks for r.Cost tokens and charges them if admitted.
-func (l *Limiter) Take(ctx context.Context, r Request) (Decision, error) {
-	if l.outcome != nil && r.Limit != nil && r.Limit.shards == nil {
-		// The Decision is built here, once: see outcomeStore.
-		o, at, err := l.outcome.TakeOutcome(ctx, OpTake, r)
-		if err != nil {
-			return Decision{}, err
-		}
-		dated := l.clock == nil && !at.IsZero() // RetryAt on the limiter's clock
-		if o.RetryAfter <= 0 || (dated && (o.Allowed || r.Limit.spec.Jitter <= 0)) {
-			return r.Limit.decide(o, at), nil // nothing to advise
-		}
-		d := r.Limit.Decide(o)
-		if dated {
-			d.RetryAt = at
-		}
-		l.advise(ctx, &d, &r, time.Time{})
-		return d, nil
+func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
+	if l.outcome == nil || r.Limit == nil || r.Limit.shards != nil {
+		return l.takeStore(ctx, r)
 	}
+	o, at, err := l.outcome.TakeOutcome(ctx, OpTake, r)
+	if err != nil {
+		return d, err
+	}
+	dated := l.clock == nil && !at.IsZero() // RetryAt on the limiter's clock
+	if o.RetryAfter > 0 && (!dated || (!o.Allowed && r.Limit.spec.Jitter > 0)) {
+		return l.takeAdvised(ctx, r, o, at, dated)
+	}
+	// Nothing to advise: the Decision is written where it is returned, not
+	// built in a temporary and copied (see outcomeStore and decideInto).
+	r.Limit.decideInto(&d, o, at)
+	return d, nil
+}
+
+// takeStore is Take through Store.Take: a store without TakeOutcome, or a
+// sharded limit.
+func (l *Limiter) takeStore(ctx context.Context, r Request) (Decision, error) {
 	d, err := l.one(ctx, OpTake, r)
 	l.advise(ctx, &d, &r, time.Time{})
 	return d, err
+}
+
+// takeAdvised is the rest of Take for an outcome with a wait that advise
+// changes: jitter, or a RetryAt the Limiter dates itself.
+func (l *Limiter) takeAdvised(ctx context.Context, r Request, o Outcome, at time.Time, dated bool) (Decision, error) {
+	d := r.Limit.Decide(o)
+	if dated {
+		d.RetryAt = at
+	}
+	l.advise(ctx, &d, &r, time.Time{})
+	return d, nil
 }
 
 // Allow is Take for one token of lim under key, reporting only whether it
@@ -354,26 +368,25 @@ type Decision struct {
 }
 
 // Decide turns an engine's Outcome into a Decision of l.
-func (l *Limit) Decide(o Outcome) Decision { return l.decide(o, time.Time{}) }
+func (l *Limit) Decide(o Outcome) (d Decision) {
+	l.decideInto(&d, o, time.Time{})
+	return d
+}
 
-// decide is Decide with RetryAt given, written as one literal so that the
-// Decision is built where it is returned, not built and then copied (its
-// fields' separate stores and the copy's wide loads stall each other).
-func (l *Limit) decide(o Outcome, retryAt time.Time) Decision {
-	var remaining int64
-	if o.Tokens > 0 {
-		remaining = o.Tokens / TokenScale
-	}
-	return Decision{
-		Allowed:    o.Allowed,
-		Limit:      l.params.Capacity / TokenScale,
-		Remaining:  remaining,
-		RetryAfter: Duration(o.RetryAfter),
-		RetryAt:    retryAt,
-		ResetAfter: Duration(o.ResetAfter),
-		Rule:       l.spec.Name,
-		Tokens:     FromMicroTokens(o.Tokens),
-	}
+// decideInto writes l's Decision of o, with RetryAt given, into d, field
+// by field. Inlined (keep it within the inlining budget) where d is the
+// function's result, it writes the result in place: a returned literal is
+// built in a temporary and copied, and the copy's wide loads stall on the
+// fields' narrow stores (store forwarding fails).
+func (l *Limit) decideInto(d *Decision, o Outcome, retryAt time.Time) {
+	d.Allowed = o.Allowed
+	d.Limit = l.params.Capacity / TokenScale
+	d.Remaining = max(o.Tokens, 0) / TokenScale
+	d.RetryAfter = Duration(o.RetryAfter)
+	d.RetryAt = retryAt
+	d.ResetAfter = Duration(o.ResetAfter)
+	d.Rule = l.spec.Name
+	d.Tokens = FromMicroTokens(o.Tokens)
 }
 
 // Combine merges the decisions of an all-or-nothing request. It is

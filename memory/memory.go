@@ -151,13 +151,17 @@ func (s *Store) preciseTime() int64 {
 // hashes returns the two hashes that identify (l, key): h places it
 // (shard and table position), check confirms it (see entry). Both mix in
 // the limit's name, so one key under two limits is two buckets.
+// maphash.Comparable, not maphash.String: both end in the runtime's AES
+// hash, which for a short key costs less than the calls that lead to it,
+// and Comparable's way there is the shorter (about 19 instructions fewer
+// per Take, callgrind).
 func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
 	n := l.NameID()
-	h = maphash.String(s.seed, key) ^ n*0x9e3779b97f4a7c15
+	h = maphash.Comparable(s.seed, key) ^ n*0x9e3779b97f4a7c15
 	if h == 0 {
 		h = 1
 	}
-	return h, maphash.String(s.seed2, key) + n
+	return h, maphash.Comparable(s.seed2, key) + n
 }
 
 // decide fills d with lim's Decision of o, decided at now. A wait gets its

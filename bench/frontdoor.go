@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/policy"
 
@@ -103,16 +105,29 @@ func NoopLikeSluice(srv rlspb.RateLimitServiceServer) (NoopRLS, error) {
 
 // Drive runs conns workers of call (worker w, sequence number i) for d,
 // and returns the calls made and the first error, which stops them all.
-func Drive(call func(w, i int) error, conns int, d time.Duration) (int64, error) {
+// With perSecond above 0 the workers together start at most perSecond
+// calls a second (an open loop, the same offered load on both sides of a
+// comparison, so that a server's CPU per call is not moved by how
+// saturated it runs); with 0 each calls again as soon as it is answered.
+func Drive(call func(w, i int) error, conns int, d time.Duration, perSecond float64) (int64, error) {
 	var n atomic.Int64
 	var stop atomic.Bool
 	var first atomic.Pointer[error]
 	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var pace *rate.Limiter
+	if perSecond > 0 {
+		pace = rate.NewLimiter(rate.Limit(perSecond), conns)
+	}
 	for w := range conns {
 		wg.Go(func() {
 			i := w * 7919
 			var k int64
 			for !stop.Load() {
+				if pace != nil && pace.Wait(ctx) != nil {
+					break
+				}
 				if err := call(w, i); err != nil {
 					first.CompareAndSwap(nil, &err)
 					stop.Store(true)
@@ -124,7 +139,7 @@ func Drive(call func(w, i int) error, conns int, d time.Duration) (int64, error)
 			n.Add(k)
 		})
 	}
-	time.Sleep(d)
+	<-ctx.Done()
 	stop.Store(true)
 	wg.Wait()
 	if err := first.Load(); err != nil {

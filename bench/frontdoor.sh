@@ -6,6 +6,9 @@
 # of DURATION (default 10s) on the floor and on sluice, and prints each
 # round's line, then per door: calls/s of each, their ratio, the server's
 # CPU per call of each and the difference (BENCHMARKS.md, "Front doors").
+# RATE (calls/s, default 0: a closed loop) offers both sides the same load
+# instead, below what either can take, so that the CPU per call compares
+# the same traffic rather than two servers saturated differently.
 #
 # Both built as the image builds sluice, with the generated marshalling:
 #
@@ -16,7 +19,7 @@ set -euo pipefail
 sluice=$1 fd=$2
 here=$(cd "$(dirname "$0")" && pwd)
 server=${SERVER_CPUS:-0-3} client=${CLIENT_CPUS:-4-11}
-rounds=${ROUNDS:-3} duration=${DURATION:-10s} conns=${CONNS:-64} doors=${DOORS:-auth take grpc}
+rounds=${ROUNDS:-3} duration=${DURATION:-10s} conns=${CONNS:-64} doors=${DOORS:-auth take grpc} rate=${RATE:-0}
 pids=()
 # The servers are gone, and their ports free, when this script ends.
 trap 'kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null || true' EXIT
@@ -34,7 +37,7 @@ sleep 2
 
 load() { # load DOOR ADDR PID SIDE
   printf '%s ' "$4"
-  taskset -c "$client" "$fd" load -door "$1" -addr "$2" -pid "$3" -conns "$conns" -duration "$duration"
+  taskset -c "$client" "$fd" load -door "$1" -addr "$2" -pid "$3" -conns "$conns" -duration "$duration" -rate "$rate"
 }
 out=$(mktemp)
 for door in $doors; do

@@ -179,7 +179,7 @@ func compare(b *testing.B, rounds int, round time.Duration, conns int, aName, bN
 
 // drive is Drive, failing b on the first error.
 func drive(b *testing.B, call caller, conns int, d time.Duration) int64 {
-	n, err := Drive(call, conns, d)
+	n, err := Drive(call, conns, d, 0)
 	if err != nil {
 		b.Error(err)
 	}

@@ -280,7 +280,12 @@ func (sh *shard) decideUnlocked(at *attempt, lim *sluice.Limit, key string, ch s
 
 // Take implements sluice.Store.
 func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (d sluice.Decision, err error) {
-	o, now, err := s.decideOne(op, r)
+	return s.take(op, r, false)
+}
+
+// take is Take, on the precise clock when precise is set.
+func (s *Store) take(op sluice.Op, r sluice.Request, precise bool) (d sluice.Decision, err error) {
+	o, now, err := s.decideOne(op, r, precise)
 	if err != nil {
 		return d, err
 	}
@@ -292,7 +297,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (d slu
 // for sluice.Limiter.Allow: it builds no Decision, the larger part of a
 // Take's cost once the key's state is in cache.
 func (s *Store) Allow(_ context.Context, r sluice.Request) bool {
-	o, _, err := s.decideOne(sluice.OpTake, r)
+	o, _, err := s.decideOne(sluice.OpTake, r, false)
 	return err == nil && o.Allowed
 }
 
@@ -302,7 +307,7 @@ func (s *Store) Allow(_ context.Context, r sluice.Request) bool {
 // builds the Decision from them in its own frame: a Decision is too large
 // for registers, and each frame that returns one copies it.
 func (s *Store) TakeOutcome(_ context.Context, op sluice.Op, r sluice.Request) (sluice.Outcome, time.Time, error) {
-	o, now, err := s.decideOne(op, r)
+	o, now, err := s.decideOne(op, r, false)
 	if err != nil || o.RetryAfter <= 0 || s.clock != nil {
 		return o, time.Time{}, err
 	}
@@ -310,9 +315,9 @@ func (s *Store) TakeOutcome(_ context.Context, op sluice.Op, r sluice.Request) (
 }
 
 // decideOne applies op to r, returning the outcome and the time it was
-// decided at. Its results fit in registers, where a Decision would be
-// returned through memory.
-func (s *Store) decideOne(op sluice.Op, r sluice.Request) (sluice.Outcome, int64, error) {
+// decided at, on the precise clock when precise is set. Its results fit
+// in registers, where a Decision would be returned through memory.
+func (s *Store) decideOne(op sluice.Op, r sluice.Request, precise bool) (sluice.Outcome, int64, error) {
 	ch, err := r.Charge(op)
 	if err != nil {
 		return sluice.Outcome{}, 0, err
@@ -320,7 +325,12 @@ func (s *Store) decideOne(op sluice.Op, r sluice.Request) (sluice.Outcome, int64
 	lim := r.Limit
 	p := lim.Params()
 	take := op == sluice.OpTake
-	now, early := s.now(p.Algorithm)
+	now, early := int64(0), false
+	if precise {
+		now = s.preciseTime() // the coarse clock not even started
+	} else {
+		now, early = s.now(p.Algorithm)
+	}
 	h, check := s.hashes(lim, r.Key)
 	sh := &s.shards[h&s.mask]
 	if op == sluice.OpRefund {
@@ -601,11 +611,13 @@ type work struct {
 func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
 	if len(rs) == 1 {
 		// One limit (what a call of one descriptor or one rule asks):
-		// Take's way, on the coarse clock and without the locks, stack
-		// and precise clock reading that several buckets at once need.
+		// Take's way, without the locks and the stack that several
+		// buckets at once need. On the precise clock, as TakeAll always
+		// is: the coarse one's ticker costs a server more than it saves
+		// but at a very high rate of decisions (see clock.go).
 		ds := make([]sluice.Decision, 1)
 		var err error
-		if ds[0], err = s.Take(ctx, op, rs[0]); err != nil {
+		if ds[0], err = s.take(op, rs[0], true); err != nil {
 			return nil, fmt.Errorf("take 1 of 1: %w", err)
 		}
 		return ds, nil

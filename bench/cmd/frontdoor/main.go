@@ -7,7 +7,7 @@
 //
 //	frontdoor bare -listen 127.0.0.1:18490   # net/http answering /v1/auth and /v1/take as sluice does
 //	frontdoor noop -listen 127.0.0.1:18491   # a RateLimitService answering OK, on sluice's gRPC server options
-//	frontdoor load -door auth -addr 127.0.0.1:18490 -pid PID -conns 64 -duration 10s
+//	frontdoor load -door auth -addr 127.0.0.1:18490 -pid PID -conns 64 -duration 10s [-rate 20000]
 //
 // load prints one line: the door, calls, calls per second, and the
 // server's CPU (user + system, from /proc/PID/stat) per call in µs.
@@ -53,6 +53,7 @@ func main() {
 	conns := fs.Int("conns", 64, "concurrent callers (load); gRPC callers share 4 connections")
 	duration := fs.Duration("duration", 10*time.Second, "measured time (load)")
 	warmup := fs.Duration("warmup", time.Second, "unmeasured time first (load)")
+	perSecond := fs.Float64("rate", 0, "calls per second offered by all callers together (load); 0: each calls again once answered")
 	fs.Parse(os.Args[2:])
 	switch os.Args[1] {
 	case "bare":
@@ -83,10 +84,10 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		drive(call, *conns, *warmup)
+		drive(call, *conns, *warmup, *perSecond)
 		c0 := processCPU(*pid)
 		t0 := time.Now()
-		n := drive(call, *conns, *duration)
+		n := drive(call, *conns, *duration, *perSecond)
 		wall := time.Since(t0)
 		cpu := processCPU(*pid) - c0
 		fmt.Printf("%s calls %d calls/s %.0f server-cpu-µs/call %.2f\n", *door, n, float64(n)/wall.Seconds(), float64(cpu.Microseconds())/float64(n))
@@ -177,8 +178,8 @@ func do(cl *http.Client, req *http.Request) error {
 }
 
 // drive is bench.Drive, exiting on the first error.
-func drive(call func(w, i int) error, conns int, d time.Duration) int64 {
-	n, err := bench.Drive(call, conns, d)
+func drive(call func(w, i int) error, conns int, d time.Duration, perSecond float64) int64 {
+	n, err := bench.Drive(call, conns, d, perSecond)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -379,15 +379,17 @@ func enforceIn(buf []Result, reqBuf []sluice.Request, ctx context.Context, lim *
 		if r.judge(op) {
 			continue
 		}
-		do := lim.Take
+		// Asked as the enforced limits are (TakeAll), on the precise clock:
+		// a server that reads the memory store's coarse clock keeps its
+		// ticker waking a thousand times a second (see memory/clock.go).
+		do := lim.TakeAll
 		if op == sluice.OpPeek || !v.Allowed {
-			do = lim.Peek
+			do = lim.PeekAll
 		}
-		d, err := do(ctx, r.Match.Request)
-		if err != nil {
+		if _, ds, err := do(ctx, r.Match.Request); err != nil {
 			r.storeFailed(err)
 		} else {
-			r.Decision = d
+			r.Decision = ds[0]
 		}
 		r.unscale()
 	}

@@ -22,13 +22,14 @@
 # length; ROUNDS, DURATION and CONNS pass to frontdoor.sh.
 #
 #   CGO_ENABLED=0 ... (the builds above, into .devbin/run) && bench/pinned.sh .devbin/run
-set -uo pipefail
+set -euo pipefail
 dir=$1
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/pinned}
 mkdir -p "$out"
 bin=$(mktemp -d)
 for f in "$dir"/*; do
+  [ -f "$f" ] || continue
   case $f in
   *.gz) gzip -dc "$f" >"$bin/$(basename "$f" .gz)" ;;
   *) cp "$f" "$bin/" ;;
@@ -41,7 +42,7 @@ pair=${PAIR_CPUS:-2,3} one=${ONE_CPU:-2} cpus=$(nproc) bt=${BENCHTIME:-400ms} co
   date -u
   uname -r
   lscpu | grep -E '^(Model name|Vendor ID|CPU\(s\)|Thread|Core|Socket|NUMA node\(s\)|L3|CPU max MHz|Hypervisor)'
-  cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null
+  cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null || true
   uptime
 } | tee "$out/machine.txt"
 

@@ -3,8 +3,6 @@ package envoyrls_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,7 +10,6 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice"
@@ -37,20 +34,7 @@ func serveRecycle(t *testing.T, opts ...grpc.ServerOption) rlspb.RateLimitServic
 		t.Fatal(err)
 	}
 	clock := sluice.NewManualClock(t0)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(opts...)
-	envoyrls.New(pol, sluice.New(memory.New(memory.Options{Clock: clock})), envoyrls.Options{Clock: clock, Logger: slog.New(slog.DiscardHandler)}).Register(g)
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return rlspb.NewRateLimitServiceClient(conn)
+	return startWith(t, pol, memory.New(memory.Options{Clock: clock}), clock, opts...).rls
 }
 
 func userCall(user string) *rlspb.RateLimitRequest {

@@ -59,14 +59,20 @@ func start(t *testing.T, pol *policy.Policy) *harness {
 // system clock).
 func startOn(t *testing.T, pol *policy.Policy, st sluice.Store, clock sluice.Clock) *harness {
 	t.Helper()
+	// The options sluice serves with, so that the answers are checked
+	// through its codec too.
+	return startWith(t, pol, st, clock, envoyrls.ServerOptions()...)
+}
+
+// startWith is startOn on a server with opts.
+func startWith(t *testing.T, pol *policy.Policy, st sluice.Store, clock sluice.Clock, opts ...grpc.ServerOption) *harness {
+	t.Helper()
 	store := &conformance.FaultyStore{Store: st}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The options sluice serves with, so that the answers are checked
-	// through its codec too.
-	g := grpc.NewServer(envoyrls.ServerOptions()...)
+	g := grpc.NewServer(opts...)
 	logs := new(lockedbuf.Buffer)
 	// A store deadline far beyond any call's duration on a loaded machine:
 	// these tests check answers, and a call past the default 250ms would be

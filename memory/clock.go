@@ -41,6 +41,19 @@ import (
 // a thousand times a second. A reader that finds it parked uses the
 // precise clock, which is always correct, and wakes it.
 //
+// Nor does it tick for a process that reads the clock too seldom for the
+// ticks to pay: a tick (a wake of a parked thread) costs tens of
+// microseconds of CPU on a virtual machine, the reads it saves about 25ns
+// each, so ticking costs more than it saves below some hundreds of
+// thousands of reads a second (BENCHMARKS.md). The first reader of each
+// tick notes how long after the tick it came; when that wait exceeds
+// slowGap for slowTicks ticks in a row (reads that frequent would, by
+// chance, come that late in a row less than once in millions of ticks;
+// a goroutine descheduled once does not count), the ticker goes slow:
+// readers read the precise clock, and the ticker wakes only every
+// probeEvery to see whether reads have become frequent again (one tick
+// whose first read comes within slowGap), or have stopped (then it parks).
+//
 // The clock never steps back: both clocks read the same monotonic source.
 const (
 	refreshEvery  = 64 // see Store.Take
@@ -48,14 +61,21 @@ const (
 	tickMicros    = int64(coarseTick / time.Microsecond)
 	recheckWithin = 2 * tickMicros
 	idleTicks     = 2 // unread ticks before the ticker parks
+	// slowGap is the wait from a tick to its first read above which a
+	// tick counts as seldom read: reads that far apart (under about half
+	// a million a second) save less than the ticks cost.
+	slowGap    = 2 * time.Microsecond
+	slowTicks  = 8
+	probeEvery = 10 * time.Millisecond
 )
 
 // The coarse clock is one word: the time in microseconds shifted left by
-// two, and two flags, so that a reader's usual cost stays one load.
+// three, and three flags, so that a reader's usual cost stays one load.
 const (
 	coarseFresh  = 1 // no reader has read this tick's time yet
 	coarseParked = 2 // the ticker is parked: the time is stale
-	coarseShift  = 2
+	coarseSlow   = 4 // the ticker is slow: the time is stale, read the precise clock
+	coarseShift  = 3
 )
 
 var coarse struct {
@@ -65,6 +85,9 @@ var coarse struct {
 	epochU int64
 	wake   chan struct{}
 	ticks  atomic.Int64 // ticks so far, for tests
+	// published is when the ticker stored the current tick (ns since
+	// epoch); firstRead when its first reader came.
+	published, firstRead atomic.Int64
 }
 
 func startCoarse() {
@@ -75,30 +98,78 @@ func startCoarse() {
 	go runCoarse()
 }
 
-// runCoarse advances the coarse clock every tick, and parks after
-// idleTicks ticks whose time no reader took, until a reader wakes it.
+// runCoarse advances the coarse clock every tick, parks after idleTicks
+// ticks whose time no reader took, until a reader wakes it, and goes slow
+// while the reads are too far apart to pay for the ticks.
 func runCoarse() {
 	t := time.NewTicker(coarseTick)
-	idle := 0
+	idle, seldom := 0, 0
 	for range t.C {
 		coarse.ticks.Add(1)
 		old := coarse.word.Load()
 		if old&coarseFresh == 0 {
 			idle = 0
+			if time.Duration(coarse.firstRead.Load()-coarse.published.Load()) <= slowGap {
+				seldom = 0
+			} else if seldom++; seldom >= slowTicks {
+				t.Stop()
+				if !runSlow() {
+					<-coarse.wake // parked: the waker has stored the time
+				}
+				idle, seldom = 0, 0
+				t.Reset(coarseTick)
+				continue
+			}
 		} else if idle++; idle >= idleTicks {
 			if coarse.word.CompareAndSwap(old, old|coarseParked) {
 				t.Stop()
 				<-coarse.wake // the waker has stored the time
-				idle = 0
+				idle, seldom = 0, 0
 				t.Reset(coarseTick)
 				continue
 			}
 			idle = 0 // read meanwhile
 		}
-		next := monoNow()<<coarseShift | coarseFresh
-		if !coarse.word.CompareAndSwap(old, next) { // read or brought forward meanwhile
-			idle = 0
-			coarse.word.Store(next)
+		publish(old)
+	}
+}
+
+// publish stores the current time as a fresh tick over old.
+func publish(old int64) {
+	ns := int64(time.Since(coarse.epoch))
+	next := (coarse.epochU+ns/1000)<<coarseShift | coarseFresh
+	coarse.published.Store(ns)
+	if !coarse.word.CompareAndSwap(old, next) { // read or brought forward meanwhile
+		coarse.word.Store(next)
+	}
+}
+
+// runSlow keeps the ticker slow: readers read the precise clock, and every
+// probeEvery one tick tells whether reads come fast enough again (true:
+// tick) or there were none in two probes' time (false: it has parked).
+func runSlow() bool {
+	idle := 0
+	for {
+		for w := coarse.word.Load(); !coarse.word.CompareAndSwap(w, w|coarseSlow|coarseFresh); w = coarse.word.Load() {
+		}
+		time.Sleep(probeEvery)
+		coarse.ticks.Add(1)
+		w := coarse.word.Load()
+		if w&coarseFresh != 0 { // not read since the last probe
+			if idle++; idle >= idleTicks && coarse.word.CompareAndSwap(w, w&^(coarseSlow|coarseFresh)|coarseParked) {
+				return false
+			}
+			continue
+		}
+		idle = 0
+		// A probe: one tick of the coarse clock, and the wait for its
+		// first read.
+		publish(w)
+		time.Sleep(coarseTick)
+		coarse.ticks.Add(1)
+		if w := coarse.word.Load(); w&coarseFresh == 0 && time.Duration(coarse.firstRead.Load()-coarse.published.Load()) <= slowGap {
+			publish(w)
+			return true
 		}
 	}
 }
@@ -123,7 +194,7 @@ func wallTime(us int64, wait time.Duration) time.Time {
 // between cores.
 func preciseNow() int64 {
 	now := monoNow()
-	if w := coarse.word.Load(); w&coarseParked == 0 && w>>coarseShift < now-tickMicros {
+	if w := coarse.word.Load(); w&(coarseParked|coarseSlow) == 0 && w>>coarseShift < now-tickMicros {
 		coarse.word.CompareAndSwap(w, now<<coarseShift)
 	}
 	return now
@@ -136,8 +207,14 @@ func preciseNow() int64 {
 func coarseNow() int64 {
 	coarse.once.Do(startCoarse)
 	w := coarse.word.Load()
-	if w&(coarseFresh|coarseParked) == 0 {
+	if w&(coarseFresh|coarseParked|coarseSlow) == 0 {
 		return w >> coarseShift
+	}
+	if w&coarseSlow != 0 {
+		if w&coarseFresh != 0 {
+			coarse.word.CompareAndSwap(w, w&^coarseFresh) // a read since the last probe
+		}
+		return monoNow()
 	}
 	if w&coarseParked != 0 {
 		now := monoNow()
@@ -146,6 +223,8 @@ func coarseNow() int64 {
 		}
 		return now
 	}
-	coarse.word.CompareAndSwap(w, w&^coarseFresh)
+	if coarse.word.CompareAndSwap(w, w&^coarseFresh) {
+		coarse.firstRead.Store(int64(time.Since(coarse.epoch)))
+	}
 	return w >> coarseShift
 }

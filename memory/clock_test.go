@@ -50,3 +50,31 @@ func TestCoarseClockParksWhenIdle(t *testing.T) {
 	}
 	waitFor(t, "the ticker parks again", parked)
 }
+
+// A clock read too seldom for its ticks to pay goes slow: its reads are
+// the precise clock's, and the ticker wakes only to probe. Reads a
+// millisecond apart are far below slowGap's rate on any machine, so
+// nothing here depends on speed.
+func TestCoarseClockGoesSlowForSeldomReads(t *testing.T) {
+	coarseNow()
+	slow := func() bool { return coarse.word.Load()&coarseSlow != 0 }
+	waitFor(t, "seldom reads slow the ticker", func() bool {
+		coarseNow()
+		return slow()
+	})
+	for range 20 {
+		before := monoNow()
+		if slow() {
+			if got := coarseNow(); got < before {
+				t.Fatalf("a read of the slow clock returned %d, before it was called %d", got, before)
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	n := coarse.ticks.Load()
+	time.Sleep(20 * coarseTick)
+	if got := coarse.ticks.Load() - n; got > 10 {
+		t.Errorf("a slow ticker ticked %d times in %v", got, 20*coarseTick)
+	}
+	waitFor(t, "the unread slow ticker parks", func() bool { return coarse.word.Load()&coarseParked != 0 })
+}

@@ -46,10 +46,11 @@ type Options struct {
 	// the coarse one for token-bucket admits (see clock.go): about 25ns
 	// more per Take, for bounds that hold to the microsecond in real time.
 	// It also spares the process the coarse clock's ticker, which wakes a
-	// thousand times a second while Takes read it: a wake cost about 36µs
-	// of CPU on a virtual machine (BENCHMARKS.md), more than the 25ns a
-	// Take saves unless the process makes over a million Takes a second.
-	// The servers' paths (TakeAll) read the precise clock either way.
+	// thousand times a second while Takes come faster than about half a
+	// million a second, and about 180 times a second to probe while they
+	// come slower (a wake cost about 36µs of CPU on a virtual machine:
+	// BENCHMARKS.md). The servers' paths (TakeAll) read the precise clock
+	// either way.
 	PreciseClock bool
 }
 

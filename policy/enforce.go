@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -124,11 +125,19 @@ func (e *eval) identity() string {
 		}
 	}
 	if ip := e.clientIP(); ip.IsValid() {
-		// One string, not the address's and then the concatenation.
-		var buf [64]byte
-		return string(ip.AppendTo(append(buf[:0], "ip:"...)))
+		if e.r.peerIdentity != "" && ip == e.r.Peer.Addr().Unmap().WithZone("") {
+			return e.r.peerIdentity // the client is the connection's peer
+		}
+		return ipIdentity(ip)
 	}
 	return ""
+}
+
+// ipIdentity is the identity of a client known by its address alone, in
+// one string rather than the address's and then the concatenation.
+func ipIdentity(ip netip.Addr) string {
+	var buf [64]byte
+	return string(ip.AppendTo(append(buf[:0], "ip:"...)))
 }
 
 // Verdict is the outcome of Enforce.

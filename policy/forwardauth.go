@@ -37,7 +37,8 @@ func (p *Policy) FromForwardAuth(r *http.Request, prefix string) (*Input, error)
 // fromForwardAuth is FromForwardAuth describing the request in in, a
 // zero Input.
 func (p *Policy) fromForwardAuth(in *Input, r *http.Request, prefix string) error {
-	*in = Input{Method: r.Method, Host: r.Host, Header: r.Header, Peer: peerOf(r)}
+	*in = Input{Method: r.Method, Host: r.Host, Header: r.Header}
+	in.Peer, in.peerIdentity = peerOf(r)
 	if r.URL != nil {
 		in.Path, in.RawQuery = r.URL.Path, r.URL.RawQuery
 	}

@@ -54,6 +54,10 @@ type Input struct {
 	// Policy.ReadsBody): at most CostBodyLimit bytes, and nil when it was
 	// not read or was longer.
 	Body []byte
+
+	// peerIdentity is the identity of Peer's address ("ip:ADDR"), made
+	// once for the connection (WithPeer); "" when it was not.
+	peerIdentity string
 }
 
 // DescriptorEntry is one entry of an Envoy rate limit descriptor.
@@ -69,7 +73,8 @@ func (p *Policy) FromHTTP(r *http.Request) *Input {
 
 // fromHTTP is FromHTTP describing r in in.
 func (p *Policy) fromHTTP(in *Input, r *http.Request) {
-	*in = Input{Method: r.Method, Host: r.Host, Header: r.Header, Peer: peerOf(r)}
+	*in = Input{Method: r.Method, Host: r.Host, Header: r.Header}
+	in.Peer, in.peerIdentity = peerOf(r)
 	if r.URL != nil {
 		in.Path, in.RawQuery = r.URL.Path, r.URL.RawQuery
 	}
@@ -79,11 +84,11 @@ func (p *Policy) fromHTTP(in *Input, r *http.Request) {
 // peerOf parses r's socket peer; invalid when there is none. A server
 // that parsed its connection's peer already (WithPeer) is taken at its
 // word while r.RemoteAddr is still what it parsed.
-func peerOf(r *http.Request) netip.AddrPort {
+func peerOf(r *http.Request) (_ netip.AddrPort, identity string) {
 	if p, ok := r.Context().Value(peerKey{}).(*connPeer); ok && p.remote == r.RemoteAddr {
-		return p.addr
+		return p.addr, p.identity
 	}
-	return parsePeer(r.RemoteAddr)
+	return parsePeer(r.RemoteAddr), ""
 }
 
 func parsePeer(remote string) netip.AddrPort {
@@ -100,15 +105,21 @@ func parsePeer(remote string) netip.AddrPort {
 // spares every request on the connection parsing RemoteAddr again.
 func WithPeer(ctx context.Context, c net.Conn) context.Context {
 	remote := c.RemoteAddr().String() // what net/http puts in RemoteAddr
-	return context.WithValue(ctx, peerKey{}, &connPeer{remote: remote, addr: parsePeer(remote)})
+	p := &connPeer{remote: remote, addr: parsePeer(remote)}
+	if p.addr.IsValid() {
+		p.identity = ipIdentity(p.addr.Addr().Unmap().WithZone(""))
+	}
+	return context.WithValue(ctx, peerKey{}, p)
 }
 
 type peerKey struct{}
 
-// connPeer is a connection's peer: RemoteAddr and its parse.
+// connPeer is a connection's peer: RemoteAddr, its parse, and the
+// identity of a client at that address.
 type connPeer struct {
-	remote string
-	addr   netip.AddrPort
+	remote   string
+	addr     netip.AddrPort
+	identity string
 }
 
 // ResolveClient sets in.ClientIP: the socket peer, unless the peer is a

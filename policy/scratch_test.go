@@ -116,10 +116,24 @@ func TestPeerParsedOncePerConnection(t *testing.T) {
 	if in := p.FromHTTP(r); in.Peer.String() != r.RemoteAddr {
 		t.Errorf("peer %v, want the connection's %s", in.Peer, r.RemoteAddr)
 	}
+	if ms, _ := p.Match(p.FromHTTP(r)); len(ms) != 1 || ms[0].Identity != "ip:127.0.0.1" {
+		t.Errorf("the connection's client: matches %+v, want identity ip:127.0.0.1", ms)
+	}
 	r.RemoteAddr = "203.0.113.9:4000"
 	in := p.FromHTTP(r)
 	if in.Peer.String() != "203.0.113.9:4000" || in.ClientIP.String() != "203.0.113.9" {
 		t.Errorf("RemoteAddr rewritten to 203.0.113.9:4000: peer %v, client %v", in.Peer, in.ClientIP)
+	}
+	if ms, _ := p.Match(in); len(ms) != 1 || ms[0].Identity != "ip:203.0.113.9" {
+		t.Errorf("RemoteAddr rewritten: matches %+v, want identity ip:203.0.113.9", ms)
+	}
+	// The connection's peer a trusted proxy: the client, and its identity,
+	// are the forwarded address, never the peer's.
+	trusting := mustParse(t, "trusted_proxies: [\"127.0.0.0/8\"]\nrules:\n  - name: per-ip\n    limit_keys: [\"ip:address\"]\n    algorithm_config: {rps: 1, burst: 1}\n")
+	r.RemoteAddr = c.RemoteAddr().String()
+	r.Header.Set("X-Forwarded-For", "198.51.100.7")
+	if ms, _ := trusting.Match(trusting.FromHTTP(r)); len(ms) != 1 || ms[0].Identity != "ip:198.51.100.7" {
+		t.Errorf("behind a trusted peer: matches %+v, want identity ip:198.51.100.7", ms)
 	}
 }
 

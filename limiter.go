@@ -397,7 +397,7 @@ func Combine(ds []Decision) Decision {
 	switch {
 	case len(ds) == 0:
 		return Decision{Allowed: true}
-	case len(ds) == 1 && (!ds[0].Allowed || ds[0].RetryAfter >= 0 && !ds[0].RetryAt.Before(time.Time{})):
+	case len(ds) == 1 && (!ds[0].Allowed || ds[0].RetryAfter >= 0 && (ds[0].RetryAt.IsZero() || !ds[0].RetryAt.Before(time.Time{}))):
 		// One limit (the usual): its decision is the combined one, as the
 		// loops below would find at more cost.
 		return ds[0]

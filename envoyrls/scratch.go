@@ -97,26 +97,29 @@ func (r *recycled) release() {
 	recycledPool.Put(r)
 }
 
+// room is lr's room for headers.
+func (lr *limitedResponse) room() headerRoom {
+	return headerRoom{ptrs: lr.headers[:0], values: lr.values[:0]}
+}
+
 // newResponse returns an OK response for n descriptors, with room for
 // each one's status in blocks and, when limited (headers are likely), for
 // a few headers in room: in into's memory when it is given and n is 1.
 func newResponse(n int, limited bool, into *recycled) (_ *rlspb.RateLimitResponse, blocks []statusBlock, room headerRoom) {
-	if n == 1 && into != nil {
-		lr := &into.mem
-		*lr = limitedResponse{} // a message's state included: nothing of the last call's
-		into.RateLimitResponse = &lr.resp
-		lr.resp.OverallCode = rlspb.RateLimitResponse_OK
-		lr.resp.Statuses = lr.statuses[:]
-		return &lr.resp, lr.blocks[:], headerRoom{ptrs: lr.headers[:0], values: lr.values[:0]}
-	}
 	if n != 1 {
 		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, n)}, make([]statusBlock, n), room
 	}
 	var r *response
-	if limited {
+	switch {
+	case into != nil:
+		lr := &into.mem
+		*lr = limitedResponse{} // a message's state included: nothing of the last call's
+		into.RateLimitResponse = &lr.resp
+		r, room = &lr.response, lr.room()
+	case limited:
 		lr := &limitedResponse{}
-		r, room = &lr.response, headerRoom{ptrs: lr.headers[:0], values: lr.values[:0]}
-	} else {
+		r, room = &lr.response, lr.room()
+	default:
 		r = &response{}
 	}
 	r.resp.OverallCode = rlspb.RateLimitResponse_OK

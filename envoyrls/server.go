@@ -170,12 +170,9 @@ func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, in
 	if err := dec(req); err != nil {
 		return nil, err
 	}
-	if len(req.Descriptors) != 1 {
-		return s.ShouldRateLimit(ctx, req)
-	}
 	r := recycledPool.Get().(*recycled)
 	resp, err := s.answer(ctx, req, r)
-	if err != nil || resp != r.RateLimitResponse {
+	if err != nil || resp != r.RateLimitResponse { // not one descriptor
 		r.release()
 		return resp, err
 	}

@@ -419,9 +419,13 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		out = DecisionResponse{Allowed: v.Allowed, Reason: v.Reason(), Takes: entries}
 		fill(&out, v.Overall, !v.Allowed)
 	}
-	if waits(&out) {
-		setRetryAt(&out, g.lim.Now())
-	}
+	var now time.Time // read for the first wait, if there is one
+	setRetryAt(&out, func() time.Time {
+		if now.IsZero() {
+			now = g.lim.Now()
+		}
+		return now
+	})
 	h := w.Header()
 	h["Cache-Control"] = noStore
 	buf := getBuf()
@@ -441,26 +445,12 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 // noStore is.
 var jsonType = []string{"application/json"}
 
-// waits reports whether out or one of its takes has a wait to date: the
-// clock is read for those alone.
-func waits(out *DecisionResponse) bool {
-	if out.RetryAfterMs > 0 {
-		return true
-	}
-	for i := range out.Takes {
-		if waits(&out.Takes[i]) {
-			return true
-		}
-	}
-	return false
-}
-
 // setRetryAt fills the retry_at of out and its takes from their
-// retry_after_ms, as of now: the time the answer is written, after the
-// store decided, so it is never early.
-func setRetryAt(out *DecisionResponse, now time.Time) {
+// retry_after_ms, as of now(): the time the answer is written, after the
+// store decided, so it is never early. now is called only for a wait.
+func setRetryAt(out *DecisionResponse, now func() time.Time) {
 	if out.RetryAfterMs > 0 {
-		out.RetryAt = retryAt(now, out.RetryAfterMs)
+		out.RetryAt = retryAt(now(), out.RetryAfterMs)
 	}
 	for i := range out.Takes {
 		setRetryAt(&out.Takes[i], now)

@@ -136,9 +136,9 @@ func runCoarse() {
 
 // publish stores the current time as a fresh tick over old.
 func publish(old int64) {
-	ns := int64(time.Since(coarse.epoch))
-	next := (coarse.epochU+ns/1000)<<coarseShift | coarseFresh
-	coarse.published.Store(ns)
+	d := time.Since(coarse.epoch)
+	next := atMicros(d)<<coarseShift | coarseFresh
+	coarse.published.Store(int64(d))
 	if !coarse.word.CompareAndSwap(old, next) { // read or brought forward meanwhile
 		coarse.word.Store(next)
 	}
@@ -175,9 +175,10 @@ func runSlow() bool {
 }
 
 // monoNow reads the monotonic clock, anchored to the wall clock once.
-func monoNow() int64 {
-	return coarse.epochU + int64(time.Since(coarse.epoch)/time.Microsecond)
-}
+func monoNow() int64 { return atMicros(time.Since(coarse.epoch)) }
+
+// atMicros is the time d after the anchor, in µs since the Unix epoch.
+func atMicros(d time.Duration) int64 { return coarse.epochU + int64(d/time.Microsecond) }
 
 // wallTime is the time wait after a reading of the store's clock (µs
 // since the Unix epoch, per the anchor), with the monotonic reading that

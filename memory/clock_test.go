@@ -52,15 +52,27 @@ func TestCoarseClockParksWhenIdle(t *testing.T) {
 }
 
 // A clock read too seldom for its ticks to pay goes slow: its reads are
-// the precise clock's, and the ticker wakes only to probe. Reads a
-// millisecond apart are far below slowGap's rate on any machine, so
-// nothing here depends on speed.
+// the precise clock's, and the ticker wakes only to probe. The reads are
+// paced at least 50µs apart by spinning (a sleep could leave two ticks
+// unread, which parks the ticker instead), far below slowGap's rate on any
+// machine; a slower machine only spaces them further. The tick counts are
+// bounded by what a ticker with no reads does before it parks, not by
+// time, so nothing here depends on speed.
 func TestCoarseClockGoesSlowForSeldomReads(t *testing.T) {
 	coarseNow()
 	slow := func() bool { return coarse.word.Load()&coarseSlow != 0 }
+	next := monoNow()
 	waitFor(t, "seldom reads slow the ticker", func() bool {
-		coarseNow()
-		return slow()
+		for end := monoNow() + 1000; monoNow() < end; {
+			if now := monoNow(); now >= next {
+				coarseNow()
+				next = now + 50
+			}
+			if slow() {
+				return true
+			}
+		}
+		return false
 	})
 	for range 20 {
 		before := monoNow()

@@ -137,10 +137,10 @@ func New(opts Options) *Store {
 	return s
 }
 
-// now returns the time for a decision by alg, and whether it came from
-// the coarse clock (see clock.go).
-func (s *Store) now(alg sluice.Algorithm) (int64, bool) {
-	if s.clock != nil || s.precise || alg == sluice.FixedWindow || alg == sluice.SlidingLog {
+// now returns the time for a decision by alg, on the precise clock when
+// precise is set, and whether it came from the coarse clock (see clock.go).
+func (s *Store) now(alg sluice.Algorithm, precise bool) (int64, bool) {
+	if precise || s.clock != nil || s.precise || alg == sluice.FixedWindow || alg == sluice.SlidingLog {
 		return s.preciseTime(), false
 	}
 	return coarseNow(), true
@@ -331,12 +331,7 @@ func (s *Store) decideOne(op sluice.Op, r sluice.Request, precise bool) (sluice.
 	lim := r.Limit
 	p := lim.Params()
 	take := op == sluice.OpTake
-	now, early := int64(0), false
-	if precise {
-		now = s.preciseTime() // the coarse clock not even started
-	} else {
-		now, early = s.now(p.Algorithm)
-	}
+	now, early := s.now(p.Algorithm, precise)
 	h, check := s.hashes(lim, r.Key)
 	sh := &s.shards[h&s.mask]
 	if op == sluice.OpRefund {

@@ -125,7 +125,7 @@ func (e *eval) identity() string {
 		}
 	}
 	if ip := e.clientIP(); ip.IsValid() {
-		if e.r.peerIdentity != "" && ip == e.r.Peer.Addr().Unmap().WithZone("") {
+		if e.r.peerIdentity != "" && ip == peerHost(e.r.Peer) {
 			return e.r.peerIdentity // the client is the connection's peer
 		}
 		return ipIdentity(ip)
@@ -356,19 +356,8 @@ func enforceIn(buf []Result, reqBuf []sluice.Request, ctx context.Context, lim *
 	for _, i := range enf {
 		v.Results[i].unscale()
 	}
-	switch len(enf) {
-	case 0:
-	case 1:
-		v.Overall = sluice.Combine([]sluice.Decision{v.Results[enf[0]].Decision})
-	default:
-		var dsBuf [8]sluice.Decision
-		ds := dsBuf[:0]
-		for _, i := range enf {
-			ds = append(ds, v.Results[i].Decision)
-		}
-		v.Overall = sluice.Combine(ds)
-	}
 	if len(enf) > 0 {
+		v.Overall = combineOf(v.Results, enf)
 		v.Allowed = v.Overall.Allowed
 	}
 	if !v.Allowed && len(conc) > 0 {
@@ -413,6 +402,20 @@ func enforceIn(buf []Result, reqBuf []sluice.Request, ctx context.Context, lim *
 		observe(obs, v.Results)
 	}
 	return v
+}
+
+// combineOf is sluice.Combine of the decisions of results[i] for i in idx.
+// One (the usual) is combined without room for eight on the stack.
+func combineOf(results []Result, idx []int) sluice.Decision {
+	if len(idx) == 1 {
+		return sluice.Combine([]sluice.Decision{results[idx[0]].Decision})
+	}
+	var dsBuf [8]sluice.Decision
+	ds := dsBuf[:0]
+	for _, i := range idx {
+		ds = append(ds, results[i].Decision)
+	}
+	return sluice.Combine(ds)
 }
 
 // refund gives every match's cost back (sluice.OpRefund), shadow-mode

@@ -45,7 +45,7 @@ func (p *Policy) fromForwardAuth(in *Input, r *http.Request, prefix string) erro
 	if !in.Peer.IsValid() {
 		return nil
 	}
-	peer := in.Peer.Addr().Unmap().WithZone("")
+	peer := peerHost(in.Peer)
 	in.ClientIP = peer
 	fa := p.Settings.ForwardAuth
 	if fa.Proxy == "" || !p.TrustedProxy(peer) {

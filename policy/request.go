@@ -91,6 +91,10 @@ func peerOf(r *http.Request) (_ netip.AddrPort, identity string) {
 	return parsePeer(r.RemoteAddr), ""
 }
 
+// peerHost is a socket peer's address as a client address: IPv4 in
+// IPv6 unmapped, without a zone.
+func peerHost(ap netip.AddrPort) netip.Addr { return ap.Addr().Unmap().WithZone("") }
+
 func parsePeer(remote string) netip.AddrPort {
 	if ap, err := netip.ParseAddrPort(remote); err == nil {
 		return ap
@@ -107,7 +111,7 @@ func WithPeer(ctx context.Context, c net.Conn) context.Context {
 	remote := c.RemoteAddr().String() // what net/http puts in RemoteAddr
 	p := &connPeer{remote: remote, addr: parsePeer(remote)}
 	if p.addr.IsValid() {
-		p.identity = ipIdentity(p.addr.Addr().Unmap().WithZone(""))
+		p.identity = ipIdentity(peerHost(p.addr))
 	}
 	return context.WithValue(ctx, peerKey{}, p)
 }
@@ -136,7 +140,7 @@ func (p *Policy) clientIP(in *Input) netip.Addr {
 	if !in.Peer.IsValid() {
 		return netip.Addr{}
 	}
-	peer := in.Peer.Addr().Unmap().WithZone("")
+	peer := peerHost(in.Peer)
 	if !p.TrustedProxy(peer) {
 		return peer
 	}
@@ -625,6 +629,8 @@ func component(src source, v string) string {
 func escape(s, extra string) string {
 	n := 0
 	for i := 0; i < len(s); i++ {
+		// The table first, inline: mustEscape is too large to be inlined,
+		// and a call per byte costs more than the test.
 		if escaped[s[i]] || extra != "" && mustEscape(s[i], extra) {
 			n++
 		}

@@ -9,6 +9,12 @@
 # RATE (calls/s, default 0: a closed loop) offers both sides the same load
 # instead, below what either can take, so that the CPU per call compares
 # the same traffic rather than two servers saturated differently.
+# PAIRS (default 0: off) instead drives each door's floor and sluice
+# alternately in that many pairs of SLICE (default 250ms) each, one
+# process of the load client (frontdoor pair), and prints per door the
+# median and 95% interval of sluice's extra CPU per call, of the CPU
+# ratio (the calls/s ratio of a saturated server) and of the calls/s
+# ratio: what a shared machine's drift does not move.
 #
 # Both built as the image builds sluice, with the generated marshalling:
 #
@@ -20,6 +26,7 @@ sluice=$1 fd=$2
 here=$(cd "$(dirname "$0")" && pwd)
 server=${SERVER_CPUS:-0-3} client=${CLIENT_CPUS:-4-11}
 rounds=${ROUNDS:-3} duration=${DURATION:-10s} conns=${CONNS:-64} doors=${DOORS:-auth take grpc} rate=${RATE:-0}
+pairs=${PAIRS:-0} slice=${SLICE:-250ms}
 pids=()
 # The servers are gone, and their ports free, when this script ends.
 trap 'kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null || true' EXIT
@@ -45,6 +52,11 @@ for door in $doors; do
   grpc) floor=(127.0.0.1:18491 "$noop") mine=(127.0.0.1:18495 "$sgrpc") ;;
   *) floor=(127.0.0.1:18490 "$bare") mine=(127.0.0.1:18492 "$shttp") ;;
   esac
+  if ((pairs > 0)); then
+    taskset -c "$client" "$fd" pair -door "$door" -floor "${floor[0]}" -floor-pid "${floor[1]}" -addr "${mine[0]}" -pid "${mine[1]}" \
+      -conns "$conns" -rate "$rate" -pairs "$pairs" -slice "$slice"
+    continue
+  fi
   for r in $(seq "$rounds"); do
     if ((r % 2)); then
       load "$door" "${floor[@]}" floor; load "$door" "${mine[@]}" sluice
@@ -54,7 +66,7 @@ for door in $doors; do
   done | tee -a "$out"
 done
 # Per door: calls/s and CPU per call over all rounds of each side.
-awk '{ k = $2; s = $1; n[k, s] += $4; r[k, s] += $6; c[k, s] += $8 * $4; m[k, s]++; doors[k] = 1 }
+((pairs > 0)) || awk '{ k = $2; s = $1; n[k, s] += $4; r[k, s] += $6; c[k, s] += $8 * $4; m[k, s]++; doors[k] = 1 }
   END { for (k in doors) {
     fr = r[k, "floor"] / m[k, "floor"]; sr = r[k, "sluice"] / m[k, "sluice"]
     fc = c[k, "floor"] / n[k, "floor"]; sc = c[k, "sluice"] / n[k, "sluice"]

@@ -8,9 +8,22 @@
 //	frontdoor bare -listen 127.0.0.1:18490   # net/http answering /v1/auth and /v1/take as sluice does
 //	frontdoor noop -listen 127.0.0.1:18491   # a RateLimitService answering OK, on sluice's gRPC server options
 //	frontdoor load -door auth -addr 127.0.0.1:18490 -pid PID -conns 64 -duration 10s [-rate 20000]
+//	frontdoor pair -door auth -floor 127.0.0.1:18490 -floor-pid PID -addr 127.0.0.1:18492 -pid PID -slice 250ms -pairs 40
 //
 // load prints one line: the door, calls, calls per second, and the
 // server's CPU (user + system, from /proc/PID/stat) per call in µs.
+//
+// pair drives the floor and sluice alternately in short slices (floor
+// first in one pair, sluice first in the next) and reports, over the
+// pairs, the median and 95% interval of sluice's CPU per call over the
+// floor's, of the floor's CPU per call over sluice's (the calls/s ratio
+// of a saturated server) and of the calls/s ratio as driven (see
+// bench.Summarize). Pairing slices a fraction of a second apart cancels
+// the drift of a shared machine, which moves a whole round's CPU per
+// call by more than the difference measured. A server's CPU is read
+// from its process's CPU clock, to the nanosecond, when each of its
+// slices starts: a slice is charged everything the process did until
+// its next one.
 package main
 
 import (
@@ -30,6 +43,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -53,7 +67,11 @@ func main() {
 	conns := fs.Int("conns", 64, "concurrent callers (load); gRPC callers share 4 connections")
 	duration := fs.Duration("duration", 10*time.Second, "measured time (load)")
 	warmup := fs.Duration("warmup", time.Second, "unmeasured time first (load)")
-	perSecond := fs.Float64("rate", 0, "calls per second offered by all callers together (load); 0: each calls again once answered")
+	perSecond := fs.Float64("rate", 0, "calls per second offered by all callers together (load, pair); 0: each calls again once answered")
+	floorAddr := fs.String("floor", "", "the floor server to drive (pair); -addr and -pid are sluice's")
+	floorPID := fs.Int("floor-pid", 0, "the floor server's process (pair)")
+	slice := fs.Duration("slice", 250*time.Millisecond, "time on each side of a pair (pair)")
+	pairs := fs.Int("pairs", 40, "pairs of slices (pair)")
 	fs.Parse(os.Args[2:])
 	switch os.Args[1] {
 	case "bare":
@@ -91,6 +109,60 @@ func main() {
 		wall := time.Since(t0)
 		cpu := processCPU(*pid) - c0
 		fmt.Printf("%s calls %d calls/s %.0f server-cpu-µs/call %.2f\n", *door, n, float64(n)/wall.Seconds(), float64(cpu.Microseconds())/float64(n))
+	case "pair":
+		floor, err := caller(*door, *floorAddr, *conns)
+		if err != nil {
+			log.Fatal(err)
+		}
+		mine, err := caller(*door, *addr, *conns)
+		if err != nil {
+			log.Fatal(err)
+		}
+		sides := [2]func(w, i int) error{floor, mine}
+		pids := [2]int{*floorPID, *pid}
+		for s := range sides {
+			drive(sides[s], *conns, *warmup, *perSecond)
+		}
+		// A slice is charged all its server did from the slice's start to
+		// the start of that server's next slice (or the same time after
+		// the last): the garbage collection and the timers that run after
+		// its last answer are its work too.
+		var open [2]*bench.Side
+		var since [2]time.Duration
+		charge := func(s int) {
+			c := cpuClock(pids[s])
+			if open[s] != nil {
+				open[s].CPU = (c - since[s]).Seconds()
+			}
+			since[s] = c
+		}
+		ps := make([]bench.Pair, *pairs)
+		for k := range ps {
+			got := [2]*bench.Side{&ps[k].Floor, &ps[k].Sluice}
+			for j := range 2 {
+				s := j ^ k%2 // floor first in even pairs, sluice first in odd ones
+				charge(s)
+				t0 := time.Now()
+				n := drive(sides[s], *conns, *slice, *perSecond)
+				*got[s] = bench.Side{Calls: n, Wall: time.Since(t0).Seconds()}
+				open[s] = got[s]
+			}
+		}
+		time.Sleep(*slice)
+		charge(0)
+		charge(1)
+		var fl, sl bench.Side
+		for _, p := range ps {
+			fl.Calls, fl.Wall, fl.CPU = fl.Calls+p.Floor.Calls, fl.Wall+p.Floor.Wall, fl.CPU+p.Floor.CPU
+			sl.Calls, sl.Wall, sl.CPU = sl.Calls+p.Sluice.Calls, sl.Wall+p.Sluice.Wall, sl.CPU+p.Sluice.CPU
+		}
+		sum := bench.Summarize(ps)
+		iv := func(f string, v bench.Interval) string {
+			return fmt.Sprintf(f+" ("+f+"-"+f+")", v.Median, v.Lo, v.Hi)
+		}
+		fmt.Printf("%s: %d pairs of %v; floor %.0f calls/s %.2f µs/call, sluice %.0f calls/s %.2f µs/call; extra µs/call %s, cpu ratio %s, calls/s ratio %s\n",
+			*door, sum.Pairs, *slice, fl.Rate(), fl.PerCall(), sl.Rate(), sl.PerCall(),
+			iv("%.2f", sum.Extra), iv("%.3f", sum.CPURatio), iv("%.3f", sum.RateRatio))
 	default:
 		log.Fatalf("frontdoor: unknown command %q", os.Args[1])
 	}
@@ -184,6 +256,17 @@ func drive(call func(w, i int) error, conns int, d time.Duration, perSecond floa
 		log.Fatal(err)
 	}
 	return n
+}
+
+// cpuClock is the CPU time of process pid so far, every thread's, from
+// its CPU-time clock (clock_gettime on the clock id that
+// clock_getcpuclockid(3) makes for pid), to the nanosecond.
+func cpuClock(pid int) time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(int32((^pid)<<3|2), &ts); err != nil { // CPUCLOCK_SCHED of the whole process
+		log.Fatalf("server CPU of process %d: %v", pid, err)
+	}
+	return time.Duration(ts.Nano())
 }
 
 // processCPU is the user and system CPU time of process pid so far, from

@@ -6,6 +6,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -19,6 +20,14 @@ type scratch struct {
 	ms      []policy.Match     // the matches of every descriptor (found[i].Limits)
 	groups  [3][]policy.Result // each group's results (policy.EnforceInto)
 	results []policy.Result    // the call's results, as respond merges them
+	// The call's plan (see plan), and the store's requests of the group
+	// being decided. Kept here rather than on the stack: a worker
+	// goroutine whose stack the collector has shrunk while it waited
+	// would grow it again, copying it, on each call that needed room
+	// for them.
+	ds   []descState
+	plan []policy.Match
+	reqs []sluice.Request
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -39,6 +48,7 @@ func getScratch(n int) *scratch {
 // within two collections, with whatever it still points to.
 func (sc *scratch) release() {
 	sc.found, sc.entries, sc.ms, sc.results = sc.found[:0], sc.entries[:0], sc.ms[:0], sc.results[:0]
+	sc.ds, sc.plan, sc.reqs = sc.ds[:0], sc.plan[:0], sc.reqs[:0]
 	for k := range sc.groups {
 		sc.groups[k] = sc.groups[k][:0]
 	}

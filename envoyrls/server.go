@@ -261,11 +261,9 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, into *
 	if err := matchInto(e.match, req, sc); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	// Calls of a few descriptors and limits (the usual) decide on the stack.
-	var dsBuf [4]descState
-	var msBuf [8]policy.Match
 	c := call{req: req}
-	c.ds, c.groups, c.blocked = plan(req, sc.found, dsBuf[:0], msBuf[:0])
+	c.groups, c.blocked = plan(req, sc.found, &sc.ds, &sc.plan)
+	c.ds = sc.ds
 	s.decide(ctx, &c, sc)
 	return s.respond(&c, sc, e.headers, into), nil
 }
@@ -299,10 +297,12 @@ func refusedRefund(pol *policy.Policy, req *rlspb.RateLimitRequest) error {
 }
 
 // plan sorts the limits found for req into the groups decided together,
-// each with its descriptor's cost, using ds and ms when they are large
-// enough. blocked reports a descriptor over its limit whatever the store
-// says.
-func plan(req *rlspb.RateLimitRequest, found []Found, ds []descState, ms []policy.Match) (_ []descState, groups [3]group, blocked bool) {
+// each with its descriptor's cost: how each descriptor is decided in
+// *dsBuf, the groups' matches in *msBuf, each grown when too small (and
+// kept grown for the next call). blocked reports a descriptor over its
+// limit whatever the store says.
+func plan(req *rlspb.RateLimitRequest, found []Found, dsBuf *[]descState, msBuf *[]policy.Match) (groups [3]group, blocked bool) {
+	ds, ms := *dsBuf, *msBuf
 	if n := len(req.Descriptors); n <= cap(ds) {
 		ds = ds[:n]
 	} else {
@@ -313,6 +313,7 @@ func plan(req *rlspb.RateLimitRequest, found []Found, ds []descState, ms []polic
 	var counts [3]int
 	for i, d := range req.Descriptors {
 		st, f := &ds[i], &found[i]
+		*st = descState{} // the last call's, when ds is reused
 		st.kind, st.cost = costOf(req, d)
 		if st.kind == kindTake && tooBig(f.Limits, st.cost) {
 			// A cost no bucket of it can ever hold: over the limit without
@@ -325,6 +326,7 @@ func plan(req *rlspb.RateLimitRequest, found []Found, ds []descState, ms []polic
 	if total := counts[0] + counts[1] + counts[2]; total > cap(ms) {
 		ms = make([]policy.Match, 0, total)
 	}
+	*dsBuf, *msBuf = ds, ms[:0]
 	off := 0
 	for k := range groups {
 		groups[k].ms = ms[off : off : off+counts[k]]
@@ -342,7 +344,7 @@ func plan(req *rlspb.RateLimitRequest, found []Found, ds []descState, ms []polic
 			groups[k].ms = append(groups[k].ms, m)
 		}
 	}
-	return ds, groups, blocked
+	return groups, blocked
 }
 
 // decide asks the store. Peeks go first: a check without charging that
@@ -352,12 +354,12 @@ func (s *Server) decide(ctx context.Context, c *call, sc *scratch) {
 	defer cancel()
 	take, peek, refund := &c.groups[kindTake], &c.groups[kindPeek], &c.groups[kindRefund]
 	peek.op, take.op, refund.op = sluice.OpPeek, sluice.OpTake, sluice.OpRefund
-	s.apply(ctx, peek, &sc.groups[kindPeek])
+	s.apply(ctx, peek, &sc.groups[kindPeek], sc)
 	if c.blocked || (peek.decided && !peek.res.Allowed) {
 		take.op = sluice.OpPeek
 	}
-	s.apply(ctx, take, &sc.groups[kindTake])
-	s.apply(ctx, refund, &sc.groups[kindRefund])
+	s.apply(ctx, take, &sc.groups[kindTake], sc)
+	s.apply(ctx, refund, &sc.groups[kindRefund], sc)
 	c.allowed = !c.blocked && (!take.decided || take.res.Allowed) && (!peek.decided || peek.res.Allowed)
 }
 
@@ -436,12 +438,15 @@ func identityOf(req *rlspb.RateLimitRequest) string {
 }
 
 // apply decides one group, with its results in buf's backing array
-// (which it keeps for the next call).
-func (s *Server) apply(ctx context.Context, g *group, buf *[]policy.Result) {
+// (which it keeps for the next call) and its store requests in sc's.
+func (s *Server) apply(ctx context.Context, g *group, buf *[]policy.Result, sc *scratch) {
 	if len(g.ms) == 0 {
 		return
 	}
-	v := policy.EnforceInto(ctx, s.lim, g.op, g.ms, s.obs, *buf)
+	if cap(sc.reqs) < len(g.ms) {
+		sc.reqs = make([]sluice.Request, 0, len(g.ms))
+	}
+	v := policy.EnforceInto(ctx, s.lim, g.op, g.ms, s.obs, *buf, sc.reqs)
 	*buf = v.Results // from v, not from g: g's call stays on the stack
 	g.res, g.decided = v, true
 	for i := range g.res.Results {

@@ -623,6 +623,14 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		}
 		return ds, nil
 	}
+	return s.takeMany(op, rs)
+}
+
+// takeMany is TakeAll of several requests. It is a function of its own so
+// that TakeAll of one (the usual) does not reserve its buffers' stack: a
+// goroutine whose stack the collector shrank between calls (a server's
+// idle worker) would grow and copy it again for them.
+func (s *Store) takeMany(op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
 	// Small requests (the usual three or four limits) work on the stack.
 	var wsBuf [8]work
 	var outBuf [8]sluice.Outcome

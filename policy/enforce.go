@@ -275,10 +275,12 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 }
 
 // EnforceInto is Enforce with Verdict.Results in the backing array of
-// results when it has room for every match (else in a new one), for a
-// caller that decides many requests with one slice.
-func EnforceInto(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, results []Result) Verdict {
-	return enforceIn(results, nil, ctx, lim, op, ms, obs, false)
+// results when it has room for every match (else in a new one), and the
+// store's requests in reqs' when it has room for them, for a caller that
+// decides many requests with the same slices. Nothing keeps reqs once
+// EnforceInto returns.
+func EnforceInto(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, results []Result, reqs []sluice.Request) Verdict {
+	return enforceIn(results, reqs, ctx, lim, op, ms, obs, false)
 }
 
 // resultsFor is room for n results: buf's when it has it.

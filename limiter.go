@@ -288,7 +288,31 @@ func (l *Limiter) Peek(ctx context.Context, r Request) (Decision, error) {
 // global): all are charged if every one admits, none if any rejects. It
 // returns the combined decision (see Combine) and each limit's own.
 func (l *Limiter) TakeAll(ctx context.Context, rs ...Request) (Decision, []Decision, error) {
-	ds, err := l.all(ctx, OpTake, rs)
+	return l.allInto(ctx, OpTake, nil, rs)
+}
+
+// PeekAll answers what TakeAll would, consuming nothing.
+func (l *Limiter) PeekAll(ctx context.Context, rs ...Request) (Decision, []Decision, error) {
+	return l.allInto(ctx, OpPeek, nil, rs)
+}
+
+// TakeAllInto is TakeAll with each limit's decision in dst's memory when
+// it has room for them, for a caller that decides request after request
+// with one slice (a server's pooled working memory). Only a store that
+// can fill it does (the memory store, and the metrics' instrumentation
+// around it); others allocate as TakeAll does.
+func (l *Limiter) TakeAllInto(ctx context.Context, dst []Decision, rs ...Request) (Decision, []Decision, error) {
+	return l.allInto(ctx, OpTake, dst, rs)
+}
+
+// PeekAllInto is PeekAll with the decisions in dst's memory, as
+// TakeAllInto.
+func (l *Limiter) PeekAllInto(ctx context.Context, dst []Decision, rs ...Request) (Decision, []Decision, error) {
+	return l.allInto(ctx, OpPeek, dst, rs)
+}
+
+func (l *Limiter) allInto(ctx context.Context, op Op, dst []Decision, rs []Request) (Decision, []Decision, error) {
+	ds, err := l.all(ctx, op, rs, dst[:0])
 	if err != nil {
 		return Decision{}, nil, err
 	}
@@ -296,14 +320,11 @@ func (l *Limiter) TakeAll(ctx context.Context, rs ...Request) (Decision, []Decis
 	return Combine(ds), ds, nil
 }
 
-// PeekAll answers what TakeAll would, consuming nothing.
-func (l *Limiter) PeekAll(ctx context.Context, rs ...Request) (Decision, []Decision, error) {
-	ds, err := l.all(ctx, OpPeek, rs)
-	if err != nil {
-		return Decision{}, nil, err
-	}
-	l.adviseAll(ctx, ds, rs)
-	return Combine(ds), ds, nil
+// decisionAppender is a Store that can put TakeAll's decisions in its
+// caller's memory: AppendTakeAll is TakeAll with the decisions appended
+// to dst.
+type decisionAppender interface {
+	AppendTakeAll(ctx context.Context, op Op, rs []Request, dst []Decision) ([]Decision, error)
 }
 
 // Refund gives r.Cost tokens back to r's bucket, never above its capacity.
@@ -314,7 +335,7 @@ func (l *Limiter) Refund(ctx context.Context, r Request) (Decision, error) {
 // RefundAll refunds several requests at once; each decision describes its
 // bucket after the refund.
 func (l *Limiter) RefundAll(ctx context.Context, rs ...Request) ([]Decision, error) {
-	return l.all(ctx, OpRefund, rs)
+	return l.all(ctx, OpRefund, rs, nil)
 }
 
 // Reset refills key's bucket under lim.

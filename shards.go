@@ -342,12 +342,16 @@ func (l *Limiter) one(ctx context.Context, op Op, r Request) (Decision, error) {
 	return ds[0], nil
 }
 
-// all decides rs together with op, expanding sharded limits.
-func (l *Limiter) all(ctx context.Context, op Op, rs []Request) ([]Decision, error) {
+// all decides rs together with op, expanding sharded limits; the
+// decisions are appended to dst when it is not nil and the store can.
+func (l *Limiter) all(ctx context.Context, op Op, rs []Request, dst []Decision) ([]Decision, error) {
 	for _, r := range rs {
 		if r.Limit != nil && r.Limit.shards != nil {
 			return l.sharded(ctx, op, rs)
 		}
+	}
+	if a, ok := l.store.(decisionAppender); ok && dst != nil {
+		return a.AppendTakeAll(ctx, op, rs, dst)
 	}
 	return l.store.TakeAll(ctx, op, rs)
 }

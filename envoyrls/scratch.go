@@ -6,7 +6,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -17,17 +16,15 @@ type scratch struct {
 	found   []Found                  // per descriptor, what applies to it
 	entries []policy.DescriptorEntry // one descriptor's entries, for policy.Input
 	in      policy.Input
-	ms      []policy.Match     // the matches of every descriptor (found[i].Limits)
-	groups  [3][]policy.Result // each group's results (policy.EnforceInto)
-	results []policy.Result    // the call's results, as respond merges them
-	// The call's plan (see plan), and the store's requests of the group
-	// being decided. Kept here rather than on the stack: a worker
-	// goroutine whose stack the collector has shrunk while it waited
-	// would grow it again, copying it, on each call that needed room
-	// for them.
+	ms      []policy.Match    // the matches of every descriptor (found[i].Limits)
+	groups  [3]policy.Scratch // each group's decision: its results, its store calls
+	results []policy.Result   // the call's results, as respond merges them
+	// The call's plan (see plan). Kept here rather than on the stack:
+	// a worker goroutine whose stack the collector has shrunk while it
+	// waited would grow it again, copying it, on each call that needed
+	// room for them.
 	ds   []descState
 	plan []policy.Match
-	reqs []sluice.Request
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -45,12 +42,13 @@ func getScratch(n int) *scratch {
 // release gives sc back. What the call left in it is overwritten by the
 // next one, not cleared: clearing memory that holds pointers costs a write
 // barrier per word while the collector runs, and the pool itself drops sc
-// within two collections, with whatever it still points to.
+// within two collections, with whatever it still points to. The groups'
+// policy.Scratch are given back as a Scratch is, cleared.
 func (sc *scratch) release() {
 	sc.found, sc.entries, sc.ms, sc.results = sc.found[:0], sc.entries[:0], sc.ms[:0], sc.results[:0]
-	sc.ds, sc.plan, sc.reqs = sc.ds[:0], sc.plan[:0], sc.reqs[:0]
+	sc.ds, sc.plan = sc.ds[:0], sc.plan[:0]
 	for k := range sc.groups {
-		sc.groups[k] = sc.groups[k][:0]
+		sc.groups[k].Clear()
 	}
 	sc.in = policy.Input{}
 	scratchPool.Put(sc)

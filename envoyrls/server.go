@@ -354,12 +354,12 @@ func (s *Server) decide(ctx context.Context, c *call, sc *scratch) {
 	defer cancel()
 	take, peek, refund := &c.groups[kindTake], &c.groups[kindPeek], &c.groups[kindRefund]
 	peek.op, take.op, refund.op = sluice.OpPeek, sluice.OpTake, sluice.OpRefund
-	s.apply(ctx, peek, &sc.groups[kindPeek], sc)
+	s.apply(ctx, peek, &sc.groups[kindPeek])
 	if c.blocked || (peek.decided && !peek.res.Allowed) {
 		take.op = sluice.OpPeek
 	}
-	s.apply(ctx, take, &sc.groups[kindTake], sc)
-	s.apply(ctx, refund, &sc.groups[kindRefund], sc)
+	s.apply(ctx, take, &sc.groups[kindTake])
+	s.apply(ctx, refund, &sc.groups[kindRefund])
 	c.allowed = !c.blocked && (!take.decided || take.res.Allowed) && (!peek.decided || peek.res.Allowed)
 }
 
@@ -437,18 +437,13 @@ func identityOf(req *rlspb.RateLimitRequest) string {
 	return d.Entries[0].Key + "=" + d.Entries[0].Value
 }
 
-// apply decides one group, with its results in buf's backing array
-// (which it keeps for the next call) and its store requests in sc's.
-func (s *Server) apply(ctx context.Context, g *group, buf *[]policy.Result, sc *scratch) {
+// apply decides one group, with its results and its store calls in
+// room's memory.
+func (s *Server) apply(ctx context.Context, g *group, room *policy.Scratch) {
 	if len(g.ms) == 0 {
 		return
 	}
-	if cap(sc.reqs) < len(g.ms) {
-		sc.reqs = make([]sluice.Request, 0, len(g.ms))
-	}
-	v := policy.EnforceInto(ctx, s.lim, g.op, g.ms, s.obs, *buf, sc.reqs)
-	*buf = v.Results // from v, not from g: g's call stays on the stack
-	g.res, g.decided = v, true
+	g.res, g.decided = room.Enforce(ctx, s.lim, g.op, g.ms, s.obs), true
 	for i := range g.res.Results {
 		if rr := &g.res.Results[i]; rr.StoreErr != nil {
 			s.storeLog.Log(s.log, rr.Match.Request.Limit.Name(), rr.Match.Request.Key, rr.StoreErr, !rr.Decision.Allowed)

@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/metrics"
 )
 
 // storeOnly hides the memory store's own answers to Limiter.Take and
@@ -109,5 +112,81 @@ func TestTakeAllOfOneAnswersAsTake(t *testing.T) {
 			t.Fatalf("step %d (%v %+v): TakeAll %+v, Take %+v", step, op, r, ds, d)
 		}
 		clk.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
+	}
+}
+
+// TakeAllInto and PeekAllInto answer what TakeAll and PeekAll answer, in
+// the caller's memory: the same random sequence of one to three requests
+// on two stores, one asked each way, and the decisions are in dst's
+// backing array whenever it has room, directly and through the metrics'
+// instrumentation (which passes the store's AppendTakeAll on).
+func TestTakeAllIntoAnswersAsTakeAll(t *testing.T) {
+	limits := []*sluice.Limit{
+		sluice.MustLimit(sluice.Spec{Name: "tb", Rate: 10, Period: time.Second, Capacity: 5}),
+		sluice.MustLimit(sluice.Spec{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 4, Period: time.Second}),
+		sluice.MustLimit(sluice.Spec{Name: "sl", Algorithm: sluice.SlidingLog, Rate: 3, Period: time.Second}),
+	}
+	bg := context.Background()
+	for _, wrap := range []bool{false, true} {
+		clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+		var into sluice.Store = memory.New(memory.Options{Clock: clk})
+		if wrap {
+			into = metrics.New(prometheus.NewRegistry()).InstrumentStore(into)
+		}
+		a := sluice.NewWithOptions(into, sluice.Options{Clock: clk})
+		b := sluice.NewWithOptions(memory.New(memory.Options{Clock: clk}), sluice.Options{Clock: clk})
+		dst := make([]sluice.Decision, 0, 3)
+		rng := rand.New(rand.NewPCG(3, 5))
+		for i := range 3000 {
+			rs := make([]sluice.Request, 1+rng.IntN(3))
+			for k := range rs {
+				rs[k] = sluice.Request{Limit: limits[rng.IntN(len(limits))], Key: "k" + string(rune('0'+rng.IntN(3))), Cost: float64(1 + rng.IntN(2))}
+			}
+			peek := rng.IntN(4) == 0
+			var got, want sluice.Decision
+			var gds, wds []sluice.Decision
+			var gerr, werr error
+			if peek {
+				got, gds, gerr = a.PeekAllInto(bg, dst, rs...)
+				want, wds, werr = b.PeekAll(bg, rs...)
+			} else {
+				got, gds, gerr = a.TakeAllInto(bg, dst, rs...)
+				want, wds, werr = b.TakeAll(bg, rs...)
+			}
+			if (gerr == nil) != (werr == nil) || got != want || len(gds) != len(wds) {
+				t.Fatalf("wrapped %v, step %d: %+v = %+v, %v; want %+v, %v", wrap, i, rs, got, gerr, want, werr)
+			}
+			for k := range gds {
+				if gds[k] != wds[k] {
+					t.Fatalf("wrapped %v, step %d: decision %d = %+v, want %+v", wrap, i, k, gds[k], wds[k])
+				}
+			}
+			if &gds[:1][0] != &dst[:1][0] {
+				t.Fatalf("wrapped %v, step %d: the decisions are not in dst's memory", wrap, i)
+			}
+			clk.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
+		}
+		// A key that exists: the steady state of a server's calls.
+		rs := []sluice.Request{{Limit: limits[0], Key: "k0"}}
+		if n := testing.AllocsPerRun(100, func() { a.TakeAllInto(bg, dst, rs...) }); n != 0 {
+			t.Errorf("wrapped %v: TakeAllInto allocates %.0f times a call, want 0", wrap, n)
+		}
+	}
+}
+
+// AppendTakeAll appends: what dst held before stays.
+func TestAppendTakeAllKeepsWhatDstHeld(t *testing.T) {
+	s := memory.New(memory.Options{})
+	lim := sluice.MustLimit(sluice.Spec{Name: "tb", Rate: 10, Period: time.Second, Capacity: 5})
+	first := sluice.Decision{Rule: "earlier", Limit: 7}
+	for _, n := range []int{1, 2} {
+		rs := []sluice.Request{{Limit: lim, Key: "a", Cost: 1}, {Limit: lim, Key: "b", Cost: 1}}[:n]
+		ds, err := s.AppendTakeAll(context.Background(), sluice.OpTake, rs, []sluice.Decision{first})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) != 1+n || ds[0] != first || ds[1].Rule != "tb" || !ds[1].Allowed {
+			t.Errorf("%d requests: %+v, want %+v then %d of tb", n, ds, first, n)
+		}
 	}
 }

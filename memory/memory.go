@@ -610,27 +610,33 @@ type work struct {
 // copy of its state while all the shards involved are locked; the copies
 // are written back only if every request was admitted.
 func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+	return s.AppendTakeAll(ctx, op, rs, nil)
+}
+
+// AppendTakeAll is TakeAll with the decisions appended to dst, so that a
+// caller deciding request after request (sluice.Limiter.TakeAllInto)
+// allocates none.
+func (s *Store) AppendTakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
 	if len(rs) == 1 {
 		// One limit (what a call of one descriptor or one rule asks):
 		// Take's way, without the locks and the stack that several
 		// buckets at once need. On the precise clock, as TakeAll always
 		// is: the coarse one's ticker costs a server more than it saves
 		// but at a very high rate of decisions (see clock.go).
-		ds := make([]sluice.Decision, 1)
-		var err error
-		if ds[0], err = s.take(op, rs[0], true); err != nil {
+		d, err := s.take(op, rs[0], true)
+		if err != nil {
 			return nil, fmt.Errorf("take 1 of 1: %w", err)
 		}
-		return ds, nil
+		return append(dst, d), nil
 	}
-	return s.takeMany(op, rs)
+	return s.takeMany(op, rs, dst)
 }
 
 // takeMany is TakeAll of several requests. It is a function of its own so
 // that TakeAll of one (the usual) does not reserve its buffers' stack: a
 // goroutine whose stack the collector shrank between calls (a server's
 // idle worker) would grow and copy it again for them.
-func (s *Store) takeMany(op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *Store) takeMany(op sluice.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
 	// Small requests (the usual three or four limits) work on the stack.
 	var wsBuf [8]work
 	var outBuf [8]sluice.Outcome
@@ -659,7 +665,7 @@ func (s *Store) takeMany(op sluice.Op, rs []sluice.Request) ([]sluice.Decision, 
 	now := s.preciseTime()
 	var force bool
 	for {
-		ds, all := s.decideAll(op, rs, ws, out, now)
+		ds, all := s.decideAll(op, rs, ws, out, now, dst)
 		if !all || op == sluice.OpPeek {
 			s.unlockAll(locked)
 			return ds, nil
@@ -686,8 +692,9 @@ func (s *Store) takeMany(op sluice.Op, rs []sluice.Request) ([]sluice.Decision, 
 }
 
 // decideAll decides every request of a TakeAll on scratch copies of the
-// buckets' states, under the shards' locks.
-func (s *Store) decideAll(op sluice.Op, rs []sluice.Request, ws []work, out []sluice.Outcome, now int64) ([]sluice.Decision, bool) {
+// buckets' states, under the shards' locks, and appends the decisions to
+// dst.
+func (s *Store) decideAll(op sluice.Op, rs []sluice.Request, ws []work, out []sluice.Outcome, now int64, dst []sluice.Decision) ([]sluice.Decision, bool) {
 	all := true
 	for i := range ws {
 		w := &ws[i]
@@ -713,12 +720,13 @@ func (s *Store) decideAll(op sluice.Op, rs []sluice.Request, ws []work, out []sl
 		w.present = w.present || written
 		all = all && out[i].Allowed
 	}
-	ds := make([]sluice.Decision, len(rs))
+	n := len(dst)
+	ds := slices.Grow(dst, len(rs))[:n+len(rs)]
 	for i := range rs {
 		if !all {
 			out[i].Allowed = false
 		}
-		s.decide(&ds[i], rs[i].Limit, out[i], now)
+		s.decide(&ds[n+i], rs[i].Limit, out[i], now)
 	}
 	return ds, all
 }

@@ -274,15 +274,6 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match,
 	return enforce(ctx, lim, op, ms, obs, false)
 }
 
-// EnforceInto is Enforce with Verdict.Results in the backing array of
-// results when it has room for every match (else in a new one), and the
-// store's requests in reqs' when it has room for them, for a caller that
-// decides many requests with the same slices. Nothing keeps reqs once
-// EnforceInto returns.
-func EnforceInto(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, results []Result, reqs []sluice.Request) Verdict {
-	return enforceIn(results, reqs, ctx, lim, op, ms, obs, false)
-}
-
 // resultsFor is room for n results: buf's when it has it.
 func resultsFor(buf []Result, n int) []Result {
 	if cap(buf) >= n {
@@ -292,12 +283,19 @@ func resultsFor(buf []Result, n int) []Result {
 }
 
 func enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
-	return enforceIn(nil, nil, ctx, lim, op, ms, obs, hold)
+	return enforceIn(nil, ctx, lim, op, ms, obs, hold)
 }
 
-// enforceIn is enforce with the verdict's Results in buf, and the store's
-// requests in reqBuf, when they have room for them.
-func enforceIn(buf []Result, reqBuf []sluice.Request, ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
+// enforceIn is enforce with the verdict's Results, the store's requests
+// and its decisions in room's memory when room is not nil and has room
+// for them.
+func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
+	var buf []Result
+	var reqBuf []sluice.Request
+	var decBuf []sluice.Decision
+	if room != nil {
+		buf, reqBuf, decBuf = room.results, room.reqs, room.decisions
+	}
 	if op == sluice.OpRefund {
 		return refund(ctx, lim, ms, buf)
 	}
@@ -338,11 +336,11 @@ func enforceIn(buf []Result, reqBuf []sluice.Request, ctx context.Context, lim *
 	// then reject (see Hold).
 	slotted := len(conc) == 0 || v.slots(ctx, lim, op, conc, hold, !impossible)
 	if len(reqs) > 0 {
-		do := lim.TakeAll
+		do := lim.TakeAllInto
 		if op == sluice.OpPeek || impossible || !slotted {
-			do = lim.PeekAll
+			do = lim.PeekAllInto
 		}
-		_, ds, err := do(ctx, reqs...)
+		_, ds, err := do(ctx, decBuf, reqs...)
 		for k, i := range idx {
 			if err == nil {
 				v.Results[i].Decision = ds[k]
@@ -382,11 +380,11 @@ func enforceIn(buf []Result, reqBuf []sluice.Request, ctx context.Context, lim *
 		// Asked as the enforced limits are (TakeAll), on the precise clock:
 		// a server that reads the memory store's coarse clock keeps its
 		// ticker waking a thousand times a second (see memory/clock.go).
-		do := lim.TakeAll
+		do := lim.TakeAllInto
 		if op == sluice.OpPeek || !v.Allowed {
-			do = lim.PeekAll
+			do = lim.PeekAllInto
 		}
-		if _, ds, err := do(ctx, r.Match.Request); err != nil {
+		if _, ds, err := do(ctx, decBuf, r.Match.Request); err != nil {
 			r.storeFailed(err)
 		} else {
 			r.Decision = ds[0]

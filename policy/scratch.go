@@ -8,16 +8,18 @@ import (
 )
 
 // Scratch is room for one request's decision: its Input, its matches,
-// its verdict's results and its calls to the store. A server that decides request after request
-// keeps Scratches in a sync.Pool, one per request in flight, and its
+// its verdict's results and its calls to the store. A server that decides
+// request after request keeps Scratches in a sync.Pool, one per request
+// in flight, and its
 // decisions allocate none of that: what a Scratch's methods return lives
 // in it, and stays valid until it is Cleared or used for another request.
 // The zero value is ready to use.
 type Scratch struct {
-	in      Input
-	matches []Match
-	results []Result
-	reqs    []sluice.Request
+	in        Input
+	matches   []Match
+	results   []Result
+	reqs      []sluice.Request
+	decisions []sluice.Decision
 }
 
 // FromForwardAuth is Policy.FromForwardAuth describing the request in s.
@@ -64,7 +66,10 @@ func (s *Scratch) decide(ctx context.Context, lim *sluice.Limiter, op sluice.Op,
 	if cap(s.reqs) < len(ms) {
 		s.reqs = make([]sluice.Request, 0, len(ms))
 	}
-	v := enforceIn(s.results, s.reqs, ctx, lim, op, ms, obs, hold)
+	if cap(s.decisions) < len(ms) {
+		s.decisions = make([]sluice.Decision, 0, len(ms))
+	}
+	v := enforceIn(s, ctx, lim, op, ms, obs, hold)
 	if cap(v.Results) > cap(s.results) {
 		s.results = v.Results[:0]
 	}
@@ -80,4 +85,5 @@ func (s *Scratch) Clear() {
 	clear(s.results[:cap(s.results)])
 	s.results = s.results[:0]
 	clear(s.reqs[:cap(s.reqs)])
+	clear(s.decisions[:cap(s.decisions)])
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/insight"
+	"github.com/sluicehq/sluice/internal/gcgoal"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -80,6 +81,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		return fail(err)
 	}
 	defer stopProfile()
+	// The collector waits for a heap of gcgoal.ServeFloor while the live
+	// heap is small; GOGC in the environment turns this off.
+	defer gcgoal.Start(gcgoal.ServeFloor, time.Second)()
 
 	file, p, err := loadPolicy(f.config)
 	if err != nil {

@@ -37,8 +37,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -50,6 +53,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/internal/gcgoal"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -72,7 +76,23 @@ func main() {
 	floorPID := fs.Int("floor-pid", 0, "the floor server's process (pair)")
 	slice := fs.Duration("slice", 250*time.Millisecond, "time on each side of a pair (pair)")
 	pairs := fs.Int("pairs", 40, "pairs of slices (pair)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server to this file when it is interrupted (bare, noop), as sluice serve -cpuprofile does")
 	fs.Parse(os.Args[2:])
+	if *cpuProfile != "" {
+		stop := profileCPU(*cpuProfile)
+		go func() {
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+			<-sig
+			stop()
+			os.Exit(0)
+		}()
+	}
+	if os.Args[1] == "bare" || os.Args[1] == "noop" {
+		// The floors collect garbage as sluice serve does, so that the
+		// difference is the door's own work.
+		defer gcgoal.Start(gcgoal.ServeFloor, time.Second)()
+	}
 	switch os.Args[1] {
 	case "bare":
 		ln := mustListen(*listen)
@@ -256,6 +276,21 @@ func drive(call func(w, i int) error, conns int, d time.Duration, perSecond floa
 		log.Fatal(err)
 	}
 	return n
+}
+
+// profileCPU starts a CPU profile into file and returns what ends it.
+func profileCPU(file string) func() {
+	f, err := os.Create(file)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		log.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
 
 // cpuClock is the CPU time of process pid so far, every thread's, from

@@ -1,0 +1,118 @@
+// Package gcgoal keeps the garbage collector's heap goal from falling
+// below a floor while the live heap is small.
+//
+// Go collects when the heap has grown by GOGC percent (100 by default)
+// over what the last collection found live, so a server whose live heap
+// is a few megabytes collects tens of times a second under load, and
+// each collection costs about the same whatever the heap: marking,
+// assists, and the regrowth of every idle goroutine's stack that the
+// collector shrank. A limiter serving tens of thousands of decisions a
+// second on a small heap spent a tenth of its CPU there. Raising GOGC
+// while the live heap is small, and only then, spends a bounded amount
+// of memory (the floor) to collect far less often; a heap above the
+// floor is collected exactly as without this.
+package gcgoal
+
+import (
+	"os"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"time"
+)
+
+// ServeFloor is sluice serve's floor: a server's few megabytes of live
+// state would otherwise be collected tens of times a second under load.
+const ServeFloor = 32 << 20
+
+// MaxPercent bounds the GOGC that Percent picks, so that a nearly empty
+// heap does not get an effectively unbounded one.
+const MaxPercent = 10_000
+
+// Percent is the GOGC that puts the heap goal at floor bytes, for a heap
+// whose last collection found live bytes live and scan bytes of stacks
+// and globals: the collector's goal is live + (live+scan)*GOGC/100. It is
+// never below 100, Go's default, so a heap whose live part already
+// reaches the floor is collected as it would be without this, and never
+// above MaxPercent.
+func Percent(live, scan, floor uint64) int {
+	base := live + scan
+	if live >= floor {
+		return 100
+	}
+	if base == 0 {
+		return MaxPercent
+	}
+	// Rounded up, so that the goal is at least the floor.
+	p := ((floor-live)*100 + base - 1) / base
+	return int(min(max(p, 100), MaxPercent))
+}
+
+// Start sets GOGC to Percent of the heap as the last collection found
+// it, now and then every period, until the returned stop is called;
+// stop puts back the GOGC that Start found. Start does nothing when the
+// environment sets GOGC (that is the operator's choice) or floor is 0. A
+// memory limit (GOMEMLIMIT) still applies: the collector runs as often
+// as it must to stay under it, whatever GOGC says.
+//
+// GOGC is the process's: Starts that overlap (servers run side by side
+// in one process, as tests do) share the first one's adjustment, and the
+// last stop puts back what the first Start found.
+func Start(floor uint64, period time.Duration) (stop func()) {
+	if _, set := os.LookupEnv("GOGC"); set || floor == 0 {
+		return func() {}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if users == 0 {
+		end = run(floor, period)
+	}
+	users++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if users--; users == 0 {
+				end()
+			}
+		})
+	}
+}
+
+var (
+	mu    sync.Mutex
+	users int    // Starts not yet stopped
+	end   func() // ends the adjustment that the first of them began
+)
+
+// run adjusts GOGC now and every period until the returned function is
+// called, which puts back the GOGC it found.
+func run(floor uint64, period time.Duration) func() {
+	samples := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}
+	adjust := func() int {
+		metrics.Read(samples)
+		live, stack, globals := samples[0].Value.Uint64(), samples[1].Value.Uint64(), samples[2].Value.Uint64()
+		return debug.SetGCPercent(Percent(live, stack+globals, floor))
+	}
+	was := adjust()
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				adjust()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
+		debug.SetGCPercent(was)
+	}
+}

@@ -10,10 +10,9 @@ import (
 // Scratch is room for one request's decision: its Input, its matches,
 // its verdict's results and its calls to the store. A server that decides
 // request after request keeps Scratches in a sync.Pool, one per request
-// in flight, and its
-// decisions allocate none of that: what a Scratch's methods return lives
-// in it, and stays valid until it is Cleared or used for another request.
-// The zero value is ready to use.
+// in flight, and its decisions allocate none of that: what a Scratch's
+// methods return lives in it, and stays valid until it is Cleared or used
+// for another request. The zero value is ready to use.
 type Scratch struct {
 	in        Input
 	matches   []Match

@@ -178,7 +178,7 @@ func main() {
 		}
 		sum := bench.Summarize(ps)
 		iv := func(f string, v bench.Interval) string {
-			return fmt.Sprintf(f+" ("+f+"-"+f+")", v.Median, v.Lo, v.Hi)
+			return fmt.Sprintf(f+" ("+f+" to "+f+")", v.Median, v.Lo, v.Hi)
 		}
 		fmt.Printf("%s: %d pairs of %v; floor %.0f calls/s %.2f µs/call, sluice %.0f calls/s %.2f µs/call; extra µs/call %s, cpu ratio %s, calls/s ratio %s\n",
 			*door, sum.Pairs, *slice, fl.Rate(), fl.PerCall(), sl.Rate(), sl.PerCall(),

@@ -92,7 +92,8 @@ func run(floor uint64, period time.Duration) func() {
 	samples := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}
 	adjust := func() int {
 		metrics.Read(samples)
-		live, stack, globals := samples[0].Value.Uint64(), samples[1].Value.Uint64(), samples[2].Value.Uint64()
+		// Without the live heap's size, Go's default: floor reads as reached.
+		live, stack, globals := valueOf(samples[0], floor), valueOf(samples[1], 0), valueOf(samples[2], 0)
 		return debug.SetGCPercent(Percent(live, stack+globals, floor))
 	}
 	was := adjust()
@@ -115,4 +116,13 @@ func run(floor uint64, period time.Duration) func() {
 		<-ended
 		debug.SetGCPercent(was)
 	}
+}
+
+// valueOf is a sample's value, or otherwise when the runtime does not
+// have it (a metric's Uint64 panics on a value of another kind).
+func valueOf(s metrics.Sample, otherwise uint64) uint64 {
+	if s.Value.Kind() != metrics.KindUint64 {
+		return otherwise
+	}
+	return s.Value.Uint64()
 }

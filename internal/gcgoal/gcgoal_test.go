@@ -71,3 +71,16 @@ func TestStartLeavesAnOperatorsGOGC(t *testing.T) {
 		t.Errorf("GOGC %d, want the environment's 150 untouched", p)
 	}
 }
+
+// A metric the runtime lacks reads as the value given for it rather
+// than panicking; one it has reads as itself.
+func TestValueOfUnknownMetric(t *testing.T) {
+	s := []metrics.Sample{{Name: "/gc/no-such-metric:bytes"}, {Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	if v := valueOf(s[0], 42); v != 42 {
+		t.Errorf("valueOf(unknown, 42) = %d, want 42", v)
+	}
+	if v := valueOf(s[1], 42); v == 42 || v == 0 {
+		t.Errorf("valueOf(/gc/gogc:percent) = %d, want GOGC", v)
+	}
+}

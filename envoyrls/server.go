@@ -86,6 +86,9 @@ type engine struct {
 	pol     *policy.Policy
 	match   Matcher
 	headers []string
+	// limits is the current_limit that each of pol's limits reports, made
+	// with the engine rather than looked up per call.
+	limits map[*sluice.Limit]*rlspb.RateLimitResponse_RateLimit
 }
 
 // New returns a Server enforcing pol on lim. A policy returned by
@@ -112,7 +115,10 @@ func (s *Server) setPolicy(pol *policy.Policy) *engine {
 	if pol == nil {
 		pol = &policy.Policy{} // no rules: nothing is limited
 	}
-	e := &engine{pol: pol, match: matcherOf(pol), headers: pol.Settings.Headers}
+	e := &engine{pol: pol, match: matcherOf(pol), headers: pol.Settings.Headers, limits: map[*sluice.Limit]*rlspb.RateLimitResponse_RateLimit{}}
+	for _, l := range pol.Limits() {
+		e.limits[l] = inferLimit(l.Name(), l)
+	}
 	s.engine.Store(e)
 	s.limits.Clear() // the old policy's limits are no longer asked about
 	return e
@@ -265,7 +271,7 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, into *
 	c.groups, c.blocked = plan(req, sc.found, &sc.ds, &sc.plan)
 	c.ds = sc.ds
 	s.decide(ctx, &c, sc)
-	return s.respond(&c, sc, e.headers, into), nil
+	return s.respond(&c, sc, e, into), nil
 }
 
 // current is the engine of the policy in force (Options.Source).
@@ -366,7 +372,7 @@ func (s *Server) decide(ctx context.Context, c *call, sc *scratch) {
 // respond is the answer to a decided call: a status per descriptor, and
 // the RateLimit headers of every enforce-mode limit of the call as its
 // bucket stands afterwards.
-func (s *Server) respond(c *call, sc *scratch, sets []string, into *recycled) *rlspb.RateLimitResponse {
+func (s *Server) respond(c *call, sc *scratch, e *engine, into *recycled) *rlspb.RateLimitResponse {
 	now := &reading{s: s}
 	resp, blocks, room := newResponse(len(c.ds), len(c.groups[kindTake].ms)+len(c.groups[kindPeek].ms) > 0, into)
 	if !c.allowed {
@@ -384,7 +390,7 @@ func (s *Server) respond(c *call, sc *scratch, sets []string, into *recycled) *r
 		}
 		// A refund's decisions describe the bucket after it, as a charge's do.
 		charged := g.decided && (g.op == sluice.OpRefund || (g.op == sluice.OpTake && g.res.Allowed))
-		resp.Statuses[i] = s.status(st, f, rrs, charged, &blocks[i], now)
+		resp.Statuses[i] = s.status(st, f, rrs, charged, &blocks[i], now, e)
 		if st.kind == kindRefund {
 			continue
 		}
@@ -401,7 +407,7 @@ func (s *Server) respond(c *call, sc *scratch, sets []string, into *recycled) *r
 			identity = identityOf(c.req)
 		}
 		var fs [policy.MaxFields]policy.Field
-		resp.ResponseHeadersToAdd = headerValues(policy.AppendFields(fs[:0], &merged, identity, c.req.Domain, sets), room)
+		resp.ResponseHeadersToAdd = headerValues(policy.AppendFields(fs[:0], &merged, identity, c.req.Domain, e.headers), room)
 	}
 	sc.results = merged.Results // for the next call
 	return resp
@@ -537,8 +543,8 @@ func durationOf(p *durationpb.Duration, d time.Duration) *durationpb.Duration {
 	return p
 }
 
-// status is one descriptor's answer, written into b.
-func (s *Server) status(st *descState, f *Found, rrs []policy.Result, charged bool, b *statusBlock, now *reading) *rlspb.RateLimitResponse_DescriptorStatus {
+// status is one descriptor's answer, written into b, under e's policy.
+func (s *Server) status(st *descState, f *Found, rrs []policy.Result, charged bool, b *statusBlock, now *reading, e *engine) *rlspb.RateLimitResponse_DescriptorStatus {
 	out := &b.status
 	out.Code = rlspb.RateLimitResponse_OK
 	switch {
@@ -593,7 +599,7 @@ func (s *Server) status(st *descState, f *Found, rrs []policy.Result, charged bo
 	if f.Limit != nil {
 		out.CurrentLimit = f.Limit
 	} else if lim != nil {
-		out.CurrentLimit = s.limitOf(lim)
+		out.CurrentLimit = s.limitOf(e, lim)
 	}
 	out.LimitRemaining = clampU32(best.Remaining)
 	if out.Code == rlspb.RateLimitResponse_OVER_LIMIT {
@@ -666,10 +672,14 @@ func (s *Server) now() time.Time {
 	return time.Now()
 }
 
-// limitOf is inferLimit, computed once per limit. The messages are shared
-// by every response that reports the limit, which is safe because they
-// are never changed after they are made: marshalling only reads them.
-func (s *Server) limitOf(l *sluice.Limit) *rlspb.RateLimitResponse_RateLimit {
+// limitOf is inferLimit, computed once per limit: with e for the
+// policy's own limits, else on first use. The messages are shared by
+// every response that reports the limit, which is safe because they are
+// never changed after they are made: marshalling only reads them.
+func (s *Server) limitOf(e *engine, l *sluice.Limit) *rlspb.RateLimitResponse_RateLimit {
+	if m, ok := e.limits[l]; ok {
+		return m
+	}
 	if v, ok := s.limits.Load(l); ok {
 		return v.(*rlspb.RateLimitResponse_RateLimit)
 	}

@@ -52,8 +52,12 @@
 // capped at full; a sliding log's entry removed). Until the refund lands,
 // about one round trip, the earlier buckets hold a charge that in the end
 // was not made: a concurrent request may be rejected that would have
-// passed. The error is towards rejecting, never admitting too much; to
-// avoid it, give one identity's limits a common hash tag. When a slot's
+// passed. The error is towards rejecting, never admitting too much. A
+// reservation taken meanwhile on such a bucket is told a turn that counts
+// that charge; after the refund, later reservations there are scheduled
+// from the smaller debt, so turns may bunch by as much as was refunded
+// (the lowest slot of a sharded limit's shards, charged first, sees it
+// most). To avoid both, give one identity's limits a common hash tag. When a slot's
 // call fails instead (an error or a timeout), the earlier slots are
 // refunded too and the error returned; that slot's own charge is then
 // unknown, as for any timed-out write, and is left as Redis has it.

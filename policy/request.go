@@ -629,9 +629,7 @@ func component(src source, v string) string {
 func escape(s, extra string) string {
 	n := 0
 	for i := 0; i < len(s); i++ {
-		// The table first, inline: mustEscape is too large to be inlined,
-		// and a call per byte costs more than the test.
-		if escaped[s[i]] || extra != "" && mustEscape(s[i], extra) {
+		if mustEscape(s[i], extra) {
 			n++
 		}
 	}
@@ -651,9 +649,15 @@ func escape(s, extra string) string {
 	return string(b)
 }
 
+// mustEscape reports whether escape escapes c. It stays small enough to
+// be inlined (the search of extra is a call of its own): it runs for
+// every byte of every key.
 func mustEscape(c byte, extra string) bool {
-	return escaped[c] || extra != "" && strings.IndexByte(extra, c) >= 0
+	return escaped[c] || extra != "" && inExtra(c, extra)
 }
+
+//go:noinline
+func inExtra(c byte, extra string) bool { return strings.IndexByte(extra, c) >= 0 }
 
 // escaped marks the bytes that every key component escapes: controls,
 // space, non-ASCII and the separators above. A table, since every byte of

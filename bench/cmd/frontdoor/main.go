@@ -11,7 +11,7 @@
 //	frontdoor pair -door auth -floor 127.0.0.1:18490 -floor-pid PID -addr 127.0.0.1:18492 -pid PID -slice 250ms -pairs 40
 //
 // load prints one line: the door, calls, calls per second, and the
-// server's CPU (user + system, from /proc/PID/stat) per call in µs.
+// server's CPU per call in µs (see cpuClock).
 //
 // pair drives the floor and sluice alternately in short slices (floor
 // first in one pair, sluice first in the next) and reports, over the
@@ -39,8 +39,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -123,11 +121,11 @@ func main() {
 			log.Fatal(err)
 		}
 		drive(call, *conns, *warmup, *perSecond)
-		c0 := processCPU(*pid)
+		c0 := cpuClock(*pid)
 		t0 := time.Now()
 		n := drive(call, *conns, *duration, *perSecond)
 		wall := time.Since(t0)
-		cpu := processCPU(*pid) - c0
+		cpu := cpuClock(*pid) - c0
 		fmt.Printf("%s calls %d calls/s %.0f server-cpu-µs/call %.2f\n", *door, n, float64(n)/wall.Seconds(), float64(cpu.Microseconds())/float64(n))
 	case "pair":
 		floor, err := caller(*door, *floorAddr, *conns)
@@ -304,16 +302,3 @@ func cpuClock(pid int) time.Duration {
 	return time.Duration(ts.Nano())
 }
 
-// processCPU is the user and system CPU time of process pid so far, from
-// /proc/PID/stat (in the kernel's USER_HZ ticks of 10 ms).
-func processCPU(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		log.Fatalf("server CPU: %v", err)
-	}
-	// The command name, in parentheses, may hold spaces: fields count from after it.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
-}

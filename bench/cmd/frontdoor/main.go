@@ -301,4 +301,3 @@ func cpuClock(pid int) time.Duration {
 	}
 	return time.Duration(ts.Nano())
 }
-

@@ -25,27 +25,41 @@ import (
 // state would otherwise be collected tens of times a second under load.
 const ServeFloor = 32 << 20
 
-// MaxPercent bounds the GOGC that Percent picks, so that a nearly empty
-// heap does not get an effectively unbounded one.
-const MaxPercent = 10_000
+// minHeap is the runtime's minimum heap goal at GOGC 100: whatever the
+// live heap, the collector's goal is never below minHeap*GOGC/100
+// (runtime/mgcpacer.go, defaultHeapMinimum), before the first
+// collection and after.
+const minHeap = 4 << 20
+
+// maxPercent is the largest GOGC whose minimum heap goal is at most
+// floor: above it the runtime's minimum, not the live heap, sets the
+// goal, and a GOGC picked for a nearly empty heap would put the goal far
+// above the floor (10,000 meant a first collection at 400 MiB). It is
+// never below 100.
+func maxPercent(floor uint64) int {
+	return int(max(floor*100/minHeap, 100))
+}
 
 // Percent is the GOGC that puts the heap goal at floor bytes, for a heap
 // whose last collection found live bytes live and scan bytes of stacks
 // and globals: the collector's goal is live + (live+scan)*GOGC/100. It is
 // never below 100, Go's default, so a heap whose live part already
 // reaches the floor is collected as it would be without this, and never
-// above MaxPercent.
+// above maxPercent(floor), at which the runtime's minimum heap goal is
+// the floor: a nearly empty heap, or one that has not been collected yet,
+// gets that minimum as its goal.
 func Percent(live, scan, floor uint64) int {
 	base := live + scan
 	if live >= floor {
 		return 100
 	}
+	top := maxPercent(floor)
 	if base == 0 {
-		return MaxPercent
+		return top
 	}
 	// Rounded up, so that the goal is at least the floor.
 	p := ((floor-live)*100 + base - 1) / base
-	return int(min(max(p, 100), MaxPercent))
+	return int(min(max(p, 100), uint64(top)))
 }
 
 // Start sets GOGC to Percent of the heap as the last collection found

@@ -58,7 +58,8 @@ type Options struct {
 // Collector gathers the statistics. It is safe for concurrent use. Its
 // memory is fixed but for one series per rule that decided in the last
 // Window: about 40 KiB per rule, and 8 shards of four summaries of
-// Options.Counters counters (about 90 KiB a shard at 256).
+// Options.Counters counters (about 90 KiB a shard at 256) and a queue
+// of 64 decisions (3 KiB).
 type Collector struct {
 	opts Options
 	sec  seconds
@@ -165,10 +166,7 @@ func (c *Collector) ObserveResults(rs []policy.Result) {
 		sh := &c.shards[h>>(64-shardBits)]
 		sh.mu.Lock()
 		sh.rotate(sec, p)
-		sh.traffic[0].add(it, h)
-		if r.Violated {
-			sh.rejected[0].add(it, h)
-		}
+		sh.queue(it, h, r.Violated)
 		sh.mu.Unlock()
 	}
 }
@@ -187,16 +185,60 @@ type rankings struct {
 	period   int64 // the Unix second the current period started
 	traffic  [2]*spaceSaving
 	rejected [2]*spaceSaving // [0] the current period, [1] the one before
-	_        [64]byte        // a cache line of its own for mu
+	// The decisions of the current period not yet counted (see queue).
+	pending  [batch]decided
+	npending int
+	_        [64]byte // a cache line of its own for mu
+}
+
+// batch is how many decisions a shard queues before counting them. The
+// summaries are tens of kilobytes per shard, touched at a dozen random
+// places by a decision of a key they do not hold, and between two
+// decisions a server's own work evicts them from the cache: counted one
+// by one, nearly every touch was a miss. Counted a batch at a time, the
+// places a batch touches are mostly in the cache already.
+const batch = 64
+
+// decided is one queued decision: its item, the item's hash, and
+// whether it was rejected.
+type decided struct {
+	it       Item
+	h        uint64
+	rejected bool
+}
+
+// queue counts one decision, in the next batch. r.mu is held.
+func (r *rankings) queue(it Item, h uint64, rejected bool) {
+	r.pending[r.npending] = decided{it, h, rejected}
+	if r.npending++; r.npending == batch {
+		r.count()
+	}
+}
+
+// count counts the queued decisions in the current period's summaries.
+// r.mu is held.
+func (r *rankings) count() {
+	q := r.pending[:r.npending]
+	for i := range q {
+		r.traffic[0].add(q[i].it, q[i].h)
+		if q[i].rejected {
+			r.rejected[0].add(q[i].it, q[i].h)
+		}
+	}
+	clear(q) // the keys' memory is the summaries' or no one's
+	r.npending = 0
 }
 
 // rotate starts a new ranking period when the current one (p seconds)
-// is over: periods start at multiples of p since the epoch. r.mu is held.
+// is over: periods start at multiples of p since the epoch. The queued
+// decisions are counted first, in the period they were made in. r.mu is
+// held.
 func (r *rankings) rotate(sec, p int64) {
 	start := sec - sec%p
 	if start <= r.period {
 		return
 	}
+	r.count()
 	for _, rk := range []*[2]*spaceSaving{&r.traffic, &r.rejected} {
 		rk[0], rk[1] = rk[1], rk[0]
 		rk[0].reset()
@@ -362,6 +404,7 @@ func (c *Collector) Snapshot(top int) Snapshot {
 		sh := &c.shards[i]
 		sh.mu.Lock()
 		sh.rotate(sec, p)
+		sh.count()
 		rejected[i] = [2]*spaceSaving{sh.rejected[0].clone(), sh.rejected[1].clone()}
 		traffic[i] = [2]*spaceSaving{sh.traffic[0].clone(), sh.traffic[1].clone()}
 		sh.mu.Unlock()

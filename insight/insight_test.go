@@ -206,6 +206,27 @@ func TestRankings(t *testing.T) {
 	}
 }
 
+// Decisions wait in a shard's queue until a batch is full (see batch);
+// a new period counts the ones queued in the period they were made, so
+// that decisions two periods old are forgotten, not counted in the new
+// one.
+func TestQueuedDecisionsCountInTheirPeriod(t *testing.T) {
+	clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+	c := New(Options{Clock: clk, Counters: 8})
+	for range 5 {
+		c.ObserveResults([]policy.Result{result(ruleIP, "old", true)})
+	}
+	clk.Advance(2 * time.Minute)
+	c.ObserveResults([]policy.Result{result(ruleIP, "old", false)})
+	s := c.Snapshot(2)
+	if k := s.ByTraffic.Keys; s.ByTraffic.Total != 1 || len(k) != 1 || k[0].Count != 1 {
+		t.Errorf("by traffic two periods on: %+v, want the one decision since", s.ByTraffic)
+	}
+	if k := s.ByRejected.Keys; len(k) != 0 {
+		t.Errorf("by rejections two periods on: %+v, want none", k)
+	}
+}
+
 // TestObserveAllocatesNothing: the decision path pays no allocation for
 // the statistics, even while a flood of fresh keys churns the rankings.
 func TestObserveAllocatesNothing(t *testing.T) {

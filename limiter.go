@@ -288,36 +288,46 @@ func (l *Limiter) Peek(ctx context.Context, r Request) (Decision, error) {
 // global): all are charged if every one admits, none if any rejects. It
 // returns the combined decision (see Combine) and each limit's own.
 func (l *Limiter) TakeAll(ctx context.Context, rs ...Request) (Decision, []Decision, error) {
-	return l.allInto(ctx, OpTake, nil, rs)
+	return combined(l.allInto(ctx, OpTake, nil, rs))
 }
 
 // PeekAll answers what TakeAll would, consuming nothing.
 func (l *Limiter) PeekAll(ctx context.Context, rs ...Request) (Decision, []Decision, error) {
-	return l.allInto(ctx, OpPeek, nil, rs)
+	return combined(l.allInto(ctx, OpPeek, nil, rs))
+}
+
+// combined is TakeAll's answer: the decisions with their combination.
+func combined(ds []Decision, err error) (Decision, []Decision, error) {
+	if err != nil {
+		return Decision{}, nil, err
+	}
+	return Combine(ds), ds, nil
 }
 
 // TakeAllInto is TakeAll with each limit's decision in dst's memory when
 // it has room for them, for a caller that decides request after request
 // with one slice (a server's pooled working memory). Only a store that
 // can fill it does (the memory store, and the metrics' instrumentation
-// around it); others allocate as TakeAll does.
-func (l *Limiter) TakeAllInto(ctx context.Context, dst []Decision, rs ...Request) (Decision, []Decision, error) {
+// around it); others allocate as TakeAll does. It returns the decisions
+// alone: their combined decision is Combine(ds), which a caller that
+// combines them its own way (a policy's verdict) need not pay for.
+func (l *Limiter) TakeAllInto(ctx context.Context, dst []Decision, rs ...Request) ([]Decision, error) {
 	return l.allInto(ctx, OpTake, dst, rs)
 }
 
 // PeekAllInto is PeekAll with the decisions in dst's memory, as
 // TakeAllInto.
-func (l *Limiter) PeekAllInto(ctx context.Context, dst []Decision, rs ...Request) (Decision, []Decision, error) {
+func (l *Limiter) PeekAllInto(ctx context.Context, dst []Decision, rs ...Request) ([]Decision, error) {
 	return l.allInto(ctx, OpPeek, dst, rs)
 }
 
-func (l *Limiter) allInto(ctx context.Context, op Op, dst []Decision, rs []Request) (Decision, []Decision, error) {
+func (l *Limiter) allInto(ctx context.Context, op Op, dst []Decision, rs []Request) ([]Decision, error) {
 	ds, err := l.all(ctx, op, rs, dst[:0])
 	if err != nil {
-		return Decision{}, nil, err
+		return nil, err
 	}
 	l.adviseAll(ctx, ds, rs)
-	return Combine(ds), ds, nil
+	return ds, nil
 }
 
 // decisionAppender is a Store that can put TakeAll's decisions in its

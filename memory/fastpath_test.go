@@ -143,15 +143,19 @@ func TestTakeAllIntoAnswersAsTakeAll(t *testing.T) {
 				rs[k] = sluice.Request{Limit: limits[rng.IntN(len(limits))], Key: "k" + string(rune('0'+rng.IntN(3))), Cost: float64(1 + rng.IntN(2))}
 			}
 			peek := rng.IntN(4) == 0
-			var got, want sluice.Decision
+			var want sluice.Decision
 			var gds, wds []sluice.Decision
 			var gerr, werr error
 			if peek {
-				got, gds, gerr = a.PeekAllInto(bg, dst, rs...)
+				gds, gerr = a.PeekAllInto(bg, dst, rs...)
 				want, wds, werr = b.PeekAll(bg, rs...)
 			} else {
-				got, gds, gerr = a.TakeAllInto(bg, dst, rs...)
+				gds, gerr = a.TakeAllInto(bg, dst, rs...)
 				want, wds, werr = b.TakeAll(bg, rs...)
+			}
+			var got sluice.Decision
+			if gerr == nil {
+				got = sluice.Combine(gds)
 			}
 			if (gerr == nil) != (werr == nil) || got != want || len(gds) != len(wds) {
 				t.Fatalf("wrapped %v, step %d: %+v = %+v, %v; want %+v, %v", wrap, i, rs, got, gerr, want, werr)

@@ -340,7 +340,7 @@ func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op sluic
 		if op == sluice.OpPeek || impossible || !slotted {
 			do = lim.PeekAllInto
 		}
-		_, ds, err := do(ctx, decBuf, reqs...)
+		ds, err := do(ctx, decBuf, reqs...)
 		for k, i := range idx {
 			if err == nil {
 				v.Results[i].Decision = ds[k]
@@ -384,7 +384,7 @@ func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op sluic
 		if op == sluice.OpPeek || !v.Allowed {
 			do = lim.PeekAllInto
 		}
-		if _, ds, err := do(ctx, decBuf, r.Match.Request); err != nil {
+		if ds, err := do(ctx, decBuf, r.Match.Request); err != nil {
 			r.storeFailed(err)
 		} else {
 			r.Decision = ds[0]

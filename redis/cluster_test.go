@@ -116,6 +116,80 @@ func TestClusterTakeAllRefund(t *testing.T) {
 	}
 }
 
+// A rejected TakeAll across slots refunds the slot it charged first,
+// unless that charge left a bucket in debt and a reservation came after
+// it: that reservation was told a turn counting the charge, and a refund
+// from under it would give the next reservation the same turn. With no
+// charge after it, the refund lands as always.
+func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(6_000_000_000_000))
+	s := open(t, clusterURL(t), redis.Options{Clock: clock, NoOverLimitCache: true})
+	c := s.Client()
+	ctx := context.Background()
+	turns := uniqueLimit(t, sluice.Spec{Name: "turns", TokensPerSecond: 1, Burst: 2, MaxReserved: 20})
+	gate := uniqueLimit(t, sluice.Spec{Name: "gate", TokensPerSecond: 1, Burst: 1})
+	// The reservations' bucket in a low slot, the gate in a higher one, so
+	// that the TakeAll charges the bucket first and the gate rejects.
+	key, gateKey := "", ""
+	for i := 0; key == "" || gateKey == ""; i++ {
+		k := "k" + strconv.Itoa(i)
+		switch slot := slotOf(t, c, sluice.StorageKey(turns, k)); {
+		case key == "" && slot < 4000:
+			key = k
+		case key != "" && slotOf(t, c, sluice.StorageKey(gate, k)) > 12000:
+			gateKey = k
+		}
+	}
+	take := func(lim *sluice.Limit, k string, cost float64, reserve bool) sluice.Decision {
+		t.Helper()
+		d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: k, Cost: cost, Reserve: reserve})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	take(turns, key, 2, false)
+	if d := take(turns, key, 2, true); !d.Allowed || d.RetryAfter != 2*time.Second {
+		t.Fatalf("reservation into debt: %+v, want a turn in 2s", d)
+	}
+	take(gate, gateKey, 1, false) // the gate is empty
+	both := []sluice.Request{{Limit: turns, Key: key, Cost: 1, Reserve: true}, {Limit: gate, Key: gateKey, Cost: 1}}
+
+	var between sluice.Decision
+	redis.SetBeforeRollback(s, func() { between = take(turns, key, 1, true) })
+	ds, err := s.TakeAll(ctx, sluice.OpTake, both)
+	if err != nil || sluice.Combine(ds).Allowed {
+		t.Fatalf("TakeAll past an empty gate: %+v, %v; want rejected", ds, err)
+	}
+	if !between.Allowed || between.RetryAfter != 4*time.Second {
+		t.Fatalf("reservation between the charge and its refund: %+v, want a turn in 4s (after the charge)", between)
+	}
+	if next := take(turns, key, 1, true); !next.Allowed || next.RetryAfter != 5*time.Second {
+		t.Errorf("next reservation: turn in %v, want 5s: one token after the one before it, not with it", next.RetryAfter)
+	}
+
+	// Nothing in between: the charges are refunded, the bucket as it was,
+	// also when one TakeAll charged it twice (the later charge refunded
+	// first, so that each refund finds the bucket where its charge left it).
+	redis.SetBeforeRollback(s, nil)
+	for _, rs := range [][]sluice.Request{both, {both[0], both[0], both[1]}} {
+		before, err := s.TakeAll(ctx, sluice.OpPeek, both[:1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds, err := s.TakeAll(ctx, sluice.OpTake, rs); err != nil || sluice.Combine(ds).Allowed {
+			t.Fatalf("TakeAll past an empty gate: %+v, %v; want rejected", ds, err)
+		}
+		after, err := s.TakeAll(ctx, sluice.OpPeek, both[:1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if before[0].Tokens != after[0].Tokens || before[0].RetryAfter != after[0].RetryAfter || before[0].ResetAfter != after[0].ResetAfter {
+			t.Errorf("%d requests rolled back with no charge after them: before %+v, after %+v", len(rs), before[0], after[0])
+		}
+	}
+}
+
 // nodeForSlot returns the address of the primary serving slot, from
 // CLUSTER NODES as seen by any node in addrs.
 func nodeForSlot(addrs []string, slot uint16) string {

@@ -53,12 +53,14 @@
 // about one round trip, the earlier buckets hold a charge that in the end
 // was not made: a concurrent request may be rejected that would have
 // passed. The error is towards rejecting, never admitting too much. A
-// reservation taken meanwhile on such a bucket is told a turn that counts
-// that charge; after the refund, later reservations there are scheduled
-// from the smaller debt, so turns may bunch by as much as was refunded
-// (the lowest slot of a sharded limit's shards, charged first, sees it
-// most). To avoid both, give one identity's limits a common hash tag. When a slot's
-// call fails instead (an error or a timeout), the earlier slots are
+// charge that left a bucket in debt (a reservation) is refunded only if
+// no charge came after it: a reservation taken meanwhile was told a turn
+// that counts it, and refunded from under that turn, it would let the
+// next reservation take the same turn. Such a charge stays (capacity
+// lost until the bucket refills, never turns that bunch); the rollback
+// tells each refund where its take left the bucket, and refunds a slot's
+// charges last first. To avoid both, give one identity's limits a common
+// hash tag. When a slot's call fails instead (an error or a timeout), the earlier slots are
 // refunded too and the error returned; that slot's own charge is then
 // unknown, as for any timed-out write, and is left as Redis has it.
 //
@@ -179,6 +181,10 @@ type Store struct {
 	stopDrops context.CancelFunc
 	dropsDone chan struct{}
 	met       *metrics
+	// beforeRollback, when set (tests: SetBeforeRollback), runs when a
+	// Cluster TakeAll has been rejected, before its charges are refunded:
+	// where another caller's request lands in between on demand.
+	beforeRollback func()
 }
 
 // New returns a Store over client, which the caller keeps and closes.
@@ -615,6 +621,9 @@ func (s *Store) takeAllCluster(ctx context.Context, op sluice.Op, rs []sluice.Re
 		}
 		// Rejected: refund the slots already charged, and ask the rest
 		// what they would have said.
+		if s.beforeRollback != nil {
+			s.beforeRollback()
+		}
 		if err := s.rollback(ctx, rs, chs, keys, gs[:n]); err != nil {
 			return nil, fmt.Errorf("redis take all %q: rejected, and the refund failed: %w", keys, err)
 		}
@@ -640,14 +649,24 @@ func (s *Store) takeAllCluster(ctx context.Context, op sluice.Op, rs []sluice.Re
 func (s *Store) rollback(ctx context.Context, rs []sluice.Request, chs []sluice.Charge, keys []string, gs []*slotGroup) error {
 	var errs []error
 	for _, g := range gs {
-		gk := make([]string, len(g.ix))
+		n := len(g.ix)
+		gk := make([]string, 0, n)
 		args := []string{s.pad}
-		args = appendGroup(args, len(g.ix), opRefund, s.nowArg())
-		for j, i := range g.ix {
-			gk[j] = keys[i]
-			extra := ""
-			if rs[i].Limit.Algorithm() == sluice.SlidingLog {
-				extra = strconv.FormatInt(g.res[replyWidth*j+4], 10)
+		args = appendGroup(args, n, opRefund, s.nowArg())
+		// Last charged, first refunded: a bucket charged twice in the group
+		// is then, at each refund, where the charge being refunded left it
+		// (see tb_refund).
+		for j := n - 1; j >= 0; j-- {
+			i := g.ix[j]
+			gk = append(gk, keys[i])
+			reply := g.res[replyWidth*j:]
+			var extra string
+			switch rs[i].Limit.Algorithm() {
+			case sluice.FixedWindow:
+			case sluice.SlidingLog: // the entry the take added
+				extra = strconv.FormatInt(reply[4], 10)
+			default: // a bucket ("tb"): where the take left it
+				extra = strconv.FormatInt(reply[4], 10) + ":" + strconv.FormatInt(reply[1], 10)
 			}
 			args = appendRequestExtra(args, &rs[i], chs[i], extra)
 		}

@@ -12,7 +12,8 @@
 --                "sl capacity period"
 --   cost         micro-tokens; a reservation (tb, fw) appends "r" and the
 --                debt it may leave in micro-tokens: "16000000r4000000"
---   extra        tb: ""
+--   extra        tb: "" but when a Cluster TakeAll is rolled back, the
+--                stamp and tokens its take answered: "1700000000000000:-2000000"
 --                fw: the request key when the offset is hashed, else ""
 --                sl: when a Cluster TakeAll is rolled back, the stamp the
 --                take gave the entry to remove; "" for a plain refund,
@@ -24,8 +25,9 @@
 -- an absent key (a full bucket) writes nothing. Groups are independent of
 -- each other and run in order, so a batch of unrelated takes is many
 -- groups of one. The reply has five integers per request: allowed, tokens
--- left (micro-tokens), retry_after, reset_after (microseconds) and, for
--- sliding logs, the stamp an admitted entry got.
+-- left (micro-tokens), retry_after, reset_after (microseconds) and the
+-- stamp of the state a take left (token buckets) or that an admitted
+-- entry got (sliding logs).
 --
 -- Writes are deferred to the end of the script: a hot key taken by many
 -- groups of one batch is read once and written once.
@@ -140,11 +142,16 @@ local function eval(key, op, now, prev)
     local num, den = l[3], l[4]
     local st = prev(key, alg, den)
     if op == 'r' then
-      local nst, tokens, reset = tb_refund(st, now, cost, cap, num, den)
+      local tail = nil
+      if extra ~= '' then
+        local s1, t1 = string.match(extra, '^(%-?%d+):(%-?%d+)$')
+        tail = {tonumber(s1), tonumber(t1)}
+      end
+      local nst, tokens, reset = tb_refund(st, now, cost, cap, num, den, tail)
       return 1, nst, tokens, 0, reset, 0, alg, den
     end
     local allowed, nst, tokens, retry, reset = tb_take(st, now, cost, reserve, maxres, cap, num, den)
-    return allowed, nst, tokens, retry, reset, 0, alg, den
+    return allowed, nst, tokens, retry, reset, nst[2], alg, den
   elseif alg == 'fw' then
     local wrate, period = l[3], l[4]
     local st = prev(key, alg, 0)

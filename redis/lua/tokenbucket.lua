@@ -60,7 +60,16 @@ end
 -- a take, add the scaled cost, cap at full; debt is paid back too. An
 -- absent key is full and stays absent (nil state). Returns the state,
 -- tokens (micro-tokens) and reset_after.
-local function tb_refund(st, now, cost, cap, num, den)
+--
+-- A rollback passes tail: the stamp and tokens (micro-tokens, floored)
+-- its take left. Reservations are told turns that count every charge
+-- before theirs, so a charge that left the bucket in debt is given back
+-- only while no charge has come after it (the bucket is where the take
+-- left it, refilled to now): given back from under a later reservation,
+-- it would let the reservations after the refund take turns that the
+-- ones before it already hold. Such a rollback gives nothing back; the
+-- bucket refills as if the request had been admitted.
+local function tb_refund(st, now, cost, cap, num, den, tail)
   local full = cap * den
   if not st then return nil, cap, 0 end
   local tokens, stamp = st[1], st[2]
@@ -70,6 +79,16 @@ local function tb_refund(st, now, cost, cap, num, den)
       if e >= cdiv(full - tokens, num) then tokens = full else tokens = tokens + e * num end
     end
     stamp = now
+  end
+  if tail and tokens < 0 then
+    -- Where the take left it, refilled to now: never below the bucket
+    -- unless a later charge took more (each is a whole micro-token or
+    -- more, the floor's error less than one).
+    local was = tail[2] * den
+    if now > tail[1] then was = was + (now - tail[1]) * num end
+    if tokens < was then
+      return {tokens, stamp}, fdiv(tokens, den), stamp - now + cdiv(full - tokens, num)
+    end
   end
   -- tokens >= -max_reserved*den and cost <= capacity + max_reserved
   -- (sluice.Request.Charge): the sum stays below 2^53 (see maxLuaScaled)

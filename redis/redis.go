@@ -52,11 +52,11 @@
 // capped at full; a sliding log's entry removed). Until the refund lands,
 // about one round trip, the earlier buckets hold a charge that in the end
 // was not made: a concurrent request may be rejected that would have
-// passed. The error is towards rejecting, never admitting too much. A
-// charge that left a bucket in debt (a reservation) is refunded only if
-// no charge came after it: a reservation taken meanwhile was told a turn
-// that counts it, and refunded from under that turn, it would let the
-// next reservation take the same turn. Such a charge stays (capacity
+// passed. The error is towards rejecting, never admitting too much. While
+// a bucket is in debt (reservations waiting for their turns), a charge is
+// refunded only if no charge came after it: a reservation taken meanwhile
+// was told a turn that counts it, and refunded from under that turn, the
+// charge would let the next reservation take the same turn. Such a charge stays (capacity
 // lost until the bucket refills, never turns that bunch); the rollback
 // tells each refund where its take left the bucket, and refunds a slot's
 // charges last first. To avoid both, give one identity's limits a common

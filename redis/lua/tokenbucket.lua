@@ -63,8 +63,8 @@ end
 --
 -- A rollback passes tail: the stamp and tokens (micro-tokens, floored)
 -- its take left. Reservations are told turns that count every charge
--- before theirs, so a charge that left the bucket in debt is given back
--- only while no charge has come after it (the bucket is where the take
+-- before theirs, so while the bucket is in debt a charge is given back
+-- only if no charge has come after it (the bucket is where the take
 -- left it, refilled to now): given back from under a later reservation,
 -- it would let the reservations after the refund take turns that the
 -- ones before it already hold. Such a rollback gives nothing back; the

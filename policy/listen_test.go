@@ -53,6 +53,8 @@ func TestServerSettingsErrors(t *testing.T) {
 			[]string{"c.yaml:1: api_token_env: environment variable SLUICE_TEST_EMPTY_TOKEN is not set or empty"}},
 		{"short token", "api_token_env: SLUICE_TEST_SHORT_TOKEN\n" + rule,
 			[]string{"c.yaml:1: api_token_env: the token in SLUICE_TEST_SHORT_TOKEN is 5 bytes; use at least 16 (random, such as: openssl rand -hex 32)"}},
+		{"short admin token", "admin_token_env: SLUICE_TEST_SHORT_TOKEN\n" + rule,
+			[]string{"c.yaml:1: admin_token_env: the token in SLUICE_TEST_SHORT_TOKEN is 5 bytes; use at least 16 (random, such as: openssl rand -hex 32)"}},
 		{"not a variable", "api_token_env: \"a b\"\n" + rule,
 			[]string{`c.yaml:1: api_token_env: must be the name of an environment variable, such as SLUICE_API_TOKEN (got "a b")`}},
 		{"api_listen", "api_listen: \"8082\"\n" + rule,

@@ -303,11 +303,7 @@ func (l *loader) store(o *obj, s *Settings) {
 
 func (l *loader) adminTokenEnv(o *obj, s *Settings) {
 	if v, n, ok := o.str("admin_token_env"); ok {
-		if !envName.MatchString(v) {
-			l.errf(n, "admin_token_env", "must be the name of an environment variable, such as SLUICE_ADMIN_TOKEN (got %q)", v)
-		} else {
-			s.AdminTokenEnv = v
-		}
+		s.AdminTokenEnv = l.tokenEnv("admin_token_env", v, n, false)
 	}
 }
 
@@ -377,25 +373,31 @@ func (l *loader) apiListen(o *obj, s *Settings, addrs map[string]string) {
 		addrs["api_listen"] = s.APIListen
 	}
 	if v, n, ok := o.str("api_token_env"); ok {
-		s.APITokenEnv = l.apiToken(v, n)
+		s.APITokenEnv = l.tokenEnv("api_token_env", v, n, true)
 	}
 }
 
-// minAPIToken is the shortest api_token accepted: the token is the only
-// thing between the network and every bucket, and guesses cost nothing.
-const minAPIToken = 16
+// minToken is the shortest token accepted in api_token_env and
+// admin_token_env: a token is the only thing between the network and
+// what it opens (every bucket; resets and the live page), and guesses
+// cost nothing.
+const minToken = 16
 
-// apiToken checks api_token_env: the variable must hold a token now, so
-// that a forgotten export stops serve (and check) instead of serving the
-// decision API open or refusing every call.
-func (l *loader) apiToken(name string, n *yaml.Node) string {
+// tokenEnv checks field, which names the environment variable name
+// holding a token: the token there must be minToken bytes or more.
+// required: the variable must hold a token now (api_token_env: a
+// forgotten export stops serve, and check, instead of serving the
+// decision API open or refusing every call); otherwise an unset variable
+// leaves what the token opens disabled (admin_token_env). It returns
+// name, or "" when refused.
+func (l *loader) tokenEnv(field, name string, n *yaml.Node, required bool) string {
 	switch tok := l.getenv(name); {
 	case !envName.MatchString(name):
-		l.errf(n, "api_token_env", "must be the name of an environment variable, such as SLUICE_API_TOKEN (got %q)", name)
-	case tok == "":
-		l.errf(n, "api_token_env", "environment variable %s is not set or empty", name)
-	case len(tok) < minAPIToken:
-		l.errf(n, "api_token_env", "the token in %s is %d bytes; use at least %d (random, such as: openssl rand -hex 32)", name, len(tok), minAPIToken)
+		l.errf(n, field, "must be the name of an environment variable, such as %s (got %q)", "SLUICE_"+strings.ToUpper(strings.TrimSuffix(field, "_env")), name)
+	case tok == "" && required:
+		l.errf(n, field, "environment variable %s is not set or empty", name)
+	case tok != "" && len(tok) < minToken:
+		l.errf(n, field, "the token in %s is %d bytes; use at least %d (random, such as: openssl rand -hex 32)", name, len(tok), minToken)
 	default:
 		return name
 	}

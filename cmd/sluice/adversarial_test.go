@@ -273,7 +273,7 @@ rules:
 func TestAttackDecisionAPIListenerApart(t *testing.T) {
 	const token = "api-token-0123456789abcdef"
 	t.Setenv("SLUICE_SERVE_API_TOKEN", token)
-	t.Setenv("SLUICE_SERVE_ADMIN_TOKEN", "admin-token")
+	t.Setenv("SLUICE_SERVE_ADMIN_TOKEN", "admin-token-0123456789")
 	cfg := writePolicy(t, `
 api_listen: 127.0.0.1:0
 api_token_env: SLUICE_SERVE_API_TOKEN
@@ -310,7 +310,7 @@ rules:
 	}{
 		{"POST", l.API, "/v1/take", bearer, 404},
 		{"POST", l.API, "/v1/peek", bearer, 404},
-		{"POST", l.API, "/v1/reset", []string{"Authorization", "Bearer admin-token"}, 404},
+		{"POST", l.API, "/v1/reset", []string{"Authorization", "Bearer admin-token-0123456789"}, 404},
 		{"GET", l.API, "/metrics", nil, 404},
 		{"GET", l.Decision, "/v1/auth", []string{"X-Sluice-Token", token}, 404},
 		{"POST", l.Decision, "/v1/take", nil, 401},

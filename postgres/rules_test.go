@@ -195,6 +195,43 @@ func TestRulesTimerRefresh(t *testing.T) {
 	}
 }
 
+// A refused refresh stays the last error while the row it refused is in
+// the table: a load that finds nothing changed since (a timer, or a
+// second notification of the same change, which the watcher may take in
+// either order) says nothing about the rows.
+func TestRulesSourceKeepsARefusal(t *testing.T) {
+	p := pool(t)
+	ctx := pgtestContext(t)
+	if _, err := p.Exec(ctx, "TRUNCATE sluice_rules RESTART IDENTITY CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('global', 'global', 10, 10)`); err != nil {
+		t.Fatal(err)
+	}
+	src := postgres.NewRulesSource(p, postgres.PolicySourceOptions{NoListen: true, Interval: time.Hour})
+	if _, err := src.Load(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('endpoint:/bad', 'endpoint', 'NaN', 3)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Load(ctx, true); err == nil {
+		t.Fatal("a row with a rate of NaN was accepted")
+	}
+	if got, err := src.Load(ctx, false); got != nil || err != nil {
+		t.Fatalf("nothing changed since: %v, %v", got, err)
+	}
+	if src.LastError() == nil {
+		t.Fatal("a load that read nothing cleared the refusal; the row is still in the table")
+	}
+	if _, err := p.Exec(ctx, `DELETE FROM sluice_rules WHERE key_pattern = 'endpoint:/bad'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Load(ctx, true); err != nil || src.LastError() != nil {
+		t.Fatalf("with the row gone: %v, last error %v", err, src.LastError())
+	}
+}
+
 // A source built on a config file merges the file with the table: a
 // change of the file is loaded once it settles and compiled with the rows
 // in force, its warnings and errors name the file's own lines, and a file

@@ -153,7 +153,10 @@ func (s *PolicySource) changed(p *policy.Policy) {
 // Policy returns the policy of the last Load that returned one.
 func (s *PolicySource) Policy() *policy.Policy { return s.current.Load() }
 
-// LastError returns the error of the latest Load, nil if it succeeded.
+// LastError returns the error of the latest Load that read something,
+// nil if it succeeded. A Load that finds nothing changed (a timer, or a
+// second notification of a change already read) leaves it as it was:
+// the rows or the file it refused are still there.
 func (s *PolicySource) LastError() error {
 	if p := s.lastErr.Load(); p != nil {
 		return *p
@@ -170,16 +173,19 @@ func (s *PolicySource) LastError() error {
 func (s *PolicySource) Load(ctx context.Context, force bool) (*policy.Policy, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p, err := s.load(ctx, force)
-	if err != nil {
+	p, read, err := s.load(ctx, force)
+	switch {
+	case err != nil:
 		s.lastErr.Store(&err)
-		return nil, err
+	case read:
+		s.lastErr.Store(nil)
 	}
-	s.lastErr.Store(nil)
-	return p, nil
+	return p, err
 }
 
-func (s *PolicySource) load(ctx context.Context, force bool) (*policy.Policy, error) {
+// load is Load; read reports that it read the table or a changed file
+// and found them good, which clears the last error.
+func (s *PolicySource) load(ctx context.Context, force bool) (p *policy.Policy, read bool, err error) {
 	first := !s.loaded
 	force = force || first
 	name, config, fileWarnings := s.name, s.config, s.fileWarnings
@@ -187,12 +193,12 @@ func (s *PolicySource) load(ctx context.Context, force bool) (*policy.Policy, er
 	if f := s.opts.File; f != nil {
 		data, err := f.Read(force)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if data != nil {
 			fp, err := f.ParseData(data)
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			name, config, fileWarnings, fileChanged = f.Path, data, fp.Warnings, true
 		}
@@ -205,9 +211,9 @@ func (s *PolicySource) load(ctx context.Context, force bool) (*policy.Policy, er
 		cancel()
 		switch {
 		case err == nil:
-			rows = r
+			rows, read = r, true
 		case first || !fileChanged:
-			return nil, err
+			return nil, false, err
 		default:
 			unread = []string{fmt.Sprintf("sluice_rules: %v; the rows in force stay until the table can be read", err)}
 		}
@@ -215,11 +221,11 @@ func (s *PolicySource) load(ctx context.Context, force bool) (*policy.Policy, er
 	if !force && !fileChanged && sameRows(rows, s.rows) {
 		// Nothing changed (a timer refresh, or the one after LISTEN): the
 		// policy in force stays, and so do the limits its users cached.
-		return nil, nil
+		return nil, read, nil
 	}
 	p, rowWarnings, err := compile(name, config, rows, s.opts.Rules)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if s.opts.File != nil {
 		// The merged document's own warnings repeat the file's with the
@@ -232,7 +238,7 @@ func (s *PolicySource) load(ctx context.Context, force bool) (*policy.Policy, er
 		s.opts.Violations.SetRuleIDs(RuleIDs(rows, s.opts.Rules))
 	}
 	s.current.Store(p)
-	return p, nil
+	return p, true, nil
 }
 
 // sameRows reports whether two loads of the table read the same rows.

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -271,6 +272,20 @@ func TestEvictionConcurrent(t *testing.T) {
 		case <-done:
 		case <-time.After(60 * time.Second):
 			t.Fatal("deadlock")
+		}
+	}
+}
+
+// Without Options.Shards a store has 16 shards per GOMAXPROCS, at most
+// 256, fewer when its key bound is small.
+func TestDefaultShards(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, c := range []struct{ procs, maxKeys, want int }{
+		{1, 0, 16}, {2, 0, 32}, {3, 0, 64}, {16, 0, 256}, {64, 0, 256}, {16, 64, 4},
+	} {
+		runtime.GOMAXPROCS(c.procs)
+		if got := len(New(Options{MaxKeys: c.maxKeys}).shards); got != c.want {
+			t.Errorf("GOMAXPROCS %d, MaxKeys %d: %d shards, want %d", c.procs, c.maxKeys, got, c.want)
 		}
 	}
 }

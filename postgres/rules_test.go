@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/postgres"
 )
@@ -164,9 +166,10 @@ RETURNING rule_id`).Scan(&userNull)
 	}
 }
 
-// Without LISTEN the timer alone picks changes up.
-func TestRulesTimerRefresh(t *testing.T) {
-	p := pool(t)
+// oneGlobalRow leaves sluice_rules with one row: a global limit of 10 a
+// second.
+func oneGlobalRow(t *testing.T, p *pgxpool.Pool) {
+	t.Helper()
 	ctx := pgtestContext(t)
 	if _, err := p.Exec(ctx, "TRUNCATE sluice_rules RESTART IDENTITY CASCADE"); err != nil {
 		t.Fatal(err)
@@ -174,6 +177,13 @@ func TestRulesTimerRefresh(t *testing.T) {
 	if _, err := p.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('global', 'global', 10, 10)`); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Without LISTEN the timer alone picks changes up.
+func TestRulesTimerRefresh(t *testing.T) {
+	p := pool(t)
+	ctx := pgtestContext(t)
+	oneGlobalRow(t, p)
 	changes := make(chan *policy.Policy, 16)
 	src, err := postgres.NewPolicySource(ctx, p, postgres.PolicySourceOptions{
 		NoListen: true, Interval: 50 * time.Millisecond,
@@ -202,12 +212,7 @@ func TestRulesTimerRefresh(t *testing.T) {
 func TestRulesSourceKeepsARefusal(t *testing.T) {
 	p := pool(t)
 	ctx := pgtestContext(t)
-	if _, err := p.Exec(ctx, "TRUNCATE sluice_rules RESTART IDENTITY CASCADE"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('global', 'global', 10, 10)`); err != nil {
-		t.Fatal(err)
-	}
+	oneGlobalRow(t, p)
 	src := postgres.NewRulesSource(p, postgres.PolicySourceOptions{NoListen: true, Interval: time.Hour})
 	if _, err := src.Load(ctx, true); err != nil {
 		t.Fatal(err)
@@ -239,12 +244,7 @@ func TestRulesSourceKeepsARefusal(t *testing.T) {
 func TestRulesSourceFollowsFile(t *testing.T) {
 	p := pool(t)
 	ctx := pgtestContext(t)
-	if _, err := p.Exec(ctx, "TRUNCATE sluice_rules RESTART IDENTITY CASCADE"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Exec(ctx, `INSERT INTO sluice_rules (key_pattern, scope, rate_per_second, burst_capacity) VALUES ('global', 'global', 10, 10)`); err != nil {
-		t.Fatal(err)
-	}
+	oneGlobalRow(t, p)
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	write := func(name string) {
 		t.Helper()

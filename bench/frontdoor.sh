@@ -15,6 +15,12 @@
 # median and 95% interval of sluice's extra CPU per call, of the CPU
 # ratio (the calls/s ratio of a saturated server) and of the calls/s
 # ratio: what a shared machine's drift does not move.
+# RESTARTS (default 1), with PAIRS, runs each door's pairs that many
+# times, each on servers started afresh, and then prints the median and
+# 95% interval of the runs' median extras (frontdoor medians): two
+# processes of one binary differ by more than the pairs of one run show
+# (where their memory landed, what their caches share), so comparing
+# builds needs runs on several processes.
 #
 # Both built as the image builds sluice, with the generated marshalling:
 #
@@ -26,21 +32,25 @@ sluice=$1 fd=$2
 here=$(cd "$(dirname "$0")" && pwd)
 server=${SERVER_CPUS:-0-3} client=${CLIENT_CPUS:-4-11}
 rounds=${ROUNDS:-3} duration=${DURATION:-10s} conns=${CONNS:-64} doors=${DOORS:-auth take grpc} rate=${RATE:-0}
-pairs=${PAIRS:-0} slice=${SLICE:-250ms}
+pairs=${PAIRS:-0} slice=${SLICE:-250ms} restarts=${RESTARTS:-1}
 pids=()
+stop() { kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null || true; pids=(); }
 # The servers are gone, and their ports free, when this script ends.
-trap 'kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null || true' EXIT
+trap stop EXIT
 
 start() { # start NAME CMD...: runs CMD pinned to the server cores
   taskset -c "$server" "${@:2}" >/dev/null 2>&1 &
   pids+=($!)
   eval "$1=$!"
 }
-start bare "$fd" bare -listen 127.0.0.1:18490
-start noop "$fd" noop -listen 127.0.0.1:18491
-start shttp "$sluice" serve --config "$here/testdata/frontdoor-http.yaml" --grpc-listen off
-start sgrpc "$sluice" serve --config "$here/testdata/frontdoor-grpc.yaml"
-sleep 2
+start_all() {
+  start bare "$fd" bare -listen 127.0.0.1:18490
+  start noop "$fd" noop -listen 127.0.0.1:18491
+  start shttp "$sluice" serve --config "$here/testdata/frontdoor-http.yaml" --grpc-listen off
+  start sgrpc "$sluice" serve --config "$here/testdata/frontdoor-grpc.yaml"
+  sleep 2
+}
+start_all
 
 load() { # load DOOR ADDR PID SIDE
   printf '%s ' "$4"
@@ -53,8 +63,21 @@ for door in $doors; do
   *) floor=(127.0.0.1:18490 "$bare") mine=(127.0.0.1:18492 "$shttp") ;;
   esac
   if ((pairs > 0)); then
-    taskset -c "$client" "$fd" pair -door "$door" -floor "${floor[0]}" -floor-pid "${floor[1]}" -addr "${mine[0]}" -pid "${mine[1]}" \
-      -conns "$conns" -rate "$rate" -pairs "$pairs" -slice "$slice"
+    extras=()
+    for r in $(seq "$restarts"); do
+      if ((r > 1)); then
+        stop; start_all
+        case $door in
+        grpc) floor=(127.0.0.1:18491 "$noop") mine=(127.0.0.1:18495 "$sgrpc") ;;
+        *) floor=(127.0.0.1:18490 "$bare") mine=(127.0.0.1:18492 "$shttp") ;;
+        esac
+      fi
+      line=$(taskset -c "$client" "$fd" pair -door "$door" -floor "${floor[0]}" -floor-pid "${floor[1]}" -addr "${mine[0]}" -pid "${mine[1]}" \
+        -conns "$conns" -rate "$rate" -pairs "$pairs" -slice "$slice")
+      echo "$line"
+      extras+=("$(sed -n 's/.*extra µs\/call \([-0-9.]*\) .*/\1/p' <<<"$line")")
+    done
+    ((restarts > 1)) && "$fd" medians -door "$door" -- "${extras[@]}"
     continue
   fi
   for r in $(seq "$rounds"); do

@@ -19,8 +19,9 @@
 #      CLIENT_CPUS (4-11), for sluice (and sluice-before).
 # Each part's output is also written to $OUT (default /tmp/pinned).
 # BENCHTIME (default 400ms) and COUNT (default 6) set the Go benchmarks'
-# length; ROUNDS, DURATION and CONNS pass to frontdoor.sh, and so do PAIRS
-# and SLICE (frontdoor pair: alternating slices, medians with intervals).
+# length; ROUNDS, DURATION and CONNS pass to frontdoor.sh, and so do PAIRS,
+# SLICE and RESTARTS (frontdoor pair: alternating slices, medians with
+# intervals, over runs on fresh servers).
 #
 #   CGO_ENABLED=0 ... (the builds above, into .devbin/run) && bench/pinned.sh .devbin/run
 set -euo pipefail

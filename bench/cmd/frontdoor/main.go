@@ -1,14 +1,15 @@
 // Command frontdoor measures sluice's front doors against their floors
 // with each server in a process of its own, so that servers and load
 // client run on cores of their own (bench/frontdoor.sh pins them with
-// taskset) and the server's CPU per call is read from /proc, apart from
-// the client's. BenchmarkFrontDoor measures the same in one process, for
+// taskset) and the server's CPU per call is read from its process's CPU
+// clock, apart from the client's. BenchmarkFrontDoor measures the same in one process, for
 // a machine with too few cores to pin.
 //
 //	frontdoor bare -listen 127.0.0.1:18490   # net/http answering /v1/auth and /v1/take as sluice does
 //	frontdoor noop -listen 127.0.0.1:18491   # a RateLimitService answering OK, on sluice's gRPC server options
 //	frontdoor load -door auth -addr 127.0.0.1:18490 -pid PID -conns 64 -duration 10s [-rate 20000]
 //	frontdoor pair -door auth -floor 127.0.0.1:18490 -floor-pid PID -addr 127.0.0.1:18492 -pid PID -slice 250ms -pairs 40
+//	frontdoor medians -door auth -- 0.8 -0.1 0.6 ...   # the extras of pair runs on servers started afresh for each
 //
 // load prints one line: the door, calls, calls per second, and the
 // server's CPU per call in µs (see cpuClock).
@@ -39,6 +40,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -59,7 +61,7 @@ import (
 func main() {
 	log.SetFlags(0)
 	if len(os.Args) < 2 {
-		log.Fatal("usage: frontdoor bare|noop|load [flags]")
+		log.Fatal("usage: frontdoor bare|noop|load|pair|medians [flags]")
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to serve on (bare, noop)")
@@ -92,6 +94,22 @@ func main() {
 		defer gcgoal.Start(gcgoal.ServeFloor, time.Second)()
 	}
 	switch os.Args[1] {
+	case "medians":
+		// The medians of separate pair runs (frontdoor.sh with RESTARTS):
+		// each run's servers are processes of their own, so the runs vary
+		// by what differs between processes, which one run's pairs cannot
+		// show; the interval over runs includes it.
+		var xs []float64
+		for _, a := range fs.Args() {
+			x, err := strconv.ParseFloat(a, 64)
+			if err != nil {
+				log.Fatalf("medians: %q is not a number", a)
+			}
+			xs = append(xs, x)
+		}
+		iv := bench.MedianInterval(xs)
+		fmt.Printf("%s: %d runs with servers of their own; extra µs/call %.2f (%.2f to %.2f) over the runs' medians\n", *door, len(xs), iv.Median, iv.Lo, iv.Hi)
+		return
 	case "bare":
 		ln := mustListen(*listen)
 		srv := bench.BareServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

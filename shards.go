@@ -350,8 +350,10 @@ func (l *Limiter) all(ctx context.Context, op Op, rs []Request, dst []Decision) 
 			return l.sharded(ctx, op, rs)
 		}
 	}
-	if a, ok := l.store.(decisionAppender); ok && dst != nil {
-		return a.AppendTakeAll(ctx, op, rs, dst)
+	if dst != nil {
+		if a, ok := l.store.(decisionAppender); ok {
+			return a.AppendTakeAll(ctx, op, rs, dst)
+		}
 	}
 	return l.store.TakeAll(ctx, op, rs)
 }

@@ -56,21 +56,20 @@ load() { # load DOOR ADDR PID SIDE
   printf '%s ' "$4"
   taskset -c "$client" "$fd" load -door "$1" -addr "$2" -pid "$3" -conns "$conns" -duration "$duration" -rate "$rate"
 }
-out=$(mktemp)
-for door in $doors; do
-  case $door in
+sides() { # sides DOOR: floor and mine, each (ADDR PID), of the servers running
+  case $1 in
   grpc) floor=(127.0.0.1:18491 "$noop") mine=(127.0.0.1:18495 "$sgrpc") ;;
   *) floor=(127.0.0.1:18490 "$bare") mine=(127.0.0.1:18492 "$shttp") ;;
   esac
+}
+out=$(mktemp)
+for door in $doors; do
+  sides "$door"
   if ((pairs > 0)); then
     extras=()
     for r in $(seq "$restarts"); do
       if ((r > 1)); then
-        stop; start_all
-        case $door in
-        grpc) floor=(127.0.0.1:18491 "$noop") mine=(127.0.0.1:18495 "$sgrpc") ;;
-        *) floor=(127.0.0.1:18490 "$bare") mine=(127.0.0.1:18492 "$shttp") ;;
-        esac
+        stop; start_all; sides "$door"
       fi
       line=$(taskset -c "$client" "$fd" pair -door "$door" -floor "${floor[0]}" -floor-pid "${floor[1]}" -addr "${mine[0]}" -pid "${mine[1]}" \
         -conns "$conns" -rate "$rate" -pairs "$pairs" -slice "$slice")

@@ -2,8 +2,8 @@
 // with each server in a process of its own, so that servers and load
 // client run on cores of their own (bench/frontdoor.sh pins them with
 // taskset) and the server's CPU per call is read from its process's CPU
-// clock, apart from the client's. BenchmarkFrontDoor measures the same in one process, for
-// a machine with too few cores to pin.
+// clock, apart from the client's. BenchmarkFrontDoor measures the same in
+// one process, for a machine with too few cores to pin.
 //
 //	frontdoor bare -listen 127.0.0.1:18490   # net/http answering /v1/auth and /v1/take as sluice does
 //	frontdoor noop -listen 127.0.0.1:18491   # a RateLimitService answering OK, on sluice's gRPC server options

@@ -51,6 +51,7 @@ start_all() {
   sleep 2
 }
 start_all
+fresh=1 # the servers have answered no pair yet
 
 load() { # load DOOR ADDR PID SIDE
   printf '%s ' "$4"
@@ -68,9 +69,10 @@ for door in $doors; do
   if ((pairs > 0)); then
     extras=()
     for r in $(seq "$restarts"); do
-      if ((r > 1)); then
+      if ((restarts > 1 && !fresh)); then
         stop; start_all; sides "$door"
       fi
+      fresh=0
       line=$(taskset -c "$client" "$fd" pair -door "$door" -floor "${floor[0]}" -floor-pid "${floor[1]}" -addr "${mine[0]}" -pid "${mine[1]}" \
         -conns "$conns" -rate "$rate" -pairs "$pairs" -slice "$slice")
       echo "$line"

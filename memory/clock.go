@@ -45,14 +45,22 @@ import (
 // ticks to pay: a tick (a wake of a parked thread) costs tens of
 // microseconds of CPU on a virtual machine, the reads it saves about 25ns
 // each, so ticking costs more than it saves below some hundreds of
-// thousands of reads a second (BENCHMARKS.md). The first reader of each
-// tick notes how long after the tick it came; when that wait exceeds
-// slowGap for slowTicks ticks in a row (reads that frequent would, by
-// chance, come that late in a row less than once in millions of ticks;
-// a goroutine descheduled once does not count), the ticker goes slow:
-// readers read the precise clock, and the ticker wakes only every
+// thousands of reads a second (BENCHMARKS.md). Each tick notes when it
+// was first read and when it was next read at least readSpacing after
+// that; when that next read came more than slowGap after the first, or
+// not at all, for slowTicks ticks in a row (reads that frequent would, by
+// chance, come that far apart in a row less than once in millions of
+// ticks; a goroutine descheduled once does not count), the ticker goes
+// slow: readers read the precise clock, and the ticker wakes only every
 // probeEvery to see whether reads have become frequent again (one tick
-// whose first read comes within slowGap), or have stopped (then it parks).
+// read so), or have stopped (then it parks). The spacing makes a burst
+// of reads, as one request's few Takes are, count as one read.
+// The wait from the tick to its first read would not do: it includes how
+// long the tick's write takes to reach another core, and how long the
+// ticker's thread keeps a CPU that a reader shares, which on a virtual
+// machine is often over a microsecond for a reader that reads without
+// pause, and tens of them, tick after tick, when both threads land on one
+// CPU.
 //
 // The clock never steps back: both clocks read the same monotonic source.
 const (
@@ -61,21 +69,25 @@ const (
 	tickMicros    = int64(coarseTick / time.Microsecond)
 	recheckWithin = 2 * tickMicros
 	idleTicks     = 2 // unread ticks before the ticker parks
-	// slowGap is the wait from a tick to its first read above which a
-	// tick counts as seldom read: reads that far apart (under about half
-	// a million a second) save less than the ticks cost.
-	slowGap    = 2 * time.Microsecond
-	slowTicks  = 8
-	probeEvery = 10 * time.Millisecond
+	// slowGap is the time from a tick's first read to its next read at
+	// least readSpacing later above which the tick counts as seldom read:
+	// reads that far apart (under about half a million a second) save
+	// less than the ticks cost.
+	readSpacing = time.Microsecond
+	slowGap     = 3 * time.Microsecond
+	slowTicks   = 8
+	probeEvery  = 10 * time.Millisecond
 )
 
 // The coarse clock is one word: the time in microseconds shifted left by
-// three, and three flags, so that a reader's usual cost stays one load.
+// four, and four flags, so that a reader's usual cost stays one load.
 const (
 	coarseFresh  = 1 // no reader has read this tick's time yet
 	coarseParked = 2 // the ticker is parked: the time is stale
 	coarseSlow   = 4 // the ticker is slow: the time is stale, read the precise clock
-	coarseShift  = 3
+	coarseSecond = 8 // no reader has read this tick's time readSpacing after its first
+	coarseFlags  = coarseFresh | coarseParked | coarseSlow | coarseSecond
+	coarseShift  = 4
 )
 
 var coarse struct {
@@ -85,9 +97,9 @@ var coarse struct {
 	epochU int64
 	wake   chan struct{}
 	ticks  atomic.Int64 // ticks so far, for tests
-	// published is when the ticker stored the current tick (ns since
-	// epoch); firstRead when its first reader came.
-	published, firstRead atomic.Int64
+	// firstRead is when the current tick was first read, secondRead
+	// when next at least readSpacing later (ns since epoch).
+	firstRead, secondRead atomic.Int64
 }
 
 func startCoarse() {
@@ -109,7 +121,7 @@ func runCoarse() {
 		old := coarse.word.Load()
 		if old&coarseFresh == 0 {
 			idle = 0
-			if time.Duration(coarse.firstRead.Load()-coarse.published.Load()) <= slowGap {
+			if readOften(old) {
 				seldom = 0
 			} else if seldom++; seldom >= slowTicks {
 				t.Stop()
@@ -134,11 +146,16 @@ func runCoarse() {
 	}
 }
 
+// readOften reports whether the tick that w ends was read often enough
+// to pay for ticking: a second time within slowGap of the first.
+func readOften(w int64) bool {
+	return w&(coarseFresh|coarseSecond) == 0 &&
+		time.Duration(coarse.secondRead.Load()-coarse.firstRead.Load()) <= slowGap
+}
+
 // publish stores the current time as a fresh tick over old.
 func publish(old int64) {
-	d := time.Since(coarse.epoch)
-	next := atMicros(d)<<coarseShift | coarseFresh
-	coarse.published.Store(int64(d))
+	next := atMicros(time.Since(coarse.epoch))<<coarseShift | coarseFresh | coarseSecond
 	if !coarse.word.CompareAndSwap(old, next) { // read or brought forward meanwhile
 		coarse.word.Store(next)
 	}
@@ -167,7 +184,7 @@ func runSlow() bool {
 		publish(w)
 		time.Sleep(coarseTick)
 		coarse.ticks.Add(1)
-		if w := coarse.word.Load(); w&coarseFresh == 0 && time.Duration(coarse.firstRead.Load()-coarse.published.Load()) <= slowGap {
+		if w := coarse.word.Load(); readOften(w) {
 			publish(w)
 			return true
 		}
@@ -201,14 +218,16 @@ func preciseNow() int64 {
 	return now
 }
 
-// coarseNow returns the coarse clock, starting it on first use. The first
-// reader of a tick clears its fresh flag (one write per tick), which keeps
-// the ticker running; a reader that finds it parked reads the precise
-// clock and wakes it.
+// coarseNow returns the coarse clock, starting it on first use. The
+// first reader of a tick clears its fresh flag, which keeps the ticker
+// running, and the first at least readSpacing later its second flag,
+// which tells the ticker how often the clock is read (two writes per
+// tick); a reader that finds it parked reads the precise clock and wakes
+// it.
 func coarseNow() int64 {
 	coarse.once.Do(startCoarse)
 	w := coarse.word.Load()
-	if w&(coarseFresh|coarseParked|coarseSlow) == 0 {
+	if w&coarseFlags == 0 {
 		return w >> coarseShift
 	}
 	if w&coarseSlow != 0 {
@@ -224,8 +243,14 @@ func coarseNow() int64 {
 		}
 		return now
 	}
-	if coarse.word.CompareAndSwap(w, w&^coarseFresh) {
-		coarse.firstRead.Store(int64(time.Since(coarse.epoch)))
+	// The first reader's time is stored before its flag clears, so that a
+	// reader that finds the flag cleared finds this tick's first read.
+	now := int64(time.Since(coarse.epoch))
+	if w&coarseFresh != 0 {
+		coarse.firstRead.Store(now)
+		coarse.word.CompareAndSwap(w, w&^coarseFresh)
+	} else if time.Duration(now-coarse.firstRead.Load()) >= readSpacing && coarse.word.CompareAndSwap(w, w&^coarseSecond) {
+		coarse.secondRead.Store(now)
 	}
 	return w >> coarseShift
 }

@@ -52,12 +52,13 @@ func TestCoarseClockParksWhenIdle(t *testing.T) {
 }
 
 // A clock read too seldom for its ticks to pay goes slow: its reads are
-// the precise clock's, and the ticker wakes only to probe. The reads are
-// paced at least 50µs apart by spinning (a sleep could leave two ticks
-// unread, which parks the ticker instead), far below slowGap's rate on any
-// machine; a slower machine only spaces them further. The tick counts are
-// bounded by what a ticker with no reads does before it parks, not by
-// time, so nothing here depends on speed.
+// the precise clock's, and the ticker wakes only to probe. The reads come
+// in bursts of three, as one request's Takes would, paced at least 50µs
+// apart by spinning (a sleep could leave two ticks unread, which parks
+// the ticker instead), far below slowGap's rate on any machine; a slower
+// machine only spaces them further. The tick counts are bounded by what a
+// ticker with no reads does before it parks, not by time, so nothing here
+// depends on speed.
 func TestCoarseClockGoesSlowForSeldomReads(t *testing.T) {
 	coarseNow()
 	slow := func() bool { return coarse.word.Load()&coarseSlow != 0 }
@@ -65,6 +66,8 @@ func TestCoarseClockGoesSlowForSeldomReads(t *testing.T) {
 	waitFor(t, "seldom reads slow the ticker", func() bool {
 		for end := monoNow() + 1000; monoNow() < end; {
 			if now := monoNow(); now >= next {
+				coarseNow()
+				coarseNow()
 				coarseNow()
 				next = now + 50
 			}
@@ -89,4 +92,32 @@ func TestCoarseClockGoesSlowForSeldomReads(t *testing.T) {
 		t.Errorf("a slow ticker ticked %d times in %v", got, 20*coarseTick)
 	}
 	waitFor(t, "the unread slow ticker parks", func() bool { return coarse.word.Load()&coarseParked != 0 })
+}
+
+// A clock read without pause keeps ticking however late each tick's first
+// read comes: that wait is how long the tick takes to reach the reader
+// (another core's cache, a CPU the ticker's thread holds), not how often
+// the clock is read. Here every tick's first read is held back 20µs, ten
+// times slowGap, and the reads then go on without pause; the ticker must
+// not go slow in 40 ticks (more than slowTicks in a row, several times
+// over). Only a reader descheduled right after a tick's first read, in
+// slowTicks ticks in a row, could slow it: the bounds are counts of ticks,
+// not times.
+func TestCoarseClockKeepsTickingForLateFrequentReads(t *testing.T) {
+	waitFor(t, "the ticker runs", func() bool {
+		coarseNow()
+		return coarse.word.Load()&(coarseSlow|coarseParked) == 0
+	})
+	start := coarse.ticks.Load()
+	for coarse.ticks.Load() < start+40 {
+		w := coarse.word.Load()
+		if w&coarseSlow != 0 {
+			t.Fatalf("frequent reads whose first read of a tick came late slowed the ticker after %d ticks", coarse.ticks.Load()-start)
+		}
+		if w&coarseFresh != 0 {
+			for held := monoNow() + 20; monoNow() < held; {
+			}
+		}
+		coarseNow()
+	}
 }

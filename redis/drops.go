@@ -22,14 +22,19 @@ import (
 // dropChannel is the channel of the stores sharing the key prefix.
 func (s *Store) dropChannel() string { return s.prefix + "sluice:overlimit-drops" }
 
+// beforeSubscribe, when set (tests: SetBeforeSubscribe), runs before each
+// subscription is asked for.
+var beforeSubscribe atomic.Pointer[func()]
+
 // subscribeDrops listens on dropChannel until ctx ends.
 func (s *Store) subscribeDrops(ctx context.Context) {
-	// The first subscription only misses drops published while the store
-	// was being made, when its cache was empty; every later one (after a
-	// reconnection) may have missed any.
-	var subscribed atomic.Bool
+	// Every subscription clears the cache when Redis confirms it, the
+	// first included: until then drops are lost, and the store may
+	// already have cached rejections (its first takes need not wait for
+	// the subscription). A take sent before the clear cannot cache its
+	// answer after it (the cache's generations).
 	hooked := rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
-		if p.Kind == "subscribe" && subscribed.Swap(true) {
+		if p.Kind == "subscribe" {
 			s.cache.clear()
 		}
 	})
@@ -37,6 +42,9 @@ func (s *Store) subscribeDrops(ctx context.Context) {
 	backoff := firstBackoff
 	for ctx.Err() == nil {
 		// A command is recycled by the call that sends it: one per call.
+		if f := beforeSubscribe.Load(); f != nil {
+			(*f)()
+		}
 		sub := s.client.B().Subscribe().Channel(s.dropChannel()).Build()
 		began := time.Now()
 		err := s.client.Receive(hooked, sub, func(m rueidis.PubSubMessage) { s.cache.drop(m.Message) })
@@ -49,7 +57,6 @@ func (s *Store) subscribeDrops(ctx context.Context) {
 			return // the caller closed the client without closing the store
 		}
 		s.met.dropsLost.Inc()
-		subscribed.Store(true)
 		s.cache.clear()
 		if time.Since(began) > time.Minute {
 			backoff = firstBackoff // it had been working: a new outage

@@ -655,6 +655,45 @@ func TestOverLimitCacheFleet(t *testing.T) {
 	}
 }
 
+// A store's first takes need not wait for its drops subscription, so it
+// may cache a rejection before the subscription is up, and a Reset made
+// through another store meanwhile is published to no one: the cache is
+// cleared when the first subscription is confirmed too, not only when a
+// lost one is made again. The subscription is held back until the
+// rejection is cached and the Reset published; the clock stands still.
+func TestOverLimitCacheBeforeFirstSubscription(t *testing.T) {
+	hold := make(chan struct{})
+	var once sync.Once
+	redis.SetBeforeSubscribe(t, func() { once.Do(func() { <-hold }) })
+	clock := sluice.NewManualClock(time.UnixMicro(9_100_000_000_000))
+	a := open(t, standaloneURL(t), redis.Options{Clock: clock})
+	b := open(t, standaloneURL(t), redis.Options{Clock: clock, NoOverLimitCache: true})
+	ctx := context.Background()
+	lim := uniqueLimit(t, sluice.Spec{Name: "early", TokensPerSecond: 1.0 / 3600, Burst: 1})
+	take := func() sluice.Decision {
+		t.Helper()
+		d, err := a.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	take()
+	if take().Allowed {
+		t.Fatal("a second take of a burst of 1 was admitted")
+	}
+	if err := b.Reset(ctx, lim, "k"); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	for deadline := time.Now().Add(time.Minute); !take().Allowed; {
+		if time.Now().After(deadline) {
+			t.Fatal("a rejection cached before the first subscription outlived a Reset")
+		}
+		time.Sleep(5 * time.Millisecond) // waiting for the subscription, not for tokens
+	}
+}
+
 // A subscription that is lost may have missed messages: the cache is
 // cleared when it is made again. Redis restarted empty here, so the
 // bucket is full, and a cache kept across the restart would reject it.

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,16 +27,20 @@ func (s *Store) dropChannel() string { return s.prefix + "sluice:overlimit-drops
 // subscription is asked for.
 var beforeSubscribe atomic.Pointer[func()]
 
-// subscribeDrops listens on dropChannel until ctx ends.
-func (s *Store) subscribeDrops(ctx context.Context) {
+// subscribeDrops listens on dropChannel until ctx ends, and closes first
+// when the first subscription is confirmed or has failed.
+func (s *Store) subscribeDrops(ctx context.Context, first chan struct{}) {
+	var once sync.Once
+	firstDone := func() { once.Do(func() { close(first) }) }
 	// Every subscription clears the cache when Redis confirms it, the
-	// first included: until then drops are lost, and the store may
-	// already have cached rejections (its first takes need not wait for
-	// the subscription). A take sent before the clear cannot cache its
+	// first included: until then drops are lost, and a store whose first
+	// subscription was slower than New's wait for it may already have
+	// cached rejections. A take sent before the clear cannot cache its
 	// answer after it (the cache's generations).
 	hooked := rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
 		if p.Kind == "subscribe" {
 			s.cache.clear()
+			firstDone()
 		}
 	})
 	const firstBackoff = 50 * time.Millisecond
@@ -58,6 +63,7 @@ func (s *Store) subscribeDrops(ctx context.Context) {
 		}
 		s.met.dropsLost.Inc()
 		s.cache.clear()
+		firstDone()
 		if time.Since(began) > time.Minute {
 			backoff = firstBackoff // it had been working: a new outage
 		}

@@ -655,18 +655,20 @@ func TestOverLimitCacheFleet(t *testing.T) {
 	}
 }
 
-// A store's first takes need not wait for its drops subscription, so it
-// may cache a rejection before the subscription is up, and a Reset made
-// through another store meanwhile is published to no one: the cache is
-// cleared when the first subscription is confirmed too, not only when a
-// lost one is made again. The subscription is held back until the
-// rejection is cached and the Reset published; the clock stands still.
+// New waits for its drops subscription only a store call's deadline, so
+// a store whose subscription is slower may cache a rejection before it is
+// up, and a Reset made through another store meanwhile is published to no
+// one: the cache is cleared when the first subscription is confirmed too,
+// not only when a lost one is made again. The subscription is held back
+// until the rejection is cached and the Reset published; the clock stands
+// still.
 func TestOverLimitCacheBeforeFirstSubscription(t *testing.T) {
 	hold := make(chan struct{})
 	var once sync.Once
 	redis.SetBeforeSubscribe(t, func() { once.Do(func() { <-hold }) })
 	clock := sluice.NewManualClock(time.UnixMicro(9_100_000_000_000))
-	a := open(t, standaloneURL(t), redis.Options{Clock: clock})
+	// New waits this long for the held subscription.
+	a := open(t, standaloneURL(t), redis.Options{Clock: clock, Timeout: 2 * time.Second})
 	b := open(t, standaloneURL(t), redis.Options{Clock: clock, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "early", TokensPerSecond: 1.0 / 3600, Burst: 1})

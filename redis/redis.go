@@ -237,10 +237,19 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 		s.cache = newOverLimit(opts.OverLimitCacheSize)
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopDrops, s.dropsDone = cancel, make(chan struct{})
+		first := make(chan struct{})
 		go func() {
 			defer close(s.dropsDone)
-			s.subscribeDrops(ctx)
+			s.subscribeDrops(ctx, first)
 		}()
+		// The first takes cache their rejections only once drops can
+		// reach them: wait for the subscription, or its failure, for a
+		// store call's deadline. A slower one clears the cache when it
+		// comes (drops.go).
+		select {
+		case <-first:
+		case <-time.After(opts.Timeout):
+		}
 	}
 	if !opts.NoBatch {
 		s.batch = newBatcher(opts.BatchWriters, opts.BatchMaxOps, opts.Timeout, s.pad, s.exec, met.batchSize)

@@ -71,10 +71,13 @@ const (
 	idleTicks     = 2 // unread ticks before the ticker parks
 	// slowGap is the time from a tick's first read to its next read at
 	// least readSpacing later above which the tick counts as seldom read:
-	// reads that far apart (under about half a million a second) save
-	// less than the ticks cost.
-	readSpacing = time.Microsecond
-	slowGap     = 3 * time.Microsecond
+	// a reader that leaves a gap of 2µs (under about half a million reads
+	// a second) saves less than the ticks cost. readSpacing is long enough
+	// for a burst of reads to end, even under the race detector, and
+	// short enough that the reads in it, which read the precise clock to
+	// know when it ends, cost a tight loop under 1% of its reads' time.
+	readSpacing = 5 * time.Microsecond
+	slowGap     = readSpacing + 2*time.Microsecond
 	slowTicks   = 8
 	probeEvery  = 10 * time.Millisecond
 )

@@ -153,16 +153,21 @@ type LeaseEntry struct {
 //   - OpPeek answers what OpTake would, changing nothing.
 //   - OpRefund releases: id's lease is removed; Allowed reports whether
 //     id held a live one.
+//   - OpRenew renews id's lease alone: when it is live, its expiry becomes
+//     now + p.Period (never earlier) and it is admitted; else it is
+//     rejected and nothing is added, so a caller cannot make a lease of
+//     an id it chose, nor get back a slot whose lease ended.
 //
 // The Outcome describes the set after op (for a peek, after the take it
 // would be): Tokens is N minus the leases held, in micro-tokens (below
 // zero when more are held than a lowered N allows); ResetAfter is the
 // wait until every lease has ended; a rejected acquire's RetryAfter is the
 // wait until enough leases end for a slot to be free, which is an upper
-// bound: a release frees one sooner.
+// bound: a release frees one sooner (a rejected renewal has none: there
+// is nothing to wait for).
 //
-// OpTake and OpRefund rewrite set in place and return the set to store
-// with true; OpPeek leaves set as it was and returns false.
+// OpTake, OpRefund and OpRenew rewrite set in place and return the set to
+// store with true; OpPeek leaves set as it was and returns false.
 func StepLease(p *Params, set []LeaseEntry, now int64, op Op, id LeaseID) ([]LeaseEntry, Outcome, bool) {
 	n := p.Capacity / TokenScale
 	var live int64
@@ -174,10 +179,11 @@ func StepLease(p *Params, set []LeaseEntry, now int64, op Op, id LeaseID) ([]Lea
 		}
 	}
 	var o Outcome
-	if op == OpRefund {
-		o.Allowed = held
-	} else {
+	acquire := op == OpTake || op == OpPeek
+	if acquire {
 		o.Allowed = held || live < n
+	} else {
+		o.Allowed = held
 	}
 	after := set
 	if op == OpPeek {
@@ -193,14 +199,14 @@ func StepLease(p *Params, set []LeaseEntry, now int64, op Op, id LeaseID) ([]Lea
 		}
 		out = append(out, e)
 	}
-	if o.Allowed && op != OpRefund && !held {
+	if o.Allowed && acquire && !held {
 		out = append(out, LeaseEntry{ID: id, Expires: now + p.Period})
 	}
 	o.Tokens = (n - int64(len(out))) * TokenScale
 	for _, e := range out {
 		o.ResetAfter = max(o.ResetAfter, e.Expires-now)
 	}
-	if !o.Allowed && op != OpRefund {
+	if !o.Allowed && acquire {
 		o.RetryAfter = slotFreeAfter(out, live-n+1, now)
 	}
 	if op == OpPeek {
@@ -336,6 +342,22 @@ func (l *Limiter) Release(ctx context.Context, r Request, id LeaseID) (Decision,
 		return Decision{}, err
 	}
 	return l.store.Lease(ctx, OpRefund, r, id)
+}
+
+// Renew extends lease id of r.Key under r.Limit, a concurrency limit, to
+// the limit's lease duration from now, while it is live: for a caller
+// that has the id alone (the decision API's /v1/renew), whose work runs
+// longer than the lease. Unlike Lease.Renew it never acquires: a lease
+// that has ended or been released, or that was never acquired under this
+// limit and key, is rejected and takes no slot, so that an id the caller
+// supplies never becomes a lease of the caller's choosing. The Decision
+// describes the key after the renewal; a rejection has no RetryAfter
+// (the caller takes a new slot, or waits as its take says).
+func (l *Limiter) Renew(ctx context.Context, r Request, id LeaseID) (Decision, error) {
+	if err := r.slot(); err != nil {
+		return Decision{}, err
+	}
+	return l.store.Lease(ctx, OpRenew, r, id)
 }
 
 // peekSlot answers what Acquire would for r.

@@ -172,7 +172,23 @@ func FuzzStepLease(f *testing.F) {
 			id := ids[b>>4&3]
 			before, _ := live(set, now)
 			switch b & 3 {
-			case 0, 1: // acquire
+			case 1: // renew
+				_, ends := live(set, now)
+				_, held := ends[id]
+				var o sluice.Outcome
+				set, o, _ = sluice.StepLease(p, set, now, sluice.OpRenew, id)
+				after, ends := live(set, now)
+				_, has := ends[id]
+				if o.Allowed != held || has != held || after != before || o.RetryAfter != 0 {
+					t.Fatalf("renew: %+v, held %v, holds after %v, %d held before and %d after", o, held, has, before, after)
+				}
+				if held && ends[id] < now+p.Period {
+					t.Fatalf("a renewed lease ends at %d, before %d", ends[id], now+p.Period)
+				}
+				if o.Tokens != int64(n-after)*sluice.TokenScale {
+					t.Fatalf("tokens %d with %d of %d held", o.Tokens, after, n)
+				}
+			case 0: // acquire
 				peekSet := append([]sluice.LeaseEntry(nil), set...)
 				_, po, pw := sluice.StepLease(p, peekSet, now, sluice.OpPeek, id)
 				var o sluice.Outcome

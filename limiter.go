@@ -79,6 +79,9 @@ func (r Request) Charge(op Op) (Charge, error) {
 	if r.Limit.params.Algorithm == Concurrency {
 		return Charge{}, fmt.Errorf("limit %q: %w", r.Limit.Name(), ErrLeaseRequired)
 	}
+	if op > OpRefund {
+		return Charge{}, fmt.Errorf("limit %q: %v is a call on a concurrency limit's leases (Store.Lease), not a take", r.Limit.Name(), op)
+	}
 	if r.Limit.shards != nil {
 		return r.shardedCharge(op)
 	}
@@ -117,8 +120,8 @@ func (r Request) Charge(op Op) (Charge, error) {
 // Op says whether a store call consumes tokens.
 type Op uint8
 
-// String returns "take", "peek" or "refund": the name of op in metrics
-// and errors.
+// String returns "take", "peek", "refund" or "renew": the name of op in
+// metrics and errors.
 func (op Op) String() string {
 	switch op {
 	case OpTake:
@@ -127,19 +130,23 @@ func (op Op) String() string {
 		return "peek"
 	case OpRefund:
 		return "refund"
+	case OpRenew:
+		return "renew"
 	}
 	return fmt.Sprintf("op(%d)", uint8(op))
 }
 
 // LeaseString names op as a call on a concurrency limit's leases
-// (Store.Lease): "acquire", "lease_peek" or "release", in metrics and
-// errors.
+// (Store.Lease): "acquire", "lease_peek", "release" or "renew", in
+// metrics and errors.
 func (op Op) LeaseString() string {
 	switch op {
 	case OpTake:
 		return "acquire"
 	case OpRefund:
 		return "release"
+	case OpRenew:
+		return "renew"
 	}
 	return "lease_peek"
 }
@@ -156,6 +163,11 @@ const (
 	// stays so. Its Decision is allowed and describes the bucket after the
 	// refund.
 	OpRefund
+	// OpRenew extends a concurrency limit's lease that is still live, and
+	// never acquires a slot (Store.Lease only; see StepLease): what the
+	// decision API's /v1/renew asks, where the caller has a lease id alone
+	// and must not choose one.
+	OpRenew
 )
 
 // Store keeps bucket state and applies the algorithms atomically. Every
@@ -176,9 +188,9 @@ type Store interface {
 	Reset(ctx context.Context, l *Limit, key string) error
 	// Lease applies op to lease id of r.Key under r.Limit, a concurrency
 	// limit, atomically, as StepLease defines: OpTake acquires a slot (or
-	// renews id's), OpPeek answers what OpTake would, and OpRefund
-	// releases id's slot. Other limits are ErrLeaseRequired (see
-	// Request.CheckLease).
+	// renews id's), OpPeek answers what OpTake would, OpRefund releases
+	// id's slot and OpRenew renews id's live lease alone. Other limits are
+	// ErrLeaseRequired (see Request.CheckLease).
 	Lease(ctx context.Context, op Op, r Request, id LeaseID) (Decision, error)
 }
 

@@ -70,7 +70,8 @@ type Step struct {
 	Want        *Want   `json:"want,omitempty"`
 	WantError   string  `json:"want_error,omitempty"`
 	// Lease names the lease of a concurrency limit's step (acquire,
-	// release, peek): a label that Run maps to a random sluice.LeaseID.
+	// release, renew, peek): a label that Run maps to a random
+	// sluice.LeaseID.
 	Lease string `json:"lease,omitempty"`
 }
 
@@ -209,7 +210,7 @@ func CheckDecision(t *testing.T, where string, lim *sluice.Limit, d sluice.Decis
 }
 
 // leaseOps are the store ops of a concurrency limit's steps.
-var leaseOps = map[string]sluice.Op{"acquire": sluice.OpTake, "peek": sluice.OpPeek, "release": sluice.OpRefund}
+var leaseOps = map[string]sluice.Op{"acquire": sluice.OpTake, "peek": sluice.OpPeek, "release": sluice.OpRefund, "renew": sluice.OpRenew}
 
 func matchesError(err error, name string) bool {
 	switch name {

@@ -94,7 +94,7 @@ func StoreOps() []string {
 		ops = append(ops, op.String(), op.String()+"_all")
 		leases = append(leases, op.LeaseString())
 	}
-	return append(append(ops, "reset"), leases...)
+	return append(append(append(ops, "reset"), leases...), sluice.OpRenew.LeaseString())
 }
 
 // Observe counts one decision of rule; result is one of the Result
@@ -238,8 +238,8 @@ type instrumented struct {
 	ops   [sluice.OpRefund + 1][2]*storeOp
 	reset *storeOp
 	// leases[op] is a concurrency limit's call (acquire, lease_peek,
-	// release).
-	leases [sluice.OpRefund + 1]*storeOp
+	// release, renew).
+	leases [sluice.OpRenew + 1]*storeOp
 	// inProcess is what s says of itself, asked once.
 	inProcess bool
 }
@@ -437,8 +437,8 @@ func (i *instrumented) Reset(ctx context.Context, l *sluice.Limit, key string) e
 	return err
 }
 
-// Lease times a concurrency limit's store call as "acquire", "lease_peek"
-// or "release".
+// Lease times a concurrency limit's store call as "acquire", "lease_peek",
+// "release" or "renew".
 func (i *instrumented) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
 	start := sinceStart()
 	d, err := i.s.Lease(ctx, op, r, id)

@@ -7,7 +7,7 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// The statements of concurrency limits (migration 0007): a key's leases
+// The statements of concurrency limits (migrations 0007 and 0009): a key's leases
 // are its row's lease_ids and log_at, decided by sluice_lease. Parameters:
 // $1 key, $2 alg (sluice.Concurrency), $3 the test clock or NULL, $4 op,
 // $5 lease id, $6 slots, $7 lease length in microseconds.
@@ -31,10 +31,10 @@ ON CONFLICT (key) DO UPDATE SET
     FROM sluice_lease(t.alg = EXCLUDED.alg, t.lease_ids, t.log_at, EXCLUDED.at, ` + leaseArgs + `) s)
 RETURNING o_allowed, o_tokens, o_retry, o_reset`
 
-	// releaseSQL updates the key's row and inserts none: a key without a
-	// row holds no lease. When it updates nothing, the second branch
-	// answers for the absent key.
-	releaseSQL = `WITH c AS MATERIALIZED (SELECT coalesce($3::bigint, ` + clockSQL + `) AS now),
+	// updateSQL, for a release or a renewal, updates the key's row and
+	// inserts none: a key without a row holds no lease. When it updates
+	// nothing, the second branch answers for the absent key.
+	updateSQL = `WITH c AS MATERIALIZED (SELECT coalesce($3::bigint, ` + clockSQL + `) AS now),
 u AS (
     UPDATE sluice_buckets AS t SET
         (log_at, lease_ids, full_at, at, o_allowed, o_tokens, o_retry, o_reset) = (
@@ -68,7 +68,9 @@ func (s *Store) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sl
 	case sluice.OpTake:
 		sql, letter, what = acquireSQL, "t", "acquire"
 	case sluice.OpRefund:
-		sql, letter, what = releaseSQL, "r", "release"
+		sql, letter, what = updateSQL, "r", "release"
+	case sluice.OpRenew:
+		sql, letter, what = updateSQL, "n", "renew"
 	}
 	var o sluice.Outcome
 	err := s.guarded(ctx, func(ctx context.Context) error {

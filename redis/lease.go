@@ -67,6 +67,8 @@ func leaseOp(op sluice.Op) string {
 		return "t"
 	case sluice.OpRefund:
 		return "r"
+	case sluice.OpRenew:
+		return "n"
 	}
 	return "p"
 }

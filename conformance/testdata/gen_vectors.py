@@ -200,7 +200,9 @@ SlidingLog.refund = sl_refund
 
 class Concurrency:
     """At most n leases live at once; a lease ends lease_us after it was
-    taken or last renewed. Leases are named by the vectors' labels."""
+    taken or last renewed. Leases are named by the vectors' labels. An
+    acquire (or its peek) may take a free slot; a release or a renew acts
+    on the label's own live lease only."""
     def __init__(self, n, lease_us):
         self.n, self.lease, self.ends = n, lease_us, {}
         self.cap = n * S
@@ -208,7 +210,8 @@ class Concurrency:
     def step(self, now, op, label):
         live = {k: e for k, e in self.ends.items() if e > now}
         held = label is not None and label in live
-        allowed = held if op == "release" else (held or len(live) < self.n)
+        acquire = op in ("acquire", "peek")
+        allowed = (held or len(live) < self.n) if acquire else held
         after = dict(live)
         if op == "release":
             after.pop(label, None)
@@ -216,7 +219,7 @@ class Concurrency:
             after[label] = max(after.get(label, 0), now + self.lease)
         out = dict(allowed=allowed, tokens=(self.n - len(after)) * S, retry_after_us=0,
                    reset_after_us=max([e - now for e in after.values()], default=0))
-        if not allowed and op != "release":
+        if not allowed and acquire:
             # When enough leases have ended that one slot is free.
             out["retry_after_us"] = sorted(live.values())[len(live) - self.n] - now
         if op != "peek":
@@ -515,6 +518,16 @@ cases.append(dict(name="cc_renew", key="k",
                          at(1_899_999, op="peek", lease="a"), at(1_900_000, op="acquire", lease="b"),
                          at(3_000_000, op="acquire", lease="b"), at(3_000_000, op="acquire", lease="a"),
                          at(3_000_000, op="reset"), at(3_000_000, op="acquire", lease="a")]))
+cases.append(dict(name="cc_renew_only", key="k",
+                  note="2 slots, 1 s lease: renew extends a live lease to now + lease and takes no slot: a lease never acquired, one that lapsed and one released are refused and add nothing, even with a slot free",
+                  limit=dict(algorithm="concurrency", max_in_flight=2, lease_us=S),
+                  steps=[at(0, op="renew", lease="x"), at(0, op="peek"), at(0, op="acquire", lease="a"),
+                         at(600_000, op="renew", lease="a"), at(700_000, op="acquire", lease="b"),
+                         at(800_000, op="renew", lease="a"), at(1_500_000, op="renew", lease="b"),
+                         at(1_700_000, op="peek"), at(1_900_000, op="renew", lease="a"),
+                         at(1_900_000, op="peek"), at(1_900_000, op="acquire", lease="c"),
+                         at(1_900_000, op="release", lease="c"), at(1_900_000, op="renew", lease="c"),
+                         at(1_900_000, op="renew", lease="z"), at(1_900_000, op="peek")]))
 cases.append(dict(name="cc_retry_is_nth_end", key="k",
                   note="3 slots: a rejected acquire waits for the earliest end among the live leases; after a release, a slot is free at once",
                   limit=dict(algorithm="concurrency", max_in_flight=3, lease_us=5 * S),

@@ -3,7 +3,7 @@
 --
 -- KEYS[1] is the key's sorted set of leases: member the lease id (32 hex
 -- digits), score the time the lease ends (microseconds of the clock).
--- ARGV: op (t acquire or renew, p peek, r release), lease id, slots,
+-- ARGV: op (t acquire or renew, p peek, r release, n renew only), lease id, slots,
 -- lease length in microseconds, the time ("" for the server's TIME) and
 -- the TTL padding in milliseconds (zero outside tests).
 --
@@ -36,17 +36,20 @@ if mine then
   held = mine > now
 end
 
+-- An acquire or its peek may take a free slot; a release or a renewal
+-- only acts on id's own live lease.
+local acquire = op == 't' or op == 'p'
 local allowed
-if op == 'r' then
-  allowed = held
-else
+if acquire then
   allowed = held or live < n
+else
+  allowed = held
 end
 
 -- The leases after op: count, the latest end, and the end id's lease gets.
 local count, ends = live, now + lease
 if held and mine > ends then ends = mine end
-if allowed and op ~= 'r' and not held then count = count + 1 end
+if allowed and acquire and not held then count = count + 1 end
 if op == 'r' and held then count = count - 1 end
 
 -- The latest end among the live leases, leaving out member skip: the last
@@ -76,7 +79,7 @@ if latest > now then reset = latest - now end
 -- A rejected acquire waits until enough leases end that one slot is free:
 -- the (live - n + 1)-th earliest end.
 local retry = 0
-if not allowed and op ~= 'r' then
+if not allowed and acquire then
   local k = live - n + 1
   if k >= 1 then
     local r = redis.call('ZRANGEBYSCORE', key, '(' .. nows, '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)

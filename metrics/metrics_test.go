@@ -106,8 +106,8 @@ func TestAlertedCountersStartAtZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	metrics.New(reg)
 	errs := byOp(t, reg, "sluice_store_errors_total")
-	if len(errs) != 10 {
-		t.Errorf("store errors exported for %v, want all 10 ops", errs)
+	if len(errs) != 11 {
+		t.Errorf("store errors exported for %v, want all 11 ops", errs)
 	}
 	for _, op := range metrics.StoreOps() {
 		if n, ok := errs[op]; !ok || n != 0 {

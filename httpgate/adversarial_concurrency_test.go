@@ -105,6 +105,47 @@ func TestAttackTakeCannotChooseLeaseOrWeight(t *testing.T) {
 	}
 }
 
+// Attack: take a slot without /v1/take's lease, or keep another caller's
+// slot past its lease, through /v1/renew: renew a lease id of one's own
+// choosing (to hold a slot under an id one knows, or one another caller
+// might send), one's own lease under another key or rule, or a guess at
+// the victim's. A renewal acts only on a live lease the server drew for
+// that rule and key: none of these holds or extends anything.
+func TestAttackRenewAcquiresNothing(t *testing.T) {
+	e := newClosedEnv(t, twoSlotRules)
+	auth := []string{"Authorization", "Bearer " + apiToken}
+	mine := takeLease(e, "jobs", "attacker", auth...)
+	other := takeLease(e, "exports", "free", auth...)
+	chosen := []string{
+		"00000000000000000000000000000000",
+		"00000000000000000000000000000001",
+		"ffffffffffffffffffffffffffffffff",
+		sluice.NewLeaseID().String(),
+		mine,  // the attacker's own lease, another key
+		other, // a lease of another rule
+	}
+	for _, lease := range chosen {
+		resp, m := e.post("/v1/renew", fmt.Sprintf(`{"rule":"jobs","key":"free","lease":%q}`, lease), auth...)
+		if resp.StatusCode != 200 || m["renewed"] != false {
+			t.Fatalf("renew of a free key's slot with lease %s: %d %v; want 200 renewed=false", lease, resp.StatusCode, m)
+		}
+	}
+	if got := e.slotsFree("jobs", "free"); got != 1 {
+		t.Fatalf("renewals of leases never taken under the key took a slot (%d free)", got)
+	}
+	// The victim's lease is not kept alive by forged renewals: it ends
+	// when its own lease does.
+	victim := takeLease(e, "jobs", "victim", auth...)
+	for _, lease := range append(chosen, strings.ToUpper(mine), victim[:31]+flip(victim[31])) {
+		e.clk.Advance(20 * e.gate.Policy().Limit("jobs").Lease() / 100)
+		e.post("/v1/renew", fmt.Sprintf(`{"rule":"jobs","key":"victim","lease":%q}`, lease), auth...)
+	}
+	e.clk.Advance(e.gate.Policy().Limit("jobs").Lease())
+	if got := e.slotsFree("jobs", "victim"); got != 1 {
+		t.Fatalf("forged renewals kept the victim's slot past its lease (%d free)", got)
+	}
+}
+
 // Attack: free slots without the API token (a caller outside the trusted
 // services releasing every lease it can find). /v1/release needs the
 // token that /v1/take needs.
@@ -112,9 +153,11 @@ func TestAttackReleaseNeedsToken(t *testing.T) {
 	e := newClosedEnv(t, twoSlotRules)
 	lease := takeLease(e, "jobs", "k", "Authorization", "Bearer "+apiToken)
 	for _, hdr := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"X-Sluice-Token", apiToken}} {
-		resp, _ := e.post("/v1/release", fmt.Sprintf(`{"rule":"jobs","key":"k","lease":%q}`, lease), hdr...)
-		if resp.StatusCode != 401 {
-			t.Fatalf("release with %v: %d, want 401", hdr, resp.StatusCode)
+		for _, path := range []string{"/v1/release", "/v1/renew"} {
+			resp, _ := e.post(path, fmt.Sprintf(`{"rule":"jobs","key":"k","lease":%q}`, lease), hdr...)
+			if resp.StatusCode != 401 {
+				t.Fatalf("%s with %v: %d, want 401", path, hdr, resp.StatusCode)
+			}
 		}
 	}
 	if got := e.slotsFree("jobs", "k"); got != 0 {
@@ -145,11 +188,13 @@ func TestAttackMalformedRelease(t *testing.T) {
 		`{"rule":"nope","key":"k","lease":"00000000000000000000000000000000"}`,
 		`{"rule":"jobs","key":"k","lease":"00000000000000000000000000000000","extra":1}`,
 	} {
-		resp, m := e.post("/v1/release", body, auth...)
-		if resp.StatusCode != 400 || resp.Header.Get("Content-Type") != "application/problem+json" {
-			t.Fatalf("release %s: %d %v; want a 400 problem", body, resp.StatusCode, m)
+		for _, path := range []string{"/v1/release", "/v1/renew"} {
+			resp, m := e.post(path, body, auth...)
+			if resp.StatusCode != 400 || resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("%s %s: %d %v; want a 400 problem", path, body, resp.StatusCode, m)
+			}
+			wantNoInternals(t, fmt.Sprint(m["detail"]))
 		}
-		wantNoInternals(t, fmt.Sprint(m["detail"]))
 	}
 	if got := e.slotsFree("jobs", "k"); got != 0 {
 		t.Fatal("a malformed release freed the slot")

@@ -91,16 +91,16 @@ type ResetRequest struct {
 // Handler serves the decision API, forward auth, metrics and health on
 // one listener:
 //
-//	POST /v1/take, POST /v1/peek, POST /v1/release, POST /v1/reset,
-//	POST /v1/settle, ANY /v1/auth (and /v1/auth/..., for Envoy's ext_authz),
+//	POST /v1/take, POST /v1/peek, POST /v1/release, POST /v1/renew,
+//	POST /v1/reset, POST /v1/settle, ANY /v1/auth (and /v1/auth/..., for Envoy's ext_authz),
 //	GET /metrics, GET /healthz, GET /readyz,
 //	GET / (the list of these, as an Index), GET /openapi.yaml
 //
 // Every other path is a 404, and another method a 405 with Allow, both
 // application/problem+json.
 //
-// When the policy names an api_token_env, /v1/take, /v1/peek, /v1/release, /v1/settle
-// and /v1/auth require its token (see RequireToken).
+// When the policy names an api_token_env, /v1/take, /v1/peek, /v1/release,
+// /v1/renew, /v1/settle and /v1/auth require its token (see RequireToken).
 func (g *Gate) Handler() http.Handler { return g.handler(true, true) }
 
 // AuthHandler serves forward auth and health (ANY /v1/auth, GET /healthz,
@@ -109,8 +109,8 @@ func (g *Gate) Handler() http.Handler { return g.handler(true, true) }
 func (g *Gate) AuthHandler() http.Handler { return g.handler(true, false) }
 
 // APIHandler serves the decision API, reset, metrics and health (POST
-// /v1/take, /v1/peek, /v1/release, /v1/reset, /v1/settle, GET /metrics, /healthz,
-// /readyz): what faces trusted services when it has a listener of its own
+// /v1/take, /v1/peek, /v1/release, /v1/renew, /v1/reset, /v1/settle, GET
+// /metrics, /healthz, /readyz): what faces trusted services when it has a listener of its own
 // (api_listen).
 func (g *Gate) APIHandler() http.Handler { return g.handler(false, true) }
 
@@ -127,6 +127,8 @@ func (g *Gate) handler(auth, api bool) http.Handler {
 				g.RequireToken(BearerSource, http.HandlerFunc(g.settleAPI))},
 			route{"POST", "/v1/release", `free a concurrency slot: {"rule","key","lease"} with the lease /v1/take returned`,
 				g.RequireToken(BearerSource, http.HandlerFunc(g.release))},
+			route{"POST", "/v1/renew", `hold a concurrency slot for another lease: {"rule","key","lease"} with the lease /v1/take returned`,
+				g.RequireToken(BearerSource, http.HandlerFunc(g.renew))},
 		)
 		if g.opts.Metrics != nil {
 			routes = append(routes, route{"GET", "/metrics", "Prometheus metrics", g.opts.Metrics.Handler()})

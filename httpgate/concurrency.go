@@ -68,8 +68,8 @@ func writeUnsupported(w http.ResponseWriter, v policy.Verdict) {
 	})
 }
 
-// ReleaseRequest is the body of /v1/release: the rule and key a take
-// acquired a concurrency slot of, and the lease it returned.
+// ReleaseRequest is the body of /v1/release and /v1/renew: the rule and
+// key a take acquired a concurrency slot of, and the lease it returned.
 type ReleaseRequest struct {
 	Rule  string `json:"rule"`
 	Key   string `json:"key"`
@@ -90,44 +90,84 @@ type ReleaseResponse struct {
 	ResetAfterMs int64 `json:"reset_after_ms"`
 }
 
-// release frees a concurrency slot that /v1/take acquired.
-func (g *Gate) release(w http.ResponseWriter, r *http.Request) {
+// RenewResponse is the answer of /v1/renew.
+type RenewResponse struct {
+	// Renewed reports whether the lease held a slot, which it now holds
+	// for LeaseMs from now; false for a lease already released, one whose
+	// time ran out, or one never acquired under this rule and key, which
+	// holds nothing still (a new /v1/take may find a slot).
+	Renewed bool   `json:"renewed"`
+	Rule    string `json:"rule"`
+	LeaseMs int64  `json:"lease_ms"`
+	// Limit is the rule's max_in_flight; Remaining the slots free.
+	Limit        int64 `json:"limit"`
+	Remaining    int64 `json:"remaining"`
+	ResetAfterMs int64 `json:"reset_after_ms"`
+}
+
+// leaseCall reads and checks the body of /v1/release or /v1/renew (what
+// names the call in its problems) and makes the store call; it answers
+// the problems itself and reports whether d is the store's answer.
+func (g *Gate) leaseCall(w http.ResponseWriter, r *http.Request, what string, call func(context.Context, sluice.Request, sluice.LeaseID) (sluice.Decision, error)) (lim *sluice.Limit, d sluice.Decision, ok bool) {
 	var body ReleaseRequest
 	if !decodeBody(w, r, &body) {
-		return
+		return nil, d, false
 	}
 	p := g.Policy()
 	m, ie := matchFor(p, TakeItem{Rule: body.Rule, Key: body.Key})
 	if ie != nil {
 		badRequest(w, ie.status, ie.msg)
-		return
+		return nil, d, false
 	}
-	lim := m.Request.Limit
+	lim = m.Request.Limit
 	if lim.Algorithm() != sluice.Concurrency {
-		badRequest(w, http.StatusBadRequest, fmt.Sprintf("%q is a %s rule: only a concurrency rule's take returns a lease to release", lim.Name(), lim.Algorithm()))
-		return
+		badRequest(w, http.StatusBadRequest, fmt.Sprintf("%q is a %s rule: only a concurrency rule's take returns a lease to %s", lim.Name(), lim.Algorithm(), what))
+		return nil, d, false
 	}
 	if body.Lease == "" {
 		badRequest(w, http.StatusBadRequest, `"lease" is required: the lease /v1/take returned with the slot`)
-		return
+		return nil, d, false
 	}
 	id, err := sluice.ParseLeaseID(body.Lease)
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, `"lease" must be the 32 hexadecimal digits /v1/take returned with the slot`)
-		return
+		return nil, d, false
 	}
 	ctx, cancel := sluice.WithTimeout(r.Context(), g.opts.StoreTimeout)
 	defer cancel()
-	d, err := g.lim.Release(ctx, m.Request, id)
+	d, err = call(ctx, m.Request, id)
 	if err != nil {
 		// The store's error names its address: it goes to the log.
 		g.storeLog.Log(g.opts.Logger, lim.Name(), body.Key, err, false)
-		badRequest(w, http.StatusServiceUnavailable, fmt.Sprintf("release %q: the store did not answer (the slot is freed when its lease ends)", lim.Name()))
-		return
+		badRequest(w, http.StatusServiceUnavailable, fmt.Sprintf("%s %q: the store did not answer (the slot is freed when its lease ends)", what, lim.Name()))
+		return nil, d, false
 	}
 	w.Header().Set("Cache-Control", "no-store")
+	return lim, d, true
+}
+
+// release frees a concurrency slot that /v1/take acquired.
+func (g *Gate) release(w http.ResponseWriter, r *http.Request) {
+	lim, d, ok := g.leaseCall(w, r, "release", g.lim.Release)
+	if !ok {
+		return
+	}
 	writeJSON(w, http.StatusOK, ReleaseResponse{
 		Released: d.Allowed, Rule: lim.Name(),
+		Limit: d.Limit, Remaining: max(d.Remaining, 0), ResetAfterMs: ceilMillis(d.ResetAfter),
+	})
+}
+
+// renew extends the lease of a concurrency slot that /v1/take acquired,
+// for work that runs longer than the lease. It never acquires a slot: a
+// lease id the caller sends is never one the server did not draw.
+func (g *Gate) renew(w http.ResponseWriter, r *http.Request) {
+	lim, d, ok := g.leaseCall(w, r, "renew", g.lim.Renew)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, RenewResponse{
+		Renewed: d.Allowed, Rule: lim.Name(), LeaseMs: ceilMillis(lim.Lease()),
 		Limit: d.Limit, Remaining: max(d.Remaining, 0), ResetAfterMs: ceilMillis(d.ResetAfter),
 	})
 }

@@ -412,6 +412,46 @@ rules:
 	}
 }
 
+// A decision API caller whose work outlasts the lease keeps its slot with
+// /v1/renew: the lease then ends a whole lease from the renewal. A lease
+// that ended before its renewal is not renewed, and takes no slot even
+// with one free: the caller takes a new one.
+func TestDecisionAPIRenew(t *testing.T) {
+	e := newEnv(t, `
+rules:
+  - name: jobs
+    algorithm: concurrency
+    algorithm_config: {max_in_flight: 1, lease: 1m}
+`)
+	renew := func(lease any) map[string]any {
+		t.Helper()
+		resp, m := e.post("/v1/renew", fmt.Sprintf(`{"rule":"jobs","key":"acme","lease":%q}`, lease))
+		if resp.StatusCode != 200 || resp.Header.Get("Cache-Control") != "no-store" {
+			t.Fatalf("renew: %d %v (Cache-Control %q)", resp.StatusCode, m, resp.Header.Get("Cache-Control"))
+		}
+		return m
+	}
+	_, a := e.post("/v1/take", `{"rule":"jobs","key":"acme"}`)
+	wantFields(t, a, map[string]any{"allowed": true, "lease_ms": 60000})
+	e.clk.Advance(50 * time.Second)
+	wantFields(t, renew(a["lease"]), map[string]any{"renewed": true, "rule": "jobs", "lease_ms": 60000, "limit": 1, "remaining": 0, "reset_after_ms": 60000})
+	// Past the end of the first lease, the renewed one still holds the slot.
+	e.clk.Advance(30 * time.Second)
+	_, b := e.post("/v1/take", `{"rule":"jobs","key":"acme"}`)
+	wantFields(t, b, map[string]any{"allowed": false, "retry_after_ms": 30000})
+	// Past the end of the renewed lease: too late to renew.
+	e.clk.Advance(31 * time.Second)
+	wantFields(t, renew(a["lease"]), map[string]any{"renewed": false, "remaining": 1, "reset_after_ms": 0})
+	if got := e.slotsFree("jobs", "acme"); got != 1 {
+		t.Fatalf("a late renewal left %d slots free, want 1", got)
+	}
+	_, b = e.post("/v1/take", `{"rule":"jobs","key":"acme"}`)
+	wantFields(t, b, map[string]any{"allowed": true})
+	// A released lease is not renewed either.
+	e.post("/v1/release", fmt.Sprintf(`{"rule":"jobs","key":"acme","lease":%q}`, b["lease"]))
+	wantFields(t, renew(b["lease"]), map[string]any{"renewed": false, "remaining": 1})
+}
+
 // Forward auth is asked before a request and never told when it ends: a
 // request that a concurrency rule matches is refused there, closed, with
 // a reason the operator can act on, and holds no slot.

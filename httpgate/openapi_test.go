@@ -34,12 +34,12 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 	if !strings.HasPrefix(doc.OpenAPI, "3.") {
 		t.Errorf("openapi %q", doc.OpenAPI)
 	}
-	for path, method := range map[string]string{"/v1/take": "post", "/v1/peek": "post", "/v1/reset": "post", "/v1/settle": "post", "/v1/release": "post", "/v1/auth": "get", "/healthz": "get", "/readyz": "get", "/metrics": "get", "/": "get", "/openapi.yaml": "get"} {
+	for path, method := range map[string]string{"/v1/take": "post", "/v1/peek": "post", "/v1/reset": "post", "/v1/settle": "post", "/v1/release": "post", "/v1/renew": "post", "/v1/auth": "get", "/healthz": "get", "/readyz": "get", "/metrics": "get", "/": "get", "/openapi.yaml": "get"} {
 		if _, ok := doc.Paths[path][method]; !ok {
 			t.Errorf("openapi lacks %s %s", method, path)
 		}
 	}
-	for schema, v := range map[string]any{"Decision": httpgate.DecisionResponse{}, "Take": httpgate.TakeItem{}, "ResetRequest": httpgate.ResetRequest{}, "SettleRequest": httpgate.SettleRequest{}, "Settlement": httpgate.SettleResponse{}, "ReleaseRequest": httpgate.ReleaseRequest{}, "Release": httpgate.ReleaseResponse{}, "Problem": httpgate.Problem{}, "Index": httpgate.Index{}, "Endpoint": httpgate.Endpoint{}} {
+	for schema, v := range map[string]any{"Decision": httpgate.DecisionResponse{}, "Take": httpgate.TakeItem{}, "ResetRequest": httpgate.ResetRequest{}, "SettleRequest": httpgate.SettleRequest{}, "Settlement": httpgate.SettleResponse{}, "ReleaseRequest": httpgate.ReleaseRequest{}, "Release": httpgate.ReleaseResponse{}, "Renewal": httpgate.RenewResponse{}, "Problem": httpgate.Problem{}, "Index": httpgate.Index{}, "Endpoint": httpgate.Endpoint{}} {
 		var fields, props []string
 		rt := reflect.TypeOf(v)
 		for i := 0; i < rt.NumField(); i++ {

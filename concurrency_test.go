@@ -87,6 +87,14 @@ func TestConcurrencyNeedsLease(t *testing.T) {
 			t.Errorf("Acquire %+v: %v, want an input error", bad, err)
 		}
 	}
+	if _, err := lim.Renew(ctx, sluice.Request{Limit: tb, Key: "k"}, sluice.NewLeaseID()); !errors.Is(err, sluice.ErrLeaseRequired) {
+		t.Errorf("Renew of a token bucket: %v", err)
+	}
+	// OpRenew is a call on leases alone: a take of it is refused before
+	// any state is read.
+	if _, err := (sluice.Request{Limit: tb, Key: "k"}).Charge(sluice.OpRenew); err == nil || !strings.Contains(err.Error(), "Store.Lease") {
+		t.Errorf("a take with OpRenew: %v", err)
+	}
 	var zero sluice.Lease
 	if err := zero.Release(ctx); err != nil || zero.Held() {
 		t.Errorf("the zero Lease: %v", err)
@@ -94,6 +102,36 @@ func TestConcurrencyNeedsLease(t *testing.T) {
 	zero.Keep(nil)() // nothing to keep, nothing to stop
 	if _, err := zero.Renew(ctx); !errors.Is(err, sluice.ErrLeaseRequired) {
 		t.Errorf("renewing the zero Lease: %v", err)
+	}
+}
+
+// Limiter.Renew, for a caller with the lease id alone, renews a live
+// lease and nothing else: unlike Lease.Renew it takes no slot for an id
+// that holds none, even with one free.
+func TestLimiterRenewNeverAcquires(t *testing.T) {
+	ctx := context.Background()
+	clk := sluice.NewManualClock(time.Unix(1000, 0))
+	lim := sluice.New(newMapStore(t, clk))
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 2, Lease: 10 * time.Second})
+	r := sluice.Request{Limit: cc, Key: "k"}
+	lease, d, err := lim.Acquire(ctx, r)
+	if err != nil || !d.Allowed {
+		t.Fatalf("acquire: %+v, %v", d, err)
+	}
+	clk.Advance(8 * time.Second)
+	if d, err := lim.Renew(ctx, r, lease.ID()); err != nil || !d.Allowed || d.ResetAfter != 10*time.Second {
+		t.Fatalf("renewing a live lease: %+v, %v", d, err)
+	}
+	if d, err := lim.Renew(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed || d.Remaining != 1 {
+		t.Fatalf("renewing an id never acquired: %+v, %v; want refused, one slot still free", d, err)
+	}
+	clk.Advance(11 * time.Second) // past the renewed lease
+	if d, err := lim.Renew(ctx, r, lease.ID()); err != nil || d.Allowed || d.Remaining != 2 {
+		t.Fatalf("renewing an ended lease: %+v, %v; want refused, both slots free", d, err)
+	}
+	// Lease.Renew, by contrast, takes a free slot again.
+	if d, err := lease.Renew(ctx); err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("Lease.Renew of an ended lease with slots free: %+v, %v", d, err)
 	}
 }
 

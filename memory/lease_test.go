@@ -1,6 +1,7 @@
 package memory_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -53,5 +54,27 @@ func TestLeaseKeysBounded(t *testing.T) {
 		if _, d, err := lim.Acquire(ctx, sluice.Request{Limit: cc, Key: string(rune('a' + i))}); err != nil || d.Allowed {
 			t.Fatalf("key %d, still held: %+v, %v; want rejected", i, d, err)
 		}
+	}
+}
+
+// Attack: fill the store's key bound by renewing (or releasing) leases of
+// keys that hold none, which the API token lets any trusted service ask
+// with any key. Neither makes an entry: only an admitted acquire does.
+func TestLeaseRenewOfNothingStoresNothing(t *testing.T) {
+	clock := sluice.NewManualClock(time.Unix(1000, 0))
+	s := memory.New(memory.Options{Clock: clock})
+	lim := sluice.NewWithOptions(s, sluice.Options{Clock: clock})
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Minute})
+	for i := range 1000 {
+		r := sluice.Request{Limit: cc, Key: strconv.Itoa(i)}
+		if d, err := lim.Renew(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
+			t.Fatalf("renew of a key holding nothing: %+v, %v", d, err)
+		}
+		if d, err := lim.Release(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
+			t.Fatalf("release of a key holding nothing: %+v, %v", d, err)
+		}
+	}
+	if n := s.Len(); n != 0 {
+		t.Fatalf("%d keys stored by renewals and releases of nothing", n)
 	}
 }

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -34,5 +35,39 @@ func TestLeaseRowsHousekept(t *testing.T) {
 	clock.Advance(time.Microsecond)
 	if n, err := s.Housekeep(ctx); err != nil || n != 2 {
 		t.Fatalf("housekeeping once the leases ended deleted %d rows (%v), want 2", n, err)
+	}
+}
+
+// Attack: fill the table with rows by renewing (or releasing) leases of
+// keys that hold none, which the API token lets any trusted service ask
+// with any key. Neither writes a row: only an admitted acquire does.
+func TestLeaseRenewOfNothingWritesNothing(t *testing.T) {
+	s := newStoreOpts(t, postgres.Options{})
+	ctx := pgtest.Context(t)
+	lim := sluice.New(s)
+	name := fmt.Sprintf("renew%d", time.Now().UnixNano())
+	cc := sluice.MustLimit(sluice.Spec{Name: name, Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Minute})
+	for i := range 20 {
+		r := sluice.Request{Limit: cc, Key: fmt.Sprint("k", i)}
+		if d, err := lim.Renew(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
+			t.Fatalf("renew of a key holding nothing: %+v, %v", d, err)
+		}
+		if d, err := lim.Release(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
+			t.Fatalf("release of a key holding nothing: %+v, %v", d, err)
+		}
+	}
+	rows := func() int {
+		t.Helper()
+		var n int
+		if err := pool(t).QueryRow(ctx, `SELECT count(*) FROM sluice_buckets WHERE key LIKE ('%'::bytea || $1::bytea || '%'::bytea)`, []byte(":"+name+":")).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := rows(); n != 0 {
+		t.Fatalf("%d rows written by renewals and releases of nothing", n)
+	}
+	if _, d, err := lim.Acquire(ctx, sluice.Request{Limit: cc, Key: "held"}); err != nil || !d.Allowed || rows() != 1 {
+		t.Fatalf("an acquire: %+v, %v, %d rows; want its row", d, err, rows())
 	}
 }

@@ -66,3 +66,38 @@ func TestLeaseServerClock(t *testing.T) {
 		t.Fatalf("the key's TTL is %dms (%v); want at most the %v lease", ttl, err, lease)
 	}
 }
+
+// Attack: fill Redis with keys by renewing (or releasing) leases of keys
+// that hold none, which the API token lets any trusted service ask with
+// any key. Neither writes a key: only an admitted acquire does.
+func TestLeaseRenewOfNothingWritesNothing(t *testing.T) {
+	prefix := fmt.Sprintf("renew%d:", testSeq.Add(1))
+	s := open(t, standaloneURL(t), redis.Options{KeyPrefix: prefix})
+	lim := sluice.New(s)
+	ctx := context.Background()
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Minute})
+	for i := range 50 {
+		r := sluice.Request{Limit: cc, Key: fmt.Sprint("k", i)}
+		if d, err := lim.Renew(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
+			t.Fatalf("renew of a key holding nothing: %+v, %v", d, err)
+		}
+		if d, err := lim.Release(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
+			t.Fatalf("release of a key holding nothing: %+v, %v", d, err)
+		}
+	}
+	c := s.Client()
+	keys := func() []string {
+		t.Helper()
+		ks, err := c.Do(ctx, c.B().Keys().Pattern(prefix+"*").Build()).AsStrSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ks
+	}
+	if ks := keys(); len(ks) != 0 {
+		t.Fatalf("keys written by renewals and releases of nothing: %v", ks)
+	}
+	if _, d, err := lim.Acquire(ctx, sluice.Request{Limit: cc, Key: "held"}); err != nil || !d.Allowed || len(keys()) != 1 {
+		t.Fatalf("an acquire: %+v, %v, keys %v; want its key", d, err, keys())
+	}
+}

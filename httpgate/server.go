@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
@@ -79,22 +80,29 @@ func ReserveDelay(writeTimeout time.Duration) func(context.Context, time.Duratio
 //
 // The server serving it must report its connections' states to Track
 // (http.Server.ConnState).
+//
+// Track runs twice per request (active, then idle), so it touches only
+// the connection's own state and reads one shared flag: no lock, no
+// shared map. The set of connections changes once per connection, and
+// is searched for an idle one only when a new connection finds the cap
+// reached.
 type ConnLimiter struct {
 	net.Listener
 	sem  chan struct{}
 	done chan struct{}
 	once sync.Once
 
-	mu   sync.Mutex
-	idle map[*limitedConn]struct{}
 	// want is set while a new connection waits for a place and no idle
-	// one has been closed for it: the next to become idle is.
-	want bool
+	// one has been claimed for it: the next to become idle is.
+	want atomic.Bool
+
+	mu    sync.Mutex
+	conns map[*limitedConn]struct{} // every connection holding a place
 }
 
 // LimitConns caps ln at max connections held at once.
 func LimitConns(ln net.Listener, max int) *ConnLimiter {
-	return &ConnLimiter{Listener: ln, sem: make(chan struct{}, max), done: make(chan struct{}), idle: map[*limitedConn]struct{}{}}
+	return &ConnLimiter{Listener: ln, sem: make(chan struct{}, max), done: make(chan struct{}), conns: map[*limitedConn]struct{}{}}
 }
 
 // Accept returns the next connection once the listener holds fewer than
@@ -106,34 +114,49 @@ func (l *ConnLimiter) Accept() (net.Conn, error) {
 	}
 	select {
 	case l.sem <- struct{}{}:
-		return &limitedConn{Conn: c, l: l}, nil
+		return l.hold(c), nil
 	default:
 	}
 	// net/http accepts on one goroutine per listener: one waits at most.
-	l.mu.Lock()
-	var victim *limitedConn
-	for ic := range l.idle {
-		victim = ic
-		delete(l.idle, ic)
-		break
-	}
-	l.want = victim == nil
-	l.mu.Unlock()
-	if victim != nil {
+	// want is set before the search, and Track sets a connection idle
+	// before it reads want: of a connection turning idle now and this
+	// search, at least one sees the other, so the place is never missed
+	// (both may act, closing two idle connections, which costs their
+	// clients a reconnection and nothing else).
+	l.want.Store(true)
+	defer l.want.Store(false)
+	if victim := l.idleConn(); victim != nil {
+		l.want.Store(false)
 		victim.Close()
 	}
-	defer func() {
-		l.mu.Lock()
-		l.want = false
-		l.mu.Unlock()
-	}()
 	select {
 	case l.sem <- struct{}{}:
-		return &limitedConn{Conn: c, l: l}, nil
+		return l.hold(c), nil
 	case <-l.done:
 		c.Close()
 		return nil, net.ErrClosed
 	}
+}
+
+// hold wraps c, which has a place, and counts it among the connections.
+func (l *ConnLimiter) hold(c net.Conn) *limitedConn {
+	lc := &limitedConn{Conn: c, l: l}
+	l.mu.Lock()
+	l.conns[lc] = struct{}{}
+	l.mu.Unlock()
+	return lc
+}
+
+// idleConn claims an idle connection for closing, if there is one.
+func (l *ConnLimiter) idleConn() *limitedConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for lc := range l.conns {
+		if lc.state.CompareAndSwap(connIdle, connClaimed) {
+			return lc
+		}
+	}
+	return nil
 }
 
 // Close stops the listener and wakes an Accept waiting for a place.
@@ -153,33 +176,35 @@ func (l *ConnLimiter) Track(c net.Conn, s http.ConnState) {
 	if !ok {
 		return
 	}
-	l.mu.Lock()
 	if s != http.StateIdle {
-		delete(l.idle, lc)
-		l.mu.Unlock()
+		lc.state.Store(connBusy)
 		return
 	}
-	if l.want {
-		l.want = false
-		l.mu.Unlock()
+	lc.state.Store(connIdle)
+	if l.want.Load() && l.want.CompareAndSwap(true, false) && lc.state.CompareAndSwap(connIdle, connClaimed) {
 		lc.Close()
-		return
 	}
-	l.idle[lc] = struct{}{}
-	l.mu.Unlock()
 }
+
+// A connection's state, as Track last saw it.
+const (
+	connBusy    int32 = iota // new, serving a request, or no longer the server's
+	connIdle                 // between requests
+	connClaimed              // idle, and taken to be closed for a waiting connection
+)
 
 type limitedConn struct {
 	net.Conn
-	l    *ConnLimiter
-	once sync.Once
+	l     *ConnLimiter
+	state atomic.Int32
+	once  sync.Once
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
 		c.l.mu.Lock()
-		delete(c.l.idle, c)
+		delete(c.l.conns, c)
 		c.l.mu.Unlock()
 		<-c.l.sem
 	})

@@ -46,10 +46,10 @@ func (s *Store) subscribeDrops(ctx context.Context, first chan struct{}) {
 	const firstBackoff = 50 * time.Millisecond
 	backoff := firstBackoff
 	for ctx.Err() == nil {
-		// A command is recycled by the call that sends it: one per call.
 		if f := beforeSubscribe.Load(); f != nil {
 			(*f)()
 		}
+		// A command is recycled by the call that sends it: one per call.
 		sub := s.client.B().Subscribe().Channel(s.dropChannel()).Build()
 		began := time.Now()
 		err := s.client.Receive(hooked, sub, func(m rueidis.PubSubMessage) { s.cache.drop(m.Message) })

@@ -236,3 +236,21 @@ func raceAcquire(t *testing.T, lim *sluice.Limiter, l *sluice.Limit, key string,
 	}
 	return got
 }
+
+// CallsOnNothing renews and releases a lease of each of n keys of cc, a
+// concurrency limit, that hold none, under ids never acquired: what a
+// caller with the decision API's token may send for keys of its
+// choosing. It fails t if any is admitted; the caller then checks that
+// its store kept no state for them, since only an admitted acquire may.
+func CallsOnNothing(ctx context.Context, t testing.TB, lim *sluice.Limiter, cc *sluice.Limit, n int) {
+	t.Helper()
+	for i := range n {
+		r := sluice.Request{Limit: cc, Key: fmt.Sprint("k", i)}
+		if d, err := lim.Renew(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
+			t.Fatalf("renew of a key holding nothing: %+v, %v", d, err)
+		}
+		if d, err := lim.Release(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
+			t.Fatalf("release of a key holding nothing: %+v, %v", d, err)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package memory_test
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
@@ -65,15 +64,7 @@ func TestLeaseRenewOfNothingStoresNothing(t *testing.T) {
 	s := memory.New(memory.Options{Clock: clock})
 	lim := sluice.NewWithOptions(s, sluice.Options{Clock: clock})
 	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Minute})
-	for i := range 1000 {
-		r := sluice.Request{Limit: cc, Key: strconv.Itoa(i)}
-		if d, err := lim.Renew(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
-			t.Fatalf("renew of a key holding nothing: %+v, %v", d, err)
-		}
-		if d, err := lim.Release(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
-			t.Fatalf("release of a key holding nothing: %+v, %v", d, err)
-		}
-	}
+	conformance.CallsOnNothing(ctx, t, lim, cc, 1000)
 	if n := s.Len(); n != 0 {
 		t.Fatalf("%d keys stored by renewals and releases of nothing", n)
 	}

@@ -47,15 +47,7 @@ func TestLeaseRenewOfNothingWritesNothing(t *testing.T) {
 	lim := sluice.New(s)
 	name := fmt.Sprintf("renew%d", time.Now().UnixNano())
 	cc := sluice.MustLimit(sluice.Spec{Name: name, Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Minute})
-	for i := range 20 {
-		r := sluice.Request{Limit: cc, Key: fmt.Sprint("k", i)}
-		if d, err := lim.Renew(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
-			t.Fatalf("renew of a key holding nothing: %+v, %v", d, err)
-		}
-		if d, err := lim.Release(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
-			t.Fatalf("release of a key holding nothing: %+v, %v", d, err)
-		}
-	}
+	conformance.CallsOnNothing(ctx, t, lim, cc, 20)
 	rows := func() int {
 		t.Helper()
 		var n int

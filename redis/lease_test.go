@@ -76,15 +76,7 @@ func TestLeaseRenewOfNothingWritesNothing(t *testing.T) {
 	lim := sluice.New(s)
 	ctx := context.Background()
 	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Minute})
-	for i := range 50 {
-		r := sluice.Request{Limit: cc, Key: fmt.Sprint("k", i)}
-		if d, err := lim.Renew(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
-			t.Fatalf("renew of a key holding nothing: %+v, %v", d, err)
-		}
-		if d, err := lim.Release(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
-			t.Fatalf("release of a key holding nothing: %+v, %v", d, err)
-		}
-	}
+	conformance.CallsOnNothing(ctx, t, lim, cc, 50)
 	c := s.Client()
 	keys := func() []string {
 		t.Helper()

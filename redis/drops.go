@@ -24,8 +24,9 @@ import (
 func (s *Store) dropChannel() string { return s.prefix + "sluice:overlimit-drops" }
 
 // beforeSubscribe, when set (tests: SetBeforeSubscribe), runs before each
-// subscription is asked for.
-var beforeSubscribe atomic.Pointer[func()]
+// subscription is asked for; calling waitOver ends New's wait for the
+// first, as if it had run past its deadline.
+var beforeSubscribe atomic.Pointer[func(waitOver func())]
 
 // subscribeDrops listens on dropChannel until ctx ends, and closes first
 // when the first subscription is confirmed or has failed.
@@ -47,7 +48,7 @@ func (s *Store) subscribeDrops(ctx context.Context, first chan struct{}) {
 	backoff := firstBackoff
 	for ctx.Err() == nil {
 		if f := beforeSubscribe.Load(); f != nil {
-			(*f)()
+			(*f)(firstDone)
 		}
 		// A command is recycled by the call that sends it: one per call.
 		sub := s.client.B().Subscribe().Channel(s.dropChannel()).Build()

@@ -5,8 +5,9 @@ package redis
 func SetBeforeRollback(s *Store, f func()) { s.beforeRollback = f }
 
 // SetBeforeSubscribe makes every store run f before it asks Redis for
-// its drops subscription, until the test ends.
-func SetBeforeSubscribe(t interface{ Cleanup(func()) }, f func()) {
+// its drops subscription, until the test ends; f's waitOver ends New's
+// wait for the first subscription.
+func SetBeforeSubscribe(t interface{ Cleanup(func()) }, f func(waitOver func())) {
 	beforeSubscribe.Store(&f)
 	t.Cleanup(func() { beforeSubscribe.Store(nil) })
 }

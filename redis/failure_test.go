@@ -665,10 +665,10 @@ func TestOverLimitCacheFleet(t *testing.T) {
 func TestOverLimitCacheBeforeFirstSubscription(t *testing.T) {
 	hold := make(chan struct{})
 	var once sync.Once
-	redis.SetBeforeSubscribe(t, func() { once.Do(func() { <-hold }) })
+	// New's wait ends (as at its deadline), then the subscription waits.
+	redis.SetBeforeSubscribe(t, func(waitOver func()) { once.Do(func() { waitOver(); <-hold }) })
 	clock := sluice.NewManualClock(time.UnixMicro(9_100_000_000_000))
-	// New waits this long for the held subscription.
-	a := open(t, standaloneURL(t), redis.Options{Clock: clock, Timeout: 2 * time.Second})
+	a := open(t, standaloneURL(t), redis.Options{Clock: clock})
 	b := open(t, standaloneURL(t), redis.Options{Clock: clock, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "early", TokensPerSecond: 1.0 / 3600, Burst: 1})

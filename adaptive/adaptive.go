@@ -15,21 +15,30 @@
 // The law, with its parameters (Config):
 //
 //   - Every Interval (default 1s) the responses measured in it are
-//     judged. None: the rate stays. More than ErrorRatio of them with an
+//     judged, first per key (the key of the client that asked: the
+//     rule's key, or the client's identity for a rule without one). A key
+//     is unhealthy when more than ErrorRatio of its responses have an
 //     error status (ErrorStatuses; an upstream that cannot be reached or
-//     times out is a 502 or 504), or their Percentile latency (the
-//     windowed percentile: the smoothing of latency) above TargetLatency:
-//     unhealthy. Otherwise healthy.
+//     times out is a 502 or 504), or when their Percentile latency is
+//     above TargetLatency; otherwise healthy.
+//   - The interval is unhealthy when at least MinKeys distinct keys, and
+//     at least MinKeyShare of the keys measured in it, are unhealthy; so
+//     no single client (one key) can lower the rate every other client
+//     gets by sending requests the upstream fails or answers slowly. Else
+//     it is healthy when any key is healthy, and idle when none was
+//     measured.
 //   - Unhealthy: rate = max(Min, rate x Decrease), at most once per
 //     Interval.
 //   - Healthy: rate = min(Max, rate + Increase), at most once per
 //     Interval, and not within an Interval of any change (a decrease is
 //     given an interval to show its effect before the rate climbs again).
 //
-// One step per interval whoever takes it: in a fleet sharing a State,
-// the processes' verdicts of an interval move the shared rate once up or
-// once down (a decrease may follow an increase within the interval), so
-// the fleet's rate moves as one process's would, whatever its size.
+// In a fleet sharing a State (Values), each process adds its interval's
+// per-key counts to the fleet's tally of that interval, kept beside the
+// State in the same value and written with a compare-and-swap, and the
+// interval is judged on the whole fleet's tally by the first process to
+// report a later interval: a key seen by two processes is one key, and no
+// process's local view overwrites another's. See Controller.
 package adaptive
 
 import (
@@ -48,6 +57,11 @@ const (
 	DefaultPercentile = 90
 	// DefaultIncreaseShare is the default Increase as a share of Max.
 	DefaultIncreaseShare = 0.05
+	// DefaultMinKeys and DefaultMinKeyShare: an interval is unhealthy
+	// only when at least two distinct keys, and at least half of the
+	// keys measured in it, are.
+	DefaultMinKeys     = 2
+	DefaultMinKeyShare = 0.5
 )
 
 // DefaultErrorStatuses are the upstream statuses that count as errors by
@@ -87,6 +101,14 @@ type Config struct {
 	// Decrease multiplies the rate after an unhealthy interval, in (0, 1)
 	// (default 0.5, TCP's).
 	Decrease float64
+	// MinKeys is how many distinct keys must be unhealthy in an interval
+	// for it to be unhealthy (default 2): one client's failing or slow
+	// requests alone never lower the rate of the others. 1 lets one key
+	// do it: for a limit whose every request has the same key.
+	MinKeys int
+	// MinKeyShare is the share of an interval's keys, in (0, 1], that
+	// must be unhealthy for it to be unhealthy (default 0.5).
+	MinKeyShare float64
 }
 
 // WithDefaults returns c with its zero fields set to their defaults.
@@ -111,6 +133,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Decrease <= 0 {
 		c.Decrease = DefaultDecrease
+	}
+	if c.MinKeys <= 0 {
+		c.MinKeys = DefaultMinKeys
+	}
+	if c.MinKeyShare <= 0 {
+		c.MinKeyShare = DefaultMinKeyShare
 	}
 	return c
 }
@@ -151,6 +179,10 @@ func (c *Config) Validate() error {
 		return bad("decrease", "must be a factor above 0 and below 1 (got %v)", c.Decrease)
 	case c.TargetLatency < 0:
 		return bad("target_latency", "must not be negative")
+	case c.MinKeys < 1:
+		return bad("min_keys", "must be at least 1 (got %d)", c.MinKeys)
+	case !(c.MinKeyShare > 0 && c.MinKeyShare <= 1):
+		return bad("min_key_share", "must be above 0 and at most 1 (got %v)", c.MinKeyShare)
 	}
 	for _, s := range c.ErrorStatuses {
 		if s < 100 || s > 599 {
@@ -203,25 +235,51 @@ func (h Health) String() string {
 	return "idle"
 }
 
-// Window is one interval's measurements.
+// Window is one key's measurements in an interval.
 type Window struct {
-	// Responses measured, and how many of them were errors.
-	Responses, Errors int
-	// Latency is the Percentile of their latencies (Percentile).
-	Latency time.Duration
+	// Responses measured, how many of them were errors, and how many
+	// came later than TargetLatency.
+	Responses, Errors, Slow int
 }
 
-// Judge gives w's verdict under c.
+// Judge gives the verdict on one key's window w under c. Its Percentile
+// latency is above TargetLatency exactly when fewer of its responses than
+// the percentile's rank (nearest-rank: ceil(Percentile% of them)) came in
+// time, so counting the slow ones is enough: no latency is kept.
 func (c *Config) Judge(w Window) Health {
 	switch {
 	case w.Responses <= 0:
 		return Idle
 	case float64(w.Errors) > c.ErrorRatio*float64(w.Responses):
 		return Unhealthy
-	case c.TargetLatency > 0 && w.Latency > c.TargetLatency:
+	case c.TargetLatency > 0 && w.Slow > 0 && w.Responses-w.Slow < percentileRank(w.Responses, c.Percentile):
 		return Unhealthy
 	}
 	return Healthy
+}
+
+// percentileRank is the nearest-rank of the p-th percentile of n samples.
+func percentileRank(n int, p float64) int {
+	return min(max(int(math.Ceil(p/100*float64(n))), 1), n)
+}
+
+// Tally is an interval's keys: how many were measured, and how many of
+// them Judge found unhealthy.
+type Tally struct{ Keys, Unhealthy int }
+
+// JudgeKeys gives an interval's verdict from its keys' (see the package
+// documentation): unhealthy when at least MinKeys and MinKeyShare of its
+// keys are, healthy when any key is healthy, else idle.
+func (c *Config) JudgeKeys(t Tally) Health {
+	switch {
+	case t.Keys <= 0:
+		return Idle
+	case t.Unhealthy >= c.MinKeys && float64(t.Unhealthy) >= c.MinKeyShare*float64(t.Keys):
+		return Unhealthy
+	case t.Keys > t.Unhealthy:
+		return Healthy
+	}
+	return Idle
 }
 
 // Percentile is the p-th percentile (0 < p <= 100) of samples by the

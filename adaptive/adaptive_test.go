@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,9 @@ import (
 var epoch = time.Unix(1_700_000_000, 0)
 
 func testConfig() *adaptive.Config {
-	c := adaptive.Config{Min: 10, Max: 100, Start: 50, TargetLatency: 200 * time.Millisecond, Increase: 10, Decrease: 0.5}.WithDefaults()
+	// One key may move the rate: these tests are of the law; the share of
+	// keys is TestAttackAdaptive*'s.
+	c := adaptive.Config{Min: 10, Max: 100, Start: 50, TargetLatency: 200 * time.Millisecond, Increase: 10, Decrease: 0.5, MinKeys: 1}.WithDefaults()
 	return &c
 }
 
@@ -114,11 +117,12 @@ func TestJudge(t *testing.T) {
 		want adaptive.Health
 	}{
 		{adaptive.Window{}, adaptive.Idle},
-		{adaptive.Window{Responses: 10, Latency: 100 * time.Millisecond}, adaptive.Healthy},
-		{adaptive.Window{Responses: 10, Errors: 1, Latency: time.Millisecond}, adaptive.Healthy},   // 10%: tolerated
-		{adaptive.Window{Responses: 10, Errors: 2, Latency: time.Millisecond}, adaptive.Unhealthy}, // 20%
-		{adaptive.Window{Responses: 10, Latency: 200 * time.Millisecond}, adaptive.Healthy},        // at the target
-		{adaptive.Window{Responses: 10, Latency: 201 * time.Millisecond}, adaptive.Unhealthy},
+		{adaptive.Window{Responses: 10}, adaptive.Healthy},
+		{adaptive.Window{Responses: 10, Errors: 1}, adaptive.Healthy},   // 10%: tolerated
+		{adaptive.Window{Responses: 10, Errors: 2}, adaptive.Unhealthy}, // 20%
+		{adaptive.Window{Responses: 10, Slow: 1}, adaptive.Healthy},     // p90 is the 9th of 10: in time
+		{adaptive.Window{Responses: 10, Slow: 2}, adaptive.Unhealthy},   // the 9th is slow
+		{adaptive.Window{Responses: 1, Slow: 1}, adaptive.Unhealthy},
 	} {
 		if got := c.Judge(tc.w); got != tc.want {
 			t.Errorf("Judge(%+v) = %v, want %v", tc.w, got, tc.want)
@@ -129,7 +133,7 @@ func TestJudge(t *testing.T) {
 		t.Errorf("error_ratio 0, one error in 1000: %v", got)
 	}
 	c.TargetLatency = 0
-	if got := c.Judge(adaptive.Window{Responses: 1, Latency: time.Hour}); got != adaptive.Healthy {
+	if got := c.Judge(adaptive.Window{Responses: 1, Slow: 1}); got != adaptive.Healthy {
 		t.Errorf("no target latency: judged by latency: %v", got)
 	}
 }
@@ -224,7 +228,7 @@ func TestControllerLocal(t *testing.T) {
 	ctx := context.Background()
 
 	for range 5 {
-		ctl.Observe(200, 10*time.Millisecond)
+		ctl.Observe("k", 200, 10*time.Millisecond)
 	}
 	if err := ctl.Tick(ctx, now.Add(c.Interval/2)); err != nil || ctl.Rate() != 50 {
 		t.Fatalf("before the interval ends: %v, %v", ctl.Rate(), err)
@@ -234,14 +238,14 @@ func TestControllerLocal(t *testing.T) {
 	if ctl.Rate() != 60 {
 		t.Fatalf("healthy interval: %v, want 60", ctl.Rate())
 	}
-	ctl.Observe(503, time.Millisecond)
-	ctl.Observe(0, time.Hour) // a client that went away: not counted
+	ctl.Observe("k", 503, time.Millisecond)
+	ctl.Observe("k", 0, time.Hour) // a client that went away: not counted
 	now = now.Add(c.Interval)
 	ctl.Tick(ctx, now)
 	if ctl.Rate() != 30 {
 		t.Fatalf("interval with errors: %v, want 30", ctl.Rate())
 	}
-	ctl.Observe(200, 300*time.Millisecond) // above the 200ms target
+	ctl.Observe("k", 200, 300*time.Millisecond) // above the 200ms target
 	now = now.Add(c.Interval)
 	ctl.Tick(ctx, now)
 	if ctl.Rate() != 15 {
@@ -274,7 +278,7 @@ func TestControllerManySamples(t *testing.T) {
 		if i%2 == 0 {
 			d = time.Second // half are slow: the 90th percentile is slow
 		}
-		ctl.Observe(200, d)
+		ctl.Observe("k", 200, d)
 	}
 	ctl.Tick(context.Background(), epoch.Add(c.Interval))
 	if ctl.Rate() != 25 {
@@ -321,10 +325,13 @@ func (v *values) CompareAndSwapValue(_ context.Context, key, old, value string, 
 	return true, nil
 }
 
-// Two processes share one state: what one measures moves the rate both
-// use, and the interval's step is taken once whoever ticks.
+// Two processes share one state: each reports its interval's counts by
+// key to the fleet's tally, a key seen by both is one key, and the
+// interval is judged on the whole tally an interval later, once, whoever
+// ticks.
 func TestControllerShared(t *testing.T) {
 	c := testConfig()
+	c.MinKeys = 2
 	store := &values{m: map[string]string{}}
 	ctx := context.Background()
 	a := adaptive.NewController("api", c, store, epoch)
@@ -332,50 +339,80 @@ func TestControllerShared(t *testing.T) {
 	if err := a.Sync(ctx, epoch); err != nil {
 		t.Fatal(err)
 	}
-	a.Observe(500, time.Millisecond)
+	rate := func() float64 {
+		t.Helper()
+		st, err := adaptive.ParseState(strings.Join(strings.Fields(store.m["adaptive:api"])[:3], " "))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Rate
+	}
+	tick := func(ctl *adaptive.Controller, at time.Time) {
+		t.Helper()
+		if err := ctl.Tick(ctx, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One key failing on both processes is one unhealthy key: the rate
+	// stays.
+	a.Observe("x", 500, time.Millisecond)
+	b.Observe("x", 500, time.Millisecond)
 	now := epoch.Add(c.Interval)
-	if err := a.Tick(ctx, now); err != nil {
-		t.Fatal(err)
+	tick(a, now)
+	tick(b, now.Add(time.Millisecond))
+	if r := rate(); r != 50 {
+		t.Fatalf("before the interval is judged: %v", r)
 	}
+	// Two keys of three failing, one on each process: the tally, judged
+	// by the first report of the next interval, halves the rate.
+	now = now.Add(c.Interval)
+	a.Observe("x", 500, time.Millisecond)
+	a.Observe("z", 200, time.Millisecond)
+	b.Observe("y", 500, time.Millisecond)
+	tick(a, now) // judges the first interval: one unhealthy key, idle
+	tick(b, now.Add(time.Millisecond))
+	if r := rate(); r != 50 || a.Rate() != 50 {
+		t.Fatalf("one unhealthy key moved the rate: %v", r)
+	}
+	now = now.Add(c.Interval)
+	tick(b, now)
+	if b.Rate() != 25 || rate() != 25 {
+		t.Fatalf("two unhealthy keys of three: %v (shared %v), want 25", b.Rate(), rate())
+	}
+	tick(a, now.Add(time.Millisecond))
 	if a.Rate() != 25 {
-		t.Fatalf("a after errors: %v", a.Rate())
-	}
-	// b saw errors too in the same interval: the shared rate falls once.
-	b.Observe(500, time.Millisecond)
-	if err := b.Tick(ctx, now.Add(time.Millisecond)); err != nil {
-		t.Fatal(err)
-	}
-	if b.Rate() != 25 {
-		t.Fatalf("b adopted %v, want the fleet's 25 (one decrease per interval)", b.Rate())
-	}
-	st, _ := adaptive.ParseState(store.m["adaptive:api"])
-	if st.Rate != 25 {
-		t.Fatalf("shared %v", st.Rate)
+		t.Fatalf("a adopted %v, want the fleet's 25 (one decrease per interval)", a.Rate())
 	}
 
 	// A step that loses its compare-and-swap to another process reads
-	// the winner's state and steps from it.
+	// the winner's state and reports to it.
 	store.race = func(m map[string]string) {
 		m["adaptive:api"] = adaptive.State{Rate: 80, Changed: 1, Decreased: 1}.String()
 	}
-	a.Observe(500, time.Millisecond)
+	a.Observe("x", 500, time.Millisecond)
+	a.Observe("y", 500, time.Millisecond)
 	now = now.Add(2 * c.Interval)
-	if err := a.Tick(ctx, now); err != nil {
-		t.Fatal(err)
+	tick(a, now)
+	if a.Rate() != 80 {
+		t.Fatalf("after a lost swap: %v, want the winner's 80", a.Rate())
 	}
-	if a.Rate() != 40 {
-		t.Fatalf("after a lost swap: %v, want 40 (the winner's 80, halved)", a.Rate())
+	now = now.Add(c.Interval)
+	tick(b, now)
+	if b.Rate() != 40 {
+		t.Fatalf("a's report survived the lost swap: %v, want 40 (80 halved)", b.Rate())
 	}
 
-	// A store that fails: the step is taken on the process's own state.
+	// A store that fails: the step is taken on the process's own state
+	// and counts.
 	store.fail = errors.New("down")
-	a.Observe(500, time.Millisecond)
+	a.Observe("x", 500, time.Millisecond)
+	a.Observe("y", 500, time.Millisecond)
 	now = now.Add(c.Interval)
 	if err := a.Tick(ctx, now); err == nil {
 		t.Fatal("no error from a failing store")
 	}
-	if a.Rate() != 20 {
-		t.Fatalf("local step: %v, want 20", a.Rate())
+	if a.Rate() != 40 {
+		t.Fatalf("local step: %v, want 40 (a's own 80, halved)", a.Rate())
 	}
 
 	// A value in the store that is not a state is written over.
@@ -384,7 +421,7 @@ func TestControllerShared(t *testing.T) {
 	if err := a.Sync(ctx, now); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := adaptive.ParseState(store.m["adaptive:api"]); err != nil || st.Rate != 20 {
-		t.Fatalf("garbage replaced by %q (%v)", store.m["adaptive:api"], err)
+	if r := rate(); r != 40 {
+		t.Fatalf("garbage replaced by %q", store.m["adaptive:api"])
 	}
 }

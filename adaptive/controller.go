@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,14 +27,18 @@ type Values interface {
 // idle in the whole fleet for that long starts again at its Start.
 const SharedTTL = time.Hour
 
-// maxSamples bounds the latencies a Controller keeps per interval; past
-// it, each new one replaces a random kept one (reservoir sampling), so the
-// percentile stays an unbiased estimate at any traffic.
-const maxSamples = 512
-
 // Controller is one adaptive limit in a process: it measures the
-// responses of the requests that the limit admitted and, once per
-// interval, moves the rate by Next. It is safe for concurrent use.
+// responses of the requests that the limit admitted, by key, and once
+// per interval moves the rate by Next on the interval's verdict
+// (Config.JudgeKeys). It is safe for concurrent use.
+//
+// Over a shared store its intervals are aligned on multiples of Interval
+// (Unix time), the same in every process, and its step reports the
+// interval's counts to the fleet's tally (see shared): the verdict on an
+// interval is taken on the tally of every process that reported it
+// before any process reported a later one, a whole interval later, and
+// applied as of the interval's end, so the fleet's rate moves as one
+// process measuring the whole fleet's traffic would, one interval behind.
 type Controller struct {
 	name   string
 	key    string
@@ -46,12 +49,9 @@ type Controller struct {
 	due  atomic.Int64  // Unix microseconds when the interval ends
 	busy atomic.Bool   // a step is being taken
 
-	mu        sync.Mutex // the window and the state
-	state     State
-	responses int
-	errors    int
-	seen      int // latencies offered this interval
-	samples   []time.Duration
+	mu    sync.Mutex // the window and the state
+	state State
+	keys  keyTable
 
 	// OnChange, when set before use, is told every new rate.
 	OnChange func(rate float64)
@@ -65,8 +65,19 @@ func NewController(name string, cfg *Config, shared Values, now time.Time) *Cont
 	c.cfg.Store(cfg)
 	c.state = cfg.Initial()
 	c.rate.Store(math.Float64bits(c.state.Rate))
-	c.due.Store(now.Add(cfg.Interval).UnixMicro())
+	c.due.Store(c.nextDue(cfg, now))
 	return c
+}
+
+// nextDue is when the interval in course at now ends: now + Interval in a
+// process of its own, the next multiple of Interval over a shared store,
+// where every process's intervals must be the same ones.
+func (c *Controller) nextDue(cfg *Config, now time.Time) int64 {
+	us, iv := now.UnixMicro(), cfg.Interval.Microseconds()
+	if c.shared == nil {
+		return us + iv
+	}
+	return (us/iv + 1) * iv
 }
 
 // Name is the limit's name.
@@ -94,51 +105,45 @@ func (c *Controller) Rate() float64 { return math.Float64frombits(c.rate.Load())
 // by now.
 func (c *Controller) Scale() float64 { return c.Config().Scale(c.Rate()) }
 
-// Observe records one response of the upstream: its status and how long
-// it took to come (to its headers). A status of 0 is a request whose
+// Observe records one response of the upstream to a request of key (the
+// client's: the rule's key, or its identity): its status and its latency
+// (from when the request was fully sent to the upstream's first byte,
+// never the client's own upload). A status of 0 is a request whose
 // client went away before any answer: it says nothing of the upstream
 // and is not counted.
-func (c *Controller) Observe(status int, latency time.Duration) {
+func (c *Controller) Observe(key string, status int, latency time.Duration) {
 	if status == 0 {
 		return
 	}
 	cfg := c.Config()
+	h := keyHash(key)
 	c.mu.Lock()
-	c.responses++
-	if cfg.IsError(status) {
-		c.errors++
-	}
-	c.seen++
-	if len(c.samples) < maxSamples {
-		c.samples = append(c.samples, latency)
-	} else if i := rand.IntN(c.seen); i < maxSamples {
-		c.samples[i] = latency
-	}
+	c.keys.observe(h, cfg.IsError(status), cfg.TargetLatency > 0 && latency > cfg.TargetLatency)
 	c.mu.Unlock()
 }
 
 // Tick takes the interval's step when now is past its end, else does
 // nothing; one caller at a time takes it, the others go on with the rate
-// in force. With a shared store the step is read, computed and written
-// back with a compare-and-swap, retried on a conflict with another
-// process; when the store fails the step is taken on this process's own
-// state, and the error returned.
+// in force. With a shared store the interval's counts are added to the
+// fleet's tally and the state read, stepped and written back with a
+// compare-and-swap, retried on a conflict with another process; when the
+// store fails the step is taken on this process's own state and counts,
+// and the error returned.
 func (c *Controller) Tick(ctx context.Context, now time.Time) error {
-	if now.UnixMicro() < c.due.Load() || !c.busy.CompareAndSwap(false, true) {
+	due := c.due.Load()
+	if now.UnixMicro() < due || !c.busy.CompareAndSwap(false, true) {
 		return nil
 	}
 	defer c.busy.Store(false)
 	cfg := c.Config()
 	c.mu.Lock()
-	w := Window{Responses: c.responses, Errors: c.errors, Latency: Percentile(c.samples, cfg.Percentile)}
-	c.responses, c.errors, c.seen, c.samples = 0, 0, 0, c.samples[:0]
+	counts := c.keys.take()
 	local := c.state
 	c.mu.Unlock()
-	c.due.Store(now.Add(cfg.Interval).UnixMicro())
-	h := cfg.Judge(w)
-	next, err := Next(cfg, local, h, now), error(nil)
+	c.due.Store(c.nextDue(cfg, now))
+	next, err := Next(cfg, local, cfg.JudgeKeys(tallyOf(cfg, counts)), now), error(nil)
 	if c.shared != nil {
-		next, err = c.step(ctx, cfg, local, h, now)
+		next, err = c.step(ctx, cfg, local, due, counts, now)
 	}
 	c.mu.Lock()
 	c.state = next
@@ -157,7 +162,7 @@ func (c *Controller) Sync(ctx context.Context, now time.Time) error {
 	c.mu.Lock()
 	local := c.state
 	c.mu.Unlock()
-	next, err := c.step(ctx, cfg, local, Idle, now)
+	next, err := c.step(ctx, cfg, local, 0, nil, now)
 	c.mu.Lock()
 	c.state = next
 	c.publish(next.Rate)
@@ -174,35 +179,59 @@ const conflictRetries = 3
 // processes: this interval's step is skipped.
 var errConflict = errors.New("the shared rate kept changing; this interval's step is skipped")
 
-// step applies Next to the shared state. On a store failure it steps
-// local instead.
-func (c *Controller) step(ctx context.Context, cfg *Config, local State, h Health, now time.Time) (State, error) {
+// step reports counts, this process's measurements of the interval that
+// ended at end (Unix microseconds; 0: none, a Sync), to the fleet's
+// tally. It first judges the tally there, applying Next to the shared
+// state as of the tally's interval's end, when this report is of a later
+// interval or an interval has passed since that one ended (every process
+// has had an interval to report it). A report of an interval already
+// judged is dropped. On a store failure it steps local on counts alone
+// instead.
+func (c *Controller) step(ctx context.Context, cfg *Config, local State, end int64, counts map[uint64]Window, now time.Time) (State, error) {
 	for range conflictRetries {
 		raw, ok, err := c.shared.LoadValue(ctx, c.key)
 		if err != nil {
-			return Next(cfg, local, h, now), fmt.Errorf("adaptive %q: load the shared rate: %w", c.name, err)
+			return Next(cfg, local, cfg.JudgeKeys(tallyOf(cfg, counts)), now), fmt.Errorf("adaptive %q: load the shared rate: %w", c.name, err)
 		}
-		cur := local
+		cur := shared{State: local}
 		if ok {
-			if cur, err = ParseState(raw); err != nil {
+			if cur, err = parseShared(raw); err != nil {
 				// Not ours to trust: write over it from this process's state.
-				cur = local
+				cur = shared{State: local}
 			}
 		}
-		next := Next(cfg, cur, h, now)
-		if ok && next == cur && raw == cur.String() {
-			return cur, nil
+		next := cur
+		if cur.End != 0 && (cur.End < end || now.UnixMicro() >= cur.End+cfg.Interval.Microseconds()) {
+			next.State = Next(cfg, cur.State, cfg.JudgeKeys(tallyOf(cfg, cur.Counts)), time.UnixMicro(cur.End))
+			next.End, next.Counts = 0, nil
+		}
+		switch {
+		case end == 0 || len(counts) == 0 || end <= cur.End && next.End == 0:
+			// Nothing to report, or a report of an interval judged.
+		case next.End == 0:
+			next.End, next.Counts = end, counts
+		case next.End == end:
+			next.Counts = make(map[uint64]Window, len(cur.Counts)+len(counts))
+			merge(next.Counts, cur.Counts)
+			merge(next.Counts, counts)
+		}
+		// The rate is kept within this configuration's bounds, as Next
+		// does (a state written under another's).
+		next.Rate = min(max(next.Rate, cfg.Min), cfg.Max)
+		val := next.String()
+		if ok && val == raw {
+			return next.State, nil
 		}
 		old := ""
 		if ok {
 			old = raw
 		}
-		swapped, err := c.shared.CompareAndSwapValue(ctx, c.key, old, next.String(), max(SharedTTL, 100*cfg.Interval))
+		swapped, err := c.shared.CompareAndSwapValue(ctx, c.key, old, val, max(SharedTTL, 100*cfg.Interval))
 		if err != nil {
-			return Next(cfg, local, h, now), fmt.Errorf("adaptive %q: store the shared rate: %w", c.name, err)
+			return Next(cfg, local, cfg.JudgeKeys(tallyOf(cfg, counts)), now), fmt.Errorf("adaptive %q: store the shared rate: %w", c.name, err)
 		}
 		if swapped {
-			return next, nil
+			return next.State, nil
 		}
 	}
 	return local, fmt.Errorf("adaptive %q: %w", c.name, errConflict)

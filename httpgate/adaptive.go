@@ -3,8 +3,10 @@ package httpgate
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"time"
 
@@ -125,11 +127,19 @@ func sharedValues(s sluice.Store) adaptive.Values {
 }
 
 // serveMeasured serves an admitted request with next and, when v has
-// adaptive limits, tells their controllers how the upstream answered:
-// the status, and the time until the response's headers (an event
-// stream's length says nothing of the upstream's health).
+// adaptive limits, tells their controllers how the upstream answered to
+// the client's key: the status, and the latency from when the request
+// was fully sent (the transport's WroteRequest, or the wrapped handler's
+// read of the body's end) to the first byte of the answer (the
+// transport's GotFirstResponseByte, or the response's headers). So a
+// client trickling its body is not a slow upstream, and an event
+// stream's length says nothing of the upstream's health.
 func (g *Gate) serveMeasured(next http.Handler, w http.ResponseWriter, r *http.Request, v *policy.Verdict) {
-	var ctls []*adaptive.Controller
+	type measured struct {
+		ctl *adaptive.Controller
+		key string
+	}
+	var ms []measured
 	for i := range v.Results {
 		m := &v.Results[i].Match
 		if m.Adaptive() == nil {
@@ -137,16 +147,23 @@ func (g *Gate) serveMeasured(next http.Handler, w http.ResponseWriter, r *http.R
 		}
 		g.shaping.mu.Lock()
 		if ctl := g.shaping.controllers[m.Request.Limit.Name()]; ctl != nil {
-			ctls = append(ctls, ctl)
+			ms = append(ms, measured{ctl, evidenceKey(m)})
 		}
 		g.shaping.mu.Unlock()
 	}
-	if len(ctls) == 0 {
+	if len(ms) == 0 {
 		next.ServeHTTP(w, r)
 		return
 	}
 	rec := &statusRecorder{ResponseWriter: w, now: g.lim.Now}
-	start := g.lim.Now()
+	lt := &latencyTrace{now: g.lim.Now, sent: g.lim.Now()}
+	r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+		WroteRequest:         func(httptrace.WroteRequestInfo) { lt.mark(&lt.sent) },
+		GotFirstResponseByte: func() { lt.mark(&lt.first) },
+	}))
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &bodyEnd{ReadCloser: r.Body, lt: lt}
+	}
 	next.ServeHTTP(rec, r)
 	status, at := rec.status, rec.at
 	if status == 0 {
@@ -158,13 +175,81 @@ func (g *Gate) serveMeasured(next http.Handler, w http.ResponseWriter, r *http.R
 			status, at = http.StatusOK, g.lim.Now() // net/http's implicit 200
 		}
 	}
+	latency := lt.latency(at)
 	ctx, cancel := sluice.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
 	defer cancel()
 	now := g.lim.Now()
-	for _, ctl := range ctls {
-		ctl.Observe(status, at.Sub(start))
-		g.tick(ctx, ctl, now)
+	for _, m := range ms {
+		m.ctl.Observe(m.key, status, latency)
+		g.tick(ctx, m.ctl, now)
 	}
+}
+
+// evidenceKey is whose answer a response of m is, for an adaptive
+// limit's per-key verdict: the rule's key, or, for a rule without
+// limit_keys (one key for every client), the client's identity (its
+// verified JWT subject, else its address).
+func evidenceKey(m *policy.Match) string {
+	if m.Rule != nil && len(m.Rule.LimitKeys) == 0 && m.Identity != "" {
+		return m.Identity
+	}
+	return m.Request.Key
+}
+
+// latencyTrace notes when a request was fully sent and when the first
+// byte of its answer came; the transport's trace hooks and the body run
+// on other goroutines.
+type latencyTrace struct {
+	now         func() time.Time
+	mu          sync.Mutex
+	sent, first time.Time
+}
+
+func (l *latencyTrace) mark(t *time.Time) {
+	now := l.now()
+	l.mu.Lock()
+	if t == &l.sent {
+		// The latest of the marks: the body's end, then the request's.
+		*t = later(*t, now)
+	} else if t.IsZero() {
+		*t = now
+	}
+	l.mu.Unlock()
+}
+
+// latency is from the request's sending to its first byte, or headers
+// (at) where no transport told the first byte; zero when the answer came
+// before the request was all sent (an upstream refusing a body early).
+func (l *latencyTrace) latency(headers time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	first := l.first
+	if first.IsZero() {
+		first = headers
+	}
+	return max(first.Sub(l.sent), 0)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// bodyEnd marks when the handler has read the request's body to its end:
+// the client's upload is over.
+type bodyEnd struct {
+	io.ReadCloser
+	lt *latencyTrace
+}
+
+func (b *bodyEnd) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.lt.mark(&b.lt.sent)
+	}
+	return n, err
 }
 
 // statusRecorder notes the status of a response and when its headers

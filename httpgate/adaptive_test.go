@@ -98,6 +98,7 @@ const adaptivePolicy = `rules:
         increase: 2
         decrease: 0.5
         error_ratio: 0
+        min_keys: 1
 `
 
 // The rate follows the upstream: additive increase while it answers well,
@@ -228,40 +229,46 @@ func testAdaptiveFleet(t *testing.T, clk *sluice.ManualClock, store func() sluic
 	pa, pb := proxyOf(t, a, failing.URL), proxyOf(t, b, healthy.URL)
 	rate := func(g *httpgate.Gate) float64 { return g.AdaptiveRates()[0].Rate }
 
-	pa.get(t, "/") // a: a 500, in its first interval
+	// Every request is one client's (one key): min_keys 1 lets it move
+	// the rate. Intervals are aligned on the clock's seconds in every
+	// process; an interval is judged on the fleet's tally by the first
+	// report of a later one.
+	pa.get(t, "/") // a: a 500, in the first interval
 	pb.get(t, "/") // b: a 200
 	clk.Advance(time.Second)
-	pa.get(t, "/") // a's step: the interval had an error: 10 -> 5
-	if rate(a) != 5 {
-		t.Fatalf("a: %v, want 5", rate(a))
+	pa.get(t, "/") // a reports the first interval: the rate waits for the fleet's tally
+	if rate(a) != 10 {
+		t.Fatalf("a: %v, want 10 until the interval is judged", rate(a))
 	}
-	pb.get(t, "/") // b's step: healthy, but the fleet's rate moved this interval
+	pb.get(t, "/") // b's report joins a's: one key, 2 responses, 1 error
+	clk.Advance(time.Second)
+	failing.mode.Store(upHealthy)
+	pb.get(t, "/") // b reports the second interval: the first is judged, 10 -> 5
 	if rate(b) != 5 {
-		t.Fatalf("b: %v, want the fleet's 5", rate(b))
+		t.Fatalf("b: %v, want 5", rate(b))
+	}
+	pa.get(t, "/") // a adopts the fleet's rate; its 500 of the second interval joins its tally
+	if rate(a) != 5 {
+		t.Fatalf("a: %v, want the fleet's 5", rate(a))
 	}
 	clk.Advance(time.Second)
-	pb.get(t, "/") // b: healthy interval, and an interval since the decrease: +2
-	if rate(b) != 7 {
-		t.Fatalf("b: %v, want 7", rate(b))
+	pa.get(t, "/") // the second interval had a's 500: 5 -> 2.5
+	if rate(a) != 2.5 {
+		t.Fatalf("a: %v, want 2.5", rate(a))
 	}
-	// a has not stepped since: it adopts 7 at its next step, and its own
-	// 500 of the last interval halves the fleet's rate.
-	pa.get(t, "/")
-	if rate(a) != 3.5 {
-		t.Fatalf("a: %v, want 3.5 (7 halved)", rate(a))
-	}
+	pb.get(t, "/")
 	clk.Advance(time.Second)
-	pb.get(t, "/") // b: healthy, an interval after a's decrease: 3.5 + 2
-	if rate(b) != 5.5 {
-		t.Fatalf("b: %v, want 5.5 (a's 3.5, +2)", rate(b))
+	pb.get(t, "/") // a healthy interval, an interval after the decrease: +2
+	if rate(b) != 4.5 {
+		t.Fatalf("b: %v, want 4.5 (2.5, +2)", rate(b))
 	}
 
 	// A new process of the fleet starts at the fleet's rate, not its own.
 	c := gate()
 	pc := proxyOf(t, c, healthy.URL)
 	pc.get(t, "/")
-	if rate(c) != 5.5 {
-		t.Fatalf("a new process: %v, want the fleet's 5.5", rate(c))
+	if rate(c) != 4.5 {
+		t.Fatalf("a new process: %v, want the fleet's 4.5", rate(c))
 	}
 }
 

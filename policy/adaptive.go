@@ -36,7 +36,7 @@ const (
 // of the rule down; an upstream that fails a tenth of all requests does.
 const DefaultAdaptiveErrorRatio = 0.1
 
-var adaptiveFields = []string{"min", "max", "target_latency", "error_statuses", "error_ratio", "latency_percentile", "interval", "increase", "decrease"}
+var adaptiveFields = []string{"min", "max", "target_latency", "error_statuses", "error_ratio", "latency_percentile", "interval", "increase", "decrease", "min_keys", "min_key_share"}
 
 // notef records a note: what a setting works out to.
 func (l *loader) notef(n *yaml.Node, path, format string, args ...any) {
@@ -189,6 +189,16 @@ func (l *loader) adaptiveConfig(o *obj, v *variant, rf rateFields) bool {
 	} else {
 		c.Decrease = d
 	}
+	if n, nn, ok := ao.integer("min_keys"); ok && n < 1 {
+		l.errf(nn, join(path, "min_keys"), "must be at least 1 (got %d): how many distinct keys must see errors or slow answers in an interval to lower the rate", n)
+	} else if ok {
+		c.MinKeys = n
+	}
+	if r, rn, ok := ao.num("min_key_share"); ok && (r <= 0 || r > 1) {
+		l.errf(rn, join(path, "min_key_share"), "must be above 0 and at most 1, such as 0.5 (got %v)", r)
+	} else if ok {
+		c.MinKeyShare = r
+	}
 	if r, rn, ok := ao.num("error_ratio"); ok && (r < 0 || r >= 1) {
 		l.errf(rn, join(path, "error_ratio"), "must be at least 0 (any error) and below 1 (got %v)", r)
 	} else if ok {
@@ -256,7 +266,7 @@ func (l *loader) adaptiveConfig(o *obj, v *variant, rf rateFields) bool {
 		}
 	}
 	v.adaptive, v.adaptiveLine = &c, ao.n.Line
-	l.notef(ao.n, path, "starts at %s and moves between %v and %v: +%v per %v healthy, x%v per %v with more than %v%% errors (%s)%s", rateText(c.Start, per), c.Min, c.Max, c.Increase, c.Interval, c.Decrease, c.Interval, c.ErrorRatio*100, statusList(c.ErrorStatuses), latencyText(&c))
+	l.notef(ao.n, path, "starts at %s and moves between %v and %v: +%v per %v healthy, x%v per %v when at least %d keys and %v%% of the keys see more than %v%% errors (%s)%s", rateText(c.Start, per), c.Min, c.Max, c.Increase, c.Interval, c.Decrease, c.Interval, c.MinKeys, c.MinKeyShare*100, c.ErrorRatio*100, statusList(c.ErrorStatuses), latencyText(&c))
 	return true
 }
 

@@ -368,3 +368,168 @@ func TestAdaptiveProxyStreamsAndUpgrades(t *testing.T) {
 		t.Fatalf("rate %v, want 12", r)
 	}
 }
+
+// perClientAdaptive is an adaptive limit per client (the X-Client
+// header), with the defaults of the share of keys: what a client can do
+// to the rate the others get.
+const perClientAdaptive = `rules:
+  - name: per-client
+    limit_keys: ["header:X-Client"]
+    algorithm_config:
+      rps: 10
+      burst_seconds: 1
+      adaptive:
+        min: 1
+        max: 20
+        target_latency: 200ms
+        interval: 1s
+        increase: 2
+`
+
+// blamingUpstream answers 500 to the client "attacker*" (its own bad
+// input), 200 to everyone else.
+func blamingUpstream(t *testing.T) *httptest.Server {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if strings.HasPrefix(r.Header.Get("X-Client"), "attacker") {
+			http.Error(w, "bad input", http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+// One client whose requests the upstream answers 500 does not drag every
+// other client's rate down: the errors are judged per key, and one key
+// is not enough to lower the rule's rate. (Before, the rule's one rate
+// halved every interval the attacker's errors were a tenth of the
+// responses, and the victim's admitted share with it.)
+func TestAttackAdaptiveOneKeyErrorsDoNotLowerOthers(t *testing.T) {
+	e := newEnv(t, perClientAdaptive)
+	proxy := proxyOf(t, e.gate, blamingUpstream(t).URL)
+	for interval := range 8 {
+		for range 5 {
+			if st, _ := call(t, proxy, "/", "", "X-Client", "attacker"); st != 500 && st != 429 {
+				t.Fatalf("attacker: %d", st)
+			}
+		}
+		for i := range 5 {
+			if st, _ := call(t, proxy, "/", "", "X-Client", "victim"); st != 200 {
+				t.Fatalf("interval %d: the victim's request %d of 5 (half its rate): %d", interval, i+1, st)
+			}
+		}
+		if r := e.gate.AdaptiveRates()[0].Rate; r < 10 {
+			t.Fatalf("interval %d: the rule's rate fell to %v on one key's errors", interval, r)
+		}
+		e.clk.Advance(time.Second)
+	}
+}
+
+// A client trickling its request body to a healthy upstream does not
+// read as a slow upstream: latency runs from the request fully sent to
+// the first byte of the answer. Two clients (two keys, enough to lower
+// the rate) each send a 4-byte body whose last bytes come 600ms (on the
+// gate's clock) after the upstream has started reading it, with
+// target_latency 200ms.
+func TestAttackAdaptiveSlowBodyIsNotSlowUpstream(t *testing.T) {
+	e := newEnv(t, perClientAdaptive)
+	reading := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reading <- struct{}{}
+		io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	proxy := proxyOf(t, e.gate, up.URL)
+	trickle := func(client string) {
+		t.Helper()
+		pr, pw := io.Pipe()
+		req, _ := http.NewRequest("POST", proxy.URL+"/", pr)
+		req.ContentLength = 4
+		req.Header.Set("X-Client", client)
+		type result struct {
+			resp *http.Response
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() {
+			resp, err := http.DefaultTransport.RoundTrip(req)
+			done <- result{resp, err}
+		}()
+		pw.Write([]byte("a"))
+		select {
+		case <-reading:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the upstream never saw the request")
+		}
+		e.clk.Advance(600 * time.Millisecond) // the client's upload, not the upstream
+		pw.Write([]byte("bcd"))
+		pw.Close()
+		res := <-done
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		io.Copy(io.Discard, res.resp.Body)
+		res.resp.Body.Close()
+		<-proxy.done
+		if res.resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", client, res.resp.StatusCode)
+		}
+	}
+	for interval := range 4 {
+		trickle("slow-1")
+		trickle("slow-2")
+		if r := e.gate.AdaptiveRates()[0].Rate; r < 10 {
+			t.Fatalf("interval %d: the rate fell to %v on the clients' own slow uploads", interval, r)
+		}
+		e.clk.Advance(time.Second)
+	}
+}
+
+// Two processes on one Redis: an attacker with two keys, touching only
+// process 2, is a third of the fleet's keys (four healthy clients on
+// process 1), so the shared rate does not fall, and process 2's view
+// (its only keys failing) does not overwrite process 1's healthy step
+// up. (Before, each process judged its own traffic alone and stepped the
+// shared rate on it: process 2 halved it every interval.)
+func TestAttackAdaptiveFleetAttackerOnOneProcess(t *testing.T) {
+	addr := redistest.Server(t)
+	clk := sluice.NewManualClock(sluiceEpoch)
+	prefix := fmt.Sprintf("adaptive-attack%d:", time.Now().UnixNano())
+	gate := func() *httpgate.Gate {
+		st, err := redis.Open("redis://"+addr+"/0", redis.Options{Clock: clk, KeyPrefix: prefix, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		lim := sluice.NewWithOptions(st, sluice.Options{Clock: clk})
+		return httpgate.New(mustPolicy(t, perClientAdaptive), lim, httpgate.Options{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	}
+	p1, p2 := gate(), gate()
+	up := blamingUpstream(t)
+	px1, px2 := proxyOf(t, p1, up.URL), proxyOf(t, p2, up.URL)
+	victims := []string{"v1", "v2", "v3", "v4"}
+	for interval := range 8 {
+		for _, v := range victims {
+			for range 2 {
+				if st, _ := call(t, px1, "/", "", "X-Client", v); st != 200 {
+					t.Fatalf("interval %d: victim %s on process 1: %d", interval, v, st)
+				}
+			}
+		}
+		for _, a := range []string{"attacker-1", "attacker-2"} {
+			for range 5 {
+				call(t, px2, "/", "", "X-Client", a)
+			}
+		}
+		if r := p1.AdaptiveRates()[0].Rate; r < 10 {
+			t.Fatalf("interval %d: process 1's rate fell to %v on process 2's attacker", interval, r)
+		}
+		clk.Advance(time.Second)
+	}
+	if r := p1.AdaptiveRates()[0].Rate; r <= 10 {
+		t.Fatalf("the fleet's healthy intervals did not raise the rate: %v", r)
+	}
+}

@@ -111,7 +111,8 @@ func TestAdaptiveConfig(t *testing.T) {
 	ms, _ = p.Match(&policy.Input{Method: "GET", Path: "/"})
 	c = ms[0].Adaptive()
 	if c.Start != 600 || c.Per != time.Minute || c.ErrorRatio != policy.DefaultAdaptiveErrorRatio || c.Percentile != 90 ||
-		c.Interval != time.Second || c.Increase != 60 || c.Decrease != 0.5 || len(c.ErrorStatuses) != len(adaptive.DefaultErrorStatuses) {
+		c.Interval != time.Second || c.Increase != 60 || c.Decrease != 0.5 || len(c.ErrorStatuses) != len(adaptive.DefaultErrorStatuses) ||
+		c.MinKeys != adaptive.DefaultMinKeys || c.MinKeyShare != adaptive.DefaultMinKeyShare {
 		t.Fatalf("defaults %+v", c)
 	}
 	if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "no proxy section") {
@@ -134,6 +135,8 @@ func TestAdaptiveConfigErrors(t *testing.T) {
 		{"decrease", "      adaptive: {min: 1, max: 40, decrease: 1.5}\n", "c.yaml:7: rules[0].algorithm_config.adaptive.decrease: must be a factor above 0 and below 1, such as 0.5 (got 1.5)"},
 		{"interval", "      adaptive: {min: 1, max: 40, interval: 1ms}\n", "c.yaml:7: rules[0].algorithm_config.adaptive.interval: must be at least 100ms"},
 		{"status", "      adaptive: {min: 1, max: 40, error_statuses: [500, 700]}\n", "c.yaml:7: rules[0].algorithm_config.adaptive.error_statuses[1]: must be an HTTP status from 100 to 599 (got 700)"},
+		{"min_keys", "      adaptive: {min: 1, max: 40, min_keys: 0}\n", "c.yaml:7: rules[0].algorithm_config.adaptive.min_keys: must be at least 1 (got 0): how many distinct keys must see errors or slow answers in an interval to lower the rate"},
+		{"min_key_share", "      adaptive: {min: 1, max: 40, min_key_share: 1.5}\n", "c.yaml:7: rules[0].algorithm_config.adaptive.min_key_share: must be above 0 and at most 1, such as 0.5 (got 1.5)"},
 		{"ratio", "      adaptive: {min: 1, max: 40, error_ratio: 1}\n", "c.yaml:7: rules[0].algorithm_config.adaptive.error_ratio: must be at least 0 (any error) and below 1 (got 1)"},
 		{"unknown", "      adaptive: {min: 1, max: 40, step: 3}\n", "c.yaml:7: rules[0].algorithm_config.adaptive.step: unknown field"},
 		{"target", "      adaptive: {min: 1, max: 40, target_latency: 100}\n", "c.yaml:7: rules[0].algorithm_config.adaptive.target_latency: must be a duration with a unit"},

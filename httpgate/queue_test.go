@@ -346,3 +346,73 @@ func TestAttackReserveDebtBoundedOnDecisionAPI(t *testing.T) {
 		t.Fatalf("admitted %d, want 20: the burst of 10 and 10 turns of debt", admitted)
 	}
 }
+
+// A client keeping max_queued of its own requests waiting (each one its
+// own bucket allows) must not fill the queue its limit's other keys share:
+// it holds at most half of it (its share, with room for one more key),
+// and another client's 4 back-to-back requests are all admitted (on
+// b1b6bb6 the first client held all 20 places and the other got 1 of 4,
+// three refused queue_full).
+func TestAttackQueueHogLeavesOtherKeysPlaces(t *testing.T) {
+	h := newHolding(t, `rules:
+  - name: shaped
+    limit_keys: ["header:x-client"]
+    algorithm: leaky_bucket
+    algorithm_config:
+      rps: 10
+      max_delay: 10s
+      max_queued: 20
+`)
+	var held []chan *http.Response
+	// send sends one request of client and reports whether it is held
+	// for its turn; one answered at once must be admitted or queue_full.
+	send := func(client string) (bool, *http.Response) {
+		out := make(chan *http.Response, 1)
+		go func() {
+			req, _ := http.NewRequest("GET", h.srv.URL+"/", nil)
+			req.Header.Set("X-Client", client)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				out <- nil
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			out <- resp
+		}()
+		select {
+		case <-h.entered:
+			held = append(held, out)
+			return true, nil
+		case r := <-out:
+			if r == nil || (r.StatusCode != 200 && r.Header.Get("X-Sluice-Reason") != "queue_full") {
+				t.Fatalf("%s: %+v", client, r)
+			}
+			return false, r
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer, and not held")
+			return false, nil
+		}
+	}
+	hogHeld := 0
+	for range 21 { // the bucket's one request, then 20 to wait
+		if ok, _ := send("hog"); ok {
+			hogHeld++
+		}
+	}
+	for i := range 4 {
+		ok, r := send("victim")
+		if !ok && r.StatusCode != 200 {
+			t.Fatalf("the other client's request %d: %d %s", i, r.StatusCode, r.Header.Get("X-Sluice-Reason"))
+		}
+	}
+	if hogHeld > 10 {
+		t.Errorf("one client holds %d of the queue's 20 places", hogHeld)
+	}
+	close(h.release)
+	for _, c := range held {
+		if r := <-c; r == nil || r.StatusCode != 200 {
+			t.Fatalf("a held request: %+v", r)
+		}
+	}
+}

@@ -45,7 +45,9 @@ type Spec struct {
 	Reserve bool
 	// MaxReserved is how far into debt a reservation may take a token
 	// bucket or fixed window, in tokens. Zero means without bound: as far
-	// as every store can count exactly (see MaxDebt). For a leaky bucket
+	// as every store can count exactly (see MaxDebt); a policy file's
+	// rules get a finite default instead (policy.DefaultMaxReserved),
+	// since a server's clients share buckets with strangers. For a leaky bucket
 	// it is derived from MaxDelay.
 	MaxReserved float64
 	// MaxDelay is a leaky bucket's longest queueing delay (default one

@@ -302,10 +302,37 @@ func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Pol
 	if d := v.Overall.RetryAfter; d > 0 {
 		if err := g.opts.Delay(withHeld(r.Context(), w), d); err != nil {
 			g.releaseSlots(r, &v)
+			g.giveBack(r, &v)
 			return v, false // the client gave up; nobody to answer
 		}
 	}
 	return v, true
+}
+
+// giveBack refunds what v charged for a request whose client went away
+// before its turn: the request is never served, so its turn must not stay
+// owed by the bucket's other requests. The client's context is done, so
+// the refund runs on one of its own, bounded by the store timeout.
+func (g *Gate) giveBack(r *http.Request, v *policy.Verdict) {
+	ms := make([]policy.Match, 0, len(v.Results))
+	for i := range v.Results {
+		// A limit that was not charged (a store failure admitted, a
+		// shadow rule that would have refused) has nothing to give back.
+		if res := &v.Results[i]; res.StoreErr == nil && res.Decision.Allowed {
+			ms = append(ms, res.Match)
+		}
+	}
+	if len(ms) == 0 {
+		return
+	}
+	ctx, cancel := sluice.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
+	defer cancel()
+	back := policy.Enforce(ctx, g.lim, sluice.OpRefund, ms, nil)
+	for i := range back.Results {
+		if err := back.Results[i].StoreErr; err != nil {
+			g.storeLog.Log(g.opts.Logger, back.Results[i].Match.Request.Limit.Name(), back.Results[i].Match.Request.Key, fmt.Errorf("giving back the turn of a client that left (its bucket pays it back at its rate instead): %w", err), false)
+		}
+	}
 }
 
 // WriteRejection writes the status and application/problem+json body of a

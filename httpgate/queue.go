@@ -19,20 +19,31 @@ import (
 // at once (queue_full) having been charged nothing. The wait a request
 // is given is bounded by max_queue_delay in the store itself (see
 // policy's queue_delay_exceeded).
+//
+// The queue is shared by every key of its limit, so it is shared fairly:
+// a request takes a place only while its key holds fewer than its share,
+// max_queued / (the keys holding places, its own counted, plus one), and
+// at least one. The plus one keeps room for a key that holds none yet: a
+// client that fills the queue with its own requests (each one its bucket
+// allows) stops at half of it, and every other key still finds places.
+// A rule without limit_keys has one key for every request, which the
+// share cannot tell apart: its requests may fill the whole queue.
 
 // ruleQueue is one limit's queue in this process.
 type ruleQueue struct {
-	name string
-	m    ShapingMetrics
-	mu   sync.Mutex
-	held map[*place]struct{}
+	name  string
+	m     ShapingMetrics
+	mu    sync.Mutex
+	held  map[*place]struct{}
+	byKey map[string]int // the places each key holds
 }
 
 // place is one request's place in a queue: until its turn is known, at
 // is zero.
 type place struct {
-	q  *ruleQueue
-	at time.Time
+	q   *ruleQueue
+	key string
+	at  time.Time
 }
 
 // queue returns the queue of the limit called name.
@@ -44,38 +55,73 @@ func (g *Gate) queue(name string) *ruleQueue {
 		if g.shaping.queues == nil {
 			g.shaping.queues = map[string]*ruleQueue{}
 		}
-		q = &ruleQueue{name: name, m: g.shapingMetrics(), held: map[*place]struct{}{}}
+		q = &ruleQueue{name: name, m: g.shapingMetrics(), held: map[*place]struct{}{}, byKey: map[string]int{}}
 		g.shaping.queues[name] = q
 	}
 	return q
 }
 
-// enter takes a place when fewer than most (0: no bound) are held. When
-// the queue is full it returns nil and how long until the first held
-// request's turn, when its place frees.
-func (q *ruleQueue) enter(most int, now time.Time) (*place, time.Duration) {
+// enter takes a place for a request of key when fewer than most (0: no
+// bound) are held and, when fair, key holds fewer than its share
+// (fairShare). Otherwise it returns nil and how long until the first
+// place that would make room frees: the first held request's turn, or
+// key's own first when its share is what refused it.
+func (q *ruleQueue) enter(most int, key string, fair bool, now time.Time) (*place, time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if most > 0 && len(q.held) >= most {
-		room := time.Duration(-1)
-		for p := range q.held {
-			if w := p.at.Sub(now); room < 0 || w < room {
-				room = w // a place whose turn is not known yet: 0, it leaves soon
-			}
+	full := most > 0 && len(q.held) >= most
+	if !full && most > 0 && fair {
+		keys := len(q.byKey)
+		if q.byKey[key] == 0 {
+			keys++
 		}
-		return nil, max(room, 0)
+		if q.byKey[key] >= fairShare(most, keys) {
+			return nil, q.room(key, now)
+		}
 	}
-	p := &place{q: q}
+	if full {
+		return nil, q.room("", now)
+	}
+	p := &place{q: q, key: key}
 	q.held[p] = struct{}{}
+	q.byKey[key]++
 	q.m.Queued(q.name, int64(len(q.held)))
 	return p, 0
+}
+
+// fairShare is the most places one key may hold in a queue of most
+// places that keys keys (the asking one counted) hold places in: an
+// equal share with room kept for one more key, at least one place.
+func fairShare(most, keys int) int {
+	return max(1, most/(keys+1))
+}
+
+// room is how long until the first place of key (any key: "") frees, 0
+// when a place's turn is not known yet (it leaves soon).
+func (q *ruleQueue) room(key string, now time.Time) time.Duration {
+	room := time.Duration(-1)
+	for p := range q.held {
+		if key != "" && p.key != key {
+			continue
+		}
+		if w := p.at.Sub(now); room < 0 || w < room {
+			room = w
+		}
+	}
+	return max(room, 0)
 }
 
 // leave gives p up.
 func (q *ruleQueue) leave(p *place) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if _, ok := q.held[p]; !ok {
+		return
+	}
 	delete(q.held, p)
+	if q.byKey[p.key]--; q.byKey[p.key] <= 0 {
+		delete(q.byKey, p.key)
+	}
 	q.m.Queued(q.name, int64(len(q.held)))
 }
 
@@ -105,7 +151,9 @@ func (g *Gate) enqueue(ms []policy.Match) *queued {
 			q = &queued{g: g}
 		}
 		name := ms[i].Request.Limit.Name()
-		p, room := g.queue(name).enter(most, g.lim.Now())
+		// A rule without limit_keys has one key: nothing to share fairly.
+		fair := ms[i].Rule != nil && len(ms[i].Rule.LimitKeys) > 0
+		p, room := g.queue(name).enter(most, ms[i].Request.Key, fair, g.lim.Now())
 		if p == nil {
 			ms[i].QueueFull(room)
 		}

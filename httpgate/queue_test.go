@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -223,6 +224,195 @@ func TestQueuePlaceFreedWhenClientLeaves(t *testing.T) {
 			if r == nil || r.Header.Get("X-Sluice-Reason") != "queue_full" || time.Now().After(deadline) {
 				t.Fatalf("after the client left: %+v", r)
 			}
+		}
+	}
+}
+
+// reservePolicy is attack 3's rule: every request of a host reserves its
+// turn, and the file sets no max_reserved.
+const reservePolicy = `rules:
+  - name: per-host
+    limit_keys: ["host"]
+    algorithm_config: {rps: 10, burst: 10, reserve: true}
+`
+
+// A client that opens a request through the proxy to a reserving rule
+// and leaves before its turn, again and again, must not run its bucket
+// into debt for every other client of it: each abandoned turn is given
+// back, so each next one is the same 100ms away (on b1b6bb6 the turns
+// grew 100ms, 200ms, ... without bound), the abandoned requests never
+// reach the upstream, and a client that comes after finds its bucket as
+// the attacker found it.
+func TestAttackReserveAbandonedTurnsRefunded(t *testing.T) {
+	up := newUpstream(t)
+	entered := make(chan time.Duration, 1)
+	e := newEnvOpts(t, mustPolicy(t, reservePolicy), nil, func(_ *env, o *httpgate.Options) {
+		// The turn never comes on the manual clock: the client leaves.
+		o.Delay = func(ctx context.Context, d time.Duration) error {
+			entered <- d
+			<-ctx.Done()
+			return ctx.Err()
+		}
+	})
+	upURL, _ := url.Parse(up.URL)
+	proxied := e.gate.Proxy(upURL, httpgate.ProxyOptions{})
+	done := make(chan struct{}, 1)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxied.ServeHTTP(w, r)
+		done <- struct{}{} // the refund, if any, is made
+	}))
+	t.Cleanup(proxy.Close)
+	send := func(ctx context.Context) chan *http.Response {
+		out := make(chan *http.Response, 1)
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, "GET", proxy.URL+"/", nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				out <- nil
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			out <- resp
+		}()
+		return out
+	}
+	for i := range 10 { // the burst: no turn to wait for
+		if r := <-send(context.Background()); r == nil || r.StatusCode != 200 {
+			t.Fatalf("request %d of the burst: %+v", i, r)
+		}
+		<-done
+	}
+	for i := range 30 {
+		ctx, cancel := context.WithCancel(context.Background())
+		c := send(ctx)
+		select {
+		case d := <-entered:
+			if d != 100*time.Millisecond {
+				cancel()
+				t.Fatalf("abandoned request %d waits %v, want 100ms: the turns of the clients before it were kept", i, d)
+			}
+		case r := <-c:
+			cancel()
+			t.Fatalf("abandoned request %d answered %+v before its turn", i, r)
+		}
+		cancel()
+		<-c
+		<-done
+	}
+	if n := up.hits.Load(); n != 10 {
+		t.Fatalf("upstream saw %d requests, want the burst's 10", n)
+	}
+	// 100ms on, one token has come: the next client is served at once.
+	e.clk.Advance(100 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := send(ctx)
+	select {
+	case d := <-entered:
+		cancel()
+		t.Fatalf("a client after the attack waits %v for the turns of requests nobody waits for", d)
+	case r := <-c:
+		if r == nil || r.StatusCode != 200 {
+			t.Fatalf("a client after the attack: %+v", r)
+		}
+	}
+}
+
+// The decision API cannot know whether its caller waits for a turn it
+// answers, so there the debt is what bounds the attack: a served rule
+// that reserves without max_reserved owes at most its capacity (on
+// b1b6bb6 every reservation was admitted, 50 of them leaving the bucket
+// at -40 and a turn 4s away, growing with each call).
+func TestAttackReserveDebtBoundedOnDecisionAPI(t *testing.T) {
+	e := newEnv(t, reservePolicy)
+	admitted := 0
+	for i := range 50 {
+		resp, body := e.post("/v1/take", `{"rule":"per-host","key":"victim.example","reserve":true}`)
+		if resp.StatusCode != 200 && resp.StatusCode != 429 {
+			t.Fatalf("take %d: %d %v", i, resp.StatusCode, body)
+		}
+		if body["allowed"] == true {
+			admitted++
+		}
+		if tok, _ := body["tokens"].(float64); tok < -10 {
+			t.Fatalf("take %d: the bucket owes %v tokens, beyond its capacity (10)", i, -tok)
+		}
+		if ms, _ := body["retry_after_ms"].(float64); ms > 2000 {
+			t.Fatalf("take %d: retry_after_ms %v: a lockout beyond what capacity and debt (20 tokens at 10/s) take to refill", i, ms)
+		}
+	}
+	if admitted != 20 {
+		t.Fatalf("admitted %d, want 20: the burst of 10 and 10 turns of debt", admitted)
+	}
+}
+
+// A client keeping max_queued of its own requests waiting (each one its
+// own bucket allows) must not fill the queue its limit's other keys share:
+// it holds at most half of it (its share, with room for one more key),
+// and another client's 4 back-to-back requests are all admitted (on
+// b1b6bb6 the first client held all 20 places and the other got 1 of 4,
+// three refused queue_full).
+func TestAttackQueueHogLeavesOtherKeysPlaces(t *testing.T) {
+	h := newHolding(t, `rules:
+  - name: shaped
+    limit_keys: ["header:x-client"]
+    algorithm: leaky_bucket
+    algorithm_config:
+      rps: 10
+      max_delay: 10s
+      max_queued: 20
+`)
+	var held []chan *http.Response
+	// send sends one request of client and reports whether it is held
+	// for its turn; one answered at once must be admitted or queue_full.
+	send := func(client string) (bool, *http.Response) {
+		out := make(chan *http.Response, 1)
+		go func() {
+			req, _ := http.NewRequest("GET", h.srv.URL+"/", nil)
+			req.Header.Set("X-Client", client)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				out <- nil
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			out <- resp
+		}()
+		select {
+		case <-h.entered:
+			held = append(held, out)
+			return true, nil
+		case r := <-out:
+			if r == nil || (r.StatusCode != 200 && r.Header.Get("X-Sluice-Reason") != "queue_full") {
+				t.Fatalf("%s: %+v", client, r)
+			}
+			return false, r
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer, and not held")
+			return false, nil
+		}
+	}
+	hogHeld := 0
+	for range 21 { // the bucket's one request, then 20 to wait
+		if ok, _ := send("hog"); ok {
+			hogHeld++
+		}
+	}
+	for i := range 4 {
+		ok, r := send("victim")
+		if !ok && r.StatusCode != 200 {
+			t.Fatalf("the other client's request %d: %d %s", i, r.StatusCode, r.Header.Get("X-Sluice-Reason"))
+		}
+	}
+	if hogHeld > 10 {
+		t.Errorf("one client holds %d of the queue's 20 places", hogHeld)
+	}
+	close(h.release)
+	for _, c := range held {
+		if r := <-c; r == nil || r.StatusCode != 200 {
+			t.Fatalf("a held request: %+v", r)
 		}
 	}
 }

@@ -150,7 +150,9 @@ func (l *loader) queueBound(o *obj, v *variant) bool {
 		l.errf(n, join(o.path, "max_queue_delay"), "%v is less than a micro-token of the rate: no turn could be given", v.queueDelay)
 		return false
 	}
-	if own := sluice.FromMicroTokens(v.limit.Params().MaxReserved); debt >= own {
+	// Without max_reserved, the limit's bound is this very debt
+	// (DefaultMaxReserved), which max_queue_delay then names.
+	if own := sluice.FromMicroTokens(v.limit.Params().MaxReserved); o.has("max_reserved") && debt >= own {
 		l.warnf(n, join(o.path, "max_queue_delay"), "max_reserved (%v tokens) is reached before max_queue_delay (%v at %v tokens/s): max_reserved binds", own, v.queueDelay, v.limit.TokensPerSecond())
 		return true
 	}

@@ -389,6 +389,9 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 		l.errf(o.n, path, "%s", msg)
 		return nil
 	}
+	if lim = l.boundDebt(o, spec, lim, v); lim == nil {
+		return nil
+	}
 	v.limit = lim
 	if !l.queueBound(o, v) || !l.usableCosts(o, v, costN) || !l.adaptiveConfig(o, v, rf) {
 		return nil
@@ -519,15 +522,12 @@ func (r rateFields) apply(spec *sluice.Spec) {
 
 // algOptions reads reserve, max_reserved, max_delay, start and shards.
 func (l *loader) algOptions(o *obj, spec *sluice.Spec, v *variant) {
-	b, rn, ok := o.boolean("reserve")
-	if ok {
+	if b, _, ok := o.boolean("reserve"); ok {
 		v.reserve = b
 	}
+	// Without max_reserved, boundDebt gives the limit a finite one.
 	if mr, _, ok := o.positive("max_reserved"); ok {
 		spec.MaxReserved = mr
-	}
-	if v.reserve && !o.has("max_reserved") && !o.has("max_queue_delay") {
-		l.warnf(rn, join(o.path, "reserve"), "reserves without bound (no max_reserved): a request is admitted however far ahead its turn is, a declared cost may go that far into debt at once, and a client that gives up while held leaves its debt for later requests of its key to wait out; set max_reserved to bound how far ahead turns may be")
 	}
 	if d, dn, ok := o.duration("max_delay"); ok {
 		if d <= 0 {

@@ -14,7 +14,8 @@ import (
 
 // Reservations in a config file: fixed windows take reserve and
 // max_reserved, capacity 0 makes every request of the rule reserve, and a
-// rule that reserves without max_reserved loads with a warning.
+// rule that reserves without max_reserved owes at most its capacity (the
+// default max_reserved of a served rule), which check's notes tell.
 func TestReservationConfig(t *testing.T) {
 	p := mustParse(t, `rules:
   - name: fw
@@ -33,13 +34,21 @@ func TestReservationConfig(t *testing.T) {
 	if sp := p.Rule("spaced").Limit; sp.Capacity() != 0 || !sp.Params().Reserve {
 		t.Errorf("capacity 0: %+v", sp.Params())
 	}
-	open := p.Rule("open").Limit
-	if got, want := open.Params().MaxReserved, sluice.MaxDebt(open.Params()); got != want || want < 1e8*sluice.TokenScale {
-		t.Errorf("max_reserved unset: %d micro-tokens, want the whole range (%d)", got, want)
+	for _, name := range []string{"open", "plain"} {
+		if got := p.Rule(name).Limit.Params().MaxReserved; got != 10*sluice.TokenScale {
+			t.Errorf("%s: max_reserved unset: %d micro-tokens, want the capacity (10 tokens)", name, got)
+		}
 	}
-	want := []string{"test.yaml:8: rules[2].algorithm_config.reserve: reserves without bound (no max_reserved): a request is admitted however far ahead its turn is, a declared cost may go that far into debt at once, and a client that gives up while held leaves its debt for later requests of its key to wait out; set max_reserved to bound how far ahead turns may be"}
-	if !slices.Equal(p.Warnings, want) {
-		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(p.Warnings, "\n"), strings.Join(want, "\n"))
+	if len(p.Warnings) != 0 {
+		t.Errorf("warnings:\n%s", strings.Join(p.Warnings, "\n"))
+	}
+	want := []string{
+		"test.yaml:4: rules[0].algorithm_config.reserve: a reservation owes at most 5 tokens (max_reserved): a turn is at most 30s ahead, and a client that leaves before its turn cannot lock its bucket's other clients out for longer",
+		"test.yaml:6: rules[1].algorithm_config.reserve: a reservation owes at most 10 tokens (max_reserved): a turn is at most 1m0s ahead, and a client that leaves before its turn cannot lock its bucket's other clients out for longer",
+		"test.yaml:8: rules[2].algorithm_config.reserve: a reservation owes at most 10 tokens (the default max_reserved: the capacity): a turn is at most 1m0s ahead, and a client that leaves before its turn cannot lock its bucket's other clients out for longer",
+	}
+	if !slices.Equal(p.Notes, want) {
+		t.Errorf("notes:\n%s\nwant:\n%s", strings.Join(p.Notes, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -137,9 +137,10 @@ func TestCheckForwardAuth(t *testing.T) {
 	}
 }
 
-// A rule that reserves without max_reserved is valid, and check says that
-// it reserves without bound.
-func TestCheckReservesWithoutBound(t *testing.T) {
+// A rule that reserves without max_reserved is valid and owes at most
+// its capacity (the default max_reserved of a served rule); check tells
+// every reserving rule's bound.
+func TestCheckReservationBound(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "open.yaml")
 	cfg := `rules:
   - name: bounded
@@ -155,11 +156,14 @@ func TestCheckReservesWithoutBound(t *testing.T) {
 	if code := run([]string{"check", file}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d; stderr %q", code, errb.String())
 	}
-	if want := "warning: " + file + ":6: rules[1].algorithm_config.reserve: reserves without bound (no max_reserved)"; !strings.HasPrefix(errb.String(), want) || strings.Count(errb.String(), "\n") != 1 {
-		t.Fatalf("stderr %q, want one line starting %q", errb.String(), want)
+	if errb.Len() != 0 {
+		t.Fatalf("stderr %q", errb.String())
 	}
-	if out.String() != file+": ok (2 rules)\n" {
-		t.Fatalf("stdout %q", out.String())
+	want := file + ": ok (2 rules)\n" +
+		"note: " + file + ":3: rules[0].algorithm_config.reserve: a reservation owes at most 40 tokens (max_reserved): a turn is at most 4s ahead, and a client that leaves before its turn cannot lock its bucket's other clients out for longer\n" +
+		"note: " + file + ":6: rules[1].algorithm_config.reserve: a reservation owes at most 10 tokens (the default max_reserved: the capacity): a turn is at most 1m0s ahead, and a client that leaves before its turn cannot lock its bucket's other clients out for longer\n"
+	if out.String() != want {
+		t.Fatalf("stdout:\n%s\nwant:\n%s", out.String(), want)
 	}
 }
 

@@ -189,18 +189,19 @@ func TestSimulateLeakyBucket(t *testing.T) {
 	}
 }
 
-// A rule that reserves without max_reserved admits every request and
-// tells each its turn.
+// A served rule that reserves without max_reserved owes at most its
+// capacity: each admitted request is told its turn, until the debt would
+// pass the capacity.
 //
 // A bucket of 2 refilled at 1/s; request k comes at k/4 s, when 0.25k has
-// arrived, and leaves 2 + 0.25k - (k+1) = 1 - 0.75k, its turn that many
-// seconds of debt later: k = 3 leaves -1.25 (turn in 1.25s), k = 7 leaves
-// -4.25 (4.25s). All 8 are admitted.
-func TestSimulateReservationWithoutBound(t *testing.T) {
+// arrived, and would leave 2 + 0.25k - (k+1) = 1 - 0.75k: k = 3 leaves
+// -1.25 (turn in 1.25s), k = 4 leaves -2 (2s), k = 5..7 would leave
+// -2.75, -2.5, -2.25, beyond the bound of 2, and are refused.
+func TestSimulateReservationDefaultBound(t *testing.T) {
 	cfg := writeConfig(t, "rules:\n  - name: open\n    algorithm_config: {rps: 1, burst: 2, reserve: true}\n")
 	rows, out := simulateRows(t, "--config", cfg, "--pattern", "4/s for 2s")
-	wantRows(t, rows, out, "0s 4 4 0 -2 1.25s", "1s 4 4 0 -5 4.25s")
-	if !strings.Contains(out, "requests reserve, without bound") || !strings.Contains(out, "8 admitted (100.0%), 0 rejected; the longest queued 4.25s") {
+	wantRows(t, rows, out, "0s 4 4 0 -2 1.25s", "1s 4 1 3 -2 2s")
+	if !strings.Contains(out, "requests reserve, up to 2 tokens in debt") || !strings.Contains(out, "5 admitted (62.5%), 3 rejected; the longest queued 2s") {
 		t.Fatalf("summary:\n%s", out)
 	}
 }

@@ -19,6 +19,9 @@ type mapStore struct {
 	mu    sync.Mutex
 	clock sluice.Clock
 	m     map[string]*sluice.State
+	// dens are the rate denominators the buckets of m were written under,
+	// for the conversion a reloaded limit's state needs.
+	dens map[string]int64
 }
 
 func (s *mapStore) Take(_ context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
@@ -49,6 +52,9 @@ func (s *mapStore) TakeAll(_ context.Context, op sluice.Op, rs []sluice.Request)
 				*st = *old
 				st.Log = append([]sluice.LogEntry(nil), old.Log...)
 				present = true
+				if p := r.Limit.Params(); p.RateDen > 0 {
+					st.Tokens = sluice.ConvertBucket(p, st.Tokens, s.dens[k])
+				}
 			}
 		}
 		var written bool
@@ -72,6 +78,9 @@ func (s *mapStore) TakeAll(_ context.Context, op sluice.Op, rs []sluice.Request)
 	if all && op != sluice.OpPeek {
 		for k, st := range scratch {
 			s.m[k] = st
+		}
+		for _, r := range rs {
+			s.dens[sluice.StorageKey(r.Limit, r.Key)] = r.Limit.Params().RateDen
 		}
 	}
 	return ds, nil
@@ -103,7 +112,7 @@ func (s *mapStore) Lease(_ context.Context, op sluice.Op, r sluice.Request, id s
 }
 
 func newMapStore(t *testing.T, clock sluice.Clock) sluice.Store {
-	return &mapStore{clock: clock, m: map[string]*sluice.State{}}
+	return &mapStore{clock: clock, m: map[string]*sluice.State{}, dens: map[string]int64{}}
 }
 
 func TestVectorsPureArithmetic(t *testing.T) { conformance.Run(t, newMapStore) }

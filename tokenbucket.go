@@ -122,3 +122,28 @@ func RefundTokenBucket(p *Params, st BucketState, present bool, now, amount int6
 	bucketOutcome(p, tokens, stamp-now, &o)
 	return BucketState{Tokens: tokens, Stamp: stamp}, o, present
 }
+
+// ConvertBucket carries a token (or leaky) bucket's scaled tokens, written
+// under a limit of rate denominator fromDen, over to the limit of
+// parameters p: what a store does when a limit keeps its name but changes
+// its rate, period or capacity (a reload), so that no key's bucket is
+// reset by it. The tokens are carried as an absolute amount, not as a
+// share of the old capacity: floored to a whole micro-token (never in the
+// key's favour), capped at p's capacity (a key at 25 of 30 holds 20 of a
+// new 20; a raised capacity refills nothing), and a debt is kept up to
+// MaxDebt(p), the most any store counts exactly under p. A drained key
+// stays drained. The refill stamp is unchanged: the new rate applies from
+// it on. With fromDen equal to p's, tokens are returned as they are but
+// for the cap; fromDen <= 0 (state of no known rate) is a full bucket.
+func ConvertBucket(p *Params, tokens, fromDen int64) int64 {
+	full := p.Capacity * p.RateDen
+	if fromDen <= 0 {
+		return full
+	}
+	if fromDen == p.RateDen {
+		return min(tokens, full)
+	}
+	micro := min(floorDiv(tokens, fromDen), p.Capacity)
+	micro = max(micro, -MaxDebt(p))
+	return micro * p.RateDen
+}

@@ -73,6 +73,10 @@ type Step struct {
 	// release, renew, peek): a label that Run maps to a random
 	// sluice.LeaseID.
 	Lease string `json:"lease,omitempty"`
+	// Limit, when set, replaces the case's limit from this step on, under
+	// the same name: a reload that changed the limit's parameters, which
+	// the key's existing state must survive, converted.
+	Limit *LimitSpec `json:"limit,omitempty"`
 }
 
 // Want is the exact expected outcome.
@@ -140,6 +144,11 @@ func Run(t *testing.T, newStore NewStore) {
 			ids := map[string]sluice.LeaseID{}
 			for i, s := range c.Steps {
 				clock.Set(time.UnixMicro(s.TUs))
+				if s.Limit != nil {
+					if lim, err = (Case{Name: c.Name, Limit: *s.Limit}).Compile(); err != nil {
+						t.Fatalf("step %d: limit: %v", i, err)
+					}
+				}
 				if s.Op == "reset" {
 					if err := store.Reset(ctx, lim, c.Key); err != nil {
 						t.Fatalf("step %d: reset: %v", i, err)

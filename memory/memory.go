@@ -214,8 +214,9 @@ func (s *Store) Evictions() (full, partial uint64) {
 }
 
 // load reads the state at table index i into st, reporting whether it is
-// state of p's shape (a limit that changed algorithm or rate denominator
-// under the same name starts afresh).
+// state of p's algorithm (a limit that changed algorithm under the same
+// name starts afresh; one that changed its rate keeps its state, converted:
+// see loadEntry).
 func (sh *shard) load(i int, p *sluice.Params, st *sluice.State) bool {
 	if !loadEntry(sh.t.entries, i, p, st) {
 		return false
@@ -232,16 +233,25 @@ func (sh *shard) load(i int, p *sluice.Params, st *sluice.State) bool {
 }
 
 // loadEntry reads the bucket state of entries[i] (i < 0: absent), with
-// atomic loads so that it may run without the lock.
+// atomic loads so that it may run without the lock. State written under
+// another rate denominator by a limit of the same name and algorithm (a
+// reload that changed the rate, period or capacity) is converted to p's
+// (sluice.ConvertBucket): a drained key stays drained. The next write
+// stores it in p's shape.
 func loadEntry(entries []entry, i int, p *sluice.Params, st *sluice.State) bool {
 	if i < 0 {
 		return false
 	}
 	e := &entries[i]
-	if atomic.LoadUint64(&e.shape) != shapeOf(p) {
+	shape, want := atomic.LoadUint64(&e.shape), shapeOf(p)
+	st.Tokens, st.Stamp = atomic.LoadInt64(&e.tokens), atomic.LoadInt64(&e.stamp)
+	if shape == want {
+		return true
+	}
+	if shape&0xff != want&0xff { // another algorithm: state of another kind
 		return false
 	}
-	st.Tokens, st.Stamp = atomic.LoadInt64(&e.tokens), atomic.LoadInt64(&e.stamp)
+	st.Tokens = sluice.ConvertBucket(p, st.Tokens, int64(shape>>8))
 	return true
 }
 

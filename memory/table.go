@@ -24,7 +24,7 @@ type entry struct {
 	check  uint64
 	tokens int64  // sluice.State.Tokens
 	stamp  int64  // sluice.State.Stamp
-	shape  uint64 // the limit's RateDen<<8 | Algorithm: state of another shape means nothing
+	shape  uint64 // the limit's RateDen<<8 | Algorithm: the units tokens are in
 	fullAt int64  // when the state becomes equivalent to absent (µs)
 	_      [2]uint64
 }

@@ -122,6 +122,23 @@ const stepArgs = `$5::bigint, %s, $6::bigint, $3::bigint, $7::bigint, $8::bigint
 // same parameter numbering ($5 is the amount to give back).
 const refundArgs = `$5::bigint, $6::bigint, $3::bigint, $7::bigint, $8::bigint, $9::bigint, $10::bigint`
 
+// convertSQL is row t's tokens in the units of the request's limit:
+// sluice.ConvertBucket for a token bucket written under another rate
+// denominator than $3 (a limit reloaded with another rate, period or
+// capacity keeps its buckets), t.a as it is otherwise. Whole micro-tokens,
+// floored, at most the capacity $7, and a debt of at most sluice.MaxDebt
+// (the range below 2^52, or 2^62 for a capacity beyond it).
+const convertSQL = `CASE WHEN t.den = $3::bigint OR t.den <= 0 OR $3::bigint <= 0 THEN t.a
+    ELSE greatest(least(floor(t.a::numeric / t.den)::bigint, $7::bigint),
+        -greatest(0, (CASE WHEN $7::bigint > 4503599627370495 / $3::bigint THEN 4611686018427387903 ELSE 4503599627370495 END) / $3::bigint - $7::bigint))
+        * $3::bigint END`
+
+// convertedSQL is whether row t was converted from another rate
+// denominator: a take then writes it, admitted or not, converted but not
+// refilled (the state it was, in the new units), so that its full_at,
+// when housekeeping may delete it as a full bucket, is the new limit's.
+const convertedSQL = `(t.alg = EXCLUDED.alg AND t.den <> EXCLUDED.den)`
+
 var (
 	takeSQL = `INSERT INTO sluice_buckets AS t
     (key, alg, den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset)
@@ -133,30 +150,31 @@ ON CONFLICT (key) DO UPDATE SET
     (alg, den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset) = (
     SELECT
         CASE WHEN s.write THEN EXCLUDED.alg ELSE t.alg END,
-        CASE WHEN s.write THEN EXCLUDED.den ELSE t.den END,
-        CASE WHEN s.write THEN s.a ELSE t.a END,
+        CASE WHEN s.write OR ` + convertedSQL + ` THEN EXCLUDED.den ELSE t.den END,
+        CASE WHEN s.write THEN s.a WHEN ` + convertedSQL + ` THEN ` + convertSQL + ` ELSE t.a END,
         CASE WHEN s.write THEN s.b ELSE t.b END,
         CASE WHEN s.write THEN s.log_at ELSE t.log_at END,
         CASE WHEN s.write THEN s.log_cost ELSE t.log_cost END,
-        CASE WHEN s.write THEN EXCLUDED.at + s.reset ELSE t.full_at END,
+        CASE WHEN s.write OR ` + convertedSQL + ` THEN EXCLUDED.at + s.reset ELSE t.full_at END,
         EXCLUDED.at, s.allowed, s.tokens, s.retry, s.reset
-    FROM sluice_step(t.alg = EXCLUDED.alg AND t.den = EXCLUDED.den, EXCLUDED.alg,
-        t.a, t.b, t.log_at, t.log_cost, EXCLUDED.at, ` + fmt.Sprintf(stepArgs, "true") + `) s)
+    FROM sluice_step(t.alg = EXCLUDED.alg, EXCLUDED.alg,
+        ` + convertSQL + `, t.b, t.log_at, t.log_cost, EXCLUDED.at, ` + fmt.Sprintf(stepArgs, "true") + `) s)
 RETURNING o_allowed, o_tokens, o_retry, o_reset`
 
 	// refundSQL gives tokens back to an existing row (sluice_refund) and
 	// inserts none: an absent key is full already, and so is a row written
-	// under another shape, which is left as it is. Under READ COMMITTED the
+	// under another algorithm, which is left as it is; a row of another
+	// rate denominator is converted (convertSQL). Under READ COMMITTED the
 	// update waits for a concurrent take's lock and then refunds the newest
 	// row version. When it updates nothing, the second branch answers for
 	// the absent key. The clock is read once, in the CTE c.
 	refundSQL = `WITH c AS MATERIALIZED (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now),
 u AS (
     UPDATE sluice_buckets AS t SET
-        (a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset) = (
-        SELECT s.a, s.b, s.log_at, s.log_cost, c.now + s.reset, c.now, s.allowed, s.tokens, s.retry, s.reset
-        FROM c CROSS JOIN LATERAL sluice_refund(true, t.alg, t.a, t.b, t.log_at, t.log_cost, c.now, ` + refundArgs + `) s)
-    WHERE t.key = $1::bytea AND t.alg = $2::smallint AND t.den = $3::bigint
+        (den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset) = (
+        SELECT $3::bigint, s.a, s.b, s.log_at, s.log_cost, c.now + s.reset, c.now, s.allowed, s.tokens, s.retry, s.reset
+        FROM c CROSS JOIN LATERAL sluice_refund(true, t.alg, ` + convertSQL + `, t.b, t.log_at, t.log_cost, c.now, ` + refundArgs + `) s)
+    WHERE t.key = $1::bytea AND t.alg = $2::smallint
     RETURNING t.o_allowed, t.o_tokens, t.o_retry, t.o_reset)
 SELECT o_allowed, o_tokens, o_retry, o_reset FROM u
 UNION ALL
@@ -167,8 +185,8 @@ WHERE NOT EXISTS (SELECT FROM u)`
 	peekSQL = `SELECT s.allowed, s.tokens, s.retry, s.reset
 FROM (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now) c
 LEFT JOIN sluice_buckets t ON t.key = $1::bytea
-CROSS JOIN LATERAL sluice_step(coalesce(t.alg = $2::smallint AND t.den = $3::bigint, false), $2::smallint,
-    t.a, t.b, t.log_at, t.log_cost, c.now, ` + fmt.Sprintf(stepArgs, "false") + `) s`
+CROSS JOIN LATERAL sluice_step(coalesce(t.alg = $2::smallint, false), $2::smallint,
+    ` + convertSQL + `, t.b, t.log_at, t.log_cost, c.now, ` + fmt.Sprintf(stepArgs, "false") + `) s`
 )
 
 // New returns a Store over pool, which the caller keeps and closes after

@@ -1,9 +1,13 @@
 package postgres_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/postgres"
 )
 
 func TestConformance(t *testing.T) { conformance.Run(t, newStore) }
@@ -12,4 +16,34 @@ func TestConformance(t *testing.T) { conformance.Run(t, newStore) }
 // More would wait for a connection in this process, not for the row.
 func TestInvariants(t *testing.T) {
 	conformance.RunInvariants(t, newStore, conformance.InvariantOptions{Rounds: 40, Goroutines: []int{1, 8, 24}})
+}
+
+// A limit reloaded with a slower rate keeps a drained key drained: the
+// row is converted to the new rate (not read as a full bucket), and its
+// full_at, which the old limit set to its own time to full, becomes the
+// new one's at the first decision that reads it, even a rejection:
+// housekeeping deletes a row once full_at has passed, and a deleted row is
+// a full bucket.
+func TestAttackReloadSlowerRateKeepsDrainedKey(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(11_000_000_000_000))
+	s := newStoreOpts(t, postgres.Options{Clock: clock})
+	ctx := context.Background()
+	old := sluice.MustLimit(sluice.Spec{Name: "reload-per-user", Rate: 30, Period: time.Minute})
+	slower := sluice.MustLimit(sluice.Spec{Name: old.Name(), Rate: 10, Period: time.Minute, Capacity: 30})
+	if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: old, Key: "u", Cost: 30}); err != nil || !d.Allowed {
+		t.Fatalf("drain: %v %+v", err, d)
+	}
+	clock.Advance(time.Second)
+	if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: slower, Key: "u"}); err != nil || d.Allowed {
+		t.Fatalf("after the reload the drained key got %+v (%v), want a rejection", d, err)
+	}
+	// 61 s after the drain: full under the old limit, a sixth under the new.
+	clock.Advance(time.Minute)
+	if n, err := s.Housekeep(ctx); err != nil || n != 0 {
+		t.Fatalf("housekeeping deleted %d rows (%v) at the old limit's time to full", n, err)
+	}
+	d, err := s.Take(ctx, sluice.OpPeek, sluice.Request{Limit: slower, Key: "u"})
+	if err != nil || d.Tokens > 61.0/6 {
+		t.Fatalf("61 s after the drain at 10/min: %+v (%v), want at most 10.17 tokens", d, err)
+	}
 }

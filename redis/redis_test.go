@@ -152,6 +152,37 @@ func TestTTLIsTimeToFull(t *testing.T) {
 	}
 }
 
+// A limit reloaded with a slower rate keeps a drained key drained: the
+// state is converted to the new rate (not read as a full bucket), and the
+// key's TTL, which the old limit set to its own time to full, is
+// lengthened to the new one by the first decision that reads it, even a
+// rejection: an expired key would be a full bucket.
+func TestAttackReloadSlowerRateKeepsDrainedKey(t *testing.T) {
+	s := open(t, standaloneURL(t), redis.Options{NoOverLimitCache: true})
+	ctx := context.Background()
+	old := uniqueLimit(t, sluice.Spec{Name: "per-user", Rate: 30, Period: time.Minute})
+	slower := sluice.MustLimit(sluice.Spec{Name: old.Name(), Rate: 10, Period: time.Minute, Capacity: 30})
+	start := time.Now()
+	if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: old, Key: "u", Cost: 30}); err != nil || !d.Allowed {
+		t.Fatalf("drain: %v %+v", err, d)
+	}
+	d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: slower, Key: "u"})
+	if err != nil || d.Allowed || d.Tokens >= 1 {
+		t.Fatalf("after the reload the drained key got %+v (%v), want a rejection", d, err)
+	}
+	c := s.Client()
+	pttl, err := c.Do(ctx, c.B().Pttl().Key(sluice.StorageKey(slower, "u")).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 30 tokens at 10 a minute: full in 180 s from the drain, less what
+	// passed since (at most what passed here); the old limit's TTL was
+	// at most 60 s.
+	if passed := time.Since(start).Milliseconds(); pttl > 180_000 || pttl < 180_000-passed-1 {
+		t.Fatalf("PTTL %dms after the reload, want the new limit's time to full (about 180000ms)", pttl)
+	}
+}
+
 // A value sluice did not write at a bucket's key (another type, a string
 // of another shape) reads as a full bucket instead of failing the script,
 // which would fail every take batched with it.

@@ -250,6 +250,41 @@ func TestServeHotReload(t *testing.T) {
 	waitReloads(t, l.API, 3, 1)
 }
 
+// Tightening a rule during an incident must not reset the clients it is
+// meant to slow: a key drained under per-user 30/h, reloaded as 20/h
+// (another rate, so state in other units), stays drained, and so it does
+// when the rule is changed back.
+func TestAttackReloadTighterRateKeepsDrainedKey(t *testing.T) {
+	old := reloadPoll
+	reloadPoll = 10 * time.Millisecond
+	t.Cleanup(func() { reloadPoll = old })
+	const v1 = `
+rules:
+  - name: per-user
+    algorithm: token_bucket
+    algorithm_config: {rate: 30, period: 1h}
+`
+	cfg := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(cfg, []byte(v1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := startServe(t, "--config", cfg)
+	if m := take(t, l.API, `{"rule":"per-user","key":"u","cost":30}`); m["allowed"] != true {
+		t.Fatalf("drain: %v", m)
+	}
+	// A token comes every 3 minutes at 20/h: longer than any wait below.
+	replaceFile(t, cfg, strings.Replace(v1, "rate: 30", "rate: 20", 1))
+	waitReloads(t, l.API, 1, 0)
+	if m := take(t, l.API, `{"rule":"per-user","key":"u"}`); m["allowed"] != false || m["limit"] != 20.0 || m["remaining"] != 0.0 {
+		t.Fatalf("the drained key after tightening the rule: %v, want rejected with 0 of 20", m)
+	}
+	replaceFile(t, cfg, v1)
+	waitReloads(t, l.API, 2, 0)
+	if m := take(t, l.API, `{"rule":"per-user","key":"u"}`); m["allowed"] != false || m["limit"] != 30.0 {
+		t.Fatalf("the drained key after changing the rule back: %v, want rejected", m)
+	}
+}
+
 func TestServeRefusesInvalidConfig(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(cfg, []byte("rules:\n  - name: x\n    algorithm: token_bucket\n    algorithm_config: {rps: 10, burst: 1e12}\n"), 0o644)

@@ -252,13 +252,42 @@ def engine(limit, key):
     return SlidingLog(period, cap_u)
 
 
+def reload(old, limit, key):
+    """The engine of limit (a reload of the same name), carrying old's
+    state: tokens as an absolute amount, capped at the new capacity. A
+    bucket whose rate denominator changes keeps whole micro-tokens (the
+    floor: stores keep tokens in units of 1/(1e6*den)) and a debt of at
+    most the new debt bound; a fixed window keeps its window and what is
+    left in it; logs and leases are kept as they are."""
+    eng = engine(limit, key)
+    if type(eng) is not type(old) or getattr(old, "state", True) is None:
+        return eng
+    if isinstance(eng, TokenBucket):
+        tokens, stamp = old.state
+        if eng.r.denominator != old.r.denominator:
+            tokens = max(F(math.floor(tokens)), F(-eng.bound))
+        eng.state = (min(tokens, F(eng.cap)), stamp)
+    elif isinstance(eng, FixedWindow):
+        tokens, start = old.state
+        eng.state = (min(tokens, eng.cap), start)
+    elif isinstance(eng, SlidingLog):
+        eng.log = list(old.log)
+    else:
+        eng.ends = dict(old.ends)
+    return eng
+
+
 def run(case):
     eng = engine(case["limit"], case["key"])
     steps = []
+    limit = case["limit"]
     for st in case["steps"]:
         op = st.get("op", "take")
+        if "limit" in st:
+            limit = st["limit"]
+            eng = reload(eng, limit, case["key"])
         if op == "reset":
-            eng = engine(case["limit"], case["key"])
+            eng = engine(limit, case["key"])
             steps.append(dict(st))
             continue
         if isinstance(eng, Concurrency):
@@ -270,7 +299,7 @@ def run(case):
             steps.append(s)
             continue
         cost = int(F(str(st.get("cost", 1))) * S)
-        reserve = st.get("reserve", False) or case["limit"]["algorithm"] == "leaky_bucket" or case["limit"].get("reserve", False)
+        reserve = st.get("reserve", False) or limit["algorithm"] == "leaky_bucket" or limit.get("reserve", False)
         mr = st.get("max_reserved")
         mr = None if mr is None else int(F(str(mr)) * S)
         if op != "refund":
@@ -494,6 +523,64 @@ cases.append(dict(name="fw_unbounded_reserve_range", key="k",
                   note="1 per 2^50us window, capacity 1, no max_reserved: paying a debt must end within 2^52us, so 1 token of debt at most",
                   limit=dict(algorithm="fixed_window", rate=1, period_us=2**50, capacity=1, start_us=0),
                   steps=[at(0, cost=2.000001, reserve=True, want_error="cost_exceeds_limit"), at(0, cost=2, reserve=True), at(0, op="peek", cost=0.5, reserve=True)]))
+
+# Reloads: a step with "limit" replaces the case's limit, under the same
+# name, from that step on. The key's state is carried over (see reload):
+# tokens absolute, capped at the new capacity, never refilled by a raise.
+PU30 = dict(algorithm="token_bucket", rate=30, period_us=M)
+PU20 = dict(algorithm="token_bucket", rate=20, period_us=M)
+cases.append(dict(name="tb_reload_keeps_drained", key="user-1",
+                  note="per-user 30/min drained, reloaded as 20/min (another rate denominator): still drained, refilling at the new rate; reloaded back to 30/min: the same bucket, not an older one",
+                  limit=PU30,
+                  steps=[at(0, cost=30), at(0, op="peek"), at(S, op="peek", limit=PU20), at(S),
+                         at(3 * S), at(3 * S, op="peek", limit=PU30), at(4 * S), at(5 * S, op="peek", cost=2),
+                         at(6 * S, op="peek", limit=PU20)]))
+cases.append(dict(name="tb_reload_capacity_capped_not_refilled", key="k",
+                  note="30/min at 25 of 30, burst lowered to 20: 20 of 20; raised to 40: still what it held, refilling at the rate",
+                  limit=PU30,
+                  steps=[at(0, cost=5), at(0, op="peek", limit=dict(PU30, capacity=20)), at(0, cost=20), at(0, op="peek"),
+                         at(0, op="peek", limit=dict(PU30, capacity=40)), at(2 * S, op="peek"), at(2 * S, cost=2), at(2 * S)]))
+cases.append(dict(name="tb_reload_fraction_floored", key="k",
+                  note="7 per 3 s (den 3) holding 1.1333333... tokens, reloaded as 10/s (den 1): 1.133333 tokens, the floor to a micro-token; reloaded back, the refill of 1us is 7/3 micro-tokens again",
+                  limit=dict(algorithm="token_bucket", rate=7, period_us=3 * S, capacity=2),
+                  steps=[at(0), at(100_000, cost=0.1), at(100_000, op="peek", cost=1.133334, limit=dict(algorithm="token_bucket", tokens_per_second=10, burst=2)),
+                         at(100_000, cost=1.133333), at(100_000, op="peek", cost=0.000001),
+                         at(100_001, op="peek", cost=0.000002, limit=dict(algorithm="token_bucket", rate=7, period_us=3 * S, capacity=2)),
+                         at(100_001, op="peek", cost=0.000003)]))
+cases.append(dict(name="tb_reload_debt_kept", key="k",
+                  note="2/s, burst 10, 6 tokens of reserved debt; reloaded as 1 per 3 s: the debt stays, paid at the new rate",
+                  limit=dict(algorithm="token_bucket", tokens_per_second=2, burst=10, max_reserved=10),
+                  steps=[at(0, cost=10), at(0, cost=6, reserve=True), at(0, op="peek"),
+                         at(S, op="peek", limit=dict(algorithm="token_bucket", rate=1, period_us=3 * S, capacity=10, max_reserved=10)),
+                         at(S, cost=1, reserve=True), at(30 * S, op="peek")]))
+cases.append(dict(name="tb_reload_debt_beyond_new_range", key="k",
+                  note="1e9/s (den 1) 2e9 tokens in debt, reloaded as 1 per 999999999us, capacity 1: the debt is kept up to what every store counts exactly under the new rate, 3.503599 tokens",
+                  limit=dict(algorithm="token_bucket", tokens_per_second=1e9, burst=1e9),
+                  steps=[at(0, cost=3e9, reserve=True), at(0, op="peek", limit=dict(algorithm="token_bucket", rate=1, period_us=999_999_999, capacity=1)),
+                         at(S, op="peek")]))
+cases.append(dict(name="lb_reload_queue_kept", key="k",
+                  note="leaky 10/s, 0.5 s of queue: five turns reserved; reloaded as 4 per 3 s with 6 s of queue: the next turn comes after the queued ones, at the new spacing",
+                  limit=dict(algorithm="leaky_bucket", rate=10, period_us=S, max_delay_us=500_000),
+                  steps=[at(0)] * 5 + [at(0, limit=dict(algorithm="leaky_bucket", rate=4, period_us=3 * S, max_delay_us=6 * S)), at(0), at(100_000, op="peek")]))
+FW3 = dict(algorithm="fixed_window", rate=3, period_us=M, start_us=0)
+cases.append(dict(name="fw_reload_window_kept", key="k",
+                  note="3/min used up, raised to 5/min: nothing more until the next window, which brings 5; lowered to 2 with 4 left: 2; a shorter period counts its windows from the one in use",
+                  limit=FW3,
+                  steps=[at(0, cost=3), at(10 * S, limit=dict(FW3, rate=5)), at(M), at(M, op="peek"),
+                         at(M + S, op="peek", limit=dict(FW3, rate=2)), at(M + S, cost=2), at(M + S),
+                         at(M + 25 * S, op="peek", limit=dict(FW3, rate=2, period_us=10 * S)), at(M + 35 * S, op="peek")]))
+cases.append(dict(name="sl_reload_log_kept", key="k",
+                  note="5/min with 4 in the log, lowered to 3/min: rejected until entries leave the window; raised to 10/min: 6 more",
+                  limit=dict(algorithm="sliding_log", rate=5, period_us=M),
+                  steps=[at(0), at(S), at(2 * S), at(3 * S), at(4 * S, limit=dict(algorithm="sliding_log", rate=3, period_us=M)),
+                         at(4 * S, op="peek", cost=6, limit=dict(algorithm="sliding_log", rate=10, period_us=M)), at(4 * S, cost=6)]))
+cases.append(dict(name="cc_reload_leases_kept", key="k",
+                  note="2 slots both held, lowered to 1: no new slot until both ends; raised to 3: one",
+                  limit=dict(algorithm="concurrency", max_in_flight=2, lease_us=10 * S),
+                  steps=[at(0, op="acquire", lease="a"), at(0, op="acquire", lease="b"),
+                         at(S, op="acquire", lease="c", limit=dict(algorithm="concurrency", max_in_flight=1, lease_us=10 * S)),
+                         at(S, op="release", lease="a"), at(S, op="acquire", lease="c"),
+                         at(S, op="acquire", lease="c", limit=dict(algorithm="concurrency", max_in_flight=3, lease_us=10 * S))]))
 
 # Concurrency limits: each step names its lease ("lease": a label the
 # harness maps to a random lease id); peeks without one ask for a new slot.

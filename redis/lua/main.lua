@@ -91,12 +91,22 @@ local function header(h)
   return v[1], v[2], clock(v[3])
 end
 
-local function load(key, alg, den)
+local save
+
+-- load returns key's state as of this batch. A token bucket written under
+-- another rate denominator is converted to den (tb_convert) and, when read
+-- from Redis, written back converted with the TTL of its new limit (the
+-- time until full at rate num), rejected or not: the TTL the old limit
+-- set may end before the bucket is full at the new rate, and an expired
+-- key is a full bucket.
+local function load(key, alg, den, cap, num, now)
   local v = cst[key]
   if v ~= nil then
     -- a token bucket seen under another rate denominator (a limit changed
-    -- while this batch was queued) is absent, as tb_load would say
-    if alg == 'tb' and cden[key] ~= den then return nil end
+    -- while this batch was queued) is converted, as tb_load would
+    if alg == 'tb' and v and cden[key] ~= den then
+      return {tb_convert(v[1], cden[key], den, cap), v[2]}
+    end
     return v or nil
   end
   -- A value sluice did not write (another type, another length) reads as
@@ -108,16 +118,22 @@ local function load(key, alg, den)
     raw = redis.pcall('GET', key)
     if type(raw) ~= 'string' then raw = nil end
   end
-  local st
-  if alg == 'tb' then st = tb_load(raw, den)
+  local st, converted
+  if alg == 'tb' then st, converted = tb_load(raw, den, cap)
   elseif alg == 'fw' then st = fw_load(raw)
   else st = sl_load(raw) end
   cst[key] = st or false
   cden[key] = den
+  if converted then
+    local full = cap * den
+    local ttl = 0
+    if st[1] < full then ttl = st[2] + cdiv(full - st[1], num) - now end
+    save(key, st, ttl, alg, den)
+  end
   return st
 end
 
-local function save(key, st, ttl, alg, den)
+save = function(key, st, ttl, alg, den)
   if cttl[key] == nil then order[#order + 1] = key end
   cst[key] = st or false
   cttl[key] = ttl
@@ -126,7 +142,7 @@ local function save(key, st, ttl, alg, den)
 end
 
 -- eval decides (or refunds) the request at ARGV[ai] against the state
--- prev(key, alg, den) returns, and advances ai. It returns allowed, the
+-- prev(key, alg, den, cap, num, now) returns, and advances ai. It returns allowed, the
 -- state to keep, tokens, retry_after, reset_after, aux, alg and den.
 local function eval(key, op, now, prev)
   local l = limit(ARGV[ai])
@@ -140,7 +156,7 @@ local function eval(key, op, now, prev)
   local alg, cap = l[1], l[2]
   if alg == 'tb' then
     local num, den = l[3], l[4]
-    local st = prev(key, alg, den)
+    local st = prev(key, alg, den, cap, num, now)
     if op == 'r' then
       local tail = nil
       if extra ~= '' then
@@ -198,10 +214,15 @@ while ai <= #ARGV do
     local all = true
     local pst, pttl, palg, pden = {}, {}, {}, {} -- tentative, by key
     local pkeys = {}
-    local function prev(key, alg, den)
+    local function prev(key, alg, den, cap, num, now)
       local v = pst[key]
-      if v ~= nil then return v or nil end
-      return load(key, alg, den)
+      if v ~= nil then
+        if alg == 'tb' and v and pden[key] ~= den then
+          return {tb_convert(v[1], pden[key], den, cap), v[2]}
+        end
+        return v or nil
+      end
+      return load(key, alg, den, cap, num, now)
     end
     local base = nout
     for j = 1, n do

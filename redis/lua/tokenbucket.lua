@@ -1,14 +1,30 @@
 -- Token (and leaky) bucket: sluice.TakeTokenBucket, line for line.
 -- State: tokens in units of 1/(1e6*den) token, the stamp refill is
--- counted to, and den (a state written under another rate denominator
--- means nothing and counts as absent). In the scripts a state is the table
--- {tokens, stamp}: sluice.State's Tokens and Stamp.
+-- counted to, and den. In the scripts a state is the table {tokens,
+-- stamp}: sluice.State's Tokens and Stamp.
 
-local function tb_load(raw, den)
+-- sluice.ConvertBucket: tokens written under rate denominator from, in
+-- units of den (a limit reloaded with another rate keeps its buckets):
+-- whole micro-tokens, floored, at most the capacity and at most
+-- sluice.MaxDebt in debt, which for the limits this store takes
+-- (capacity times den below 2^52, redis.fits) is floor((2^52-1)/den) -
+-- cap. Every product stays below 2^52.
+local function tb_convert(tokens, from, den, cap)
+  local micro = fdiv(tokens, from)
+  if micro > cap then micro = cap end
+  local most = fdiv(4503599627370495, den) - cap
+  if micro < -most then micro = -most end
+  return micro * den
+end
+
+-- tb_load returns the state and whether it was converted from another
+-- rate denominator.
+local function tb_load(raw, den, cap)
   if not raw or #raw ~= 24 then return nil end
   local tokens, stamp, d = sunpack('<ddd', raw)
-  if d ~= den then return nil end
-  return {tokens, stamp}
+  if d == den then return {tokens, stamp}, false end
+  if d <= 0 then return nil end
+  return {tb_convert(tokens, d, den, cap), stamp}, true
 end
 
 local function tb_dump(st, den)

@@ -36,10 +36,11 @@ rules:
       cost_source: "body:max_tokens"
       default_cost: 4000
       settle_from: "body:usage.total_tokens"
+      unsettled_cost: 2000
   - name: by-header
     limit_keys: ["header:x-api-key"]
     match: {path_prefix: /header}
-    algorithm_config: {rate: 1, period: 1h, capacity: 1000, cost_source: "header:x-estimate", default_cost: 100, settle_from: "header:x-usage-tokens"}
+    algorithm_config: {rate: 1, period: 1h, capacity: 1000, cost_source: "header:x-estimate", default_cost: 100, settle_from: "header:x-usage-tokens", unsettled_cost: 150}
   - name: by-trailer
     limit_keys: ["header:x-api-key"]
     match: {path_prefix: /trailer}
@@ -197,7 +198,8 @@ func (e *env) level(rule, key string) float64 {
 // The proxy charges max_tokens up front and settles at the usage the
 // model reports: in a JSON body, gzipped or not, and in the last event of
 // a stream that carries it, read as the stream passes. A response that
-// states no usage leaves the estimate charged.
+// states no usage is charged unsettled_cost, or the estimate when that
+// is more.
 func TestProxySettlesFromBody(t *testing.T) {
 	e := newLLMEnv(t, llmPolicy)
 	steps := []struct {
@@ -209,10 +211,11 @@ func TestProxySettlesFromBody(t *testing.T) {
 		{"json, used more", `{"max_tokens": 100}`, []string{"X-Test-Usage", "250"}, 250},
 		{"gzip json", `{"max_tokens": 1000}`, []string{"X-Test-Usage", "40", "X-Test-Gzip", "1", "Accept-Encoding", "gzip"}, 40},
 		{"stream", `{"max_tokens": 1000, "stream": true}`, []string{"X-Test-Usage", "777"}, 777},
-		{"stream without usage", `{"max_tokens": 600, "stream": true}`, nil, 600},
-		{"json without usage", `{"max_tokens": 500}`, nil, 500},
+		{"stream without usage", `{"max_tokens": 600, "stream": true}`, nil, 2000},
+		{"json without usage", `{"max_tokens": 500}`, nil, 2000},
 		{"no max_tokens", `{"model": "m"}`, []string{"X-Test-Usage", "10"}, 10},
 		{"used nothing", `{"max_tokens": 300}`, []string{"X-Test-Usage", "0"}, 0},
+		{"without usage, estimate above unsettled_cost", `{"max_tokens": 3000}`, nil, 3000},
 	}
 	want := 10000.0
 	for _, s := range steps {
@@ -258,7 +261,7 @@ func TestProxySettlesFromHeaderAndTrailer(t *testing.T) {
 	}{
 		{"/header", "by-header", "50", "20", 980},
 		{"/header", "by-header", "50", "80", 900},
-		{"/header", "by-header", "50", "junk", 850}, // not a cost: the estimate stays
+		{"/header", "by-header", "50", "junk", 750}, // not a cost: unsettled_cost
 		{"/trailer", "by-trailer", "50", "7", 993},
 		{"/trailer", "by-trailer", "5", "100", 893},
 	} {

@@ -604,7 +604,6 @@ func (sw *settleWriter) actual(i int) (float64, string) {
 	return sw.actuals[i], ""
 }
 
-
 // gunzip decompresses a gzip body of at most settleBodyLimit bytes; nil
 // when it is not gzip or decompresses to more.
 func gunzip(b []byte) []byte {

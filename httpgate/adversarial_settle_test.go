@@ -257,7 +257,9 @@ func TestAttackBodyCostEvasion(t *testing.T) {
 func TestAttackBodyMemory(t *testing.T) {
 	clk := sluice.NewManualClock(sluiceEpoch)
 	lim := sluice.NewWithOptions(memory.New(memory.Options{Clock: clk}), sluice.Options{Clock: clk})
-	p := mustPolicy(t, llmPolicy)
+	// The upstream states no usage: each request is charged its estimate
+	// (unsettled_cost is below every one), which shows what was read.
+	p := mustPolicy(t, strings.Replace(llmPolicy, "unsettled_cost: 2000", "unsettled_cost: 1", 1))
 	up := newLLMUpstream(t)
 	upURL, _ := url.Parse(up.URL)
 	g := httpgate.New(p, lim, httpgate.Options{BodyMemory: 100, Logger: slog.New(slog.DiscardHandler)})

@@ -740,3 +740,51 @@ func settleBound(t *testing.T, p *policy.Policy, tokens, inFlightRule string) {
 		t.Fatalf("the key used %v tokens and was charged %v", used, charged)
 	}
 }
+
+// stream_usage: include asks an OpenAI-style stream for its usage: a
+// JSON body with "stream": true reaches the upstream with
+// stream_options.include_usage set, its other members as sent and in
+// order, and a Content-Length that is the new body's. A body that asks
+// for no stream, has the option already, or could be read two ways
+// (a member named twice) goes on as it came. The upstream is asked for
+// identity, whatever the client accepts.
+func TestProxyStreamUsage(t *testing.T) {
+	type seen struct {
+		body, encoding string
+		length         int64
+	}
+	got := make(chan seen, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{string(b), r.Header.Get("Accept-Encoding"), r.ContentLength}
+		io.WriteString(w, `{"usage":{"total_tokens":3}}`)
+	}))
+	t.Cleanup(up.Close)
+	e := newEnv(t, strings.Replace(tokenPolicy, `settle_from: "body:usage.total_tokens"`, `settle_from: "body:usage.total_tokens"
+      stream_usage: include`, 1))
+	upURL, _ := url.Parse(up.URL)
+	proxy := serve(t, e.gate.Proxy(upURL, httpgate.ProxyOptions{}))
+	for _, c := range []struct{ in, want string }{
+		{`{"model":"m","stream":true,"max_tokens":5}`, `{"model":"m","stream":true,"max_tokens":5,"stream_options":{"include_usage":true}}`},
+		{`{"stream": true, "stream_options": {"x": [1, 2]}, "n": 1}`, `{"stream":true,"stream_options":{"x":[1, 2],"include_usage":true},"n":1}`},
+		{`{"stream":true,"stream_options":{"include_usage":false}}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"stream":true,"stream_options":null}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"stream":true,"stream_options":{"include_usage":true}}`, ""},
+		{`{"stream":false}`, ""},
+		{`{"stream":"true"}`, ""},
+		{`{"stream":true,"stream":false}`, ""},
+		{`{"stream":true,"stream_options":{"include_usage":false,"include_usage":false}}`, ""},
+		{`{"stream":true} {}`, ""},
+		{`[{"stream":true}]`, ""},
+	} {
+		want := c.want
+		if want == "" {
+			want = c.in
+		}
+		call(t, proxy, "/v1/chat/completions", c.in, "X-Api-Key", "k", "Accept-Encoding", "br")
+		s := <-got
+		if s.body != want || s.length != int64(len(want)) || s.encoding != "identity" {
+			t.Errorf("%s: the upstream read %s (Content-Length %d, Accept-Encoding %q), want %s", c.in, s.body, s.length, s.encoding, want)
+		}
+	}
+}

@@ -277,7 +277,8 @@ func askReadable(r *http.Request, rs []*policy.Result, body []byte) {
 // includeStreamUsage rewrites an OpenAI-style request body that asks for
 // a stream ("stream": true) so that the stream ends with its usage:
 // stream_options.include_usage set to true, every other member kept, in
-// order. ok is false, and the body is to be sent as it is, when it asks
+// order and as written (only the space between them goes). ok is false,
+// and the body is to be sent as it is, when it asks
 // for no stream, has the option already, or is not one JSON object whose
 // members (and stream_options' members) are each named once: a body that
 // upstreams could read two ways is not rewritten one way. The result is
@@ -299,10 +300,10 @@ func includeStreamUsage(body []byte) ([]byte, bool) {
 	if stream < 0 || string(bytes.TrimSpace(top[stream].val)) != "true" {
 		return nil, false
 	}
-	want := jsonMember{key: "include_usage", val: []byte("true")}
+	want := jsonMember{key: "include_usage", raw: []byte(`"include_usage"`), val: []byte("true")}
 	switch {
 	case hasOpts < 0:
-		top = append(top, jsonMember{key: "stream_options", val: []byte(`{"include_usage":true}`)})
+		top = append(top, jsonMember{key: "stream_options", raw: []byte(`"stream_options"`), val: []byte(`{"include_usage":true}`)})
 	default:
 		opts, ok := jsonMembers(top[hasOpts].val)
 		if !ok {
@@ -328,10 +329,11 @@ func includeStreamUsage(body []byte) ([]byte, bool) {
 	return joinMembers(top), true
 }
 
-// jsonMember is one member of a JSON object: its key, decoded, and its
-// value as written.
+// jsonMember is one member of a JSON object: its key, decoded and as
+// written, and its value as written.
 type jsonMember struct {
 	key string
+	raw []byte
 	val json.RawMessage
 }
 
@@ -345,17 +347,22 @@ func jsonMembers(data []byte) ([]jsonMember, bool) {
 	var out []jsonMember
 	seen := map[string]bool{}
 	for dec.More() {
+		from := dec.InputOffset()
 		tok, err := dec.Token()
 		k, isKey := tok.(string)
 		if err != nil || !isKey || seen[k] {
 			return nil, false
 		}
 		seen[k] = true
+		// The key as written: from its opening quote, after the space and
+		// comma before it, to where the decoder stands.
+		raw := data[from:dec.InputOffset()]
+		raw = raw[bytes.IndexByte(raw, '"'):]
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
 			return nil, false
 		}
-		out = append(out, jsonMember{key: k, val: v})
+		out = append(out, jsonMember{key: k, raw: raw, val: v})
 	}
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
 		return nil, false
@@ -374,8 +381,7 @@ func joinMembers(ms []jsonMember) []byte {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		k, _ := json.Marshal(m.key)
-		b.Write(k)
+		b.Write(m.raw)
 		b.WriteByte(':')
 		b.Write(m.val)
 	}

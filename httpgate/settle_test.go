@@ -769,6 +769,7 @@ func TestProxyStreamUsage(t *testing.T) {
 		{`{"stream": true, "stream_options": {"x": [1, 2]}, "n": 1}`, `{"stream":true,"stream_options":{"x":[1, 2],"include_usage":true},"n":1}`},
 		{`{"stream":true,"stream_options":{"include_usage":false}}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
 		{`{"stream":true,"stream_options":null}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"<\u0061>": "<é>", "stream" : true}`, `{"<\u0061>":"<é>","stream":true,"stream_options":{"include_usage":true}}`},
 		{`{"stream":true,"stream_options":{"include_usage":true}}`, ""},
 		{`{"stream":false}`, ""},
 		{`{"stream":"true"}`, ""},

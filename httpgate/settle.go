@@ -427,15 +427,16 @@ type settleWriter struct {
 	json     []byte
 	over     bool // the JSON body went past settleBodyLimit
 
-	status int  // the status sent
-	broken bool // a write failed, or the handler was aborted: the response was cut short
+	status int    // the status sent
+	broken bool   // a write failed, or the handler was aborted: the response was cut short
+	whole  []bool // per result: its cost was read from a response known to have ended (see actual)
 
 	actuals []float64
 	found   []bool
 }
 
 func newSettleWriter(w http.ResponseWriter, rs []*policy.Result) *settleWriter {
-	sw := &settleWriter{ResponseWriter: w, rs: rs, actuals: make([]float64, len(rs)), found: make([]bool, len(rs))}
+	sw := &settleWriter{ResponseWriter: w, rs: rs, actuals: make([]float64, len(rs)), found: make([]bool, len(rs)), whole: make([]bool, len(rs))}
 	for _, r := range rs {
 		sw.wantBody = sw.wantBody || r.Match.Settle.Kind == policy.SettleBody
 	}
@@ -572,8 +573,11 @@ func (sw *settleWriter) finish(aborted bool) {
 			switch {
 			case sw.sse != nil:
 				sw.actuals[i], sw.found[i] = sw.sse.value(k)
+				sw.whole[i] = sw.sse.done
 			case body != nil:
+				// A JSON document that parses was read to its end.
 				sw.actuals[i], sw.found[i] = s.FromJSON(body)
+				sw.whole[i] = true
 			}
 			k++
 		}
@@ -597,10 +601,14 @@ func trailerValues(h http.Header, name string) []string {
 // short (the client left, or the handler was aborted: what the upstream
 // went on to use after what was read is unknown), or is an error, whose
 // body an upstream may fill with what the request sent. The cost is
-// what was read, zero when nothing was.
+// what was read, zero when nothing was. A response cut short after it
+// had ended, as far as its cost goes, is not cut short: a JSON body read
+// whole, or an event stream past its "data: [DONE]" (a client that stops
+// reading there, as OpenAI's do, may hang up before the proxy has read
+// the end of the upstream's body).
 func (sw *settleWriter) actual(i int) (float64, string) {
 	switch {
-	case sw.broken:
+	case sw.broken && !(sw.found[i] && sw.whole[i]):
 		return sw.actuals[i], "cut short"
 	case sw.status >= 400:
 		return 0, "error status"
@@ -639,6 +647,7 @@ type sseReader struct {
 	hasData bool
 	over    bool // the event went past the bound
 	lastCR  bool // the last byte was '\r', which a '\n' may follow
+	done    bool // an event "data: [DONE]" came after the last cost read
 }
 
 func newSSEReader(paths []*policy.SettleFrom) *sseReader {
@@ -724,9 +733,12 @@ func field(line []byte, name string) ([]byte, bool) {
 // dispatch ends an event: its data, when JSON, may state the costs.
 func (s *sseReader) dispatch() {
 	if s.hasData && !s.over {
+		if string(s.data) == "[DONE]" {
+			s.done = true
+		}
 		for i, p := range s.paths {
 			if v, ok := p.FromJSON(s.data); ok {
-				s.vals[i], s.found[i] = v, true
+				s.vals[i], s.found[i], s.done = v, true, false
 			}
 		}
 	}

@@ -520,6 +520,14 @@ func (m *modelServer) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(out, `data: {"choices":[],%s}`+"\n\n", usage)
 	}
 	io.WriteString(out, "data: [DONE]\n\n")
+	if r.Header.Get("X-Test-Linger") != "" {
+		// Slow to end its body: the client has what it wants first.
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}
 }
 
 // attackEnv is a gate over a policy in front of a modelServer, through the
@@ -563,6 +571,21 @@ func (e *attackEnv) send(key, body string, cut bool, hdr ...string) int {
 	if cut && resp.StatusCode == 200 {
 		buf := make([]byte, 1)
 		resp.Body.Read(buf) // the first event is on its way: then leave
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if req.Header.Get("X-Test-Linger") != "" {
+		// Read up to the stream's end marker, as OpenAI's clients do, and
+		// hang up there.
+		var got []byte
+		buf := make([]byte, 512)
+		for !bytes.Contains(got, []byte("data: [DONE]\n\n")) {
+			n, err := resp.Body.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
 		resp.Body.Close()
 		return resp.StatusCode
 	}
@@ -632,6 +655,20 @@ func TestAttackSettleCutShort(t *testing.T) {
 	}
 	used, charged := float64(e.model.usedBy("k")), e.charged("llm-tokens", "k")
 	if used == 0 || charged < used {
+		t.Fatalf("the model used %v tokens for the key, which was charged %v", used, charged)
+	}
+}
+
+// A client that hangs up once it has read a stream to its "data: [DONE]"
+// (as OpenAI's do), before the upstream has ended its body, read the
+// whole stream: it is charged the usage stated, not unsettled_cost.
+func TestProxySettlesStreamLeftAtDone(t *testing.T) {
+	e := newAttackEnv(t, mustPolicy(t, tokenPolicy), 1<<20, 0)
+	body := `{"model":"m","max_tokens":1,"stream":true,"stream_options":{"include_usage":true},"prompt":` + prompt(99) + `}`
+	for range 3 {
+		e.send("k", body, false, "X-Test-Linger", "1")
+	}
+	if used, charged := float64(e.model.usedBy("k")), e.charged("llm-tokens", "k"); used != 300 || charged != used {
 		t.Fatalf("the model used %v tokens for the key, which was charged %v", used, charged)
 	}
 }

@@ -26,8 +26,8 @@ func ExampleLimiter_Settle() {
 
 	lim.Take(ctx, req)
 	s, _ = lim.Settle(ctx, req, 1000, 12000) // used far more than it said
-	fmt.Printf("extra %v, forgiven %v, %v left (in debt up to %v)\n", s.Extra, s.Forgiven, s.Decision.Tokens, tokens.SettleDebt())
+	fmt.Printf("extra %v, forgiven %v, %v left, %v s to pay back\n", s.Extra, s.Forgiven, s.Decision.Tokens, s.Decision.RetryAfter.Seconds())
 	// Output:
 	// refunded 688, 9688 left
-	// extra 11000, forgiven 0, -2312 left (in debt up to 10000)
+	// extra 11000, forgiven 0, -2312 left, 0 s to pay back
 }

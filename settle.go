@@ -174,11 +174,12 @@ func fitExtra(extra, tokens, bound int64) (charge, forgiven int64) {
 }
 
 // SettleDebt is how far into debt, in tokens, a settlement's extra charge
-// (see Limiter.Settle) may take a bucket of l: the limit's max_reserved
-// when it sets one or reserves every request (a leaky bucket, whose
-// bound max_delay sets, or Spec.Reserve), else one capacity. So a key
-// that used more than it was charged waits, at most, for its bucket to
-// refill twice. A sliding log keeps no debt: zero.
+// (see Limiter.Settle) may take a bucket of l: as far as every store
+// counts exactly (MaxDebt, and at most two billion tokens: see
+// maxSettleDebt), whatever the limit's max_reserved, which bounds what a
+// client may reserve, not what it has used. So a key that used more than
+// it was charged owes all of it, and waits until its bucket has refilled
+// that far. A sliding log keeps no debt: zero.
 func (l *Limit) SettleDebt() float64 { return FromMicroTokens(l.settleDebt()) }
 
 // settleMost is the most one extra charge on credit of bound may be: the
@@ -193,18 +194,18 @@ func (l *Limit) settleMost(bound int64) int64 {
 	return max(2*cs, cs+bound/int64(l.shards.n)-1)
 }
 
+// settleDebt is SettleDebt in micro-tokens. A sharded limit's extra
+// charge is a reservation from one shard, given 1/n of the bound (see
+// Request.shardRequest): n times what one shard counts exactly.
 func (l *Limit) settleDebt() int64 {
-	p := &l.params
+	p, n := &l.params, int64(1)
 	if l.shards != nil {
-		p = &l.shards.lim.params
+		p, n = &l.shards.lim.params, int64(l.shards.n)
 	}
-	switch {
-	case p.Algorithm == SlidingLog:
+	if p.Algorithm == SlidingLog {
 		return 0
-	case l.spec.MaxReserved > 0 || p.Reserve || p.Capacity == 0:
-		return min(l.params.MaxReserved, maxSettleDebt)
 	}
-	return min(l.params.Capacity, MaxDebt(&l.params), maxSettleDebt)
+	return min(mulDiv(MaxDebt(p), n, 1), maxSettleDebt)
 }
 
 // maxSettleDebt bounds SettleDebt at 2^51 micro-tokens (two billion

@@ -38,18 +38,20 @@ func TestSettleRefusesBadInput(t *testing.T) {
 	}
 }
 
-// The debt bound of an extra charge: max_reserved when the limit sets
-// one or reserves every request, else one capacity; none on a sliding log.
+// The debt bound of an extra charge is what every store counts exactly,
+// whatever max_reserved says (it bounds reservations, not what was used),
+// up to two billion tokens; none on a sliding log.
 func TestSettleDebt(t *testing.T) {
 	for _, c := range []struct {
 		spec sluice.Spec
 		want float64
 	}{
-		{sluice.Spec{Name: "tb", TokensPerSecond: 1, Burst: 10}, 10},
-		{sluice.Spec{Name: "tb-mr", TokensPerSecond: 1, Burst: 10, MaxReserved: 3}, 3},
-		{sluice.Spec{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Minute}, 5},
+		{sluice.Spec{Name: "tb", TokensPerSecond: 1, Burst: 10}, 1 << 51 / 1e6},
+		{sluice.Spec{Name: "tb-mr", TokensPerSecond: 1, Burst: 10, MaxReserved: 3}, 1 << 51 / 1e6},
+		{sluice.Spec{Name: "tb-den", Rate: 7, Period: time.Hour, Capacity: 10}, ((1<<52-1)/3600 - 10e6) / 1e6},
+		{sluice.Spec{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Minute}, 375299955},
 		{sluice.Spec{Name: "sl", Algorithm: sluice.SlidingLog, Rate: 5, Period: time.Minute}, 0},
-		{sluice.Spec{Name: "lb", Algorithm: sluice.LeakyBucket, Rate: 10, MaxDelay: 2 * time.Second}, 20},
+		{sluice.Spec{Name: "lb", Algorithm: sluice.LeakyBucket, Rate: 10, MaxDelay: 2 * time.Second}, 1 << 51 / 1e6},
 	} {
 		if got := sluice.MustLimit(c.spec).SettleDebt(); got != c.want {
 			t.Errorf("%s: SettleDebt %v, want %v", c.spec.Name, got, c.want)

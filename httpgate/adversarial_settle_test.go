@@ -257,7 +257,9 @@ func TestAttackBodyCostEvasion(t *testing.T) {
 func TestAttackBodyMemory(t *testing.T) {
 	clk := sluice.NewManualClock(sluiceEpoch)
 	lim := sluice.NewWithOptions(memory.New(memory.Options{Clock: clk}), sluice.Options{Clock: clk})
-	p := mustPolicy(t, llmPolicy)
+	// The upstream states no usage: each request is charged its estimate
+	// (unsettled_cost is below every one), which shows what was read.
+	p := mustPolicy(t, strings.Replace(llmPolicy, "unsettled_cost: 2000", "unsettled_cost: 1", 1))
 	up := newLLMUpstream(t)
 	upURL, _ := url.Parse(up.URL)
 	g := httpgate.New(p, lim, httpgate.Options{BodyMemory: 100, Logger: slog.New(slog.DiscardHandler)})
@@ -278,7 +280,7 @@ func TestAttackBodyMemory(t *testing.T) {
 }
 
 // A stream's event too large to hold, or a JSON response too large, is
-// not read for its cost: the request stays charged its estimate, and the
+// not read for its cost: the request is charged unsettled_cost, and the
 // response passes whole.
 func TestSettleBounds(t *testing.T) {
 	big := strings.Repeat("y", 70<<10)
@@ -298,7 +300,7 @@ func TestSettleBounds(t *testing.T) {
 	lim := sluice.NewWithOptions(memory.New(memory.Options{Clock: clk}), sluice.Options{Clock: clk})
 	p := mustPolicy(t, llmPolicy)
 	srv := serve(t, httpgate.Middleware(p, lim, httpgate.Options{})(app))
-	for path, want := range map[string]float64{"/v1/event": 100, "/v1/line": 3, "/v1/json": 100} {
+	for path, want := range map[string]float64{"/v1/event": 2000, "/v1/line": 3, "/v1/json": 2000} {
 		key := strings.TrimPrefix(path, "/v1/")
 		_, body := call(t, srv, path, `{"max_tokens": 100}`, "X-Api-Key", key)
 		if !strings.Contains(body, big) {

@@ -196,7 +196,7 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		defer g.holdSlots(r, &v)()
-		settled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveSettled(next, w, r, &v) })
+		settled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveSettled(next, w, r, &v, in.Body) })
 		g.serveMeasured(settled, w, r, &v)
 	})
 }

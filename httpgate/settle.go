@@ -5,16 +5,23 @@ package httpgate
 // may read a field of the JSON request body), and once the response has
 // been written, the actual cost it states (settle_from: a header, a
 // trailer, or a number in its JSON body or in the last event of its event
-// stream that carries one) settles the charge (sluice.Limiter.Settle).
+// stream that carries one) settles the charge (sluice.Limiter.Settle). A
+// response that states no cost that can be used (none, one in an encoding
+// not read here, a stream cut short, an error) is charged the rule's
+// unsettled_cost instead: what the client can make a response leave out
+// must not be what decides its charge.
 
 import (
 	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
+	"encoding/json"
+	"errors"
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -33,8 +40,8 @@ const (
 )
 
 // Bounds on what a response is read for its actual cost. Nothing beyond
-// them is held; a response that says its cost past them settles nothing,
-// and its request stays charged the estimate.
+// them is held; a response that says its cost past them states none, and
+// its request is charged the rule's unsettled_cost.
 const (
 	// settleBodyLimit bounds a JSON response body (compressed and
 	// decompressed alike).
@@ -195,27 +202,191 @@ func settling(v *policy.Verdict) []*policy.Result {
 
 // serveSettled serves r with next and then settles the limits of v that
 // settle from the response, each with the actual cost the response
-// states; a limit whose cost it does not state keeps its estimate.
-func (g *Gate) serveSettled(next http.Handler, w http.ResponseWriter, r *http.Request, v *policy.Verdict) {
+// states, or, when it states none that can be used, with the rule's
+// unsettled_cost (never less than the estimate). body is the request
+// body as read for its cost (nil when not read). The settlement is made
+// however next ends: httputil.ReverseProxy panics with
+// http.ErrAbortHandler when the client leaves mid-stream, and that
+// request must be charged too.
+func (g *Gate) serveSettled(next http.Handler, w http.ResponseWriter, r *http.Request, v *policy.Verdict, body []byte) {
 	rs := settling(v)
 	if len(rs) == 0 {
 		next.ServeHTTP(w, r)
 		return
 	}
+	askReadable(r, rs, body)
 	sw := newSettleWriter(w, rs)
+	defer func() {
+		p := recover()
+		sw.finish(p != nil)
+		g.settleAll(r, rs, sw)
+		if p != nil {
+			panic(p)
+		}
+	}()
 	next.ServeHTTP(sw, r)
-	sw.finish()
+}
+
+// settleAll settles each of rs at what sw read of the response.
+func (g *Gate) settleAll(r *http.Request, rs []*policy.Result, sw *settleWriter) {
 	ctx, cancel := sluice.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
 	defer cancel()
 	for i, res := range rs {
-		actual, ok := sw.actual(i)
-		if !ok {
-			continue
-		}
 		// An adaptive rate charges in scaled units (policy.Match.Scale):
 		// the actual cost is scaled alike.
-		g.settleOne(ctx, res.Match.Request, actual*res.Match.Scale())
+		scale := res.Match.Scale()
+		actual, why := sw.actual(i)
+		if why == "" {
+			g.settleOne(ctx, res.Match.Request, actual*scale)
+			continue
+		}
+		charge := max(res.Match.Settle.UnsettledCost(res.Match.Request.Cost, scale), actual*scale)
+		g.opts.Logger.Debug("unsettled", "limit", res.Match.Request.Limit.Name(), "key", res.Match.Request.Key, "why", why, "charge", charge)
+		g.settleOne(ctx, res.Match.Request, charge)
 	}
+}
+
+// askReadable asks for a response whose cost can be read, for a request
+// that rs settle from its body: in an encoding the settleWriter decodes
+// (identity: a client's Accept-Encoding of br or deflate would have the
+// upstream answer in one it cannot read, and it would be charged
+// unsettled_cost), and, when a rule sets stream_usage: include and the
+// body is an OpenAI-style streaming request, with the stream's usage
+// (see includeStreamUsage). The rewritten body replaces r's whole.
+func askReadable(r *http.Request, rs []*policy.Result, body []byte) {
+	usage := false
+	for _, res := range rs {
+		if s := res.Match.Settle; s.Kind == policy.SettleBody {
+			r.Header.Set("Accept-Encoding", "identity")
+			usage = usage || s.StreamUsage
+		}
+	}
+	if !usage || body == nil {
+		return
+	}
+	nb, ok := includeStreamUsage(body)
+	if !ok {
+		return
+	}
+	r.Body = &replayBody{Reader: bytes.NewReader(nb), Closer: r.Body}
+	r.ContentLength = int64(len(nb))
+	r.TransferEncoding = nil
+	r.Header.Set("Content-Length", strconv.Itoa(len(nb)))
+}
+
+// includeStreamUsage rewrites an OpenAI-style request body that asks for
+// a stream ("stream": true) so that the stream ends with its usage:
+// stream_options.include_usage set to true, every other member kept, in
+// order and as written (only the space between them goes). ok is false,
+// and the body is to be sent as it is, when it asks
+// for no stream, has the option already, or is not one JSON object whose
+// members (and stream_options' members) are each named once: a body that
+// upstreams could read two ways is not rewritten one way. The result is
+// at most len(body) plus the 40 bytes of the member added.
+func includeStreamUsage(body []byte) ([]byte, bool) {
+	top, ok := jsonMembers(body)
+	if !ok {
+		return nil, false
+	}
+	stream, hasOpts := -1, -1
+	for i, m := range top {
+		switch m.key {
+		case "stream":
+			stream = i
+		case "stream_options":
+			hasOpts = i
+		}
+	}
+	if stream < 0 || string(bytes.TrimSpace(top[stream].val)) != "true" {
+		return nil, false
+	}
+	want := jsonMember{key: "include_usage", raw: []byte(`"include_usage"`), val: []byte("true")}
+	switch {
+	case hasOpts < 0:
+		top = append(top, jsonMember{key: "stream_options", raw: []byte(`"stream_options"`), val: []byte(`{"include_usage":true}`)})
+	default:
+		opts, ok := jsonMembers(top[hasOpts].val)
+		if !ok {
+			if string(bytes.TrimSpace(top[hasOpts].val)) != "null" {
+				return nil, false
+			}
+			opts = nil
+		}
+		found := false
+		for i := range opts {
+			if opts[i].key == want.key {
+				if string(bytes.TrimSpace(opts[i].val)) == "true" {
+					return nil, false
+				}
+				opts[i], found = want, true
+			}
+		}
+		if !found {
+			opts = append(opts, want)
+		}
+		top[hasOpts].val = joinMembers(opts)
+	}
+	return joinMembers(top), true
+}
+
+// jsonMember is one member of a JSON object: its key, decoded and as
+// written, and its value as written.
+type jsonMember struct {
+	key string
+	raw []byte
+	val json.RawMessage
+}
+
+// jsonMembers splits data, one JSON object, into its members in order;
+// ok is false when data is anything else, or names a member twice.
+func jsonMembers(data []byte) ([]jsonMember, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, false
+	}
+	var out []jsonMember
+	seen := map[string]bool{}
+	for dec.More() {
+		from := dec.InputOffset()
+		tok, err := dec.Token()
+		k, isKey := tok.(string)
+		if err != nil || !isKey || seen[k] {
+			return nil, false
+		}
+		seen[k] = true
+		// The key as written: from its opening quote, after the space and
+		// comma before it, to where the decoder stands.
+		raw := data[from:dec.InputOffset()]
+		raw = raw[bytes.IndexByte(raw, '"'):]
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, false
+		}
+		out = append(out, jsonMember{key: k, raw: raw, val: v})
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false // more after the object
+	}
+	return out, true
+}
+
+// joinMembers writes members as one JSON object.
+func joinMembers(ms []jsonMember) []byte {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, m := range ms {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(m.raw)
+		b.WriteByte(':')
+		b.Write(m.val)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
 }
 
 // settleOne settles req, charged req.Cost, at actual, logging what was
@@ -256,12 +427,16 @@ type settleWriter struct {
 	json     []byte
 	over     bool // the JSON body went past settleBodyLimit
 
+	status int    // the status sent
+	broken bool   // a write failed, or the handler was aborted: the response was cut short
+	whole  []bool // per result: its cost was read from a response known to have ended (see actual)
+
 	actuals []float64
 	found   []bool
 }
 
 func newSettleWriter(w http.ResponseWriter, rs []*policy.Result) *settleWriter {
-	sw := &settleWriter{ResponseWriter: w, rs: rs, actuals: make([]float64, len(rs)), found: make([]bool, len(rs))}
+	sw := &settleWriter{ResponseWriter: w, rs: rs, actuals: make([]float64, len(rs)), found: make([]bool, len(rs)), whole: make([]bool, len(rs))}
 	for _, r := range rs {
 		sw.wantBody = sw.wantBody || r.Match.Settle.Kind == policy.SettleBody
 	}
@@ -280,7 +455,11 @@ func (sw *settleWriter) FlushError() error {
 	if !sw.wroteHeader {
 		sw.WriteHeader(http.StatusOK)
 	}
-	return http.NewResponseController(sw.ResponseWriter).Flush()
+	err := http.NewResponseController(sw.ResponseWriter).Flush()
+	if err != nil && !errors.Is(err, http.ErrNotSupported) {
+		sw.broken = true
+	}
+	return err
 }
 
 func (sw *settleWriter) WriteHeader(code int) {
@@ -294,6 +473,7 @@ func (sw *settleWriter) WriteHeader(code int) {
 // snapshot reads the response's headers as they are sent: the settle_from
 // headers, the announced trailers, and how its body is to be read.
 func (sw *settleWriter) snapshot(code int) {
+	sw.status = code
 	h := sw.Header()
 	for i, r := range sw.rs {
 		if s := r.Match.Settle; s.Kind == policy.SettleHeader {
@@ -352,12 +532,17 @@ func (sw *settleWriter) Write(b []byte) (int, error) {
 			sw.over, sw.json = true, nil
 		}
 	}
-	return sw.ResponseWriter.Write(b)
+	n, err := sw.ResponseWriter.Write(b)
+	if err != nil {
+		sw.broken = true
+	}
+	return n, err
 }
 
-// finish reads, once the handler has returned, what the response states:
-// its trailers and its body's costs.
-func (sw *settleWriter) finish() {
+// finish reads, once the handler has returned (or was aborted), what the
+// response states: its trailers and its body's costs.
+func (sw *settleWriter) finish(aborted bool) {
+	sw.broken = sw.broken || aborted
 	if !sw.wroteHeader {
 		// Nothing written: the server sends the headers as they stand.
 		sw.wroteHeader = true
@@ -388,8 +573,11 @@ func (sw *settleWriter) finish() {
 			switch {
 			case sw.sse != nil:
 				sw.actuals[i], sw.found[i] = sw.sse.value(k)
+				sw.whole[i] = sw.sse.done
 			case body != nil:
+				// A JSON document that parses was read to its end.
 				sw.actuals[i], sw.found[i] = s.FromJSON(body)
+				sw.whole[i] = true
 			}
 			k++
 		}
@@ -408,8 +596,27 @@ func trailerValues(h http.Header, name string) []string {
 	return out
 }
 
-// actual is the cost the response stated for result i.
-func (sw *settleWriter) actual(i int) (float64, bool) { return sw.actuals[i], sw.found[i] }
+// actual is the cost the response stated for result i, and why it is
+// not to be used ("" when it is): the response stated none, was cut
+// short (the client left, or the handler was aborted: what the upstream
+// went on to use after what was read is unknown), or is an error, whose
+// body an upstream may fill with what the request sent. The cost is
+// what was read, zero when nothing was. A response cut short after it
+// had ended, as far as its cost goes, is not cut short: a JSON body read
+// whole, or an event stream past its "data: [DONE]" (a client that stops
+// reading there, as OpenAI's do, may hang up before the proxy has read
+// the end of the upstream's body).
+func (sw *settleWriter) actual(i int) (float64, string) {
+	switch {
+	case sw.broken && !(sw.found[i] && sw.whole[i]):
+		return sw.actuals[i], "cut short"
+	case sw.status >= 400:
+		return 0, "error status"
+	case !sw.found[i]:
+		return 0, "no cost stated"
+	}
+	return sw.actuals[i], ""
+}
 
 // gunzip decompresses a gzip body of at most settleBodyLimit bytes; nil
 // when it is not gzip or decompresses to more.
@@ -440,6 +647,7 @@ type sseReader struct {
 	hasData bool
 	over    bool // the event went past the bound
 	lastCR  bool // the last byte was '\r', which a '\n' may follow
+	done    bool // an event "data: [DONE]" came after the last cost read
 }
 
 func newSSEReader(paths []*policy.SettleFrom) *sseReader {
@@ -525,9 +733,12 @@ func field(line []byte, name string) ([]byte, bool) {
 // dispatch ends an event: its data, when JSON, may state the costs.
 func (s *sseReader) dispatch() {
 	if s.hasData && !s.over {
+		if string(s.data) == "[DONE]" {
+			s.done = true
+		}
 		for i, p := range s.paths {
 			if v, ok := p.FromJSON(s.data); ok {
-				s.vals[i], s.found[i] = v, true
+				s.vals[i], s.found[i], s.done = v, true, false
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package httpgate_test
 import (
 	"bytes"
 	"compress/gzip"
+	"compress/zlib"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -10,15 +11,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // llmPolicy charges a model's tokens per API key: max_tokens of the
@@ -36,10 +40,11 @@ rules:
       cost_source: "body:max_tokens"
       default_cost: 4000
       settle_from: "body:usage.total_tokens"
+      unsettled_cost: 2000
   - name: by-header
     limit_keys: ["header:x-api-key"]
     match: {path_prefix: /header}
-    algorithm_config: {rate: 1, period: 1h, capacity: 1000, cost_source: "header:x-estimate", default_cost: 100, settle_from: "header:x-usage-tokens"}
+    algorithm_config: {rate: 1, period: 1h, capacity: 1000, cost_source: "header:x-estimate", default_cost: 100, settle_from: "header:x-usage-tokens", unsettled_cost: 150}
   - name: by-trailer
     limit_keys: ["header:x-api-key"]
     match: {path_prefix: /trailer}
@@ -197,7 +202,8 @@ func (e *env) level(rule, key string) float64 {
 // The proxy charges max_tokens up front and settles at the usage the
 // model reports: in a JSON body, gzipped or not, and in the last event of
 // a stream that carries it, read as the stream passes. A response that
-// states no usage leaves the estimate charged.
+// states no usage is charged unsettled_cost, or the estimate when that
+// is more.
 func TestProxySettlesFromBody(t *testing.T) {
 	e := newLLMEnv(t, llmPolicy)
 	steps := []struct {
@@ -209,10 +215,11 @@ func TestProxySettlesFromBody(t *testing.T) {
 		{"json, used more", `{"max_tokens": 100}`, []string{"X-Test-Usage", "250"}, 250},
 		{"gzip json", `{"max_tokens": 1000}`, []string{"X-Test-Usage", "40", "X-Test-Gzip", "1", "Accept-Encoding", "gzip"}, 40},
 		{"stream", `{"max_tokens": 1000, "stream": true}`, []string{"X-Test-Usage", "777"}, 777},
-		{"stream without usage", `{"max_tokens": 600, "stream": true}`, nil, 600},
-		{"json without usage", `{"max_tokens": 500}`, nil, 500},
+		{"stream without usage", `{"max_tokens": 600, "stream": true}`, nil, 2000},
+		{"json without usage", `{"max_tokens": 500}`, nil, 2000},
 		{"no max_tokens", `{"model": "m"}`, []string{"X-Test-Usage", "10"}, 10},
 		{"used nothing", `{"max_tokens": 300}`, []string{"X-Test-Usage", "0"}, 0},
+		{"without usage, estimate above unsettled_cost", `{"max_tokens": 3000}`, nil, 3000},
 	}
 	want := 10000.0
 	for _, s := range steps {
@@ -258,7 +265,7 @@ func TestProxySettlesFromHeaderAndTrailer(t *testing.T) {
 	}{
 		{"/header", "by-header", "50", "20", 980},
 		{"/header", "by-header", "50", "80", 900},
-		{"/header", "by-header", "50", "junk", 850}, // not a cost: the estimate stays
+		{"/header", "by-header", "50", "junk", 750}, // not a cost: unsettled_cost
 		{"/trailer", "by-trailer", "50", "7", 993},
 		{"/trailer", "by-trailer", "5", "100", 893},
 	} {
@@ -352,8 +359,7 @@ func TestSettleAPI(t *testing.T) {
 	wantFields(t, m, map[string]any{"rule": "api", "key": "u1", "charged": 100, "actual": 30, "refunded": 70, "extra": 0, "forgiven": 0, "tokens": 970, "remaining": 970, "limit": 1000})
 	h = e.takeHandle("api", "u1", 10)
 	_, m = e.post("/v1/settle", fmt.Sprintf(`{"handle":%q,"actual":1500}`, h))
-	// 1490 more: 970 - 10 - 1490 is 530 in debt, and the debt bound is
-	// one capacity (1000): all of it is charged.
+	// 1490 more: 970 - 10 - 1490 is 530 in debt, all of it charged.
 	wantFields(t, m, map[string]any{"refunded": 0, "extra": 1490, "forgiven": 0, "tokens": -530, "remaining": 0})
 	// A limit that does not settle gives no handle.
 	if _, m := e.post("/v1/take", `{"rule":"plain","key":"u1"}`); m["allowed"] != true || m["settle"] != nil {
@@ -381,5 +387,442 @@ func TestSettleAPI(t *testing.T) {
 	}
 	if got := e.level("tokens", "u2"); got != 10000-9 {
 		t.Fatalf("tokens/u2 holds %v", got)
+	}
+}
+
+// tokenPolicy is the README's llm-tokens rule as it stood before
+// unsettled_cost: a client's max_tokens charged up front, settled from
+// the usage the model reports.
+const tokenPolicy = `
+rules:
+  - name: llm-tokens
+    limit_keys: ["header:x-api-key"]
+    match: { path_prefix: /v1/chat/completions }
+    algorithm_config:
+      rate: 100000
+      period: 1m
+      capacity: 100000
+      cost_source: "body:max_tokens"
+      default_cost: 8000
+      settle_from: "body:usage.total_tokens"
+`
+
+// modelServer is an OpenAI-style model behind the proxy, counting the
+// tokens it uses per API key. A request uses one token per byte of its
+// prompt plus one it generates, and is refused (400, no usage, nothing
+// used) when that is more than context. It answers in the encoding the
+// request accepts first among br, deflate and gzip (br as bytes no one
+// here can read), or none; a stream reports its usage in its last event
+// only when stream_options.include_usage is set, as OpenAI's does. With
+// X-Test-Hold the stream stops after its first event until the proxy
+// gives up on it. With together > 0 each request waits, up to 5 s, until
+// that many have arrived, so that they are all admitted before any
+// settles.
+type modelServer struct {
+	*httptest.Server
+	context  int64
+	together int
+
+	mu      sync.Mutex
+	used    map[string]int64
+	arrived int
+	all     chan struct{}
+}
+
+func newModelServer(t *testing.T, context int64, together int) *modelServer {
+	m := &modelServer{context: context, together: together, used: map[string]int64{}, all: make(chan struct{})}
+	m.Server = httptest.NewServer(http.HandlerFunc(m.serve))
+	t.Cleanup(m.Close)
+	return m
+}
+
+func (m *modelServer) usedBy(key string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.used[key]
+}
+
+func (m *modelServer) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		Prompt        string `json:"prompt"`
+		Stream        bool   `json:"stream"`
+		StreamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		http.Error(w, "bad json", 400)
+		return
+	}
+	if m.together > 0 {
+		m.mu.Lock()
+		if m.arrived++; m.arrived == m.together {
+			close(m.all)
+		}
+		m.mu.Unlock()
+		select {
+		case <-m.all:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	used := int64(len(req.Prompt)) + 1
+	if used > m.context {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(400)
+		io.WriteString(w, `{"error":{"code":"context_length_exceeded"}}`)
+		return
+	}
+	m.mu.Lock()
+	m.used[r.Header.Get("X-Api-Key")] += used
+	m.mu.Unlock()
+	usage := fmt.Sprintf(`"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d}`, used-1, used)
+	var out io.Writer = w
+	for _, enc := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		switch enc = strings.TrimSpace(strings.SplitN(enc, ";", 2)[0]); enc {
+		case "br":
+			w.Header().Set("Content-Encoding", "br")
+			out = io.Discard // what it sends instead is of no matter: no one here reads br
+			w.Write([]byte{0x1b, 0x2f, 0x00, 0xa4})
+		case "deflate":
+			zw := zlib.NewWriter(w)
+			defer zw.Close()
+			w.Header().Set("Content-Encoding", "deflate")
+			out = zw
+		case "gzip":
+			zw := gzip.NewWriter(w)
+			defer zw.Close()
+			w.Header().Set("Content-Encoding", "gzip")
+			out = zw
+		default:
+			continue
+		}
+		break
+	}
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(out, `{"choices":[{"message":{"content":"x"}}],%s}`, usage)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	io.WriteString(out, `data: {"choices":[{"delta":{"content":"x"}}]}`+"\n\n")
+	if f, ok := out.(interface{ Flush() error }); ok {
+		f.Flush()
+	}
+	w.(http.Flusher).Flush()
+	if r.Header.Get("X-Test-Hold") != "" {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}
+	if req.StreamOptions.IncludeUsage {
+		fmt.Fprintf(out, `data: {"choices":[],%s}`+"\n\n", usage)
+	}
+	io.WriteString(out, "data: [DONE]\n\n")
+	if r.Header.Get("X-Test-Linger") != "" {
+		// Slow to end its body: the client has what it wants first.
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}
+}
+
+// attackEnv is a gate over a policy in front of a modelServer, through the
+// reverse proxy.
+type attackEnv struct {
+	*env
+	model *modelServer
+	proxy *served
+}
+
+func newAttackEnv(t *testing.T, p *policy.Policy, context int64, together int) *attackEnv {
+	e := &attackEnv{env: newEnvPolicy(t, p, nil), model: newModelServer(t, context, together)}
+	upURL, _ := url.Parse(e.model.URL)
+	e.proxy = serve(t, e.gate.Proxy(upURL, httpgate.ProxyOptions{}))
+	return e
+}
+
+// send makes one chat request for key through the proxy, as a client
+// that reads the answer whole or, with cut, only up to the stream's first
+// event before it hangs up; it waits for the proxy's handler to return
+// (a settlement is made by then) and returns the status.
+func (e *attackEnv) send(key, body string, cut bool, hdr ...string) int {
+	e.t.Helper()
+	defer func() { <-e.proxy.done }()
+	req, _ := http.NewRequest("POST", e.proxy.URL+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("X-Api-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	if cut {
+		req.Header.Set("X-Test-Hold", "1")
+	}
+	tr := &http.Transport{DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		e.t.Error(err)
+		return 0
+	}
+	if cut && resp.StatusCode == 200 {
+		buf := make([]byte, 1)
+		resp.Body.Read(buf) // the first event is on its way: then leave
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if req.Header.Get("X-Test-Linger") != "" {
+		// Read up to the stream's end marker, as OpenAI's clients do, and
+		// hang up there.
+		var got []byte
+		buf := make([]byte, 512)
+		for !bytes.Contains(got, []byte("data: [DONE]\n\n")) {
+			n, err := resp.Body.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// charged is what key's requests were charged in all: the capacity less
+// what its bucket holds (the clock stands still, so nothing refilled).
+func (e *attackEnv) charged(rule, key string) float64 {
+	return e.gate.Policy().Limit(rule).Capacity() - e.level(rule, key)
+}
+
+func prompt(n int) string {
+	b, _ := json.Marshal(strings.Repeat("p", n))
+	return string(b)
+}
+
+// The attack: streams that carry no usage (OpenAI's default without
+// stream_options.include_usage), each declaring max_tokens: 1 and using
+// 5,001 tokens of prompt. Before, each was charged its 1-token estimate:
+// 20 of them used 100,020 tokens for 20. Every token used must be
+// charged: a stream that states no usage costs unsettled_cost (here the
+// default, the capacity), so the first empties the bucket and the rest
+// are refused.
+func TestAttackSettleStreamWithoutUsage(t *testing.T) {
+	e := newAttackEnv(t, mustPolicy(t, tokenPolicy), 1<<20, 0)
+	body := `{"model":"m","max_tokens":1,"stream":true,"prompt":` + prompt(5000) + `}`
+	for range 20 {
+		e.send("k", body, false)
+	}
+	used, charged := float64(e.model.usedBy("k")), e.charged("llm-tokens", "k")
+	if used == 0 || charged < used {
+		t.Fatalf("the model used %v tokens for the key, which was charged %v", used, charged)
+	}
+}
+
+// The attack: Accept-Encoding: br or deflate, passed on to the upstream,
+// has it answer in an encoding that was not read, and the request kept
+// its estimate. The proxy asks the upstream for identity instead, reads
+// the usage, and charges exactly what was used; the client gets an
+// answer it can read.
+func TestAttackSettleReencoded(t *testing.T) {
+	e := newAttackEnv(t, mustPolicy(t, tokenPolicy), 1<<20, 0)
+	body := `{"model":"m","max_tokens":1,"prompt":` + prompt(3000) + `}`
+	for _, enc := range []string{"br", "deflate", "br, gzip", "deflate;q=1, br"} {
+		if status := e.send("k", body, false, "Accept-Encoding", enc); status != 200 {
+			t.Fatalf("Accept-Encoding %s: %d", enc, status)
+		}
+	}
+	used, charged := float64(e.model.usedBy("k")), e.charged("llm-tokens", "k")
+	if used != 4*3001 || charged != used {
+		t.Fatalf("the model used %v tokens for the key, which was charged %v", used, charged)
+	}
+}
+
+// The attack: a client that leaves a stream before its last event (which
+// would state the usage). Before, the proxy's handler was aborted and
+// nothing was settled: the request stayed charged max_tokens: 1. A stream
+// cut short states no cost that can be trusted: it costs unsettled_cost.
+func TestAttackSettleCutShort(t *testing.T) {
+	e := newAttackEnv(t, mustPolicy(t, tokenPolicy), 1<<20, 0)
+	body := `{"model":"m","max_tokens":1,"stream":true,"stream_options":{"include_usage":true},"prompt":` + prompt(5000) + `}`
+	for range 5 {
+		e.send("k", body, true)
+	}
+	used, charged := float64(e.model.usedBy("k")), e.charged("llm-tokens", "k")
+	if used == 0 || charged < used {
+		t.Fatalf("the model used %v tokens for the key, which was charged %v", used, charged)
+	}
+}
+
+// A client that hangs up once it has read a stream to its "data: [DONE]"
+// (as OpenAI's do), before the upstream has ended its body, read the
+// whole stream: it is charged the usage stated, not unsettled_cost.
+func TestProxySettlesStreamLeftAtDone(t *testing.T) {
+	e := newAttackEnv(t, mustPolicy(t, tokenPolicy), 1<<20, 0)
+	body := `{"model":"m","max_tokens":1,"stream":true,"stream_options":{"include_usage":true},"prompt":` + prompt(99) + `}`
+	for range 3 {
+		e.send("k", body, false, "X-Test-Linger", "1")
+	}
+	if used, charged := float64(e.model.usedBy("k")), e.charged("llm-tokens", "k"); used != 300 || charged != used {
+		t.Fatalf("the model used %v tokens for the key, which was charged %v", used, charged)
+	}
+}
+
+// The attack: 60 requests at once, each admitted on its 1-token estimate
+// while the bucket is full, each using 10,000 tokens. Before, the debt
+// was forgiven beyond one capacity: the key ended at -100,000 having
+// used 600,000. The debt is carried in full: the bucket ends where the
+// actual costs put it.
+func TestAttackSettleDebtForgiven(t *testing.T) {
+	const n = 60
+	e := newAttackEnv(t, mustPolicy(t, tokenPolicy), 1<<20, n)
+	body := `{"model":"m","max_tokens":1,"prompt":` + prompt(9999) + `}`
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.send("k", body, false)
+		}()
+	}
+	wg.Wait()
+	used, charged := float64(e.model.usedBy("k")), e.charged("llm-tokens", "k")
+	if used != n*10000 || charged != used {
+		t.Fatalf("the model used %v tokens for the key, which was charged %v", used, charged)
+	}
+}
+
+// readmeLLMPolicy is the LLM example of README's "Charge what was used",
+// as written there.
+func readmeLLMPolicy(t *testing.T) *policy.Policy {
+	t.Helper()
+	md, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, _ := strings.Cut(string(md), "\n## Charge what was used\n")
+	_, block, ok := strings.Cut(sec, "```yaml\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("README's Charge what was used has no yaml example")
+	}
+	return mustPolicy(t, block)
+}
+
+// The README's LLM example, and examples/llm-gateway.yaml, are safe as
+// written: whatever a key's clients do at once (streams without usage,
+// streams left before their end, Accept-Encoding: br or deflate, plain
+// requests, each declaring max_tokens: 1 and each using up to the
+// model's context), starting from a full bucket on a clock that stands
+// still, the key uses at most capacity + max_in_flight x context tokens,
+// the bound they state, and is charged every token it used.
+func TestAttackSettleReadmeExample(t *testing.T) {
+	t.Run("README", func(t *testing.T) { settleBound(t, readmeLLMPolicy(t), "llm-tokens", "llm-in-flight") })
+	t.Run("examples/llm-gateway.yaml", func(t *testing.T) {
+		data, err := os.ReadFile("../examples/llm-gateway.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		settleBound(t, mustPolicy(t, string(data)), "tokens-per-key", "in-flight-per-key")
+	})
+}
+
+func settleBound(t *testing.T, p *policy.Policy, tokens, inFlightRule string) {
+	const context = 128000 // the model's; the examples' unsettled_cost is at least this
+	lim := p.Limit(tokens)
+	inFlight := 0.0
+	if c := p.Limit(inFlightRule); c != nil {
+		inFlight = float64(c.MaxInFlight())
+	}
+	// The model holds the first requests until max_in_flight of them
+	// have arrived: as many as may be in flight use the most they can
+	// before any settles.
+	e := newAttackEnv(t, p, context, max(1, int(inFlight)))
+	kinds := []struct {
+		body string
+		cut  bool
+		hdr  []string
+	}{
+		{`{"max_tokens":1,"stream":true,"prompt":` + prompt(context-1) + `}`, false, nil},
+		{`{"max_tokens":1,"stream":true,"prompt":` + prompt(context-1) + `}`, true, nil},
+		{`{"max_tokens":1,"prompt":` + prompt(context-1) + `}`, false, []string{"Accept-Encoding", "br"}},
+		{`{"max_tokens":1,"stream":true,"prompt":` + prompt(context-1) + `}`, false, []string{"Accept-Encoding", "deflate"}},
+		{`{"max_tokens":1,"prompt":` + prompt(context-1) + `}`, false, nil},
+		{`{"max_tokens":1,"prompt":` + prompt(context) + `}`, false, nil}, // past the context: refused upstream, uses nothing
+	}
+	var wg sync.WaitGroup
+	for g := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 6 {
+				k := kinds[(g+i)%len(kinds)]
+				e.send("k", k.body, k.cut, k.hdr...)
+			}
+		}()
+	}
+	wg.Wait()
+	used, charged := float64(e.model.usedBy("k")), e.charged(tokens, "k")
+	bound := lim.Capacity() + inFlight*context
+	t.Logf("used %v, charged %v, bound %v", used, charged, bound)
+	if inFlight == 0 || used > bound {
+		t.Fatalf("the key used %v tokens, above capacity + max_in_flight x context = %v (max_in_flight %v)", used, bound, inFlight)
+	}
+	if charged < used {
+		t.Fatalf("the key used %v tokens and was charged %v", used, charged)
+	}
+}
+
+// stream_usage: include asks an OpenAI-style stream for its usage: a
+// JSON body with "stream": true reaches the upstream with
+// stream_options.include_usage set, its other members as sent and in
+// order, and a Content-Length that is the new body's. A body that asks
+// for no stream, has the option already, or could be read two ways
+// (a member named twice) goes on as it came. The upstream is asked for
+// identity, whatever the client accepts.
+func TestProxyStreamUsage(t *testing.T) {
+	type seen struct {
+		body, encoding string
+		length         int64
+	}
+	got := make(chan seen, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{string(b), r.Header.Get("Accept-Encoding"), r.ContentLength}
+		io.WriteString(w, `{"usage":{"total_tokens":3}}`)
+	}))
+	t.Cleanup(up.Close)
+	e := newEnv(t, strings.Replace(tokenPolicy, `settle_from: "body:usage.total_tokens"`, `settle_from: "body:usage.total_tokens"
+      stream_usage: include`, 1))
+	upURL, _ := url.Parse(up.URL)
+	proxy := serve(t, e.gate.Proxy(upURL, httpgate.ProxyOptions{}))
+	for _, c := range []struct{ in, want string }{
+		{`{"model":"m","stream":true,"max_tokens":5}`, `{"model":"m","stream":true,"max_tokens":5,"stream_options":{"include_usage":true}}`},
+		{`{"stream": true, "stream_options": {"x": [1, 2]}, "n": 1}`, `{"stream":true,"stream_options":{"x":[1, 2],"include_usage":true},"n":1}`},
+		{`{"stream":true,"stream_options":{"include_usage":false}}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"stream":true,"stream_options":null}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"<\u0061>": "<é>", "stream" : true}`, `{"<\u0061>":"<é>","stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"stream":true,"stream_options":{"include_usage":true}}`, ""},
+		{`{"stream":false}`, ""},
+		{`{"stream":"true"}`, ""},
+		{`{"stream":true,"stream":false}`, ""},
+		{`{"stream":true,"stream_options":{"include_usage":false,"include_usage":false}}`, ""},
+		{`{"stream":true} {}`, ""},
+		{`[{"stream":true}]`, ""},
+	} {
+		want := c.want
+		if want == "" {
+			want = c.in
+		}
+		call(t, proxy, "/v1/chat/completions", c.in, "X-Api-Key", "k", "Accept-Encoding", "br")
+		s := <-got
+		if s.body != want || s.length != int64(len(want)) || s.encoding != "identity" {
+			t.Errorf("%s: the upstream read %s (Content-Length %d, Accept-Encoding %q), want %s", c.in, s.body, s.length, s.encoding, want)
+		}
 	}
 }

@@ -318,12 +318,12 @@ func (l *loader) matchValues(n *yaml.Node, path string) ([]string, bool) {
 }
 
 var (
-	costFields   = []string{"cost_source", "fixed_cost", "default_cost", "min_cost", "settle_from"}
+	costFields   = []string{"cost_source", "fixed_cost", "default_cost", "min_cost", "settle_from", "unsettled_cost", "stream_usage"}
 	tbFields     = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "reserve", "max_reserved", "shards", "burst_seconds", "max_queue_delay", "max_queued"}
 	lbFields     = []string{"tokens_per_second", "rps", "rate", "period", "max_delay", "max_queue_delay", "max_queued"}
 	fwFields     = []string{"rate", "period", "capacity", "start", "reserve", "max_reserved", "shards", "max_queued"}
 	slFields     = []string{"rate", "period", "capacity", "shards"}
-	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost", "shards", "settle_from", "burst_seconds", "max_queue_delay", "max_queued", "max_in_flight", "lease"}
+	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost", "shards", "settle_from", "unsettled_cost", "stream_usage", "burst_seconds", "max_queue_delay", "max_queued", "max_in_flight", "lease"}
 )
 
 // commonAlgFields are the fields every algorithm takes besides its own.
@@ -393,6 +393,7 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 		return nil
 	}
 	v.limit = lim
+	settleDefault(v)
 	if !l.queueBound(o, v) || !l.usableCosts(o, v, costN) || !l.adaptiveConfig(o, v, rf) {
 		return nil
 	}

@@ -57,6 +57,23 @@ type SettleFrom struct {
 	Path []string
 	// Text is settle_from as written.
 	Text string
+	// Unsettled is unsettled_cost: what a request is charged, in tokens,
+	// when its response states no usable cost (see Unsettled).
+	Unsettled float64
+	// StreamUsage is stream_usage: include: the proxy and the middleware
+	// ask an OpenAI-style stream for its usage (see IncludeStreamUsage).
+	StreamUsage bool
+}
+
+// UnsettledCost is what a request charged estimate (in the limit's
+// units: a Match's Request.Cost, scaled by scale) is charged when its
+// response states no usable cost: unsettled_cost, scaled alike, and
+// never less than the estimate. A response may fail to state it
+// because the client made it so (a stream that carries no usage, an
+// encoding nothing here reads, a connection dropped before the last
+// event), so the charge must not be what the client asked for.
+func (s *SettleFrom) UnsettledCost(estimate, scale float64) float64 {
+	return max(estimate, s.Unsettled*scale)
 }
 
 // String returns settle_from as written.
@@ -123,18 +140,69 @@ func parseJSONPath(p string) ([]string, string) {
 	return segs, ""
 }
 
-// settleFrom reads an algorithm_config's settle_from into v.
+// settleFrom reads an algorithm_config's settle_from, unsettled_cost and
+// stream_usage into v.
 func (l *loader) settleFrom(o *obj, v *variant) {
 	s, n, ok := o.str("settle_from")
-	if !ok {
-		return
+	var sf *SettleFrom
+	if ok {
+		var msg string
+		if sf, msg = parseSettleFrom(s); msg != "" {
+			l.errf(n, join(o.path, "settle_from"), "%s", msg)
+			sf = nil
+		}
 	}
-	sf, msg := parseSettleFrom(s)
-	if msg != "" {
-		l.errf(n, join(o.path, "settle_from"), "%s", msg)
-		return
+	needs := func(field string) string {
+		switch {
+		case !ok:
+			return field + " applies only with settle_from (it is what a request is charged when its response does not state the cost settle_from reads)"
+		case sf != nil && sf.Kind == SettleCaller:
+			return field + " does not apply with settle_from: caller (the decision API's caller states every cost)"
+		}
+		return ""
+	}
+	if c, n, has := o.num("unsettled_cost"); has {
+		switch msg := needs("unsettled_cost"); {
+		case msg != "":
+			l.errf(n, join(o.path, "unsettled_cost"), "%s", msg)
+		case !(c > 0) || c > maxUnsettled:
+			l.errf(n, join(o.path, "unsettled_cost"), "must be > 0 and at most %v (got %v)", maxUnsettled, c)
+		case sf != nil:
+			sf.Unsettled = c
+		}
+	}
+	if u, n, has := o.str("stream_usage"); has {
+		switch msg := needs("stream_usage"); {
+		case msg != "":
+			l.errf(n, join(o.path, "stream_usage"), "%s", msg)
+		case u != "include" && u != "off":
+			l.errf(n, join(o.path, "stream_usage"), "must be include (add stream_options.include_usage to requests whose JSON body sets \"stream\": true) or off (got %q)", u)
+		case sf != nil && sf.Kind != SettleBody:
+			l.errf(n, join(o.path, "stream_usage"), "applies only with settle_from: body:PATH (the usage an OpenAI-style stream sends is in its last event)")
+		case sf != nil:
+			sf.StreamUsage = u == "include"
+		}
 	}
 	v.settle = sf
+}
+
+// maxUnsettled bounds unsettled_cost at two billion tokens: the most a
+// settlement's debt can reach on any limit (sluice.Limit.SettleDebt).
+const maxUnsettled = 2e9
+
+// settleDefault gives v's settle_from, once v's limit is built, its
+// default unsettled_cost: the most one request of the limit may cost (its
+// capacity; what two shards hold; the debt bound of a bucket that holds
+// nothing), so that a response that states nothing costs as much as any.
+func settleDefault(v *variant) {
+	if v.settle == nil || v.settle.Unsettled > 0 {
+		return
+	}
+	most := v.limit.MaxCost()
+	if most <= 0 {
+		most = sluice.FromMicroTokens(v.limit.Params().MaxReserved)
+	}
+	v.settle.Unsettled = min(most, maxUnsettled)
 }
 
 // MinSettleSecret is the shortest settle_secret_env key accepted: whoever
@@ -181,14 +249,18 @@ func (r *Rule) SettleFrom(lim *sluice.Limit) *SettleFrom {
 }
 
 // ReadsBody reports whether a rule's cost_source reads the request body
-// (body:PATH): a caller of Match then sets Input.Body.
+// (body:PATH), or its stream_usage rewrites it: a caller of Match then
+// sets Input.Body.
 func (p *Policy) ReadsBody() bool {
+	reads := func(v *variant) bool {
+		return v != nil && ((v.cost.src != nil && v.cost.src.kind == srcBody) || (v.settle != nil && v.settle.StreamUsage))
+	}
 	for _, r := range p.Rules {
-		if r.own != nil && r.own.cost.src != nil && r.own.cost.src.kind == srcBody {
+		if reads(r.own) {
 			return true
 		}
 		for _, t := range r.Tiers {
-			if t.v != nil && t.v.cost.src != nil && t.v.cost.src.kind == srcBody {
+			if reads(t.v) {
 				return true
 			}
 		}

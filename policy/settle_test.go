@@ -20,11 +20,13 @@ const llmCfg = `rules:
       cost_source: "body:max_tokens"
       default_cost: 4000
       settle_from: "body:usage.total_tokens"
+      stream_usage: include
   - name: by-header
     algorithm_config:
       rps: 10
       burst: 100
       settle_from: "header:x-usage-tokens"
+      unsettled_cost: 25
   - name: tiered
     tiers:
       - name: gold
@@ -97,9 +99,11 @@ func TestSettleFromLoads(t *testing.T) {
 		t.Fatalf("match: %v %v", ms, err)
 	}
 	for i, want := range []policy.SettleFrom{
-		{Kind: policy.SettleBody, Path: []string{"usage", "total_tokens"}, Text: "body:usage.total_tokens"},
-		{Kind: policy.SettleHeader, Name: "X-Usage-Tokens", Text: "header:x-usage-tokens"},
-		{Kind: policy.SettleTrailer, Name: "X-Cost", Text: "trailer:x-cost"},
+		// unsettled_cost defaults to the most one request may cost: the
+		// capacity.
+		{Kind: policy.SettleBody, Path: []string{"usage", "total_tokens"}, Text: "body:usage.total_tokens", Unsettled: 10000, StreamUsage: true},
+		{Kind: policy.SettleHeader, Name: "X-Usage-Tokens", Text: "header:x-usage-tokens", Unsettled: 25},
+		{Kind: policy.SettleTrailer, Name: "X-Cost", Text: "trailer:x-cost", Unsettled: 100},
 	} {
 		if ms[i].Settle == nil || !reflect.DeepEqual(*ms[i].Settle, want) {
 			t.Errorf("match %d (%s) settles from %+v, want %+v", i, ms[i].Request.Limit.Name(), ms[i].Settle, want)
@@ -134,16 +138,21 @@ func TestSettleFromErrors(t *testing.T) {
 	t.Setenv("SHORT_SETTLE", "short")
 	t.Setenv("SLUICE_SETTLE_SECRET", strings.Repeat("k", 32))
 	for cfg, want := range map[string]string{
-		rule("", "      rps: 1\n      burst: 5\n      settle_from: usage\n"):                      `c.yaml:7: rules[0].algorithm_config.settle_from: must be header:NAME, trailer:NAME, body:PATH (a JSON path such as usage.total_tokens) or caller (got "usage")`,
-		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"body:usage..total\"\n"):      `c.yaml:7: rules[0].algorithm_config.settle_from: the JSON path "usage..total" must be object keys joined by dots, such as usage.total_tokens`,
-		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"header:x cost\"\n"):          `c.yaml:7: rules[0].algorithm_config.settle_from: the header name "x cost" is not a valid HTTP field name`,
-		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"query:n\"\n"):                `c.yaml:7: rules[0].algorithm_config.settle_from: must be header:NAME, trailer:NAME, body:PATH (a JSON path such as usage.total_tokens) or caller (got "query:n")`,
-		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"body:a.b.c.d.e.f.g.h.i\"\n"): `c.yaml:7: rules[0].algorithm_config.settle_from: the JSON path "a.b.c.d.e.f.g.h.i" has more than 8 keys`,
-		rule("", "      rps: 1\n      burst: 5\n      cost_source: \"body:\"\n"):                  `c.yaml:7: rules[0].algorithm_config.cost_source: the JSON path "" must be object keys joined by dots, such as usage.total_tokens`,
-		rule("", "      rps: 1\n      burst: 5\n      cost_source: \"bogus:x\"\n"):                `c.yaml:7: rules[0].algorithm_config.cost_source: must be fixed, header:NAME, query:NAME or body:PATH (got "bogus:x")`,
-		"settle_secret_env: \"not a name\"\n" + rule("", "      rps: 1\n      burst: 5\n"):        `c.yaml:1: settle_secret_env: must be the name of an environment variable, such as SLUICE_SETTLE_SECRET (got "not a name")`,
-		"settle_secret_env: SLUICE_TEST_UNSET\n" + rule("", "      rps: 1\n      burst: 5\n"):     `c.yaml:1: settle_secret_env: environment variable SLUICE_TEST_UNSET is not set or empty`,
-		"settle_secret_env: SHORT_SETTLE\n" + rule("", "      rps: 1\n      burst: 5\n"):          `c.yaml:1: settle_secret_env: the key in SHORT_SETTLE is 5 bytes; use at least 32 (random, such as: openssl rand -hex 32)`,
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: usage\n"):                                       `c.yaml:7: rules[0].algorithm_config.settle_from: must be header:NAME, trailer:NAME, body:PATH (a JSON path such as usage.total_tokens) or caller (got "usage")`,
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"body:usage..total\"\n"):                       `c.yaml:7: rules[0].algorithm_config.settle_from: the JSON path "usage..total" must be object keys joined by dots, such as usage.total_tokens`,
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"header:x cost\"\n"):                           `c.yaml:7: rules[0].algorithm_config.settle_from: the header name "x cost" is not a valid HTTP field name`,
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"query:n\"\n"):                                 `c.yaml:7: rules[0].algorithm_config.settle_from: must be header:NAME, trailer:NAME, body:PATH (a JSON path such as usage.total_tokens) or caller (got "query:n")`,
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"body:a.b.c.d.e.f.g.h.i\"\n"):                  `c.yaml:7: rules[0].algorithm_config.settle_from: the JSON path "a.b.c.d.e.f.g.h.i" has more than 8 keys`,
+		rule("", "      rps: 1\n      burst: 5\n      cost_source: \"body:\"\n"):                                   `c.yaml:7: rules[0].algorithm_config.cost_source: the JSON path "" must be object keys joined by dots, such as usage.total_tokens`,
+		rule("", "      rps: 1\n      burst: 5\n      cost_source: \"bogus:x\"\n"):                                 `c.yaml:7: rules[0].algorithm_config.cost_source: must be fixed, header:NAME, query:NAME or body:PATH (got "bogus:x")`,
+		rule("", "      rps: 1\n      burst: 5\n      unsettled_cost: 5\n"):                                        `c.yaml:7: rules[0].algorithm_config.unsettled_cost: unsettled_cost applies only with settle_from (it is what a request is charged when its response does not state the cost settle_from reads)`,
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: caller\n      unsettled_cost: 5\n"):             `c.yaml:8: rules[0].algorithm_config.unsettled_cost: unsettled_cost does not apply with settle_from: caller (the decision API's caller states every cost)`,
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"header:x-n\"\n      unsettled_cost: 0\n"):     `c.yaml:8: rules[0].algorithm_config.unsettled_cost: must be > 0 and at most 2e+09 (got 0)`,
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"header:x-n\"\n      stream_usage: include\n"): `c.yaml:8: rules[0].algorithm_config.stream_usage: applies only with settle_from: body:PATH (the usage an OpenAI-style stream sends is in its last event)`,
+		rule("", "      rps: 1\n      burst: 5\n      settle_from: \"body:u\"\n      stream_usage: yes\n"):         `c.yaml:8: rules[0].algorithm_config.stream_usage: must be include (add stream_options.include_usage to requests whose JSON body sets "stream": true) or off (got "yes")`,
+		"settle_secret_env: \"not a name\"\n" + rule("", "      rps: 1\n      burst: 5\n"):                         `c.yaml:1: settle_secret_env: must be the name of an environment variable, such as SLUICE_SETTLE_SECRET (got "not a name")`,
+		"settle_secret_env: SLUICE_TEST_UNSET\n" + rule("", "      rps: 1\n      burst: 5\n"):                      `c.yaml:1: settle_secret_env: environment variable SLUICE_TEST_UNSET is not set or empty`,
+		"settle_secret_env: SHORT_SETTLE\n" + rule("", "      rps: 1\n      burst: 5\n"):                           `c.yaml:1: settle_secret_env: the key in SHORT_SETTLE is 5 bytes; use at least 32 (random, such as: openssl rand -hex 32)`,
 	} {
 		got := problems(t, cfg)
 		if len(got) != 1 || got[0] != want {
@@ -151,6 +160,9 @@ func TestSettleFromErrors(t *testing.T) {
 		}
 	}
 	p := mustParse(t, "settle_secret_env: SLUICE_SETTLE_SECRET\n"+rule("", "      rps: 1\n      burst: 5\n      settle_from: caller\n"))
+	if !mustParse(t, rule("", "      rps: 1\n      burst: 5\n      settle_from: \"body:u\"\n      stream_usage: include\n")).ReadsBody() {
+		t.Error("stream_usage: include does not read the request body it rewrites")
+	}
 	if p.Settings.SettleSecretEnv != "SLUICE_SETTLE_SECRET" {
 		t.Errorf("settle_secret_env: %q", p.Settings.SettleSecretEnv)
 	}

@@ -168,6 +168,71 @@ func TestAttackGRPCFloodStaysBounded(t *testing.T) {
 	}
 }
 
+// TestGRPCFloodFigures measures the flood of BENCHMARKS.md when
+// SLUICE_GRPC_FLOOD is "ENTRIES,SIZE": 400 concurrent calls of 64
+// descriptors of ENTRIES entries of SIZE-byte values over 4 connections,
+// logging the answers, the largest live heap and peak resident memory of
+// the process, and the slowest /healthz seen meanwhile. It asserts
+// nothing, and runs only when asked.
+func TestGRPCFloodFigures(t *testing.T) {
+	entries, size, ok := strings.Cut(os.Getenv("SLUICE_GRPC_FLOOD"), ",")
+	ne, err1 := strconv.Atoi(entries)
+	ns, err2 := strconv.Atoi(size)
+	if !ok || err1 != nil || err2 != nil {
+		t.Skip(`SLUICE_GRPC_FLOOD="ENTRIES,SIZE" (such as "16,2000") runs it`)
+	}
+	api, addr := serveEnvoy(t, "")
+	wire, err := proto.Marshal(envoyCall(64, ne, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec := grpc.ForceCodecV2(encodedCodec{encoding.GetCodecV2(protoenc.Name)})
+	var ccs []*grpc.ClientConn
+	for range 4 {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ccs = append(ccs, cc)
+	}
+	var mu sync.Mutex
+	answers := map[codes.Code]int{}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range 400 {
+		wg.Go(func() {
+			err := ccs[i%4].Invoke(context.Background(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", preEncoded(wire), new(rlspb.RateLimitResponse), codec)
+			mu.Lock()
+			answers[status.Code(err)]++
+			mu.Unlock()
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	var peak uint64
+	var slowest time.Duration
+	for flooding := true; flooding; {
+		select {
+		case <-done:
+			flooding = false
+		default:
+		}
+		peak = max(peak, liveHeap())
+		t0 := time.Now()
+		if resp, err := http.Get("http://" + api + "/healthz"); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		slowest = max(slowest, time.Since(t0))
+	}
+	proc, _ := os.ReadFile("/proc/self/status")
+	_, hwm, _ := strings.Cut(string(proc), "VmHWM:")
+	hwm, _, _ = strings.Cut(hwm, "\n")
+	t.Logf("%d-byte calls: %v in %v; live heap at most %d MiB; peak resident %s; slowest /healthz %v",
+		len(wire), answers, time.Since(start).Round(time.Millisecond), peak>>20, strings.TrimSpace(hwm), slowest.Round(time.Millisecond))
+}
+
 // h2 is a bare HTTP/2 connection to the gRPC listener: a client that
 // ignores what the server asks of it, as an attacker's would.
 type h2 struct {

@@ -32,7 +32,9 @@ import (
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
 // Bounds on a request, so that a hostile caller cannot make one call
-// arbitrarily expensive or fill the store with huge keys.
+// arbitrarily expensive or fill the store with huge keys. Each bounds one
+// part; Options.MaxRequestBytes bounds their bytes together, so that the
+// product of these (16 MiB of keys and values) is never one call.
 const (
 	maxDescriptors = 64
 	maxEntries     = 32
@@ -56,6 +58,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Observer, when set, is told every rule's decision (metrics).
 	Observer policy.Observer
+	// MaxRequestBytes bounds a call's domain, keys and values together
+	// (default policy.DefaultGRPCLimits.MaxRecvBytes): a call past it is
+	// refused (InvalidArgument). A server given LimitOptions refuses a
+	// larger message before reading it; this holds the bound on any
+	// server.
+	MaxRequestBytes int
 	// Source, when set, is asked for the policy in force at every call, so
 	// that the server follows a reload (sluice serve passes the HTTP
 	// gate's policy); the policy given to New is used until it answers.
@@ -71,6 +79,7 @@ type Server struct {
 	lim     *sluice.Limiter
 	engine  atomic.Pointer[engine]
 	timeout time.Duration
+	maxReq  int
 	clock   sluice.Clock
 	log     *slog.Logger
 	obs     policy.Observer
@@ -102,7 +111,10 @@ func New(pol *policy.Policy, lim *sluice.Limiter, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Server{lim: lim, timeout: opts.StoreTimeout, clock: opts.Clock, log: opts.Logger, obs: opts.Observer, source: opts.Source}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = policy.DefaultGRPCLimits.MaxRecvBytes
+	}
+	s := &Server{lim: lim, timeout: opts.StoreTimeout, maxReq: opts.MaxRequestBytes, clock: opts.Clock, log: opts.Logger, obs: opts.Observer, source: opts.Source}
 	s.SetPolicy(pol)
 	return s
 }
@@ -255,7 +267,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 // answer is ShouldRateLimit, with a one-descriptor response in into's
 // memory when into is given.
 func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, into *recycled) (*rlspb.RateLimitResponse, error) {
-	if err := validate(req); err != nil {
+	if err := validate(req, s.maxReq); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	e := s.current()
@@ -475,7 +487,9 @@ func costOf(req *rlspb.RateLimitRequest, d *rlv3.RateLimitDescriptor) (descKind,
 	return kindTake, float64(hits)
 }
 
-func validate(req *rlspb.RateLimitRequest) error {
+// validate checks req against the bounds on a request, maxBytes among
+// them.
+func validate(req *rlspb.RateLimitRequest, maxBytes int) error {
 	switch {
 	case req.Domain == "":
 		return fmt.Errorf("rate limit domain must not be empty")
@@ -486,6 +500,7 @@ func validate(req *rlspb.RateLimitRequest) error {
 	case len(req.Domain) > maxEntryBytes:
 		return fmt.Errorf("domain longer than %d bytes", maxEntryBytes)
 	}
+	total := len(req.Domain)
 	for i, d := range req.Descriptors {
 		if d == nil || len(d.Entries) == 0 {
 			return fmt.Errorf("descriptors[%d]: no entries", i)
@@ -499,6 +514,9 @@ func validate(req *rlspb.RateLimitRequest) error {
 			}
 			if len(en.Key) > maxEntryBytes || len(en.Value) > maxEntryBytes {
 				return fmt.Errorf("descriptors[%d].entries[%d]: key or value longer than %d bytes", i, j, maxEntryBytes)
+			}
+			if total += len(en.Key) + len(en.Value); total > maxBytes {
+				return fmt.Errorf("descriptors[%d].entries[%d]: the domain, keys and values pass %d bytes together (max_recv_bytes)", i, j, maxBytes)
 			}
 		}
 	}

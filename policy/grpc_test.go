@@ -140,3 +140,51 @@ func TestGRPCTLS(t *testing.T) {
 		}
 	}
 }
+
+func TestGRPCLimits(t *testing.T) {
+	const r = "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"
+	d := mustParse(t, r).Settings.GRPC
+	if d != policy.DefaultGRPCLimits {
+		t.Fatalf("defaults: %+v", d)
+	}
+	if d.MaxConcurrentStreams <= 0 || d.MaxRecvBytes <= 0 || d.MaxInFlight <= 0 || d.KeepaliveMinTime <= 0 || d.MaxConnectionIdle <= 0 {
+		t.Fatalf("a default leaves the gRPC listener without a bound: %+v", d)
+	}
+	p := mustParse(t, `grpc:
+  max_conns: 64
+  max_concurrent_streams: 10
+  max_recv_bytes: 65536
+  max_in_flight: 32
+  keepalive_min_time: 30s
+  max_connection_idle: 1m
+`+r)
+	want := policy.GRPCLimits{MaxConns: 64, MaxConcurrentStreams: 10, MaxRecvBytes: 65536, MaxInFlight: 32, KeepaliveMinTime: 30 * time.Second, MaxConnectionIdle: time.Minute}
+	if got := p.Settings.GRPC; got != want {
+		t.Fatalf("grpc: %+v, want %+v", got, want)
+	}
+	// Zero fields (a policy built in code) take the defaults.
+	if got := (policy.GRPCLimits{MaxInFlight: 7}).WithDefaults(); got.MaxInFlight != 7 || got.MaxRecvBytes != policy.DefaultGRPCLimits.MaxRecvBytes || got.MaxConns != 0 {
+		t.Fatalf("WithDefaults: %+v", got)
+	}
+	got := problems(t, `grpc:
+  max_conns: 0
+  max_concurrent_streams: 100000
+  max_recv_bytes: 8388608
+  max_in_flight: -1
+  keepalive_min_time: 0s
+  max_connection_idle: soon
+  max_streams: 5
+`+r)
+	wantErrs := []string{
+		"c.yaml:2: grpc.max_conns: must be between 1 and 1048576 (got 0)",
+		"c.yaml:3: grpc.max_concurrent_streams: must be between 1 and 10000 (got 100000)",
+		"c.yaml:4: grpc.max_recv_bytes: must be between 4096 and 4194304 (got 8388608)",
+		"c.yaml:5: grpc.max_in_flight: must be between 1 and 1048576 (got -1)",
+		`c.yaml:6: grpc.keepalive_min_time: must be > 0 (got "0s")`,
+		`c.yaml:7: grpc.max_connection_idle: must be a duration such as "1m" or "500ms" (got "soon")`,
+		"c.yaml:8: grpc.max_streams: unknown field (known: max_conns, max_concurrent_streams, max_recv_bytes, max_in_flight, keepalive_min_time, max_connection_idle)",
+	}
+	if strings.Join(got, "\n") != strings.Join(wantErrs, "\n") {
+		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantErrs, "\n"))
+	}
+}

@@ -174,7 +174,7 @@ func (l *loader) load(data []byte) *Policy {
 	return l.policy(doc.Content[0])
 }
 
-var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits", "api_listen", "api_token_env", "server", "forward_auth", "ui", "settle_secret_env"}
+var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits", "api_listen", "api_token_env", "server", "forward_auth", "ui", "settle_secret_env", "grpc"}
 
 // newPolicy returns a policy holding the default of every top-level
 // setting: what a file that gives only rules gets.
@@ -185,6 +185,7 @@ func newPolicy(file string) *Policy {
 	s.Headers = []string{"draft", "trio"}
 	s.DenyStatus, s.IPv6Prefix = 429, 64
 	s.Server = DefaultServerLimits
+	s.GRPC = DefaultGRPCLimits
 	s.UI.ShowKeys = true
 	return p
 }
@@ -218,6 +219,9 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	l.defaultMissingKey(o, s)
 	if n, ok := o.vals["grpc_tls"]; ok {
 		s.GRPCTLS = l.grpcTLS(n, "grpc_tls")
+	}
+	if n, ok := o.vals["grpc"]; ok {
+		l.grpcLimits(n, &s.GRPC)
 	}
 	if v, _, ok := o.boolean("allow_negative_hits"); ok {
 		s.AllowNegativeHits = v

@@ -132,6 +132,8 @@ type Settings struct {
 	// GRPCTLS, when set, serves the Envoy RateLimitService over TLS, and
 	// with a client CA over mutual TLS (grpc_tls).
 	GRPCTLS *GRPCTLS
+	// GRPC bounds the Envoy RateLimitService listener (the grpc section).
+	GRPC GRPCLimits
 	// AllowNegativeHits lets Envoy callers give hits back
 	// (is_negative_hits); without it such a call is refused (default false).
 	AllowNegativeHits bool

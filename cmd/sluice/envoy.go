@@ -7,9 +7,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/internal/connlimit"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -20,13 +20,13 @@ import (
 // applies to Envoy's calls too; a policy read from a reference-format file
 // brings the file's descriptor lookup with it (policy.Policy.Envoy, set by
 // envoyrls.ParseReferenceConfig), which the service uses in place of rules.
+// The grpc section bounds it (envoyrls.LimitOptions), and the listener
+// holds at most grpcMaxConns connections.
 func startEnvoy(s *server, set policy.Settings, ln net.Listener) (addr string, stop func()) {
-	gopts := append(envoyrls.ServerOptions(),
-		// Envoy keeps its connections to the rate limit service open;
-		// let it ping them, and keep idle ones from piling up forever.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 15 * time.Minute}),
-	)
+	bounds := set.GRPC.WithDefaults()
+	gopts := append(envoyrls.ServerOptions(), envoyrls.LimitOptions(bounds, set.Server)...)
+	conns := grpcMaxConns(bounds.MaxConns, openFileLimit())
+	ln = connlimit.New(ln, conns)
 	security := "plaintext"
 	if t := set.GRPCTLS; t != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(t.Config.Clone())))
@@ -36,7 +36,7 @@ func startEnvoy(s *server, set policy.Settings, ln net.Listener) (addr string, s
 		}
 	}
 	g := grpc.NewServer(gopts...)
-	opts := envoyrls.Options{Logger: s.Logger, Source: s.Gate.Policy, Observer: s.Gate.Observer()}
+	opts := envoyrls.Options{Logger: s.Logger, Source: s.Gate.Policy, Observer: s.Gate.Observer(), MaxRequestBytes: bounds.MaxRecvBytes}
 	rls := envoyrls.New(s.Gate.Policy(), s.Limiter, opts)
 	health := rls.Register(g)
 	go func() {
@@ -44,7 +44,8 @@ func startEnvoy(s *server, set policy.Settings, ln net.Listener) (addr string, s
 			s.Logger.Error("envoy rate limit service failed", "err", err)
 		}
 	}()
-	s.Logger.Info("listening", "server", "envoy-rls", "addr", ln.Addr().String(), "security", security, "allow_negative_hits", set.AllowNegativeHits)
+	s.Logger.Info("listening", "server", "envoy-rls", "addr", ln.Addr().String(), "security", security, "allow_negative_hits", set.AllowNegativeHits,
+		"max_conns", conns, "max_concurrent_streams", bounds.MaxConcurrentStreams, "max_in_flight", bounds.MaxInFlight, "max_recv_bytes", bounds.MaxRecvBytes)
 	return ln.Addr().String(), func() {
 		health.Shutdown() // tell Envoy's health checks first
 		done := make(chan struct{})
@@ -55,4 +56,19 @@ func startEnvoy(s *server, set policy.Settings, ln net.Listener) (addr string, s
 			g.Stop()
 		}
 	}
+}
+
+// grpcMaxConns is the gRPC listener's connection cap: set (the grpc
+// section's max_conns) when given, else policy.DefaultGRPCMaxConns lowered
+// to an eighth of the open file limit, within the quarter the HTTP
+// listeners leave (maxConns).
+func grpcMaxConns(set int, nofile uint64) int {
+	if set > 0 {
+		return set
+	}
+	auto := uint64(policy.DefaultGRPCMaxConns)
+	if nofile > 0 {
+		auto = min(auto, nofile/8)
+	}
+	return int(max(auto, 16))
 }

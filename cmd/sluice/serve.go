@@ -393,6 +393,7 @@ func warnRestart(log *slog.Logger, old, new policy.Settings) {
 		{"proxy.upstream_timeout", old.ProxyUpstreamTimeout.String(), new.ProxyUpstreamTimeout.String()},
 		{"audit_log", old.AuditLog, new.AuditLog},
 		{"grpc_tls", tlsFiles(old.GRPCTLS), tlsFiles(new.GRPCTLS)},
+		{"grpc", fmt.Sprintf("%+v", old.GRPC), fmt.Sprintf("%+v", new.GRPC)},
 	} {
 		if c.old != c.new {
 			log.Warn("setting changed; it takes effect after a restart", "setting", c.name, "running", c.old, "file", c.new)

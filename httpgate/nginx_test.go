@@ -80,9 +80,9 @@ func startNginx(t *testing.T, e *env, app *httptest.Server) (addr string, logs f
 	addr = freePort(t)
 	cfg := string(conf)
 	for old, new := range map[string]string{
-		"127.0.0.1:8080;": strings.TrimPrefix(e.srv.URL, "http://") + ";",
-		"127.0.0.1:3000;": strings.TrimPrefix(app.URL, "http://") + ";",
-		"listen 8000;":    "listen " + addr + ";",
+		"127.0.0.1:8080;":        strings.TrimPrefix(e.srv.URL, "http://") + ";",
+		"127.0.0.1:3000;":        strings.TrimPrefix(app.URL, "http://") + ";",
+		"listen 127.0.0.1:8000;": "listen " + addr + ";",
 		"http {": "http {\n    access_log " + filepath.Join(dir, "access.log") + ";\n" +
 			"    client_body_temp_path " + filepath.Join(dir, "body") + ";\n" +
 			"    proxy_temp_path " + filepath.Join(dir, "proxy") + ";\n" +

@@ -29,11 +29,19 @@ server:
   idle_timeout: 5s
   max_header_bytes: 8192
   max_conns: 100
+  shutdown_drain: 0s
 `+rule)
 	want := policy.ServerLimits{ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 4 * time.Second,
-		IdleTimeout: 5 * time.Second, MaxHeaderBytes: 8192, MaxConns: 100}
+		IdleTimeout: 5 * time.Second, MaxHeaderBytes: 8192, MaxConns: 100, ShutdownDrain: 0}
 	if s := p.Settings; s.Server != want || s.APIListen != "127.0.0.1:8082" || s.APITokenEnv != "SLUICE_TEST_API_TOKEN" {
 		t.Fatalf("settings: %+v", s)
+	}
+	// A drain of zero is kept: it turns the drain off.
+	if got := p.Settings.Server.WithDefaults(); got.ShutdownDrain != 0 {
+		t.Fatalf("WithDefaults replaced shutdown_drain 0 with %v", got.ShutdownDrain)
+	}
+	if policy.DefaultServerLimits.ShutdownDrain != 5*time.Second {
+		t.Fatalf("default shutdown_drain %v, documented as 5s", policy.DefaultServerLimits.ShutdownDrain)
 	}
 	// Zero fields (a policy built in code) take the defaults.
 	if got := (policy.ServerLimits{MaxConns: 7}).WithDefaults(); got.MaxConns != 7 || got.ReadTimeout != policy.DefaultServerLimits.ReadTimeout {
@@ -69,6 +77,7 @@ func TestServerSettingsErrors(t *testing.T) {
   max_header_bytes: 100
   max_conns: 0
   max_con: 5
+  shutdown_drain: -1s
 ` + rule, []string{
 			`c.yaml:2: server.read_header_timeout: must be > 0 (got "0s"): a listener without this deadline can be held by a client that never finishes`,
 			`c.yaml:3: server.read_timeout: must be > 0 (got "-1s"): a listener without this deadline can be held by a client that never finishes`,
@@ -76,6 +85,7 @@ func TestServerSettingsErrors(t *testing.T) {
 			"c.yaml:6: server.max_header_bytes: must be between 4096 and 16777216 (got 100)",
 			"c.yaml:7: server.max_conns: must be between 1 and 1048576 (got 0)",
 			`c.yaml:8: server.max_con: unknown field (did you mean "max_conns"?)`,
+			`c.yaml:9: server.shutdown_drain: must be between 0s (no drain) and 10m0s (got "-1s")`,
 		}},
 		{"server kind", "server: 5s\n" + rule, []string{"c.yaml:1: server: must be a mapping of fields (got the string \"5s\")"}},
 	}

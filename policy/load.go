@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -125,7 +126,21 @@ type loader struct {
 }
 
 func parse(filename string, data []byte, getenv func(string) string, readFile func(string) ([]byte, error)) (*Policy, error) {
-	l := &loader{file: filename, dir: filepath.Dir(filename), getenv: getenv, readFile: readFile}
+	// The digest covers everything the policy was compiled from: the
+	// file, and each variable and key file it read, in the order read.
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %d\n", filename, len(data))
+	h.Write(data)
+	l := &loader{file: filename, dir: filepath.Dir(filename), getenv: func(name string) string {
+		v := getenv(name)
+		fmt.Fprintf(h, "env %q %q\n", name, v)
+		return v
+	}, readFile: func(path string) ([]byte, error) {
+		b, err := readFile(path)
+		fmt.Fprintf(h, "file %q %d %v\n", path, len(b), err)
+		h.Write(b)
+		return b, err
+	}}
 	p := l.load(data)
 	if len(l.errs) > 0 {
 		sort.SliceStable(l.errs, func(i, j int) bool { return l.errs[i].Line < l.errs[j].Line })
@@ -143,6 +158,7 @@ func parse(filename string, data []byte, getenv func(string) string, readFile fu
 	for _, n := range l.notes {
 		p.Notes = append(p.Notes, n.Error())
 	}
+	h.Sum(p.digest[:0])
 	return p, nil
 }
 

@@ -73,6 +73,12 @@ type Policy struct {
 	// policy is the one in force. The policy package never reads it.
 	Envoy any
 
+	// digest identifies what the policy was compiled from (its file, and
+	// the variables and key files that file names), so that a reload of
+	// the same inputs is known as no change; zero for a policy not parsed
+	// from a file.
+	digest [32]byte
+
 	jwt    *verifier
 	byName map[string]*Rule
 	limits map[string]*sluice.Limit
@@ -221,6 +227,12 @@ type ServerLimits struct {
 	// means automatic (DefaultMaxConns, lowered to fit the process's
 	// open file limit).
 	MaxConns int
+	// ShutdownDrain is how long sluice serve, told to stop, keeps serving
+	// while /readyz answers 503, before its listeners stop accepting: the
+	// time a load balancer or a Kubernetes endpoint update needs to see it
+	// unready and send new connections elsewhere. Zero stops at once;
+	// WithDefaults leaves it as it is, so zero is a choice, not a gap.
+	ShutdownDrain time.Duration
 }
 
 // DefaultServerLimits are the server section's defaults.
@@ -230,6 +242,7 @@ var DefaultServerLimits = ServerLimits{
 	WriteTimeout:      30 * time.Second,
 	IdleTimeout:       2 * time.Minute,
 	MaxHeaderBytes:    64 << 10,
+	ShutdownDrain:     5 * time.Second,
 }
 
 // DefaultMaxConns is the per-listener connection cap when max_conns is

@@ -6,7 +6,11 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-var serverFields = []string{"read_header_timeout", "read_timeout", "write_timeout", "idle_timeout", "max_header_bytes", "max_conns"}
+var serverFields = []string{"read_header_timeout", "read_timeout", "write_timeout", "idle_timeout", "max_header_bytes", "max_conns", "shutdown_drain"}
+
+// MaxShutdownDrain bounds server.shutdown_drain: a process told to stop
+// must stop within a bound an orchestrator can wait for.
+const MaxShutdownDrain = 10 * time.Minute
 
 // serverLimits reads the server section into s, which holds the defaults.
 // Zero would mean "no deadline" to net/http, so every timeout must be
@@ -39,6 +43,13 @@ func (l *loader) serverLimits(n *yaml.Node, s *ServerLimits) {
 			l.errf(vn, "server.max_header_bytes", "must be between 4096 and 16777216 (got %d)", v)
 		} else {
 			s.MaxHeaderBytes = v
+		}
+	}
+	if d, dn, ok := o.duration("shutdown_drain"); ok {
+		if d < 0 || d > MaxShutdownDrain {
+			l.errf(dn, "server.shutdown_drain", "must be between 0s (no drain) and %v (got %q)", MaxShutdownDrain, dn.Value)
+		} else {
+			s.ShutdownDrain = d
 		}
 	}
 	if v, vn, ok := o.integer("max_conns"); ok {

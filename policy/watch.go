@@ -35,6 +35,9 @@ type Reload struct {
 	Policy *Policy
 	// Err says why the load was refused (the policy in force stays).
 	Err error
+	// Unchanged says that a load on demand found nothing new: Policy and
+	// Err are nil, nothing was installed, and it is no reload.
+	Unchanged bool
 }
 
 // Watch keeps a running policy in step with src until ctx is done: each
@@ -42,8 +45,9 @@ type Reload struct {
 // demand, such as SIGHUP, whose value is the why), it loads src and gives
 // a new policy to install. A load that fails installs nothing, so the last
 // good policy keeps serving. report, when not nil, is told of every load
-// that found a change, installed or refused; a load that found nothing
-// new is not reported. Loads run one at a time, in this goroutine; the
+// that found a change, installed or refused, and of every load on demand
+// that found nothing new (Reload.Unchanged); a poll that found nothing new
+// is not reported. Loads run one at a time, in this goroutine; the
 // source's first policy is the caller's to load and install.
 func Watch(ctx context.Context, src Source, now <-chan string, install func(*Policy), report func(Reload)) {
 	// One pending poke is enough: the load it starts sees every change
@@ -81,6 +85,8 @@ func Watch(ctx context.Context, src Source, now <-chan string, install func(*Pol
 			if report != nil {
 				report(Reload{Why: why, Policy: p})
 			}
+		case force && report != nil:
+			report(Reload{Why: why, Unchanged: true})
 		}
 	}
 }
@@ -99,6 +105,7 @@ type File struct {
 	mu      sync.Mutex
 	sum     [32]byte // of the content Read last returned
 	pending [32]byte // of the content the last poll saw
+	loaded  [32]byte // Policy.digest of the policy Load last returned
 }
 
 // Read returns the file's content when it differs from what Read last
@@ -143,13 +150,29 @@ func (f *File) ParseData(data []byte) (*Policy, error) {
 	return f.Parse(f.Path, data)
 }
 
-// Load implements Source: the file compiled, when Read returns content.
+// Load implements Source: the file compiled, when Read returns content
+// that compiles to something new. A forced load (SIGHUP) of a file, key
+// files and variables that have not changed since the policy Load last
+// returned, with no refusal since, is no change: nil, nil.
 func (f *File) Load(_ context.Context, force bool) (*Policy, error) {
 	data, err := f.Read(force)
 	if err != nil || data == nil {
 		return nil, err
 	}
-	return f.ParseData(data)
+	p, err := f.ParseData(data)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil {
+		// The next good load is news even when it is the policy in
+		// force: it ends the refusals.
+		f.loaded = [32]byte{}
+		return nil, err
+	}
+	if p.digest != ([32]byte{}) && p.digest == f.loaded {
+		return nil, nil
+	}
+	f.loaded = p.digest
+	return p, nil
 }
 
 // Watch implements Source: a poke every Poll, for Load to look at the

@@ -168,6 +168,31 @@ func TestFileSource(t *testing.T) {
 		t.Fatalf("refused content loaded again: %v %v", p, err)
 	}
 
+	// A forced load (SIGHUP) of what is in force is no change; of the
+	// same bytes after a refusal it is, and so is a variable the file
+	// reads that changed.
+	good := "api_token_env: SLUICE_TEST_RELOAD_TOKEN\n" + v2
+	t.Setenv("SLUICE_TEST_RELOAD_TOKEN", "0123456789abcdef")
+	os.WriteFile(path, []byte(good), 0o644)
+	if p, err := f.Load(ctx, true); err != nil || p == nil {
+		t.Fatalf("forced load of a changed file: %v %v", p, err)
+	}
+	if p, err := f.Load(ctx, true); p != nil || err != nil {
+		t.Fatalf("forced load of an unchanged file: %v %v", p, err)
+	}
+	t.Setenv("SLUICE_TEST_RELOAD_TOKEN", "")
+	if _, err := f.Load(ctx, true); err == nil {
+		t.Fatal("an unset token variable loaded")
+	}
+	t.Setenv("SLUICE_TEST_RELOAD_TOKEN", "0123456789abcdef")
+	if p, err := f.Load(ctx, true); err != nil || p == nil {
+		t.Fatalf("forced load after a refusal: %v %v", p, err)
+	}
+	t.Setenv("SLUICE_TEST_RELOAD_TOKEN", "fedcba9876543210")
+	if p, err := f.Load(ctx, true); err != nil || p == nil {
+		t.Fatalf("forced load with a changed variable: %v %v", p, err)
+	}
+
 	os.Remove(path)
 	if p, err := f.Load(ctx, false); p != nil || err != nil {
 		t.Fatalf("a vanished file on a poll: %v %v", p, err)

@@ -68,14 +68,20 @@ type Options struct {
 	// Clock replaces the server's clock. For tests only: in production every
 	// client must read the one server clock so that they agree.
 	Clock sluice.Clock
-	// Timeout bounds every call to the server (default one second); a
-	// caller's earlier deadline wins. A call past either is a store
+	// Timeout bounds every call to the server (default one second;
+	// sluice serve uses 250ms unless the URL's sluice_timeout says
+	// otherwise); a caller's earlier deadline wins. A call past either is a store
 	// failure, decided by the caller (a rule's on_store_error), and counts
 	// toward the circuit breaker.
 	Timeout time.Duration
-	// BreakerFailures failed calls within one second, when they are at
-	// least half of that second's calls, open the circuit breaker (default
-	// 5): for BreakerBackoff (default 500ms) every call fails at once with
+	// BreakerFailures failed calls within a window, when they are at
+	// least half of the window's calls, open the circuit breaker (default
+	// 5). The window is 2*BreakerFailures*Timeout, at least a second (10s
+	// with the defaults, 2.5s under sluice serve), so that one caller,
+	// whose calls to a hung server fail one per Timeout, opens it: after
+	// BreakerFailures deadlines when the window holds nothing else, at most
+	// a window plus that when earlier successes outnumber the failures.
+	// Then for BreakerBackoff (default 500ms) every call fails at once with
 	// ErrBreakerOpen instead of waiting for a server that is not
 	// answering, then one call probes. A store made by WithTx has none:
 	// the caller's transaction decides.

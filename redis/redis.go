@@ -123,8 +123,10 @@ type Options struct {
 	// (20ms by default, sent with each call). The default is long enough
 	// that a healthy Redis is not read as a failed one when this host is
 	// short of CPU (a saturated 2-core host took over 100ms for one call
-	// in a thousand; BENCHMARKS.md), and short enough that a hung Redis
-	// costs a decision about that long before the circuit breaker opens.
+	// in a thousand; BENCHMARKS.md), and short enough that a hung
+	// Redis costs each decision at most that long until the circuit breaker
+	// opens (after BreakerFailures deadlines to a window plus that many:
+	// see BreakerFailures).
 	Timeout time.Duration
 	// KeyPrefix is put before every key, to share a Redis with other
 	// users ("sluice:"). It may not contain braces: a hash tag in it would
@@ -150,8 +152,13 @@ type Options struct {
 	// deadline among many that succeed does not. The window is one second,
 	// or 2*BreakerFailures*Timeout when longer (2.5s with the defaults), so
 	// that even one caller, whose calls to a hung Redis fail one per
-	// Timeout, opens it. BreakerBackoff is how long it stays open before a
-	// probe (default 500ms).
+	// Timeout, opens it. The window is a fixed span, not a sliding one: a
+	// hang opens the breaker after BreakerFailures deadlines (1.25s) when
+	// the window holds nothing else, and at most one window plus that
+	// (3.75s) when the calls that succeeded before the hang outnumber its
+	// failures until the next window (TestHungServerOpensWithinBound).
+	// BreakerBackoff is how long it stays open before a probe (default
+	// 500ms).
 	BreakerFailures int
 	BreakerBackoff  time.Duration
 	// NoBatch sends every call as its own script call.

@@ -621,3 +621,48 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 }
+
+// TestExamplesRunLinesAndLoopback: every example shows how to run it, and
+// every sluice configuration among them binds loopback unless it says why
+// it binds every interface.
+func TestExamplesRunLinesAndLoopback(t *testing.T) {
+	run := regexp.MustCompile(`(?m)(^\s*#.*|"description": ".*)\b(sluice (serve|check|simulate)|kubectl apply|docker compose|systemctl|promtool|caddy run|nginx -c|envoy -c|traefik --|Import)\b`)
+	err := filepath.WalkDir(examplesDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if !run.Match(data) {
+			t.Errorf("%s: no run line (a comment showing how to run it)", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SLUICE_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+	t.Setenv("SLUICE_API_TOKEN", "0123456789abcdef0123456789abcdef")
+	t.Setenv("SLUICE_ADMIN_TOKEN", "0123456789abcdef0123456789abcdef")
+	for _, name := range sluiceConfigs {
+		path := filepath.Join(examplesDir, name)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := policyFile(path).ParseData(data)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if strings.Contains(string(data), "# Every interface, because") {
+			continue
+		}
+		for field, addr := range map[string]string{"listen": p.Settings.Listen, "grpc_listen": p.Settings.GRPCListen, "api_listen": p.Settings.APIListen, "proxy.listen": p.Settings.ProxyListen} {
+			if addr != "" && !loopback(addr) && !(name == "ratelimit-config.yaml" && field != "proxy.listen") {
+				t.Errorf("%s: %s %q binds every interface, and the file does not say why (\"# Every interface, because ...\")", path, field, addr)
+			}
+		}
+	}
+}

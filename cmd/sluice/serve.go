@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -62,6 +63,9 @@ type listening struct {
 // serveFlags are serve's command line.
 type serveFlags struct {
 	config, listen, proxyListen, apiListen, grpcListen, cpuProfile string
+	// shutdownDrain overrides server.shutdown_drain when drainSet.
+	shutdownDrain time.Duration
+	drainSet      bool
 }
 
 // serve runs until ctx is done; ready, when not nil, is called once the
@@ -128,24 +132,30 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	if ready != nil {
 		ready(addrs)
 	}
-	return waitForShutdown(ctx, log, errc, shutdown)
+	return waitForShutdown(ctx, log, errc, rs.Server.ShutdownDrain, shutdown)
 }
 
 // parseServeFlags reads serve's command line; when ok is false serve is
 // over and exits with code.
 func parseServeFlags(args []string, stderr io.Writer) (f serveFlags, code int, ok bool) {
-	fs := newFlagSet("serve", "usage: sluice serve [--config FILE] [--listen ADDR] [--proxy-listen ADDR] [--grpc-listen ADDR|off]\n\nWithout --config, serves the embedded default policy: per client IP, 10\nrequests per second, burst 20, memory store. The flags override the policy's\naddresses. SIGHUP, or a change to the file, reloads the policy (an invalid\none is refused and the old one keeps serving); SIGTERM or SIGINT drains\n/readyz and shuts down.", stderr)
+	fs := newFlagSet("serve", "usage: sluice serve [--config FILE] [--listen ADDR] [--proxy-listen ADDR] [--grpc-listen ADDR|off]\n\nWithout --config, serves the embedded default policy: per client IP, 10\nrequests per second, burst 20, memory store. The flags override the policy's\naddresses. SIGHUP, or a change to the file, reloads the policy (an invalid\none is refused and the old one keeps serving); SIGTERM or SIGINT fails\n/readyz for server.shutdown_drain while it still serves, then stops accepting\nconnections and lets the requests in flight finish.", stderr)
 	fs.StringVar(&f.config, "config", "", "policy file (YAML or JSON); default: the embedded per-IP policy")
 	fs.StringVar(&f.listen, "listen", "", "forward auth address, and the decision API's unless api_listen is set (overrides the policy's listen)")
 	fs.StringVar(&f.proxyListen, "proxy-listen", "", "reverse proxy address (overrides proxy.listen)")
 	fs.StringVar(&f.apiListen, "api-listen", "", "decision API address, apart from forward auth (overrides api_listen)")
 	fs.StringVar(&f.grpcListen, "grpc-listen", "", "Envoy rate limit service address (overrides grpc_listen; \"off\" disables it)")
+	fs.DurationVar(&f.shutdownDrain, "shutdown-drain", 0, "how long /readyz answers 503 before the listeners close on SIGTERM (overrides server.shutdown_drain; 0: none)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (at shutdown), for go tool pprof")
 	if code, ok := parseFlags(fs, args); !ok {
 		return f, code, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
+		return f, 2, false
+	}
+	fs.Visit(func(fl *flag.Flag) { f.drainSet = f.drainSet || fl.Name == "shutdown-drain" })
+	if f.shutdownDrain < 0 || f.shutdownDrain > policy.MaxShutdownDrain {
+		fmt.Fprintf(stderr, "sluice serve: --shutdown-drain %v: must be between 0s (no drain) and %v\n", f.shutdownDrain, policy.MaxShutdownDrain)
 		return f, 2, false
 	}
 	return f, 0, true
@@ -236,9 +246,11 @@ func newServer(p *policy.Policy, rs runSettings, store sluice.Store, reg *promet
 // startHTTP serves the HTTP listeners of lns (bound by bind): forward
 // auth and the decision API, and the proxy. Each has the server section's
 // deadlines and a cap on its connections; one that fails reports on errc.
-// shutdown fails /readyz, then closes the listeners once their requests
-// end (10 s at most).
-func startHTTP(s *server, rs runSettings, lns map[string]net.Listener, errc chan<- error) (addrs listening, shutdown func()) {
+// shutdown fails /readyz and, for drain, keeps serving (without
+// keep-alive, so that clients reconnect to where the load balancer now
+// sends them), then stops accepting and closes the listeners once their
+// requests end (shutdownGrace at most).
+func startHTTP(s *server, rs runSettings, lns map[string]net.Listener, errc chan<- error) (addrs listening, shutdown func(drain time.Duration)) {
 	gate, log := s.Gate, s.Logger
 	limits := rs.Server.WithDefaults()
 	handlers := map[string]http.Handler{"api": gate.Handler()}
@@ -283,9 +295,28 @@ func startHTTP(s *server, rs runSettings, lns map[string]net.Listener, errc chan
 	if rs.APITokenEnv == "" && !loopback(addrs.Decision) {
 		log.Warn("the decision API is open to anyone who reaches it: /v1/take can drain any bucket; set api_token_env, or api_listen on a private address", "addr", addrs.Decision)
 	}
-	return addrs, func() {
+	return addrs, func(drain time.Duration) {
 		gate.Drain()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if drain > 0 {
+			for _, hs := range servers {
+				hs.SetKeepAlivesEnabled(false)
+			}
+			// A second SIGTERM or SIGINT ends the drain: whoever sends it
+			// is not waiting for a load balancer.
+			again := make(chan os.Signal, 1)
+			signal.Notify(again, syscall.SIGTERM, os.Interrupt)
+			log.Info("draining: /readyz answers 503 while requests are still served", "for", drain)
+			t := time.NewTimer(drain)
+			select {
+			case <-t.C:
+			case <-again:
+				t.Stop()
+				log.Info("drain cut short by a second signal")
+			}
+			signal.Stop(again)
+		}
+		log.Info("closing the listeners", "grace", shutdownGrace)
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()
 		for _, hs := range servers {
 			hs.Shutdown(ctx)
@@ -325,6 +356,11 @@ func watchPolicy(ctx context.Context, src policy.Source, s *server, started poli
 	go func() {
 		defer wg.Done()
 		policy.Watch(ctx, src, now, s.Gate.SetPolicy, func(r policy.Reload) {
+			if r.Unchanged {
+				// Not a reload: nothing is installed, counted or shown.
+				s.Logger.Info("policy unchanged, nothing to reload", "why", r.Why, "file", file)
+				return
+			}
 			s.Stats.Loaded(file, fileContent(file), true, r.Err)
 			if r.Err != nil {
 				s.Logger.Error("reload refused, keeping the policy in force", "why", r.Why, "err", r.Err)
@@ -354,17 +390,23 @@ func fileContent(path string) []byte {
 	return data
 }
 
+// shutdownGrace bounds how long the requests in flight at shutdown have
+// to finish once the listeners stop accepting.
+const shutdownGrace = 10 * time.Second
+
 // waitForShutdown serves until ctx is done (exit 0) or a listener fails
-// (exit 1), then shuts the listeners down.
-func waitForShutdown(ctx context.Context, log *slog.Logger, errc <-chan error, shutdown func()) int {
+// (exit 1), then shuts the listeners down: told to stop, after drain
+// with /readyz failing, so that a load balancer polling it stops sending
+// new connections before they are refused; after a failure at once.
+func waitForShutdown(ctx context.Context, log *slog.Logger, errc <-chan error, drain time.Duration, shutdown func(time.Duration)) int {
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down")
-		shutdown()
+		log.Info("shutting down", "drain", drain)
+		shutdown(drain)
 		return 0
 	case err := <-errc:
 		log.Error("server failed", "err", err)
-		shutdown()
+		shutdown(0)
 		return 1
 	}
 }

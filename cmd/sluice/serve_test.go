@@ -37,7 +37,8 @@ func startServeArgs(t *testing.T, args ...string) (listening, *lockedbuf.Buffer)
 	var code int
 	go func() {
 		defer close(exited)
-		code = serve(ctx, args, logs, func(l listening) { readyc <- l })
+		// No drain: a test's server has no load balancer to tell.
+		code = serve(ctx, append([]string{"--shutdown-drain", "0"}, args...), logs, func(l listening) { readyc <- l })
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -241,13 +242,26 @@ func TestServeHotReload(t *testing.T) {
 		t.Errorf("after a refused reload: %v", m)
 	}
 
-	// SIGHUP reloads on demand.
+	// The policy in force again: news, since it ends the refusals.
 	replaceFile(t, cfg, v2)
 	waitReloads(t, l.API, 2, 1)
+
+	// SIGHUP on a file that has not changed since is no reload: it is
+	// neither counted nor logged as one.
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitReloads(t, l.API, 3, 1)
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(logs.String(), "policy unchanged"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("SIGHUP on an unchanged file was not answered:\n%s", logs.String())
+		}
+	}
+	if ok, failed := reloads(t, l.API); ok != 2 || failed != 1 {
+		t.Errorf("SIGHUP on an unchanged file counted: %d ok, %d failed; want 2, 1", ok, failed)
+	}
+	if n := strings.Count(logs.String(), "policy reloaded"); n != 2 {
+		t.Errorf("%d \"policy reloaded\" lines, want 2 (SIGHUP on an unchanged file is no reload):\n%s", n, logs.String())
+	}
 }
 
 // Tightening a rule during an incident must not reset the clients it is

@@ -47,6 +47,9 @@ func withFlags(set policy.Settings, f serveFlags) runSettings {
 		rs.GRPCListen = f.grpcListen
 		rs.fromFlag["grpc_listen"] = true
 	}
+	if f.drainSet {
+		rs.Server.ShutdownDrain = f.shutdownDrain
+	}
 	return rs
 }
 

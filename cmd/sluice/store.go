@@ -133,18 +133,38 @@ func openRedis(_ context.Context, rawURL string, reg prometheus.Registerer) (slu
 // sluice_key_prefix, sluice_housekeeping=30s, sluice_timeout and
 // sluice_violations=true (record every rejection in sluice_violations).
 func openPostgres(ctx context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error) {
-	connURL, o, err := postgres.SplitURL(rawURL)
+	connURL, opts, err := postgresOptions(rawURL, reg)
 	if err != nil {
 		return nil, nil, err
 	}
-	if o.LogViolations {
-		o.Options.RecordViolations = &postgres.ViolationOptions{Registerer: reg}
-	}
-	s, err := postgres.Open(ctx, connURL, o.Options)
+	s, err := postgres.Open(ctx, connURL, opts)
 	if err != nil {
 		return nil, nil, err
 	}
 	return s, func() error { s.Close(); return nil }, nil
+}
+
+// servePostgresTimeout is the deadline of each PostgreSQL call under
+// serve when the URL sets no sluice_timeout: the library's one second is
+// for applications whose own requests are slow anyway, while serve
+// answers decisions, where a second per call against a hung server, until
+// the breaker opens, is a second added to every request.
+const servePostgresTimeout = 250 * time.Millisecond
+
+// postgresOptions is the pgx URL and the store options serve opens a
+// postgres:// store URL with.
+func postgresOptions(rawURL string, reg prometheus.Registerer) (string, postgres.Options, error) {
+	connURL, o, err := postgres.SplitURL(rawURL)
+	if err != nil {
+		return "", postgres.Options{}, err
+	}
+	if o.LogViolations {
+		o.Options.RecordViolations = &postgres.ViolationOptions{Registerer: reg}
+	}
+	if o.Options.Timeout <= 0 {
+		o.Options.Timeout = servePostgresTimeout
+	}
+	return connURL, o.Options, nil
 }
 
 // Retries of a store that did not answer at start: the first after

@@ -84,3 +84,38 @@ func fakeClock(t *testing.T) (advance func(time.Duration)) {
 	t.Cleanup(func() { now = time.Now })
 	return func(d time.Duration) { at = at.Add(d) }
 }
+
+// How long a hung server costs before the breaker opens, as the stores'
+// documentation states it: one caller, whose calls fail one per deadline,
+// opens it after threshold deadlines when its window holds nothing else,
+// and at most a window plus threshold deadlines after the hang when the
+// window began with successes (the failures must be half of its calls, or
+// wait for the next window). Every offset of the hang within a window of
+// 2*threshold deadlines is tried, after a success every 10 ms.
+func TestHungServerOpensWithinBound(t *testing.T) {
+	const threshold, deadline = 5, 250 * time.Millisecond
+	window := 2 * threshold * deadline
+	for offset := time.Duration(0); offset < window; offset += 50 * time.Millisecond {
+		advance := fakeClock(t)
+		b := ForDeadline(threshold, 500*time.Millisecond, deadline, nil)
+		for at := time.Duration(0); at < offset; at += 10 * time.Millisecond {
+			b.Done(true)
+			advance(10 * time.Millisecond)
+		}
+		var hung time.Duration
+		for b.Allow() {
+			advance(deadline)
+			hung += deadline
+			b.Done(false)
+			if hung > 10*window {
+				break
+			}
+		}
+		if lo, hi := threshold*deadline, window+threshold*deadline; hung < lo || hung > hi {
+			t.Errorf("hang at %v into the window: open after %v, want between %v and %v", offset, hung, lo, hi)
+		}
+		if offset == 0 && hung != threshold*deadline {
+			t.Errorf("a hang at a window's start: open after %v, want %v", hung, threshold*deadline)
+		}
+	}
+}

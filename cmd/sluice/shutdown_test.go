@@ -71,7 +71,7 @@ func startProcess(t *testing.T, args string) (*exec.Cmd, string, *lockedbuf.Buff
 	return nil, "", nil, nil
 }
 
-func status(addr, path string) int {
+func statusOf(addr, path string) int {
 	resp, err := http.Get("http://" + addr + path)
 	if err != nil {
 		return 0
@@ -86,24 +86,24 @@ func status(addr, path string) int {
 // and only then do the listeners close and the process exit.
 func TestShutdownDrainsReadiness(t *testing.T) {
 	cmd, addr, logs, exited := startProcess(t, "--shutdown-drain 10m")
-	if got := status(addr, "/readyz"); got != http.StatusOK {
+	if got := statusOf(addr, "/readyz"); got != http.StatusOK {
 		t.Fatalf("/readyz before SIGTERM = %d, want 200", got)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for status(addr, "/readyz") != http.StatusServiceUnavailable {
+	for statusOf(addr, "/readyz") != http.StatusServiceUnavailable {
 		if time.Now().After(deadline) {
 			t.Fatalf("/readyz never answered 503 after SIGTERM:\n%s", logs.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	// Draining, the process still decides and still answers liveness.
-	if got := status(addr, "/v1/auth"); got != http.StatusOK {
+	if got := statusOf(addr, "/v1/auth"); got != http.StatusOK {
 		t.Errorf("forward auth while draining = %d, want 200", got)
 	}
-	if got := status(addr, "/healthz"); got != http.StatusOK {
+	if got := statusOf(addr, "/healthz"); got != http.StatusOK {
 		t.Errorf("/healthz while draining = %d, want 200", got)
 	}
 	select {
@@ -122,7 +122,7 @@ func TestShutdownDrainsReadiness(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("a second SIGTERM did not end the drain:\n%s", logs.String())
 	}
-	if got := status(addr, "/readyz"); got != 0 {
+	if got := statusOf(addr, "/readyz"); got != 0 {
 		t.Errorf("/readyz after exit = %d, want a refused connection", got)
 	}
 	out := logs.String()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redis"
 )
@@ -37,7 +38,7 @@ func TestRestartUnderLoad(t *testing.T) {
 	srv := newStandalone(t)
 	reg := prometheus.NewRegistry()
 	const timeout = 100 * time.Millisecond
-	s := open(t, withQuery("redis://"+srv.addr(), slowClientTimeouts), redis.Options{Timeout: timeout, Registerer: reg, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
+	s := open(t, withQuery("redis://"+srv.Addr(), slowClientTimeouts), redis.Options{Timeout: timeout, Registerer: reg, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "restart", TokensPerSecond: 1e6, Burst: 1e6})
 	goroutinesBefore := runtime.NumGoroutine()
@@ -93,7 +94,7 @@ func TestRestartUnderLoad(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	phase.Store(1)
-	srv.stop()
+	srv.Stop()
 	time.Sleep(time.Second)
 	for deadline := time.Now().Add(time.Minute); metricValue(t, reg, "sluice_redis_breaker_opens_total") < 1; {
 		if time.Now().After(deadline) {
@@ -101,7 +102,7 @@ func TestRestartUnderLoad(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := srv.start(); err != nil {
+	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	phase.Store(2)
@@ -315,14 +316,14 @@ func TestOverLimitCache(t *testing.T) {
 
 func TestBreakerOpensAndProbes(t *testing.T) {
 	srv := newStandalone(t)
-	s := open(t, "redis://"+srv.addr(), redis.Options{Timeout: time.Second, BreakerFailures: 3, BreakerBackoff: 200 * time.Millisecond})
+	s := open(t, "redis://"+srv.Addr(), redis.Options{Timeout: time.Second, BreakerFailures: 3, BreakerBackoff: 200 * time.Millisecond})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "breaker", TokensPerSecond: 10, Burst: 10})
 	req := sluice.Request{Limit: lim, Key: "k"}
 	if _, err := s.Take(ctx, sluice.OpTake, req); err != nil {
 		t.Fatal(err)
 	}
-	srv.stop()
+	srv.Stop()
 	for range 3 {
 		if _, err := s.Take(ctx, sluice.OpTake, req); err == nil {
 			t.Fatal("take succeeded against a stopped server")
@@ -335,7 +336,7 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 	if !errors.Is(err, redis.ErrBreakerOpen) {
 		t.Fatalf("want ErrBreakerOpen, got %v", err)
 	}
-	if err := srv.start(); err != nil {
+	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
@@ -440,7 +441,7 @@ rules:
 	clock := sluice.NewManualClock(time.UnixMicro(8_000_000_000_000))
 	// A deadline far beyond deadlineSlack: a decision that waited for it
 	// with Redis down, instead of failing at once, breaks the bound below.
-	s := open(t, withQuery("redis://"+srv.addr(), slowClientTimeouts), redis.Options{Timeout: 30 * time.Second, Clock: clock, NoOverLimitCache: true, BreakerBackoff: 10 * time.Millisecond})
+	s := open(t, withQuery("redis://"+srv.Addr(), slowClientTimeouts), redis.Options{Timeout: 30 * time.Second, Clock: clock, NoOverLimitCache: true, BreakerBackoff: 10 * time.Millisecond})
 	lim := sluice.New(s)
 	ctx := context.Background()
 	enforce := func(name string) policy.Verdict {
@@ -458,7 +459,7 @@ rules:
 			t.Fatalf("%s: first take rejected: %+v", name, v)
 		}
 	}
-	srv.stop()
+	srv.Stop()
 	for range 5 {
 		start := time.Now()
 		allow, deny := enforce("open"), enforce("closed")
@@ -472,7 +473,7 @@ rules:
 			t.Fatalf("two decisions took %v with Redis down", d)
 		}
 	}
-	if err := srv.start(); err != nil {
+	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	// The restart emptied Redis (no persistence), so the bucket is full
@@ -501,20 +502,20 @@ rules:
 func TestHungRedis(t *testing.T) {
 	srv := newStandalone(t)
 	const timeout = redis.DefaultTimeout
-	s := open(t, withQuery("redis://"+srv.addr(), slowClientTimeouts), redis.Options{Timeout: timeout, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
+	s := open(t, withQuery("redis://"+srv.Addr(), slowClientTimeouts), redis.Options{Timeout: timeout, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "hung", TokensPerSecond: 1e6, Burst: 1e6})
 	req := sluice.Request{Limit: lim, Key: "k"}
 	if _, err := s.Take(ctx, sluice.OpTake, req); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	resumed := false
 	defer func() {
 		if !resumed {
-			srv.cmd.Process.Signal(syscall.SIGCONT)
+			srv.Signal(syscall.SIGCONT)
 		}
 	}()
 	var slowest time.Duration
@@ -537,7 +538,7 @@ func TestHungRedis(t *testing.T) {
 		t.Fatal("the breaker never opened")
 	}
 	t.Logf("hung server: slowest call %v (deadline %v), %d of 30 refused by the open breaker", slowest, timeout, breakerOpen)
-	srv.cmd.Process.Signal(syscall.SIGCONT)
+	srv.Signal(syscall.SIGCONT)
 	resumed = true
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -556,16 +557,16 @@ func TestHungRedis(t *testing.T) {
 func TestHungRedisConcurrentCallers(t *testing.T) {
 	srv := newStandalone(t)
 	const timeout = redis.DefaultTimeout
-	s := open(t, withQuery("redis://"+srv.addr(), slowClientTimeouts), redis.Options{Timeout: timeout, NoOverLimitCache: true})
+	s := open(t, withQuery("redis://"+srv.Addr(), slowClientTimeouts), redis.Options{Timeout: timeout, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "hung-many", TokensPerSecond: 1e6, Burst: 1e6})
 	if _, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer srv.cmd.Process.Signal(syscall.SIGCONT)
+	defer srv.Signal(syscall.SIGCONT)
 	var slowest atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 64 {
@@ -705,7 +706,7 @@ func TestOverLimitCacheClearedOnResubscribe(t *testing.T) {
 	}
 	srv := newStandalone(t)
 	clock := sluice.NewManualClock(time.UnixMicro(9_500_000_000_000))
-	s := open(t, "redis://"+srv.addr(), redis.Options{Clock: clock, Timeout: time.Second, BreakerBackoff: 10 * time.Millisecond})
+	s := open(t, "redis://"+srv.Addr(), redis.Options{Clock: clock, Timeout: time.Second, BreakerBackoff: 10 * time.Millisecond})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "resub", TokensPerSecond: 1.0 / 3600, Burst: 1})
 	take := func() (sluice.Decision, error) {
@@ -715,8 +716,8 @@ func TestOverLimitCacheClearedOnResubscribe(t *testing.T) {
 	if d, err := take(); err != nil || d.Allowed {
 		t.Fatalf("second take of a burst of 1: %+v, %v", d, err)
 	}
-	srv.stop()
-	if err := srv.start(); err != nil {
+	srv.Stop()
+	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(time.Minute); ; {
@@ -735,11 +736,11 @@ func TestOverLimitCacheClearedOnResubscribe(t *testing.T) {
 // refused subscription and publishes are counted, not fatal.
 func TestOverLimitDropsRefusedByACL(t *testing.T) {
 	srv := newStandalone(t)
-	if out, err := cli(srv.addr(), "ACL", "SETUSER", "nochan", "on", ">pw", "~*", "+@all", "resetchannels"); err != nil || !strings.Contains(out, "OK") {
+	if out, err := redistest.CLI(srv.Addr(), "ACL", "SETUSER", "nochan", "on", ">pw", "~*", "+@all", "resetchannels"); err != nil || !strings.Contains(out, "OK") {
 		t.Fatalf("ACL SETUSER: %v %s", err, out)
 	}
 	reg := prometheus.NewRegistry()
-	s := open(t, "redis://nochan:pw@"+srv.addr(), redis.Options{Registerer: reg})
+	s := open(t, "redis://nochan:pw@"+srv.Addr(), redis.Options{Registerer: reg})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "acl", TokensPerSecond: 1, Burst: 1})
 	if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {

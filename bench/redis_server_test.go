@@ -3,15 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // redisAddr starts a private redis-server for the benchmarks (or uses
@@ -21,33 +20,7 @@ func redisAddr(b *testing.B) string {
 	if u := os.Getenv("SLUICE_REDIS_URL"); u != "" {
 		return strings.TrimPrefix(u, "redis://")
 	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		b.Skip("redis-server not found")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir := b.TempDir()
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	c := goredis.NewClient(&goredis.Options{Addr: addr})
-	defer c.Close()
-	for i := 0; ; i++ {
-		if c.Ping(context.Background()).Err() == nil {
-			return addr
-		}
-		if i > 200 {
-			b.Fatal("redis-server did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return redistest.Server(b)
 }
 
 // redisCPU returns the server's used CPU (user + system) in seconds, from

@@ -1,8 +1,11 @@
 package memory
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
 // waitFor polls cond until it holds, failing after a generous deadline:
@@ -118,5 +121,34 @@ func TestCoarseClockKeepsTickingForLateFrequentReads(t *testing.T) {
 			}
 		}
 		coarseNow()
+	}
+}
+
+// A limiter on the system clock: RetryAt is the wait after the store's
+// reading of the clock. With its precise clock that reading lies between
+// the clock before the call and after it; its coarse clock (the default)
+// may trail, never lead: the wait it measures is then longer by as much,
+// and RetryAt the same moment. A trail of a minute would be a stopped
+// ticker. The store counts whole microseconds, so its reading may trail
+// by less than one.
+func TestRetryAtSystemClock(t *testing.T) {
+	a := sluice.MustLimit(sluice.Spec{Name: "at-a", Rate: 10, Period: time.Hour, Capacity: 1})
+	ra := sluice.Request{Limit: a, Key: "k"}
+	bg := context.Background()
+	for _, opts := range []Options{{PreciseClock: true}, {}} {
+		real := sluice.New(New(opts))
+		for _, take := range []func(context.Context, sluice.Request) (sluice.Decision, error){real.Take, real.Peek} {
+			real.Take(bg, ra)
+			before := time.Now()
+			dec, _ := take(bg, ra)
+			after := time.Now()
+			lo := before.Add(dec.RetryAfter - time.Microsecond)
+			if !opts.PreciseClock {
+				lo = lo.Add(-time.Minute)
+			}
+			if dec.Allowed || dec.RetryAt.Before(lo) || dec.RetryAt.After(after.Add(dec.RetryAfter)) {
+				t.Fatalf("system clock, %+v: %+v between %v and %v", opts, dec, before, after)
+			}
+		}
 	}
 }

@@ -59,7 +59,7 @@ func TestLeaseKeysBounded(t *testing.T) {
 // Attack: fill the store's key bound by renewing (or releasing) leases of
 // keys that hold none, which the API token lets any trusted service ask
 // with any key. Neither makes an entry: only an admitted acquire does.
-func TestLeaseRenewOfNothingStoresNothing(t *testing.T) {
+func TestAttackLeaseRenewOfNothingStoresNothing(t *testing.T) {
 	clock := sluice.NewManualClock(time.Unix(1000, 0))
 	s := memory.New(memory.Options{Clock: clock})
 	lim := sluice.NewWithOptions(s, sluice.Options{Clock: clock})

@@ -25,6 +25,8 @@ func TestInvariants(t *testing.T) {
 	conformance.RunInvariants(t, newStore, conformance.InvariantOptions{})
 }
 
+func TestWait(t *testing.T) { conformance.RunWait(t, newStore) }
+
 // A small store, so that keys share shards and evictions happen.
 func TestConformanceSmallStore(t *testing.T) {
 	conformance.Run(t, func(t *testing.T, clock sluice.Clock) sluice.Store {

@@ -41,7 +41,7 @@ func TestLeaseRowsHousekept(t *testing.T) {
 // Attack: fill the table with rows by renewing (or releasing) leases of
 // keys that hold none, which the API token lets any trusted service ask
 // with any key. Neither writes a row: only an admitted acquire does.
-func TestLeaseRenewOfNothingWritesNothing(t *testing.T) {
+func TestAttackLeaseRenewOfNothingWritesNothing(t *testing.T) {
 	s := newStoreOpts(t, postgres.Options{})
 	ctx := pgtest.Context(t)
 	lim := sluice.New(s)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redis"
 )
 
@@ -194,7 +195,7 @@ func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
 // CLUSTER NODES as seen by any node in addrs.
 func nodeForSlot(addrs []string, slot uint16) string {
 	for _, a := range addrs {
-		out, err := cli(a, "CLUSTER", "NODES")
+		out, err := redistest.CLI(a, "CLUSTER", "NODES")
 		if err != nil {
 			continue
 		}
@@ -240,12 +241,12 @@ func TestClusterFailover(t *testing.T) {
 	key := sluice.StorageKey(lim, "k")
 	var addrs []string
 	for _, sv := range srvs {
-		addrs = append(addrs, sv.addr())
+		addrs = append(addrs, sv.Addr())
 	}
 	primary := nodeForSlot(addrs, slotOf(t, s.Client(), key))
-	var victim *server
+	var victim *redistest.Proc
 	for _, sv := range srvs {
-		if sv.addr() == primary {
+		if sv.Addr() == primary {
 			victim = sv
 		}
 	}
@@ -289,7 +290,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	killed := time.Now()
-	victim.stop()
+	victim.Stop()
 	deadline := time.Now().Add(time.Minute)
 	recovered := false
 	for time.Now().Before(deadline) {
@@ -309,7 +310,7 @@ func TestClusterFailover(t *testing.T) {
 		_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		t.Logf("last error: %v; slot now served by %s", err, nodeForSlot(addrs, slotOf(t, s.Client(), key)))
 		for _, a := range addrs {
-			out, err := cli(a, "CLUSTER", "NODES")
+			out, err := redistest.CLI(a, "CLUSTER", "NODES")
 			if err == nil && !strings.Contains(out, "Could not") {
 				t.Logf("%s:\n%s", a, out)
 				break
@@ -341,10 +342,10 @@ func TestClusterFailover(t *testing.T) {
 	}
 
 	// Bring the old primary back as a replica, for the tests that follow.
-	if err := victim.start(); err != nil {
+	if err := victim.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitClusterOK(addrs, 30*time.Second); err != nil {
+	if err := redistest.WaitClusterOK(addrs, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 }

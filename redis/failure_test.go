@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redis"
 )
@@ -37,7 +38,7 @@ func TestRestartUnderLoad(t *testing.T) {
 	srv := newStandalone(t)
 	reg := prometheus.NewRegistry()
 	const timeout = 100 * time.Millisecond
-	s := open(t, withQuery("redis://"+srv.addr(), slowClientTimeouts), redis.Options{Timeout: timeout, Registerer: reg, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
+	s := open(t, withQuery("redis://"+srv.Addr(), slowClientTimeouts), redis.Options{Timeout: timeout, Registerer: reg, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "restart", TokensPerSecond: 1e6, Burst: 1e6})
 	goroutinesBefore := runtime.NumGoroutine()
@@ -93,7 +94,7 @@ func TestRestartUnderLoad(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	phase.Store(1)
-	srv.stop()
+	srv.Stop()
 	time.Sleep(time.Second)
 	for deadline := time.Now().Add(time.Minute); metricValue(t, reg, "sluice_redis_breaker_opens_total") < 1; {
 		if time.Now().After(deadline) {
@@ -101,7 +102,7 @@ func TestRestartUnderLoad(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := srv.start(); err != nil {
+	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	phase.Store(2)
@@ -315,14 +316,14 @@ func TestOverLimitCache(t *testing.T) {
 
 func TestBreakerOpensAndProbes(t *testing.T) {
 	srv := newStandalone(t)
-	s := open(t, "redis://"+srv.addr(), redis.Options{Timeout: time.Second, BreakerFailures: 3, BreakerBackoff: 200 * time.Millisecond})
+	s := open(t, "redis://"+srv.Addr(), redis.Options{Timeout: time.Second, BreakerFailures: 3, BreakerBackoff: 200 * time.Millisecond})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "breaker", TokensPerSecond: 10, Burst: 10})
 	req := sluice.Request{Limit: lim, Key: "k"}
 	if _, err := s.Take(ctx, sluice.OpTake, req); err != nil {
 		t.Fatal(err)
 	}
-	srv.stop()
+	srv.Stop()
 	for range 3 {
 		if _, err := s.Take(ctx, sluice.OpTake, req); err == nil {
 			t.Fatal("take succeeded against a stopped server")
@@ -335,7 +336,7 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 	if !errors.Is(err, redis.ErrBreakerOpen) {
 		t.Fatalf("want ErrBreakerOpen, got %v", err)
 	}
-	if err := srv.start(); err != nil {
+	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
@@ -440,7 +441,7 @@ rules:
 	clock := sluice.NewManualClock(time.UnixMicro(8_000_000_000_000))
 	// A deadline far beyond deadlineSlack: a decision that waited for it
 	// with Redis down, instead of failing at once, breaks the bound below.
-	s := open(t, withQuery("redis://"+srv.addr(), slowClientTimeouts), redis.Options{Timeout: 30 * time.Second, Clock: clock, NoOverLimitCache: true, BreakerBackoff: 10 * time.Millisecond})
+	s := open(t, withQuery("redis://"+srv.Addr(), slowClientTimeouts), redis.Options{Timeout: 30 * time.Second, Clock: clock, NoOverLimitCache: true, BreakerBackoff: 10 * time.Millisecond})
 	lim := sluice.New(s)
 	ctx := context.Background()
 	enforce := func(name string) policy.Verdict {
@@ -458,7 +459,7 @@ rules:
 			t.Fatalf("%s: first take rejected: %+v", name, v)
 		}
 	}
-	srv.stop()
+	srv.Stop()
 	for range 5 {
 		start := time.Now()
 		allow, deny := enforce("open"), enforce("closed")
@@ -472,7 +473,7 @@ rules:
 			t.Fatalf("two decisions took %v with Redis down", d)
 		}
 	}
-	if err := srv.start(); err != nil {
+	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	// The restart emptied Redis (no persistence), so the bucket is full
@@ -501,20 +502,20 @@ rules:
 func TestHungRedis(t *testing.T) {
 	srv := newStandalone(t)
 	const timeout = redis.DefaultTimeout
-	s := open(t, withQuery("redis://"+srv.addr(), slowClientTimeouts), redis.Options{Timeout: timeout, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
+	s := open(t, withQuery("redis://"+srv.Addr(), slowClientTimeouts), redis.Options{Timeout: timeout, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "hung", TokensPerSecond: 1e6, Burst: 1e6})
 	req := sluice.Request{Limit: lim, Key: "k"}
 	if _, err := s.Take(ctx, sluice.OpTake, req); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	resumed := false
 	defer func() {
 		if !resumed {
-			srv.cmd.Process.Signal(syscall.SIGCONT)
+			srv.Signal(syscall.SIGCONT)
 		}
 	}()
 	var slowest time.Duration
@@ -537,7 +538,7 @@ func TestHungRedis(t *testing.T) {
 		t.Fatal("the breaker never opened")
 	}
 	t.Logf("hung server: slowest call %v (deadline %v), %d of 30 refused by the open breaker", slowest, timeout, breakerOpen)
-	srv.cmd.Process.Signal(syscall.SIGCONT)
+	srv.Signal(syscall.SIGCONT)
 	resumed = true
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -556,16 +557,16 @@ func TestHungRedis(t *testing.T) {
 func TestHungRedisConcurrentCallers(t *testing.T) {
 	srv := newStandalone(t)
 	const timeout = redis.DefaultTimeout
-	s := open(t, withQuery("redis://"+srv.addr(), slowClientTimeouts), redis.Options{Timeout: timeout, NoOverLimitCache: true})
+	s := open(t, withQuery("redis://"+srv.Addr(), slowClientTimeouts), redis.Options{Timeout: timeout, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "hung-many", TokensPerSecond: 1e6, Burst: 1e6})
 	if _, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer srv.cmd.Process.Signal(syscall.SIGCONT)
+	defer srv.Signal(syscall.SIGCONT)
 	var slowest atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 64 {
@@ -594,6 +595,93 @@ func TestHungRedisConcurrentCallers(t *testing.T) {
 		t.Fatalf("a call against a hung server took %v, deadline %v", d, timeout)
 	}
 	t.Logf("hung server, 64 callers: slowest call %v (deadline %v)", time.Duration(slowest.Load()), timeout)
+}
+
+// Attack: a loaded host makes a healthy Redis read as a failed one. When
+// this process is short of CPU, every call waits for the scheduler at each
+// hand-off (the caller, the client's writer, its reader), and a deadline
+// shorter than those waits fails calls that Redis answered at once; enough
+// of them open the circuit breaker, and then every decision is the rule's
+// on_store_error for the backoff, with Redis up. Here the load is made
+// inside the process, so that it does not depend on the machine: one P
+// (GOMAXPROCS 1) shared with a goroutine that never blocks, so a goroutine
+// that becomes runnable waits for the Go scheduler to preempt it (after
+// 10 ms, whatever the machine's speed) before it runs. With the default
+// options the calls succeed and the breaker stays closed; two failures of
+// 40 are allowed in an attempt, and five attempts are made, for a machine
+// that stalls this whole process meanwhile (with the former 10 ms default,
+// 8 to 19 of 40 failed in every attempt).
+func TestAttackLoadedHostIsNotADeadStore(t *testing.T) {
+	url := standaloneURL(t)
+	// A machine loaded from outside (other processes on its cores) can
+	// fail calls in any one attempt as well: that is its speed, not the
+	// store's. Such load comes and goes; the load made here does not, and
+	// with a deadline it defeats, every attempt fails.
+	var tries []string
+	for range 5 {
+		failed, opens, last, slowest := loadedTakes(t, url)
+		if failed <= 2 && opens == 0 {
+			t.Logf("40 takes on a loaded process: %d failed, slowest %v (after %d attempts with more)", failed, slowest, len(tries))
+			return
+		}
+		tries = append(tries, fmt.Sprintf("%d of 40 failed (last: %v), breaker opened %v times, slowest call %v", failed, last, opens, slowest))
+	}
+	t.Fatalf("takes against a healthy Redis failed in every attempt:\n%s", strings.Join(tries, "\n"))
+}
+
+// loadedTakes makes 40 takes from two goroutines on a process with one P
+// shared with a goroutine that never blocks, on a store of its own with
+// the default deadline and breaker, and returns how many failed, how
+// often the breaker opened, the last error and the slowest call.
+func loadedTakes(t *testing.T, url string) (failed int64, opens float64, last any, slowest time.Duration) {
+	reg := prometheus.NewRegistry()
+	s, err := redis.Open(url, redis.Options{Registerer: reg, NoOverLimitCache: true}) // the default deadline and breaker
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	lim := uniqueLimit(t, sluice.Spec{Name: "loaded", TokensPerSecond: 1e6, Burst: 1e6})
+	if _, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "warm"}); err != nil {
+		t.Fatal(err)
+	}
+
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var stop atomic.Bool
+	var hogs sync.WaitGroup
+	for range 1 {
+		hogs.Add(1)
+		go func() {
+			defer hogs.Done()
+			for n := 0; !stop.Load(); n++ {
+			}
+		}()
+	}
+	var nFailed atomic.Int64
+	var callers sync.WaitGroup
+	var lastErr atomic.Value
+	var slowestNs atomic.Int64
+	for c := range 2 {
+		callers.Add(1)
+		go func() {
+			defer callers.Done()
+			for i := range 20 {
+				start := time.Now()
+				_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k" + string(rune('a'+c)) + string(rune('a'+i))})
+				if d := int64(time.Since(start)); d > slowestNs.Load() {
+					slowestNs.Store(d)
+				}
+				if err != nil {
+					nFailed.Add(1)
+					lastErr.Store(err)
+				}
+			}
+		}()
+	}
+	callers.Wait()
+	stop.Store(true)
+	hogs.Wait()
+	return nFailed.Load(), metricValue(t, reg, "sluice_redis_breaker_opens_total"), lastErr.Load(), time.Duration(slowestNs.Load())
 }
 
 // A fleet shares Redis, each process with its own over-limit cache: a
@@ -705,7 +793,7 @@ func TestOverLimitCacheClearedOnResubscribe(t *testing.T) {
 	}
 	srv := newStandalone(t)
 	clock := sluice.NewManualClock(time.UnixMicro(9_500_000_000_000))
-	s := open(t, "redis://"+srv.addr(), redis.Options{Clock: clock, Timeout: time.Second, BreakerBackoff: 10 * time.Millisecond})
+	s := open(t, "redis://"+srv.Addr(), redis.Options{Clock: clock, Timeout: time.Second, BreakerBackoff: 10 * time.Millisecond})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "resub", TokensPerSecond: 1.0 / 3600, Burst: 1})
 	take := func() (sluice.Decision, error) {
@@ -715,8 +803,8 @@ func TestOverLimitCacheClearedOnResubscribe(t *testing.T) {
 	if d, err := take(); err != nil || d.Allowed {
 		t.Fatalf("second take of a burst of 1: %+v, %v", d, err)
 	}
-	srv.stop()
-	if err := srv.start(); err != nil {
+	srv.Stop()
+	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(time.Minute); ; {
@@ -735,11 +823,11 @@ func TestOverLimitCacheClearedOnResubscribe(t *testing.T) {
 // refused subscription and publishes are counted, not fatal.
 func TestOverLimitDropsRefusedByACL(t *testing.T) {
 	srv := newStandalone(t)
-	if out, err := cli(srv.addr(), "ACL", "SETUSER", "nochan", "on", ">pw", "~*", "+@all", "resetchannels"); err != nil || !strings.Contains(out, "OK") {
+	if out, err := redistest.CLI(srv.Addr(), "ACL", "SETUSER", "nochan", "on", ">pw", "~*", "+@all", "resetchannels"); err != nil || !strings.Contains(out, "OK") {
 		t.Fatalf("ACL SETUSER: %v %s", err, out)
 	}
 	reg := prometheus.NewRegistry()
-	s := open(t, "redis://nochan:pw@"+srv.addr(), redis.Options{Registerer: reg})
+	s := open(t, "redis://nochan:pw@"+srv.Addr(), redis.Options{Registerer: reg})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "acl", TokensPerSecond: 1, Burst: 1})
 	if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {

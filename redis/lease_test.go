@@ -70,7 +70,7 @@ func TestLeaseServerClock(t *testing.T) {
 // Attack: fill Redis with keys by renewing (or releasing) leases of keys
 // that hold none, which the API token lets any trusted service ask with
 // any key. Neither writes a key: only an admitted acquire does.
-func TestLeaseRenewOfNothingWritesNothing(t *testing.T) {
+func TestAttackLeaseRenewOfNothingWritesNothing(t *testing.T) {
 	prefix := fmt.Sprintf("renew%d:", testSeq.Add(1))
 	s := open(t, standaloneURL(t), redis.Options{KeyPrefix: prefix})
 	lim := sluice.New(s)

@@ -67,6 +67,14 @@ func vectorStore(url string, opts redis.Options) conformance.NewStore {
 	}
 }
 
+// servedStore is a conformance.NewStore for what a server runs: as
+// vectorStore, but with the over-limit cache on.
+func servedStore(url string) conformance.NewStore {
+	return func(t *testing.T, clock sluice.Clock) sluice.Store {
+		return open(t, url, redis.Options{Clock: clock, KeyPrefix: fmt.Sprintf("test%d-%d:", time.Now().UnixNano(), testSeq.Add(1))})
+	}
+}
+
 func TestConformance(t *testing.T) {
 	conformance.Run(t, vectorStore(standaloneURL(t), redis.Options{}))
 }

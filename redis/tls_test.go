@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/realserver"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redis"
 )
 
@@ -64,19 +65,19 @@ func writeCert(t *testing.T, dir string) (*x509.CertPool, string, string, string
 
 // rediss:// with a private CA.
 func TestTLS(t *testing.T) {
-	needBinary(t, "redis-server", "")
-	ports, err := freePorts(2)
+	redistest.Need(t, "redis-server", "")
+	ports, err := redistest.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	pool, caFile, certFile, keyFile := writeCert(t, dir)
-	srv, err := startServer(ports[0], dir, "--tls-port", strconv.Itoa(ports[1]), "--tls-cert-file", certFile,
+	srv, err := redistest.Start(ports[0], dir, "--tls-port", strconv.Itoa(ports[1]), "--tls-cert-file", certFile,
 		"--tls-key-file", keyFile, "--tls-ca-cert-file", caFile, "--tls-auth-clients", "no")
 	if err != nil {
 		realserver.Unavailable(t, fmt.Sprintf("redis-server did not start with TLS (built without it?): %v", err))
 	}
-	t.Cleanup(srv.stop)
+	t.Cleanup(srv.Stop)
 	url := "rediss://127.0.0.1:" + strconv.Itoa(ports[1])
 	s := open(t, url, redis.Options{TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
 	lim := uniqueLimit(t, sluice.Spec{Name: "tls", TokensPerSecond: 1, Burst: 1})

@@ -626,7 +626,7 @@ func TestDockerfile(t *testing.T) {
 // every sluice configuration among them binds loopback unless it says why
 // it binds every interface.
 func TestExamplesRunLinesAndLoopback(t *testing.T) {
-	run := regexp.MustCompile(`(?m)(^\s*#.*|"description": ".*)\b(sluice (serve|check|simulate)|kubectl apply|docker compose|systemctl|promtool|caddy run|nginx -c|envoy -c|traefik --|Import)\b`)
+	run := regexp.MustCompile(`(?m)(^\s*(#|//).*|"description": ".*)\b(sluice (serve|check|simulate)|kubectl apply|docker compose|systemctl|promtool|caddy run|nginx (-p \S+ )?-c|envoy -c|traefik --|go (run|test)|Import)\b`)
 	err := filepath.WalkDir(examplesDir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err

@@ -1,3 +1,7 @@
+// The recipe's app on a manual clock:
+//
+//	go test ./examples/recipes/library
+
 package main
 
 import (

@@ -4,9 +4,10 @@
 // operation (InstrumentStore), configuration reloads, the memory store's
 // live keys, and the handler that serves them.
 //
-// The stores that talk to a server (redis, postgres) register their own
-// collectors (breaker state, batch sizes, violations) on the registry
-// they are given.
+// The Redis store reports its own events (breaker state, batch sizes)
+// to a RedisObserver (redis.go), which counts them here: the store does
+// not import Prometheus. PostgreSQL's violation log registers its own
+// collectors on the registry it is given.
 package metrics
 
 import (

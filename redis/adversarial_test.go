@@ -53,7 +53,7 @@ func TestLoadedHostIsNotADeadStore(t *testing.T) {
 // often the breaker opened, the last error and the slowest call.
 func loadedTakes(t *testing.T, url string) (failed int64, opens float64, last any, slowest time.Duration) {
 	reg := prometheus.NewRegistry()
-	s, err := redis.Open(url, redis.Options{Registerer: reg, NoOverLimitCache: true}) // the default deadline and breaker
+	s, err := redis.Open(url, redis.Options{Observer: observed(reg), NoOverLimitCache: true}) // the default deadline and breaker
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/postgres"
 	"github.com/sluicehq/sluice/redis"
@@ -111,16 +112,17 @@ func openMemory(_ context.Context, rawURL string, reg prometheus.Registerer) (sl
 	return store, func() error { return nil }, nil
 }
 
-// openRedis opens a Redis store URL (see redis.Open for the forms). The
-// store also implements prometheus.Collector with its error, breaker and
-// cache metrics.
+// openRedis opens a Redis store URL (see redis.Open for the forms), its
+// error, breaker and cache metrics counted by a metrics.RedisObserver
+// registered with reg.
 func openRedis(_ context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error) {
-	s, err := redis.Open(rawURL, redis.Options{})
+	obs := metrics.NewRedisObserver()
+	s, err := redis.Open(rawURL, redis.Options{Observer: obs})
 	if err != nil {
 		return nil, nil, err
 	}
 	if reg != nil {
-		if err := reg.Register(s); err != nil {
+		if err := reg.Register(obs); err != nil {
 			s.Close()
 			return nil, nil, fmt.Errorf("redis store metrics: %w", err)
 		}

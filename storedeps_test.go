@@ -42,7 +42,7 @@ func moduleImports(t *testing.T, pkg string) map[string]bool {
 // without Prometheus does not link it, and metrics wrap stores from
 // outside.
 func TestStoresDoNotImportPrometheus(t *testing.T) {
-	for _, pkg := range []string{"redis"} {
+	for _, pkg := range []string{"redis", "postgres"} {
 		for imp := range moduleImports(t, "./"+pkg) {
 			if strings.HasPrefix(imp, "github.com/prometheus/") {
 				t.Errorf("%s imports %s (directly or through a package of the module)", pkg, imp)

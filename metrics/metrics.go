@@ -4,10 +4,10 @@
 // operation (InstrumentStore), configuration reloads, the memory store's
 // live keys, and the handler that serves them.
 //
-// The Redis store reports its own events (breaker state, batch sizes)
-// to a RedisObserver (redis.go), which counts them here: the store does
-// not import Prometheus. PostgreSQL's violation log registers its own
-// collectors on the registry it is given.
+// The stores' own metrics are made here too, from outside the stores,
+// which do not import Prometheus: the Redis store reports its events
+// (breaker state, batch sizes) to a RedisObserver, and PostgreSQL's
+// violation log is read by NewViolationLogCollector.
 package metrics
 
 import (

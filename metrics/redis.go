@@ -76,22 +76,14 @@ func (o *RedisObserver) DropsLost() { o.dropsLost.Inc() }
 // Batch implements redis.Observer.
 func (o *RedisObserver) Batch(n int) { o.batchSize.Observe(float64(n)) }
 
-func (o *RedisObserver) collectors() []prometheus.Collector {
-	return []prometheus.Collector{o.errors, o.breakerOpens, o.breakerState, o.cacheHits, o.refundFailures, o.dropsLost, o.batchSize}
+func (o *RedisObserver) all() collectors {
+	return collectors{o.errors, o.breakerOpens, o.breakerState, o.cacheHits, o.refundFailures, o.dropsLost, o.batchSize}
 }
 
 // Describe implements prometheus.Collector.
-func (o *RedisObserver) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range o.collectors() {
-		c.Describe(ch)
-	}
-}
+func (o *RedisObserver) Describe(ch chan<- *prometheus.Desc) { o.all().Describe(ch) }
 
 // Collect implements prometheus.Collector.
-func (o *RedisObserver) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range o.collectors() {
-		c.Collect(ch)
-	}
-}
+func (o *RedisObserver) Collect(ch chan<- prometheus.Metric) { o.all().Collect(ch) }
 
 var _ prometheus.Collector = (*RedisObserver)(nil)

@@ -140,11 +140,17 @@ func openPostgres(ctx context.Context, rawURL string, reg prometheus.Registerer)
 		return nil, nil, err
 	}
 	if o.LogViolations {
-		o.Options.RecordViolations = &postgres.ViolationOptions{Registerer: reg}
+		o.Options.RecordViolations = &postgres.ViolationOptions{}
 	}
 	s, err := postgres.Open(ctx, connURL, o.Options)
 	if err != nil {
 		return nil, nil, err
+	}
+	if v := s.Violations(); v != nil && reg != nil {
+		if err := reg.Register(metrics.NewViolationLogCollector(v)); err != nil {
+			s.Close()
+			return nil, nil, fmt.Errorf("postgres violations: register metrics: %w", err)
+		}
 	}
 	return s, func() error { s.Close(); return nil }, nil
 }

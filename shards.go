@@ -412,6 +412,27 @@ func (l *Limiter) sharded(ctx context.Context, op Op, rs []Request) ([]Decision,
 }
 
 func (l *Limiter) shardedOnce(ctx context.Context, op Op, rs []Request) ([]Decision, bool, error) {
+	exps, probes, err := l.expandSharded(op, rs)
+	if err != nil {
+		return nil, false, err
+	}
+	states, err := l.probeShards(ctx, probes)
+	if err != nil {
+		return nil, false, err
+	}
+	final := planSharded(op, rs, exps, states)
+	fds, err := l.takeFinal(ctx, op, final)
+	if err != nil {
+		return nil, false, err
+	}
+	out, raced := foldSharded(op, rs, exps, states, fds)
+	return out, raced, nil
+}
+
+// expandSharded judges each sharded request of rs and picks the shards it
+// samples (every shard for a peek), returning the expansions in the
+// caller's order and the probes that read the sampled shards.
+func (l *Limiter) expandSharded(op Op, rs []Request) ([]expansion, []Request, error) {
 	exps := make([]expansion, 0, len(rs))
 	var probes []Request
 	for i, r := range rs {
@@ -428,7 +449,7 @@ func (l *Limiter) shardedOnce(ctx context.Context, op Op, rs []Request) ([]Decis
 			e.cost, e.reservable, err = r.shardJudge(op)
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
+			return nil, nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
 		}
 		n := r.Limit.shards.n
 		if op == OpPeek {
@@ -454,9 +475,14 @@ func (l *Limiter) shardedOnce(ctx context.Context, op Op, rs []Request) ([]Decis
 		}
 		exps = append(exps, e)
 	}
+	return exps, probes, nil
+}
+
+// probeShards reads the probed shards in one store call.
+func (l *Limiter) probeShards(ctx context.Context, probes []Request) ([]shardState, error) {
 	pds, err := l.store.TakeAll(ctx, OpPeek, probes)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	// A probe asks for the whole shard, which only a full shard holds;
 	// any other answers with its tokens and a positive wait. (The probes
@@ -469,10 +495,14 @@ func (l *Limiter) shardedOnce(ctx context.Context, op Op, rs []Request) ([]Decis
 			states[j] = shardState{tokens: probes[j].Limit.params.Capacity}
 		}
 	}
-	work := append([]shardState(nil), states...)
+	return states, nil
+}
 
-	// Plan each request on what the ones before it leave, then lay out
-	// the store's requests in the caller's order.
+// planSharded plans each sharded request on what the ones before it
+// leave (recording the parts in its expansion), then lays out the store's
+// requests in the caller's order.
+func planSharded(op Op, rs []Request, exps []expansion, states []shardState) []Request {
+	work := append([]shardState(nil), states...)
 	var final []Request
 	ei := 0
 	for i, r := range rs {
@@ -507,22 +537,30 @@ func (l *Limiter) shardedOnce(ctx context.Context, op Op, rs []Request) ([]Decis
 			}
 		}
 	}
+	return final
+}
 
-	var fds []Decision
+// takeFinal sends the planned requests in one store call (none for an
+// empty plan).
+func (l *Limiter) takeFinal(ctx context.Context, op Op, final []Request) ([]Decision, error) {
 	switch len(final) {
 	case 0:
+		return nil, nil
 	case 1:
 		d, err := l.store.Take(ctx, op, final[0])
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
-		fds = []Decision{d}
+		return []Decision{d}, nil
 	default:
-		if fds, err = l.store.TakeAll(ctx, op, final); err != nil {
-			return nil, false, err
-		}
+		return l.store.TakeAll(ctx, op, final)
 	}
+}
 
+// foldSharded folds the store's decisions back into one per request of
+// rs, and reports whether an admission the plan expected was refused by
+// a shard that another caller drained meanwhile.
+func foldSharded(op Op, rs []Request, exps []expansion, states []shardState, fds []Decision) ([]Decision, bool) {
 	out := make([]Decision, len(rs))
 	raced := false
 	ei, fi := 0, 0
@@ -543,7 +581,7 @@ func (l *Limiter) shardedOnce(ctx context.Context, op Op, rs []Request) ([]Decis
 			}
 		}
 	}
-	return out, raced, nil
+	return out, raced
 }
 
 // foldShards turns the decisions of a sharded request's parts into one

@@ -178,18 +178,30 @@ func want(allowed bool, tokens float64, retry, reset time.Duration) *Want {
 // shard, Reset of every shard, fixed windows in the unsharded key's
 // windows, and the largest cost two shards can take.
 func runShardExact(t *testing.T, newStore NewStore) {
+	for _, c := range shardExactCases() {
+		t.Run(c.name, func(t *testing.T) { runShardExactCase(t, newStore, c) })
+	}
+	t.Run("takeall-all-or-nothing", func(t *testing.T) { runShardTakeAllAllOrNothing(t, newStore) })
+}
+
+// shardExactCase is one sharded limit driven through steps with exact
+// expected decisions.
+type shardExactCase struct {
+	name  string
+	spec  sluice.Spec
+	key   string
+	steps []shardStep
+}
+
+// shardExactCases are runShardExact's limits, each with its steps.
+func shardExactCases() []shardExactCase {
 	const s = time.Second
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	offset := func(key string, period time.Duration) time.Duration {
 		return sluice.Duration(sluice.WindowOffset(key, period.Microseconds()))
 	}
 	zero := time.Duration(0)
-	cases := []struct {
-		name  string
-		spec  sluice.Spec
-		key   string
-		steps []shardStep
-	}{{
+	return []shardExactCase{{
 		// Two shards of 5 tokens refilling 1/s each.
 		name: "token-bucket", key: "k",
 		spec: sluice.Spec{TokensPerSecond: 2, Burst: 10, Shards: 2},
@@ -253,66 +265,71 @@ func runShardExact(t *testing.T, newStore NewStore) {
 			{advance: ms(500), cost: 3, want: want(true, 7, 0, s)},
 		},
 	}}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			spec := c.spec
-			spec.Name = "exact-" + c.name
-			lim := sluice.MustLimit(spec)
-			clock := sluice.NewManualClock(time.UnixMicro(7_000_000_000_000))
-			l := sluice.New(newStore(t, clock))
-			ctx := context.Background()
-			for i, st := range c.steps {
-				clock.Advance(st.advance)
-				where := fmt.Sprintf("step %d (%s cost=%v)", i, st.op, st.cost)
-				if st.op == "reset" {
-					if err := l.Reset(ctx, lim, c.key); err != nil {
-						t.Fatalf("%s: %v", where, err)
-					}
-					continue
-				}
-				r := sluice.Request{Limit: lim, Key: c.key, Cost: st.cost, Reserve: st.reserve}
-				var d sluice.Decision
-				var err error
-				if st.op == "peek" {
-					d, err = l.Peek(ctx, r)
-				} else {
-					d, err = l.Take(ctx, r)
-				}
-				if st.err != nil {
-					if !errors.Is(err, st.err) {
-						t.Fatalf("%s: want %v, got %v (%+v)", where, st.err, err, d)
-					}
-					continue
-				}
-				if err != nil {
-					t.Fatalf("%s: %v", where, err)
-				}
-				CheckDecision(t, where, lim, d, *st.want)
+}
+
+// runShardExactCase drives c's steps through a Limiter on a new store
+// and a manual clock.
+func runShardExactCase(t *testing.T, newStore NewStore, c shardExactCase) {
+	spec := c.spec
+	spec.Name = "exact-" + c.name
+	lim := sluice.MustLimit(spec)
+	clock := sluice.NewManualClock(time.UnixMicro(7_000_000_000_000))
+	l := sluice.New(newStore(t, clock))
+	ctx := context.Background()
+	for i, st := range c.steps {
+		clock.Advance(st.advance)
+		where := fmt.Sprintf("step %d (%s cost=%v)", i, st.op, st.cost)
+		if st.op == "reset" {
+			if err := l.Reset(ctx, lim, c.key); err != nil {
+				t.Fatalf("%s: %v", where, err)
 			}
-		})
-	}
-	t.Run("takeall-all-or-nothing", func(t *testing.T) {
-		global := sluice.MustLimit(sluice.Spec{Name: "exact-sh-global", TokensPerSecond: 2, Burst: 10, Shards: 2})
-		user := sluice.MustLimit(sluice.Spec{Name: "exact-sh-user", TokensPerSecond: 1, Burst: 1})
-		clock := sluice.NewManualClock(time.UnixMicro(8_000_000_000_000))
-		l := sluice.New(newStore(t, clock))
-		ctx := context.Background()
-		reqs := []sluice.Request{{Limit: global, Key: "*", Cost: 7}, {Limit: user, Key: "u", Cost: 1}}
-		d, ds, err := l.TakeAll(ctx, reqs...)
-		if err != nil || !d.Allowed {
-			t.Fatalf("first TakeAll: %v %+v", err, ds)
+			continue
 		}
-		CheckDecision(t, "first TakeAll, global", global, ds[0], *want(true, 3, 0, ms(3500)))
-		// The global shards hold 2 together; the user has none left.
-		reqs[0].Cost = 2
-		d, ds, err = l.TakeAll(ctx, reqs...)
-		if err != nil || d.Allowed || ds[0].Allowed || ds[1].Allowed {
-			t.Fatalf("second TakeAll: want all rejected, got %v %+v", err, ds)
+		r := sluice.Request{Limit: lim, Key: c.key, Cost: st.cost, Reserve: st.reserve}
+		var d sluice.Decision
+		var err error
+		if st.op == "peek" {
+			d, err = l.Peek(ctx, r)
+		} else {
+			d, err = l.Take(ctx, r)
 		}
-		p, err := l.Peek(ctx, sluice.Request{Limit: global, Key: "*", Cost: 1})
+		if st.err != nil {
+			if !errors.Is(err, st.err) {
+				t.Fatalf("%s: want %v, got %v (%+v)", where, st.err, err, d)
+			}
+			continue
+		}
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", where, err)
 		}
-		CheckDecision(t, "peek after the rejected TakeAll", global, p, *want(true, 2, 0, ms(4500)))
-	})
+		CheckDecision(t, where, lim, d, *st.want)
+	}
+}
+
+// runShardTakeAllAllOrNothing: a TakeAll of a sharded and an unsharded
+// limit charges no shard when the unsharded one rejects.
+func runShardTakeAllAllOrNothing(t *testing.T, newStore NewStore) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	global := sluice.MustLimit(sluice.Spec{Name: "exact-sh-global", TokensPerSecond: 2, Burst: 10, Shards: 2})
+	user := sluice.MustLimit(sluice.Spec{Name: "exact-sh-user", TokensPerSecond: 1, Burst: 1})
+	clock := sluice.NewManualClock(time.UnixMicro(8_000_000_000_000))
+	l := sluice.New(newStore(t, clock))
+	ctx := context.Background()
+	reqs := []sluice.Request{{Limit: global, Key: "*", Cost: 7}, {Limit: user, Key: "u", Cost: 1}}
+	d, ds, err := l.TakeAll(ctx, reqs...)
+	if err != nil || !d.Allowed {
+		t.Fatalf("first TakeAll: %v %+v", err, ds)
+	}
+	CheckDecision(t, "first TakeAll, global", global, ds[0], *want(true, 3, 0, ms(3500)))
+	// The global shards hold 2 together; the user has none left.
+	reqs[0].Cost = 2
+	d, ds, err = l.TakeAll(ctx, reqs...)
+	if err != nil || d.Allowed || ds[0].Allowed || ds[1].Allowed {
+		t.Fatalf("second TakeAll: want all rejected, got %v %+v", err, ds)
+	}
+	p, err := l.Peek(ctx, sluice.Request{Limit: global, Key: "*", Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	CheckDecision(t, "peek after the rejected TakeAll", global, p, *want(true, 2, 0, ms(4500)))
 }

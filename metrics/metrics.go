@@ -4,9 +4,10 @@
 // operation (InstrumentStore), configuration reloads, the memory store's
 // live keys, and the handler that serves them.
 //
-// The stores that talk to a server (redis, postgres) register their own
-// collectors (breaker state, batch sizes, violations) on the registry
-// they are given.
+// The stores' own metrics are made here too, from outside the stores,
+// which do not import Prometheus: the Redis store reports its events
+// (breaker state, batch sizes) to a RedisObserver, and PostgreSQL's
+// violation log is read by NewViolationLogCollector.
 package metrics
 
 import (

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/policy"
 )
@@ -44,8 +43,6 @@ type ViolationOptions struct {
 	// FlushInterval is the longest a violation waits for its batch to fill
 	// (default one second).
 	FlushInterval time.Duration
-	// Registerer, when set, receives the log's counters.
-	Registerer prometheus.Registerer
 	// Logger reports failed writes (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -64,9 +61,9 @@ type ViolationLog struct {
 
 	ruleIDs atomic.Pointer[map[string]int64] // limit name -> sluice_rules row
 
+	// The counts that Dropped, Written and Failed read, and that package
+	// metrics exports (metrics.NewViolationLogCollector).
 	dropped, written, failed atomic.Uint64
-	mDropped, mWritten       prometheus.Counter
-	mFailed                  prometheus.Counter
 }
 
 // violationColumns are the columns COPY fills, in order.
@@ -93,25 +90,6 @@ func NewViolationLog(pool *pgxpool.Pool, opts ViolationOptions) (*ViolationLog, 
 		flushed: make(chan chan struct{}),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
-		mDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_postgres_violations_dropped_total",
-			Help: "Violations not recorded because the write queue was full.",
-		}),
-		mWritten: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_postgres_violations_written_total",
-			Help: "Violations written to sluice_violations.",
-		}),
-		mFailed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_postgres_violations_failed_total",
-			Help: "Violations lost because their batch could not be written.",
-		}),
-	}
-	if opts.Registerer != nil {
-		for _, c := range []prometheus.Collector{v.mDropped, v.mWritten, v.mFailed} {
-			if err := opts.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("postgres violations: register metrics: %w", err)
-			}
-		}
 	}
 	go v.run()
 	return v, nil
@@ -134,7 +112,6 @@ func (v *ViolationLog) Record(x Violation) bool {
 		return true
 	default:
 		v.dropped.Add(1)
-		v.mDropped.Inc()
 		return false
 	}
 }
@@ -240,11 +217,9 @@ func (v *ViolationLog) write(batch []Violation) []Violation {
 	n, err := v.pool.CopyFrom(ctx, pgx.Identifier{"sluice_violations"}, violationColumns, pgx.CopyFromRows(rows))
 	if err != nil {
 		v.failed.Add(uint64(len(batch)))
-		v.mFailed.Add(float64(len(batch)))
 		v.opts.Logger.Warn("postgres: writing violations failed", "rows", len(batch), "err", err)
 	} else {
 		v.written.Add(uint64(n))
-		v.mWritten.Add(float64(n))
 	}
 	clear(batch)
 	return batch[:0]

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/postgres"
 	"github.com/sluicehq/sluice/postgres/pgtest"
@@ -24,10 +25,11 @@ func TestViolationLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{BatchSize: 7, FlushInterval: time.Hour, Registerer: reg})
+	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{BatchSize: 7, FlushInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
+	reg.MustRegister(metrics.NewViolationLogCollector(vl))
 	defer vl.Close()
 	base := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
 	for i := 0; i < 30; i++ {
@@ -122,10 +124,11 @@ func TestViolationLogDropsWhenFull(t *testing.T) {
 	p := pool(t)
 	ctx := pgtestContext(t)
 	reg := prometheus.NewRegistry()
-	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{QueueSize: 5, BatchSize: 2, FlushInterval: time.Hour, Registerer: reg})
+	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{QueueSize: 5, BatchSize: 2, FlushInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
+	reg.MustRegister(metrics.NewViolationLogCollector(vl))
 	defer vl.Close()
 	before := vl.Written()
 	lock, err := p.Begin(ctx)

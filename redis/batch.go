@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
 )
 
@@ -34,7 +33,7 @@ type batcher struct {
 	exec    func(ctx context.Context, keys, args []string) ([]int64, error)
 	slotOf  func(key string) uint16 // nil: one node, one script call per batch
 	multi   func(ctx context.Context, keys, args [][]string) ([][]int64, []error)
-	sizes   prometheus.Histogram // requests per script call
+	sizes   func(n int) // told the requests of each script call
 	timeout time.Duration
 	pad     string
 	maxOps  int
@@ -68,7 +67,7 @@ const (
 // breaker does not count it against Redis.
 var errUnsent = errors.New("redis store: deadline passed before the call was sent (this process is overloaded)")
 
-func newBatcher(writers, maxOps int, timeout time.Duration, pad string, exec func(context.Context, []string, []string) ([]int64, error), sizes prometheus.Histogram) *batcher {
+func newBatcher(writers, maxOps int, timeout time.Duration, pad string, exec func(context.Context, []string, []string) ([]int64, error), sizes func(n int)) *batcher {
 	b := &batcher{q: make(chan *call, 4*maxOps), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{}), sizes: sizes}
 	for range writers {
 		b.wg.Add(1)
@@ -91,7 +90,7 @@ func (b *batcher) close() {
 // (up to maxOps) into its next batch, and each batch ends by its deadline.
 func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) {
 	if b.active.Load() == 0 && b.active.CompareAndSwap(0, 1) {
-		b.sizes.Observe(float64(len(keys)))
+		b.sizes(len(keys))
 		full := make([]string, 0, len(args)+1)
 		full = append(append(full, b.pad), args...)
 		cctx, cancel := sluice.WithTimeout(ctx, b.timeout)
@@ -183,7 +182,7 @@ func (b *batcher) loop() {
 			keys = append(keys, c.keys...)
 			args = append(args, c.args...)
 		}
-		b.sizes.Observe(float64(len(keys)))
+		b.sizes(len(keys))
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 		b.active.Add(1)
 		res, err := b.exec(ctx, keys, args)
@@ -226,7 +225,7 @@ func (b *batcher) flushSlots(live []*call) {
 			keys[i] = append(keys[i], c.keys...)
 			args[i] = append(args[i], c.args...)
 		}
-		b.sizes.Observe(float64(len(keys[i])))
+		b.sizes(len(keys[i]))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	b.active.Add(1)

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A call whose deadline passes while it waits in this process for a busy
@@ -32,7 +30,7 @@ func TestUnsentCallsAreNotRedisFailures(t *testing.T) {
 			return nil, ctx.Err()
 		}
 	}
-	b := newBatcher(1, 256, 5*time.Second, "0", exec, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x"}))
+	b := newBatcher(1, 256, 5*time.Second, "0", exec, func(int) {})
 	defer b.close()
 
 	call := func(key string, wait time.Duration) error {

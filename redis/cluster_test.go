@@ -236,7 +236,6 @@ func TestClusterFailover(t *testing.T) {
 		t.Skip("failover needs the test's own cluster, not SLUICE_REDIS_CLUSTER_URL")
 	}
 	s := open(t, url, redis.Options{Timeout: 200 * time.Millisecond, NoOverLimitCache: true, BreakerBackoff: 50 * time.Millisecond})
-	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "failover", TokensPerSecond: 1e6, Burst: 1e6})
 	key := sluice.StorageKey(lim, "k")
 	var addrs []string
@@ -253,7 +252,25 @@ func TestClusterFailover(t *testing.T) {
 	if victim == nil {
 		t.Fatalf("no primary found for %s", key)
 	}
+	takeThroughFailover(t, s, lim, victim, addrs)
+	checkCountingAfterFailover(t, url)
 
+	// Bring the old primary back as a replica, for the tests that follow.
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redistest.WaitClusterOK(addrs, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// takeThroughFailover takes from lim's key "k" in 8 goroutines while
+// victim, the primary of the key's slot, is killed, and fails unless the
+// takes are answered again within a minute.
+func takeThroughFailover(t *testing.T, s *redis.Store, lim *sluice.Limit, victim *redistest.Proc, addrs []string) {
+	ctx := context.Background()
+	key := sluice.StorageKey(lim, "k")
+	primary := victim.Addr()
 	var ok, failed atomic.Int64
 	var mu sync.Mutex
 	var lastFail, firstFail time.Time
@@ -323,7 +340,11 @@ func TestClusterFailover(t *testing.T) {
 		primary, firstFail.Sub(killed), lastFail.Sub(killed), lastFail.Sub(firstFail), failed.Load(), ok.Load())
 	mu.Unlock()
 
-	// Counting is right on the promoted replica.
+}
+
+// checkCountingAfterFailover: counting is exact on the promoted replica.
+func checkCountingAfterFailover(t *testing.T, url string) {
+	ctx := context.Background()
 	clock := sluice.NewManualClock(time.UnixMicro(6_000_000_000_000))
 	s2 := open(t, url, redis.Options{Clock: clock, NoOverLimitCache: true})
 	exact := uniqueLimit(t, sluice.Spec{Name: "after-failover", TokensPerSecond: 1, Burst: 5})
@@ -340,14 +361,6 @@ func TestClusterFailover(t *testing.T) {
 	if admitted != 5 {
 		t.Fatalf("admitted %d of burst 5 after failover", admitted)
 	}
-
-	// Bring the old primary back as a replica, for the tests that follow.
-	if err := victim.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := redistest.WaitClusterOK(addrs, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // Batching: many goroutines on a few keys, on one Redis and on a Cluster
@@ -361,7 +374,7 @@ func TestBatchingExact(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			clock := sluice.NewManualClock(time.UnixMicro(9_000_000_000_000))
-			s := open(t, tc.url(t), redis.Options{Clock: clock, NoOverLimitCache: true, Registerer: reg})
+			s := open(t, tc.url(t), redis.Options{Clock: clock, NoOverLimitCache: true, Observer: observed(reg)})
 			lim := uniqueLimit(t, sluice.Spec{Name: "batch", TokensPerSecond: 1, Burst: 50})
 			keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 			ctx := context.Background()

@@ -62,7 +62,7 @@ func (s *Store) subscribeDrops(ctx context.Context, first chan struct{}) {
 		if errors.Is(err, rueidis.ErrClosing) {
 			return // the caller closed the client without closing the store
 		}
-		s.met.dropsLost.Inc()
+		s.obs.DropsLost()
 		s.cache.clear()
 		firstDone()
 		if time.Since(began) > time.Minute {
@@ -90,7 +90,7 @@ func (s *Store) publishDrops(ctx context.Context, keys ...string) {
 	}
 	for _, r := range s.client.DoMulti(ctx, cmds...) {
 		if r.Error() != nil {
-			s.met.dropsLost.Inc()
+			s.obs.DropsLost()
 		}
 	}
 }

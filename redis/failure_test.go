@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/redis"
 )
@@ -38,7 +39,7 @@ func TestRestartUnderLoad(t *testing.T) {
 	srv := newStandalone(t)
 	reg := prometheus.NewRegistry()
 	const timeout = 100 * time.Millisecond
-	s := open(t, withQuery("redis://"+srv.Addr(), slowClientTimeouts), redis.Options{Timeout: timeout, Registerer: reg, BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
+	s := open(t, withQuery("redis://"+srv.Addr(), slowClientTimeouts), redis.Options{Timeout: timeout, Observer: observed(reg), BreakerBackoff: 100 * time.Millisecond, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "restart", TokensPerSecond: 1e6, Burst: 1e6})
 	goroutinesBefore := runtime.NumGoroutine()
@@ -145,6 +146,14 @@ func TestRestartUnderLoad(t *testing.T) {
 	}
 }
 
+// observed returns the store's metrics (metrics.RedisObserver),
+// registered on reg, for Options.Observer.
+func observed(reg *prometheus.Registry) *metrics.RedisObserver {
+	o := metrics.NewRedisObserver()
+	reg.MustRegister(o)
+	return o
+}
+
 // metricValue reads a registered counter or gauge by name.
 func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
@@ -226,7 +235,7 @@ func TestNoOverAdmissionAcrossClients(t *testing.T) {
 func TestOverLimitCache(t *testing.T) {
 	clock := sluice.NewManualClock(time.UnixMicro(7_000_000_000_000))
 	reg := prometheus.NewRegistry()
-	s := open(t, standaloneURL(t), redis.Options{Clock: clock, Registerer: reg})
+	s := open(t, standaloneURL(t), redis.Options{Clock: clock, Observer: observed(reg)})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "cache", TokensPerSecond: 1, Burst: 2})
 	take := func(cost float64) sluice.Decision {
@@ -303,7 +312,7 @@ func TestOverLimitCache(t *testing.T) {
 
 	// The switch, from the store URL.
 	reg2 := prometheus.NewRegistry()
-	off := open(t, standaloneURL(t)+"?overlimit_cache=0", redis.Options{Clock: clock, Registerer: reg2})
+	off := open(t, standaloneURL(t)+"?overlimit_cache=0", redis.Options{Clock: clock, Observer: observed(reg2)})
 	for range 3 {
 		if _, err := off.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 2}); err != nil {
 			t.Fatal(err)
@@ -635,7 +644,7 @@ func TestAttackLoadedHostIsNotADeadStore(t *testing.T) {
 // often the breaker opened, the last error and the slowest call.
 func loadedTakes(t *testing.T, url string) (failed int64, opens float64, last any, slowest time.Duration) {
 	reg := prometheus.NewRegistry()
-	s, err := redis.Open(url, redis.Options{Registerer: reg, NoOverLimitCache: true}) // the default deadline and breaker
+	s, err := redis.Open(url, redis.Options{Observer: observed(reg), NoOverLimitCache: true}) // the default deadline and breaker
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -697,7 +706,7 @@ func TestOverLimitCacheFleet(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := sluice.NewManualClock(time.UnixMicro(9_000_000_000_000))
 			regA := prometheus.NewRegistry()
-			a := open(t, tc.url(t), redis.Options{Clock: clock, Registerer: regA})
+			a := open(t, tc.url(t), redis.Options{Clock: clock, Observer: observed(regA)})
 			b := open(t, tc.url(t), redis.Options{Clock: clock, NoOverLimitCache: true})
 			ctx := context.Background()
 			lim := uniqueLimit(t, sluice.Spec{Name: "fleet", TokensPerSecond: 1.0 / 3600, Burst: 2})
@@ -827,7 +836,7 @@ func TestOverLimitDropsRefusedByACL(t *testing.T) {
 		t.Fatalf("ACL SETUSER: %v %s", err, out)
 	}
 	reg := prometheus.NewRegistry()
-	s := open(t, "redis://nochan:pw@"+srv.Addr(), redis.Options{Registerer: reg})
+	s := open(t, "redis://nochan:pw@"+srv.Addr(), redis.Options{Observer: observed(reg)})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "acl", TokensPerSecond: 1, Burst: 1})
 	if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {

@@ -38,7 +38,7 @@ func (s *Store) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sl
 	key := s.prefix + sluice.StorageKey(r.Limit, r.Key)
 	args := []string{leaseOp(op), id.String(), strconv.FormatInt(p.Capacity/sluice.TokenScale, 10), strconv.FormatInt(p.Period, 10), s.nowArg(), s.pad}
 	if !s.br.Allow() {
-		s.met.errors.Inc()
+		s.obs.StoreError()
 		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op.LeaseString(), key, ErrBreakerOpen)
 	}
 	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
@@ -53,7 +53,7 @@ func (s *Store) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sl
 		} else {
 			s.br.Abort() // the caller's own cancellation says nothing of Redis
 		}
-		s.met.errors.Inc()
+		s.obs.StoreError()
 		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op.LeaseString(), key, err)
 	}
 	s.br.Done(true)

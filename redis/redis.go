@@ -101,7 +101,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/breaker"
@@ -139,8 +138,9 @@ type Options struct {
 	// settings (system roots, the URL's host as server name): a private CA,
 	// client certificates.
 	TLSConfig *tls.Config
-	// Registerer, when set, receives the store's metrics.
-	Registerer prometheus.Registerer
+	// Observer, when set, is told of the store's errors, breaker changes,
+	// cache hits and batch sizes: its metrics (metrics.NewRedisObserver).
+	Observer Observer
 	// NoOverLimitCache turns off the in-process cache of rejected keys.
 	NoOverLimitCache bool
 	// OverLimitCacheSize bounds that cache (default 100,000 keys).
@@ -187,7 +187,7 @@ type Store struct {
 	// other stores (see drops.go); dropsDone is closed when it has.
 	stopDrops context.CancelFunc
 	dropsDone chan struct{}
-	met       *metrics
+	obs       Observer
 	// beforeRollback, when set (tests: SetBeforeRollback), runs when a
 	// Cluster TakeAll has been rejected, before its charges are refunded:
 	// where another caller's request lands in between on demand.
@@ -217,9 +217,9 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 	if strings.ContainsAny(opts.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("redis store: key prefix %q: braces would make a hash tag", opts.KeyPrefix)
 	}
-	met, err := newMetrics(opts.Registerer)
-	if err != nil {
-		return nil, err
+	obs := opts.Observer
+	if obs == nil {
+		obs = noObserver{}
 	}
 	s := &Store{
 		client:  client,
@@ -230,7 +230,7 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 		clock:   opts.Clock,
 		epoch:   time.Now(),
 		pad:     "0",
-		met:     met,
+		obs:     obs,
 	}
 	if opts.Clock != nil {
 		// Test clocks jump far ahead of real time; keys must outlive the
@@ -239,7 +239,7 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 	}
 	// Failures are counted over long enough a window for one caller's
 	// calls, each failing only at its deadline, to reach the threshold.
-	s.br = breaker.ForDeadline(opts.BreakerFailures, opts.BreakerBackoff, opts.Timeout, met.breakerChanged)
+	s.br = breaker.ForDeadline(opts.BreakerFailures, opts.BreakerBackoff, opts.Timeout, obs.BreakerChanged)
 	if !opts.NoOverLimitCache {
 		s.cache = newOverLimit(opts.OverLimitCacheSize)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -259,7 +259,7 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 		}
 	}
 	if !opts.NoBatch {
-		s.batch = newBatcher(opts.BatchWriters, opts.BatchMaxOps, opts.Timeout, s.pad, s.exec, met.batchSize)
+		s.batch = newBatcher(opts.BatchWriters, opts.BatchMaxOps, opts.Timeout, s.pad, s.exec, obs.Batch)
 		if s.cluster {
 			s.batch.slotOf, s.batch.multi = s.slotOf, s.execMulti
 		}
@@ -343,7 +343,7 @@ func (s *Store) localNow() int64 {
 // can be.
 func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) ([]int64, error) {
 	if !s.br.Allow() {
-		s.met.errors.Inc()
+		s.obs.StoreError()
 		return nil, ErrBreakerOpen
 	}
 	var res []int64
@@ -368,7 +368,7 @@ func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) 
 			// process, is not Redis's failure.
 			s.br.Abort()
 		}
-		s.met.errors.Inc()
+		s.obs.StoreError()
 		return nil, err
 	}
 	s.br.Done(true)
@@ -392,7 +392,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 		sent = s.localNow()
 		d, g, ok := s.cache.get(key, r.Limit, ch.Cost, sent)
 		if ok {
-			s.met.cacheHits.Inc()
+			s.obs.OverLimitCacheHit()
 			return d, nil
 		}
 		gen = g
@@ -444,7 +444,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 		s.cache.drop(k)
 	}
 	if !s.br.Allow() {
-		s.met.errors.Inc()
+		s.obs.StoreError()
 		return fmt.Errorf("redis reset %q: %w", k, ErrBreakerOpen)
 	}
 	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
@@ -455,7 +455,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 		} else {
 			s.br.Abort()
 		}
-		s.met.errors.Inc()
+		s.obs.StoreError()
 		return fmt.Errorf("redis reset %q: %w", k, err)
 	}
 	s.br.Done(true)
@@ -690,7 +690,7 @@ func (s *Store) rollback(ctx context.Context, rs []sluice.Request, chs []sluice.
 		_, err := s.exec(rctx, gk, args)
 		cancel()
 		if err != nil {
-			s.met.refundFailures.Inc()
+			s.obs.RefundFailed()
 			errs = append(errs, fmt.Errorf("refund slot %d: %w", g.slot, err))
 			continue
 		}
@@ -705,22 +705,4 @@ func (s *Store) rollback(ctx context.Context, rs []sluice.Request, chs []sluice.
 	return errors.Join(errs...)
 }
 
-// Describe implements prometheus.Collector, for registries that were not
-// known when the store was opened.
-func (s *Store) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range s.met.collectors() {
-		c.Describe(ch)
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (s *Store) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range s.met.collectors() {
-		c.Collect(ch)
-	}
-}
-
-var (
-	_ sluice.Store         = (*Store)(nil)
-	_ prometheus.Collector = (*Store)(nil)
-)
+var _ sluice.Store = (*Store)(nil)

@@ -33,7 +33,7 @@ return 0
 func (s *Store) LoadValue(ctx context.Context, key string) (string, bool, error) {
 	k := s.prefix + key
 	if !s.br.Allow() {
-		s.met.errors.Inc()
+		s.obs.StoreError()
 		return "", false, fmt.Errorf("redis get %q: %w", k, ErrBreakerOpen)
 	}
 	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
@@ -59,7 +59,7 @@ func (s *Store) CompareAndSwapValue(ctx context.Context, key, old, value string,
 		return false, errors.New("redis compare-and-swap: an empty value reads as no value")
 	}
 	if !s.br.Allow() {
-		s.met.errors.Inc()
+		s.obs.StoreError()
 		return false, fmt.Errorf("redis compare-and-swap %q: %w", k, ErrBreakerOpen)
 	}
 	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
@@ -82,5 +82,5 @@ func (s *Store) failed(ctx context.Context) {
 	} else {
 		s.br.Abort()
 	}
-	s.met.errors.Inc()
+	s.obs.StoreError()
 }

@@ -34,7 +34,9 @@ func TestPostgres(t *testing.T) {
 	t.Run("violations-unmigrated", func(t *testing.T) { testViolationsUnmigrated(t, newDB(t)) })
 	t.Run("rules-hook", func(t *testing.T) { testPostgresRulesHook(t, newDB(t)) })
 	t.Run("serve-rules-table", func(t *testing.T) { testServeRulesTable(t, newDB(t)) })
-	t.Run("serve-concurrency", func(t *testing.T) { testFleetConcurrency(t, withParams(newDB(t), "sluice_migrate=true&sluice_timeout=1m")) })
+	t.Run("serve-concurrency", func(t *testing.T) {
+		testFleetConcurrency(t, withParams(newDB(t), "sluice_migrate=true&sluice_timeout=1m"))
+	})
 }
 
 // withParams appends query parameters to a URL.

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/postgres"
 	"github.com/sluicehq/sluice/redis"
@@ -111,16 +112,17 @@ func openMemory(_ context.Context, rawURL string, reg prometheus.Registerer) (sl
 	return store, func() error { return nil }, nil
 }
 
-// openRedis opens a Redis store URL (see redis.Open for the forms). The
-// store also implements prometheus.Collector with its error, breaker and
-// cache metrics.
+// openRedis opens a Redis store URL (see redis.Open for the forms), its
+// error, breaker and cache metrics counted by a metrics.RedisObserver
+// registered with reg.
 func openRedis(_ context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error) {
-	s, err := redis.Open(rawURL, redis.Options{})
+	obs := metrics.NewRedisObserver()
+	s, err := redis.Open(rawURL, redis.Options{Observer: obs})
 	if err != nil {
 		return nil, nil, err
 	}
 	if reg != nil {
-		if err := reg.Register(s); err != nil {
+		if err := reg.Register(obs); err != nil {
 			s.Close()
 			return nil, nil, fmt.Errorf("redis store metrics: %w", err)
 		}
@@ -133,13 +135,19 @@ func openRedis(_ context.Context, rawURL string, reg prometheus.Registerer) (slu
 // sluice_key_prefix, sluice_housekeeping=30s, sluice_timeout and
 // sluice_violations=true (record every rejection in sluice_violations).
 func openPostgres(ctx context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error) {
-	connURL, opts, err := postgresOptions(rawURL, reg)
+	connURL, opts, err := postgresOptions(rawURL)
 	if err != nil {
 		return nil, nil, err
 	}
 	s, err := postgres.Open(ctx, connURL, opts)
 	if err != nil {
 		return nil, nil, err
+	}
+	if v := s.Violations(); v != nil && reg != nil {
+		if err := reg.Register(metrics.NewViolationLogCollector(v)); err != nil {
+			s.Close()
+			return nil, nil, fmt.Errorf("postgres violations: register metrics: %w", err)
+		}
 	}
 	return s, func() error { s.Close(); return nil }, nil
 }
@@ -153,13 +161,13 @@ const servePostgresTimeout = 250 * time.Millisecond
 
 // postgresOptions is the pgx URL and the store options serve opens a
 // postgres:// store URL with.
-func postgresOptions(rawURL string, reg prometheus.Registerer) (string, postgres.Options, error) {
+func postgresOptions(rawURL string) (string, postgres.Options, error) {
 	connURL, o, err := postgres.SplitURL(rawURL)
 	if err != nil {
 		return "", postgres.Options{}, err
 	}
 	if o.LogViolations {
-		o.Options.RecordViolations = &postgres.ViolationOptions{Registerer: reg}
+		o.Options.RecordViolations = &postgres.ViolationOptions{}
 	}
 	if o.Options.Timeout <= 0 {
 		o.Options.Timeout = servePostgresTimeout

@@ -18,7 +18,7 @@ func TestPostgresServeTimeout(t *testing.T) {
 		{"postgres://app@db/app?sluice_timeout=2s", 2 * time.Second},
 		{"postgresql://app@db/app?sluice_timeout=50ms&sluice_violations=true", 50 * time.Millisecond},
 	} {
-		_, o, err := postgresOptions(c.url, nil)
+		_, o, err := postgresOptions(c.url)
 		if err != nil {
 			t.Fatalf("%s: %v", c.url, err)
 		}

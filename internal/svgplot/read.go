@@ -122,45 +122,9 @@ func readPanel(p node) (*PanelRead, error) {
 		return nil, err
 	}
 	out := &PanelRead{Bands: int(bands), Series: map[string]*SeriesRead{}}
-	axes := map[string]axisMap{}
-	var left, width float64
-	for _, n := range p.Nodes {
-		switch {
-		case n.attr("class") == "plot-area":
-			if left, err = n.float("x"); err != nil {
-				return nil, err
-			}
-			if width, err = n.float("width"); err != nil {
-				return nil, err
-			}
-		case n.attr("class") == "axis" && n.attr("data-axis") != "x":
-			var ticks []node
-			for _, t := range n.Nodes {
-				if t.attr("class") == "tick" {
-					ticks = append(ticks, t)
-				}
-			}
-			if len(ticks) < 2 {
-				return nil, fmt.Errorf("axis %s has %d ticks, want 2 or more", n.attr("data-axis"), len(ticks))
-			}
-			m := axisMap{log: n.attr("data-scale") == "log"}
-			first, last := ticks[0], ticks[len(ticks)-1]
-			for _, f := range []struct {
-				n    node
-				y, v *float64
-			}{{first, &m.y0, &m.v0}, {last, &m.y1, &m.v1}} {
-				if *f.y, err = f.n.float("y1"); err != nil {
-					return nil, err
-				}
-				if *f.v, err = f.n.float("data-value"); err != nil {
-					return nil, err
-				}
-			}
-			if m.y0 == m.y1 {
-				return nil, errors.New("two ticks of an axis at one height")
-			}
-			axes[n.attr("data-axis")] = m
-		}
+	left, width, axes, err := readAxes(p)
+	if err != nil {
+		return nil, err
 	}
 	if bands <= 0 || width <= 0 {
 		return nil, errors.New("a panel without bands or plot area")
@@ -183,78 +147,151 @@ func readPanel(p node) (*PanelRead, error) {
 		s = &SeriesRead{Axis: axis}
 		out.Series[name] = s
 		if n.XMLName.Local == "g" { // bars
-			s.Kind = "bar"
-			for _, r := range n.Nodes {
-				if r.XMLName.Local != "rect" {
-					continue
-				}
-				vals := map[string]float64{}
-				for _, k := range []string{"data-index", "data-value", "x", "y", "width", "height"} {
-					if vals[k], err = r.float(k); err != nil {
-						return nil, err
-					}
-				}
-				s.Index = append(s.Index, int(vals["data-index"]))
-				s.Value = append(s.Value, vals["data-value"])
-				s.DrawnIndex = append(s.DrawnIndex, bandOf(vals["x"]+vals["width"]/2))
-				top, bottom := vals["y"], vals["y"]+vals["height"]
-				if m.log { // from the axis' foot, whatever its value
-					s.Drawn = append(s.Drawn, m.value(top))
-					s.Resolution = append(s.Resolution, m.resolution(top))
-				} else {
-					s.Drawn = append(s.Drawn, m.value(top)-m.value(bottom))
-					s.Resolution = append(s.Resolution, m.resolution(top)+m.resolution(bottom))
-				}
-			}
-			continue
+			err = readBars(n, m, bandOf, s)
+		} else {
+			err = readLine(n, name, m, bandOf, s)
 		}
-		s.Kind = n.attr("data-kind")
-		for _, f := range strings.Fields(n.attr("data-indexes")) {
-			i, err := strconv.Atoi(f)
-			if err != nil {
-				return nil, fmt.Errorf("series %q data-indexes: %w", name, err)
-			}
-			s.Index = append(s.Index, i)
-		}
-		for _, f := range strings.Fields(n.attr("data-values")) {
-			v, err := strconv.ParseFloat(f, 64)
-			if err != nil {
-				return nil, fmt.Errorf("series %q data-values: %w", name, err)
-			}
-			s.Value = append(s.Value, v)
-		}
-		pts := strings.Fields(n.attr("points"))
-		per := 1
-		if s.Kind == "step" {
-			per = 2 // a level's two ends
-		}
-		if len(pts) != per*len(s.Value) || len(s.Index) != len(s.Value) {
-			return nil, fmt.Errorf("series %q: %d points for %d values and %d indexes", name, len(pts), len(s.Value), len(s.Index))
-		}
-		for i := 0; i < len(pts); i += per {
-			var xs, ys []float64
-			for _, pt := range pts[i : i+per] {
-				xs1, ys1, ok := strings.Cut(pt, ",")
-				x, err1 := strconv.ParseFloat(xs1, 64)
-				y, err2 := strconv.ParseFloat(ys1, 64)
-				if !ok || err1 != nil || err2 != nil {
-					return nil, fmt.Errorf("series %q: point %q", name, pt)
-				}
-				xs, ys = append(xs, x), append(ys, y)
-			}
-			if per == 2 && ys[0] != ys[1] {
-				return nil, fmt.Errorf("series %q: a level from %v to %v is not level", name, ys[0], ys[1])
-			}
-			mid := xs[0]
-			if per == 2 {
-				mid = (xs[0] + xs[1]) / 2
-			}
-			s.DrawnIndex = append(s.DrawnIndex, bandOf(mid))
-			s.Drawn = append(s.Drawn, m.value(ys[0]))
-			s.Resolution = append(s.Resolution, m.resolution(ys[0]))
+		if err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// readAxes reads a panel's plot area (its left edge and width) and, from
+// the first and last ticks of each value axis, the map from its pixels
+// back to values.
+func readAxes(p node) (left, width float64, axes map[string]axisMap, err error) {
+	axes = map[string]axisMap{}
+	for _, n := range p.Nodes {
+		switch {
+		case n.attr("class") == "plot-area":
+			if left, err = n.float("x"); err != nil {
+				return 0, 0, nil, err
+			}
+			if width, err = n.float("width"); err != nil {
+				return 0, 0, nil, err
+			}
+		case n.attr("class") == "axis" && n.attr("data-axis") != "x":
+			m, err := readAxis(n)
+			if err != nil {
+				return 0, 0, nil, err
+			}
+			axes[n.attr("data-axis")] = m
+		}
+	}
+	return left, width, axes, nil
+}
+
+// readAxis maps an axis' pixels back to values by its first and last ticks.
+func readAxis(n node) (axisMap, error) {
+	var ticks []node
+	for _, t := range n.Nodes {
+		if t.attr("class") == "tick" {
+			ticks = append(ticks, t)
+		}
+	}
+	if len(ticks) < 2 {
+		return axisMap{}, fmt.Errorf("axis %s has %d ticks, want 2 or more", n.attr("data-axis"), len(ticks))
+	}
+	m := axisMap{log: n.attr("data-scale") == "log"}
+	first, last := ticks[0], ticks[len(ticks)-1]
+	var err error
+	for _, f := range []struct {
+		n    node
+		y, v *float64
+	}{{first, &m.y0, &m.v0}, {last, &m.y1, &m.v1}} {
+		if *f.y, err = f.n.float("y1"); err != nil {
+			return axisMap{}, err
+		}
+		if *f.v, err = f.n.float("data-value"); err != nil {
+			return axisMap{}, err
+		}
+	}
+	if m.y0 == m.y1 {
+		return axisMap{}, errors.New("two ticks of an axis at one height")
+	}
+	return m, nil
+}
+
+// readBars reads a bar series' rects into s.
+func readBars(n node, m axisMap, bandOf func(float64) int, s *SeriesRead) error {
+	s.Kind = "bar"
+	for _, r := range n.Nodes {
+		if r.XMLName.Local != "rect" {
+			continue
+		}
+		vals := map[string]float64{}
+		for _, k := range []string{"data-index", "data-value", "x", "y", "width", "height"} {
+			var err error
+			if vals[k], err = r.float(k); err != nil {
+				return err
+			}
+		}
+		s.Index = append(s.Index, int(vals["data-index"]))
+		s.Value = append(s.Value, vals["data-value"])
+		s.DrawnIndex = append(s.DrawnIndex, bandOf(vals["x"]+vals["width"]/2))
+		top, bottom := vals["y"], vals["y"]+vals["height"]
+		if m.log { // from the axis' foot, whatever its value
+			s.Drawn = append(s.Drawn, m.value(top))
+			s.Resolution = append(s.Resolution, m.resolution(top))
+		} else {
+			s.Drawn = append(s.Drawn, m.value(top)-m.value(bottom))
+			s.Resolution = append(s.Resolution, m.resolution(top)+m.resolution(bottom))
+		}
+	}
+	return nil
+}
+
+// readLine reads a line or step series' polyline into s: its values and
+// indexes from the data attributes, what it shows from its points.
+func readLine(n node, name string, m axisMap, bandOf func(float64) int, s *SeriesRead) error {
+	s.Kind = n.attr("data-kind")
+	for _, f := range strings.Fields(n.attr("data-indexes")) {
+		i, err := strconv.Atoi(f)
+		if err != nil {
+			return fmt.Errorf("series %q data-indexes: %w", name, err)
+		}
+		s.Index = append(s.Index, i)
+	}
+	for _, f := range strings.Fields(n.attr("data-values")) {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return fmt.Errorf("series %q data-values: %w", name, err)
+		}
+		s.Value = append(s.Value, v)
+	}
+	pts := strings.Fields(n.attr("points"))
+	per := 1
+	if s.Kind == "step" {
+		per = 2 // a level's two ends
+	}
+	if len(pts) != per*len(s.Value) || len(s.Index) != len(s.Value) {
+		return fmt.Errorf("series %q: %d points for %d values and %d indexes", name, len(pts), len(s.Value), len(s.Index))
+	}
+	for i := 0; i < len(pts); i += per {
+		var xs, ys []float64
+		for _, pt := range pts[i : i+per] {
+			xs1, ys1, ok := strings.Cut(pt, ",")
+			x, err1 := strconv.ParseFloat(xs1, 64)
+			y, err2 := strconv.ParseFloat(ys1, 64)
+			if !ok || err1 != nil || err2 != nil {
+				return fmt.Errorf("series %q: point %q", name, pt)
+			}
+			xs, ys = append(xs, x), append(ys, y)
+		}
+		if per == 2 && ys[0] != ys[1] {
+			return fmt.Errorf("series %q: a level from %v to %v is not level", name, ys[0], ys[1])
+		}
+		mid := xs[0]
+		if per == 2 {
+			mid = (xs[0] + xs[1]) / 2
+		}
+		s.DrawnIndex = append(s.DrawnIndex, bandOf(mid))
+		s.Drawn = append(s.Drawn, m.value(ys[0]))
+		s.Resolution = append(s.Resolution, m.resolution(ys[0]))
+	}
+	return nil
 }
 
 // Check compares a series read back with the values it should show, one

@@ -511,6 +511,60 @@ func (w *svg) drawLegend(rows [][]legendEntry, y0 float64) {
 }
 
 func (w *svg) drawPanel(p *Panel, left, right, top, bottom float64) {
+	g := plotArea{p: p, left: left, right: right, top: top, bottom: bottom}
+	g.ys, g.ys2 = panelScales(p, bottom, top)
+	g.n = max(len(p.X.Names), 1)
+	g.band = (right - left) / float64(g.n)
+
+	w.open("g", a("class", "panel"), a("data-bands", strconv.Itoa(len(p.X.Names))))
+	w.elem("rect", "", a("class", "plot-area"), a("x", px(left)), a("y", px(top)), a("width", px(right-left)), a("height", px(bottom-top)), a("fill", "#fafafa"), a("stroke", "#bbbbbb"))
+
+	// The left axis: grid lines with their values, and its label.
+	w.valueAxis("y", g.ys, left, right, left-6, "end", p.Y.Label, 18, -90)
+	if p.Y2 != nil {
+		w.valueAxis("y2", g.ys2, right, right+5, right+8, "start", p.Y2.Label, right+marginRight2-18, 90)
+	}
+	w.drawBands(g)
+	// Bars first, so that lines are drawn over them.
+	w.drawBars(g)
+	for _, s := range p.Series {
+		if s.Kind != Bar {
+			w.drawLine(g, s)
+		}
+	}
+	w.close("g")
+}
+
+// plotArea is a panel placed on the page: its plot area's edges, its
+// bands and its scales.
+type plotArea struct {
+	p                        *Panel
+	left, right, top, bottom float64
+	n                        int     // bands, at least 1
+	band                     float64 // a band's width
+	ys, ys2                  scale
+}
+
+// scaleOf is the scale that s is plotted against.
+func (g plotArea) scaleOf(s Series) scale {
+	if s.Right {
+		return g.ys2
+	}
+	return g.ys
+}
+
+// pointLabel is the title of s's value v in band i.
+func (g plotArea) pointLabel(s Series, i int, v float64) string {
+	label := s.Name + ": " + FormatValue(v)
+	if i < len(g.p.X.Names) {
+		label = g.p.X.Names[i] + ", " + label
+	}
+	return label
+}
+
+// panelScales are p's left and right scales (the right one zero without
+// a Y2), each spanning its series' values.
+func panelScales(p *Panel, bottom, top float64) (ys, ys2 scale) {
 	var leftVals, rightVals [][]float64
 	// Stacked bars reach the sum of their stack: the axis must too.
 	stackTop := map[string][]float64{}
@@ -535,24 +589,17 @@ func (w *svg) drawPanel(p *Panel, left, right, top, bottom float64) {
 			leftVals = append(leftVals, vals)
 		}
 	}
-	ys := newScale(p.Y, leftVals, bottom, top)
-	var ys2 scale
+	ys = newScale(p.Y, leftVals, bottom, top)
 	if p.Y2 != nil {
 		ys2 = newScale(*p.Y2, rightVals, bottom, top)
 	}
-	n := max(len(p.X.Names), 1)
-	band := (right - left) / float64(n)
+	return ys, ys2
+}
 
-	w.open("g", a("class", "panel"), a("data-bands", strconv.Itoa(len(p.X.Names))))
-	w.elem("rect", "", a("class", "plot-area"), a("x", px(left)), a("y", px(top)), a("width", px(right-left)), a("height", px(bottom-top)), a("fill", "#fafafa"), a("stroke", "#bbbbbb"))
-
-	// The left axis: grid lines with their values, and its label.
-	w.valueAxis("y", ys, left, right, left-6, "end", p.Y.Label, 18, -90)
-	if p.Y2 != nil {
-		w.valueAxis("y2", ys2, right, right+5, right+8, "start", p.Y2.Label, right+marginRight2-18, 90)
-	}
-
-	// The x axis: a label every few bands, so that they do not overlap.
+// drawBands draws the x axis: a label every few bands, so that they do
+// not overlap.
+func (w *svg) drawBands(g plotArea) {
+	p, left, band, bottom := g.p, g.left, g.band, g.bottom
 	w.open("g", a("class", "axis"), a("data-axis", "x"))
 	longest := 1
 	for _, name := range p.X.Names {
@@ -571,10 +618,14 @@ func (w *svg) drawPanel(p *Panel, left, right, top, bottom float64) {
 			a("x1", px(x)), a("y1", px(bottom)), a("x2", px(x)), a("y2", px(bottom+4)), a("stroke", "#666666"))
 		w.elem("text", name, a("x", px(x)), a("y", px(bottom+16)), a("text-anchor", "middle"))
 	}
-	w.elem("text", p.X.Label, a("class", "axis-label"), a("x", px((left+right)/2)), a("y", px(bottom+16+lineGap)), a("text-anchor", "middle"))
+	w.elem("text", p.X.Label, a("class", "axis-label"), a("x", px((left+g.right)/2)), a("y", px(bottom+16+lineGap)), a("text-anchor", "middle"))
 	w.close("g")
+}
 
-	// Bars first, so that lines are drawn over them.
+// drawBars draws the bar series: the stacks of a band side by side, the
+// bars of a stack piled up.
+func (w *svg) drawBars(g plotArea) {
+	p, left, band, n := g.p, g.left, g.band, g.n
 	var stacks []string
 	for _, s := range p.Series {
 		if s.Kind == Bar && !contains(stacks, s.Stack) {
@@ -586,10 +637,7 @@ func (w *svg) drawPanel(p *Panel, left, right, top, bottom float64) {
 		if s.Kind != Bar {
 			continue
 		}
-		sc := ys
-		if s.Right {
-			sc = ys2
-		}
+		sc := g.scaleOf(s)
 		slot := indexOf(stacks, s.Stack)
 		gap := band * 0.2
 		if band < 4 {
@@ -612,66 +660,55 @@ func (w *svg) drawPanel(p *Panel, left, right, top, bottom float64) {
 				// and bars of a stack overlap rather than pile up.
 				y0, y1 = sc.bottom, sc.at(v)
 			}
-			label := s.Name + ": " + FormatValue(v)
-			if i < len(p.X.Names) {
-				label = p.X.Names[i] + ", " + label
-			}
 			w.open("rect", a("data-series", s.class()), a("data-index", strconv.Itoa(i)), a("data-value", num(v)),
 				a("x", px(x)), a("y", px(y1)), a("width", px(bw)), a("height", px(y0-y1)))
-			w.elem("title", label)
+			w.elem("title", g.pointLabel(s, i, v))
 			w.close("rect")
 			b[i] += v
 		}
 		w.close("g")
 	}
-	for _, s := range p.Series {
-		if s.Kind == Bar {
+}
+
+// drawLine draws a line or step series as one polyline, with marks on
+// its points while there are few enough to tell apart.
+func (w *svg) drawLine(g plotArea, s Series) {
+	left, band, n := g.left, g.band, g.n
+	sc := g.scaleOf(s)
+	var pts, idx, vals []string
+	for i, v := range s.Values {
+		if i >= n || math.IsNaN(v) {
 			continue
 		}
-		sc := ys
-		if s.Right {
-			sc = ys2
+		y := sc.at(v)
+		if s.Kind == Step {
+			pts = append(pts, px(left+float64(i)*band)+","+px(y), px(left+float64(i+1)*band)+","+px(y))
+		} else {
+			pts = append(pts, px(left+(float64(i)+0.5)*band)+","+px(y))
 		}
-		var pts, idx, vals []string
-		for i, v := range s.Values {
-			if i >= n || math.IsNaN(v) {
-				continue
-			}
-			y := sc.at(v)
-			if s.Kind == Step {
-				pts = append(pts, px(left+float64(i)*band)+","+px(y), px(left+float64(i+1)*band)+","+px(y))
-			} else {
-				pts = append(pts, px(left+(float64(i)+0.5)*band)+","+px(y))
-			}
-			idx = append(idx, strconv.Itoa(i))
-			vals = append(vals, num(v))
+		idx = append(idx, strconv.Itoa(i))
+		vals = append(vals, num(v))
+	}
+	attrs := []attr{a("class", "series line "+s.class()), a("data-series", s.class()), a("data-axis", axisOf(s)), a("data-kind", kindName(s.Kind)),
+		a("data-indexes", strings.Join(idx, " ")), a("data-values", strings.Join(vals, " ")),
+		a("points", strings.Join(pts, " ")), a("fill", "none"), a("stroke", s.Color), a("stroke-width", "2"), a("stroke-linejoin", "round")}
+	if s.Dash {
+		attrs = append(attrs, a("stroke-dasharray", "5 3"))
+	}
+	w.open("polyline", attrs...)
+	w.elem("title", s.Name)
+	w.close("polyline")
+	if s.Kind != Line || len(vals) > 40 {
+		return
+	}
+	w.open("g", a("class", "marks "+s.class()), a("fill", s.Color))
+	for i, v := range s.Values {
+		if i >= n || math.IsNaN(v) {
+			continue
 		}
-		attrs := []attr{a("class", "series line "+s.class()), a("data-series", s.class()), a("data-axis", axisOf(s)), a("data-kind", kindName(s.Kind)),
-			a("data-indexes", strings.Join(idx, " ")), a("data-values", strings.Join(vals, " ")),
-			a("points", strings.Join(pts, " ")), a("fill", "none"), a("stroke", s.Color), a("stroke-width", "2"), a("stroke-linejoin", "round")}
-		if s.Dash {
-			attrs = append(attrs, a("stroke-dasharray", "5 3"))
-		}
-		w.open("polyline", attrs...)
-		w.elem("title", s.Name)
-		w.close("polyline")
-		// Marks on the points while there are few enough to tell apart.
-		if s.Kind == Line && len(vals) <= 40 {
-			w.open("g", a("class", "marks "+s.class()), a("fill", s.Color))
-			for i, v := range s.Values {
-				if i >= n || math.IsNaN(v) {
-					continue
-				}
-				label := s.Name + ": " + FormatValue(v)
-				if i < len(p.X.Names) {
-					label = p.X.Names[i] + ", " + label
-				}
-				w.open("circle", a("cx", px(left+(float64(i)+0.5)*band)), a("cy", px(sc.at(v))), a("r", "3"))
-				w.elem("title", label)
-				w.close("circle")
-			}
-			w.close("g")
-		}
+		w.open("circle", a("cx", px(left+(float64(i)+0.5)*band)), a("cy", px(sc.at(v))), a("r", "3"))
+		w.elem("title", g.pointLabel(s, i, v))
+		w.close("circle")
 	}
 	w.close("g")
 }

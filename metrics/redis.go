@@ -1,15 +1,14 @@
-package redis
+package metrics
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the store's counters. They exist (and count) whether or not
-// a Registerer was given, so the code that counts never checks.
-type metrics struct {
+// RedisObserver is the Redis store's metrics: a redis.Observer (give it
+// as redis.Options.Observer) that counts what the store tells it, and a
+// prometheus.Collector of those counts, to register on the server's
+// registry. One store per observer: a registry takes one of them.
+type RedisObserver struct {
 	errors         prometheus.Counter
 	breakerOpens   prometheus.Counter
 	breakerState   prometheus.Gauge
@@ -19,8 +18,9 @@ type metrics struct {
 	batchSize      prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
+// NewRedisObserver returns a RedisObserver with every count at zero.
+func NewRedisObserver() *RedisObserver {
+	return &RedisObserver{
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_redis_store_errors_total",
 			Help: "Calls to Redis that failed (errors, timeouts, or refused by the open circuit breaker).",
@@ -51,28 +51,39 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 9),
 		}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range m.collectors() {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				return nil, fmt.Errorf("redis store metrics: already registered (one store per registry): %w", err)
-			}
-			return nil, fmt.Errorf("redis store metrics: %w", err)
-		}
-	}
-	return m, nil
 }
 
-func (m *metrics) breakerChanged(state int32, opened bool) {
-	m.breakerState.Set(float64(state))
+// StoreError implements redis.Observer.
+func (o *RedisObserver) StoreError() { o.errors.Inc() }
+
+// BreakerChanged implements redis.Observer.
+func (o *RedisObserver) BreakerChanged(state int32, opened bool) {
+	o.breakerState.Set(float64(state))
 	if opened {
-		m.breakerOpens.Inc()
+		o.breakerOpens.Inc()
 	}
 }
 
-func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.errors, m.breakerOpens, m.breakerState, m.cacheHits, m.refundFailures, m.dropsLost, m.batchSize}
+// OverLimitCacheHit implements redis.Observer.
+func (o *RedisObserver) OverLimitCacheHit() { o.cacheHits.Inc() }
+
+// RefundFailed implements redis.Observer.
+func (o *RedisObserver) RefundFailed() { o.refundFailures.Inc() }
+
+// DropsLost implements redis.Observer.
+func (o *RedisObserver) DropsLost() { o.dropsLost.Inc() }
+
+// Batch implements redis.Observer.
+func (o *RedisObserver) Batch(n int) { o.batchSize.Observe(float64(n)) }
+
+func (o *RedisObserver) all() collectors {
+	return collectors{o.errors, o.breakerOpens, o.breakerState, o.cacheHits, o.refundFailures, o.dropsLost, o.batchSize}
 }
+
+// Describe implements prometheus.Collector.
+func (o *RedisObserver) Describe(ch chan<- *prometheus.Desc) { o.all().Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (o *RedisObserver) Collect(ch chan<- prometheus.Metric) { o.all().Collect(ch) }
+
+var _ prometheus.Collector = (*RedisObserver)(nil)

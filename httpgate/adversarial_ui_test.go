@@ -1,6 +1,8 @@
 package httpgate_test
 
 import (
+	"time"
+
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -314,4 +316,63 @@ func (p *peekCounter) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Req
 		p.record(len(rs))
 	}
 	return p.Store.TakeAll(ctx, op, rs)
+}
+
+// Attack: a rule counted as letting traffic through when another rule of
+// the same request rejected it and nothing was charged. Of five requests
+// that a global rule of burst 1 lets one through, the per-user rule
+// admitted one: /metrics and the live page must say so, and count the
+// four others apart, as not charged.
+func TestAttackNotChargedIsNotAllowed(t *testing.T) {
+	e, _ := newUIEnv(t, `
+admin_token_env: ADMIN
+rules:
+  - name: per-user
+    limit_keys: ["header:X-User"]
+    algorithm_config: {rps: 100, burst: 100}
+  - name: global
+    algorithm_config: {rps: 0.001, burst: 1}
+`, adminToken)
+	codes := map[int]int{}
+	for range 5 {
+		resp, _ := e.get("/v1/auth", "X-User", "u")
+		codes[resp.StatusCode]++
+	}
+	if codes[200] != 1 || codes[429] != 4 {
+		t.Fatalf("answers %v, want one 200 and four 429", codes)
+	}
+	m := e.metrics()
+	for line, want := range map[string]string{
+		`sluice_decisions_total{result="allowed",rule="per-user"}`:     "1",
+		`sluice_decisions_total{result="not_charged",rule="per-user"}`: "4",
+		`sluice_decisions_total{result="rejected",rule="global"}`:      "4",
+		`sluice_decisions_total{result="allowed",rule="global"}`:       "1",
+	} {
+		if !strings.Contains(m, line+" "+want+"\n") {
+			t.Errorf("/metrics: want %s %s", line, want)
+		}
+	}
+	if strings.Contains(m, `sluice_decisions_total{result="rejected",rule="per-user"}`) {
+		t.Errorf("/metrics counts a rejection of per-user, which had room")
+	}
+	// The live page's series end at the last completed second.
+	e.clk.Advance(time.Second)
+	_, st := e.get("/v1/stats", "Authorization", "Bearer "+adminToken)
+	rules, _ := st["rules"].([]any)
+	sums := map[string]float64{}
+	for _, r := range rules {
+		r := r.(map[string]any)
+		if r["name"] != "per-user" {
+			continue
+		}
+		for _, o := range []string{"allowed", "rejected", "not_charged"} {
+			xs, _ := r[o].([]any)
+			for _, x := range xs {
+				sums[o] += x.(float64)
+			}
+		}
+	}
+	if sums["allowed"] != 1 || sums["not_charged"] != 4 || sums["rejected"] != 0 {
+		t.Errorf("live page, per-user over the window: %v, want 1 allowed, 4 not charged, 0 rejected", sums)
+	}
 }

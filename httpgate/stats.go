@@ -89,6 +89,9 @@ type StatsRule struct {
 	Rejected       []uint64 `json:"rejected"`
 	ShadowRejected []uint64 `json:"shadow_rejected"`
 	StoreError     []uint64 `json:"store_error"`
+	// NotCharged: the rule had room but took nothing, because another
+	// rule rejected the request (not traffic it let through).
+	NotCharged []uint64 `json:"not_charged"`
 }
 
 // StatsLimit is one limit of a rule: its own, or a tier's.
@@ -250,7 +253,7 @@ func statsRules(p *policy.Policy, series map[string]insight.RuleCounts) []StatsR
 }
 
 func fillSeries(sr *StatsRule, rc insight.RuleCounts) {
-	sr.Allowed, sr.Rejected, sr.ShadowRejected, sr.StoreError = rc.Allowed, rc.Rejected, rc.ShadowRejected, rc.StoreError
+	sr.Allowed, sr.Rejected, sr.ShadowRejected, sr.StoreError, sr.NotCharged = rc.Allowed, rc.Rejected, rc.ShadowRejected, rc.StoreError, rc.NotCharged
 }
 
 func statsLimit(l *sluice.Limit, tier string) StatsLimit {

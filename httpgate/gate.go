@@ -191,7 +191,7 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 		p := g.Policy()
 		in := p.FromHTTP(r)
 		defer g.prepareSettle(r, p, in)()
-		v, ok := g.enforceHeld(w, r, p, in, http.StatusTooManyRequests, true, nil)
+		v, ok := g.enforceHeld(w, r, p, in, http.StatusTooManyRequests, http.StatusUnprocessableEntity, true, nil)
 		if !ok {
 			return
 		}
@@ -270,10 +270,11 @@ func withCaller(ctx context.Context, ms []policy.Match, clientIP netip.Addr, pat
 }
 
 // enforce decides in, sets the rate limit fields on w and, on rejection,
-// writes the deny status and a problem body. It reports whether the
-// request may proceed.
-func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int, s *policy.Scratch) bool {
-	_, ok := g.enforceHeld(w, r, p, in, denyStatus, false, s)
+// writes the deny status and a problem body; neverStatus is the status of
+// a rejection no wait would end (a cost above a limit's burst: see
+// policy.Verdict.Impossible). It reports whether the request may proceed.
+func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus, neverStatus int, s *policy.Scratch) bool {
+	_, ok := g.enforceHeld(w, r, p, in, denyStatus, neverStatus, false, s)
 	return ok
 }
 
@@ -281,7 +282,7 @@ func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy,
 // an admitted verdict's leases are then the caller's to release
 // (holdSlots). A request that does not go ahead holds none. s, when not
 // nil, keeps the matches and the verdict (see checkHeld).
-func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int, hold bool, s *policy.Scratch) (policy.Verdict, bool) {
+func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus, neverStatus int, hold bool, s *policy.Scratch) (policy.Verdict, bool) {
 	v, q, err := g.checkHeld(r.Context(), p, in, hold, s)
 	defer q.release()
 	if err != nil {
@@ -292,6 +293,10 @@ func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Pol
 	if !v.Allowed {
 		if v.Reason() == policy.ReasonConcurrencyUnsupported {
 			writeUnsupported(w, v)
+			return v, false
+		}
+		if detail, names, never := v.Impossible(); never {
+			writeImpossible(w, detail, names, neverStatus)
 			return v, false
 		}
 		WriteRejection(w, v, denyStatus)
@@ -306,6 +311,18 @@ func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Pol
 		}
 	}
 	return v, true
+}
+
+// writeImpossible answers a request whose cost a limit can never grant:
+// a problem naming the limits and why, with no Retry-After (no wait helps).
+func writeImpossible(w http.ResponseWriter, detail string, names []string, status int) {
+	w.Header().Del("Retry-After")
+	writeProblem(w, Problem{
+		Status:           status,
+		Detail:           detail + ": lower the request's cost (or ask the operator for a larger burst)",
+		ViolatedPolicies: names,
+		Reason:           policy.ReasonCostExceedsLimit,
+	})
 }
 
 // WriteRejection writes the status and application/problem+json body of a

@@ -177,6 +177,7 @@ type Result struct {
 	Lease sluice.Lease
 
 	impossible  bool  // the cost exceeds the limit's capacity
+	refusal     error // why, when impossible: the charge's error
 	notCharged  bool  // it had room, but another limit rejected the request
 	cost        int64 // the cost in micro-tokens, as sluice.Request.Charge judged it
 	unsupported bool  // a concurrency rule on a path that cannot hold its slot
@@ -350,7 +351,7 @@ func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op sluic
 			} else if sluice.IsInputError(err) {
 				// The request is at fault, not the store: on_store_error
 				// must not admit what can never be decided as asked.
-				v.Results[i].refuse()
+				v.Results[i].refuse(err)
 			} else {
 				v.Results[i].storeFailed(err)
 			}
@@ -523,13 +524,14 @@ func (r *Result) judge(op sluice.Op) bool {
 	if r.queueRefuse(op) {
 		return true
 	}
-	r.refuse()
+	r.refuse(err)
 	return true
 }
 
-// refuse rejects r as a request that can never succeed, charging nothing.
-func (r *Result) refuse() {
-	r.Decision, r.impossible = sluice.Decision{Allowed: false}, true
+// refuse rejects r as a request that can never succeed, charging nothing;
+// err says why.
+func (r *Result) refuse(err error) {
+	r.Decision, r.impossible, r.refusal = sluice.Decision{Allowed: false}, true, err
 	if l := r.Match.Request.Limit; l != nil {
 		r.Decision.Limit, r.Decision.Rule = int64(l.Capacity()), l.Name()
 	}

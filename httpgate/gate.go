@@ -113,7 +113,8 @@ type Gate struct {
 	obs      policy.Observer // Metrics and Insight, nil for neither
 	ui       *uiSecrets      // nil without Insight
 	settle   settleState
-	shaping  shaping // adaptive rates and queues (adaptive.go, queue.go)
+	shaping  shaping  // adaptive rates and queues (adaptive.go, queue.go)
+	guess    *guesses // token guesses per address (guess.go)
 }
 
 // New returns a Gate enforcing p with lim.
@@ -131,6 +132,7 @@ func New(p *policy.Policy, lim *sluice.Limiter, opts Options) *Gate {
 		opts.Delay = Wait
 	}
 	g := &Gate{lim: lim, opts: opts}
+	g.guess = newGuesses(limiterClock(lim))
 	var obs []policy.Observer
 	if opts.Metrics != nil {
 		obs = append(obs, opts.Metrics)
@@ -143,6 +145,15 @@ func New(p *policy.Policy, lim *sluice.Limiter, opts Options) *Gate {
 	g.initSettle()
 	g.SetPolicy(p)
 	return g
+}
+
+// limiterClock is lim as the clock of the gate's own buckets, nil (the
+// system's) without one.
+func limiterClock(lim *sluice.Limiter) sluice.Clock {
+	if lim == nil {
+		return nil
+	}
+	return lim
 }
 
 // Observer is what the gate tells every decision: Options.Metrics and

@@ -152,8 +152,12 @@ const hotKeysShown = 10
 const peekTimeout = time.Second
 
 func (g *Gate) stats(w http.ResponseWriter, r *http.Request) {
-	if !g.uiAuthorized(r) {
+	if ok, wait := g.uiAuthorized(r); !ok {
 		uiHeaders(w.Header())
+		if wait > 0 {
+			tooManyGuesses(w, wait)
+			return
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 		badRequest(w, http.StatusUnauthorized, "a valid admin token is required: Authorization: Bearer <token>, or log in at /ui")
 		return

@@ -251,6 +251,17 @@ func (r *Request) slot() error {
 // limit: the check every store's Lease makes first.
 func (r Request) CheckLease() error { return r.slot() }
 
+// keyedSlot is slot for a request to a Limiter, which needs a key.
+func (r *Request) keyedSlot() error {
+	if err := r.slot(); err != nil {
+		return err
+	}
+	if r.Key == "" {
+		return noKey(r.Limit)
+	}
+	return nil
+}
+
 // Lease is one held slot of a concurrency limit, from Limiter.Acquire.
 // It is a small value: copy it freely; its methods are safe for
 // concurrent use. The zero Lease holds nothing, and releasing it does
@@ -316,7 +327,7 @@ func (s Lease) Renew(ctx context.Context) (Decision, error) {
 // store acquired one before failing to answer, it is freed when its lease
 // ends.
 func (l *Limiter) Acquire(ctx context.Context, r Request) (Lease, Decision, error) {
-	if err := r.slot(); err != nil {
+	if err := r.keyedSlot(); err != nil {
 		return Lease{}, Decision{}, err
 	}
 	id := NewLeaseID()
@@ -338,7 +349,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Lease, Decision, erro
 // (false for one already released, expired, or never acquired under this
 // limit and key).
 func (l *Limiter) Release(ctx context.Context, r Request, id LeaseID) (Decision, error) {
-	if err := r.slot(); err != nil {
+	if err := r.keyedSlot(); err != nil {
 		return Decision{}, err
 	}
 	return l.store.Lease(ctx, OpRefund, r, id)
@@ -354,7 +365,7 @@ func (l *Limiter) Release(ctx context.Context, r Request, id LeaseID) (Decision,
 // describes the key after the renewal; a rejection has no RetryAfter
 // (the caller takes a new slot, or waits as its take says).
 func (l *Limiter) Renew(ctx context.Context, r Request, id LeaseID) (Decision, error) {
-	if err := r.slot(); err != nil {
+	if err := r.keyedSlot(); err != nil {
 		return Decision{}, err
 	}
 	return l.store.Lease(ctx, OpRenew, r, id)

@@ -1,6 +1,8 @@
 package sluice
 
 import (
+	"github.com/sluicehq/sluice/internal/reserved"
+
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -189,9 +191,52 @@ func MaxDebt(p *Params) int64 {
 	return 0
 }
 
+// MaxNameLen is the longest name of a rule or a tier.
+const MaxNameLen = 64
+
+// ValidName reports whether s may name a rule or a tier: 1 to MaxNameLen
+// bytes of A-Z a-z 0-9 _ . - (so that a name is safe in a metric label, a
+// store key, a header and a log line as written). The file format and
+// NewLimit check names with it.
+func ValidName(s string) bool {
+	if s == "" || len(s) > MaxNameLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validLimitName reports whether s may name a limit: a rule's name, or a
+// tier's limit, RULE.TIER, each a ValidName.
+func validLimitName(s string) bool {
+	if ValidName(s) {
+		return true
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] == '.' && ValidName(s[:i]) && ValidName(s[i+1:]) {
+			return true
+		}
+	}
+	return false
+}
+
+func init() {
+	reserved.NewLimit = func(s any) (any, error) { return newLimit(s.(Spec), false) }
+}
+
 // NewLimit validates s and compiles it. Errors wrap ErrInvalidLimit and
-// name the offending field.
-func NewLimit(s Spec) (*Limit, error) {
+// name the offending field. Its name must be one a policy file could
+// give (ValidName, or RULE.TIER of two).
+func NewLimit(s Spec) (*Limit, error) { return newLimit(s, true) }
+
+// newLimit is NewLimit; checkName false admits any non-empty name, for
+// the limits sluice keeps for itself (package internal/reserved).
+func newLimit(s Spec, checkName bool) (*Limit, error) {
 	bad := func(format string, a ...any) (*Limit, error) {
 		return nil, &SpecError{Limit: s.Name, Reason: fmt.Sprintf(format, a...)}
 	}
@@ -201,6 +246,9 @@ func NewLimit(s Spec) (*Limit, error) {
 	}
 	if s.Name == "" {
 		return nil, fmt.Errorf("%w: a limit needs a name", ErrInvalidLimit)
+	}
+	if checkName && !validLimitName(s.Name) {
+		return badField("name", "must be 1 to %d of A-Z a-z 0-9 _ . - (or RULE.TIER, two such names), as in a policy file", MaxNameLen)
 	}
 	if int(s.Algorithm) >= len(algorithmNames) {
 		return bad("unknown algorithm %d", s.Algorithm)
@@ -229,6 +277,11 @@ func NewLimit(s Spec) (*Limit, error) {
 			return bad("tokens_per_second is per second; use rate with period for another period")
 		}
 		rate, period = s.TokensPerSecond, time.Second
+		if s.Algorithm == TokenBucket && s.Burst == 0 && s.Capacity == 0 {
+			// As in a policy file: a bucket one second deep is a guess
+			// about bursts that the writer should make.
+			return badField("burst", "is required with tokens_per_second (the bucket size: how many requests may pass at once)")
+		}
 		if s.Burst > 0 && s.Capacity != 0 && s.Burst != s.Capacity {
 			return bad("burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
 		}

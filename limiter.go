@@ -238,6 +238,9 @@ func (l *Limiter) Store() Store { return l.store }
 
 // Take asks for r.Cost tokens and charges them if admitted.
 func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
+	if r.Key == "" {
+		return d, noKey(r.Limit)
+	}
 	if l.outcome == nil || r.Limit == nil || r.Limit.shards != nil {
 		return l.takeStore(ctx, r)
 	}
@@ -278,6 +281,9 @@ func (l *Limiter) takeAdvised(ctx context.Context, r Request, o Outcome, at time
 // was admitted. Errors count as not admitted.
 func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
 	r := Request{Limit: lim, Key: key, Cost: 1}
+	if key == "" {
+		return false
+	}
 	if l.allow != nil && (lim == nil || lim.shards == nil) {
 		return l.allow.Allow(ctx, r)
 	}
@@ -362,7 +368,18 @@ func (l *Limiter) RefundAll(ctx context.Context, rs ...Request) ([]Decision, err
 
 // Reset refills key's bucket under lim.
 func (l *Limiter) Reset(ctx context.Context, lim *Limit, key string) error {
+	if key == "" {
+		return noKey(lim)
+	}
 	return l.reset(ctx, lim, key)
+}
+
+// noKey is ErrNoKey for a request to lim.
+func noKey(lim *Limit) error {
+	if lim == nil {
+		return ErrNoKey
+	}
+	return fmt.Errorf("limit %q: %w", lim.Name(), ErrNoKey)
 }
 
 // Outcome is an algorithm's answer in integers, the form every engine

@@ -65,6 +65,9 @@ func (l *Limiter) Settle(ctx context.Context, r Request, charged, actual float64
 		_, err := r.Charge(OpRefund) // names the missing limit
 		return Settlement{}, err
 	}
+	if r.Key == "" {
+		return Settlement{}, noKey(r.Limit)
+	}
 	c, err := ToMicroTokens(charged)
 	if err != nil {
 		return Settlement{}, fmt.Errorf("limit %q: settle: charged: %w", r.Limit.Name(), err)

@@ -332,6 +332,9 @@ func (l *Limiter) intN(n int) int {
 
 // one decides r alone with op, expanding a sharded limit.
 func (l *Limiter) one(ctx context.Context, op Op, r Request) (Decision, error) {
+	if r.Key == "" {
+		return Decision{}, noKey(r.Limit)
+	}
 	if r.Limit == nil || r.Limit.shards == nil {
 		return l.store.Take(ctx, op, r)
 	}
@@ -345,10 +348,15 @@ func (l *Limiter) one(ctx context.Context, op Op, r Request) (Decision, error) {
 // all decides rs together with op, expanding sharded limits; the
 // decisions are appended to dst when it is not nil and the store can.
 func (l *Limiter) all(ctx context.Context, op Op, rs []Request, dst []Decision) ([]Decision, error) {
+	sharded := false
 	for _, r := range rs {
-		if r.Limit != nil && r.Limit.shards != nil {
-			return l.sharded(ctx, op, rs)
+		if r.Key == "" {
+			return nil, noKey(r.Limit)
 		}
+		sharded = sharded || (r.Limit != nil && r.Limit.shards != nil)
+	}
+	if sharded {
+		return l.sharded(ctx, op, rs)
 	}
 	if dst != nil {
 		if a, ok := l.store.(decisionAppender); ok {

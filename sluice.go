@@ -88,6 +88,11 @@ var (
 	// limit, or an acquire on any other: a concurrency limit's slots are
 	// held by lease (Limiter.Acquire, Lease.Release), not charged.
 	ErrLeaseRequired = errors.New("sluice: a concurrency limit holds slots by lease: use Limiter.Acquire and Lease.Release")
+	// ErrNoKey is a request to a Limiter without a key. The empty key
+	// would be one bucket for every caller that leaves its key out, by
+	// omission, as the decision API refuses it; a bucket meant to be
+	// shared is named ("global").
+	ErrNoKey = errors.New(`sluice: a request needs a key (a bucket shared by every caller is one key they all use, such as "global")`)
 )
 
 // Algorithm names how a Limit counts.
@@ -192,11 +197,11 @@ func FromMicroTokens(v int64) float64 { return float64(v) / TokenScale }
 
 // IsInputError reports whether err is the caller's fault (a bad cost, an
 // impossible cost, an invalid limit, a reservation the algorithm cannot
-// make) rather than the store's. Input errors are answered with a 4xx;
+// make, a request without a key) rather than the store's. Input errors are answered with a 4xx;
 // every other error is a store failure, handled by the rule's
 // on_store_error.
 func IsInputError(err error) bool {
 	return errors.Is(err, ErrInvalidCost) || errors.Is(err, ErrCostExceedsLimit) ||
 		errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrReserveUnsupported) ||
-		errors.Is(err, ErrLeaseRequired)
+		errors.Is(err, ErrLeaseRequired) || errors.Is(err, ErrNoKey)
 }

@@ -377,3 +377,45 @@ func TestMaxDebtRange(t *testing.T) {
 		}
 	}
 }
+
+// A Limiter refuses the empty key, as the decision API does: it would be
+// one bucket for every caller that leaves its key out. The refusal is
+// the caller's fault (IsInputError) and reaches no store.
+func TestEmptyKeyRefused(t *testing.T) {
+	ctx := context.Background()
+	clock := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+	lim := sluice.NewWithOptions(newMapStore(t, clock), sluice.Options{Clock: clock})
+	tb := sluice.MustLimit(sluice.Spec{Name: "tb", TokensPerSecond: 1, Burst: 1})
+	conc := sluice.MustLimit(sluice.Spec{Name: "conc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Minute})
+	r := sluice.Request{Limit: tb}
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, sluice.ErrNoKey) || !sluice.IsInputError(err) {
+			t.Errorf("%s with no key: %v, want ErrNoKey, an input error", what, err)
+		}
+	}
+	_, err := lim.Take(ctx, r)
+	check("Take", err)
+	_, err = lim.TakeOrError(ctx, r)
+	check("TakeOrError", err)
+	_, err = lim.Peek(ctx, r)
+	check("Peek", err)
+	_, _, err = lim.TakeAll(ctx, sluice.Request{Limit: tb, Key: "k"}, r)
+	check("TakeAll", err)
+	_, err = lim.Refund(ctx, r)
+	check("Refund", err)
+	check("Reset", lim.Reset(ctx, tb, ""))
+	check("Wait", lim.Wait(ctx, r))
+	_, err = lim.Settle(ctx, r, 1, 0)
+	check("Settle", err)
+	_, _, err = lim.Acquire(ctx, sluice.Request{Limit: conc})
+	check("Acquire", err)
+	if lim.Allow(ctx, tb, "") {
+		t.Error("Allow with no key admitted")
+	}
+	// Nothing was charged: the named key still has its one token, which
+	// TakeAll's refusal did not take either.
+	if d, err := lim.Take(ctx, sluice.Request{Limit: tb, Key: "k"}); err != nil || !d.Allowed {
+		t.Errorf("a keyed take after the refusals: %+v %v", d, err)
+	}
+}

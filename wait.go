@@ -53,6 +53,9 @@ func (l *Limiter) Wait(ctx context.Context, r Request) error {
 		_, err := r.Charge(OpTake) // names the missing limit
 		return err
 	}
+	if r.Key == "" {
+		return noKey(r.Limit)
+	}
 	if r.Limit.params.RateDen == 0 {
 		return l.waitRetrying(ctx, r)
 	}

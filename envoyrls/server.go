@@ -435,6 +435,9 @@ func standing(results []policy.Result, enf []sluice.Decision, rrs []policy.Resul
 	for _, rr := range rrs {
 		rr.Decision = rr.Effective(charged)
 		rr.Violated = rr.Violated || (tooBig && !rr.Shadow)
+		if tooBig {
+			rr.MarkCostExceedsLimit() // no Retry-After: no wait admits it
+		}
 		rr.Decision.Allowed = !rr.Violated
 		rr.Decision.ResetAfter, rr.Decision.RetryAfter = resetOf(rr.Match.Request.Limit, rr.Decision, rr.Violated && rr.StoreErr == nil, now)
 		if !rr.Shadow {

@@ -411,3 +411,32 @@ func TestHealthAndReflection(t *testing.T) {
 	}
 	stream.CloseSend()
 }
+
+// Attack: a hits_addend above what a limit can ever hold was answered
+// OVER_LIMIT with a Retry-After, and the reason of an ordinary rejection:
+// an Envoy (or a client) that obeys it retries forever. The protocol has
+// no other code than OVER_LIMIT; the answer carries no Retry-After and
+// says cost_exceeds_limit.
+func TestAttackCostNeverGrantedHasNoRetryAfter(t *testing.T) {
+	h := startRef(t)
+	resp := h.call(t, "test", 0, hits(desc("big", "a"), 101))
+	expect(t, resp, OVER, OVER, 0)
+	hdr := map[string]string{}
+	for _, hv := range resp.ResponseHeadersToAdd {
+		hdr[strings.ToLower(hv.Key)] = hv.Value
+	}
+	if ra, ok := hdr["retry-after"]; ok || hdr["x-sluice-reason"] != "cost_exceeds_limit" {
+		t.Errorf("a cost no wait admits: Retry-After %q (set %v), reason %q; want none and cost_exceeds_limit", ra, ok, hdr["x-sluice-reason"])
+	}
+	// An ordinary rejection still says when to come back.
+	expect(t, h.call(t, "test", 0, hits(desc("big", "a"), 100)), OK, OK, 0)
+	resp = h.call(t, "test", 0, desc("big", "a"))
+	expect(t, resp, OVER, OVER, 0)
+	found := false
+	for _, hv := range resp.ResponseHeadersToAdd {
+		found = found || strings.EqualFold(hv.Key, "Retry-After")
+	}
+	if !found {
+		t.Errorf("an exhausted bucket's rejection has no Retry-After: %v", resp.ResponseHeadersToAdd)
+	}
+}

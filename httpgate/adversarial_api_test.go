@@ -3,6 +3,7 @@ package httpgate_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -343,5 +344,31 @@ func TestAttackShardedCostAboveTwoShards(t *testing.T) {
 	}
 	if resp, m := e.post("/v1/take", `{"rule":"hot","key":"*","cost":20}`); resp.StatusCode != 200 || m["allowed"] != true || m["limit"] != float64(100) {
 		t.Errorf("cost 20, what two full shards hold: %d %v", resp.StatusCode, m)
+	}
+}
+
+// Attack: guessing the API token with no limit on wrong guesses. Right
+// tokens cost nothing, however many; after 10 wrong ones from an address,
+// the right token is refused unread too (429, Retry-After) until the
+// address's guesses refill.
+func TestAttackAPITokenGuessesLimited(t *testing.T) {
+	e := newClosedEnv(t, closedPolicy)
+	peek := `{"rule":"per-ip","key":"10.0.0.1"}`
+	for i := range 50 {
+		if resp, m := e.post("/v1/peek", peek, "Authorization", "Bearer "+apiToken); resp.StatusCode != 200 {
+			t.Fatalf("right token %d: %d %v", i, resp.StatusCode, m)
+		}
+	}
+	for i := range 10 {
+		resp, m := e.post("/v1/peek", peek, "Authorization", "Bearer wrong-token-0123456789-"+strconv.Itoa(i))
+		wantUnauthorized(t, "wrong guess", resp, m)
+	}
+	resp, _ := e.post("/v1/peek", peek, "Authorization", "Bearer "+apiToken)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("the right token after 10 wrong guesses: %d, Retry-After %q; want 429 unread", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	e.clk.Advance(time.Minute)
+	if resp, m := e.post("/v1/peek", peek, "Authorization", "Bearer "+apiToken); resp.StatusCode != 200 {
+		t.Fatalf("the right token a minute later: %d %v", resp.StatusCode, m)
 	}
 }

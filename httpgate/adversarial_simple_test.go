@@ -2,6 +2,7 @@ package httpgate_test
 
 import (
 	"fmt"
+	"net/http"
 	"net/netip"
 	"testing"
 	"time"
@@ -67,5 +68,56 @@ func TestAttackLimitByHeaderKeyInjection(t *testing.T) {
 	}
 	if w := recordFrom(h, "192.0.2.1:1"); w.Code != 200 {
 		t.Errorf("no header shares the bucket of the value (absent): %d", w.Code)
+	}
+}
+
+// Attack: stacked LimitByIP(LimitByHeader(app)) charged the outer limit
+// for requests the inner one rejected. A client spending one API key's
+// budget (or sending a key that is over its limit) drained its address's
+// bucket too, so that its other keys were refused with nothing served.
+// Stacked simple middlewares are all or nothing: the outer one gives back
+// what the inner one refused.
+func TestAttackStackedSimpleMiddlewaresAllOrNothing(t *testing.T) {
+	lim, _ := manualLimiter()
+	served := 0
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++ })
+	h := httpgate.LimitByIP(5, time.Hour, httpgate.WithLimiter(lim))(
+		httpgate.LimitByHeader("X-Api-Key", 1, time.Hour, httpgate.WithLimiter(lim))(
+			httpgate.LimitGlobal(100, time.Hour, httpgate.WithLimiter(lim))(app)))
+	codes := map[int]int{}
+	for range 20 {
+		codes[recordFrom(h, "198.51.100.7:40000", "X-Api-Key", "spent").Code]++
+	}
+	if codes[200] != 1 || codes[429] != 19 || served != 1 {
+		t.Fatalf("one key of 1 an hour, 20 requests: %v, %d served; want 1 admitted", codes, served)
+	}
+	// The address has used one of its 5: four other keys still pass.
+	for i := range 4 {
+		if w := recordFrom(h, "198.51.100.7:40000", "X-Api-Key", fmt.Sprintf("other-%d", i)); w.Code != 200 {
+			t.Fatalf("key other-%d from the same address: %d, want 200: the inner rejections were charged to the address\n%s", i, w.Code, dump(w))
+		}
+	}
+	if w := recordFrom(h, "198.51.100.7:40000", "X-Api-Key", "sixth"); w.Code != 429 {
+		t.Fatalf("the address's sixth admitted request: %d, want 429", w.Code)
+	}
+	if served != 5 {
+		t.Fatalf("%d requests served, want 5", served)
+	}
+
+	// Three deep, the innermost refusing: both layers above give back.
+	lim, _ = manualLimiter()
+	h = httpgate.LimitByIP(3, time.Hour, httpgate.WithLimiter(lim))(
+		httpgate.LimitByHeader("X-Api-Key", 3, time.Hour, httpgate.WithLimiter(lim))(
+			httpgate.LimitByHeader("X-Tenant", 1, time.Hour, httpgate.WithLimiter(lim))(app)))
+	for range 10 {
+		recordFrom(h, "198.51.100.8:1", "X-Api-Key", "k", "X-Tenant", "busy")
+	}
+	for i := range 2 {
+		if w := recordFrom(h, "198.51.100.8:1", "X-Api-Key", "k", "X-Tenant", fmt.Sprintf("t%d", i)); w.Code != 200 {
+			t.Fatalf("another tenant after the innermost refusals: %d, want 200\n%s", w.Code, dump(w))
+		}
+	}
+	if w := recordFrom(h, "198.51.100.8:1", "X-Api-Key", "k", "X-Tenant", "t9"); w.Code != 429 {
+		t.Fatalf("the fourth admitted request of the key: %d, want 429", w.Code)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -511,3 +512,76 @@ func attackThroughProxy(t *testing.T, e *env, addr string, logs func() string) {
 }
 
 func newTextLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// Attack: a request whose cost a limit can never grant (max_tokens 400000
+// on a burst of 300000) was answered 429 with Retry-After: 1, so a client
+// that obeys it retried forever. Through the proxy, the middleware and
+// forward auth it is a 422 problem naming the limit, as /v1/take answers
+// it, with no Retry-After, and nothing reaches the upstream or is charged.
+func TestAttackCostNeverGrantedIsNot429(t *testing.T) {
+	var hits atomic.Int64
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	t.Cleanup(app.Close)
+	e := newEnv(t, `
+rules:
+  - name: llm-tokens
+    limit_keys: ["header:x-api-key"]
+    match: { path_prefix: /v1/chat/completions }
+    algorithm_config:
+      rate: 300000
+      period: 1m
+      capacity: 300000
+      cost_source: "body:max_tokens"
+      default_cost: 8000
+  - name: by-header
+    limit_keys: ["header:x-api-key"]
+    algorithm_config: {rps: 10, burst: 300000, cost_source: "header:X-Cost"}
+`)
+	upURL, _ := url.Parse(app.URL)
+	proxy := httptest.NewServer(e.gate.Proxy(upURL, httpgate.ProxyOptions{}))
+	t.Cleanup(proxy.Close)
+	mw := httptest.NewServer(httpgate.Middleware(e.gate.Policy(), e.gate.Limiter(), httpgate.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })))
+	t.Cleanup(mw.Close)
+
+	check := func(door string, req *http.Request, want int) {
+		t.Helper()
+		resp, body := e.do(req)
+		if resp.StatusCode != want || resp.Header.Get("Retry-After") != "" || resp.Header.Get("X-Sluice-Reason") != "cost_exceeds_limit" ||
+			!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+			t.Errorf("%s: %d, Retry-After %q, reason %q, %s; want %d, no Retry-After, cost_exceeds_limit, a problem",
+				door, resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("X-Sluice-Reason"), resp.Header.Get("Content-Type"), want)
+		}
+		if names, _ := body["violated-policies"].([]any); len(names) == 0 || !strings.Contains(fmt.Sprint(body["detail"]), "can never") {
+			t.Errorf("%s: problem %v, want the limit named and why", door, body)
+		}
+	}
+	for _, base := range []struct{ door, url string }{{"proxy", proxy.URL}, {"middleware", mw.URL}} {
+		req, _ := http.NewRequest("POST", base.url+"/v1/chat/completions", strings.NewReader(`{"max_tokens": 400000}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Api-Key", "k")
+		check(base.door+" body:max_tokens", req, http.StatusUnprocessableEntity)
+		req, _ = http.NewRequest("GET", base.url+"/h", nil)
+		req.Header.Set("X-Api-Key", "k")
+		req.Header.Set("X-Cost", "300001")
+		check(base.door+" header cost", req, http.StatusUnprocessableEntity)
+	}
+	req, _ := http.NewRequest("GET", e.srv.URL+"/v1/auth/h", nil)
+	req.Header.Set("X-Api-Key", "k")
+	req.Header.Set("X-Cost", "300001")
+	check("forward auth", req, http.StatusUnprocessableEntity)
+	// nginx passes on only the status it asks for.
+	req, _ = http.NewRequest("GET", e.srv.URL+"/v1/auth/h?deny_status=403", nil)
+	req.Header.Set("X-Api-Key", "k")
+	req.Header.Set("X-Cost", "300001")
+	check("forward auth, deny_status=403", req, http.StatusForbidden)
+	if n := hits.Load(); n != 0 {
+		t.Errorf("%d requests reached the upstream", n)
+	}
+	// Nothing was charged: the whole burst is still there.
+	req, _ = http.NewRequest("GET", proxy.URL+"/h", nil)
+	req.Header.Set("X-Api-Key", "k")
+	req.Header.Set("X-Cost", "300000")
+	if resp, _ := e.do(req); resp.StatusCode != 200 {
+		t.Errorf("a cost of the whole burst after the refusals: %d, want 200", resp.StatusCode)
+	}
+}

@@ -1,6 +1,8 @@
 package httpgate_test
 
 import (
+	"time"
+
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -314,4 +316,106 @@ func (p *peekCounter) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Req
 		p.record(len(rs))
 	}
 	return p.Store.TakeAll(ctx, op, rs)
+}
+
+// Attack: a rule counted as letting traffic through when another rule of
+// the same request rejected it and nothing was charged. Of five requests
+// that a global rule of burst 1 lets one through, the per-user rule
+// admitted one: /metrics and the live page must say so, and count the
+// four others apart, as not charged.
+func TestAttackNotChargedIsNotAllowed(t *testing.T) {
+	e, _ := newUIEnv(t, `
+admin_token_env: ADMIN
+rules:
+  - name: per-user
+    limit_keys: ["header:X-User"]
+    algorithm_config: {rps: 100, burst: 100}
+  - name: global
+    algorithm_config: {rps: 0.001, burst: 1}
+`, adminToken)
+	codes := map[int]int{}
+	for range 5 {
+		resp, _ := e.get("/v1/auth", "X-User", "u")
+		codes[resp.StatusCode]++
+	}
+	if codes[200] != 1 || codes[429] != 4 {
+		t.Fatalf("answers %v, want one 200 and four 429", codes)
+	}
+	m := e.metrics()
+	for line, want := range map[string]string{
+		`sluice_decisions_total{result="allowed",rule="per-user"}`:     "1",
+		`sluice_decisions_total{result="not_charged",rule="per-user"}`: "4",
+		`sluice_decisions_total{result="rejected",rule="global"}`:      "4",
+		`sluice_decisions_total{result="allowed",rule="global"}`:       "1",
+	} {
+		if !strings.Contains(m, line+" "+want+"\n") {
+			t.Errorf("/metrics: want %s %s", line, want)
+		}
+	}
+	if strings.Contains(m, `sluice_decisions_total{result="rejected",rule="per-user"}`) {
+		t.Errorf("/metrics counts a rejection of per-user, which had room")
+	}
+	// The live page's series end at the last completed second.
+	e.clk.Advance(time.Second)
+	_, st := e.get("/v1/stats", "Authorization", "Bearer "+adminToken)
+	rules, _ := st["rules"].([]any)
+	sums := map[string]float64{}
+	for _, r := range rules {
+		r := r.(map[string]any)
+		if r["name"] != "per-user" {
+			continue
+		}
+		for _, o := range []string{"allowed", "rejected", "not_charged"} {
+			xs, _ := r[o].([]any)
+			for _, x := range xs {
+				sums[o] += x.(float64)
+			}
+		}
+	}
+	if sums["allowed"] != 1 || sums["not_charged"] != 4 || sums["rejected"] != 0 {
+		t.Errorf("live page, per-user over the window: %v, want 1 allowed, 4 not charged, 0 rejected", sums)
+	}
+}
+
+// Attack: guessing the admin token at /ui/login as fast as the server
+// answers, with no limit on wrong guesses. An address gets GuessBurst
+// wrong tokens, then every token it presents, the right one included,
+// is refused unread with a 429 and a Retry-After, wherever the admin
+// token is taken (the login form, ?token=, a bearer token on /v1/stats,
+// /v1/reset). A session opened before keeps working, and the wait ends.
+func TestAttackLoginGuessesLimited(t *testing.T) {
+	const burst, period = 10, time.Minute // burst, GuessPeriod
+	e, _ := newUIEnv(t, uiPolicy, adminToken)
+	session := login(t, e, adminToken) // a right token costs no guess
+	form := "application/x-www-form-urlencoded"
+	for i := range burst {
+		resp, _ := do(t, e, "POST", "/ui/login", "token=wrong-guess-"+strconv.Itoa(i), "Content-Type", form)
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("wrong guess %d: %d, want 401", i+1, resp.StatusCode)
+		}
+	}
+	refused := func(what string, resp *http.Response) {
+		t.Helper()
+		ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if resp.StatusCode != http.StatusTooManyRequests || ra < 1 || len(resp.Cookies()) != 0 {
+			t.Errorf("%s after %d wrong guesses: %d, Retry-After %q, cookies %v; want 429 unread, no session",
+				what, burst, resp.StatusCode, resp.Header.Get("Retry-After"), resp.Cookies())
+		}
+	}
+	resp, _ := do(t, e, "POST", "/ui/login", "token="+url.QueryEscape(adminToken), "Content-Type", form)
+	refused("the right token at /ui/login", resp)
+	resp, _ = do(t, e, "GET", "/ui?token="+url.QueryEscape(adminToken), "")
+	refused("the right token as ?token=", resp)
+	resp, _ = do(t, e, "GET", "/v1/stats", "", "Authorization", "Bearer "+adminToken)
+	refused("the right bearer token on /v1/stats", resp)
+	resp, _ = do(t, e, "POST", "/v1/reset", `{"rule":"per-user","key":"u"}`, "Authorization", "Bearer "+adminToken)
+	refused("the right token on /v1/reset", resp)
+	if resp, _ := do(t, e, "GET", "/v1/stats", "", "Cookie", session.Name+"="+session.Value); resp.StatusCode != 200 {
+		t.Errorf("a session opened before the guesses: %d, want 200", resp.StatusCode)
+	}
+	// The bucket refills at GuessBurst per GuessPeriod.
+	e.clk.Advance(period)
+	if resp, _ := do(t, e, "GET", "/v1/stats", "", "Authorization", "Bearer "+adminToken); resp.StatusCode != 200 {
+		t.Errorf("the right token a period later: %d, want 200", resp.StatusCode)
+	}
 }

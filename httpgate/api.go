@@ -207,7 +207,11 @@ func (g *Gate) RequireToken(from string, h http.Handler) http.Handler {
 		} else {
 			got = strings.TrimSpace(r.Header.Get(from))
 		}
-		if !tokenMatches(got, g.opts.Getenv(env)) {
+		if ok, wait := g.checkServiceToken(r, got, g.opts.Getenv(env)); !ok {
+			if wait > 0 {
+				tooManyGuesses(w, wait)
+				return
+			}
 			how := "Authorization: Bearer <token>"
 			if from != BearerSource {
 				how = from + ": <token>"
@@ -589,7 +593,11 @@ func (g *Gate) admin(w http.ResponseWriter, r *http.Request, p *policy.Policy) b
 		badRequest(w, http.StatusForbidden, "reset is disabled: no admin token is configured (admin_token_env)")
 		return false
 	}
-	if !tokenMatches(policy.BearerToken(r.Header), want) {
+	if ok, wait := g.checkToken(r, policy.BearerToken(r.Header), want); !ok {
+		if wait > 0 {
+			tooManyGuesses(w, wait)
+			return false
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 		badRequest(w, http.StatusUnauthorized, "a valid admin token is required: Authorization: Bearer <token>")
 		return false

@@ -15,7 +15,9 @@ import (
 // /v1/auth/, followed by the original path): it applies the rules to the
 // original request the proxy describes and answers 200 to let it through,
 // or the deny status with the rate limit fields and a quota-exceeded
-// problem body.
+// problem body. A request whose cost a limit can never grant is answered
+// 422 (the deny_status parameter's status when given), without a
+// Retry-After.
 //
 // The original request is read from the headers the front proxy named in
 // forward_auth sets, and only when the caller is in trusted_proxies (see
@@ -30,13 +32,16 @@ import (
 func (g *Gate) ForwardAuth(w http.ResponseWriter, r *http.Request) {
 	p := g.Policy()
 	status := p.Settings.DenyStatus
+	// A request no wait admits is a 422, as the decision API answers it,
+	// unless the proxy asked for one status (nginx passes on no other).
+	never := http.StatusUnprocessableEntity
 	if q := denyStatusParam(r); q != "" && !clientQuery[p.Settings.ForwardAuth.Proxy] {
 		n, err := strconv.Atoi(q)
 		if err != nil || n < 400 || n > 499 {
 			badRequest(w, http.StatusBadRequest, fmt.Sprintf("deny_status %q: want a 4xx status such as 403 or 429", q))
 			return
 		}
-		status = n
+		status, never = n, n
 	}
 	if status == 0 {
 		status = http.StatusTooManyRequests
@@ -50,7 +55,7 @@ func (g *Gate) ForwardAuth(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if g.enforce(w, r, p, in, status, s) {
+	if g.enforce(w, r, p, in, status, never, s) {
 		w.Header()["Cache-Control"] = noStore
 		w.WriteHeader(http.StatusOK)
 	}

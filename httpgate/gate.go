@@ -113,7 +113,8 @@ type Gate struct {
 	obs      policy.Observer // Metrics and Insight, nil for neither
 	ui       *uiSecrets      // nil without Insight
 	settle   settleState
-	shaping  shaping // adaptive rates and queues (adaptive.go, queue.go)
+	shaping  shaping  // adaptive rates and queues (adaptive.go, queue.go)
+	guess    *guesses // token guesses per address (guess.go)
 }
 
 // New returns a Gate enforcing p with lim.
@@ -131,6 +132,7 @@ func New(p *policy.Policy, lim *sluice.Limiter, opts Options) *Gate {
 		opts.Delay = Wait
 	}
 	g := &Gate{lim: lim, opts: opts}
+	g.guess = newGuesses(limiterClock(lim))
 	var obs []policy.Observer
 	if opts.Metrics != nil {
 		obs = append(obs, opts.Metrics)
@@ -143,6 +145,15 @@ func New(p *policy.Policy, lim *sluice.Limiter, opts Options) *Gate {
 	g.initSettle()
 	g.SetPolicy(p)
 	return g
+}
+
+// limiterClock is lim as the clock of the gate's own buckets, nil (the
+// system's) without one.
+func limiterClock(lim *sluice.Limiter) sluice.Clock {
+	if lim == nil {
+		return nil
+	}
+	return lim
 }
 
 // Observer is what the gate tells every decision: Options.Metrics and
@@ -191,7 +202,7 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 		p := g.Policy()
 		in := p.FromHTTP(r)
 		defer g.prepareSettle(r, p, in)()
-		v, ok := g.enforceHeld(w, r, p, in, http.StatusTooManyRequests, true, nil)
+		v, ok := g.enforceHeld(w, r, p, in, http.StatusTooManyRequests, http.StatusUnprocessableEntity, true, nil)
 		if !ok {
 			return
 		}
@@ -270,10 +281,11 @@ func withCaller(ctx context.Context, ms []policy.Match, clientIP netip.Addr, pat
 }
 
 // enforce decides in, sets the rate limit fields on w and, on rejection,
-// writes the deny status and a problem body. It reports whether the
-// request may proceed.
-func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int, s *policy.Scratch) bool {
-	_, ok := g.enforceHeld(w, r, p, in, denyStatus, false, s)
+// writes the deny status and a problem body; neverStatus is the status of
+// a rejection no wait would end (a cost above a limit's burst: see
+// policy.Verdict.Impossible). It reports whether the request may proceed.
+func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus, neverStatus int, s *policy.Scratch) bool {
+	_, ok := g.enforceHeld(w, r, p, in, denyStatus, neverStatus, false, s)
 	return ok
 }
 
@@ -281,7 +293,7 @@ func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy,
 // an admitted verdict's leases are then the caller's to release
 // (holdSlots). A request that does not go ahead holds none. s, when not
 // nil, keeps the matches and the verdict (see checkHeld).
-func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus int, hold bool, s *policy.Scratch) (policy.Verdict, bool) {
+func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus, neverStatus int, hold bool, s *policy.Scratch) (policy.Verdict, bool) {
 	v, q, err := g.checkHeld(r.Context(), p, in, hold, s)
 	defer q.release()
 	if err != nil {
@@ -292,6 +304,10 @@ func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Pol
 	if !v.Allowed {
 		if v.Reason() == policy.ReasonConcurrencyUnsupported {
 			writeUnsupported(w, v)
+			return v, false
+		}
+		if detail, names, never := v.Impossible(); never {
+			writeImpossible(w, detail, names, neverStatus)
 			return v, false
 		}
 		WriteRejection(w, v, denyStatus)
@@ -333,6 +349,18 @@ func (g *Gate) giveBack(r *http.Request, v *policy.Verdict) {
 			g.storeLog.Log(g.opts.Logger, back.Results[i].Match.Request.Limit.Name(), back.Results[i].Match.Request.Key, fmt.Errorf("giving back the turn of a client that left (its bucket pays it back at its rate instead): %w", err), false)
 		}
 	}
+}
+
+// writeImpossible answers a request whose cost a limit can never grant:
+// a problem naming the limits and why, with no Retry-After (no wait helps).
+func writeImpossible(w http.ResponseWriter, detail string, names []string, status int) {
+	w.Header().Del("Retry-After")
+	writeProblem(w, Problem{
+		Status:           status,
+		Detail:           detail + ": lower the request's cost (or ask the operator for a larger burst)",
+		ViolatedPolicies: names,
+		Reason:           policy.ReasonCostExceedsLimit,
+	})
 }
 
 // WriteRejection writes the status and application/problem+json body of a

@@ -22,6 +22,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/reserved"
 	"math"
 	"net/http"
 	"strings"
@@ -78,9 +79,14 @@ type handle struct {
 
 // nonceLimit spends handles: one token per handle's nonce, refilled only
 // after ttl, by which time the handle has expired. Its name holds a space,
-// which no rule's name may: its buckets are apart from every rule's.
+// which no rule's name and no sluice.NewLimit may: its buckets are apart
+// from every other limit's.
 func nonceLimit(ttl time.Duration) *sluice.Limit {
-	return sluice.MustLimit(sluice.Spec{Name: "sluice settle", Rate: 1, Period: ttl.Truncate(time.Microsecond)})
+	l, err := reserved.NewLimit(sluice.Spec{Name: "sluice settle", Rate: 1, Period: ttl.Truncate(time.Microsecond)})
+	if err != nil { // a positive whole-microsecond period always compiles
+		panic(err)
+	}
+	return l.(*sluice.Limit)
 }
 
 // settleKey is the key handles are signed with: settle_secret_env's, else

@@ -1,10 +1,12 @@
 package httpgate
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -18,7 +20,13 @@ import (
 //
 // Each builds a policy in code (policy.FromRules) and serves it with
 // Middleware, so its answers are the configured middleware's: the same
-// RateLimit fields, 429, Retry-After and problem+json body.
+// RateLimit fields, 429, Retry-After and problem+json body. Stacked, they
+// are all or nothing, as one policy's rules are: when an inner one
+// rejects a request, the outer ones give back the token they charged it
+// (a refund, so for the moment between the two the outer bucket holds
+// it). Other middlewares between them do not change that; a Middleware
+// built from a policy file does not take part (put its limits in one
+// policy, which is all or nothing by itself).
 
 // LimitOption changes a limit that LimitByIP, LimitByHeader or
 // LimitGlobal builds.
@@ -141,7 +149,73 @@ func limitBy(what, key string, n int, per time.Duration, opts []LimitOption) fun
 	if c.lim == nil {
 		c.lim = sluice.New(memory.New(memory.Options{}))
 	}
-	return Middleware(p, c.lim, c.opts)
+	return stacked(New(p, c.lim, c.opts))
+}
+
+// A request through stacked simple middlewares (LimitByIP(...)(
+// LimitByHeader(...)(app))) is all or nothing: when one of them does not
+// pass it on (it rejects it, or the client leaves while it waits its
+// turn), the ones above it, which had charged it, refund their charge. A
+// layer finds the one above in the request's context.
+
+// layerKey is the context key of the innermost simple middleware that
+// admitted the request.
+type layerKey struct{}
+
+// layer is one simple middleware's part in one request. Atomic: a
+// handler between two layers (http.TimeoutHandler) may run the inner one
+// on another goroutine.
+type layer struct {
+	passed  atomic.Bool // it passed the request on: it charged
+	refused atomic.Bool // a simple middleware below it did not pass it on
+}
+
+// stacked is g.Wrap, all or nothing with the simple middlewares around it.
+func stacked(g *Gate) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		admitted := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			me, _ := r.Context().Value(layerKey{}).(*layer)
+			if me == nil { // unreachable: the context is the one given below
+				next.ServeHTTP(w, r)
+				return
+			}
+			me.passed.Store(true)
+			next.ServeHTTP(w, r)
+			if me.refused.Load() {
+				g.refund(r)
+			}
+		}))
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			above, _ := r.Context().Value(layerKey{}).(*layer)
+			me := &layer{}
+			admitted.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), layerKey{}, me)))
+			// Not passed on here, or refused below: not served, so every
+			// layer above gives its charge back too.
+			if above != nil && (!me.passed.Load() || me.refused.Load()) {
+				above.refused.Store(true)
+			}
+		})
+	}
+}
+
+// refund gives back what the gate's policy charged r: a simple
+// middleware's rule costs one token and reads no body, so matching r
+// again finds what was charged. It outlives the client, which may have
+// gone: the charge is the other requests' to use.
+func (g *Gate) refund(r *http.Request) {
+	p := g.Policy()
+	ms, err := p.Match(p.FromHTTP(r))
+	if err != nil || len(ms) == 0 {
+		return
+	}
+	ctx, cancel := sluice.WithStoreTimeout(context.WithoutCancel(r.Context()), g.lim.Store(), g.opts.StoreTimeout)
+	defer cancel()
+	v := policy.Enforce(ctx, g.lim, sluice.OpRefund, ms, nil)
+	for i := range v.Results {
+		if rr := &v.Results[i]; rr.StoreErr != nil {
+			g.storeLog.Log(g.opts.Logger, rr.Match.Request.Limit.Name(), rr.Match.Request.Key, rr.StoreErr, false)
+		}
+	}
 }
 
 // nameSafe keeps what a limit name may hold (A-Z a-z 0-9 _ . -) and

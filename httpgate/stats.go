@@ -89,6 +89,9 @@ type StatsRule struct {
 	Rejected       []uint64 `json:"rejected"`
 	ShadowRejected []uint64 `json:"shadow_rejected"`
 	StoreError     []uint64 `json:"store_error"`
+	// NotCharged: the rule had room but took nothing, because another
+	// rule rejected the request (not traffic it let through).
+	NotCharged []uint64 `json:"not_charged"`
 }
 
 // StatsLimit is one limit of a rule: its own, or a tier's.
@@ -149,8 +152,12 @@ const hotKeysShown = 10
 const peekTimeout = time.Second
 
 func (g *Gate) stats(w http.ResponseWriter, r *http.Request) {
-	if !g.uiAuthorized(r) {
+	if ok, wait := g.uiAuthorized(r); !ok {
 		uiHeaders(w.Header())
+		if wait > 0 {
+			tooManyGuesses(w, wait)
+			return
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 		badRequest(w, http.StatusUnauthorized, "a valid admin token is required: Authorization: Bearer <token>, or log in at /ui")
 		return
@@ -250,7 +257,7 @@ func statsRules(p *policy.Policy, series map[string]insight.RuleCounts) []StatsR
 }
 
 func fillSeries(sr *StatsRule, rc insight.RuleCounts) {
-	sr.Allowed, sr.Rejected, sr.ShadowRejected, sr.StoreError = rc.Allowed, rc.Rejected, rc.ShadowRejected, rc.StoreError
+	sr.Allowed, sr.Rejected, sr.ShadowRejected, sr.StoreError, sr.NotCharged = rc.Allowed, rc.Rejected, rc.ShadowRejected, rc.StoreError, rc.NotCharged
 }
 
 func statsLimit(l *sluice.Limit, tier string) StatsLimit {

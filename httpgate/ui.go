@@ -146,14 +146,15 @@ func (g *Gate) validSession(value, token string, now time.Time) bool {
 }
 
 // uiAuthorized reports whether r holds the admin token, as a bearer token
-// or as a session cookie.
-func (g *Gate) uiAuthorized(r *http.Request) bool {
+// or as a session cookie. wait > 0: r's client is out of token guesses
+// (checkToken) and holds no valid session.
+func (g *Gate) uiAuthorized(r *http.Request) (ok bool, wait time.Duration) {
 	token := g.adminToken()
-	if tokenMatches(policy.BearerToken(r.Header), token) {
-		return true
-	}
 	c, err := r.Cookie(uiCookie)
-	return err == nil && g.validSession(c.Value, token, time.Now())
+	if err == nil && g.validSession(c.Value, token, time.Now()) {
+		return true, 0
+	}
+	return g.checkToken(r, policy.BearerToken(r.Header), token)
 }
 
 // sessionCookie is a new session for token. Path / because the page's
@@ -183,14 +184,25 @@ func (g *Gate) uiPage(w http.ResponseWriter, r *http.Request) {
 	if _, given := r.URL.Query()["token"]; given {
 		// The token once, in the address: trade it for a cookie and
 		// leave the address at once.
-		if tokenMatches(r.URL.Query().Get("token"), g.adminToken()) {
+		ok, wait := g.checkToken(r, r.URL.Query().Get("token"), g.adminToken())
+		if ok {
 			g.startSession(w, r, g.adminToken(), "ui")
+			return
+		}
+		if wait > 0 {
+			uiHeaders(w.Header())
+			tooManyGuesses(w, wait)
 			return
 		}
 		g.loginForm(w, r, http.StatusUnauthorized, "That is not the admin token.")
 		return
 	}
-	if !g.uiAuthorized(r) {
+	if ok, wait := g.uiAuthorized(r); !ok {
+		if wait > 0 {
+			uiHeaders(w.Header())
+			tooManyGuesses(w, wait)
+			return
+		}
 		g.loginForm(w, r, http.StatusUnauthorized, "")
 		return
 	}
@@ -224,7 +236,12 @@ func (g *Gate) uiLogin(w http.ResponseWriter, r *http.Request) {
 		g.loginForm(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
 	}
-	if !tokenMatches(r.PostForm.Get("token"), g.adminToken()) {
+	if ok, wait := g.checkToken(r, r.PostForm.Get("token"), g.adminToken()); !ok {
+		if wait > 0 {
+			uiHeaders(w.Header())
+			tooManyGuesses(w, wait)
+			return
+		}
 		g.loginForm(w, r, http.StatusUnauthorized, "That is not the admin token.")
 		return
 	}

@@ -109,6 +109,8 @@ func outcome(s string) int {
 		return outRejected
 	case "shadow_rejected":
 		return outShadowRejected
+	case "not_charged":
+		return outNotCharged
 	}
 	return outStoreError
 }
@@ -337,6 +339,9 @@ type Ranking struct {
 // window; a nil slice means none of that outcome.
 type RuleCounts struct {
 	Allowed, Rejected, ShadowRejected, StoreError []uint64
+	// NotCharged counts the decisions where the rule had room but took
+	// nothing, because another rule rejected the request.
+	NotCharged []uint64
 }
 
 // Snapshot is the statistics at one moment.
@@ -387,7 +392,7 @@ func (c *Collector) Snapshot(top int) Snapshot {
 		}
 		var rc RuleCounts
 		var some bool
-		for o, dst := range []*[]uint64{&rc.Allowed, &rc.Rejected, &rc.ShadowRejected, &rc.StoreError} {
+		for o, dst := range []*[]uint64{&rc.Allowed, &rc.Rejected, &rc.ShadowRejected, &rc.StoreError, &rc.NotCharged} {
 			if v, ok := rs.read(s.From, o); ok {
 				*dst, some = v, true
 			}

@@ -22,6 +22,7 @@ const (
 	outRejected
 	outShadowRejected
 	outStoreError
+	outNotCharged
 	nOutcomes
 )
 

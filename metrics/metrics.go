@@ -27,8 +27,11 @@ import (
 
 // Decision results counted by Metrics.Observe.
 const (
-	ResultAllowed        = "allowed"
-	ResultRejected       = "rejected"
+	ResultAllowed  = "allowed"
+	ResultRejected = "rejected"
+	// ResultNotCharged is a rule that had room but took nothing, because
+	// another rule of the same all-or-nothing request rejected it.
+	ResultNotCharged     = "not_charged"
 	ResultShadowRejected = "shadow_rejected"
 	ResultStoreError     = "store_error"
 )
@@ -57,7 +60,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		reg: reg,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_decisions_total",
-			Help: "Rate limit decisions by rule and result (allowed, rejected, shadow_rejected, store_error).",
+			Help: "Rate limit decisions by rule and result (allowed, rejected, not_charged, shadow_rejected, store_error).",
 		}, []string{"rule", "result"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_store_errors_total",
@@ -118,7 +121,7 @@ func (m *Metrics) Observe(rule, result string) {
 
 // ruleResults are the results Observe keeps a rule's counters of, in
 // resultIndex's order.
-var ruleResults = [...]string{ResultAllowed, ResultRejected, ResultShadowRejected, ResultStoreError}
+var ruleResults = [...]string{ResultAllowed, ResultRejected, ResultShadowRejected, ResultStoreError, ResultNotCharged}
 
 // resultIndex is result's place in ruleResults, -1 for another.
 func resultIndex(result string) int {
@@ -131,6 +134,8 @@ func resultIndex(result string) int {
 		return 2
 	case ResultStoreError:
 		return 3
+	case ResultNotCharged:
+		return 4
 	}
 	return -1
 }

@@ -68,7 +68,9 @@ rules:
 func TestFromRulesErrors(t *testing.T) {
 	ok := sluice.MustLimit(sluice.Spec{Name: "ok", TokensPerSecond: 1, Burst: 1})
 	half := sluice.MustLimit(sluice.Spec{Name: "half", TokensPerSecond: 1, Burst: 0.5})
-	spaced := sluice.MustLimit(sluice.Spec{Name: "a b", TokensPerSecond: 1, Burst: 1})
+	// A tier's limit name (RULE.TIER), longer than a rule's may be.
+	long := strings.Repeat("a", 40) + "." + strings.Repeat("b", 40)
+	spaced := sluice.MustLimit(sluice.Spec{Name: long, TokensPerSecond: 1, Burst: 1})
 	_, err := policy.FromRules(policy.DefaultSettings(),
 		policy.CodeRule{Limit: ok, LimitKeys: []string{"jwt:sub", "header:", "ip:address", "ip:address"}},
 		policy.CodeRule{Limit: ok},
@@ -86,7 +88,7 @@ func TestFromRulesErrors(t *testing.T) {
 		`rules[0].limit_keys[3]: "ip:address" is listed twice`,
 		`rules[1]: limit name "ok" is used twice; their buckets would be shared`,
 		`rules[2]: a request costs 1 token: limit "half": cost 1 is above the capacity (0.5): it can never succeed`,
-		`rules[3]: limit name "a b" must be 1 to 64 of A-Z a-z 0-9 _ . -`,
+		`rules[3]: limit name "` + long + `" must be 1 to 64 of A-Z a-z 0-9 _ . -`,
 		`rules[4]: has no limit`,
 	}
 	if got := err.Error(); got != strings.Join(want, "\n") {

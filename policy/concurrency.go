@@ -156,7 +156,7 @@ func (v *Verdict) slots(ctx context.Context, lim *sluice.Limiter, op sluice.Op, 
 func (r *Result) slotDecided(d sluice.Decision, err error) {
 	switch {
 	case sluice.IsInputError(err):
-		r.refuse()
+		r.refuse(err)
 	case err != nil:
 		r.storeFailed(err)
 	default:

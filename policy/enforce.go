@@ -177,6 +177,8 @@ type Result struct {
 	Lease sluice.Lease
 
 	impossible  bool  // the cost exceeds the limit's capacity
+	refusal     error // why, when impossible: the charge's error
+	notCharged  bool  // it had room, but another limit rejected the request
 	cost        int64 // the cost in micro-tokens, as sluice.Request.Charge judged it
 	unsupported bool  // a concurrency rule on a path that cannot hold its slot
 }
@@ -185,7 +187,9 @@ type Result struct {
 // Prometheus counters.
 type Observer interface {
 	// Observe counts one decision of rule; result is one of "allowed",
-	// "rejected", "shadow_rejected" or "store_error".
+	// "rejected", "not_charged" (it had room, but another rule rejected
+	// the all-or-nothing request, so nothing was taken),
+	// "shadow_rejected" or "store_error".
 	Observe(rule string, result string)
 }
 
@@ -347,7 +351,7 @@ func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op sluic
 			} else if sluice.IsInputError(err) {
 				// The request is at fault, not the store: on_store_error
 				// must not admit what can never be decided as asked.
-				v.Results[i].refuse()
+				v.Results[i].refuse(err)
 			} else {
 				v.Results[i].storeFailed(err)
 			}
@@ -397,6 +401,9 @@ func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op sluic
 		// A limit short of tokens always reports a positive wait; one that
 		// passed but was not charged because another refused reports none.
 		r.Violated = !r.Decision.Allowed && (r.Decision.RetryAfter > 0 || r.impossible || r.StoreErr != nil || r.unsupported)
+		// Counted apart from "allowed": a rule that admitted nothing must
+		// not read as letting traffic through.
+		r.notCharged = !v.Allowed && !r.Violated && !r.Shadow && r.StoreErr == nil
 	}
 	if obs != nil {
 		observe(obs, v.Results)
@@ -469,16 +476,22 @@ func refund(ctx context.Context, lim *sluice.Limiter, ms []Match, buf []Result) 
 }
 
 // Outcome names r's result as an Observer is told it: "allowed",
-// "rejected", "shadow_rejected" or "store_error".
+// "rejected", "not_charged", "shadow_rejected" or "store_error".
 func (r *Result) Outcome() string { return r.result() }
 
+// NotCharged reports whether r's limit had room but was not charged,
+// because another limit of the all-or-nothing request rejected it.
+func (r *Result) NotCharged() bool { return r.notCharged }
+
 // result names r for the Observer. A limit that would have admitted the
-// request but was not charged because another refused counts as allowed:
-// only the limits that refused count as rejecting.
+// request but was not charged because another refused is "not_charged":
+// neither a rejection of its own nor traffic it let through.
 func (r *Result) result() string {
 	switch {
 	case r.StoreErr != nil:
 		return "store_error"
+	case r.notCharged:
+		return "not_charged"
 	case !r.Violated:
 		return "allowed"
 	case r.Shadow:
@@ -511,13 +524,14 @@ func (r *Result) judge(op sluice.Op) bool {
 	if r.queueRefuse(op) {
 		return true
 	}
-	r.refuse()
+	r.refuse(err)
 	return true
 }
 
-// refuse rejects r as a request that can never succeed, charging nothing.
-func (r *Result) refuse() {
-	r.Decision, r.impossible = sluice.Decision{Allowed: false}, true
+// refuse rejects r as a request that can never succeed, charging nothing;
+// err says why.
+func (r *Result) refuse(err error) {
+	r.Decision, r.impossible, r.refusal = sluice.Decision{Allowed: false}, true, err
 	if l := r.Match.Request.Limit; l != nil {
 		r.Decision.Limit, r.Decision.Rule = int64(l.Capacity()), l.Name()
 	}

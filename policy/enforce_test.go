@@ -92,8 +92,9 @@ func TestEnforceAllOrNothing(t *testing.T) {
 	if obs["per-ip/rejected"] != 1 || obs["global/rejected"] != 1 || len(obs) != 2 {
 		t.Fatalf("observed %v", obs)
 	}
+	// A limit with room that was not charged is neither.
 	decide(t, p, lim, fromIP("192.0.2.3"), sluice.OpTake, obs)
-	if obs["per-ip/allowed"] != 1 || obs["global/rejected"] != 2 {
+	if obs["per-ip/not_charged"] != 1 || obs["per-ip/allowed"] != 0 || obs["global/rejected"] != 2 {
 		t.Fatalf("observed %v", obs)
 	}
 }

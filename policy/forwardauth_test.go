@@ -219,7 +219,7 @@ rules:
 		"k=a&k=a":          "a",
 		"x=1&k=a":          "a",
 		"k=a%3Bb":          "a;b",
-		"k":                "",
+		"k":                "(empty)",
 		"K=a":              "(absent)",
 		"":                 "(absent)",
 		"x=1;y=2":          "(absent)",

@@ -131,8 +131,13 @@ func TestAbsentKey(t *testing.T) {
 	if k := keyOf(t, p, &policy.Input{Header: http.Header{"X-Api-Key": {"(absent)"}}}); k == none {
 		t.Fatalf("a present value forged the absent bucket: %q", k)
 	}
-	if k := keyOf(t, p, &policy.Input{Header: http.Header{"X-Api-Key": {""}}}); k != "" {
+	// Present and empty: a bucket of its own, never the empty key that
+	// sluice.Limiter refuses, and one no sent value can forge.
+	if k := keyOf(t, p, &policy.Input{Header: http.Header{"X-Api-Key": {""}}}); k != policy.EmptyMarker || k == none {
 		t.Fatalf("an empty header is present and empty, got %q", k)
+	}
+	if k := keyOf(t, p, &policy.Input{Header: http.Header{"X-Api-Key": {policy.EmptyMarker}}}); k == policy.EmptyMarker {
+		t.Fatalf("a present value forged the empty bucket: %q", k)
 	}
 	skip := mustParse(t, "missing_key: skip\n"+cfg)
 	if k := keyOf(t, skip, &policy.Input{}); k != "-" {

@@ -78,3 +78,26 @@ rules:
 		t.Errorf("no limits: %v", err)
 	}
 }
+
+// sluice.NewLimit and a policy file refuse the same limits: a name the
+// file refuses, and a token bucket given per second without a burst.
+func TestNewLimitRefusesWhatAFileRefuses(t *testing.T) {
+	for _, name := range []string{"per-user", "a.b_C-9", strings.Repeat("x", 64), "a b", "", "a{b}", "é", "a/b", "a:b", strings.Repeat("x", 65)} {
+		_, libErr := sluice.NewLimit(sluice.Spec{Name: name, TokensPerSecond: 1, Burst: 1})
+		_, fileErr := policy.Parse("t.yaml", []byte("rules:\n  - name: \""+name+"\"\n    algorithm_config: {rps: 1, burst: 1}\n"))
+		if (libErr == nil) != (fileErr == nil) {
+			t.Errorf("name %q: NewLimit %v, file %v; want both to accept or both to refuse", name, libErr, fileErr)
+		}
+	}
+	// A tier's limit is named RULE.TIER: NewLimit takes the names a file
+	// gives its tiers.
+	tier := strings.Repeat("r", 64) + "." + strings.Repeat("t", 64)
+	if _, err := sluice.NewLimit(sluice.Spec{Name: tier, TokensPerSecond: 1, Burst: 1}); err != nil {
+		t.Errorf("a tier's limit name: %v", err)
+	}
+	_, libErr := sluice.NewLimit(sluice.Spec{Name: "b", TokensPerSecond: 10})
+	_, fileErr := policy.Parse("t.yaml", []byte("rules:\n  - name: b\n    algorithm_config: {rps: 10}\n"))
+	if libErr == nil || fileErr == nil || !strings.Contains(libErr.Error(), "burst") {
+		t.Errorf("a token bucket without a burst: NewLimit %v, file %v; want both refused, naming burst", libErr, fileErr)
+	}
+}

@@ -378,6 +378,12 @@ func (m MissingKey) String() string {
 // missing_key: shared.
 const AbsentMarker = "(absent)"
 
+// EmptyMarker is the key of a rule keyed by one value that the request
+// sends empty (a header "X-Api-Key: "): a key of its own, apart from an
+// absent one's, and never the empty key, which sluice.Limiter refuses
+// (sluice.ErrNoKey). No value escapes to it: '(' and ')' are escaped.
+const EmptyMarker = "(empty)"
+
 // Rule is a compiled rule.
 type Rule struct {
 	Name         string
@@ -479,8 +485,7 @@ func (p *Policy) TrustedProxy(addr netip.Addr) bool {
 
 // validName reports whether s is a valid rule or tier name.
 func validName(s string) bool {
-	return s != "" && len(s) <= 64 &&
-		strings.Trim(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == ""
+	return sluice.ValidName(s)
 }
 
 // Errors is every problem found in a configuration file, in line order.

@@ -681,7 +681,12 @@ func (e *eval) key(rule *Rule) (string, bool) {
 	}
 	if len(rule.keys) == 1 {
 		// The component itself: no copy to make.
-		return e.keyPart(rule, rule.keys[0])
+		k, ok := e.keyPart(rule, rule.keys[0])
+		if ok && k == "" {
+			// A value sent empty: sluice.Limiter takes no empty key.
+			return EmptyMarker, true
+		}
+		return k, ok
 	}
 	var b strings.Builder
 	for i, src := range rule.keys {

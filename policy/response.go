@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
@@ -104,11 +105,52 @@ func (r *Result) Effective(taken bool) sluice.Decision {
 	return d
 }
 
+// Impossible reports whether an enforce-mode limit of a rejected v can
+// never admit its request as asked (ReasonCostExceedsLimit): no wait would
+// let it through, so it is answered as the decision API answers such a
+// take (422, and no Retry-After), never as a 429 that a client obeying
+// Retry-After would retry forever. detail says which limits and why.
+func (v *Verdict) Impossible() (detail string, names []string, ok bool) {
+	if v.Allowed {
+		return "", nil, false
+	}
+	for i := range v.Results {
+		r := &v.Results[i]
+		if r.Shadow || !r.Refused() || !r.impossible {
+			continue
+		}
+		names = append(names, r.Match.Request.Limit.Name())
+		why := fmt.Sprintf("limit %q: the request's cost is above what it can ever grant", r.Match.Request.Limit.Name())
+		if r.refusal != nil {
+			why = r.refusal.Error()
+		}
+		if detail != "" {
+			detail += "; "
+		}
+		detail += why
+	}
+	return detail, names, names != nil
+}
+
+// MarkCostExceedsLimit records that r's request asked a cost its limit
+// can never grant, for a caller that judged it without Enforce (the Envoy
+// service, which peeks such a descriptor): Reason and Impossible then say
+// so, and AppendFields sets no Retry-After.
+func (r *Result) MarkCostExceedsLimit() {
+	if !r.Shadow {
+		r.impossible, r.Violated = true, true
+	}
+}
+
 // Reason says why v rejected: the reason of the enforce-mode rejection
-// with the longest wait (the one v.Overall reports); "" when v admitted.
+// with the longest wait (the one v.Overall reports), cost_exceeds_limit
+// when one can never admit it (see Impossible); "" when v admitted.
 func (v *Verdict) Reason() string {
 	if v.Allowed {
 		return ""
+	}
+	if _, _, never := v.Impossible(); never {
+		return ReasonCostExceedsLimit
 	}
 	reason, wait := "", time.Duration(-1)
 	for i := range v.Results {
@@ -209,7 +251,8 @@ const MaxFields = 11
 // Shadow-mode limits and limits whose store failed contribute nothing. On
 // rejection it adds Retry-After (whole seconds with jitter, see
 // RetryAfterSeconds), X-Sluice-Reason (see Verdict.Reason) and
-// Cache-Control: no-store, whatever the sets.
+// Cache-Control: no-store, whatever the sets; a rejection no wait ends
+// (Verdict.Impossible) gets no Retry-After.
 func AppendFields(dst []Field, v *Verdict, identity, path string, sets []string) []Field {
 	draft, trio, legacy := pickSets(sets)
 	var polBuf, stateBuf [128]byte
@@ -268,7 +311,11 @@ func AppendFields(dst []Field, v *Verdict, identity, path string, sets []string)
 			dst = append(dst, Field{hLegacyLimit, limit}, Field{hLegacyRemain, rem}, Field{hLegacyReset, reset})
 		}
 	}
-	if !v.Allowed {
+	if _, _, never := v.Impossible(); never {
+		// No wait admits it: a Retry-After would have an obedient client
+		// retry forever.
+		dst = append(dst, Field{hReason, v.Reason()}, Field{hCacheControl, "no-store"})
+	} else if !v.Allowed {
 		dst = append(dst,
 			Field{hRetryAfter, strconv.FormatInt(v.retryAfterSeconds(identity, path), 10)},
 			Field{hReason, v.Reason()},

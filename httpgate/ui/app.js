@@ -135,7 +135,7 @@
   }
 
   function renderRule(r, store) {
-    const totalA = sum(r.allowed), totalR = sum(r.rejected), totalS = sum(r.shadow_rejected), totalE = sum(r.store_error);
+    const totalA = sum(r.allowed), totalR = sum(r.rejected), totalS = sum(r.shadow_rejected), totalE = sum(r.store_error), totalN = sum(r.not_charged);
     const badges = [];
     if (!r.in_policy) badges.push(el('span', { class: 'badge gone' }, 'no longer in the policy'));
     if (r.mode) badges.push(el('span', { class: 'badge ' + r.mode }, r.mode));
@@ -168,6 +168,7 @@
         el('span', { class: 'rejected' }, mark(), el('b', { class: 'rejected', 'data-total': 'rejected', 'data-value': totalR }, num(totalR)), ' rejected '),
         totalS ? el('span', { class: 'shadow' }, mark(), `${num(totalS)} shadow rejected `) : null,
         totalE ? el('span', { class: 'error' }, mark(), `${num(totalE)} store errors `) : null,
+        totalN ? el('span', { class: 'not-charged', 'data-total': 'not_charged' }, `${num(totalN)} not charged (another rule rejected) `) : null,
       ),
     );
   }

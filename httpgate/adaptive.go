@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
 	"sync"
 	"time"
 
@@ -131,8 +132,10 @@ func sharedValues(s sluice.Store) adaptive.Values {
 // the client's key: the status, and the latency from when the request
 // was fully sent (the transport's WroteRequest, or the wrapped handler's
 // read of the body's end) to the first byte of the answer (the
-// transport's GotFirstResponseByte, or the response's headers). So a
-// client trickling its body is not a slow upstream, and an event
+// transport's GotFirstResponseByte, or the response's headers, which
+// also follow an interim 1xx answer). So a client trickling its body, or
+// drawing a 100 Continue with its Expect header, is not a slow (or fast)
+// upstream, and an event
 // stream's length says nothing of the upstream's health.
 func (g *Gate) serveMeasured(next http.Handler, w http.ResponseWriter, r *http.Request, v *policy.Verdict) {
 	type measured struct {
@@ -160,6 +163,7 @@ func (g *Gate) serveMeasured(next http.Handler, w http.ResponseWriter, r *http.R
 	r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
 		WroteRequest:         func(httptrace.WroteRequestInfo) { lt.mark(&lt.sent) },
 		GotFirstResponseByte: func() { lt.mark(&lt.first) },
+		Got1xxResponse:       lt.interim,
 	}))
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &bodyEnd{ReadCloser: r.Body, lt: lt}
@@ -203,6 +207,18 @@ type latencyTrace struct {
 	now         func() time.Time
 	mu          sync.Mutex
 	sent, first time.Time
+	// informational: the first byte was an interim answer (100 Continue,
+	// which a client's Expect header makes the upstream send before it
+	// has done anything), so the answer's time is its headers'.
+	informational bool
+}
+
+// interim notes a 1xx answer (httptrace's Got1xxResponse).
+func (l *latencyTrace) interim(int, textproto.MIMEHeader) error {
+	l.mu.Lock()
+	l.informational = true
+	l.mu.Unlock()
+	return nil
 }
 
 func (l *latencyTrace) mark(t *time.Time) {
@@ -224,7 +240,7 @@ func (l *latencyTrace) latency(headers time.Time) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	first := l.first
-	if first.IsZero() {
+	if first.IsZero() || l.informational {
 		first = headers
 	}
 	return max(first.Sub(l.sent), 0)

@@ -533,3 +533,45 @@ func TestAttackAdaptiveFleetAttackerOnOneProcess(t *testing.T) {
 		t.Fatalf("the fleet's healthy intervals did not raise the rate: %v", r)
 	}
 }
+
+// A client that sends Expect: 100-continue has the upstream answer 100
+// as soon as it starts reading the body: that interim answer is not the
+// upstream's answer, so an upstream slow for everyone does not read as
+// fast to such clients. (Before, the 100's first byte stopped the clock:
+// every such request read as 0 ms, and the rate never fell.)
+func TestAttackAdaptiveExpectContinueIsNotAFastAnswer(t *testing.T) {
+	e := newEnv(t, perClientAdaptive)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // net/http answers 100 Continue here
+		e.clk.Advance(300 * time.Millisecond) // the upstream's own slowness
+		fmt.Fprint(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	proxy := proxyOf(t, e.gate, up.URL)
+	send := func(client string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", proxy.URL+"/", strings.NewReader("body"))
+		req.Header.Set("X-Client", client)
+		req.Header.Set("Expect", "100-continue")
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		<-proxy.done
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", client, resp.StatusCode)
+		}
+	}
+	start := e.gate.AdaptiveRates()[0].Rate
+	for range 3 {
+		send("c-1")
+		send("c-2")
+		e.clk.Advance(time.Second)
+	}
+	send("c-1") // steps the rate for the last interval
+	if r := e.gate.AdaptiveRates()[0].Rate; r >= start {
+		t.Fatalf("the rate is %v (from %v) although every answer took 300ms against a 200ms target", r, start)
+	}
+}

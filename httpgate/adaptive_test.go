@@ -542,7 +542,7 @@ func TestAttackAdaptiveFleetAttackerOnOneProcess(t *testing.T) {
 func TestAttackAdaptiveExpectContinueIsNotAFastAnswer(t *testing.T) {
 	e := newEnv(t, perClientAdaptive)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body) // net/http answers 100 Continue here
+		io.Copy(io.Discard, r.Body)           // net/http answers 100 Continue here
 		e.clk.Advance(300 * time.Millisecond) // the upstream's own slowness
 		fmt.Fprint(w, "ok")
 	}))

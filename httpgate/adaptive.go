@@ -135,8 +135,8 @@ func sharedValues(s sluice.Store) adaptive.Values {
 // transport's GotFirstResponseByte, or the response's headers, which
 // also follow an interim 1xx answer). So a client trickling its body, or
 // drawing a 100 Continue with its Expect header, is not a slow (or fast)
-// upstream, and an event
-// stream's length says nothing of the upstream's health.
+// upstream, and an event stream's length says nothing of the upstream's
+// health.
 func (g *Gate) serveMeasured(next http.Handler, w http.ResponseWriter, r *http.Request, v *policy.Verdict) {
 	type measured struct {
 		ctl *adaptive.Controller

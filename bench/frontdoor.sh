@@ -5,7 +5,7 @@
 # For each door of DOORS (default "auth take grpc") it alternates ROUNDS (default 3) rounds
 # of DURATION (default 10s) on the floor and on sluice, and prints each
 # round's line, then per door: calls/s of each, their ratio, the server's
-# CPU per call of each and the difference (BENCHMARKS.md, "Front doors").
+# CPU per call of each and the difference (bench/README.md, "Front doors against their floors").
 # RATE (calls/s, default 0: a closed loop) offers both sides the same load
 # instead, below what either can take, so that the CPU per call compares
 # the same traffic rather than two servers saturated differently.

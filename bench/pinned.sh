@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pinned.sh DIR: the benchmarks of BENCHMARKS.md that want a quiet machine
+# pinned.sh DIR: the benchmarks of bench/README.md that want a quiet machine
 # of 16 or more cores, in one run, from binaries built elsewhere (nothing
 # is compiled here, so the machine needs no Go). DIR holds, each built with
 # CGO_ENABLED=0 (static), optionally gzipped (NAME.gz):

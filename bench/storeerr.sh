@@ -3,7 +3,7 @@
 # --config CONFIG` (testdata/serve-redis-deny.yaml) as a process of its
 # own, drives its gRPC port (127.0.0.1:18484) with ENVOYLOAD for 60 s per
 # caller count, and prints, from sluice's /metrics on 127.0.0.1:18483, how
-# many decisions were answered by on_store_error (BENCHMARKS.md).
+# many decisions were answered by on_store_error (bench/README.md).
 set -euo pipefail
 bin=$1 load=$2 cfg=$3
 shift 3

@@ -146,8 +146,8 @@ func (r *storeSeries) read(from int64) StoreSeries {
 // seconds tells the current Unix second for the hot path. With a Clock
 // (tests) it asks the clock. Without one it keeps the second in an atomic
 // that a goroutine advances at each second's start, so that a decision
-// pays one load instead of a clock read (about 45ns, a tenth of a memory
-// store decision); the goroutine stops after two seconds in which nothing
+// pays one load instead of a clock read (BenchmarkClock in the bench
+// module); the goroutine stops after two seconds in which nothing
 // read it, and the next reader starts it again, so an idle process does
 // not wake for it.
 type seconds struct {

@@ -9,8 +9,8 @@ import (
 // The hot path's clock.
 //
 // Reading the clock is a large part of a limiter's cost: one monotonic read
-// costs about 25ns on the machines sluice is measured on, time.Now about
-// 45ns, while the whole rest of a Take is of the same order. So the memory
+// (BenchmarkMonotonic in the bench module), or one time.Now
+// (BenchmarkClock), costs as much as the whole rest of a Take. So the memory
 // store reads a coarse clock, a process-wide atomic that one goroutine
 // advances every coarseTick, for the decisions where a slightly early time
 // is harmless, and the precise monotonic clock where it is not:
@@ -31,7 +31,7 @@ import (
 //     shard reads the precise clock and brings the coarse one forward, so
 //     the lag stays within the time the busy shards take for that many
 //     decisions. Options.PreciseClock removes
-//     even that, for about 25ns more per Take.
+//     even that, for one precise clock read more per Take.
 //   - Fixed windows and sliding logs always use the precise clock: an early
 //     time could place a request in the previous window and let one window
 //     admit more than its capacity.
@@ -42,10 +42,10 @@ import (
 // precise clock, which is always correct, and wakes it.
 //
 // Nor does it tick for a process that reads the clock too seldom for the
-// ticks to pay: a tick (a wake of a parked thread) costs tens of
-// microseconds of CPU on a virtual machine, the reads it saves about 25ns
-// each, so ticking costs more than it saves below some hundreds of
-// thousands of reads a second (BENCHMARKS.md). Each tick notes when it
+// ticks to pay: a tick (a wake of a parked thread) costs the CPU of many
+// clock reads, so ticking costs more than it saves below some rate of
+// reads (bench/results/2026-11-26.md#what-the-coarse-clock-costs-a-server-2026-11-26
+// measured both, and the wakes per second). Each tick notes when it
 // was first read and when it was next read at least readSpacing after
 // that; when that next read came more than slowGap after the first, or
 // not at all, for slowTicks ticks in a row (reads that frequent would, by
@@ -75,7 +75,7 @@ const (
 	// a second) saves less than the ticks cost. readSpacing is long enough
 	// for a burst of reads to end, even under the race detector, and
 	// short enough that the reads in it, which read the precise clock to
-	// know when it ends, cost a tight loop under 1% of its reads' time.
+	// know when it ends, are few among a tight loop's reads.
 	readSpacing = 5 * time.Microsecond
 	slowGap     = readSpacing + 2*time.Microsecond
 	slowTicks   = 8

@@ -32,8 +32,9 @@ import (
 
 // Options configures a Store.
 type Options struct {
-	// MaxKeys bounds the number of keys kept (default 1,000,000; about
-	// 84 bytes each, see BENCHMARKS.md). At the bound an insert evicts a
+	// MaxKeys bounds the number of keys kept (default 1,000,000; the
+	// memory each takes is BenchmarkBytesPerKey's, in
+	// bench/README.md#memory-store-at-its-key-bound). At the bound an insert evicts a
 	// key as described in evict.go.
 	MaxKeys int
 	// Shards is the number of lock stripes, rounded up to a power of two
@@ -44,14 +45,14 @@ type Options struct {
 	// steps, read as described in clock.go.
 	Clock sluice.Clock
 	// PreciseClock reads the precise clock for every decision instead of
-	// the coarse one for token-bucket admits (see clock.go): about 25ns
-	// more per Take, for bounds that hold to the microsecond in real time.
-	// It also spares the process the coarse clock's ticker, which wakes a
-	// thousand times a second while Takes come faster than about half a
-	// million a second, and about 180 times a second to probe while they
-	// come slower (a wake cost about 36µs of CPU on a virtual machine:
-	// BENCHMARKS.md). The servers' paths (TakeAll) read the precise clock
-	// either way.
+	// the coarse one for token-bucket admits (see clock.go): one precise
+	// clock read more per Take (BenchmarkMonotonic in the bench module),
+	// for bounds that hold to the microsecond in real time. It also spares
+	// the process the coarse clock's ticker, which wakes every coarseTick
+	// while Takes come faster than about half a million a second, and
+	// every probeEvery to probe while they come slower, each wake costing
+	// a thread's wake-up (bench/results/2026-11-26.md#what-the-coarse-clock-costs-a-server-2026-11-26).
+	// The servers' paths (TakeAll) read the precise clock either way.
 	PreciseClock bool
 }
 
@@ -64,8 +65,8 @@ const minShardKeys = 16
 // one shard's lock, up to 256. No more than that: each shard's header is
 // a cache line that a decision reads first, and in a server, whose own
 // work evicts them between decisions, every shard more is a miss more
-// often. On one core 16 shards instead of 256 took 0.67 µs off a served
-// gRPC call (BENCHMARKS.md).
+// often, as frontdoor.sh's paired runs of a served gRPC call showed on
+// one core (bench/results/2026-11-26.md#the-heap-floors-bound-and-counting-in-batches-2026-11-26-later).
 func defaultShards() int { return min(256, 16*runtime.GOMAXPROCS(0)) }
 
 // Store is the in-memory Store. The zero value is not usable; use New.
@@ -169,8 +170,8 @@ func (s *Store) preciseTime() int64 {
 // the limit's name, so one key under two limits is two buckets.
 // maphash.Comparable, not maphash.String: both end in the runtime's AES
 // hash, which for a short key costs less than the calls that lead to it,
-// and Comparable's way there is the shorter (about 19 instructions fewer
-// per Take, callgrind).
+// and Comparable's way there is the shorter (fewer instructions per
+// one-key Take, counted by callgrind).
 func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
 	n := l.NameID()
 	h = maphash.Comparable(s.seed, key) ^ n*0x9e3779b97f4a7c15

@@ -76,7 +76,7 @@ func (s *Store) takeMany(op sluice.Op, rs []sluice.Request, dst []sluice.Decisio
 	}
 	locked := s.lockAll(ws, idBuf[:0])
 	// One precise time for all: a coarse one would need a re-decision per
-	// rejection, and TakeAll is not the path where 25ns matter.
+	// rejection, and TakeAll is not the path where one clock read matters.
 	now := s.preciseTime()
 	var force bool
 	for {

@@ -72,7 +72,8 @@
 // batch, and a batch reads its keys with one MGET. Rejected keys are
 // remembered in process until their RetryAfter (see overLimit). On a
 // Cluster a script may only touch one slot, so a batch becomes one script
-// call per slot, pipelined in one round. BENCHMARKS.md has the figures.
+// call per slot, pipelined in one round. BenchmarkRedis (bench module)
+// measures it against redis_rate: bench/README.md#redis-store.
 //
 // # Failures
 //
@@ -121,8 +122,9 @@ type Options struct {
 	// caller's earlier deadline wins: behind Envoy, its rate limit timeout
 	// (20ms by default, sent with each call). The default is long enough
 	// that a healthy Redis is not read as a failed one when this host is
-	// short of CPU (a saturated 2-core host took over 100ms for one call
-	// in a thousand; BENCHMARKS.md), and short enough that a hung
+	// short of CPU (bench/storeerr.sh counts the calls a loaded host lets
+	// miss it: bench/README.md#the-redis-stores-deadline-on-a-loaded-host;
+	// TestLoadedHostIsNotADeadStore keeps the property), and short enough that a hung
 	// Redis costs each decision at most that long until the circuit breaker
 	// opens (after BreakerFailures deadlines to a window plus that many:
 	// see BreakerFailures).

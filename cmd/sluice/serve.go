@@ -97,8 +97,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	if err := preflight(p.Source, rs); err != nil {
 		return fail(err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 	store, closeStore, err := connectStore(ctx, rs.StoreURL, reg, log)
 	if err != nil {
 		return fail(err)
@@ -217,6 +216,14 @@ func policySource(ctx context.Context, file *policy.File, p *policy.Policy, rs r
 		return nil, p, func() {}, nil
 	}
 	return file, p, func() {}, nil
+}
+
+// newRegistry is the registry /metrics serves: the Go runtime's and the
+// process's collectors; the store and the server add theirs.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // newServer builds what the listeners serve: the metrics, the limiter on

@@ -16,7 +16,7 @@ import (
 const (
 	dataFile       = "../../results/benchmarks.json"
 	resultsDir     = "../../results"
-	benchmarksFile = "../../../BENCHMARKS.md"
+	benchmarksFile = "../../README.md"
 )
 
 func mustLoad(t *testing.T) *Data {
@@ -86,7 +86,7 @@ func TestChartsShowFigures(t *testing.T) {
 	want := map[string]map[string][]float64{
 		"redis.svg":    {"sluice": {68877, 160402, 234817, 251871}, "redis_rate": {61852, 63889, 65093, 56256}},
 		"postgres.svg": {"onekey, synchronous_commit=off": {12279, 12520, 5441}},
-		"memory.svg":   {"sluice": {48.2, 25.9, 37.6}},
+		"memory.svg":   {"sluice": {42.3, 25.5, 35.2}},
 		"envoy.svg":    {"reference server (own process)": {8387, 7963, 8887}},
 	}
 	for _, c := range charts(d) {
@@ -100,7 +100,7 @@ func TestChartsShowFigures(t *testing.T) {
 	}
 }
 
-// table returns the cells of the rows of the BENCHMARKS.md table whose
+// table returns the cells of the rows of the bench/README.md table whose
 // header line starts with header.
 func table(t *testing.T, md, header string) (head []string, rows [][]string) {
 	t.Helper()
@@ -124,7 +124,7 @@ func table(t *testing.T, md, header string) (head []string, rows [][]string) {
 		}
 		return split(line), rows
 	}
-	t.Fatalf("BENCHMARKS.md has no table headed %q", header)
+	t.Fatalf("bench/README.md has no table headed %q", header)
 	return nil, nil
 }
 
@@ -168,7 +168,7 @@ func expectCells(t *testing.T, where string, row []string, want ...any) {
 	}
 }
 
-// results/benchmarks.json holds the numbers of BENCHMARKS.md's tables,
+// results/benchmarks.json holds the numbers of bench/README.md's tables,
 // row for row.
 func TestFiguresAreTheTables(t *testing.T) {
 	d := mustLoad(t)
@@ -181,7 +181,7 @@ func TestFiguresAreTheTables(t *testing.T) {
 
 	_, rows := table(t, md, "| limiter | serial ns/op |")
 	if len(rows) != len(d.Memory.Rows) {
-		t.Fatalf("memory: %d rows in BENCHMARKS.md, %d in the figures", len(rows), len(d.Memory.Rows))
+		t.Fatalf("memory: %d rows in bench/README.md, %d in the figures", len(rows), len(d.Memory.Rows))
 	}
 	for i, r := range d.Memory.Rows {
 		expectCells(t, "memory "+r.Limiter, rows[i], r.Limiter, one(r.SerialNs), one(r.ParallelNs), one(r.OnekeyNs), one(float64(r.Allocs)))
@@ -189,7 +189,7 @@ func TestFiguresAreTheTables(t *testing.T) {
 
 	_, rows = table(t, md, "| limiter | g | checks/s |")
 	if len(rows) != len(d.Redis.Rows) {
-		t.Fatalf("redis: %d rows in BENCHMARKS.md, %d in the figures", len(rows), len(d.Redis.Rows))
+		t.Fatalf("redis: %d rows in bench/README.md, %d in the figures", len(rows), len(d.Redis.Rows))
 	}
 	for i, r := range d.Redis.Rows {
 		expectCells(t, "redis "+r.Limiter, rows[i], r.Limiter, one(float64(r.Goroutines)), one(r.ChecksPerS), one(r.P50us, r.P99us), one(r.RedisCPUus), one(r.AdmittedPct))
@@ -201,7 +201,7 @@ func TestFiguresAreTheTables(t *testing.T) {
 		t.Errorf("envoy: the table's setups %q, the figures' %q", head[1:], setups)
 	}
 	if len(rows)*len(setups) != len(d.Envoy.Rows) {
-		t.Fatalf("envoy: %d rounds of %d setups in BENCHMARKS.md, %d figures", len(rows), len(setups), len(d.Envoy.Rows))
+		t.Fatalf("envoy: %d rounds of %d setups in bench/README.md, %d figures", len(rows), len(setups), len(d.Envoy.Rows))
 	}
 	for _, r := range d.Envoy.Rows {
 		row := rows[r.Round-1]
@@ -210,7 +210,7 @@ func TestFiguresAreTheTables(t *testing.T) {
 
 	_, rows = table(t, md, "| workload | goroutines |")
 	if 2*len(rows) != len(d.Postgres.Rows) {
-		t.Fatalf("postgres: %d rows in BENCHMARKS.md (on and off), %d figures", len(rows), len(d.Postgres.Rows))
+		t.Fatalf("postgres: %d rows in bench/README.md (on and off), %d figures", len(rows), len(d.Postgres.Rows))
 	}
 	for _, r := range d.Postgres.Rows {
 		k := slices.IndexFunc(rows, func(row []string) bool {
@@ -230,7 +230,7 @@ func TestFiguresAreTheTables(t *testing.T) {
 	}
 }
 
-// BENCHMARKS.md shows each chart above the table it draws, and says
+// bench/README.md shows each chart above the table it draws, and says
 // where the charts come from.
 func TestBenchmarksShowsCharts(t *testing.T) {
 	b, err := os.ReadFile(benchmarksFile)
@@ -244,19 +244,19 @@ func TestBenchmarksShowsCharts(t *testing.T) {
 		"envoy.svg":    "| round | memory store |",
 		"postgres.svg": "| workload | goroutines |",
 	} {
-		img := strings.Index(md, "](bench/results/"+file+")")
+		img := strings.Index(md, "](results/"+file+")")
 		tbl := strings.Index(md, "\n"+header)
 		if img < 0 || tbl < 0 || img > tbl {
-			t.Errorf("BENCHMARKS.md does not show bench/results/%s above its table", file)
+			t.Errorf("bench/README.md does not show results/%s above its table", file)
 			continue
 		}
 		if between := md[img:tbl]; strings.Contains(between, "\n|") {
-			t.Errorf("another table stands between bench/results/%s and its own", file)
+			t.Errorf("another table stands between results/%s and its own", file)
 		}
 	}
-	for _, want := range []string{"bench/results/benchmarks.json", "go run ./cmd/charts"} {
+	for _, want := range []string{"results/benchmarks.json", "go run ./cmd/charts"} {
 		if !strings.Contains(md, want) {
-			t.Errorf("BENCHMARKS.md does not mention %s", want)
+			t.Errorf("bench/README.md does not mention %s", want)
 		}
 	}
 }

@@ -1,13 +1,13 @@
-// Command charts draws BENCHMARKS.md's measurements as SVG charts:
+// Command charts draws bench/README.md's measurements as SVG charts:
 // throughput and p99 latency against the number of callers, sluice beside
 // the other limiters. It reads the figures from results/benchmarks.json,
-// which holds the numbers of BENCHMARKS.md's tables (a test checks that
+// which holds the numbers of bench/README.md's tables (a test checks that
 // they agree), and writes one SVG per table next to it:
 //
 //	cd bench && go run ./cmd/charts
 //
 // Nothing is measured here: the figures are measured by hand, as
-// BENCHMARKS.md says, and copied into the JSON file with the tables.
+// bench/README.md says, and copied into the JSON file with the tables.
 package main
 
 import (
@@ -24,7 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/svgplot"
 )
 
-// Data is results/benchmarks.json: one section per table of BENCHMARKS.md.
+// Data is results/benchmarks.json: one section per table of bench/README.md.
 type Data struct {
 	Memory   Section[MemoryRow]   `json:"memory"`
 	Redis    Section[RedisRow]    `json:"redis"`

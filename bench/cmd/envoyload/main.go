@@ -51,7 +51,8 @@ import (
 // The workload's policy: a token bucket per user, 100 per second with a
 // burst of 100, like the library benchmarks'. The reference config the
 // comparison ran against the reference server says the same with a fixed
-// window of 100 per second (see BENCHMARKS.md).
+// window of 100 per second (testdata/envoy-reference.yaml; see
+// bench/README.md#envoy-rate-limit-service).
 const policyYAML = `rules:
   - name: per-user
     match: {domain: bench}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -22,32 +21,8 @@ func headingAnchors(t *testing.T, path string) map[string]bool {
 		t.Fatal(err)
 	}
 	anchors := map[string]bool{}
-	seen := map[string]int{}
-	inCode := false
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "```") {
-			inCode = !inCode
-		}
-		if inCode || !strings.HasPrefix(line, "#") {
-			continue
-		}
-		text := strings.TrimSpace(strings.TrimLeft(line, "#"))
-		var slug strings.Builder
-		for _, r := range strings.ToLower(text) {
-			switch {
-			case r == ' ':
-				slug.WriteByte('-')
-			case r == '-' || r == '_' || ('a' <= r && r <= 'z') || ('0' <= r && r <= '9') || r > 127:
-				slug.WriteRune(r)
-			}
-		}
-		a := slug.String()
-		if n := seen[a]; n > 0 {
-			anchors[a+"-"+strconv.Itoa(n)] = true
-		} else {
-			anchors[a] = true
-		}
-		seen[a]++
+	for _, h := range mdHeadings(string(b)) {
+		anchors[h.anchor] = true
 	}
 	return anchors
 }
@@ -112,11 +87,11 @@ func TestBenchmarkCitationsResolve(t *testing.T) {
 	}
 }
 
-// The links of the operations and benchmark pages, to their own headings
-// and to each other's, land on a heading.
-func TestOperationsAndBenchmarkPageLinks(t *testing.T) {
+// The links of the benchmark pages, to their own headings and to each
+// other's, land on a heading (the docs pages' are TestDocLinksResolve's).
+func TestBenchmarkPageLinks(t *testing.T) {
 	link := regexp.MustCompile(`\]\(([^)\s]*)\)`)
-	for _, page := range []string{"docs/operations.md", "bench/README.md", "BENCHMARKS.md"} {
+	for _, page := range []string{"bench/README.md", "BENCHMARKS.md"} {
 		b, err := os.ReadFile(page)
 		if err != nil {
 			t.Fatal(err)

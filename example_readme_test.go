@@ -63,7 +63,7 @@ func ExampleLimiter_TakeAll() {
 	// bob's bucket after the rejection: 10 of 10
 }
 
-// The README's Wait snippet: a turn beyond the context's deadline returns
+// The Wait snippet of docs/library.md: a turn beyond the context's deadline returns
 // at once, charging nothing.
 func ExampleLimiter_Wait_readme() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -86,7 +86,7 @@ func ExampleLimiter_Wait_readme() {
 	// true
 }
 
-// The README's TakeOrError snippet: a rejection as an error.
+// The TakeOrError snippet of docs/library.md: a rejection as an error.
 func ExampleLimitedError() {
 	signups := sluice.MustLimit(sluice.Spec{Name: "signups", Rate: 100, Period: time.Hour, Capacity: 1})
 	lim := sluice.New(memory.New(memory.Options{}))

@@ -109,7 +109,7 @@ func ExampleLimiter_Acquire() {
 	// after a release: true
 }
 
-// The README's concurrency snippet, compiled: a slot held for the work,
+// The concurrency snippet of docs/library.md, compiled: a slot held for the work,
 // renewed while it runs.
 func ExampleLimiter_Acquire_readme() {
 	lim := sluice.New(memory.New(memory.Options{}))

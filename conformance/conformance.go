@@ -5,7 +5,10 @@
 //
 // The vectors (testdata/vectors.json) are written by an independent oracle,
 // testdata/gen_vectors.py, which computes with exact fractions from the
-// formulas, sharing no code with any engine.
+// formulas, sharing no code with any engine. The semantics they and the
+// invariants check are stated in docs/concepts.md: its Algorithms,
+// Reservations and debt, Costs and limits, Decisions, Shards, All or
+// nothing and Settlement sections are what a store must do.
 package conformance
 
 import (

@@ -78,7 +78,7 @@ func ExampleLimitByHeader() {
 	// k2 200
 }
 
-// The README's one line: a server whose every client address may send
+// The one line of docs/library.md: a server whose every client address may send
 // 100 requests a minute. It listens, so it is compiled but not run.
 func ExampleLimitByIP_listen() {
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })

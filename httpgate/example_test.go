@@ -39,7 +39,7 @@ rules:
 	// 429 "per-ip";r=0;t=1 retry-after="1"
 }
 
-// The README's middleware snippet: limits from a configuration file
+// The middleware snippet of docs/library.md: limits from a configuration file
 // (policy.Load reports every problem as FILE:LINE: path: message), on a
 // store of the program's choosing. It listens, so it is compiled but not
 // run.

@@ -697,24 +697,24 @@ func TestAttackSettleDebtForgiven(t *testing.T) {
 	}
 }
 
-// readmeLLMPolicy is the LLM example of README's "Charge what was used",
+// readmeLLMPolicy is the LLM example of docs/concepts.md's "Settlement",
 // as written there.
 func readmeLLMPolicy(t *testing.T) *policy.Policy {
 	t.Helper()
-	md, err := os.ReadFile("../README.md")
+	md, err := os.ReadFile("../docs/concepts.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sec, _ := strings.Cut(string(md), "\n## Charge what was used\n")
+	_, sec, _ := strings.Cut(string(md), "\n## Settlement\n")
 	_, block, ok := strings.Cut(sec, "```yaml\n")
 	block, _, ok2 := strings.Cut(block, "```")
 	if !ok || !ok2 {
-		t.Fatal("README's Charge what was used has no yaml example")
+		t.Fatal("docs/concepts.md's Settlement has no yaml example")
 	}
 	return mustPolicy(t, block)
 }
 
-// The README's LLM example, and examples/llm-gateway.yaml, are safe as
+// The LLM example of docs/concepts.md, and examples/llm-gateway.yaml, are safe as
 // written: whatever a key's clients do at once (streams without usage,
 // streams left before their end, Accept-Encoding: br or deflate, plain
 // requests, each declaring max_tokens: 1 and each using up to the
@@ -722,7 +722,7 @@ func readmeLLMPolicy(t *testing.T) *policy.Policy {
 // still, the key uses at most capacity + max_in_flight x context tokens,
 // the bound they state, and is charged every token it used.
 func TestAttackSettleReadmeExample(t *testing.T) {
-	t.Run("README", func(t *testing.T) { settleBound(t, readmeLLMPolicy(t), "llm-tokens", "llm-in-flight") })
+	t.Run("docs/concepts.md", func(t *testing.T) { settleBound(t, readmeLLMPolicy(t), "llm-tokens", "llm-in-flight") })
 	t.Run("examples/llm-gateway.yaml", func(t *testing.T) {
 		data, err := os.ReadFile("../examples/llm-gateway.yaml")
 		if err != nil {

@@ -54,7 +54,7 @@ func (l *loader) burstSeconds(o *obj, r *rateFields) {
 	}
 	switch {
 	case r.tpsOK && secs < 1:
-		l.errf(n, join(o.path, "burst_seconds"), "must be at least 1 (got %v): the burst (rate x seconds) must hold a second of the rate, as burst must", secs)
+		l.errf(n, join(o.path, "burst_seconds"), "must be at least 1 (got %v): burst credit is at least a second of the rate; for a smaller bucket give burst, which may be below the rate", secs)
 	case r.tpsOK:
 		r.burst, r.burstOK, r.burstSeconds = r.tps*secs, true, secs
 	case r.rateOK:

@@ -43,7 +43,7 @@ func TestBurstSeconds(t *testing.T) {
 		{"with capacity", "      rate: 10\n      capacity: 20\n      burst_seconds: 300\n",
 			"c.yaml:7: rules[0].algorithm_config.burst_seconds: gives the bucket size as seconds of the rate (burst = rate x seconds): give either capacity or burst_seconds, not both"},
 		{"under a second", "      rps: 10\n      burst_seconds: 0.5\n",
-			"c.yaml:6: rules[0].algorithm_config.burst_seconds: must be at least 1 (got 0.5): the burst (rate x seconds) must hold a second of the rate, as burst must"},
+			"c.yaml:6: rules[0].algorithm_config.burst_seconds: must be at least 1 (got 0.5): burst credit is at least a second of the rate; for a smaller bucket give burst, which may be below the rate"},
 		{"zero", "      rps: 10\n      burst_seconds: 0\n",
 			"c.yaml:6: rules[0].algorithm_config.burst_seconds: must be > 0 (got 0)"},
 		{"a cost above it", "      rps: 1\n      burst_seconds: 2\n      fixed_cost: 3\n",

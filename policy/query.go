@@ -17,7 +17,7 @@ const (
 )
 
 // AmbiguousMarker is the key component of a query parameter that servers
-// read differently (see README, "Keys"). Like AbsentMarker, no value a
+// read differently (docs/concepts.md, "Query parameters"). Like AbsentMarker, no value a
 // request sends can produce it, since values are escaped and '(' is.
 const AmbiguousMarker = "(ambiguous)"
 

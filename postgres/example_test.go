@@ -8,7 +8,7 @@ import (
 	"github.com/sluicehq/sluice/postgres"
 )
 
-// The README's PostgreSQL snippet: a store on its own pool, and a charge
+// The PostgreSQL snippet of docs/stores.md: a store on its own pool, and a charge
 // inside the application's own transaction, which a rollback undoes. It
 // needs a server, so it is compiled but not run.
 func Example() {

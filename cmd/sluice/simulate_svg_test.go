@@ -188,12 +188,13 @@ func TestSimulateSVGEscapesKey(t *testing.T) {
 	}
 }
 
-// docs/simulate.svg, which README shows, is what README's command draws
+// docs/simulate.svg, which docs/getting-started.md shows, is what the
+// command shown there draws
 // now: regenerated and compared, so it cannot drift from the code.
 // SLUICE_WRITE_DOCS=1 rewrites it.
 func TestSimulateSVGDoc(t *testing.T) {
 	const file = "docs/simulate.svg"
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile(simulateDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,10 +205,10 @@ func TestSimulateSVGDoc(t *testing.T) {
 		}
 	}
 	if cmd == "" {
-		t.Fatalf("README.md shows no command ending in --svg %s", file)
+		t.Fatalf("%s shows no command ending in --svg %s", simulateDoc, file)
 	}
-	if !strings.Contains(string(readme), "]("+file+")") {
-		t.Errorf("README.md does not show %s", file)
+	if !strings.Contains(string(readme), "]("+strings.TrimPrefix(file, "docs/")+")") {
+		t.Errorf("%s does not show %s", simulateDoc, file)
 	}
 	args := readmeArgs(cmd)
 	got := filepath.Join(t.TempDir(), "simulate.svg")
@@ -230,7 +231,7 @@ func TestSimulateSVGDoc(t *testing.T) {
 		t.Fatalf("%v (SLUICE_WRITE_DOCS=1 go test -run TestSimulateSVGDoc ./cmd/sluice writes it)", err)
 	}
 	if !bytes.Equal(committed, data) {
-		t.Fatalf("%s differs from what README's command draws now: SLUICE_WRITE_DOCS=1 go test -run TestSimulateSVGDoc ./cmd/sluice rewrites it", file)
+		t.Fatalf("%s differs from what the command of docs/getting-started.md draws now: SLUICE_WRITE_DOCS=1 go test -run TestSimulateSVGDoc ./cmd/sluice rewrites it", file)
 	}
 	s, pic, _ := simulateSVG(t, args...)
 	checkSimChart(t, s, pic)

@@ -373,9 +373,10 @@ func TestSimulateRefusesConcurrency(t *testing.T) {
 	}
 }
 
-// README's simulate examples print what the command prints.
-func TestSimulateREADME(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
+// The simulate examples of docs/getting-started.md print what the
+// command prints.
+func TestSimulateDocExamples(t *testing.T) {
+	data, err := os.ReadFile(simulateDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,16 +399,19 @@ func TestSimulateREADME(t *testing.T) {
 			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
 		}
 		if got, w := strings.TrimSpace(out.String()), strings.TrimSpace(strings.Join(want, "\n")); got != w {
-			t.Errorf("README shows for %v:\n%s\nthe command prints:\n%s", args, w, got)
+			t.Errorf("%s shows for %v:\n%s\nthe command prints:\n%s", simulateDoc, args, w, got)
 		}
 		n++
 	}
 	if n < 2 {
-		t.Fatalf("found %d simulate examples in README.md, want 2", n)
+		t.Fatalf("found %d simulate examples in %s, want 2", n, simulateDoc)
 	}
 }
 
-// readmeArgs splits a command line as README writes it: words, and
+// simulateDoc is the page that shows sluice simulate.
+const simulateDoc = "../../docs/getting-started.md"
+
+// readmeArgs splits a command line as the docs write it: words, and
 // "quoted" arguments; a file under examples/ is found from this directory.
 func readmeArgs(cmd string) []string {
 	var args []string

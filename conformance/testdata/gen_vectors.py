@@ -3,7 +3,8 @@
 
 This is an independent oracle: it computes with exact fractions of tokens
 (Python's Fraction) and whole microseconds, straight from the formulas of
-DESIGN section 1, sharing no code with any engine. Run it from this folder
+docs/concepts.md (Algorithms; Reservations and debt), sharing no code with
+any engine. Run it from this folder
 after changing a case: python3 gen_vectors.py > vectors.json
 """
 import hashlib

@@ -50,20 +50,12 @@ func (e *env) waits() []time.Duration {
 // sluiceEpoch is where the manual clocks of the tests start.
 var sluiceEpoch = time.Unix(1_700_000_000, 0)
 
-func mustPolicyF(f *testing.F, yaml string) *policy.Policy {
-	f.Helper()
-	p, err := policy.Parse("fuzz.yaml", []byte(yaml))
-	if err != nil {
-		f.Fatalf("policy: %v", err)
-	}
-	return p
-}
-
-func mustPolicy(t *testing.T, yaml string) *policy.Policy {
-	t.Helper()
+// mustPolicy parses yaml for a test, a benchmark or a fuzz target.
+func mustPolicy(tb testing.TB, yaml string) *policy.Policy {
+	tb.Helper()
 	p, err := policy.Parse("test.yaml", []byte(yaml))
 	if err != nil {
-		t.Fatalf("policy: %v", err)
+		tb.Fatalf("policy: %v", err)
 	}
 	return p
 }

@@ -136,3 +136,77 @@ func TestFollowsPolicySource(t *testing.T) {
 		t.Errorf("after the reload: %v", cl)
 	}
 }
+
+// Attack: a burst sent through Envoy against a rule that shapes traffic
+// (a leaky bucket) or spaces it (capacity 0 with reserve). Every request
+// of such a rule reserves a turn, but Envoy cannot hold a request until
+// its turn: an OK lets it through at once, so every turn given would be a
+// request passed now, up to the whole queue (or, for a reservation without
+// bound, every request). Over Envoy such rules take no reservation: the
+// leaky bucket passes one request per 1/rate, the bucket of nothing none.
+func TestAttackReservedTurnsPassAtOnceOverEnvoy(t *testing.T) {
+	pol, err := policy.Parse("sluice.yaml", []byte(`rules:
+  - name: shaped
+    match: {domain: edge}
+    limit_keys: ["descriptor:client"]
+    algorithm: leaky_bucket
+    algorithm_config: {rps: 1, max_delay: 10s}
+  - name: spaced
+    match: {domain: spaced}
+    limit_keys: ["descriptor:client"]
+    algorithm_config: {rate: 1, period: 1s, capacity: 0, reserve: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, pol)
+	expect(t, h.call(t, "edge", 0, desc("client", "c")), OK, OK, 0)
+	for i := 0; i < 5; i++ {
+		expect(t, h.call(t, "edge", 0, desc("client", "c")), OVER, OVER, 0)
+	}
+	h.clock.Advance(time.Second)
+	expect(t, h.call(t, "edge", 0, desc("client", "c")), OK, OK, 0)
+	for i := 0; i < 3; i++ {
+		if resp := h.call(t, "spaced", 0, desc("client", "c")); resp.OverallCode != OVER {
+			t.Fatalf("capacity 0 over Envoy: call %d passed: %v", i, resp)
+		}
+	}
+}
+
+// Attack: pass a concurrency rule through Envoy's rate limit service,
+// which is never told when a request ends, so that the rule is skipped
+// (or hands out slots it never takes back) and requests run beyond
+// max_in_flight. The call is answered OVER_LIMIT, charges nothing, and a
+// refund (negative hits) passes over the rule without error.
+func TestAttackEnvoyCannotPassConcurrency(t *testing.T) {
+	pol, err := policy.Parse("cc.yaml", []byte(`allow_negative_hits: true
+rules:
+  - name: per-client
+    limit_keys: ["descriptor:client"]
+    missing_key: skip
+    algorithm_config: {rps: 1, burst: 5}
+  - name: inflight
+    algorithm: concurrency
+    algorithm_config: {max_in_flight: 100}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, pol)
+	for range 3 {
+		resp := h.call(t, "edge", 0, desc("client", "c1"))
+		if resp.OverallCode != OVER {
+			t.Fatalf("a call a concurrency rule matches: %v, want OVER_LIMIT", resp.OverallCode)
+		}
+		if got := header(resp, "X-Sluice-Reason"); got != "concurrency_unsupported" {
+			t.Errorf("reason %q, want concurrency_unsupported", got)
+		}
+	}
+	// Nothing was charged: the client's bucket is full, and a refund
+	// passes over the slots.
+	expect(t, h.call(t, "edge", 0, negative(desc("client", "c1"), 1)), OK, OK, 5)
+	d, err := sluice.New(h.store).Peek(context.Background(), sluice.Request{Limit: pol.Limit("inflight"), Key: "*"})
+	if err != nil || !d.Allowed || d.Remaining != 99 {
+		t.Fatalf("the slots after Envoy's calls: %+v, %v; want all 100 free", d, err)
+	}
+}

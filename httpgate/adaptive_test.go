@@ -2,6 +2,7 @@ package httpgate_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -573,5 +575,99 @@ func TestAttackAdaptiveExpectContinueIsNotAFastAnswer(t *testing.T) {
 	send("c-1") // steps the rate for the last interval
 	if r := e.gate.AdaptiveRates()[0].Rate; r >= start {
 		t.Fatalf("the rate is %v (from %v) although every answer took 300ms against a 200ms target", r, start)
+	}
+}
+
+// minorityPolicy is an adaptive rule with the file defaults (error_ratio
+// 0.1, the 90th percentile), whose burst admits 20 requests an interval.
+const minorityPolicy = `rules:
+  - name: upstream
+    algorithm_config:
+      rps: 20
+      burst_seconds: 1
+      adaptive: {min: 2, max: 40, target_latency: 200ms, increase: 2}
+`
+
+// minorityUpstream fails /crash with a 500, answers /slow in 5s of the
+// test's clock, and everything else at once.
+func minorityUpstream(t *testing.T, clk *sluice.ManualClock) string {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/crash":
+			http.Error(w, "boom", 500)
+		case "/slow":
+			clk.Advance(5 * time.Second)
+		}
+	}))
+	t.Cleanup(up.Close)
+	return up.URL
+}
+
+// Attack: a client whose own requests make the upstream fail (a body it
+// crashes on) or answer slowly (a huge prompt) would drive the rate of
+// every client of the rule down to min, if one error or one slow answer
+// made an interval unhealthy. With error_ratio's default (0.1) and the
+// 90th percentile, one such request among twenty moves nothing: the rate
+// keeps rising. (An upstream failing a tenth of all requests, or slow for
+// a tenth, is judged unhealthy: TestAdaptiveRateFollowsUpstream.)
+func TestAttackMinorityCannotDriveRateDown(t *testing.T) {
+	for _, bad := range []string{"/crash", "/slow"} {
+		t.Run(bad, func(t *testing.T) {
+			e := newEnv(t, minorityPolicy)
+			proxy := proxyOf(t, e.gate, minorityUpstream(t, e.clk))
+			start := e.gate.AdaptiveRates()[0].Rate
+			for range 3 {
+				for range 19 {
+					if resp := proxy.get(t, "/ok"); resp.StatusCode != 200 {
+						t.Fatalf("status %d", resp.StatusCode)
+					}
+				}
+				proxy.get(t, bad)
+				e.clk.Advance(time.Second)
+			}
+			proxy.get(t, "/ok")
+			if got := e.gate.AdaptiveRates()[0].Rate; got <= start {
+				t.Fatalf("rate %v after 3 intervals with one %s in 20: the minority drove it down (start %v)", got, bad, start)
+			}
+		})
+	}
+}
+
+// Attack: whoever can write to the shared store (or an older sluice with
+// other bounds) puts a rate there that the rule does not allow. A process
+// adopts the shared rate only within its own min and max, and a value
+// that is not a rate is written over.
+func TestAttackSharedRateOutOfBounds(t *testing.T) {
+	addr := redistest.Server(t)
+	clk := sluice.NewManualClock(sluiceEpoch)
+	st, err := redis.Open("redis://"+addr+"/0", redis.Options{Clock: clk, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ctx := context.Background()
+	for _, v := range []string{"1e300 0 0", "0.0001 0 0", "not a rate"} {
+		t.Run(v, func(t *testing.T) {
+			if err := st.Client().Do(ctx, st.Client().B().Set().Key("adaptive:upstream").Value(v).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			g := httpgate.New(mustPolicy(t, adaptivePolicy), sluice.NewWithOptions(st, sluice.Options{Clock: clk}), httpgate.Options{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+			srv := serve(t, g.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+			srv.get(t, "/")
+			got := g.AdaptiveRates()[0]
+			if got.Rate < got.Min || got.Rate > got.Max {
+				t.Fatalf("rate %v outside [%v, %v]", got.Rate, got.Min, got.Max)
+			}
+			// At most the burst of the largest rate passes at once.
+			passed := 0
+			for range 100 {
+				if srv.get(t, "/").StatusCode == 200 {
+					passed++
+				}
+			}
+			if passed > 20 {
+				t.Fatalf("%d passed at once: more than a second of max", passed)
+			}
+		})
 	}
 }

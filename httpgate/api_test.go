@@ -488,3 +488,266 @@ func TestReferenceFileNames(t *testing.T) {
 		t.Errorf("%d %q", resp.StatusCode, d)
 	}
 }
+
+// Attack: anyone who reaches the decision API drains anyone's bucket.
+// POST /v1/take {"rule":"per-ip","key":<victim's address>,"cost":<burst>}
+// made the victim's next forward-auth call a 429 (and minted keys at will).
+// With api_token_env set, a take without the token, or with a wrong one, is
+// a 401 that charges nothing, so the victim is still admitted.
+func TestAttackDrainAnothersBucketNeedsToken(t *testing.T) {
+	e := newClosedEnv(t, closedPolicy)
+	drain := `{"rule":"per-ip","key":"127.0.0.1","cost":2}`
+	for _, hdr := range [][]string{
+		nil,
+		{"Authorization", "Bearer wrong-token-0123456789abcdef"},
+		{"Authorization", "Bearer " + apiToken + "x"},
+		{"Authorization", "Basic " + apiToken},
+		{"Authorization", apiToken},
+		// The forward-auth header does not open /v1/take: one way in per endpoint.
+		{"X-Sluice-Token", apiToken},
+	} {
+		resp, m := e.post("/v1/take", drain, hdr...)
+		wantUnauthorized(t, "take with "+strings.Join(hdr, ": "), resp, m)
+		resp, m = e.post("/v1/peek", drain, hdr...)
+		wantUnauthorized(t, "peek with "+strings.Join(hdr, ": "), resp, m)
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Fatalf("refused takes created %d keys", n)
+	}
+	// The victim (127.0.0.1 through forward auth) keeps its whole burst.
+	for i := 0; i < 2; i++ {
+		if resp, m := e.get("/v1/auth", "X-Sluice-Token", apiToken); resp.StatusCode != 200 {
+			t.Fatalf("victim's request %d: %d %v", i, resp.StatusCode, m)
+		}
+	}
+
+	// The token's holder is served; the scheme is case-insensitive.
+	for _, scheme := range []string{"Bearer ", "bearer ", "BEARER  "} {
+		resp, m := e.post("/v1/peek", `{"rule":"per-ip","key":"10.0.0.1"}`, "Authorization", scheme+apiToken)
+		if resp.StatusCode != 200 || m["allowed"] != true {
+			t.Errorf("peek with %q: %d %v", scheme, resp.StatusCode, m)
+		}
+	}
+	resp, m := e.post("/v1/take", `{"rule":"per-ip","key":"10.0.0.1","cost":2}`, "Authorization", "Bearer "+apiToken)
+	if resp.StatusCode != 200 || m["allowed"] != true {
+		t.Errorf("take with the token: %d %v", resp.StatusCode, m)
+	}
+}
+
+// Attack (RFC 9110 section 11.1: the auth scheme is case-insensitive):
+// /v1/reset refused "bearer TOKEN" that /v1/auth's JWT reading accepts.
+// One parser reads bearer tokens everywhere now.
+func TestAttackLowercaseBearerReset(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	e.env["SLUICE_TEST_ADMIN"] = "s3cret-token"
+	for _, auth := range []string{"bearer s3cret-token", "BEARER s3cret-token", "Bearer  s3cret-token"} {
+		resp, m := e.post("/v1/reset", `{"rule":"per-user","key":"u1"}`, "Authorization", auth)
+		if resp.StatusCode != 200 {
+			t.Errorf("Authorization %q: %d %v", auth, resp.StatusCode, m)
+		}
+	}
+	for _, auth := range []string{"bearers3cret-token", "Bearer", "Token s3cret-token"} {
+		resp, m := e.post("/v1/reset", `{"rule":"per-user","key":"u1"}`, "Authorization", auth)
+		if resp.StatusCode != 401 {
+			t.Errorf("Authorization %q: %d %v", auth, resp.StatusCode, m)
+		}
+	}
+}
+
+// Attack: a finite cost too large for the arithmetic's range (1e308) got a
+// 400 "invalid cost" where every other cost above the burst gets the 422
+// that tells the caller no wait will ever help.
+func TestAttackHugeFiniteCost(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	for _, body := range []string{
+		`{"rule":"per-user","key":"u","cost":1e308}`,
+		`{"rule":"per-user","key":"u","cost":1.7976931348623157e308}`,
+		`{"rule":"per-user","key":"u","cost":1e20}`,
+		`{"takes":[{"rule":"per-org","key":"x"},{"rule":"per-user","key":"u","cost":1e308}]}`,
+	} {
+		for _, path := range []string{"/v1/take", "/v1/peek"} {
+			resp, m := e.post(path, body)
+			if resp.StatusCode != 422 || resp.Header.Get("Content-Type") != "application/problem+json" ||
+				!strings.Contains(m["detail"].(string), "can never succeed") {
+				t.Errorf("%s %s: %d %v", path, body, resp.StatusCode, m)
+			}
+		}
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Errorf("refused costs created %d keys", n)
+	}
+}
+
+// Attack: the decision API reachable wherever forward auth is. Split, the
+// listener facing the front proxy serves forward auth and health only, and
+// the decision API's listener serves no forward auth.
+func TestAttackAPISplitServesOnlyItsEndpoints(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	e.env["SLUICE_TEST_ADMIN"] = "s3cret-token"
+	auth := httptest.NewServer(e.gate.AuthHandler())
+	t.Cleanup(auth.Close)
+	api := httptest.NewServer(e.gate.APIHandler())
+	t.Cleanup(api.Close)
+	do := func(base, method, path, body string) int {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer s3cret-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	take := `{"rule":"per-user","key":"u1"}`
+	for _, c := range []struct {
+		base, method, path string
+		want               int
+	}{
+		{auth.URL, "POST", "/v1/take", 404},
+		{auth.URL, "POST", "/v1/peek", 404},
+		{auth.URL, "POST", "/v1/reset", 404},
+		{auth.URL, "GET", "/metrics", 404},
+		{auth.URL, "GET", "/v1/auth", 200},
+		{auth.URL, "GET", "/healthz", 200},
+		{auth.URL, "GET", "/readyz", 200},
+		{api.URL, "GET", "/v1/auth", 404},
+		{api.URL, "POST", "/v1/auth", 404},
+		{api.URL, "POST", "/v1/take", 200},
+		{api.URL, "POST", "/v1/peek", 200},
+		{api.URL, "POST", "/v1/reset", 200},
+		{api.URL, "GET", "/metrics", 200},
+		{api.URL, "GET", "/healthz", 200},
+	} {
+		if got := do(c.base, c.method, c.path, take); got != c.want {
+			name := "auth"
+			if c.base == api.URL {
+				name = "api"
+			}
+			t.Errorf("%s listener: %s %s: %d, want %d", name, c.method, c.path, got, c.want)
+		}
+	}
+}
+
+// Attack: a take without a key shared one bucket with every other caller
+// that left it out. {"rule":"per-org"} was the empty key's bucket: one
+// caller's omission drained it for all of them (and a typo, "kye", is an
+// unknown field, but a forgotten key was silently everyone's). A take or
+// reset without a key, or with an empty one, is a 400 that charges
+// nothing.
+func TestAttackMissingKeySharesOneBucket(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	e.env["SLUICE_TEST_ADMIN"] = "s3cret-token"
+	for _, c := range []struct{ path, body string }{
+		{"/v1/take", `{"rule":"per-org","cost":10}`},
+		{"/v1/take", `{"rule":"per-org","key":"","cost":10}`},
+		{"/v1/take", `{"rule":"per-org","key":null,"cost":10}`},
+		{"/v1/take", `{"takes":[{"rule":"per-user","key":"u"},{"rule":"per-org","cost":10}]}`},
+		{"/v1/peek", `{"rule":"per-org"}`},
+		{"/v1/reset", `{"rule":"per-org"}`},
+	} {
+		resp, m := e.post(c.path, c.body, "Authorization", "Bearer s3cret-token")
+		if resp.StatusCode != 400 || resp.Header.Get("Content-Type") != "application/problem+json" ||
+			!strings.Contains(m["detail"].(string), `"key" is required`) {
+			t.Errorf("%s %s: %d %v", c.path, c.body, resp.StatusCode, m)
+		}
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Errorf("takes without a key created %d keys", n)
+	}
+}
+
+// Attack: the decision API repeated an unknown rule name whole: a 60 KiB
+// name came back in a 60 KiB problem, from every request, to whatever
+// reads the answers (or logs them). The name is cut to its start, and a
+// name no edit could bring within reach of a rule costs no comparisons.
+func TestAttackUnknownRuleReflected(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	e.env["SLUICE_TEST_ADMIN"] = "s3cret-token"
+	long := strings.Repeat("<script>", 60<<10/8)
+	for _, path := range []string{"/v1/take", "/v1/peek", "/v1/reset"} {
+		resp, m := e.post(path, `{"rule":"`+long+`","key":"k"}`, "Authorization", "Bearer s3cret-token")
+		d, _ := m["detail"].(string)
+		if resp.StatusCode != 400 || len(d) > 1024 || !strings.Contains(d, "unknown rule") || !strings.Contains(d, "per-user") {
+			t.Errorf("%s: %d, detail of %d bytes: %.200q", path, resp.StatusCode, len(d), d)
+		}
+	}
+}
+
+// Attack: on a sharded rule with on_store_error: allow, a caller of the
+// decision API asks for a cost within the burst but above what two
+// shards hold together. Judged against the burst alone, the limiter
+// would refuse it, that refusal would be taken for a store failure, and
+// on_store_error: allow would answer allowed, charging nothing, every
+// time. It must be the 422 of a cost that can never succeed.
+func TestAttackShardedCostAboveTwoShards(t *testing.T) {
+	e := newEnv(t, `rules:
+  - name: hot
+    on_store_error: allow
+    algorithm_config: {rps: 10, burst: 100, shards: 10}
+`)
+	for _, path := range []string{"/v1/take", "/v1/peek"} {
+		resp, m := e.post(path, `{"rule":"hot","key":"*","cost":50}`)
+		detail, _ := m["detail"].(string)
+		if resp.StatusCode != 422 || !strings.Contains(detail, "what two of its 10 shards hold together (20") || !strings.Contains(detail, "can never succeed") {
+			t.Errorf("%s cost 50 of 10 shards of 10: %d %v", path, resp.StatusCode, m)
+		}
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Errorf("refused costs created %d keys", n)
+	}
+	if resp, m := e.post("/v1/take", `{"rule":"hot","key":"*","cost":20}`); resp.StatusCode != 200 || m["allowed"] != true || m["limit"] != float64(100) {
+		t.Errorf("cost 20, what two full shards hold: %d %v", resp.StatusCode, m)
+	}
+}
+
+// A decision's working memory is pooled (policy.Scratch, the decision
+// API's read body): nothing of one request may reach the next. After a
+// drained client's request, a new client, or one with no key at all, is
+// judged as itself, never as the client before it, on forward auth and
+// on the decision API alike.
+func TestAttackPooledMemoryCarriesNothingOver(t *testing.T) {
+	e := newEnv(t, `
+rules:
+  - name: per-user
+    limit_keys: ["query:user", "header:X-Team"]
+    missing_key: skip
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	auth := func(query string, hdr ...string) int {
+		resp, _ := e.get("/v1/auth"+query, hdr...)
+		return resp.StatusCode
+	}
+	if got := statuses(t, 2, func(int) int { return auth("?user=alice", "X-Team", "red") }); got != "200 429" {
+		t.Fatalf("alice: %s, want 200 429", got)
+	}
+	for i := range 20 {
+		if got := auth("?user=alice", "X-Team", "red"); got != 429 {
+			t.Fatalf("round %d: drained alice %d, want 429", i, got)
+		}
+		if got := auth(fmt.Sprintf("?user=bob%d", i), "X-Team", "red"); got != 200 {
+			t.Fatalf("round %d: a new user after alice: %d, want 200", i, got)
+		}
+		if got := auth("?user=alice", "X-Team", fmt.Sprintf("blue%d", i)); got != 200 {
+			t.Fatalf("round %d: alice of a new team: %d, want 200", i, got)
+		}
+		if got := auth(""); got != 200 {
+			t.Fatalf("round %d: no key after alice: %d, want 200 (skipped)", i, got)
+		}
+	}
+
+	take := func(key string) string {
+		resp, body := e.post("/v1/take", `{"rule":"per-user","key":"`+key+`"}`)
+		return fmt.Sprint(resp.StatusCode, body["allowed"])
+	}
+	if got := take("carol"); got != "200 true" {
+		t.Fatalf("carol's first take: %s", got)
+	}
+	for i := range 20 {
+		if got := take("carol"); got != "200 false" {
+			t.Fatalf("round %d: drained carol: %s, want 200 false", i, got)
+		}
+		if got := take(fmt.Sprintf("dave%d", i)); got != "200 true" {
+			t.Fatalf("round %d: a new key after carol: %s, want 200 true", i, got)
+		}
+	}
+}

@@ -3,10 +3,13 @@ package httpgate_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/policy"
@@ -351,3 +354,93 @@ rules:
 }
 
 var _ = http.StatusOK
+
+// Attack: calling forward auth directly, past the front proxy. With
+// api_token_env set, /v1/auth wants X-Sluice-Token, which the front proxy
+// adds; the Authorization header is the client's own and opens nothing,
+// even when it carries the API token.
+func TestAttackForwardAuthNeedsToken(t *testing.T) {
+	e := newClosedEnv(t, closedPolicy)
+	for _, hdr := range [][]string{
+		nil,
+		{"X-Sluice-Token", "wrong-token-0123456789abcdef"},
+		{"X-Sluice-Token", ""},
+		{"Authorization", "Bearer " + apiToken},
+	} {
+		resp, m := e.get("/v1/auth", hdr...)
+		wantUnauthorized(t, "auth with "+strings.Join(hdr, ": "), resp, m)
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Fatalf("refused calls created %d keys", n)
+	}
+	// Health stays open, for load balancers and probes.
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if resp, _ := e.get(p); resp.StatusCode != 200 {
+			t.Errorf("%s: %d", p, resp.StatusCode)
+		}
+	}
+}
+
+// The token for forward auth travels beside the client's Authorization
+// header, so JWT rules still read the client's own token.
+func TestForwardAuthTokenKeepsClientJWT(t *testing.T) {
+	const secret = "test-secret-0123456789abcdef0123456789"
+	t.Setenv("SLUICE_JWT_SECRET", secret)
+	e := newClosedEnv(t, `
+api_token_env: `+apiTokenEnv+`
+jwt: {hmac_secret_env: SLUICE_JWT_SECRET}
+rules:
+  - name: per-user
+    limit_keys: ["jwt:sub"]
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	exp := time.Now().Add(time.Hour).Unix()
+	alice := signHS256(t, secret, jwt.MapClaims{"sub": "alice", "exp": exp})
+	bob := signHS256(t, secret, jwt.MapClaims{"sub": "bob", "exp": exp})
+	status := func(tok string) int {
+		resp, _ := e.get("/v1/auth", "X-Sluice-Token", apiToken, "Authorization", "Bearer "+tok)
+		return resp.StatusCode
+	}
+	if a1, a2, b1 := status(alice), status(alice), status(bob); a1 != 200 || a2 != 429 || b1 != 200 {
+		t.Fatalf("alice %d then %d, bob %d: want 200, 429, 200 (one bucket per verified subject)", a1, a2, b1)
+	}
+}
+
+// Attack: Envoy's ext_authz path, /v1/auth/..., was served before the
+// token check and on every listener: with api_token_env set, GET
+// /v1/auth/login without the token was judged (and charged) like a front
+// proxy's call, and the decision API's own listener (api_listen), which
+// serves no forward auth, answered it too. It needs the token, and is
+// served only where /v1/auth is.
+func TestAttackForwardAuthSubpathSkipsToken(t *testing.T) {
+	e := newClosedEnv(t, closedPolicy)
+	for _, hdr := range [][]string{nil, {"X-Sluice-Token", "wrong-token-0123456789abcdef"}, {"Authorization", "Bearer " + apiToken}} {
+		for _, path := range []string{"/v1/auth/login", "/v1/auth//x", "/v1/auth/../v1/take"} {
+			req, _ := http.NewRequest("GET", e.srv.URL+path, nil)
+			req.URL.Opaque = path // as sent, not cleaned by the client
+			for i := 0; i+1 < len(hdr); i += 2 {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
+			resp, m := e.do(req)
+			wantUnauthorized(t, path+" with "+strings.Join(hdr, ": "), resp, m)
+		}
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Fatalf("refused calls created %d keys", n)
+	}
+	if resp, m := e.get("/v1/auth/login", "X-Sluice-Token", apiToken); resp.StatusCode != 200 {
+		t.Errorf("with the token: %d %v", resp.StatusCode, m)
+	}
+
+	api := httptest.NewServer(e.gate.APIHandler())
+	t.Cleanup(api.Close)
+	before := e.store.Len()
+	req, _ := http.NewRequest("GET", api.URL+"/v1/auth/login", nil)
+	req.Header.Set("X-Sluice-Token", apiToken)
+	if resp, m := e.do(req); resp.StatusCode != 404 || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("decision API listener: /v1/auth/login: %d %v", resp.StatusCode, m)
+	}
+	if n := e.store.Len(); n != before {
+		t.Errorf("the decision API listener judged a forward-auth call (%d keys, %d before)", n, before)
+	}
+}

@@ -10,14 +10,13 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/memory"
-	"github.com/sluicehq/sluice/policy"
 )
 
 // BenchmarkMiddleware measures the per-request cost of the middleware
 // (match, enforce on the memory store, headers) without the network:
 // one client, and one per request from a pool of 10000 addresses.
 func BenchmarkMiddleware(b *testing.B) {
-	p := mustPolicyB(b, `
+	p := mustPolicy(b, `
 trusted_proxies: ["192.0.2.0/24"]
 rules:
   - name: per-ip
@@ -58,7 +57,7 @@ rules:
 
 // BenchmarkRateLimitHeaders measures building the response fields alone.
 func BenchmarkRateLimitHeaders(b *testing.B) {
-	p := mustPolicyB(b, tightPolicy)
+	p := mustPolicy(b, tightPolicy)
 	g := httpgate.New(p, sluice.New(memory.New(memory.Options{})), httpgate.Options{})
 	req := httptest.NewRequest("GET", "/x", nil)
 	v, _, err := g.Check(req.Context(), p.FromHTTP(req))
@@ -76,12 +75,3 @@ type discard struct{ h http.Header }
 func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(p []byte) (int, error) { return io.Discard.Write(p) }
 func (d *discard) WriteHeader(int)             {}
-
-func mustPolicyB(b *testing.B, yaml string) *policy.Policy {
-	b.Helper()
-	p, err := policy.Parse("bench.yaml", []byte(yaml))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return p
-}

@@ -130,3 +130,11 @@ func startCaddy(t *testing.T, e *env, app *httptest.Server) (addr string, logs f
 	}, out.String)
 	return addr, out.String
 }
+
+// Attack (through a real Caddy running examples/Caddyfile): the same as
+// through nginx.
+func TestAttackCaddyForgedHeaders(t *testing.T) {
+	e := newEnv(t, "forward_auth: {proxy: caddy}\n"+loginRules)
+	addr, logs := startCaddy(t, e, newApp(t))
+	attackThroughProxy(t, e, addr, logs)
+}

@@ -30,7 +30,7 @@ import (
 // APIServer's handler).
 // bench/'s BenchmarkFrontDoor puts the same doors behind real servers.
 func BenchmarkDoor(b *testing.B) {
-	p := mustPolicyB(b, `
+	p := mustPolicy(b, `
 rules:
   - name: per-user
     limit_keys: ["header:X-User"]

@@ -33,7 +33,7 @@ func FuzzDecisionAPI(f *testing.F) {
 		f.Add(s)
 	}
 	clk := sluice.NewManualClock(sluiceEpoch)
-	g := httpgate.New(mustPolicyF(f, apiPolicy), sluice.New(memory.New(memory.Options{Clock: clk})), httpgate.Options{})
+	g := httpgate.New(mustPolicy(f, apiPolicy), sluice.New(memory.New(memory.Options{Clock: clk})), httpgate.Options{})
 	h := g.Handler()
 	f.Fuzz(func(t *testing.T, body string) {
 		for _, path := range []string{"/v1/take", "/v1/peek"} {
@@ -61,7 +61,7 @@ func FuzzForwardAuth(f *testing.F) {
 	f.Add("/%zz", "", "::1", "a,b")
 	f.Add("*", "CONNECT", "2001:db8::1", "[::1]:80")
 	f.Add("/"+string(make([]byte, 300)), "\x00", "unknown", "x:y:z")
-	g := httpgate.New(mustPolicyF(f, `
+	g := httpgate.New(mustPolicy(f, `
 trusted_proxies: ["192.0.2.0/24"]
 forward_auth: {proxy: traefik}
 rules:

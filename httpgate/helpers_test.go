@@ -3,20 +3,22 @@ package httpgate_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/lockedbuf"
-
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/internal/lockedbuf"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
@@ -48,20 +50,12 @@ func (e *env) waits() []time.Duration {
 // sluiceEpoch is where the manual clocks of the tests start.
 var sluiceEpoch = time.Unix(1_700_000_000, 0)
 
-func mustPolicyF(f *testing.F, yaml string) *policy.Policy {
-	f.Helper()
-	p, err := policy.Parse("fuzz.yaml", []byte(yaml))
-	if err != nil {
-		f.Fatalf("policy: %v", err)
-	}
-	return p
-}
-
-func mustPolicy(t *testing.T, yaml string) *policy.Policy {
-	t.Helper()
+// mustPolicy parses yaml for a test, a benchmark or a fuzz target.
+func mustPolicy(tb testing.TB, yaml string) *policy.Policy {
+	tb.Helper()
 	p, err := policy.Parse("test.yaml", []byte(yaml))
 	if err != nil {
-		t.Fatalf("policy: %v", err)
+		tb.Fatalf("policy: %v", err)
 	}
 	return p
 }
@@ -201,3 +195,122 @@ func wantHeaders(t *testing.T, h http.Header, want map[string]string) {
 		}
 	}
 }
+
+// closedPolicy guards the decision API and forward auth with a token. Its
+// per-ip rule keys forward auth by the caller's address: 127.0.0.1 here.
+const closedPolicy = `
+api_token_env: ` + apiTokenEnv + `
+admin_token_env: SLUICE_TEST_ADMIN
+rules:
+  - name: per-ip
+    limit_keys: ["ip:address"]
+    algorithm_config: {rps: 1, burst: 2}
+`
+
+// newClosedEnv serves closedPolicy, its token in the environment both when
+// the policy loads and when the gate reads it.
+func newClosedEnv(t *testing.T, yaml string) *env {
+	t.Helper()
+	t.Setenv(apiTokenEnv, apiToken)
+	e := newEnv(t, yaml)
+	e.env[apiTokenEnv] = apiToken
+	return e
+}
+
+// wantUnauthorized checks a 401 problem with a Bearer challenge.
+func wantUnauthorized(t *testing.T, what string, resp *http.Response, m map[string]any) {
+	t.Helper()
+	if resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer ") ||
+		resp.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(m["detail"].(string), "token") {
+		t.Errorf("%s: %d %v %v", what, resp.StatusCode, resp.Header, m)
+	}
+}
+
+// newApp is an upstream that accepts everything.
+func newApp(t *testing.T) *httptest.Server {
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "app: "+r.URL.Path)
+	}))
+	t.Cleanup(app.Close)
+	return app
+}
+
+// attackThroughProxy runs the forged-header and path-spelling attacks
+// through a real front proxy at addr (loginRules, forward auth).
+func attackThroughProxy(t *testing.T, e *env, addr string, logs func() string) {
+	t.Helper()
+	got := statuses(t, 5, func(i int) int {
+		resp, _ := rawRequest(t, addr, "POST", "/login", forged(i)...)
+		return resp.StatusCode
+	})
+	if got != "200 200 200 429 429" {
+		t.Fatalf("five forged POSTs to /login: %s, want 200 200 200 429 429\n%s", got, logs())
+	}
+	a := e.audit.String()
+	if n := strings.Count(a, "\n"); n == 0 || strings.Count(a, `"client_ip":"127.0.0.1"`) != n || strings.Count(a, `"path":"/login"`) != n {
+		t.Errorf("audit log: want the client 127.0.0.1 and /login only:\n%s", a)
+	}
+	// Nor does the client choose the status of its rejection.
+	if resp, _ := rawRequest(t, addr, "POST", "/login?deny_status=401"); resp.StatusCode != 429 {
+		t.Errorf("POST /login?deny_status=401: %d, want 429", resp.StatusCode)
+	}
+	// The login bucket is empty: no spelling of /login gets through.
+	for _, s := range []string{"/LOGIN", "/%6Cogin", "//login", "/x/../login", "/login;a=1", "/login/", "/Login?next=/"} {
+		if resp, body := rawRequest(t, addr, "POST", s, forged(9)...); resp.StatusCode != 429 {
+			t.Errorf("POST %s: %d %q, want 429", s, resp.StatusCode, body)
+		}
+	}
+}
+
+func newTextLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// do sends method path with a body and headers (pairs), without following
+// redirects, and returns the answer and its body.
+func do(t *testing.T, e *env, method, path, body string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// login trades the token for the session cookie through /ui?token=.
+func login(t *testing.T, e *env, token string) *http.Cookie {
+	t.Helper()
+	resp, _ := do(t, e, "GET", "/ui?token="+url.QueryEscape(token), "")
+	for _, c := range resp.Cookies() {
+		if c.Name == "sluice_ui" {
+			return c
+		}
+	}
+	t.Fatalf("no session cookie: %d %v", resp.StatusCode, resp.Header)
+	return nil
+}
+
+// statuses sends n requests built by req(i) and returns their statuses.
+func statuses(t *testing.T, n int, do func(i int) int) string {
+	t.Helper()
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprint(&b, do(i))
+	}
+	return b.String()
+}
+
+const (
+	apiTokenEnv = "SLUICE_TEST_API_TOKEN"
+	apiToken    = "api-token-0123456789abcdef"
+)

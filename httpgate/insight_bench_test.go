@@ -20,7 +20,7 @@ import (
 // and Prometheus with the live page's statistics (per-rule series and
 // both hot-key rankings), so that the difference is their cost.
 func BenchmarkMiddlewareObserved(b *testing.B) {
-	p := mustPolicyB(b, `
+	p := mustPolicy(b, `
 trusted_proxies: ["192.0.2.0/24"]
 rules:
   - name: per-ip

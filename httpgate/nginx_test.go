@@ -188,3 +188,14 @@ func getOrder(t *testing.T, addr string) (*http.Response, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
 }
+
+// Attack (through a real nginx running examples/nginx.conf): the client
+// sends every forwarding header it can think of, X-Original-URI and
+// X-Real-IP included, and spells /login every other way. nginx replaces
+// or drops them, and sluice reads only nginx's: three logins per client,
+// then 429s, with the client's real address.
+func TestAttackNginxForgedHeaders(t *testing.T) {
+	e := newEnv(t, "forward_auth: {proxy: nginx}\n"+loginRules)
+	addr, logs := startNginx(t, e, newApp(t))
+	attackThroughProxy(t, e, addr, logs)
+}

@@ -9,13 +9,16 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/internal/lockedbuf"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/metrics"
 )
@@ -227,5 +230,191 @@ func TestMiddleware(t *testing.T) {
 	clk.Advance(time.Second)
 	if resp, _ := http.Get(srv.URL + "/"); resp.StatusCode != 200 {
 		t.Errorf("after a second: %d", resp.StatusCode)
+	}
+}
+
+// Attack: the reverse proxy passed the client's X-Real-IP (and the like)
+// on, so an upstream that believes its proxy's X-Real-IP took the
+// client's word for its address; and its 502 told the client the
+// upstream's internal address.
+func TestAttackReverseProxyHeadersAndErrors(t *testing.T) {
+	var mu sync.Mutex
+	var seen http.Header
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-r.Context().Done()
+			return
+		}
+		mu.Lock()
+		seen = r.Header.Clone()
+		mu.Unlock()
+	}))
+	t.Cleanup(app.Close)
+	e := newEnv(t, `
+rules:
+  - name: global
+    algorithm_config: {rps: 100, burst: 100}
+`)
+	logs := &lockedbuf.Buffer{}
+	opts := httpgate.ProxyOptions{Logger: newTextLogger(logs)}
+	upURL, _ := url.Parse(app.URL)
+	proxy := httptest.NewServer(e.gate.Proxy(upURL, opts))
+	t.Cleanup(proxy.Close)
+
+	req, _ := http.NewRequest("GET", proxy.URL+"/x", nil)
+	h := forged(0)
+	for j := 0; j+1 < len(h); j += 2 {
+		req.Header.Set(h[j], h[j+1])
+	}
+	for _, name := range []string{"True-Client-IP", "X-Client-IP", "CF-Connecting-IP", "X-Forwarded-Port", "X-Forwarded-Server", "X-Forwarded-Prefix"} {
+		req.Header.Set(name, "198.18.0.99")
+	}
+	resp, _ := e.do(req)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	mu.Lock()
+	for _, name := range []string{"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Cf-Connecting-Ip", "X-Forwarded-Port", "X-Forwarded-Server",
+		"X-Forwarded-Prefix", "X-Forwarded-Uri", "X-Forwarded-Method", "X-Original-Uri", "X-Original-Url", "X-Original-Method", "X-Original-Host", "Forwarded"} {
+		if v := seen.Get(name); v != "" {
+			t.Errorf("the upstream got the client's %s: %q", name, v)
+		}
+	}
+	// The proxy's own forwarding headers: the socket peer (untrusted), the
+	// host the client asked for.
+	if xff, xfh := seen.Get("X-Forwarded-For"), seen.Get("X-Forwarded-Host"); xff != "127.0.0.1" || xfh == "" {
+		t.Errorf("X-Forwarded-For %q, X-Forwarded-Host %q", xff, xfh)
+	}
+	mu.Unlock()
+
+	// An unreachable upstream: 502, "upstream unreachable", no address.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := ln.Addr().String()
+	ln.Close()
+	dead, _ := url.Parse("http://" + deadAddr)
+	bad := httptest.NewServer(e.gate.Proxy(dead, httpgate.ProxyOptions{Logger: newTextLogger(logs), DialTimeout: time.Second}))
+	t.Cleanup(bad.Close)
+	r2, body := rawRequest(t, strings.TrimPrefix(bad.URL, "http://"), "GET", "/x")
+	if r2.StatusCode != 502 || !strings.Contains(body, `"detail":"upstream unreachable"`) || strings.Contains(body, "127.0.0.1") || strings.Contains(body, "dial") {
+		t.Errorf("dead upstream: %d %s", r2.StatusCode, body)
+	}
+	// A slow one: 504, "upstream timed out".
+	slow := httptest.NewServer(e.gate.Proxy(upURL, httpgate.ProxyOptions{Logger: newTextLogger(logs), ResponseHeaderTimeout: 50 * time.Millisecond}))
+	t.Cleanup(slow.Close)
+	r3, body := rawRequest(t, strings.TrimPrefix(slow.URL, "http://"), "GET", "/slow")
+	if r3.StatusCode != 504 || !strings.Contains(body, `"detail":"upstream timed out"`) || strings.Contains(body, "127.0.0.1") {
+		t.Errorf("slow upstream: %d %s", r3.StatusCode, body)
+	}
+	// The operator still learns what happened.
+	if l := logs.String(); !strings.Contains(l, deadAddr) || !strings.Contains(l, "upstream timed out") {
+		t.Errorf("the log lacks the upstream errors:\n%s", l)
+	}
+}
+
+// Attack: a request whose cost a limit can never grant (max_tokens 400000
+// on a burst of 300000) was answered 429 with Retry-After: 1, so a client
+// that obeys it retried forever. Through the proxy, the middleware and
+// forward auth it is a 422 problem naming the limit, as /v1/take answers
+// it, with no Retry-After, and nothing reaches the upstream or is charged.
+func TestAttackCostNeverGrantedIsNot429(t *testing.T) {
+	var hits atomic.Int64
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	t.Cleanup(app.Close)
+	e := newEnv(t, `
+rules:
+  - name: llm-tokens
+    limit_keys: ["header:x-api-key"]
+    match: { path_prefix: /v1/chat/completions }
+    algorithm_config:
+      rate: 300000
+      period: 1m
+      capacity: 300000
+      cost_source: "body:max_tokens"
+      default_cost: 8000
+  - name: by-header
+    limit_keys: ["header:x-api-key"]
+    algorithm_config: {rps: 10, burst: 300000, cost_source: "header:X-Cost"}
+`)
+	upURL, _ := url.Parse(app.URL)
+	proxy := httptest.NewServer(e.gate.Proxy(upURL, httpgate.ProxyOptions{}))
+	t.Cleanup(proxy.Close)
+	mw := httptest.NewServer(httpgate.Middleware(e.gate.Policy(), e.gate.Limiter(), httpgate.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })))
+	t.Cleanup(mw.Close)
+
+	check := func(door string, req *http.Request, want int) {
+		t.Helper()
+		resp, body := e.do(req)
+		if resp.StatusCode != want || resp.Header.Get("Retry-After") != "" || resp.Header.Get("X-Sluice-Reason") != "cost_exceeds_limit" ||
+			!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+			t.Errorf("%s: %d, Retry-After %q, reason %q, %s; want %d, no Retry-After, cost_exceeds_limit, a problem",
+				door, resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("X-Sluice-Reason"), resp.Header.Get("Content-Type"), want)
+		}
+		if names, _ := body["violated-policies"].([]any); len(names) == 0 || !strings.Contains(fmt.Sprint(body["detail"]), "can never") {
+			t.Errorf("%s: problem %v, want the limit named and why", door, body)
+		}
+	}
+	for _, base := range []struct{ door, url string }{{"proxy", proxy.URL}, {"middleware", mw.URL}} {
+		req, _ := http.NewRequest("POST", base.url+"/v1/chat/completions", strings.NewReader(`{"max_tokens": 400000}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Api-Key", "k")
+		check(base.door+" body:max_tokens", req, http.StatusUnprocessableEntity)
+		req, _ = http.NewRequest("GET", base.url+"/h", nil)
+		req.Header.Set("X-Api-Key", "k")
+		req.Header.Set("X-Cost", "300001")
+		check(base.door+" header cost", req, http.StatusUnprocessableEntity)
+	}
+	req, _ := http.NewRequest("GET", e.srv.URL+"/v1/auth/h", nil)
+	req.Header.Set("X-Api-Key", "k")
+	req.Header.Set("X-Cost", "300001")
+	check("forward auth", req, http.StatusUnprocessableEntity)
+	// nginx passes on only the status it asks for.
+	req, _ = http.NewRequest("GET", e.srv.URL+"/v1/auth/h?deny_status=403", nil)
+	req.Header.Set("X-Api-Key", "k")
+	req.Header.Set("X-Cost", "300001")
+	check("forward auth, deny_status=403", req, http.StatusForbidden)
+	if n := hits.Load(); n != 0 {
+		t.Errorf("%d requests reached the upstream", n)
+	}
+	// Nothing was charged: the whole burst is still there.
+	req, _ = http.NewRequest("GET", proxy.URL+"/h", nil)
+	req.Header.Set("X-Api-Key", "k")
+	req.Header.Set("X-Cost", "300000")
+	if resp, _ := e.do(req); resp.StatusCode != 200 {
+		t.Errorf("a cost of the whole burst after the refusals: %d, want 200", resp.StatusCode)
+	}
+}
+
+// Attack: the upstream behind sluice's reverse proxy reads the operator's
+// session. Browsers send a host's cookies to all of its ports, so an
+// operator who uses the proxied application on the same host hands it
+// the session cookie; the proxy drops it and passes the others.
+func TestAttackProxyForwardsSessionCookie(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Values("Cookie")...)
+		mu.Unlock()
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	g := httpgate.New(mustPolicy(t, "rules:\n  - name: all\n    algorithm_config: {rps: 1000, burst: 1000}\n"), sluice.New(memory.New(memory.Options{})), httpgate.Options{})
+	front := httptest.NewServer(g.Proxy(u, httpgate.ProxyOptions{}))
+	defer front.Close()
+	req, _ := http.NewRequest("GET", front.URL+"/app", nil)
+	req.Header.Add("Cookie", "app=1; sluice_ui=123.session; theme=dark")
+	req.Header.Add("Cookie", "sluice_ui=again")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(got, "; ") != "app=1; theme=dark" {
+		t.Errorf("the upstream got cookies %q", got)
 	}
 }

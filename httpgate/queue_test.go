@@ -9,10 +9,12 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/memory"
@@ -415,4 +417,106 @@ func TestAttackQueueHogLeavesOtherKeysPlaces(t *testing.T) {
 			t.Fatalf("a held request: %+v", r)
 		}
 	}
+}
+
+// Attack: a queue of held requests makes every request wait; if that wait
+// counted as the upstream's latency, shaping itself would read as a slow
+// upstream and collapse the rate (and a client could lengthen the queue
+// on purpose to that end). The latency is measured from when the request
+// leaves the queue.
+func TestAttackQueueWaitIsNotUpstreamLatency(t *testing.T) {
+	clk := sluice.NewManualClock(sluiceEpoch)
+	m := metrics.New(prometheus.NewRegistry())
+	lim := sluice.NewWithOptions(m.InstrumentStore(memory.New(memory.Options{Clock: clk})), sluice.Options{Clock: clk})
+	g := httpgate.New(mustPolicy(t, `rules:
+  - name: paced
+    algorithm: leaky_bucket
+    algorithm_config:
+      rps: 10
+      max_delay: 10s
+      adaptive: {min: 1, max: 20, target_latency: 20ms, error_ratio: 0}
+`), lim, httpgate.Options{
+		Metrics: m,
+		Logger:  slog.New(slog.NewTextHandler(t.Output(), nil)),
+		// Each held request waits its turn on the test's clock.
+		Delay: func(_ context.Context, d time.Duration) error { clk.Advance(d); return nil },
+	})
+	srv := serve(t, g.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	// Every request but the first waits its turn: 1/rate, at least 50ms,
+	// more than twice the target.
+	for range 5 {
+		for range 20 {
+			if resp := srv.get(t, "/"); resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+		}
+	}
+	if got := g.AdaptiveRates()[0].Rate; got < 10 {
+		t.Fatalf("rate %v: the queue's own wait was taken for a slow upstream", got)
+	}
+}
+
+// Attack: a flood of concurrent requests into a shaping rule holds one
+// goroutine and one connection each for as long as its turn is away. At
+// most max_queued are held; every other is refused at once, charged
+// nothing, however they race for the last places.
+func TestAttackQueueFlood(t *testing.T) {
+	h := newHolding(t, strings.Replace(shapedPolicy, "max_queued: 3", "max_queued: 4", 1))
+	<-h.send(context.Background()) // the bucket's one request: no wait
+	const flood = 24
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for range flood {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := <-h.send(context.Background())
+			mu.Lock()
+			defer mu.Unlock()
+			if r == nil {
+				codes[0]++
+				return
+			}
+			codes[r.StatusCode]++
+			if r.StatusCode == 429 && r.Header.Get("X-Sluice-Reason") != "queue_full" {
+				codes[-1]++
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	// Exactly four reach their wait; the twenty others are refused
+	// without waiting for the held ones.
+	var waits []time.Duration
+	for range 4 {
+		waits = append(waits, h.wait(t))
+	}
+	for {
+		mu.Lock()
+		refused := codes[429]
+		mu.Unlock()
+		if refused == flood-4 {
+			break
+		}
+		select {
+		case d := <-h.entered:
+			t.Fatalf("a fifth request was held (%v)", d)
+		case <-time.After(10 * time.Millisecond): // the refusals are on their way
+		}
+	}
+	close(h.release)
+	<-done
+	if codes[200] != 4 || codes[429] != flood-4 || codes[-1] != 0 || codes[0] != 0 {
+		t.Fatalf("answers %v", codes)
+	}
+	// The refused took no turns: the held got 100..400ms, and the next
+	// request's turn is the fifth.
+	h.release = make(chan struct{})
+	c := h.send(context.Background())
+	if d := h.wait(t); d != 500*time.Millisecond {
+		t.Fatalf("next turn %v, want 500ms (held: %v)", d, waits)
+	}
+	close(h.release)
+	<-c
 }

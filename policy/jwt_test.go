@@ -248,3 +248,22 @@ rules:
 		t.Fatalf("key %q, want %q", got, want)
 	}
 }
+
+// Attack: a bearer token without exp, once leaked (or minted for a trial),
+// carries its plan forever. Such a token yields no claims unless the jwt
+// section says require_exp: false.
+func TestAttackJWTWithoutExp(t *testing.T) {
+	t.Setenv("JWT_SECRET", testSecret)
+	forever := jwt.MapClaims{"plan": "enterprise", "sub": "u1"}
+	signed := sign(t, jwt.SigningMethodHS256, []byte(testSecret), forever)
+	for _, section := range []string{"jwt:\n  hmac_secret_env: JWT_SECRET\n", "jwt:\n  verify: false\n"} {
+		p := mustParse(t, section+tieredCfg)
+		if got := limitFor(t, p, signed); got != "api-key.free" {
+			t.Errorf("%q: a token without exp got %q, want api-key.free (no claims)", section, got)
+		}
+	}
+	p := mustParse(t, "jwt:\n  hmac_secret_env: JWT_SECRET\n  require_exp: false\n"+tieredCfg)
+	if got := limitFor(t, p, signed); got != "api-key.enterprise" {
+		t.Errorf("require_exp: false: a token without exp got %q, want api-key.enterprise", got)
+	}
+}

@@ -2,13 +2,25 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"log/slog"
+	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice"
@@ -91,5 +103,204 @@ func TestServeReferenceConfig(t *testing.T) {
 	}
 	if resp := ask(1); resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT && resp.Statuses[0].LimitRemaining != 9 {
 		t.Errorf("second call: %v", resp)
+	}
+}
+
+const envoyRule = `rules:
+  - name: per-client
+    match: {domain: edge}
+    limit_keys: ["descriptor:client"]
+    algorithm_config: {rps: 1, burst: 5}
+`
+
+func askEnvoy(ctx context.Context, cc *grpc.ClientConn) (*rlspb.RateLimitResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return rlspb.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{
+		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "client", Value: "c1"}}},
+	}})
+}
+
+// Attack: the operator keeps the decision API on loopback, but the Envoy
+// service listened on every interface (":8081"), so anyone on the network
+// could charge (or refund) any bucket over gRPC. Its default address now
+// follows listen's host.
+func TestAttackGRPCListensBeyondLoopbackAPI(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "loopback.yaml")
+	if err := os.WriteFile(cfg, []byte("listen: \"127.0.0.1:0\"\n"+envoyRule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, args := range map[string][]string{
+		"listen in the file":   {"--config", cfg},
+		"--listen on the flag": {"--listen", "127.0.0.1:0"}, // the embedded default policy
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, logs := startServeArgs(t, args...)
+			addr := grpcAddr(t, logs)
+			host, _, err := net.SplitHostPort(addr)
+			if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+				t.Fatalf("the gRPC service listens on %s while the decision API is loopback-only", addr)
+			}
+			cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			if _, err := askEnvoy(context.Background(), cc); err != nil {
+				t.Fatalf("the loopback gRPC service does not answer: %v", err)
+			}
+		})
+	}
+}
+
+// pemCA is a throwaway certificate authority.
+type pemCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newCA(t *testing.T, name string) *pemCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pemCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue signs a certificate for 127.0.0.1 (a server) or a client, and
+// returns it and its key as PEM.
+func (ca *pemCA) issue(t *testing.T, serial int64, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+// startTLSEnvoy writes a CA and a server certificate next to a config
+// whose grpc_tls names them by relative paths, and runs serve on it.
+func startTLSEnvoy(t *testing.T, mutual bool) (addr string, ca *pemCA) {
+	t.Helper()
+	dir := t.TempDir()
+	ca = newCA(t, "sluice test CA")
+	cert, key := ca.issue(t, 2, x509.ExtKeyUsageServerAuth)
+	files := map[string][]byte{"tls/server.pem": cert, "tls/server-key.pem": key, "tls/clients-ca.pem": ca.pem}
+	for name, data := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tlsYAML := "grpc_tls: {cert_file: tls/server.pem, key_file: tls/server-key.pem}\n"
+	if mutual {
+		tlsYAML = "grpc_tls: {cert_file: tls/server.pem, key_file: tls/server-key.pem, client_ca_file: tls/clients-ca.pem}\n"
+	}
+	cfg := filepath.Join(dir, "envoy.yaml")
+	if err := os.WriteFile(cfg, []byte("grpc_listen: \"127.0.0.1:0\"\n"+tlsYAML+envoyRule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, logs := startServeArgs(t, "--listen", "127.0.0.1:0", "--config", cfg)
+	addr = grpcAddr(t, logs)
+	return addr, ca
+}
+
+func dialEnvoy(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func clientTLS(t *testing.T, trust *pemCA, cert, key []byte) credentials.TransportCredentials {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AddCert(trust.cert)
+	c := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		pair, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Presented whatever CAs the server names, as an attacker would.
+		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }
+	}
+	return credentials.NewTLS(c)
+}
+
+// Attack: a caller without a client certificate (or with one from
+// another CA) reaches a service configured for mutual TLS and charges
+// buckets. Only certificates from client_ca_file are served.
+func TestAttackGRPCMutualTLSWithoutClientCert(t *testing.T) {
+	addr, ca := startTLSEnvoy(t, true)
+	ctx := context.Background()
+
+	if _, err := askEnvoy(ctx, dialEnvoy(t, addr, insecure.NewCredentials())); err == nil {
+		t.Error("a plaintext client was served by a TLS-only service")
+	}
+	if _, err := askEnvoy(ctx, dialEnvoy(t, addr, clientTLS(t, ca, nil, nil))); err == nil {
+		t.Error("a client without a certificate was served under mutual TLS")
+	}
+	stranger := newCA(t, "another CA")
+	sc, sk := stranger.issue(t, 3, x509.ExtKeyUsageClientAuth)
+	if _, err := askEnvoy(ctx, dialEnvoy(t, addr, clientTLS(t, ca, sc, sk))); err == nil {
+		t.Error("a client certificate from another CA was accepted")
+	}
+	cc, ck := ca.issue(t, 4, x509.ExtKeyUsageClientAuth)
+	resp, err := askEnvoy(ctx, dialEnvoy(t, addr, clientTLS(t, ca, cc, ck)))
+	if err != nil {
+		t.Fatalf("a client with a certificate from client_ca_file was refused: %v", err)
+	}
+	if resp.OverallCode != rlspb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 4 {
+		t.Errorf("answer over mutual TLS: %v", resp)
+	}
+}
+
+// Attack: with grpc_tls configured, a plaintext client (which an
+// attacker on the path could be, or impersonate) is still served. Over
+// TLS without client_ca_file any TLS client is served.
+func TestAttackGRPCPlaintextToTLSService(t *testing.T) {
+	addr, ca := startTLSEnvoy(t, false)
+	ctx := context.Background()
+	if _, err := askEnvoy(ctx, dialEnvoy(t, addr, insecure.NewCredentials())); err == nil {
+		t.Error("a plaintext client was served by a TLS service")
+	}
+	if _, err := askEnvoy(ctx, dialEnvoy(t, addr, clientTLS(t, ca, nil, nil))); err != nil {
+		t.Errorf("a TLS client was refused: %v", err)
 	}
 }

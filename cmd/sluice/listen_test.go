@@ -8,24 +8,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// writePolicy writes a policy file for serve and returns its path.
-func writePolicy(t *testing.T, yaml string) string {
-	t.Helper()
-	cfg := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // slowConns opens n connections to addr and sends each only what the
 // attack sends: a request cut short in its headers or in its body.

@@ -1,0 +1,101 @@
+package httpgate_test
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Attack: with a cost read from the request body, a client pays less than
+// its request is worth by hiding the field where a partial read misses it
+// or an upstream reads another: a body longer than what is read (a small
+// max_tokens up front, padding after), a key given twice (the reader
+// takes one, the upstream the other), or a body that is not quite JSON.
+// Each costs at least default_cost, as a body without the field does; and
+// the upstream reads every body whole.
+func TestAttackBodyCostEvasion(t *testing.T) {
+	e := newLLMEnv(t, llmPolicy)
+	pad := strings.Repeat(" ", policy.CostBodyLimit)
+	cases := []struct {
+		name, body string
+		want       float64
+	}{
+		{"a body past the limit", `{"max_tokens": 1, "messages": [` + pad + `]}`, 4000},
+		{"a key given twice", `{"max_tokens": 1, "max_tokens": 9000}`, 9000},
+		{"a key given twice, small last", `{"max_tokens": 9000, "max_tokens": 1}`, 9000},
+		{"two JSON values", `{"max_tokens": 1} {"max_tokens": 9000}`, 4000},
+		{"no field", `{"model": "m"}`, 4000},
+	}
+	for i, c := range cases {
+		key := fmt.Sprintf("k%d", i)
+		status, _ := call(t, e.proxy, "/v1/c", c.body, "X-Api-Key", key)
+		if status != 200 {
+			t.Fatalf("%s: %d", c.name, status)
+		}
+		if got := 10000 - e.level("tokens", key); got != c.want {
+			t.Errorf("%s: charged %v, want %v", c.name, got, c.want)
+		}
+	}
+	// The long body again, of no declared length (chunked): read up to
+	// the limit, found longer, not parsed.
+	req, _ := http.NewRequest("POST", e.proxy.URL+"/v1/c", io.MultiReader(strings.NewReader(cases[0].body)))
+	req.Header.Set("X-Api-Key", "chunked")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("chunked: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	<-e.proxy.done
+	if got := 10000 - e.level("tokens", "chunked"); got != 4000 {
+		t.Errorf("a chunked body past the limit: charged %v, want 4000", got)
+	}
+	if want := fmt.Sprintf("%x", sha256.Sum256([]byte(cases[0].body))); e.up.bodies[0] != want || e.up.bodies[len(e.up.bodies)-1] != want {
+		t.Error("the upstream did not read the long bodies whole")
+	}
+	for i, sum := range e.up.bodies {
+		if len(sum) != 64 {
+			t.Fatalf("request %d: the upstream did not read its body", i)
+		}
+	}
+}
+
+// Attack: many clients send large bodies at once to a rule that reads the
+// cost from the body, to make the server hold them all in memory. The
+// bodies held at once are bounded (Options.BodyMemory); a request beyond
+// it is not read for its cost and pays default_cost, its body streamed to
+// the upstream unread.
+func TestAttackBodyMemory(t *testing.T) {
+	clk := sluice.NewManualClock(sluiceEpoch)
+	lim := sluice.NewWithOptions(memory.New(memory.Options{Clock: clk}), sluice.Options{Clock: clk})
+	// The upstream states no usage: each request is charged its estimate
+	// (unsettled_cost is below every one), which shows what was read.
+	p := mustPolicy(t, strings.Replace(llmPolicy, "unsettled_cost: 2000", "unsettled_cost: 1", 1))
+	up := newLLMUpstream(t)
+	upURL, _ := url.Parse(up.URL)
+	g := httpgate.New(p, lim, httpgate.Options{BodyMemory: 100, Logger: slog.New(slog.DiscardHandler)})
+	proxy := serve(t, g.Proxy(upURL, httpgate.ProxyOptions{}))
+	small := `{"max_tokens": 7}`
+	large := `{"max_tokens": 7, "pad": "` + strings.Repeat("x", 200) + `"}`
+	call(t, proxy, "/v1/c", small, "X-Api-Key", "a")
+	call(t, proxy, "/v1/c", large, "X-Api-Key", "b")
+	if got := 10000 - conformance.Level(t, lim, p.Limit("tokens"), "a"); got != 7 {
+		t.Errorf("a body within the memory bound: charged %v, want 7", got)
+	}
+	if got := 10000 - conformance.Level(t, lim, p.Limit("tokens"), "b"); got != 4000 {
+		t.Errorf("a body beyond the memory bound: charged %v, want default_cost 4000", got)
+	}
+	if up.bodies[1] == "" {
+		t.Error("the upstream did not get the large body")
+	}
+}

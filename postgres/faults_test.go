@@ -55,7 +55,7 @@ func TestAttackLockedRowFailsAtLockTimeout(t *testing.T) {
 		t.Fatalf("lock_timeout on the store's connections: %q, %v; want 1s (a quarter of %v)", setting, err, timeout)
 	}
 
-	lim := sluice.MustLimit(sluice.Spec{Name: "locked", TokensPerSecond: 1e6, Burst: 1e6})
+	lim := sluice.MustLimit(sluice.Spec{Name: "locked", Rate: 1, Period: time.Hour, Capacity: 100})
 	take := func() (time.Duration, error) {
 		start := time.Now()
 		_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
@@ -90,6 +90,22 @@ func TestAttackLockedRowFailsAtLockTimeout(t *testing.T) {
 	}
 	if opens, state, errs := obs.opens.Load(), obs.state.Load(), obs.errors.Load(); opens != 1 || state != 1 || errs != 4 {
 		t.Fatalf("observer: %d openings, state %d, %d errors; want 1, 1 (open), 4 (3 lock waits and the refusal)", opens, state, errs)
+	}
+	// A take that failed on the lock was cancelled by the server with its
+	// statement: it charged nothing, unlike a timed-out take on Redis.
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	peeker, err := postgres.New(ctx, s.Pool(), postgres.Options{HousekeepingInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peeker.Close()
+	d, err := peeker.Take(ctx, sluice.OpPeek, sluice.Request{Limit: lim, Key: "k"})
+	// One token taken before the lock; the peek reports what would remain
+	// after its own cost of 1.
+	if err != nil || d.Remaining != 98 {
+		t.Fatalf("after the failed takes: %+v, %v; want 98 remaining (only the first take charged)", d, err)
 	}
 }
 

@@ -91,11 +91,12 @@ func (g *Gate) controller(ctx context.Context, name string, cfg *adaptive.Config
 	}
 	ctl = adaptive.NewController(name, cfg, sharedValues(g.lim.Store()), now)
 	ctl.OnChange = func(rate float64) {
-		g.shapingMetrics().AdaptiveRate(name, rate/ctl.Config().Per.Seconds())
+		c := ctl.Config()
+		g.shapingMetrics().AdaptiveRate(name, rate/c.Per.Seconds(), c.Min/c.Per.Seconds())
 	}
 	g.shaping.controllers[name] = ctl
 	g.shaping.mu.Unlock()
-	g.shapingMetrics().AdaptiveRate(name, ctl.Rate()/cfg.Per.Seconds())
+	g.shapingMetrics().AdaptiveRate(name, ctl.Rate()/cfg.Per.Seconds(), cfg.Min/cfg.Per.Seconds())
 	if err := ctl.Sync(ctx, now); err != nil {
 		g.opts.Logger.Warn("adaptive rate: starting from this process's own", "limit", name, "err", err)
 	}

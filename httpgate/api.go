@@ -240,13 +240,13 @@ func tokenMatches(got, want string) bool {
 var readyProbe = sluice.MustLimit(sluice.Spec{Name: "sluice-readyz", TokensPerSecond: 1, Burst: 1})
 
 func (g *Gate) ready(w http.ResponseWriter, r *http.Request) {
-	if g.draining.Load() {
-		badRequest(w, http.StatusServiceUnavailable, "shutting down")
-		return
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
-	if _, err := g.lim.Peek(ctx, sluice.Request{Limit: readyProbe, Key: "probe"}); err != nil {
+	if err := g.Ready(ctx); err != nil {
+		if errors.Is(err, errDraining) {
+			badRequest(w, http.StatusServiceUnavailable, "shutting down")
+			return
+		}
 		// The store's error names its address: it goes to the log.
 		g.storeLog.Log(g.opts.Logger, readyProbe.Name(), "probe", err, false)
 		badRequest(w, http.StatusServiceUnavailable, "the store did not answer (the error is in the server's log)")
@@ -254,6 +254,21 @@ func (g *Gate) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ready\n")
+}
+
+// errDraining is Ready's answer once Drain was called.
+var errDraining = errors.New("shutting down")
+
+// Ready is what /readyz answers: nil when the server is not shutting
+// down and the store answers a peek within ctx.
+func (g *Gate) Ready(ctx context.Context) error {
+	if g.draining.Load() {
+		return errDraining
+	}
+	if _, err := g.lim.Peek(ctx, sluice.Request{Limit: readyProbe, Key: "probe"}); err != nil {
+		return fmt.Errorf("readiness probe: %w", err)
+	}
+	return nil
 }
 
 // decodeBody reads a JSON body into v strictly: bounded size, no unknown

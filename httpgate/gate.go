@@ -69,7 +69,8 @@ type Metrics interface {
 // traffic: adaptive rates and held requests. A *metrics.Metrics does;
 // a Metrics that does not leaves them uncounted.
 type ShapingMetrics interface {
-	AdaptiveRate(rule string, perSecond float64)
+	// AdaptiveRate is the rate in force and its floor (the limit's min).
+	AdaptiveRate(rule string, perSecond, minPerSecond float64)
 	Queued(rule string, n int64)
 	QueueDelay(rule string, d time.Duration)
 }
@@ -77,9 +78,9 @@ type ShapingMetrics interface {
 // noShaping counts nothing.
 type noShaping struct{}
 
-func (noShaping) AdaptiveRate(string, float64)     {}
-func (noShaping) Queued(string, int64)             {}
-func (noShaping) QueueDelay(string, time.Duration) {}
+func (noShaping) AdaptiveRate(string, float64, float64) {}
+func (noShaping) Queued(string, int64)                  {}
+func (noShaping) QueueDelay(string, time.Duration)      {}
 
 // shapingMetrics is where adaptive rates and queues are counted.
 func (g *Gate) shapingMetrics() ShapingMetrics {

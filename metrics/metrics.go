@@ -206,6 +206,28 @@ func (m *Metrics) WatchKeys(store sluice.Store) {
 	}, func() float64 { return float64(lener.Len()) }))
 }
 
+// WatchReady exports sluice_ready: 1 when ready answers nil, 0 when it
+// answers an error, asked at every gather with a deadline of timeout.
+// /readyz is what a load balancer sees; the gauge lets an alert see the
+// same answer over time (a process that stays unready while it still
+// answers scrapes: a store it cannot reach, a drain that never ends).
+func (m *Metrics) WatchReady(ready func(context.Context) error, timeout time.Duration) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_ready",
+		Help: "1 when /readyz would answer 200 (not shutting down, the store answers), else 0.",
+	}, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if ready(ctx) != nil {
+			return 0
+		}
+		return 1
+	}))
+}
+
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})

@@ -41,3 +41,55 @@ func (cs collectors) Collect(ch chan<- prometheus.Metric) {
 		c.Collect(ch)
 	}
 }
+
+// PostgresObserver is the PostgreSQL store's metrics: a postgres.Observer
+// (give it as postgres.Options.Observer) that counts what the store tells
+// it, and a prometheus.Collector of those counts, to register on the
+// server's registry. One store per observer: a registry takes one of
+// them.
+type PostgresObserver struct {
+	errors       prometheus.Counter
+	breakerOpens prometheus.Counter
+	breakerState prometheus.Gauge
+}
+
+// NewPostgresObserver returns a PostgresObserver with every count at zero.
+func NewPostgresObserver() *PostgresObserver {
+	return &PostgresObserver{
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_postgres_store_errors_total",
+			Help: "Calls to PostgreSQL that failed (errors, timeouts, lock waits past lock_timeout, or refused by the open circuit breaker).",
+		}),
+		breakerOpens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_postgres_breaker_opens_total",
+			Help: "Times the PostgreSQL store's circuit breaker opened.",
+		}),
+		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_postgres_breaker_state",
+			Help: "The PostgreSQL store's circuit breaker state: 0 closed, 1 open, 2 probing.",
+		}),
+	}
+}
+
+// StoreError implements postgres.Observer.
+func (o *PostgresObserver) StoreError() { o.errors.Inc() }
+
+// BreakerChanged implements postgres.Observer.
+func (o *PostgresObserver) BreakerChanged(state int32, opened bool) {
+	o.breakerState.Set(float64(state))
+	if opened {
+		o.breakerOpens.Inc()
+	}
+}
+
+func (o *PostgresObserver) all() collectors {
+	return collectors{o.errors, o.breakerOpens, o.breakerState}
+}
+
+// Describe implements prometheus.Collector.
+func (o *PostgresObserver) Describe(ch chan<- *prometheus.Desc) { o.all().Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (o *PostgresObserver) Collect(ch chan<- prometheus.Metric) { o.all().Collect(ch) }
+
+var _ prometheus.Collector = (*PostgresObserver)(nil)

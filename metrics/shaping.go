@@ -10,6 +10,7 @@ import (
 // upstream: the adaptive rates and the queues of held requests.
 type shaping struct {
 	rate       *prometheus.GaugeVec
+	minRate    *prometheus.GaugeVec
 	queued     *prometheus.GaugeVec
 	queueDelay *prometheus.HistogramVec
 }
@@ -19,6 +20,13 @@ func newShaping(reg *prometheus.Registry) *shaping {
 		rate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_adaptive_rate",
 			Help: "The current rate of an adaptive limit, in tokens per second, by limit (a rule, or RULE.TIER).",
+		}, []string{"rule"}),
+		// The floor beside the rate: an alert on a rate pinned to its
+		// floor (the upstream keeps failing its target) needs no copy
+		// of the policy's bounds.
+		minRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_adaptive_min_rate",
+			Help: "The floor of an adaptive limit's rate (its min), in tokens per second, by limit (a rule, or RULE.TIER).",
 		}, []string{"rule"}),
 		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_queued",
@@ -30,17 +38,18 @@ func newShaping(reg *prometheus.Registry) *shaping {
 			Buckets: []float64{0, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"rule"}),
 	}
-	reg.MustRegister(s.rate, s.queued, s.queueDelay)
+	reg.MustRegister(s.rate, s.minRate, s.queued, s.queueDelay)
 	return s
 }
 
-// AdaptiveRate records the current rate of the adaptive limit rule, in
-// tokens per second.
-func (m *Metrics) AdaptiveRate(rule string, perSecond float64) {
+// AdaptiveRate records the current rate of the adaptive limit rule and
+// its floor, in tokens per second.
+func (m *Metrics) AdaptiveRate(rule string, perSecond, minPerSecond float64) {
 	if m == nil {
 		return
 	}
 	m.shaping.rate.WithLabelValues(rule).Set(perSecond)
+	m.shaping.minRate.WithLabelValues(rule).Set(minPerSecond)
 }
 
 // Queued records how many requests rule's queue holds now.

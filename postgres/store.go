@@ -87,6 +87,18 @@ type Options struct {
 	// the caller's transaction decides.
 	BreakerFailures int
 	BreakerBackoff  time.Duration
+	// LockTimeout bounds how long a statement waits for a row lock that
+	// another session holds (PostgreSQL's lock_timeout), so that a row
+	// locked by a long transaction fails a take with lock_not_available
+	// (55P03) early, counting toward the breaker, instead of holding it to
+	// the call's deadline. Default a quarter of Timeout; negative leaves
+	// the server's setting. Open sets it on the connections of the pool it
+	// makes, unless the URL sets lock_timeout itself; a pool given to New
+	// keeps its own (set lock_timeout in its RuntimeParams or URL).
+	LockTimeout time.Duration
+	// Observer, when set, is told of failed calls and of the circuit
+	// breaker's states, for metrics (metrics.NewPostgresObserver).
+	Observer Observer
 }
 
 // ErrBreakerOpen is returned, wrapped, while the circuit breaker keeps
@@ -216,12 +228,18 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	if opts.BreakerBackoff <= 0 {
 		opts.BreakerBackoff = 500 * time.Millisecond
 	}
+	if opts.LockTimeout == 0 {
+		opts.LockTimeout = opts.Timeout / 4
+	}
+	if opts.Observer == nil {
+		opts.Observer = noObserver{}
+	}
 	if opts.Migrate {
 		if _, err := MigratePool(ctx, pool); err != nil {
 			return nil, err
 		}
 	}
-	s := &Store{pool: pool, q: pool, opts: opts, br: breaker.ForDeadline(opts.BreakerFailures, opts.BreakerBackoff, opts.Timeout, nil), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{pool: pool, q: pool, opts: opts, br: breaker.ForDeadline(opts.BreakerFailures, opts.BreakerBackoff, opts.Timeout, opts.Observer.BreakerChanged), stop: make(chan struct{}), done: make(chan struct{})}
 	if opts.Violations == nil && opts.RecordViolations != nil {
 		v, err := NewViolationLog(pool, *opts.RecordViolations)
 		if err != nil {
@@ -241,7 +259,15 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 // settings such as pool_max_conns go in its query) and returns a Store that
 // owns the connection pool.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
-	pool, err := pgxpool.New(ctx, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres store: %w", err)
+	}
+	if v := lockTimeoutSetting(opts); v != "" && cfg.ConnConfig.RuntimeParams["lock_timeout"] == "" {
+		// A startup parameter: every connection has it, without a round trip.
+		cfg.ConnConfig.RuntimeParams["lock_timeout"] = v
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres store: %w", err)
 	}
@@ -252,6 +278,24 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	s.ownsDB = true
 	return s, nil
+}
+
+// lockTimeoutSetting is opts' lock_timeout as PostgreSQL reads it (whole
+// milliseconds, at least one: 0 would mean no bound), or "" to leave the
+// server's.
+func lockTimeoutSetting(opts Options) string {
+	d := opts.LockTimeout
+	if d == 0 {
+		t := opts.Timeout
+		if t <= 0 {
+			t = time.Second
+		}
+		d = t / 4
+	}
+	if d < 0 {
+		return ""
+	}
+	return fmt.Sprintf("%dms", max(d.Milliseconds(), 1))
 }
 
 // Close stops housekeeping and, for a store made by Open, closes the pool.
@@ -332,22 +376,25 @@ func (s *Store) guarded(ctx context.Context, call func(context.Context) error) e
 		return call(ctx)
 	}
 	if !s.br.Allow() {
+		s.opts.Observer.StoreError()
 		return ErrBreakerOpen
 	}
 	cctx, cancel := sluice.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	err := call(cctx)
-	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
 		s.br.Done(true)
 	case errors.Is(ctx.Err(), context.Canceled):
 		s.br.Abort() // the caller gave up: that says nothing of the server
 	default:
-		// The server answered (a PgError): it is there, whatever it said.
-		// Running out of time, the store's or the caller's, counts against
-		// it: the call was in its hands.
-		s.br.Done(errors.As(err, &pgErr))
+		// An error about the statement says the server is there; one
+		// that says it cannot serve now (a lock wait past lock_timeout,
+		// too many connections, a shutdown) counts against it, as does
+		// running out of time, the store's or the caller's: the call was
+		// in its hands (serverAnswered).
+		s.opts.Observer.StoreError()
+		s.br.Done(serverAnswered(err))
 	}
 	return err
 }

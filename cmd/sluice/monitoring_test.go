@@ -4,27 +4,22 @@ package main
 // sluice's metrics by name. A renamed or dropped metric would leave a
 // panel blank and an alert silent without an error anywhere, so the
 // tests read every PromQL expression of both files, take the metric
-// names out of it, and check them against what a running sluice exports
-// on the memory store and on Redis.
+// names out of it, and check them against the registry sluice serve
+// builds on the memory store, on Redis and on PostgreSQL.
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
+	"maps"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 const (
@@ -422,6 +417,11 @@ func checkGrafanaDashboard(t *testing.T, path string) {
 	}
 }
 
+// prometheusOwn are the series Prometheus itself writes for every
+// target, which an alert may read beside sluice's (a process that is
+// down exports nothing of its own).
+var prometheusOwn = map[string]bool{"up": true}
+
 // needPromtool returns promtool's path; without it the test skips, unless
 // CI=true.
 func needPromtool(t *testing.T) string {
@@ -449,7 +449,7 @@ func checkPrometheusAlerts(t *testing.T, path string) {
 			t.Errorf("%s: %v %v", q.where, ms, err)
 		}
 		for _, m := range ms {
-			if !strings.HasPrefix(m, "sluice_") {
+			if !strings.HasPrefix(m, "sluice_") && !prometheusOwn[m] {
 				t.Errorf("%s reads %s, not one of sluice's metrics", q.where, m)
 			}
 		}
@@ -479,129 +479,96 @@ func checkPromtoolTests(t *testing.T, path string) {
 	}
 }
 
-// exported scrapes /metrics and returns its metric families by type.
-func exported(t *testing.T, addr string) map[string]string {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("/metrics: %s\n%s", resp.Status, b)
-	}
-	families := map[string]string{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
-			families[f[2]] = f[3]
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return families
-}
-
 // family is the family a series name belongs to: a histogram's _bucket,
-// _sum and _count series are the histogram's.
+// _sum and _count series are the histogram's. A family whose type is ""
+// (a vector with no series yet, known from its description only) may be
+// a histogram.
 func family(name string, families map[string]string) (string, bool) {
 	if _, ok := families[name]; ok {
 		return name, true
 	}
 	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 		base, ok := strings.CutSuffix(name, suffix)
-		if typ := families[base]; ok && (typ == "histogram" || (typ == "summary" && suffix != "_bucket")) {
+		typ, known := families[base]
+		if ok && known && (typ == "histogram" || typ == "" || (typ == "summary" && suffix != "_bucket")) {
 			return base, true
 		}
 	}
 	return "", false
 }
 
-// storeOf is the store whose sluice serve exports a metric: the Redis
-// store's own, the memory store's own, or "" for every store's.
-func storeOf(name string) string {
-	switch {
-	case strings.HasPrefix(name, "sluice_redis_"):
-		return "redis"
-	case strings.HasPrefix(name, "sluice_memory_"), name == "sluice_live_keys":
-		return "memory"
-	}
-	return ""
+// deliberatelyAbsent are the families sluice serve exports that no panel
+// shows, each with why. A new metric must be put on the dashboard or
+// here.
+var deliberatelyAbsent = map[string]string{
+	// The Go runtime's and the process's collectors (client_golang's):
+	// their families follow the Go and client_golang versions, and
+	// Grafana's own Go and process dashboards show them better.
+	"go_*":      "client_golang's Go collector",
+	"process_*": "client_golang's process collector",
 }
 
-// Every metric the dashboard and the alerts read is exported by a
-// running sluice after traffic, on the memory store and on Redis (the
-// Redis store's own metrics on Redis, the memory store's on memory, the
-// others on both); and every sluice metric those two export is on the
-// dashboard, so that a new one is not forgotten there.
-func TestMonitoringMetricsExported(t *testing.T) {
-	used := monitoringMetrics(t)
-	if len(used) < 10 {
-		t.Fatalf("the dashboard and the alerts read %d metrics: %v", len(used), used)
+// listedAs reports whether name is the entry k of deliberatelyAbsent: k
+// itself, or a family under k's prefix when k ends in *.
+func listedAs(k, name string) bool {
+	if p, ok := strings.CutSuffix(k, "*"); ok {
+		return strings.HasPrefix(name, p)
 	}
-	scrapes := map[string]map[string]string{}
-	for _, store := range []string{"memory", "redis"} {
-		url := "memory://?max_keys=1000"
-		if store == "redis" {
-			url = "redis://" + redistest.Server(t) + "/0"
-		}
-		cfg := filepath.Join(t.TempDir(), "policy.yaml")
-		conf := fmt.Sprintf("store:\n  url: %q\nrules:\n  - name: tight\n    algorithm_config: {rate: 1, period: 1h, capacity: 2}\n", url)
-		if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		l, _ := startServe(t, "--config", cfg)
-		// Allowed and rejected decisions on a few keys; the second
-		// rejection of a key is the over-limit cache's on Redis.
-		rejected := 0
-		for _, key := range []string{"a", "b", "c"} {
-			for range 4 {
-				if d := take(t, l.API, `{"rule":"tight","key":"`+key+`"}`); d["allowed"] == false {
-					rejected++
-				}
-			}
-		}
-		if rejected != 6 {
-			t.Fatalf("%s: %d of 12 takes rejected, want 6 (capacity 2 per key, an hour to refill)", store, rejected)
-		}
-		scrapes[store] = exported(t, l.API)
-	}
+	return k == name
+}
 
-	var missing []string
+func absentOnPurpose(name string) bool {
+	for k := range deliberatelyAbsent {
+		if listedAs(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Every metric family sluice serve's /metrics can export, on the memory
+// store, Redis and PostgreSQL (the registry serve builds, so a vector
+// counts before it has a series: an adaptive limit's rate, a queue), is
+// on a panel of the dashboard or listed in deliberatelyAbsent; and every
+// metric the dashboard and the alerts read is one of them (or one
+// Prometheus writes itself), so that a renamed metric does not leave a
+// panel blank or an alert silent.
+func TestDashboardShowsEveryMetric(t *testing.T) {
+	used := monitoringMetrics(t)
+	exported, from := everyExportedMetric(t)
+
 	onDashboard := map[string]bool{}
+	var problems []string
 	for name, where := range used {
-		if !strings.HasPrefix(name, "sluice_") {
-			missing = append(missing, fmt.Sprintf("%s (read by %s) is not one of sluice's metrics", name, where[0]))
+		if prometheusOwn[name] {
 			continue
 		}
-		want := []string{"memory", "redis"}
-		if s := storeOf(name); s != "" {
-			want = []string{s}
+		fam, ok := family(name, exported)
+		if !ok {
+			problems = append(problems, fmt.Sprintf("%s (read by %s) is exported on no store", name, strings.Join(where, ", ")))
+			continue
 		}
-		for _, store := range want {
-			fam, ok := family(name, scrapes[store])
-			if !ok {
-				missing = append(missing, fmt.Sprintf("%s (read by %s) is not exported on the %s store", name, strings.Join(where, ", "), store))
-			}
-			for _, w := range where {
-				if !strings.HasPrefix(w, "alert ") {
-					onDashboard[fam] = true
-				}
+		for _, w := range where {
+			if !strings.HasPrefix(w, "alert ") {
+				onDashboard[fam] = true
 			}
 		}
 	}
-	sort.Strings(missing)
-	for _, m := range missing {
-		t.Error(m)
-	}
-	for store, families := range scrapes {
-		for name := range families {
-			if strings.HasPrefix(name, "sluice_") && !onDashboard[name] {
-				t.Errorf("%s, exported on the %s store, is on no panel of %s", name, store, dashboardFile)
-			}
+	for name := range exported {
+		switch {
+		case onDashboard[name] && absentOnPurpose(name):
+			problems = append(problems, fmt.Sprintf("%s is on the dashboard and listed as deliberately absent", name))
+		case !onDashboard[name] && !absentOnPurpose(name):
+			problems = append(problems, fmt.Sprintf("%s, exported on %v, is on no panel of %s and not in deliberatelyAbsent", name, from[name], dashboardFile))
 		}
+	}
+	for k := range deliberatelyAbsent {
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(exported)), func(n string) bool { return listedAs(k, n) }) {
+			problems = append(problems, fmt.Sprintf("deliberatelyAbsent lists %s, which no store exports", k))
+		}
+	}
+	sort.Strings(problems)
+	for _, p := range problems {
+		t.Error(p)
 	}
 }

@@ -83,12 +83,12 @@ func metricsSection(t *testing.T) string {
 	return section
 }
 
-// Every metric family sluice serve's /metrics can export, on each store,
-// is documented in docs/operations.md's Metrics section, with its type;
-// and every sluice_ metric the section names is one of them. The stores
-// register their own families (Redis's breaker and cache, PostgreSQL's
-// violation log), so each is opened for real.
-func TestOperationsDocListsEveryMetric(t *testing.T) {
+// everyExportedMetric is every metric family sluice serve's /metrics can
+// export on the memory store, on Redis and on PostgreSQL (each opened
+// for real: the stores register their own families), with its type
+// where gathered and the stores that export it.
+func everyExportedMetric(t *testing.T) (exported map[string]string, from map[string][]string) {
+	t.Helper()
 	pg := pgtest.ForTest(t)
 	db, err := pg.NewDatabase(pgtest.Context(t))
 	if err != nil {
@@ -99,8 +99,8 @@ func TestOperationsDocListsEveryMetric(t *testing.T) {
 		"redis":    "redis://" + redistest.Server(t),
 		"postgres": withParams(db, "sluice_migrate=true&sluice_violations=true"),
 	}
-	exported := map[string]string{} // family: its type where gathered
-	from := map[string][]string{}   // family: the stores that export it
+	exported = map[string]string{} // family: its type where gathered
+	from = map[string][]string{}   // family: the stores that export it
 	for name, url := range stores {
 		for f, typ := range servedMetrics(t, url) {
 			if typ != "" || exported[f] == "" {
@@ -109,11 +109,19 @@ func TestOperationsDocListsEveryMetric(t *testing.T) {
 			from[f] = append(from[f], name)
 		}
 	}
-	for _, want := range []string{"sluice_live_keys", "sluice_redis_breaker_state", "sluice_postgres_violations_written_total", "sluice_decisions_total"} {
+	for _, want := range []string{"sluice_live_keys", "sluice_redis_breaker_state", "sluice_postgres_violations_written_total", "sluice_decisions_total", "sluice_ready"} {
 		if _, ok := exported[want]; !ok {
 			t.Errorf("%s is not among the families found: the stores were not wired as serve wires them", want)
 		}
 	}
+	return exported, from
+}
+
+// Every metric family sluice serve's /metrics can export, on each store,
+// is documented in docs/operations.md's Metrics section, with its type;
+// and every sluice_ metric the section names is one of them.
+func TestOperationsDocListsEveryMetric(t *testing.T) {
+	exported, from := everyExportedMetric(t)
 
 	section := metricsSection(t)
 	documented := map[string]bool{}

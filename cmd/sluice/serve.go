@@ -247,6 +247,8 @@ func newServer(p *policy.Policy, rs runSettings, store sluice.Store, reg *promet
 	}
 	limits := rs.Server.WithDefaults()
 	gate := httpgate.New(p, lim, httpgate.Options{Metrics: m, Audit: audit, Logger: log, Delay: httpgate.ReserveDelay(limits.WriteTimeout), Insight: stats})
+	// The deadline of /readyz's own probe.
+	m.WatchReady(gate.Ready, time.Second)
 	return &server{Gate: gate, Limiter: lim, Metrics: m, Stats: stats, Logger: log}, closeAudit, nil
 }
 

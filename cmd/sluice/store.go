@@ -134,14 +134,24 @@ func openRedis(_ context.Context, rawURL string, reg prometheus.Registerer) (slu
 // URL may carry sluice_migrate=true (apply migrations at start),
 // sluice_key_prefix, sluice_housekeeping=30s, sluice_timeout and
 // sluice_violations=true (record every rejection in sluice_violations).
+// Its failed calls and breaker are counted by a metrics.PostgresObserver
+// registered with reg.
 func openPostgres(ctx context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error) {
 	connURL, opts, err := postgresOptions(rawURL)
 	if err != nil {
 		return nil, nil, err
 	}
+	obs := metrics.NewPostgresObserver()
+	opts.Observer = obs
 	s, err := postgres.Open(ctx, connURL, opts)
 	if err != nil {
 		return nil, nil, err
+	}
+	if reg != nil {
+		if err := reg.Register(obs); err != nil {
+			s.Close()
+			return nil, nil, fmt.Errorf("postgres store metrics: %w", err)
+		}
 	}
 	if v := s.Violations(); v != nil && reg != nil {
 		if err := reg.Register(metrics.NewViolationLogCollector(v)); err != nil {

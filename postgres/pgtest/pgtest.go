@@ -126,6 +126,21 @@ func (s *Server) Stop() {
 	os.RemoveAll(s.dir)
 }
 
+// Halt stops a cluster Start started, in fast mode (the server ends its
+// sessions with admin_shutdown, 57P01, and refuses connections after),
+// and keeps its directory for Stop: a server that went away under a
+// client. A server given by SLUICE_POSTGRES_URL is not this process's to
+// stop: Halt returns an error.
+func (s *Server) Halt() error {
+	if !s.owns {
+		return fmt.Errorf("pgtest: the server of %s is not this process's to stop", EnvURL)
+	}
+	if out, err := s.run(s.ctl, "-D", filepath.Join(s.dir, "data"), "-m", "fast", "-w", "-t", "60", "stop"); err != nil {
+		return fmt.Errorf("pgtest: pg_ctl stop: %v: %s", err, out)
+	}
+	return nil
+}
+
 var dbSeq atomic.Int64
 
 // NewDatabase creates an empty database on the server and returns its URL.

@@ -19,9 +19,11 @@ import (
 )
 
 // Two sluice processes on one Redis proxy one upstream with a concurrency
-// rule: the slots are the fleet's, not each process's.
+// rule: the slots are the fleet's, not each process's. The store's
+// deadline is one no loaded machine reaches: the test is about slots, and
+// a call that misses serve's default deadline answers 504.
 func TestServeRedisFleetConcurrency(t *testing.T) {
-	testFleetConcurrency(t, "redis://"+redistest.Server(t)+"/0")
+	testFleetConcurrency(t, "redis://"+redistest.Server(t)+"/0?timeout=1m&dial_timeout=30s&write_timeout=30s")
 }
 
 // testFleetConcurrency runs two serve processes on the store at storeURL,

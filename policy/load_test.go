@@ -55,14 +55,30 @@ func rule(extra, body string) string {
 	return "rules:\n  - name: r\n    limit_keys: []\n" + extra + "    algorithm_config:\n" + body
 }
 
+// validationCase is a file with problems and the errors it must report.
+type validationCase struct {
+	name string
+	cfg  string
+	want []string
+}
+
 func TestValidationErrors(t *testing.T) {
 	t.Setenv("EMPTY_SECRET", "")
 	t.Setenv("SHORT_SECRET", "short")
-	cases := []struct {
-		name string
-		cfg  string
-		want []string
-	}{
+	cases := append(algorithmConfigCases(), ruleAndFileCases()...)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := problems(t, tc.cfg)
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+// algorithmConfigCases are the problems of a rule's algorithm_config.
+func algorithmConfigCases() []validationCase {
+	return []validationCase{
 		{"burst below a micro-token", rule("", "      tokens_per_second: 100\n      burst: 0.0000001\n"),
 			[]string{"c.yaml:6: rules[0].algorithm_config.burst: must be at least 0.000001 (one micro-token, the least every store counts), got 1e-07"}},
 		{"burst out of range", rule("", "      rps: 10\n      burst: 1e12\n"),
@@ -126,6 +142,13 @@ func TestValidationErrors(t *testing.T) {
 			[]string{`c.yaml:3: rules[0].algorithm: unknown algorithm "gcra" (want token_bucket, fixed_window, sliding_log, leaky_bucket or concurrency)`}},
 		{"no algorithm_config", "rules:\n  - name: r\n    limit_keys: []\n",
 			[]string{"c.yaml:2: rules[0].algorithm_config: is required (or tiers)"}},
+	}
+}
+
+// ruleAndFileCases are the problems of a rule's other fields, of the
+// top-level settings and of the file as a whole.
+func ruleAndFileCases() []validationCase {
+	return []validationCase{
 		{"bad name and duplicate", "rules:\n  - name: a b\n    algorithm_config: {rps: 1, burst: 1}\n  - name: x\n    algorithm_config: {rps: 1, burst: 1}\n  - name: x\n    algorithm_config: {rps: 1, burst: 1}\n",
 			[]string{
 				`c.yaml:2: rules[0].name: "a b" must be 1 to 64 of A-Z a-z 0-9 _ . -`,
@@ -235,14 +258,6 @@ rules:
 			[]string{"c.yaml:3: rules[0].algorithm_config.rps: appears twice"}},
 		{"json with problems", "{\n\t\"rules\": [\n\t\t{\"name\": \"r\",\n\t\t \"algorithm_config\": {\"rps\": 100, \"burst\": 1e12}}\n\t]\n}\n",
 			[]string{"c.yaml:4: rules[0].algorithm_config.burst: must be at most 9007199254.740992 (2^53 micro-tokens, the most every store counts exactly), got 1e+12"}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got := problems(t, tc.cfg)
-			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
-				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
-			}
-		})
 	}
 }
 

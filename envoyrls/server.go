@@ -464,7 +464,7 @@ func (s *Server) apply(ctx context.Context, g *group, room *policy.Scratch) {
 	if len(g.ms) == 0 {
 		return
 	}
-	g.res, g.decided = room.Enforce(ctx, s.lim, g.op, g.ms, s.obs), true
+	g.res, g.decided = policy.Enforce(ctx, s.lim, g.ms, policy.Options{Op: g.op, Scratch: room, Observer: s.obs}), true
 	for i := range g.res.Results {
 		if rr := &g.res.Results[i]; rr.StoreErr != nil {
 			s.storeLog.Log(s.log, rr.Match.Request.Limit.Name(), rr.Match.Request.Key, rr.StoreErr, !rr.Decision.Allowed)

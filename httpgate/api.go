@@ -395,7 +395,7 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	}
 	// A concurrency rule's slot outlives this call: the caller releases it
 	// with /v1/release, or its lease ends.
-	v := sc.Hold(ctx, g.lim, op, ms, obs)
+	v := policy.Enforce(ctx, g.lim, ms, policy.Options{Op: op, Hold: true, Scratch: sc, Observer: obs})
 	if op == sluice.OpTake {
 		g.record(ctx, &v, in.ClientIP, r.URL.Path)
 	}

@@ -123,7 +123,7 @@ func TestAttackInputErrorIsNotAStoreFailure(t *testing.T) {
 		Request: sluice.Request{Limit: log, Key: "k", Reserve: true},
 	}
 	for i := 0; i < 3; i++ {
-		v := policy.Enforce(context.Background(), lim, sluice.OpTake, []policy.Match{m}, nil)
+		v := policy.Enforce(context.Background(), lim, []policy.Match{m}, policy.Options{})
 		if v.Allowed || v.Results[0].StoreErr != nil {
 			t.Fatalf("take %d: allowed %v, store error %v; want refused as the request's fault", i+1, v.Allowed, v.Results[0].StoreErr)
 		}

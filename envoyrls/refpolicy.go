@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // IsReferenceConfig reports whether data is in the reference server's
@@ -73,30 +74,33 @@ func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) 
 	return pol, nil
 }
 
-// Parser returns the parse function of a policy file in either format
-// (for policy.File's Parse, sluice check and simulate): sluice's own goes
-// to policy.Parse; the reference server's to ParseReferenceConfig, with
-// the store and the gRPC address that the reference server's environment
-// variables name, read through getenv (see ReferenceEnv). So an existing
-// deployment switches by pointing Envoy at sluice.
-func Parser(getenv func(string) string) func(name string, data []byte) (*policy.Policy, error) {
-	return func(name string, data []byte) (*policy.Policy, error) {
+// Parser returns the parse function of a configuration file in either
+// format (for sluice serve, check and simulate), which also returns the
+// server's settings the file gives: sluice's own goes to
+// policy.ParseConfig; the reference server's to ParseReferenceConfig, with
+// the default server settings but for the store and the gRPC address that
+// the reference server's environment variables name, read through getenv
+// (see ReferenceEnv). So an existing deployment switches by pointing Envoy
+// at sluice.
+func Parser(getenv func(string) string) func(name string, data []byte) (*policy.Policy, serverconf.Settings, error) {
+	return func(name string, data []byte) (*policy.Policy, serverconf.Settings, error) {
 		if !IsReferenceConfig(data) {
-			return policy.Parse(name, data)
+			return policy.ParseConfig(name, data)
 		}
 		p, err := ParseReferenceConfig(name, data)
 		if err != nil {
-			return nil, err
+			return nil, serverconf.Settings{}, err
 		}
+		s := serverconf.Default()
 		storeURL, grpcAddr := ReferenceEnv(getenv)
 		if storeURL != "" {
-			p.Settings.StoreURL = storeURL
+			s.StoreURL = storeURL
 		}
 		if grpcAddr != "" {
-			p.Settings.GRPCListen = grpcAddr
-			p.Settings.GRPCListenDerived = false
+			s.GRPCListen = grpcAddr
+			s.GRPCListenDerived = false
 		}
-		return p, nil
+		return p, s, nil
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // ServiceName is the gRPC service sluice answers, as Envoy names it.
@@ -59,7 +60,7 @@ type Options struct {
 	// Observer, when set, is told every rule's decision (metrics).
 	Observer policy.Observer
 	// MaxRequestBytes bounds a call's domain, keys and values together
-	// (default policy.DefaultGRPCLimits.MaxRecvBytes): a call past it is
+	// (default serverconf.DefaultGRPCLimits.MaxRecvBytes): a call past it is
 	// refused (InvalidArgument). A server given LimitOptions refuses a
 	// larger message before reading it; this holds the bound on any
 	// server.
@@ -112,7 +113,7 @@ func New(pol *policy.Policy, lim *sluice.Limiter, opts Options) *Server {
 		opts.Logger = slog.Default()
 	}
 	if opts.MaxRequestBytes <= 0 {
-		opts.MaxRequestBytes = policy.DefaultGRPCLimits.MaxRecvBytes
+		opts.MaxRequestBytes = serverconf.DefaultGRPCLimits.MaxRecvBytes
 	}
 	s := &Server{lim: lim, timeout: opts.StoreTimeout, maxReq: opts.MaxRequestBytes, clock: opts.Clock, log: opts.Logger, obs: opts.Observer, source: opts.Source}
 	s.SetPolicy(pol)

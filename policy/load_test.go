@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 const testSecret = "0123456789abcdef0123456789abcdef-test-secret"
@@ -22,6 +23,17 @@ func mustParse(t testing.TB, cfg string) *policy.Policy {
 		t.Fatalf("parse:\n%v", err)
 	}
 	return p
+}
+
+// mustServer parses cfg, or fails the test with every problem, and
+// returns the server's settings it gives.
+func mustServer(t testing.TB, cfg string) serverconf.Settings {
+	t.Helper()
+	_, s, err := policy.ParseConfig("test.yaml", []byte(cfg))
+	if err != nil {
+		t.Fatalf("parse:\n%v", err)
+	}
+	return s
 }
 
 // problems parses cfg and returns its error lines.
@@ -282,9 +294,10 @@ func TestBothSpellings(t *testing.T) {
 		})
 	}
 	// The same policy in JSON.
-	p := mustParse(t, `{"listen": ":9090", "rules": [{"name": "r", "limit_keys": ["ip:address"], "algorithm_config": {"rps": 5, "burst": 10}}]}`)
-	if p.Settings.Listen != ":9090" || p.Rule("r").Limit.Capacity() != 10 {
-		t.Fatalf("JSON policy: %+v", p.Settings)
+	const json = `{"listen": ":9090", "rules": [{"name": "r", "limit_keys": ["ip:address"], "algorithm_config": {"rps": 5, "burst": 10}}]}`
+	p := mustParse(t, json)
+	if s := mustServer(t, json); s.Listen != ":9090" || p.Rule("r").Limit.Capacity() != 10 {
+		t.Fatalf("JSON policy: %+v", s)
 	}
 }
 
@@ -320,7 +333,10 @@ func TestAlgorithms(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	p := policy.Default()
 	s := p.Settings
-	if p.Source != "embedded default" || s.Listen != ":8080" || s.GRPCListen != ":8081" || s.StoreURL != "memory://" ||
+	if srv := mustServer(t, policy.DefaultYAML); srv.Listen != ":8080" || srv.GRPCListen != ":8081" || srv.StoreURL != "memory://" {
+		t.Fatalf("default server settings: %+v", srv)
+	}
+	if p.Source != "embedded default" ||
 		s.DenyStatus != 429 || s.IPv6Prefix != 64 || strings.Join(s.Headers, ",") != "draft,trio" || s.MissingKey != policy.MissingShared {
 		t.Fatalf("defaults: %+v", p)
 	}
@@ -328,8 +344,8 @@ func TestDefaults(t *testing.T) {
 	if r == nil || r.Limit.TokensPerSecond() != 10 || r.Limit.Capacity() != 20 || r.Mode != policy.EnforceMode || r.OnStoreError != policy.AllowOnError {
 		t.Fatalf("default rule: %+v", r)
 	}
-	if q := mustParse(t, "grpc_listen: \"\"\nrules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"); q.Settings.GRPCListen != "" {
-		t.Fatalf("grpc_listen \"\" should disable the gRPC listener, got %q", q.Settings.GRPCListen)
+	if q := mustServer(t, "grpc_listen: \"\"\nrules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"); q.GRPCListen != "" {
+		t.Fatalf("grpc_listen \"\" should disable the gRPC listener, got %q", q.GRPCListen)
 	}
 }
 

@@ -1,12 +1,10 @@
 package policy_test
 
 import (
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/serverconf"
 )
 
@@ -98,26 +96,5 @@ func TestServerSettingsErrors(t *testing.T) {
 				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 			}
 		})
-	}
-}
-
-func TestBearerToken(t *testing.T) {
-	for auth, want := range map[string]string{
-		"Bearer abc":                            "abc",
-		"bearer abc":                            "abc",
-		"BEARER  abc ":                          "abc",
-		"Bearer":                                "",
-		"Bearerabc":                             "",
-		"Basic abc":                             "",
-		"":                                      "",
-		"Bearer " + strings.Repeat("a", 20<<10): "",
-	} {
-		h := http.Header{}
-		if auth != "" {
-			h.Set("Authorization", auth)
-		}
-		if got := policy.BearerToken(h); got != want {
-			t.Errorf("%.20q: %q, want %q", auth, got, want)
-		}
 	}
 }

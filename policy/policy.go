@@ -40,7 +40,6 @@ package policy
 
 import (
 	"fmt"
-	"net/http"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -80,7 +79,7 @@ type Policy struct {
 	// from a file.
 	digest [32]byte
 
-	jwt    *verifier
+	jwt    claimsVerifier
 	byName map[string]*Rule
 	limits map[string]*sluice.Limit
 
@@ -165,12 +164,6 @@ type RulesTable struct {
 	// it, else its NULL-plan row. "" when unset.
 	DefaultPlan string
 }
-
-// BearerToken returns the token of an "Authorization: Bearer" header (the
-// scheme in any case, RFC 9110 section 11.1), or "" when there is none or
-// it is longer than any token sluice reads. Every reader of bearer tokens
-// uses it, so they agree on what a bearer token is.
-func BearerToken(h http.Header) string { return bearer(h) }
 
 // ForwardAuth says which front proxy calls /v1/auth and which headers
 // carry its description of the original request (forward_auth in the

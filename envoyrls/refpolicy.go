@@ -45,10 +45,11 @@ func IsReferenceConfig(data []byte) bool {
 // the file only speaks about Envoy descriptors, so the HTTP paths limit
 // nothing. The decision API reaches each limit by name (see
 // policy.NameOnly): its rule's ("envoy.DOMAIN.N") or its rate_limit's
-// name. Its Envoy field is the file's *Reference, the Matcher a Server
-// enforcing the policy finds limits with, exactly as the reference server
-// does (see the package documentation); they are enforced with
-// policy.Enforce, like any other rule.
+// name. A Server enforcing the policy finds limits with the file's
+// *Reference, exactly as the reference server does (see the package
+// documentation), which this package keeps for the policy (the policy
+// holds nothing of Envoy's); they are enforced with policy.Enforce, like
+// any other rule.
 func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) {
 	cfg, err := parseReference(filename, data)
 	if err != nil {
@@ -70,7 +71,7 @@ func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) 
 	// The decision API and sluice simulate reach each limit by its rule
 	// name and by the file's own name for it.
 	pol := policy.NameOnly(filename, policy.Default().Settings, named)
-	pol.Envoy = cfg
+	register(pol, cfg)
 	return pol, nil
 }
 
@@ -129,8 +130,8 @@ func ReferenceEnv(getenv func(string) string) (storeURL, grpcAddr string) {
 // domains, sorted, and the limits it enforces, in file order (unlimited
 // and zero-rate entries have none). ok is false for any other policy.
 func ReferenceLimits(pol *policy.Policy) (domains []string, limits []*sluice.Limit, ok bool) {
-	cfg, ok := pol.Envoy.(*Reference)
-	if !ok {
+	cfg := referenceOf(pol)
+	if cfg == nil {
 		return nil, nil, false
 	}
 	for d := range cfg.domains {

@@ -66,12 +66,6 @@ type Policy struct {
 	// burst_seconds gives, each as "FILE:LINE: path: message". sluice
 	// check prints them.
 	Notes []string
-	// Envoy, when set, finds the limits of the Envoy rate limit service's
-	// descriptors in place of Rules: envoyrls.ParseReferenceConfig sets it
-	// to the lookup of a file in envoyproxy/ratelimit's format (an
-	// envoyrls.Matcher), and the Envoy service uses it whenever this
-	// policy is the one in force. The policy package never reads it.
-	Envoy any
 
 	// digest identifies what the policy was compiled from (its file, and
 	// the variables and key files that file names), so that a reload of

@@ -18,8 +18,8 @@ import (
 // (mutual TLS with a client CA), and returns its address and the function
 // that stops it. The service follows the HTTP gate's policy, so a reload
 // applies to Envoy's calls too; a policy read from a reference-format file
-// brings the file's descriptor lookup with it (policy.Policy.Envoy, set by
-// envoyrls.ParseReferenceConfig), which the service uses in place of rules.
+// brings the file's descriptor lookup with it (envoyrls.ParseReferenceConfig
+// keeps it for the policy), which the service uses in place of rules.
 // The grpc section bounds it (envoyrls.LimitOptions), and the listener
 // holds at most grpcMaxConns connections.
 func startEnvoy(s *server, set runSettings, ln net.Listener) (addr string, stop func()) {

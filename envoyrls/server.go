@@ -391,9 +391,8 @@ func (s *Server) respond(c *call, sc *scratch, e *engine, into *recycled) *rlspb
 	if !c.allowed {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
-	merged := policy.Verdict{Allowed: c.allowed, Results: sc.results[:0]}
-	var enfBuf [8]sluice.Decision
-	enf := enfBuf[:0]
+	parts := &sc.parts
+	parts.Reset(c.allowed)
 	for i := range c.ds {
 		st, f := &c.ds[i], &sc.found[i]
 		g := &c.groups[st.kind]
@@ -407,46 +406,26 @@ func (s *Server) respond(c *call, sc *scratch, e *engine, into *recycled) *rlspb
 		if st.kind == kindRefund {
 			continue
 		}
-		merged.Results, enf = standing(merged.Results, enf, rrs, charged, st.tooBig, now)
+		// The waits are the statuses' duration_until_reset to the second
+		// (a store failure's wait stands: it is no window's).
+		added := parts.Add(rrs, charged, st.tooBig)
+		for j := range added {
+			rr := &added[j]
+			rr.Decision.ResetAfter, rr.Decision.RetryAfter = resetOf(rr.Match.Request.Limit, rr.Decision, rr.Violated && rr.StoreErr == nil, now)
+		}
 		if f.Blocked && !f.Shadow {
-			enf = append(enf, sluice.Decision{Rule: f.Limit.GetName(), RetryAfter: resp.Statuses[i].DurationUntilReset.AsDuration()})
+			parts.AddBlocked(f.Limit.GetName(), resp.Statuses[i].DurationUntilReset.AsDuration())
 		}
 	}
-	if len(enf) > 0 {
-		merged.Overall = sluice.Combine(enf)
-		merged.Overall.Allowed = c.allowed
+	if parts.Limited() {
 		identity := "" // only a rejection's Retry-After is jittered by it
 		if !c.allowed {
 			identity = identityOf(c.req)
 		}
 		var fs [policy.MaxFields]policy.Field
-		resp.ResponseHeadersToAdd = headerValues(policy.AppendFields(fs[:0], &merged, identity, c.req.Domain, e.headers), room)
+		resp.ResponseHeadersToAdd = headerValues(parts.AppendFields(fs[:0], identity, c.req.Domain, e.headers), room)
 	}
-	sc.results = merged.Results // for the next call
 	return resp
-}
-
-// standing appends to results one descriptor's results as their buckets
-// stand after the call, and to enf the enforce-mode decisions among them.
-// Only the limits that caused a rejection are Violated, so that the
-// headers say what the statuses say, and their waits are the statuses'
-// duration_until_reset to the second (a store failure's wait stands: it
-// is no window's).
-func standing(results []policy.Result, enf []sluice.Decision, rrs []policy.Result, charged, tooBig bool, now *reading) ([]policy.Result, []sluice.Decision) {
-	for _, rr := range rrs {
-		rr.Decision = rr.Effective(charged)
-		rr.Violated = rr.Violated || (tooBig && !rr.Shadow)
-		if tooBig {
-			rr.MarkCostExceedsLimit() // no Retry-After: no wait admits it
-		}
-		rr.Decision.Allowed = !rr.Violated
-		rr.Decision.ResetAfter, rr.Decision.RetryAfter = resetOf(rr.Match.Request.Limit, rr.Decision, rr.Violated && rr.StoreErr == nil, now)
-		if !rr.Shadow {
-			enf = append(enf, rr.Decision)
-		}
-		results = append(results, rr)
-	}
-	return results, enf
 }
 
 // identityOf seeds the Retry-After jitter: the first descriptor, which

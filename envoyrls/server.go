@@ -356,10 +356,7 @@ func plan(req *rlspb.RateLimitRequest, found []Found, dsBuf *[]descState, msBuf 
 		k := st.kind
 		st.first, st.n = len(groups[k].ms), len(found[i].Limits)
 		for _, m := range found[i].Limits {
-			m.Request.Cost = st.cost
-			// Envoy has no notion of a reserved turn: it would pass at once
-			// every turn a leaky bucket or a bucket of zero capacity gives.
-			m.Request.Reserve, m.Request.NoReserve = false, true
+			ask(&m, st.cost)
 			groups[k].ms = append(groups[k].ms, m)
 		}
 	}
@@ -514,20 +511,37 @@ func appendEntries(dst []policy.DescriptorEntry, d *rlv3.RateLimitDescriptor) []
 	return dst
 }
 
+// ask sets m's request as the Server asks it: cost, and no reservation.
+// Envoy has no notion of a reserved turn: it would pass at once every
+// turn a leaky bucket or a bucket of zero capacity gives.
+func ask(m *policy.Match, cost float64) {
+	m.Request.Cost = cost
+	m.Request.Reserve, m.Request.NoReserve = false, true
+}
+
 // tooBig reports whether a cost asks more than an enforce-mode limit of
-// ms can ever hold (sluice.Request.Charge's rule).
+// ms, as the rule gives it, can ever hold (sluice.Request.Charge's rule),
+// and asks each match for cost (ask). The charge of each is computed once
+// (policy.Match.CostExceedsLimit), and the take reuses it; only a cost
+// beyond what a limit holds without a reservation is judged again with
+// the rule's own reservation, which may hold it.
 func tooBig(ms []policy.Match, cost float64) bool {
-	for _, m := range ms {
-		if m.Rule.Mode == policy.Shadow {
+	big := false
+	for j := range ms {
+		m := &ms[j]
+		asGiven := m.Request
+		asGiven.Cost = cost
+		ask(m, cost)
+		if big || m.Rule.Mode == policy.Shadow || !m.CostExceedsLimit() {
 			continue
 		}
-		r := m.Request
-		r.Cost = cost
-		if _, err := r.Charge(sluice.OpTake); errors.Is(err, sluice.ErrCostExceedsLimit) {
-			return true
+		if asGiven == m.Request {
+			big = true
+		} else if _, err := asGiven.Charge(sluice.OpTake); errors.Is(err, sluice.ErrCostExceedsLimit) {
+			big = true
 		}
 	}
-	return false
+	return big
 }
 
 // statusBlock holds one descriptor's status and its duration, so that a

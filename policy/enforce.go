@@ -31,6 +31,24 @@ type Match struct {
 	scale     float64       // AtScale's factor; 0 for none
 	queueFull bool          // QueueFull: no place in the rule's queue
 	queueRoom time.Duration // QueueFull: until the queue has room
+
+	// judged is the request that CostExceedsLimit judged as a take, with
+	// its cost in micro-tokens and its error: Enforce's take of that very
+	// request uses them rather than judging it again.
+	judged     sluice.Request
+	judgedCost int64
+	judgedErr  error
+}
+
+// CostExceedsLimit reports whether a take of m's request, as it stands,
+// asks more than its limit can ever hold (sluice.Request.Charge's rule),
+// for a caller that decides such a request apart (the Envoy service). It
+// keeps what it found in m, so that Enforce, taking m unchanged, does not
+// compute the charge again.
+func (m *Match) CostExceedsLimit() bool {
+	ch, err := m.Request.Charge(sluice.OpTake)
+	m.judged, m.judgedCost, m.judgedErr = m.Request, ch.Cost, err
+	return errors.Is(err, sluice.ErrCostExceedsLimit)
 }
 
 // Match returns the limits that apply to in, in rule order: for every rule
@@ -549,8 +567,14 @@ func (r *Result) storeFailed(err error) {
 // rejection, and judge reports true; any other problem is left for the
 // store to report.
 func (r *Result) judge(op sluice.Op) bool {
-	ch, err := r.Match.Request.Charge(op)
-	r.cost = ch.Cost
+	var err error
+	if m := &r.Match; op == sluice.OpTake && m.judged.Limit != nil && m.judged == m.Request {
+		r.cost, err = m.judgedCost, m.judgedErr
+	} else {
+		var ch sluice.Charge
+		ch, err = m.Request.Charge(op)
+		r.cost = ch.Cost
+	}
 	if !errors.Is(err, sluice.ErrCostExceedsLimit) {
 		return false
 	}

@@ -578,38 +578,9 @@ func (s *Server) status(st *descState, f *Found, rrs []policy.Result, charged bo
 	}
 	// The rule that speaks for the descriptor: a rejecting one, else the one
 	// closest to rejecting; enforce-mode rules before shadow ones.
-	var enfBuf, shadowBuf [4]sluice.Decision
-	var eiBuf, siBuf [4]int
-	enf, shadow, ei, si := enfBuf[:0], shadowBuf[:0], eiBuf[:0], siBuf[:0]
-	over := false
-	for k, rr := range rrs {
-		d := rr.Effective(charged)
-		if rr.Shadow {
-			shadow, si = append(shadow, d), append(si, k)
-			continue
-		}
-		if rr.Violated {
-			over = true
-			d.Allowed = false
-		} else {
-			d.Allowed = true // not the cause of a rejection
-		}
-		enf, ei = append(enf, d), append(ei, k)
-	}
+	best, lim, over := policy.PartDecision(rrs, charged)
 	if (over || st.tooBig) && st.kind != kindRefund {
 		out.Code = rlspb.RateLimitResponse_OVER_LIMIT
-	}
-	ds, idx := enf, ei
-	if len(ds) == 0 {
-		ds, idx = shadow, si
-	}
-	best := sluice.Combine(ds)
-	var lim *sluice.Limit
-	for _, k := range idx {
-		if l := rrs[k].Match.Request.Limit; l.Name() == best.Rule {
-			lim = l
-			break
-		}
 	}
 	if f.Limit != nil {
 		out.CurrentLimit = f.Limit

@@ -97,3 +97,38 @@ func (ps *Parts) AppendFields(dst []Field, identity, path string, sets []string)
 	ps.v.Overall.Allowed = ps.v.Allowed
 	return AppendFields(dst, &ps.v, identity, path, sets)
 }
+
+// PartDecision is the decision that speaks for one part's results rrs
+// (see Add for charged): the enforce-mode limit that rejected it (the
+// longest wait), else the enforce-mode limit closest to rejecting it; a
+// part with shadow-mode limits only is spoken for by them alike. lim is
+// the limit of that decision, and over says whether an enforce-mode limit
+// of the part rejected it.
+func PartDecision(rrs []Result, charged bool) (best sluice.Decision, lim *sluice.Limit, over bool) {
+	var enfBuf, shadowBuf [4]sluice.Decision
+	var eiBuf, siBuf [4]int
+	enf, shadow, ei, si := enfBuf[:0], shadowBuf[:0], eiBuf[:0], siBuf[:0]
+	for k := range rrs {
+		rr := &rrs[k]
+		d := rr.Effective(charged)
+		if rr.Shadow {
+			shadow, si = append(shadow, d), append(si, k)
+			continue
+		}
+		// Only a limit that caused the rejection says not allowed.
+		d.Allowed = !rr.Violated
+		over = over || rr.Violated
+		enf, ei = append(enf, d), append(ei, k)
+	}
+	ds, idx := enf, ei
+	if len(ds) == 0 {
+		ds, idx = shadow, si
+	}
+	best = sluice.Combine(ds)
+	for _, k := range idx {
+		if l := rrs[k].Match.Request.Limit; l.Name() == best.Rule {
+			return best, l, over
+		}
+	}
+	return best, nil, over
+}

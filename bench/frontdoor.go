@@ -12,7 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice/httpgate"
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -61,7 +61,7 @@ func BareTake(w http.ResponseWriter, r *http.Request) {
 // gives its own servers (httpgate.APIServer's), and nothing else: no cap
 // on connections, no mark on their contexts.
 func BareServer(h http.Handler) *http.Server {
-	srv := httpgate.APIServer(h, policy.DefaultServerLimits, nil)
+	srv := httpgate.APIServer(h, serverconf.DefaultServerLimits, nil)
 	srv.ConnState, srv.ConnContext = nil, nil
 	return srv
 }

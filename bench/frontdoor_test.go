@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // BenchmarkFrontDoor puts each of sluice's front doors beside the floor
@@ -121,7 +122,7 @@ rules:
 
 // serverLimits are sluice serve's default deadlines and bounds, which
 // both sides of the HTTP pairs are served with.
-var serverLimits = policy.DefaultServerLimits
+var serverLimits = serverconf.DefaultServerLimits
 
 // startGate serves the handler that door picks of frontDoorGate as sluice
 // serve serves it (httpgate.APIServer, with its cap on connections).
@@ -130,7 +131,7 @@ func startGate(b *testing.B, door func(*httpgate.Gate) http.Handler) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	lc := httpgate.LimitConns(ln, policy.DefaultMaxConns)
+	lc := httpgate.LimitConns(ln, serverconf.DefaultMaxConns)
 	srv := httpgate.APIServer(door(frontDoorGate(b)), serverLimits, lc)
 	go srv.Serve(lc)
 	b.Cleanup(func() { srv.Close() })

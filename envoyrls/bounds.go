@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // LimitOptions are the gRPC server options that hold a server to g (the
@@ -28,7 +28,7 @@ import (
 // body is never buffered. g.MaxConcurrentStreams keeps one connection
 // from taking every place. The connection cap (g.MaxConns) is the
 // listener's: see sluice serve.
-func LimitOptions(g policy.GRPCLimits, s policy.ServerLimits) []grpc.ServerOption {
+func LimitOptions(g serverconf.GRPCLimits, s serverconf.ServerLimits) []grpc.ServerOption {
 	g, s = g.WithDefaults(), s.WithDefaults()
 	f := &inFlight{sem: make(chan struct{}, g.MaxInFlight)}
 	return []grpc.ServerOption{

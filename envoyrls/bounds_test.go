@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // bigCall is a call of n descriptors of entries entries, each value of
@@ -51,7 +52,7 @@ func TestAttackGRPCOversizedCallRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := bigCall(64, 16, 2000)
-	bounded := startWith(t, pol, memory.New(memory.Options{}), nil, append(envoyrls.ServerOptions(), envoyrls.LimitOptions(policy.GRPCLimits{}, policy.ServerLimits{})...)...)
+	bounded := startWith(t, pol, memory.New(memory.Options{}), nil, append(envoyrls.ServerOptions(), envoyrls.LimitOptions(serverconf.GRPCLimits{}, serverconf.ServerLimits{})...)...)
 	if _, err := bounded.rls.ShouldRateLimit(context.Background(), big, grpc.MaxCallSendMsgSize(8<<20)); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a %d-byte call: %v, want ResourceExhausted", proto.Size(big), err)
 	}
@@ -60,7 +61,7 @@ func TestAttackGRPCOversizedCallRefused(t *testing.T) {
 		t.Fatalf("a %d-byte call on a server without LimitOptions: %v, want InvalidArgument naming max_recv_bytes", proto.Size(big), err)
 	}
 	fits := bigCall(64, 2, 1900)
-	if n := proto.Size(fits); n > policy.DefaultGRPCLimits.MaxRecvBytes {
+	if n := proto.Size(fits); n > serverconf.DefaultGRPCLimits.MaxRecvBytes {
 		t.Fatalf("the call that should fit is %d bytes", n)
 	}
 	for _, h := range []*harness{bounded, plain} {
@@ -110,7 +111,7 @@ func TestAttackGRPCInFlightBounded(t *testing.T) {
 	}
 	const maxInFlight, perConn, conns = 8, 10, 2
 	st := &heldStore{Store: memory.New(memory.Options{}), release: make(chan struct{})}
-	h := startWith(t, pol, st, nil, append(envoyrls.ServerOptions(), envoyrls.LimitOptions(policy.GRPCLimits{MaxInFlight: maxInFlight}, policy.ServerLimits{})...)...)
+	h := startWith(t, pol, st, nil, append(envoyrls.ServerOptions(), envoyrls.LimitOptions(serverconf.GRPCLimits{MaxInFlight: maxInFlight}, serverconf.ServerLimits{})...)...)
 	clients := []rlspb.RateLimitServiceClient{h.rls}
 	for range conns - 1 {
 		cc, err := grpc.NewClient(h.conn.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -163,7 +164,7 @@ func TestAttackGRPCInFlightBounded(t *testing.T) {
 	// The places came back: a second round, cancelled while held, then a
 	// third that finds every place free again.
 	st2 := &heldStore{Store: memory.New(memory.Options{}), release: make(chan struct{})}
-	h2 := startWith(t, pol, st2, nil, append(envoyrls.ServerOptions(), envoyrls.LimitOptions(policy.GRPCLimits{MaxInFlight: maxInFlight}, policy.ServerLimits{})...)...)
+	h2 := startWith(t, pol, st2, nil, append(envoyrls.ServerOptions(), envoyrls.LimitOptions(serverconf.GRPCLimits{MaxInFlight: maxInFlight}, serverconf.ServerLimits{})...)...)
 	cctx, ccancel := context.WithCancel(context.Background())
 	var wg2 sync.WaitGroup
 	for i := range maxInFlight {

@@ -77,9 +77,9 @@
 // # The reference server's configuration
 //
 // ParseReferenceConfig reads the reference server's YAML (IsReferenceConfig
-// tells it from sluice's own format) into a policy whose Envoy field is
-// the file's *Reference, and a Server given that policy enforces it with
-// the semantics that file promises. Such a file has no settings: as with
+// tells it from sluice's own format) into a policy, with the file's
+// *Reference kept for it by this package, and a Server given that policy
+// enforces it with the semantics that file promises. Such a file has no settings: as with
 // the reference server, its environment names the store (REDIS_URL,
 // REDIS_AUTH) and the gRPC address (GRPC_HOST, GRPC_PORT), read by
 // ReferenceEnv. Parser is the parse function for a file in either format

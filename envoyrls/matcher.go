@@ -2,7 +2,10 @@ package envoyrls
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
+	"weak"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
@@ -79,8 +82,30 @@ func (m rules) matchInto(req *rlspb.RateLimitRequest, sc *scratch) error {
 // matcherOf is the Matcher of pol: the reference lookup it was parsed
 // with (ParseReferenceConfig), else its rules.
 func matcherOf(pol *policy.Policy) Matcher {
-	if m, ok := pol.Envoy.(Matcher); ok {
-		return m
+	if ref := referenceOf(pol); ref != nil {
+		return ref
 	}
 	return rules{pol}
+}
+
+// references holds the lookup of each policy that ParseReferenceConfig
+// made, by the policy: a Policy is rules and holds nothing of a
+// transport's, so the Envoy service finds a policy's lookup here. An entry
+// goes once its policy is collected.
+var references sync.Map // weak.Pointer[policy.Policy] -> *Reference
+
+// register records ref as the lookup of pol.
+func register(pol *policy.Policy, ref *Reference) {
+	k := weak.Make(pol)
+	references.Store(k, ref)
+	runtime.AddCleanup(pol, func(k weak.Pointer[policy.Policy]) { references.Delete(k) }, k)
+}
+
+// referenceOf is the lookup of a policy that ParseReferenceConfig made;
+// nil for any other policy.
+func referenceOf(pol *policy.Policy) *Reference {
+	if v, ok := references.Load(weak.Make(pol)); ok {
+		return v.(*Reference)
+	}
+	return nil
 }

@@ -17,18 +17,18 @@ func TestParserReferenceFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := parse("ratelimit-config.yaml", data)
+	_, s, err := parse("ratelimit-config.yaml", data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Settings.StoreURL != "redis://:s3cr%40t@127.0.0.1:16379" || p.Settings.GRPCListen != ":18081" || p.Settings.GRPCListenDerived {
-		t.Errorf("settings from the environment: store %q, grpc %q (derived %v)", p.Settings.StoreURL, p.Settings.GRPCListen, p.Settings.GRPCListenDerived)
+	if s.StoreURL != "redis://:s3cr%40t@127.0.0.1:16379" || s.GRPCListen != ":18081" || s.GRPCListenDerived {
+		t.Errorf("settings from the environment: store %q, grpc %q (derived %v)", s.StoreURL, s.GRPCListen, s.GRPCListenDerived)
 	}
-	if _, err := parse("bad.yaml", []byte("domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")); err == nil {
+	if _, _, err := parse("bad.yaml", []byte("domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")); err == nil {
 		t.Error("an invalid unit was accepted")
 	}
 	own := []byte("store: {url: \"memory://\"}\nrules:\n  - name: r\n    algorithm: token_bucket\n    algorithm_config: {rps: 1, burst: 1}\n")
-	if p, err := parse("own.yaml", own); err != nil || len(p.Rules) != 1 || p.Settings.StoreURL != "memory://" {
+	if p, s, err := parse("own.yaml", own); err != nil || len(p.Rules) != 1 || s.StoreURL != "memory://" {
 		t.Errorf("own format: %v (the environment must not apply to it)", err)
 	}
 }

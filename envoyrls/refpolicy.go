@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // IsReferenceConfig reports whether data is in the reference server's
@@ -44,10 +45,11 @@ func IsReferenceConfig(data []byte) bool {
 // the file only speaks about Envoy descriptors, so the HTTP paths limit
 // nothing. The decision API reaches each limit by name (see
 // policy.NameOnly): its rule's ("envoy.DOMAIN.N") or its rate_limit's
-// name. Its Envoy field is the file's *Reference, the Matcher a Server
-// enforcing the policy finds limits with, exactly as the reference server
-// does (see the package documentation); they are enforced with
-// policy.Enforce, like any other rule.
+// name. A Server enforcing the policy finds limits with the file's
+// *Reference, exactly as the reference server does (see the package
+// documentation), which this package keeps for the policy (the policy
+// holds nothing of Envoy's); they are enforced with policy.Enforce, like
+// any other rule.
 func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) {
 	cfg, err := parseReference(filename, data)
 	if err != nil {
@@ -69,34 +71,37 @@ func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) 
 	// The decision API and sluice simulate reach each limit by its rule
 	// name and by the file's own name for it.
 	pol := policy.NameOnly(filename, policy.Default().Settings, named)
-	pol.Envoy = cfg
+	register(pol, cfg)
 	return pol, nil
 }
 
-// Parser returns the parse function of a policy file in either format
-// (for policy.File's Parse, sluice check and simulate): sluice's own goes
-// to policy.Parse; the reference server's to ParseReferenceConfig, with
-// the store and the gRPC address that the reference server's environment
-// variables name, read through getenv (see ReferenceEnv). So an existing
-// deployment switches by pointing Envoy at sluice.
-func Parser(getenv func(string) string) func(name string, data []byte) (*policy.Policy, error) {
-	return func(name string, data []byte) (*policy.Policy, error) {
+// Parser returns the parse function of a configuration file in either
+// format (for sluice serve, check and simulate), which also returns the
+// server's settings the file gives: sluice's own goes to
+// policy.ParseConfig; the reference server's to ParseReferenceConfig, with
+// the default server settings but for the store and the gRPC address that
+// the reference server's environment variables name, read through getenv
+// (see ReferenceEnv). So an existing deployment switches by pointing Envoy
+// at sluice.
+func Parser(getenv func(string) string) func(name string, data []byte) (*policy.Policy, serverconf.Settings, error) {
+	return func(name string, data []byte) (*policy.Policy, serverconf.Settings, error) {
 		if !IsReferenceConfig(data) {
-			return policy.Parse(name, data)
+			return policy.ParseConfig(name, data)
 		}
 		p, err := ParseReferenceConfig(name, data)
 		if err != nil {
-			return nil, err
+			return nil, serverconf.Settings{}, err
 		}
+		s := serverconf.Default()
 		storeURL, grpcAddr := ReferenceEnv(getenv)
 		if storeURL != "" {
-			p.Settings.StoreURL = storeURL
+			s.StoreURL = storeURL
 		}
 		if grpcAddr != "" {
-			p.Settings.GRPCListen = grpcAddr
-			p.Settings.GRPCListenDerived = false
+			s.GRPCListen = grpcAddr
+			s.GRPCListenDerived = false
 		}
-		return p, nil
+		return p, s, nil
 	}
 }
 
@@ -125,8 +130,8 @@ func ReferenceEnv(getenv func(string) string) (storeURL, grpcAddr string) {
 // domains, sorted, and the limits it enforces, in file order (unlimited
 // and zero-rate entries have none). ok is false for any other policy.
 func ReferenceLimits(pol *policy.Policy) (domains []string, limits []*sluice.Limit, ok bool) {
-	cfg, ok := pol.Envoy.(*Reference)
-	if !ok {
+	cfg := referenceOf(pol)
+	if cfg == nil {
 		return nil, nil, false
 	}
 	for d := range cfg.domains {

@@ -18,7 +18,7 @@ type scratch struct {
 	in      policy.Input
 	ms      []policy.Match    // the matches of every descriptor (found[i].Limits)
 	groups  [3]policy.Scratch // each group's decision: its results, its store calls
-	results []policy.Result   // the call's results, as respond merges them
+	parts   policy.Parts      // the call's answer, as respond gathers it
 	// The call's plan (see plan). Kept here rather than on the stack:
 	// a worker goroutine whose stack the collector has shrunk while it
 	// waited would grow it again, copying it, on each call that needed
@@ -45,7 +45,7 @@ func getScratch(n int) *scratch {
 // within two collections, with whatever it still points to. The groups'
 // policy.Scratch are given back as a Scratch is, cleared.
 func (sc *scratch) release() {
-	sc.found, sc.entries, sc.ms, sc.results = sc.found[:0], sc.entries[:0], sc.ms[:0], sc.results[:0]
+	sc.found, sc.entries, sc.ms = sc.found[:0], sc.entries[:0], sc.ms[:0]
 	sc.ds, sc.plan = sc.ds[:0], sc.plan[:0]
 	for k := range sc.groups {
 		sc.groups[k].Clear()

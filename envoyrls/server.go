@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // ServiceName is the gRPC service sluice answers, as Envoy names it.
@@ -59,7 +60,7 @@ type Options struct {
 	// Observer, when set, is told every rule's decision (metrics).
 	Observer policy.Observer
 	// MaxRequestBytes bounds a call's domain, keys and values together
-	// (default policy.DefaultGRPCLimits.MaxRecvBytes): a call past it is
+	// (default serverconf.DefaultGRPCLimits.MaxRecvBytes): a call past it is
 	// refused (InvalidArgument). A server given LimitOptions refuses a
 	// larger message before reading it; this holds the bound on any
 	// server.
@@ -112,7 +113,7 @@ func New(pol *policy.Policy, lim *sluice.Limiter, opts Options) *Server {
 		opts.Logger = slog.Default()
 	}
 	if opts.MaxRequestBytes <= 0 {
-		opts.MaxRequestBytes = policy.DefaultGRPCLimits.MaxRecvBytes
+		opts.MaxRequestBytes = serverconf.DefaultGRPCLimits.MaxRecvBytes
 	}
 	s := &Server{lim: lim, timeout: opts.StoreTimeout, maxReq: opts.MaxRequestBytes, clock: opts.Clock, log: opts.Logger, obs: opts.Observer, source: opts.Source}
 	s.SetPolicy(pol)
@@ -355,10 +356,7 @@ func plan(req *rlspb.RateLimitRequest, found []Found, dsBuf *[]descState, msBuf 
 		k := st.kind
 		st.first, st.n = len(groups[k].ms), len(found[i].Limits)
 		for _, m := range found[i].Limits {
-			m.Request.Cost = st.cost
-			// Envoy has no notion of a reserved turn: it would pass at once
-			// every turn a leaky bucket or a bucket of zero capacity gives.
-			m.Request.Reserve, m.Request.NoReserve = false, true
+			ask(&m, st.cost)
 			groups[k].ms = append(groups[k].ms, m)
 		}
 	}
@@ -390,9 +388,8 @@ func (s *Server) respond(c *call, sc *scratch, e *engine, into *recycled) *rlspb
 	if !c.allowed {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
-	merged := policy.Verdict{Allowed: c.allowed, Results: sc.results[:0]}
-	var enfBuf [8]sluice.Decision
-	enf := enfBuf[:0]
+	parts := &sc.parts
+	parts.Reset(c.allowed)
 	for i := range c.ds {
 		st, f := &c.ds[i], &sc.found[i]
 		g := &c.groups[st.kind]
@@ -406,46 +403,26 @@ func (s *Server) respond(c *call, sc *scratch, e *engine, into *recycled) *rlspb
 		if st.kind == kindRefund {
 			continue
 		}
-		merged.Results, enf = standing(merged.Results, enf, rrs, charged, st.tooBig, now)
+		// The waits are the statuses' duration_until_reset to the second
+		// (a store failure's wait stands: it is no window's).
+		added := parts.Add(rrs, charged, st.tooBig)
+		for j := range added {
+			rr := &added[j]
+			rr.Decision.ResetAfter, rr.Decision.RetryAfter = resetOf(rr.Match.Request.Limit, rr.Decision, rr.Violated && rr.StoreErr == nil, now)
+		}
 		if f.Blocked && !f.Shadow {
-			enf = append(enf, sluice.Decision{Rule: f.Limit.GetName(), RetryAfter: resp.Statuses[i].DurationUntilReset.AsDuration()})
+			parts.AddBlocked(f.Limit.GetName(), resp.Statuses[i].DurationUntilReset.AsDuration())
 		}
 	}
-	if len(enf) > 0 {
-		merged.Overall = sluice.Combine(enf)
-		merged.Overall.Allowed = c.allowed
+	if parts.Limited() {
 		identity := "" // only a rejection's Retry-After is jittered by it
 		if !c.allowed {
 			identity = identityOf(c.req)
 		}
 		var fs [policy.MaxFields]policy.Field
-		resp.ResponseHeadersToAdd = headerValues(policy.AppendFields(fs[:0], &merged, identity, c.req.Domain, e.headers), room)
+		resp.ResponseHeadersToAdd = headerValues(parts.AppendFields(fs[:0], identity, c.req.Domain, e.headers), room)
 	}
-	sc.results = merged.Results // for the next call
 	return resp
-}
-
-// standing appends to results one descriptor's results as their buckets
-// stand after the call, and to enf the enforce-mode decisions among them.
-// Only the limits that caused a rejection are Violated, so that the
-// headers say what the statuses say, and their waits are the statuses'
-// duration_until_reset to the second (a store failure's wait stands: it
-// is no window's).
-func standing(results []policy.Result, enf []sluice.Decision, rrs []policy.Result, charged, tooBig bool, now *reading) ([]policy.Result, []sluice.Decision) {
-	for _, rr := range rrs {
-		rr.Decision = rr.Effective(charged)
-		rr.Violated = rr.Violated || (tooBig && !rr.Shadow)
-		if tooBig {
-			rr.MarkCostExceedsLimit() // no Retry-After: no wait admits it
-		}
-		rr.Decision.Allowed = !rr.Violated
-		rr.Decision.ResetAfter, rr.Decision.RetryAfter = resetOf(rr.Match.Request.Limit, rr.Decision, rr.Violated && rr.StoreErr == nil, now)
-		if !rr.Shadow {
-			enf = append(enf, rr.Decision)
-		}
-		results = append(results, rr)
-	}
-	return results, enf
 }
 
 // identityOf seeds the Retry-After jitter: the first descriptor, which
@@ -464,7 +441,7 @@ func (s *Server) apply(ctx context.Context, g *group, room *policy.Scratch) {
 	if len(g.ms) == 0 {
 		return
 	}
-	g.res, g.decided = room.Enforce(ctx, s.lim, g.op, g.ms, s.obs), true
+	g.res, g.decided = policy.Enforce(ctx, s.lim, g.ms, policy.Options{Op: g.op, Scratch: room, Observer: s.obs}), true
 	for i := range g.res.Results {
 		if rr := &g.res.Results[i]; rr.StoreErr != nil {
 			s.storeLog.Log(s.log, rr.Match.Request.Limit.Name(), rr.Match.Request.Key, rr.StoreErr, !rr.Decision.Allowed)
@@ -534,20 +511,37 @@ func appendEntries(dst []policy.DescriptorEntry, d *rlv3.RateLimitDescriptor) []
 	return dst
 }
 
+// ask sets m's request as the Server asks it: cost, and no reservation.
+// Envoy has no notion of a reserved turn: it would pass at once every
+// turn a leaky bucket or a bucket of zero capacity gives.
+func ask(m *policy.Match, cost float64) {
+	m.Request.Cost = cost
+	m.Request.Reserve, m.Request.NoReserve = false, true
+}
+
 // tooBig reports whether a cost asks more than an enforce-mode limit of
-// ms can ever hold (sluice.Request.Charge's rule).
+// ms, as the rule gives it, can ever hold (sluice.Request.Charge's rule),
+// and asks each match for cost (ask). The charge of each is computed once
+// (policy.Match.CostExceedsLimit), and the take reuses it; only a cost
+// beyond what a limit holds without a reservation is judged again with
+// the rule's own reservation, which may hold it.
 func tooBig(ms []policy.Match, cost float64) bool {
-	for _, m := range ms {
-		if m.Rule.Mode == policy.Shadow {
+	big := false
+	for j := range ms {
+		m := &ms[j]
+		asGiven := m.Request
+		asGiven.Cost = cost
+		ask(m, cost)
+		if big || m.Rule.Mode == policy.Shadow || !m.CostExceedsLimit() {
 			continue
 		}
-		r := m.Request
-		r.Cost = cost
-		if _, err := r.Charge(sluice.OpTake); errors.Is(err, sluice.ErrCostExceedsLimit) {
-			return true
+		if asGiven == m.Request {
+			big = true
+		} else if _, err := asGiven.Charge(sluice.OpTake); errors.Is(err, sluice.ErrCostExceedsLimit) {
+			big = true
 		}
 	}
-	return false
+	return big
 }
 
 // statusBlock holds one descriptor's status and its duration, so that a
@@ -584,38 +578,9 @@ func (s *Server) status(st *descState, f *Found, rrs []policy.Result, charged bo
 	}
 	// The rule that speaks for the descriptor: a rejecting one, else the one
 	// closest to rejecting; enforce-mode rules before shadow ones.
-	var enfBuf, shadowBuf [4]sluice.Decision
-	var eiBuf, siBuf [4]int
-	enf, shadow, ei, si := enfBuf[:0], shadowBuf[:0], eiBuf[:0], siBuf[:0]
-	over := false
-	for k, rr := range rrs {
-		d := rr.Effective(charged)
-		if rr.Shadow {
-			shadow, si = append(shadow, d), append(si, k)
-			continue
-		}
-		if rr.Violated {
-			over = true
-			d.Allowed = false
-		} else {
-			d.Allowed = true // not the cause of a rejection
-		}
-		enf, ei = append(enf, d), append(ei, k)
-	}
+	best, lim, over := policy.PartDecision(rrs, charged)
 	if (over || st.tooBig) && st.kind != kindRefund {
 		out.Code = rlspb.RateLimitResponse_OVER_LIMIT
-	}
-	ds, idx := enf, ei
-	if len(ds) == 0 {
-		ds, idx = shadow, si
-	}
-	best := sluice.Combine(ds)
-	var lim *sluice.Limit
-	for _, k := range idx {
-		if l := rrs[k].Match.Request.Limit; l.Name() == best.Rule {
-			lim = l
-			break
-		}
 	}
 	if f.Limit != nil {
 		out.CurrentLimit = f.Limit

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/jwtauth"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -203,7 +204,7 @@ func (g *Gate) RequireToken(from string, h http.Handler) http.Handler {
 		}
 		got := ""
 		if from == BearerSource {
-			got = policy.BearerToken(r.Header)
+			got = jwtauth.BearerToken(r.Header)
 		} else {
 			got = strings.TrimSpace(r.Header.Get(from))
 		}
@@ -410,7 +411,7 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	}
 	// A concurrency rule's slot outlives this call: the caller releases it
 	// with /v1/release, or its lease ends.
-	v := sc.Hold(ctx, g.lim, op, ms, obs)
+	v := policy.Enforce(ctx, g.lim, ms, policy.Options{Op: op, Hold: true, Scratch: sc, Observer: obs})
 	if op == sluice.OpTake {
 		g.record(ctx, &v, in.ClientIP, r.URL.Path)
 	}
@@ -608,7 +609,7 @@ func (g *Gate) admin(w http.ResponseWriter, r *http.Request, p *policy.Policy) b
 		badRequest(w, http.StatusForbidden, "reset is disabled: no admin token is configured (admin_token_env)")
 		return false
 	}
-	if ok, wait := g.checkToken(r, policy.BearerToken(r.Header), want); !ok {
+	if ok, wait := g.checkToken(r, jwtauth.BearerToken(r.Header), want); !ok {
 		if wait > 0 {
 			tooManyGuesses(w, wait)
 			return false

@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/insight"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/metrics"
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // BenchmarkDoor measures sluice's own work per forward-auth call (GET
@@ -53,7 +53,7 @@ rules:
 	}
 	// What sluice serve wraps around a door (httpgate.APIServer).
 	served := func(h http.Handler) http.Handler {
-		return httpgate.APIServer(h, policy.DefaultServerLimits, nil).Handler
+		return httpgate.APIServer(h, serverconf.DefaultServerLimits, nil).Handler
 	}
 	users := make([]string, 10000)
 	for i := range users {
@@ -100,7 +100,7 @@ rules:
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	connCtx := httpgate.APIServer(nil, policy.DefaultServerLimits, nil).ConnContext(context.Background(), conn)
+	connCtx := httpgate.APIServer(nil, serverconf.DefaultServerLimits, nil).ConnContext(context.Background(), conn)
 	newRequest := func(side, method, target string) *http.Request {
 		r := httptest.NewRequest(method, target, nil)
 		if side == "served" {

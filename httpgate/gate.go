@@ -228,7 +228,7 @@ func (g *Gate) Check(ctx context.Context, in *policy.Input) (policy.Verdict, htt
 }
 
 // check decides in with p. With hold, a concurrency rule's slot is
-// acquired and held (policy.Hold); the caller releases it.
+// acquired and held (policy.Options.Hold); the caller releases it.
 func (g *Gate) check(ctx context.Context, p *policy.Policy, in *policy.Input, hold bool) (policy.Verdict, error) {
 	v, q, err := g.checkHeld(ctx, p, in, hold, nil)
 	q.release()
@@ -253,16 +253,7 @@ func (g *Gate) checkHeld(ctx context.Context, p *policy.Policy, in *policy.Input
 	defer cancel()
 	g.adapt(ctx, ms)
 	q := g.enqueue(ms)
-	decide := policy.Enforce
-	switch {
-	case s != nil && hold:
-		decide = s.Hold
-	case s != nil:
-		decide = s.Enforce
-	case hold:
-		decide = policy.Hold
-	}
-	v := decide(ctx, g.lim, sluice.OpTake, ms, g.obs)
+	v := policy.Enforce(ctx, g.lim, ms, policy.Options{Hold: hold, Scratch: s, Observer: g.obs})
 	q.decided(&v)
 	g.record(ctx, &v, in.ClientIP, in.Path)
 	return v, q, nil
@@ -344,7 +335,7 @@ func (g *Gate) giveBack(r *http.Request, v *policy.Verdict) {
 	}
 	ctx, cancel := sluice.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
 	defer cancel()
-	back := policy.Enforce(ctx, g.lim, sluice.OpRefund, ms, nil)
+	back := policy.Enforce(ctx, g.lim, ms, policy.Options{Op: sluice.OpRefund})
 	for i := range back.Results {
 		if err := back.Results[i].StoreErr; err != nil {
 			g.storeLog.Log(g.opts.Logger, back.Results[i].Match.Request.Limit.Name(), back.Results[i].Match.Request.Key, fmt.Errorf("giving back the turn of a client that left (its bucket pays it back at its rate instead): %w", err), false)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/connlimit"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // The server that sluice serve puts in front of forward auth and the
@@ -22,7 +23,7 @@ import (
 // APIServer returns the http.Server of a decision API or forward auth
 // listener serving h: the deadlines and bounds of lim, and lc's cap on
 // connections (serve it on lc).
-func APIServer(h http.Handler, lim policy.ServerLimits, lc *ConnLimiter) *http.Server {
+func APIServer(h http.Handler, lim serverconf.ServerLimits, lc *ConnLimiter) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,

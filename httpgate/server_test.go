@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/httpgate"
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // At the cap, a connection that becomes idle while a new one waits gives
@@ -24,7 +24,7 @@ func TestConnLimiterIdleNextAndClose(t *testing.T) {
 	}
 	lc := httpgate.LimitConns(ln, 1)
 	release := make(chan struct{})
-	lim := policy.DefaultServerLimits
+	lim := serverconf.DefaultServerLimits
 	lim.IdleTimeout = time.Hour
 	hs := httpgate.APIServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {
@@ -111,7 +111,7 @@ func TestConnLimiterChurnNeverStalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	lc := httpgate.LimitConns(ln, 2)
-	lim := policy.DefaultServerLimits
+	lim := serverconf.DefaultServerLimits
 	lim.IdleTimeout = time.Hour
 	hs := httpgate.APIServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), lim, lc)
 	go hs.Serve(lc)

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/jwtauth"
 )
 
 // The live page: GET /ui (HTML), its script and style (GET /ui/app.js,
@@ -154,7 +154,7 @@ func (g *Gate) uiAuthorized(r *http.Request) (ok bool, wait time.Duration) {
 	if err == nil && g.validSession(c.Value, token, time.Now()) {
 		return true, 0
 	}
-	return g.checkToken(r, policy.BearerToken(r.Header), token)
+	return g.checkToken(r, jwtauth.BearerToken(r.Header), token)
 }
 
 // sessionCookie is a new session for token. Path / because the page's
@@ -206,7 +206,7 @@ func (g *Gate) uiPage(w http.ResponseWriter, r *http.Request) {
 		g.loginForm(w, r, http.StatusUnauthorized, "")
 		return
 	}
-	if policy.BearerToken(r.Header) != "" {
+	if jwtauth.BearerToken(r.Header) != "" {
 		// A browser given the bearer token (by an extension or a proxy)
 		// needs the cookie for the page's own requests.
 		http.SetCookie(w, g.sessionCookie(r, g.adminToken()))

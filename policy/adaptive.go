@@ -291,7 +291,7 @@ func latencyText(c *adaptive.Config) string {
 // proxy: only the responses that sluice forwards (the reverse proxy, the
 // Go middleware) move a rate.
 func (l *loader) adaptiveWarnings(p *Policy) {
-	if p == nil || p.Settings.ProxyUpstream != "" {
+	if p == nil || l.server.ProxyUpstream != "" {
 		return
 	}
 	for _, r := range p.Rules {

@@ -162,7 +162,7 @@ func TestEnforceAtScale(t *testing.T) {
 	take := func(rate float64) policy.Verdict {
 		ms, _ := p.Match(in)
 		ms[0].AtScale(ms[0].Adaptive().Scale(rate))
-		return policy.Enforce(context.Background(), lim, sluice.OpTake, ms, nil)
+		return policy.Enforce(context.Background(), lim, ms, policy.Options{})
 	}
 	for i := range 5 {
 		v := take(5)
@@ -208,7 +208,7 @@ func TestQueueBounds(t *testing.T) {
 	var waits []time.Duration
 	for range 3 {
 		ms, _ := p.Match(in)
-		v := policy.Enforce(context.Background(), lim, sluice.OpTake, ms, nil)
+		v := policy.Enforce(context.Background(), lim, ms, policy.Options{})
 		if !v.Allowed {
 			t.Fatalf("refused: %+v", v)
 		}
@@ -220,7 +220,7 @@ func TestQueueBounds(t *testing.T) {
 		}
 	}
 	ms, _ = p.Match(in)
-	v := policy.Enforce(context.Background(), lim, sluice.OpTake, ms, nil)
+	v := policy.Enforce(context.Background(), lim, ms, policy.Options{})
 	if v.Allowed || v.Reason() != policy.ReasonQueueDelayExceeded || v.Overall.RetryAfter <= 0 {
 		t.Fatalf("a turn past max_queue_delay: allowed %v reason %q wait %v", v.Allowed, v.Reason(), v.Overall.RetryAfter)
 	}
@@ -228,7 +228,7 @@ func TestQueueBounds(t *testing.T) {
 
 	ms, _ = p.Match(in)
 	ms[0].QueueFull(time.Second)
-	v = policy.Enforce(context.Background(), lim, sluice.OpTake, ms, nil)
+	v = policy.Enforce(context.Background(), lim, ms, policy.Options{})
 	if v.Allowed || v.Reason() != policy.ReasonQueueFull || v.Overall.RetryAfter != time.Second {
 		t.Fatalf("queue full: allowed %v reason %q wait %v", v.Allowed, v.Reason(), v.Overall.RetryAfter)
 	}

@@ -1,7 +1,8 @@
 package policy
 
 // Concurrency rules: their algorithm_config, the transports that can hold
-// their slots, and how Hold acquires and releases them around a request.
+// their slots, and how Enforce (Options.Hold) acquires and releases them
+// around a request.
 
 import (
 	"context"
@@ -97,25 +98,6 @@ func (r *Rule) readsDescriptor() bool {
 	return slices.ContainsFunc(conds, func(c cond) bool { return desc(c.src) })
 }
 
-// Hold is Enforce for a caller that holds a request's concurrency slots
-// for as long as it runs (the reverse proxy, the Go middleware, the
-// decision API). Enforce refuses a take that a concurrency rule matches
-// (ReasonConcurrencyUnsupported): it cannot know when the request ends.
-// Hold acquires a slot of each concurrency rule instead, before it charges
-// the rate rules, and keeps it in Result.Lease; the caller must call
-// Verdict.Release once the request ends, however it ends (a deferred call).
-//
-// Slots are acquired before the rate rules are charged, because a lease
-// is given back exactly (its id is removed) while a refund of tokens is
-// not always exact: when a rate rule then rejects, the slots are
-// released. Until they are, about one store round trip, a concurrent
-// request may find a slot taken by a request that in the end was
-// rejected: the error is towards rejecting, never admitting too much.
-// A rejected verdict holds no lease.
-func Hold(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
-	return enforce(ctx, lim, op, ms, obs, true)
-}
-
 // isSlot reports whether l is a concurrency limit, whose requests hold
 // slots rather than spend tokens.
 func isSlot(l *sluice.Limit) bool { return l != nil && l.Algorithm() == sluice.Concurrency }
@@ -187,7 +169,7 @@ func (v *Verdict) unhold(ctx context.Context, enf []int) {
 	}
 }
 
-// Release frees every slot the verdict holds (Hold's leases), shadow-mode
+// Release frees every slot the verdict holds (Options.Hold's leases), shadow-mode
 // rules' included: call it once the request ends. It is safe to call on
 // any verdict, and more than once. The error joins the store's failures;
 // a slot whose release failed is freed when its lease ends.

@@ -92,7 +92,7 @@ func TestHoldAllOrNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return policy.Hold(ctx, lim, sluice.OpTake, ms, nil)
+		return policy.Enforce(ctx, lim, ms, policy.Options{Hold: true})
 	}
 	v := hold()
 	if !v.Allowed || len(v.Leases()) != 1 {
@@ -152,7 +152,7 @@ func TestEnforceRefusesSlots(t *testing.T) {
 		t.Fatalf("peek: %+v", v)
 	}
 	ms, _ := p.Match(fromIP("192.0.2.1"))
-	if v := policy.Enforce(ctx, lim, sluice.OpRefund, ms, nil); !v.Allowed || v.Results[1].StoreErr != nil {
+	if v := policy.Enforce(ctx, lim, ms, policy.Options{Op: sluice.OpRefund}); !v.Allowed || v.Results[1].StoreErr != nil {
 		t.Fatalf("refund: %+v", v)
 	}
 }

@@ -31,6 +31,24 @@ type Match struct {
 	scale     float64       // AtScale's factor; 0 for none
 	queueFull bool          // QueueFull: no place in the rule's queue
 	queueRoom time.Duration // QueueFull: until the queue has room
+
+	// judged is the request that CostExceedsLimit judged as a take, with
+	// its cost in micro-tokens and its error: Enforce's take of that very
+	// request uses them rather than judging it again.
+	judged     sluice.Request
+	judgedCost int64
+	judgedErr  error
+}
+
+// CostExceedsLimit reports whether a take of m's request, as it stands,
+// asks more than its limit can ever hold (sluice.Request.Charge's rule),
+// for a caller that decides such a request apart (the Envoy service). It
+// keeps what it found in m, so that Enforce, taking m unchanged, does not
+// compute the charge again.
+func (m *Match) CostExceedsLimit() bool {
+	ch, err := m.Request.Charge(sluice.OpTake)
+	m.judged, m.judgedCost, m.judgedErr = m.Request, ch.Cost, err
+	return errors.Is(err, sluice.ErrCostExceedsLimit)
 }
 
 // Match returns the limits that apply to in, in rule order: for every rule
@@ -172,7 +190,7 @@ type Result struct {
 	// when enforcing it would have rejected.
 	Violated bool
 
-	// Lease is the slot a concurrency rule holds for the request (Hold);
+	// Lease is the slot a concurrency rule holds for the request (Options.Hold);
 	// the zero Lease when none is held. Verdict.Release frees it.
 	Lease sluice.Lease
 
@@ -251,8 +269,27 @@ func observe(o Observer, rs []Result) {
 // StoreErrorRetry is the wait a rejection by on_store_error: deny reports.
 const StoreErrorRetry = time.Second
 
-// Enforce decides ms with op (sluice.OpTake, or sluice.OpPeek to answer
-// without consuming):
+// Options say how Enforce decides a request's matches. The zero value
+// takes (charges) the matches, holds no concurrency slot, keeps nothing
+// in a Scratch and tells no Observer.
+type Options struct {
+	// Op is sluice.OpTake (the zero value), sluice.OpPeek to answer
+	// without consuming, or sluice.OpRefund to give every match's cost
+	// back (see Refunds below).
+	Op sluice.Op
+	// Hold is set by a caller that holds a request's concurrency slots for
+	// as long as it runs (the reverse proxy, the Go middleware, the
+	// decision API): see Holding slots below.
+	Hold bool
+	// Scratch, when set, keeps the verdict's results and the store's
+	// requests and decisions in its memory (see Scratch), so that a
+	// server deciding request after request allocates none of them.
+	Scratch *Scratch
+	// Observer, when set, is told each match's result.
+	Observer Observer
+}
+
+// Enforce decides ms, the one entry to a decision for every transport:
 //
 //   - The enforce-mode matches go to the store in one all-or-nothing
 //     Limiter.TakeAll: all are charged if every one admits, none if any
@@ -269,13 +306,42 @@ const StoreErrorRetry = time.Second
 //     so its counts are what enforcing it alongside the others would have
 //     produced. Its store errors are recorded and otherwise ignored.
 //
-// obs, when not nil, is told each match's result.
+// Holding slots: without Options.Hold, a take that a concurrency rule
+// matches is refused, with reason ReasonConcurrencyUnsupported: holding a
+// slot needs a caller that knows when the request ends. With it, a slot of
+// each concurrency rule is acquired before the rate rules are charged and
+// kept in Result.Lease; the caller must call Verdict.Release once the
+// request ends, however it ends (a deferred call). Slots go first because
+// a lease is given back exactly (its id is removed) while a refund of
+// tokens is not always exact: when a rate rule then rejects, the slots are
+// released. Until they are, about one store round trip, a concurrent
+// request may find a slot taken by a request that in the end was
+// rejected: the error is towards rejecting, never admitting too much. A
+// rejected verdict holds no lease.
 //
-// A take that a concurrency rule matches is refused here, with reason
-// ReasonConcurrencyUnsupported: holding a slot needs a caller that knows
-// when the request ends, which calls Hold instead.
-func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
-	return enforce(ctx, lim, op, ms, obs, false)
+// Refunds (sluice.OpRefund) give every match's cost back, shadow-mode
+// rules included, since they were charged alike. A refund never rejects:
+// the verdict is allowed, each result describes its bucket after the
+// refund, and a store failure is recorded without denying anything. A
+// cost above a limit's capacity refunds the capacity
+// (sluice.Request.Charge). Refunds are not decisions, so the Observer is
+// not told.
+func Enforce(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options) Verdict {
+	s := o.Scratch
+	if s == nil {
+		return decide(ctx, lim, ms, o, nil, nil, nil)
+	}
+	if cap(s.reqs) < len(ms) {
+		s.reqs = make([]sluice.Request, 0, len(ms))
+	}
+	if cap(s.decisions) < len(ms) {
+		s.decisions = make([]sluice.Decision, 0, len(ms))
+	}
+	v := decide(ctx, lim, ms, o, s.results, s.reqs, s.decisions)
+	if cap(v.Results) > cap(s.results) {
+		s.results = v.Results[:0]
+	}
+	return v
 }
 
 // resultsFor is room for n results: buf's when it has it.
@@ -286,20 +352,10 @@ func resultsFor(buf []Result, n int) []Result {
 	return make([]Result, n)
 }
 
-func enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
-	return enforceIn(nil, ctx, lim, op, ms, obs, hold)
-}
-
-// enforceIn is enforce with the verdict's Results, the store's requests
-// and its decisions in room's memory when room is not nil and has room
-// for them.
-func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
-	var buf []Result
-	var reqBuf []sluice.Request
-	var decBuf []sluice.Decision
-	if room != nil {
-		buf, reqBuf, decBuf = room.results, room.reqs, room.decisions
-	}
+// decide is Enforce with the verdict's Results, the store's requests and
+// its decisions in buf, reqBuf and decBuf when they have room for them.
+func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf []Result, reqBuf []sluice.Request, decBuf []sluice.Decision) Verdict {
+	op, obs, hold := o.Op, o.Observer, o.Hold
 	if op == sluice.OpRefund {
 		return refund(ctx, lim, ms, buf)
 	}
@@ -337,7 +393,7 @@ func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op sluic
 		idx = append(idx, i)
 	}
 	// Slots first: a lease is given back exactly when the rate rules
-	// then reject (see Hold).
+	// then reject (see Enforce, Holding slots).
 	slotted := len(conc) == 0 || v.slots(ctx, lim, op, conc, hold, !impossible)
 	if len(reqs) > 0 {
 		do := lim.TakeAllInto
@@ -425,12 +481,7 @@ func combineOf(results []Result, idx []int) sluice.Decision {
 	return sluice.Combine(ds)
 }
 
-// refund gives every match's cost back (sluice.OpRefund), shadow-mode
-// rules included, since they were charged alike. A refund never rejects:
-// the verdict is allowed, each result describes its bucket after the
-// refund, and a store failure is recorded without denying anything. A cost
-// above a limit's capacity refunds the capacity (sluice.Request.Charge).
-// Refunds are not decisions, so the Observer is not told.
+// refund is Enforce of sluice.OpRefund (see Enforce's Refunds).
 func refund(ctx context.Context, lim *sluice.Limiter, ms []Match, buf []Result) Verdict {
 	v := Verdict{Allowed: true, Results: resultsFor(buf, len(ms))}
 	reqs := make([]sluice.Request, 0, len(ms))
@@ -516,8 +567,14 @@ func (r *Result) storeFailed(err error) {
 // rejection, and judge reports true; any other problem is left for the
 // store to report.
 func (r *Result) judge(op sluice.Op) bool {
-	ch, err := r.Match.Request.Charge(op)
-	r.cost = ch.Cost
+	var err error
+	if m := &r.Match; op == sluice.OpTake && m.judged.Limit != nil && m.judged == m.Request {
+		r.cost, err = m.judgedCost, m.judgedErr
+	} else {
+		var ch sluice.Charge
+		ch, err = m.Request.Charge(op)
+		r.cost = ch.Cost
+	}
 	if !errors.Is(err, sluice.ErrCostExceedsLimit) {
 		return false
 	}

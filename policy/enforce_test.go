@@ -34,7 +34,7 @@ func decide(t *testing.T, p *policy.Policy, lim *sluice.Limiter, in *policy.Inpu
 	if err != nil {
 		t.Fatal(err)
 	}
-	return policy.Enforce(context.Background(), lim, op, ms, obs)
+	return policy.Enforce(context.Background(), lim, ms, policy.Options{Op: op, Observer: obs})
 }
 
 func fromIP(ip string) *policy.Input {
@@ -340,7 +340,7 @@ rules:
 	b.ReportAllocs()
 	for b.Loop() {
 		ms, _ := p.Match(in)
-		if v := policy.Enforce(ctx, lim, sluice.OpTake, ms, nil); !v.Allowed {
+		if v := policy.Enforce(ctx, lim, ms, policy.Options{}); !v.Allowed {
 			b.Fatal("rejected")
 		}
 	}
@@ -479,7 +479,7 @@ func TestAttackInputErrorIsNotAStoreFailure(t *testing.T) {
 		Request: sluice.Request{Limit: log, Key: "k", Reserve: true},
 	}
 	for i := 0; i < 3; i++ {
-		v := policy.Enforce(context.Background(), lim, sluice.OpTake, []policy.Match{m}, nil)
+		v := policy.Enforce(context.Background(), lim, []policy.Match{m}, policy.Options{})
 		if v.Allowed || v.Results[0].StoreErr != nil {
 			t.Fatalf("take %d: allowed %v, store error %v; want refused as the request's fault", i+1, v.Allowed, v.Results[0].StoreErr)
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 func TestDefaultGRPCListen(t *testing.T) {
@@ -28,7 +29,7 @@ func TestDefaultGRPCListen(t *testing.T) {
 		"127.0.0.1:0":    "127.0.0.1:0",   // any free port
 		"not an address": "127.0.0.1:8081",
 	} {
-		if got := policy.DefaultGRPCListen(listen); got != want {
+		if got := serverconf.DefaultGRPCListen(listen); got != want {
 			t.Errorf("DefaultGRPCListen(%q) = %q, want %q", listen, got, want)
 		}
 	}
@@ -44,7 +45,7 @@ func TestDefaultGRPCListen(t *testing.T) {
 		"grpc_listen: \"\"\n" + r:             {"", false},
 		"listen: \"127.0.0.1:0\"\ngrpc_listen: \"127.0.0.1:0\"\n" + r: {"127.0.0.1:0", false},
 	} {
-		s := mustParse(t, cfg).Settings
+		s := mustServer(t, cfg)
 		if s.GRPCListen != want.addr || s.GRPCListenDerived != want.derived {
 			t.Errorf("%q: grpc_listen %q (derived %v), want %q (%v)", cfg, s.GRPCListen, s.GRPCListenDerived, want.addr, want.derived)
 		}
@@ -99,12 +100,13 @@ func TestGRPCTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	const r = "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"
-	load := func(cfg string) (*policy.Policy, error) {
+	load := func(cfg string) (serverconf.Settings, error) {
 		file := filepath.Join(dir, "p.yaml")
 		if err := os.WriteFile(file, []byte(cfg+r), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		return policy.Load(file)
+		_, s, err := policy.ParseConfig(file, []byte(cfg+r))
+		return s, err
 	}
 	// Relative paths are relative to the config file; the CA file may be
 	// the certificate itself (a self-signed client CA).
@@ -112,14 +114,14 @@ func TestGRPCTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := p.Settings.GRPCTLS
+	g := p.GRPCTLS
 	if g == nil || g.CertFile != filepath.Join(dir, "cert.pem") || g.Config.ClientAuth != tls.RequireAndVerifyClientCert || g.Config.ClientCAs == nil || g.Config.MinVersion < tls.VersionTLS12 {
 		t.Fatalf("grpc_tls with a client CA: %+v", g)
 	}
-	if p, err := load("grpc_tls: {cert_file: cert.pem, key_file: key.pem}\n"); err != nil || p.Settings.GRPCTLS.Config.ClientAuth != tls.NoClientCert {
+	if p, err := load("grpc_tls: {cert_file: cert.pem, key_file: key.pem}\n"); err != nil || p.GRPCTLS.Config.ClientAuth != tls.NoClientCert {
 		t.Fatalf("grpc_tls without a client CA: %v", err)
 	}
-	if p, err := load(""); err != nil || p.Settings.GRPCTLS != nil {
+	if p, err := load(""); err != nil || p.GRPCTLS != nil {
 		t.Fatalf("no grpc_tls: %v", err)
 	}
 	for cfg, want := range map[string][]string{
@@ -143,14 +145,14 @@ func TestGRPCTLS(t *testing.T) {
 
 func TestGRPCLimits(t *testing.T) {
 	const r = "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"
-	d := mustParse(t, r).Settings.GRPC
-	if d != policy.DefaultGRPCLimits {
+	d := mustServer(t, r).GRPC
+	if d != serverconf.DefaultGRPCLimits {
 		t.Fatalf("defaults: %+v", d)
 	}
 	if d.MaxConcurrentStreams <= 0 || d.MaxRecvBytes <= 0 || d.MaxInFlight <= 0 || d.KeepaliveMinTime <= 0 || d.MaxConnectionIdle <= 0 {
 		t.Fatalf("a default leaves the gRPC listener without a bound: %+v", d)
 	}
-	p := mustParse(t, `grpc:
+	p := mustServer(t, `grpc:
   max_conns: 64
   max_concurrent_streams: 10
   max_recv_bytes: 65536
@@ -158,12 +160,12 @@ func TestGRPCLimits(t *testing.T) {
   keepalive_min_time: 30s
   max_connection_idle: 1m
 `+r)
-	want := policy.GRPCLimits{MaxConns: 64, MaxConcurrentStreams: 10, MaxRecvBytes: 65536, MaxInFlight: 32, KeepaliveMinTime: 30 * time.Second, MaxConnectionIdle: time.Minute}
-	if got := p.Settings.GRPC; got != want {
+	want := serverconf.GRPCLimits{MaxConns: 64, MaxConcurrentStreams: 10, MaxRecvBytes: 65536, MaxInFlight: 32, KeepaliveMinTime: 30 * time.Second, MaxConnectionIdle: time.Minute}
+	if got := p.GRPC; got != want {
 		t.Fatalf("grpc: %+v, want %+v", got, want)
 	}
 	// Zero fields (a policy built in code) take the defaults.
-	if got := (policy.GRPCLimits{MaxInFlight: 7}).WithDefaults(); got.MaxInFlight != 7 || got.MaxRecvBytes != policy.DefaultGRPCLimits.MaxRecvBytes || got.MaxConns != 0 {
+	if got := (serverconf.GRPCLimits{MaxInFlight: 7}).WithDefaults(); got.MaxInFlight != 7 || got.MaxRecvBytes != serverconf.DefaultGRPCLimits.MaxRecvBytes || got.MaxConns != 0 {
 		t.Fatalf("WithDefaults: %+v", got)
 	}
 	got := problems(t, `grpc:

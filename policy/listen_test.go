@@ -1,25 +1,24 @@
 package policy_test
 
 import (
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 func TestServerSettings(t *testing.T) {
 	const rule = "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"
-	p := mustParse(t, rule)
-	if p.Settings.Server != policy.DefaultServerLimits || p.Settings.APIListen != "" || p.Settings.APITokenEnv != "" {
-		t.Fatalf("defaults: %+v", p.Settings)
+	p, srv := mustParse(t, rule), mustServer(t, rule)
+	if srv.Server != serverconf.DefaultServerLimits || srv.APIListen != "" || p.Settings.APITokenEnv != "" {
+		t.Fatalf("defaults: %+v %+v", srv, p.Settings)
 	}
-	if d := p.Settings.Server; d.ReadHeaderTimeout <= 0 || d.ReadTimeout <= 0 || d.WriteTimeout <= 0 || d.IdleTimeout <= 0 || d.MaxHeaderBytes <= 0 {
+	if d := srv.Server; d.ReadHeaderTimeout <= 0 || d.ReadTimeout <= 0 || d.WriteTimeout <= 0 || d.IdleTimeout <= 0 || d.MaxHeaderBytes <= 0 {
 		t.Fatalf("a default leaves a listener without a bound: %+v", d)
 	}
 	t.Setenv("SLUICE_TEST_API_TOKEN", "0123456789abcdef")
-	p = mustParse(t, `listen: "127.0.0.1:8080"
+	const cfg = `listen: "127.0.0.1:8080"
 api_listen: "127.0.0.1:8082"
 api_token_env: SLUICE_TEST_API_TOKEN
 server:
@@ -30,21 +29,22 @@ server:
   max_header_bytes: 8192
   max_conns: 100
   shutdown_drain: 0s
-`+rule)
-	want := policy.ServerLimits{ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 4 * time.Second,
+`
+	p, srv = mustParse(t, cfg+rule), mustServer(t, cfg+rule)
+	want := serverconf.ServerLimits{ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 4 * time.Second,
 		IdleTimeout: 5 * time.Second, MaxHeaderBytes: 8192, MaxConns: 100, ShutdownDrain: 0}
-	if s := p.Settings; s.Server != want || s.APIListen != "127.0.0.1:8082" || s.APITokenEnv != "SLUICE_TEST_API_TOKEN" {
-		t.Fatalf("settings: %+v", s)
+	if srv.Server != want || srv.APIListen != "127.0.0.1:8082" || p.Settings.APITokenEnv != "SLUICE_TEST_API_TOKEN" {
+		t.Fatalf("settings: %+v %+v", srv, p.Settings)
 	}
 	// A drain of zero is kept: it turns the drain off.
-	if got := p.Settings.Server.WithDefaults(); got.ShutdownDrain != 0 {
+	if got := srv.Server.WithDefaults(); got.ShutdownDrain != 0 {
 		t.Fatalf("WithDefaults replaced shutdown_drain 0 with %v", got.ShutdownDrain)
 	}
-	if policy.DefaultServerLimits.ShutdownDrain != 5*time.Second {
-		t.Fatalf("default shutdown_drain %v, documented as 5s", policy.DefaultServerLimits.ShutdownDrain)
+	if serverconf.DefaultServerLimits.ShutdownDrain != 5*time.Second {
+		t.Fatalf("default shutdown_drain %v, documented as 5s", serverconf.DefaultServerLimits.ShutdownDrain)
 	}
 	// Zero fields (a policy built in code) take the defaults.
-	if got := (policy.ServerLimits{MaxConns: 7}).WithDefaults(); got.MaxConns != 7 || got.ReadTimeout != policy.DefaultServerLimits.ReadTimeout {
+	if got := (serverconf.ServerLimits{MaxConns: 7}).WithDefaults(); got.MaxConns != 7 || got.ReadTimeout != serverconf.DefaultServerLimits.ReadTimeout {
 		t.Fatalf("WithDefaults: %+v", got)
 	}
 }
@@ -96,26 +96,5 @@ func TestServerSettingsErrors(t *testing.T) {
 				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 			}
 		})
-	}
-}
-
-func TestBearerToken(t *testing.T) {
-	for auth, want := range map[string]string{
-		"Bearer abc":                            "abc",
-		"bearer abc":                            "abc",
-		"BEARER  abc ":                          "abc",
-		"Bearer":                                "",
-		"Bearerabc":                             "",
-		"Basic abc":                             "",
-		"":                                      "",
-		"Bearer " + strings.Repeat("a", 20<<10): "",
-	} {
-		h := http.Header{}
-		if auth != "" {
-			h.Set("Authorization", auth)
-		}
-		if got := policy.BearerToken(h); got != want {
-			t.Errorf("%.20q: %q, want %q", auth, got, want)
-		}
 	}
 }

@@ -6,19 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // MaxFileSize bounds a configuration file.
@@ -39,6 +37,14 @@ func Load(path string) (*Policy, error) {
 // paths in it (PEM and JWKS files) are resolved against its directory.
 // On failure the error is a *Errors listing every problem, in line order.
 func Parse(filename string, data []byte) (*Policy, error) {
+	p, _, err := parse(filename, data, os.Getenv, readKeyFile)
+	return p, err
+}
+
+// ParseConfig is Parse that also returns the server's settings the file
+// gives (its listeners, store and their bounds), which a Policy does not
+// hold: sluice serve and sluice check read a file with it.
+func ParseConfig(filename string, data []byte) (*Policy, serverconf.Settings, error) {
 	return parse(filename, data, os.Getenv, readKeyFile)
 }
 
@@ -63,28 +69,6 @@ func readKeyFile(path string) ([]byte, error) {
 		err = fmt.Errorf("%s is larger than %d bytes", path, maxKeyFile)
 	}
 	return data, err
-}
-
-// DefaultGRPCPort is the Envoy rate limit service's port when grpc_listen
-// is not set (the reference server's).
-const DefaultGRPCPort = "8081"
-
-// DefaultGRPCListen is grpc_listen's default for a given listen: the same
-// host with port 8081 (port 0, any free port, when listen's is 0). The
-// gRPC service is as private as the decision API: loopback when listen is
-// loopback, every interface only when listen is. It grants no more than
-// the decision API does (either can charge any key; refunds over gRPC
-// need allow_negative_hits), so it is never more exposed than the service
-// the operator already opened.
-func DefaultGRPCListen(listen string) string {
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
-		return net.JoinHostPort("127.0.0.1", DefaultGRPCPort)
-	}
-	if port != "0" {
-		port = DefaultGRPCPort
-	}
-	return net.JoinHostPort(host, port)
 }
 
 // DefaultYAML is the embedded policy that sluice serve runs without a
@@ -123,9 +107,11 @@ type loader struct {
 	notes    []*Error   // what a setting works out to (burst_seconds' burst)
 	usesJWT  *yaml.Node // the first jwt: source, to locate "no jwt section"
 	jwtPath  string
+	// server is the server's settings, read beside the policy's.
+	server serverconf.Settings
 }
 
-func parse(filename string, data []byte, getenv func(string) string, readFile func(string) ([]byte, error)) (*Policy, error) {
+func parse(filename string, data []byte, getenv func(string) string, readFile func(string) ([]byte, error)) (*Policy, serverconf.Settings, error) {
 	// The digest covers everything the policy was compiled from: the
 	// file, and each variable and key file it read, in the order read.
 	h := sha256.New()
@@ -148,7 +134,7 @@ func parse(filename string, data []byte, getenv func(string) string, readFile fu
 		for i, e := range l.errs {
 			es.List[i] = e
 		}
-		return nil, es
+		return nil, serverconf.Settings{}, es
 	}
 	sort.SliceStable(l.warns, func(i, j int) bool { return l.warns[i].Line < l.warns[j].Line })
 	for _, w := range l.warns {
@@ -159,7 +145,7 @@ func parse(filename string, data []byte, getenv func(string) string, readFile fu
 		p.Notes = append(p.Notes, n.Error())
 	}
 	h.Sum(p.digest[:0])
-	return p, nil
+	return p, l.server, nil
 }
 
 func (l *loader) load(data []byte) *Policy {
@@ -197,18 +183,17 @@ var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "t
 func newPolicy(file string) *Policy {
 	p := &Policy{Source: file, byName: map[string]*Rule{}, limits: map[string]*sluice.Limit{}}
 	s := &p.Settings
-	s.Listen, s.GRPCListen, s.StoreURL = ":8080", ":8081", "memory://"
 	s.Headers = []string{"draft", "trio"}
 	s.DenyStatus, s.IPv6Prefix = 429, 64
-	s.Server = DefaultServerLimits
-	s.GRPC = DefaultGRPCLimits
 	s.UI.ShowKeys = true
 	return p
 }
 
-// policy reads the top-level mapping, one section after another. The
-// order is the order problems on one line (a JSON file's only line) are
-// reported in, and some sections read what earlier ones set.
+// policy reads the top-level mapping, one section after another: the
+// rules' and the policy's settings into a Policy, the server's into
+// l.server. The order is the order problems on one line (a JSON file's
+// only line) are reported in, and some sections read what earlier ones
+// set.
 func (l *loader) policy(root *yaml.Node) *Policy {
 	o := l.object(root, "", topFields)
 	if o == nil {
@@ -216,16 +201,19 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	}
 	p := newPolicy(l.file)
 	s := &p.Settings
+	l.server = serverconf.Default()
+	srv := &l.server
 	addrs := map[string]string{} // each listener's address by field, for checkDistinct
-	l.listen(o, s, addrs)
-	l.store(o, s)
+	l.listen(o, srv, addrs)
+	l.store(o, srv)
 	l.adminTokenEnv(o, s)
 	l.settleSecretEnv(o, s)
 	l.trustedProxies(o, s)
-	l.proxy(o, s, addrs)
-	l.apiListen(o, s, addrs)
+	l.proxy(o, srv, addrs)
+	l.apiListen(o, srv, addrs)
+	l.apiTokenEnv(o, s)
 	if n, ok := o.vals["server"]; ok {
-		l.serverLimits(n, &s.Server)
+		l.serverLimits(n, &srv.Server)
 	}
 	l.checkDistinct(o, addrs)
 	l.headers(o, s)
@@ -234,10 +222,10 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	l.ipv6Prefix(o, s)
 	l.defaultMissingKey(o, s)
 	if n, ok := o.vals["grpc_tls"]; ok {
-		s.GRPCTLS = l.grpcTLS(n, "grpc_tls")
+		srv.GRPCTLS = l.grpcTLS(n, "grpc_tls")
 	}
 	if n, ok := o.vals["grpc"]; ok {
-		l.grpcLimits(n, &s.GRPC)
+		l.grpcLimits(n, &srv.GRPC)
 	}
 	if v, _, ok := o.boolean("allow_negative_hits"); ok {
 		s.AllowNegativeHits = v
@@ -274,53 +262,6 @@ func (l *loader) ui(n *yaml.Node, s *Settings) {
 	}
 }
 
-// listenAt reads a listener's address field into dst. It reports whether
-// dst then holds a good address: the one given, the default when the
-// field is absent, or "" (serve none) where allowEmpty.
-func (l *loader) listenAt(o *obj, field string, dst *string, allowEmpty bool) bool {
-	v, n, ok := o.str(field)
-	switch {
-	case !ok:
-		return n == nil // absent: the default stands
-	case v == "" && allowEmpty:
-		*dst = ""
-		return true
-	}
-	if msg := checkListen(v); msg != "" {
-		l.errf(n, field, "%s", msg)
-		return false
-	}
-	*dst = v
-	return true
-}
-
-// listen reads listen and grpc_listen, whose default follows listen.
-func (l *loader) listen(o *obj, s *Settings, addrs map[string]string) {
-	if l.listenAt(o, "listen", &s.Listen, false) {
-		addrs["listen"] = s.Listen
-	}
-	s.GRPCListen, s.GRPCListenDerived = DefaultGRPCListen(s.Listen), !o.has("grpc_listen")
-	if l.listenAt(o, "grpc_listen", &s.GRPCListen, true) && s.GRPCListen != "" {
-		addrs["grpc_listen"] = s.GRPCListen
-	}
-}
-
-func (l *loader) store(o *obj, s *Settings) {
-	n, ok := o.vals["store"]
-	if !ok {
-		return
-	}
-	if so := l.object(n, "store", []string{"url"}); so != nil {
-		if v, n, ok := so.str("url"); ok {
-			if msg := checkStoreURL(v); msg != "" {
-				l.errf(n, "store.url", "%s", msg)
-			} else {
-				s.StoreURL = v
-			}
-		}
-	}
-}
-
 func (l *loader) adminTokenEnv(o *obj, s *Settings) {
 	if v, n, ok := o.str("admin_token_env"); ok {
 		s.AdminTokenEnv = l.tokenEnv("admin_token_env", v, n, false)
@@ -340,58 +281,8 @@ func (l *loader) trustedProxies(o *obj, s *Settings) {
 	}
 }
 
-// proxy reads the reverse proxy's section: listen and upstream, both or
-// neither.
-func (l *loader) proxy(o *obj, s *Settings, addrs map[string]string) {
-	n, ok := o.vals["proxy"]
-	if !ok {
-		return
-	}
-	po := l.object(n, "proxy", []string{"listen", "upstream", "upstream_timeout"})
-	if po == nil {
-		return
-	}
-	up, upN, upOK := po.str("upstream")
-	ls, lsN, lsOK := po.str("listen")
-	if upOK {
-		if msg := checkUpstream(up); msg != "" {
-			l.errf(upN, "proxy.upstream", "%s", msg)
-		} else {
-			s.ProxyUpstream = up
-		}
-	}
-	if lsOK {
-		if msg := checkListen(ls); msg != "" {
-			l.errf(lsN, "proxy.listen", "%s", msg)
-		} else {
-			s.ProxyListen = ls
-			addrs["proxy.listen"] = ls
-		}
-	}
-	if upOK && !po.has("listen") {
-		l.errf(po.n, "proxy.listen", "is required with proxy.upstream (the address the proxy serves on, such as \":8000\")")
-	}
-	if lsOK && !po.has("upstream") {
-		l.errf(po.n, "proxy.upstream", "is required with proxy.listen (the URL requests are forwarded to)")
-	}
-	if d, dn, ok := po.duration("upstream_timeout"); ok {
-		switch {
-		case d <= 0:
-			l.errf(dn, "proxy.upstream_timeout", "must be > 0 (got %q): an upstream that never answers would hold every request sent to it", dn.Value)
-		case !po.has("upstream"):
-			l.errf(dn, "proxy.upstream_timeout", "applies only with proxy.upstream and proxy.listen")
-		default:
-			s.ProxyUpstreamTimeout = d
-		}
-	}
-}
-
-// apiListen reads api_listen and api_token_env, the decision API's own
-// listener and its token.
-func (l *loader) apiListen(o *obj, s *Settings, addrs map[string]string) {
-	if l.listenAt(o, "api_listen", &s.APIListen, false) && s.APIListen != "" {
-		addrs["api_listen"] = s.APIListen
-	}
+// apiTokenEnv reads api_token_env, the decision API's token.
+func (l *loader) apiTokenEnv(o *obj, s *Settings) {
 	if v, n, ok := o.str("api_token_env"); ok {
 		s.APITokenEnv = l.tokenEnv("api_token_env", v, n, true)
 	}
@@ -422,40 +313,6 @@ func (l *loader) tokenEnv(field, name string, n *yaml.Node, required bool) strin
 		return name
 	}
 	return ""
-}
-
-// checkDistinct reports two listeners given one address.
-func (l *loader) checkDistinct(o *obj, addrs map[string]string) {
-	seen := map[string]string{}
-	for _, f := range []string{"listen", "grpc_listen", "proxy.listen", "api_listen"} {
-		a, ok := addrs[f]
-		if !ok {
-			continue
-		}
-		if _, port, _ := net.SplitHostPort(a); port == "0" {
-			continue // any free port: never the same as another
-		}
-		if other, dup := seen[a]; dup {
-			var n *yaml.Node
-			if f == "proxy.listen" {
-				if pn, ok := o.vals["proxy"]; ok {
-					n = pn
-				}
-			} else {
-				n = o.vals[f]
-			}
-			if n == nil {
-				n = o.n
-			}
-			hint := ""
-			if f == "grpc_listen" && !o.has("grpc_listen") {
-				hint = " (grpc_listen defaults to listen's host with port 8081; set grpc_listen to another address)"
-			}
-			l.errf(n, f, "%q is also %s's address%s", a, other, hint)
-			continue
-		}
-		seen[a] = f
-	}
 }
 
 func (l *loader) headers(o *obj, s *Settings) {
@@ -552,33 +409,6 @@ func (l *loader) needJWT() {
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-func checkListen(v string) string {
-	_, port, err := net.SplitHostPort(v)
-	if err != nil {
-		return fmt.Sprintf("must be an address such as \":8080\" or \"127.0.0.1:8080\" (got %q)", v)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return fmt.Sprintf("port %q must be a number from 0 to 65535", port)
-	}
-	return ""
-}
-
-func checkStoreURL(v string) string {
-	u, err := url.Parse(v)
-	if err != nil || u.Scheme == "" || !strings.Contains(v, "://") {
-		return fmt.Sprintf("must be a URL such as \"memory://\", \"redis://host:6379\" or \"postgres://...\" (got %q)", v)
-	}
-	return ""
-}
-
-func checkUpstream(v string) string {
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Sprintf("must be an absolute http:// or https:// URL (got %q)", v)
-	}
-	return ""
-}
 
 // parseCIDR reads a CIDR or a bare address (one host).
 func parseCIDR(v string) (netip.Prefix, string) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 const testSecret = "0123456789abcdef0123456789abcdef-test-secret"
@@ -22,6 +23,17 @@ func mustParse(t testing.TB, cfg string) *policy.Policy {
 		t.Fatalf("parse:\n%v", err)
 	}
 	return p
+}
+
+// mustServer parses cfg, or fails the test with every problem, and
+// returns the server's settings it gives.
+func mustServer(t testing.TB, cfg string) serverconf.Settings {
+	t.Helper()
+	_, s, err := policy.ParseConfig("test.yaml", []byte(cfg))
+	if err != nil {
+		t.Fatalf("parse:\n%v", err)
+	}
+	return s
 }
 
 // problems parses cfg and returns its error lines.
@@ -55,14 +67,30 @@ func rule(extra, body string) string {
 	return "rules:\n  - name: r\n    limit_keys: []\n" + extra + "    algorithm_config:\n" + body
 }
 
+// validationCase is a file with problems and the errors it must report.
+type validationCase struct {
+	name string
+	cfg  string
+	want []string
+}
+
 func TestValidationErrors(t *testing.T) {
 	t.Setenv("EMPTY_SECRET", "")
 	t.Setenv("SHORT_SECRET", "short")
-	cases := []struct {
-		name string
-		cfg  string
-		want []string
-	}{
+	cases := append(algorithmConfigCases(), ruleAndFileCases()...)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := problems(t, tc.cfg)
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+// algorithmConfigCases are the problems of a rule's algorithm_config.
+func algorithmConfigCases() []validationCase {
+	return []validationCase{
 		{"burst below a micro-token", rule("", "      tokens_per_second: 100\n      burst: 0.0000001\n"),
 			[]string{"c.yaml:6: rules[0].algorithm_config.burst: must be at least 0.000001 (one micro-token, the least every store counts), got 1e-07"}},
 		{"burst out of range", rule("", "      rps: 10\n      burst: 1e12\n"),
@@ -126,6 +154,13 @@ func TestValidationErrors(t *testing.T) {
 			[]string{`c.yaml:3: rules[0].algorithm: unknown algorithm "gcra" (want token_bucket, fixed_window, sliding_log, leaky_bucket or concurrency)`}},
 		{"no algorithm_config", "rules:\n  - name: r\n    limit_keys: []\n",
 			[]string{"c.yaml:2: rules[0].algorithm_config: is required (or tiers)"}},
+	}
+}
+
+// ruleAndFileCases are the problems of a rule's other fields, of the
+// top-level settings and of the file as a whole.
+func ruleAndFileCases() []validationCase {
+	return []validationCase{
 		{"bad name and duplicate", "rules:\n  - name: a b\n    algorithm_config: {rps: 1, burst: 1}\n  - name: x\n    algorithm_config: {rps: 1, burst: 1}\n  - name: x\n    algorithm_config: {rps: 1, burst: 1}\n",
 			[]string{
 				`c.yaml:2: rules[0].name: "a b" must be 1 to 64 of A-Z a-z 0-9 _ . -`,
@@ -236,14 +271,6 @@ rules:
 		{"json with problems", "{\n\t\"rules\": [\n\t\t{\"name\": \"r\",\n\t\t \"algorithm_config\": {\"rps\": 100, \"burst\": 1e12}}\n\t]\n}\n",
 			[]string{"c.yaml:4: rules[0].algorithm_config.burst: must be at most 9007199254.740992 (2^53 micro-tokens, the most every store counts exactly), got 1e+12"}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got := problems(t, tc.cfg)
-			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
-				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
-			}
-		})
-	}
 }
 
 func TestBothSpellings(t *testing.T) {
@@ -267,9 +294,10 @@ func TestBothSpellings(t *testing.T) {
 		})
 	}
 	// The same policy in JSON.
-	p := mustParse(t, `{"listen": ":9090", "rules": [{"name": "r", "limit_keys": ["ip:address"], "algorithm_config": {"rps": 5, "burst": 10}}]}`)
-	if p.Settings.Listen != ":9090" || p.Rule("r").Limit.Capacity() != 10 {
-		t.Fatalf("JSON policy: %+v", p.Settings)
+	const json = `{"listen": ":9090", "rules": [{"name": "r", "limit_keys": ["ip:address"], "algorithm_config": {"rps": 5, "burst": 10}}]}`
+	p := mustParse(t, json)
+	if s := mustServer(t, json); s.Listen != ":9090" || p.Rule("r").Limit.Capacity() != 10 {
+		t.Fatalf("JSON policy: %+v", s)
 	}
 }
 
@@ -305,7 +333,10 @@ func TestAlgorithms(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	p := policy.Default()
 	s := p.Settings
-	if p.Source != "embedded default" || s.Listen != ":8080" || s.GRPCListen != ":8081" || s.StoreURL != "memory://" ||
+	if srv := mustServer(t, policy.DefaultYAML); srv.Listen != ":8080" || srv.GRPCListen != ":8081" || srv.StoreURL != "memory://" {
+		t.Fatalf("default server settings: %+v", srv)
+	}
+	if p.Source != "embedded default" ||
 		s.DenyStatus != 429 || s.IPv6Prefix != 64 || strings.Join(s.Headers, ",") != "draft,trio" || s.MissingKey != policy.MissingShared {
 		t.Fatalf("defaults: %+v", p)
 	}
@@ -313,8 +344,8 @@ func TestDefaults(t *testing.T) {
 	if r == nil || r.Limit.TokensPerSecond() != 10 || r.Limit.Capacity() != 20 || r.Mode != policy.EnforceMode || r.OnStoreError != policy.AllowOnError {
 		t.Fatalf("default rule: %+v", r)
 	}
-	if q := mustParse(t, "grpc_listen: \"\"\nrules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"); q.Settings.GRPCListen != "" {
-		t.Fatalf("grpc_listen \"\" should disable the gRPC listener, got %q", q.Settings.GRPCListen)
+	if q := mustServer(t, "grpc_listen: \"\"\nrules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"); q.GRPCListen != "" {
+		t.Fatalf("grpc_listen \"\" should disable the gRPC listener, got %q", q.GRPCListen)
 	}
 }
 

@@ -23,9 +23,11 @@
 // Where things are: policy.go holds the compiled types; load.go Load,
 // Parse and the top-level schema (each field, its default, one function
 // per section); load_rule.go the rules with their tiers, match,
-// algorithm_config and costs; the other sections are read in the file
-// named after them (jwt.go, forwardauth.go, grpctls.go, serverlimits.go,
-// rulestable.go); yamlnode.go is the schema-free plumbing (typed field
+// algorithm_config and costs; load_server.go the server's sections
+// (listeners, store, server, grpc, grpc_tls), read into a
+// serverconf.Settings that ParseConfig returns beside the policy; the
+// other sections are read in the file named after them (jwt.go,
+// forwardauth.go, rulestable.go); yamlnode.go is the schema-free plumbing (typed field
 // readers, "did you mean", FILE:LINE errors); settle.go settle_from,
 // body:PATH costs and settle_secret_env. request.go and query.go
 // read a request's key parts, match.go its conditions and costs, and
@@ -37,9 +39,7 @@
 package policy
 
 import (
-	"crypto/tls"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -66,12 +66,6 @@ type Policy struct {
 	// burst_seconds gives, each as "FILE:LINE: path: message". sluice
 	// check prints them.
 	Notes []string
-	// Envoy, when set, finds the limits of the Envoy rate limit service's
-	// descriptors in place of Rules: envoyrls.ParseReferenceConfig sets it
-	// to the lookup of a file in envoyproxy/ratelimit's format (an
-	// envoyrls.Matcher), and the Envoy service uses it whenever this
-	// policy is the one in force. The policy package never reads it.
-	Envoy any
 
 	// digest identifies what the policy was compiled from (its file, and
 	// the variables and key files that file names), so that a reload of
@@ -79,7 +73,7 @@ type Policy struct {
 	// from a file.
 	digest [32]byte
 
-	jwt    *verifier
+	jwt    claimsVerifier
 	byName map[string]*Rule
 	limits map[string]*sluice.Limit
 
@@ -89,26 +83,13 @@ type Policy struct {
 	byAlias map[string][]*Rule
 }
 
-// Settings are a policy's top-level settings besides its rules.
+// Settings are a policy's top-level settings besides its rules: what a
+// request is told and how it is read. The server's own settings (its
+// listeners, store and their bounds) are package serverconf's.
 type Settings struct {
-	// Listen is the decision API's address (default ":8080").
-	Listen string
-	// GRPCListen is the Envoy RateLimitService address (default
-	// DefaultGRPCListen(Listen), ":8081" for the default listen;
-	// grpc_listen: "" disables it).
-	GRPCListen string
-	// StoreURL says where bucket state lives (default "memory://").
-	StoreURL string
 	// AdminTokenEnv names the environment variable holding the admin token
 	// for /v1/reset ("" = reset disabled).
 	AdminTokenEnv string
-	// ProxyListen and ProxyUpstream configure the reverse proxy, enabled
-	// when ProxyUpstream (an absolute http or https URL) is set.
-	ProxyListen, ProxyUpstream string
-	// ProxyUpstreamTimeout bounds the reverse proxy's wait for the
-	// upstream's response headers (proxy.upstream_timeout; 0 = the
-	// default of httpgate.ProxyOptions, 60s).
-	ProxyUpstreamTimeout time.Duration
 	// Headers are the response header sets: any of "draft", "trio",
 	// "legacy", or "none" alone (default ["draft", "trio"]).
 	Headers []string
@@ -131,29 +112,13 @@ type Settings struct {
 	// plan and user.
 	RulesTable RulesTable
 
-	// GRPCListenDerived reports that grpc_listen was not set, so that
-	// GRPCListen is DefaultGRPCListen(Listen): serve derives it again when
-	// a flag overrides Listen.
-	GRPCListenDerived bool
-	// GRPCTLS, when set, serves the Envoy RateLimitService over TLS, and
-	// with a client CA over mutual TLS (grpc_tls).
-	GRPCTLS *GRPCTLS
-	// GRPC bounds the Envoy RateLimitService listener (the grpc section).
-	GRPC GRPCLimits
 	// AllowNegativeHits lets Envoy callers give hits back
 	// (is_negative_hits); without it such a call is refused (default false).
 	AllowNegativeHits bool
 
-	// APIListen, when set, is the decision API's own address: /v1/take,
-	// /v1/peek, /v1/reset and /metrics are served there and not on
-	// Listen, which keeps forward auth ("" = all on Listen).
-	APIListen string
 	// APITokenEnv names the environment variable holding the token that
 	// /v1/take, /v1/peek and /v1/auth require ("" = none required).
 	APITokenEnv string
-	// Server bounds every HTTP listener (the server section).
-	Server ServerLimits
-
 	// ForwardAuth names the front proxy that calls /v1/auth, and so the
 	// headers that describe the original request; the zero value believes
 	// none.
@@ -193,88 +158,6 @@ type RulesTable struct {
 	// it, else its NULL-plan row. "" when unset.
 	DefaultPlan string
 }
-
-// GRPCTLS is the grpc_tls section: the server's certificate and key, and
-// the CA that client certificates must chain to ("" = no client
-// certificates asked for). Paths are resolved against the config file's
-// directory; the files were read and checked when the policy was loaded.
-type GRPCTLS struct {
-	CertFile, KeyFile, ClientCAFile string
-	// Config is ready to serve: the certificate, TLS 1.2 or later, and
-	// when ClientCAFile is set, a verified client certificate required.
-	Config *tls.Config
-}
-
-// ServerLimits are the deadlines and bounds of sluice serve's HTTP
-// listeners: they decide how long a slow or silent client may hold a
-// connection, and how many connections a listener holds at once.
-type ServerLimits struct {
-	// ReadHeaderTimeout bounds the wait for a request's line and headers.
-	ReadHeaderTimeout time.Duration
-	// ReadTimeout bounds reading a whole request, headers and body, on the
-	// decision API and forward auth listener; on the reverse proxy, whose
-	// bodies stream to the upstream, it bounds each wait for body bytes.
-	ReadTimeout time.Duration
-	// WriteTimeout bounds writing a response on the decision API and
-	// forward auth listener (pushed back by a reservation's wait); on the
-	// reverse proxy, each write of a streamed response.
-	WriteTimeout time.Duration
-	// IdleTimeout closes a keep-alive connection with no request.
-	IdleTimeout time.Duration
-	// MaxHeaderBytes bounds a request's line and headers.
-	MaxHeaderBytes int
-	// MaxConns bounds the connections each listener holds at once; 0
-	// means automatic (DefaultMaxConns, lowered to fit the process's
-	// open file limit).
-	MaxConns int
-	// ShutdownDrain is how long sluice serve, told to stop, keeps serving
-	// while /readyz answers 503, before its listeners stop accepting: the
-	// time a load balancer or a Kubernetes endpoint update needs to see it
-	// unready and send new connections elsewhere. Zero stops at once;
-	// WithDefaults leaves it as it is, so zero is a choice, not a gap.
-	ShutdownDrain time.Duration
-}
-
-// DefaultServerLimits are the server section's defaults.
-var DefaultServerLimits = ServerLimits{
-	ReadHeaderTimeout: 10 * time.Second,
-	ReadTimeout:       30 * time.Second,
-	WriteTimeout:      30 * time.Second,
-	IdleTimeout:       2 * time.Minute,
-	MaxHeaderBytes:    64 << 10,
-	ShutdownDrain:     5 * time.Second,
-}
-
-// DefaultMaxConns is the per-listener connection cap when max_conns is
-// not set and the open file limit allows it.
-const DefaultMaxConns = 10000
-
-// WithDefaults fills the limits left zero with DefaultServerLimits.
-func (s ServerLimits) WithDefaults() ServerLimits {
-	d := DefaultServerLimits
-	if s.ReadHeaderTimeout <= 0 {
-		s.ReadHeaderTimeout = d.ReadHeaderTimeout
-	}
-	if s.ReadTimeout <= 0 {
-		s.ReadTimeout = d.ReadTimeout
-	}
-	if s.WriteTimeout <= 0 {
-		s.WriteTimeout = d.WriteTimeout
-	}
-	if s.IdleTimeout <= 0 {
-		s.IdleTimeout = d.IdleTimeout
-	}
-	if s.MaxHeaderBytes <= 0 {
-		s.MaxHeaderBytes = d.MaxHeaderBytes
-	}
-	return s
-}
-
-// BearerToken returns the token of an "Authorization: Bearer" header (the
-// scheme in any case, RFC 9110 section 11.1), or "" when there is none or
-// it is longer than any token sluice reads. Every reader of bearer tokens
-// uses it, so they agree on what a bearer token is.
-func BearerToken(h http.Header) string { return bearer(h) }
 
 // ForwardAuth says which front proxy calls /v1/auth and which headers
 // carry its description of the original request (forward_auth in the

@@ -11,11 +11,11 @@ import (
 func TestProxyUpstreamTimeout(t *testing.T) {
 	const rules = "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n"
 	const proxy = "proxy:\n  listen: \":9000\"\n  upstream: http://app:8000\n"
-	if p := mustParse(t, proxy+rules); p.Settings.ProxyUpstreamTimeout != 0 {
-		t.Errorf("default: %v, want 0 (the proxy's own default)", p.Settings.ProxyUpstreamTimeout)
+	if p := mustServer(t, proxy+rules); p.ProxyUpstreamTimeout != 0 {
+		t.Errorf("default: %v, want 0 (the proxy's own default)", p.ProxyUpstreamTimeout)
 	}
-	if p := mustParse(t, proxy+"  upstream_timeout: 5m\n"+rules); p.Settings.ProxyUpstreamTimeout != 5*time.Minute {
-		t.Errorf("5m: %v", p.Settings.ProxyUpstreamTimeout)
+	if p := mustServer(t, proxy+"  upstream_timeout: 5m\n"+rules); p.ProxyUpstreamTimeout != 5*time.Minute {
+		t.Errorf("5m: %v", p.ProxyUpstreamTimeout)
 	}
 	for _, c := range []struct{ cfg, want string }{
 		{proxy + "  upstream_timeout: 0s\n" + rules, `c.yaml:4: proxy.upstream_timeout: must be > 0 (got "0s"): an upstream that never answers would hold every request sent to it`},

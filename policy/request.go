@@ -332,7 +332,7 @@ func (e *eval) verifiedClaims() map[string]any {
 	if !e.jwtDone {
 		e.jwtDone = true
 		if e.p.jwt != nil {
-			e.claims = e.p.jwt.claims(e.r.Header)
+			e.claims = e.p.jwt.Claims(e.r.Header)
 		}
 	}
 	return e.claims

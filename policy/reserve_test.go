@@ -69,7 +69,7 @@ func TestEnforceReservationAboveCapacity(t *testing.T) {
 		if err != nil || len(ms) != 1 {
 			t.Fatalf("match: %v %v", ms, err)
 		}
-		return policy.Enforce(ctx, lim, sluice.OpTake, ms, nil)
+		return policy.Enforce(ctx, lim, ms, policy.Options{})
 	}
 	if v := take("5"); !v.Allowed || v.Overall.RetryAfter != 0 {
 		t.Fatalf("take 5: %+v", v.Overall)

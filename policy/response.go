@@ -132,11 +132,11 @@ func (v *Verdict) Impossible() (detail string, names []string, ok bool) {
 	return detail, names, names != nil
 }
 
-// MarkCostExceedsLimit records that r's request asked a cost its limit
-// can never grant, for a caller that judged it without Enforce (the Envoy
-// service, which peeks such a descriptor): Reason and Impossible then say
-// so, and AppendFields sets no Retry-After.
-func (r *Result) MarkCostExceedsLimit() {
+// markCostExceedsLimit records that r's request asked a cost its limit
+// can never grant, for a part judged without Enforce (Parts.Add: the Envoy
+// service peeks such a descriptor): Reason and Impossible then say so, and
+// AppendFields sets no Retry-After.
+func (r *Result) markCostExceedsLimit() {
 	if !r.Shadow {
 		r.impossible, r.Violated = true, true
 	}

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/sluicehq/sluice"
@@ -49,30 +48,6 @@ func (s *Scratch) Matches(n int) []Match {
 		s.matches = make([]Match, 0, n)
 	}
 	return s.matches[:n]
-}
-
-// Enforce is Enforce with the verdict's results in s.
-func (s *Scratch) Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
-	return s.decide(ctx, lim, op, ms, obs, false)
-}
-
-// Hold is Hold with the verdict's results in s.
-func (s *Scratch) Hold(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
-	return s.decide(ctx, lim, op, ms, obs, true)
-}
-
-func (s *Scratch) decide(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
-	if cap(s.reqs) < len(ms) {
-		s.reqs = make([]sluice.Request, 0, len(ms))
-	}
-	if cap(s.decisions) < len(ms) {
-		s.decisions = make([]sluice.Decision, 0, len(ms))
-	}
-	v := enforceIn(s, ctx, lim, op, ms, obs, hold)
-	if cap(v.Results) > cap(s.results) {
-		s.results = v.Results[:0]
-	}
-	return v
 }
 
 // Clear drops what s refers to (keys, headers, limits), so that a pooled

@@ -53,7 +53,7 @@ rules:
 			t.Fatal(err)
 		}
 		ms, _ := p.Match(in)
-		want := policy.Enforce(ctx, alone, sluice.OpTake, ms, nil)
+		want := policy.Enforce(ctx, alone, ms, policy.Options{})
 
 		sin, err := s.FromForwardAuth(p, r, "/v1/auth")
 		if err != nil {
@@ -63,7 +63,7 @@ rules:
 			t.Fatalf("%d: input %+v, want %+v", i, sin, in)
 		}
 		sms, _ := s.Match(p, sin)
-		got := s.Enforce(ctx, reused, sluice.OpTake, sms, nil)
+		got := policy.Enforce(ctx, reused, sms, policy.Options{Scratch: &s})
 		if !reflect.DeepEqual(noRetryAt(got), noRetryAt(want)) {
 			t.Fatalf("%d %s: verdict\n%+v\nwant\n%+v", i, path, got, want)
 		}
@@ -74,8 +74,8 @@ rules:
 	// Matches of the caller's making, held.
 	ms := s.Matches(1)
 	ms[0], _ = p.LimitMatch("per-user", "u2")
-	got := s.Hold(ctx, reused, sluice.OpTake, ms, nil)
-	want := policy.Hold(ctx, alone, sluice.OpTake, []policy.Match{ms[0]}, nil)
+	got := policy.Enforce(ctx, reused, ms, policy.Options{Hold: true, Scratch: &s})
+	want := policy.Enforce(ctx, alone, []policy.Match{ms[0]}, policy.Options{Hold: true})
 	if !reflect.DeepEqual(noRetryAt(got), noRetryAt(want)) {
 		t.Fatalf("held: %+v, want %+v", got, want)
 	}

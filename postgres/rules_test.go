@@ -445,7 +445,7 @@ func admitted(t *testing.T, src *postgres.PolicySource, n int, req func(i int) *
 		if len(ms) == 0 {
 			t.Fatalf("request %d: no rule of the table applies", i)
 		}
-		if policy.Enforce(pgtestContext(t), lim, sluice.OpTake, ms, nil).Allowed {
+		if policy.Enforce(pgtestContext(t), lim, ms, policy.Options{}).Allowed {
 			got++
 		}
 	}

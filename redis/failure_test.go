@@ -460,7 +460,7 @@ rules:
 				r = x
 			}
 		}
-		return policy.Enforce(ctx, lim, sluice.OpTake, []policy.Match{{Rule: r, Request: sluice.Request{Limit: r.Limit, Key: "k", Cost: 1}}}, nil)
+		return policy.Enforce(ctx, lim, []policy.Match{{Rule: r, Request: sluice.Request{Limit: r.Limit, Key: "k", Cost: 1}}}, policy.Options{})
 	}
 	// One token of each bucket spent while Redis is up.
 	for _, name := range []string{"open", "closed"} {

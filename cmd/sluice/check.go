@@ -26,11 +26,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	code := 0
 	for _, file := range fs.Args() {
-		_, p, err := loadPolicy(file) // sluice's format, or envoyproxy/ratelimit's
+		cf, p, err := loadPolicy(file) // sluice's format, or envoyproxy/ratelimit's
 		if err == nil {
 			// What serve checks before it starts: listeners, store URL,
 			// audit log.
-			err = preflight(p.Source, runSettings{Settings: p.Settings})
+			err = preflight(p.Source, fileSettings(cf.Server(), p))
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, err)

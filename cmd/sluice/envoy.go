@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/internal/connlimit"
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // startEnvoy serves Envoy's RateLimitService (with health and reflection)
@@ -18,11 +18,11 @@ import (
 // (mutual TLS with a client CA), and returns its address and the function
 // that stops it. The service follows the HTTP gate's policy, so a reload
 // applies to Envoy's calls too; a policy read from a reference-format file
-// brings the file's descriptor lookup with it (policy.Policy.Envoy, set by
-// envoyrls.ParseReferenceConfig), which the service uses in place of rules.
+// brings the file's descriptor lookup with it (envoyrls.ParseReferenceConfig
+// keeps it for the policy), which the service uses in place of rules.
 // The grpc section bounds it (envoyrls.LimitOptions), and the listener
 // holds at most grpcMaxConns connections.
-func startEnvoy(s *server, set policy.Settings, ln net.Listener) (addr string, stop func()) {
+func startEnvoy(s *server, set runSettings, ln net.Listener) (addr string, stop func()) {
 	bounds := set.GRPC.WithDefaults()
 	gopts := append(envoyrls.ServerOptions(), envoyrls.LimitOptions(bounds, set.Server)...)
 	conns := grpcMaxConns(bounds.MaxConns, openFileLimit())
@@ -44,7 +44,7 @@ func startEnvoy(s *server, set policy.Settings, ln net.Listener) (addr string, s
 			s.Logger.Error("envoy rate limit service failed", "err", err)
 		}
 	}()
-	s.Logger.Info("listening", "server", "envoy-rls", "addr", ln.Addr().String(), "security", security, "allow_negative_hits", set.AllowNegativeHits,
+	s.Logger.Info("listening", "server", "envoy-rls", "addr", ln.Addr().String(), "security", security, "allow_negative_hits", set.pol.AllowNegativeHits,
 		"max_conns", conns, "max_concurrent_streams", bounds.MaxConcurrentStreams, "max_in_flight", bounds.MaxInFlight, "max_recv_bytes", bounds.MaxRecvBytes)
 	return ln.Addr().String(), func() {
 		health.Shutdown() // tell Envoy's health checks first
@@ -59,14 +59,14 @@ func startEnvoy(s *server, set policy.Settings, ln net.Listener) (addr string, s
 }
 
 // grpcMaxConns is the gRPC listener's connection cap: set (the grpc
-// section's max_conns) when given, else policy.DefaultGRPCMaxConns lowered
+// section's max_conns) when given, else serverconf.DefaultGRPCMaxConns lowered
 // to an eighth of the open file limit, within the quarter the HTTP
 // listeners leave (maxConns).
 func grpcMaxConns(set int, nofile uint64) int {
 	if set > 0 {
 		return set
 	}
-	auto := uint64(policy.DefaultGRPCMaxConns)
+	auto := uint64(serverconf.DefaultGRPCMaxConns)
 	if nofile > 0 {
 		auto = min(auto, nofile/8)
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/memory"
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 func TestEnvoyServesExample(t *testing.T) {
@@ -41,7 +41,7 @@ func TestEnvoyServesExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, stop := startEnvoy(&server{Gate: gate, Limiter: lim, Logger: log}, policy.Settings{GRPCListen: ln.Addr().String()}, ln)
+	addr, stop := startEnvoy(&server{Gate: gate, Limiter: lim, Logger: log}, runSettings{Settings: serverconf.Settings{GRPCListen: ln.Addr().String()}}, ln)
 	defer stop()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

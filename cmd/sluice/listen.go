@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/httpgate"
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // The HTTP listeners' deadlines and bounds (the policy's server section).
@@ -22,7 +22,7 @@ import (
 // sending or reading is not.
 
 // proxyServer returns the http.Server of the reverse proxy listener.
-func proxyServer(h http.Handler, lim policy.ServerLimits, lc *httpgate.ConnLimiter) *http.Server {
+func proxyServer(h http.Handler, lim serverconf.ServerLimits, lc *httpgate.ConnLimiter) *http.Server {
 	return &http.Server{
 		Handler:           streamDeadlines(h, lim.ReadTimeout, lim.WriteTimeout),
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
@@ -112,7 +112,7 @@ func maxConns(set int, nofile uint64, n int) int {
 	if n < 1 {
 		n = 1
 	}
-	auto := uint64(policy.DefaultMaxConns)
+	auto := uint64(serverconf.DefaultMaxConns)
 	if nofile > 0 {
 		auto = min(auto, nofile*3/4/uint64(n))
 	}

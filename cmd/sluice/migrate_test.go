@@ -97,7 +97,7 @@ func testPostgresRulesHook(t *testing.T, u string) {
 	if err := os.WriteFile(path, []byte("rules:\n  - name: from-file\n    algorithm_config: {tokens_per_second: 1, burst: 1}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	file := policyFile(path)
+	file := newConfigFile(path).File
 	if src, p, err := rulesSource(ctx, u, nil, file); src != nil || p != nil || err != nil {
 		t.Fatalf("without sluice_rules=true: %v %v", src, err)
 	}

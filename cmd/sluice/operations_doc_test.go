@@ -29,7 +29,7 @@ func servedMetrics(t *testing.T, storeURL string) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := withFlags(p.Settings, serveFlags{})
+	rs := withFlags(defaultSettings(t), serveFlags{})
 	rs.StoreURL = storeURL
 	reg := newRegistry()
 	store, closeStore, err := openStore(context.Background(), storeURL, reg)

@@ -288,13 +288,10 @@ func checkComposeExample(t *testing.T, path string) {
 	if code := run([]string{"check", cfg}, &out, &errb); code != 0 {
 		t.Fatalf("sluice check %s (mounted at %s): exit %d\n%s", cfg, target, code, errb.String())
 	}
-	p, err := policy.Load(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(p.Settings.StoreURL)
+	srv := serverSettings(t, cfg)
+	u, err := url.Parse(srv.StoreURL)
 	if err != nil || u.Scheme != "redis" || services[u.Hostname()] == nil {
-		t.Errorf("%s: store.url %q is not the compose file's Redis", cfg, p.Settings.StoreURL)
+		t.Errorf("%s: store.url %q is not the compose file's Redis", cfg, srv.StoreURL)
 	}
 }
 
@@ -395,13 +392,13 @@ func checkKubernetesConfigMap(t *testing.T, path string) {
 	if data == "" {
 		t.Fatalf("%s: no data.policy.yaml", path)
 	}
-	p, err := policy.Parse(path+" data.policy.yaml", []byte(data))
+	_, srv, err := policy.ParseConfig(path+" data.policy.yaml", []byte(data))
 	if err != nil {
 		t.Fatalf("the ConfigMap's policy:\n%v", err)
 	}
 	// In a pod, a loopback address would be unreachable through the Service.
-	if p.Settings.Listen != ":8080" || p.Settings.GRPCListen != ":8081" {
-		t.Errorf("the ConfigMap's policy listens on %q and %q, want :8080 and :8081 (the Service's ports)", p.Settings.Listen, p.Settings.GRPCListen)
+	if srv.Listen != ":8080" || srv.GRPCListen != ":8081" {
+		t.Errorf("the ConfigMap's policy listens on %q and %q, want :8080 and :8081 (the Service's ports)", srv.Listen, srv.GRPCListen)
 	}
 }
 
@@ -652,14 +649,15 @@ func TestExamplesRunLinesAndLoopback(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := policyFile(path).ParseData(data)
-		if err != nil {
+		cf := newConfigFile(path)
+		if _, err := cf.ParseData(data); err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
+		srv := cf.Server()
 		if strings.Contains(string(data), "# Every interface, because") {
 			continue
 		}
-		for field, addr := range map[string]string{"listen": p.Settings.Listen, "grpc_listen": p.Settings.GRPCListen, "api_listen": p.Settings.APIListen, "proxy.listen": p.Settings.ProxyListen} {
+		for field, addr := range map[string]string{"listen": srv.Listen, "grpc_listen": srv.GRPCListen, "api_listen": srv.APIListen, "proxy.listen": srv.ProxyListen} {
 			if addr != "" && !loopback(addr) && !(name == "ratelimit-config.yaml" && field != "proxy.listen") {
 				t.Errorf("%s: %s %q binds every interface, and the file does not say why (\"# Every interface, because ...\")", path, field, addr)
 			}

@@ -358,12 +358,13 @@ func TestRecipeCaddy(t *testing.T) {
 func TestRecipeTraefik(t *testing.T) {
 	path := filepath.Join(recipesDir, "traefik", "traefik.yaml")
 	doc := readYAML(t, path)[0]
-	p, err := policy.Load(filepath.Join(recipesDir, "traefik", "policy.yaml"))
+	cf, p, err := loadPolicy(filepath.Join(recipesDir, "traefik", "policy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := dig(doc, "http", "middlewares", "sluice", "forwardAuth", "address"); a != "http://"+p.Settings.Listen+"/v1/auth" {
-		t.Errorf("forwardAuth.address %v, want the policy's listen %s", a, p.Settings.Listen)
+	srv := cf.Server()
+	if a := dig(doc, "http", "middlewares", "sluice", "forwardAuth", "address"); a != "http://"+srv.Listen+"/v1/auth" {
+		t.Errorf("forwardAuth.address %v, want the policy's listen %s", a, srv.Listen)
 	}
 	if v := dig(doc, "http", "middlewares", "sluice", "forwardAuth", "trustForwardHeader"); v != false {
 		t.Errorf("trustForwardHeader %v, want false", v)
@@ -423,10 +424,7 @@ func checkRecipeEnvoyBootstrap(t *testing.T, path string) {
 	if err := rl.ValidateAll(); err != nil {
 		t.Fatal(err)
 	}
-	p, err := policy.Load(filepath.Join(recipesDir, "envoy", "policy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := serverSettings(t, filepath.Join(recipesDir, "envoy", "policy.yaml"))
 	pol := recipeFile(t, "envoy", "policy.yaml")
 	if !strings.Contains(pol, "match: {domain: "+rl.Domain+"}") {
 		t.Errorf("the filter asks domain %q, which the policy's rule does not match", rl.Domain)
@@ -438,8 +436,8 @@ func checkRecipeEnvoyBootstrap(t *testing.T, path string) {
 			port = c.LoadAssignment.Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetSocketAddress().GetPortValue()
 		}
 	}
-	if _, want, _ := net.SplitHostPort(p.Settings.GRPCListen); strconv.Itoa(int(port)) != want {
-		t.Errorf("the filter's cluster %q is on port %d, the policy's grpc_listen %s", cluster, port, p.Settings.GRPCListen)
+	if _, want, _ := net.SplitHostPort(srv.GRPCListen); strconv.Itoa(int(port)) != want {
+		t.Errorf("the filter's cluster %q is on port %d, the policy's grpc_listen %s", cluster, port, srv.GRPCListen)
 	}
 	actions := m.GetRouteConfig().VirtualHosts[0].Routes[0].GetRoute().RateLimits[0].Actions
 	if len(actions) != 1 || actions[0].GetRemoteAddress() == nil || !strings.Contains(pol, `"descriptor:remote_address"`) {
@@ -724,8 +722,9 @@ func TestRecipeKubernetes(t *testing.T) {
 		t.Errorf("forward_auth %+v, trusted_proxies %v: both are needed", p.Settings.ForwardAuth, p.Settings.TrustedProxies)
 	}
 	svc := kubernetesDoc(t, filepath.Join(examplesDir, "kubernetes", "service.yaml"), "Service")
-	if _, port, _ := net.SplitHostPort(p.Settings.Listen); fmt.Sprint(dig(svc, "spec", "ports", 0, "port")) != port {
-		t.Errorf("listen %s is not the Service's port", p.Settings.Listen)
+	listen := serverSettings(t, filepath.Join(recipesDir, "kubernetes", "policy.yaml")).Listen
+	if _, port, _ := net.SplitHostPort(listen); fmt.Sprint(dig(svc, "spec", "ports", 0, "port")) != port {
+		t.Errorf("listen %s is not the Service's port", listen)
 	}
 	// The deployment mounts the ConfigMap's policy.yaml key, the name the
 	// recipe's kubectl create configmap gives the file.

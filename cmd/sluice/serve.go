@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/internal/gcgoal"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 func init() {
@@ -93,7 +94,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	if err != nil {
 		return fail(err)
 	}
-	rs := withFlags(p.Settings, f)
+	started := fileSettings(file.Server(), p)
+	rs := withFlags(started, f)
 	if err := preflight(p.Source, rs); err != nil {
 		return fail(err)
 	}
@@ -103,7 +105,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		return fail(err)
 	}
 	defer closeStore()
-	src, p, closeSource, err := policySource(ctx, file, p, rs, store)
+	src, p, closeSource, err := policySource(ctx, file.File, p, rs, store)
 	if err != nil {
 		return fail(err)
 	}
@@ -124,10 +126,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	addrs, shutdown := startHTTP(srv, rs, lns, errc)
 	if ln := lns["envoy-rls"]; ln != nil {
 		var stop func()
-		addrs.GRPC, stop = startEnvoy(srv, rs.Settings, ln)
+		addrs.GRPC, stop = startEnvoy(srv, rs, ln)
 		defer stop()
 	}
-	defer watchPolicy(ctx, src, srv, p.Settings, f.config)()
+	defer watchPolicy(ctx, src, srv, started, file)()
 	if ready != nil {
 		ready(addrs)
 	}
@@ -153,8 +155,8 @@ func parseServeFlags(args []string, stderr io.Writer) (f serveFlags, code int, o
 		return f, 2, false
 	}
 	fs.Visit(func(fl *flag.Flag) { f.drainSet = f.drainSet || fl.Name == "shutdown-drain" })
-	if f.shutdownDrain < 0 || f.shutdownDrain > policy.MaxShutdownDrain {
-		fmt.Fprintf(stderr, "sluice serve: --shutdown-drain %v: must be between 0s (no drain) and %v\n", f.shutdownDrain, policy.MaxShutdownDrain)
+	if f.shutdownDrain < 0 || f.shutdownDrain > serverconf.MaxShutdownDrain {
+		fmt.Fprintf(stderr, "sluice serve: --shutdown-drain %v: must be between 0s (no drain) and %v\n", f.shutdownDrain, serverconf.MaxShutdownDrain)
 		return f, 2, false
 	}
 	return f, 0, true
@@ -179,21 +181,55 @@ func startCPUProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
-// policyFile is the policy file at path as a policy.Source, in sluice's
+// configFile is the config file at a path as a policy.Source, in sluice's
 // format or envoyproxy/ratelimit's (whose store and gRPC address come
-// from the reference server's environment variables).
-func policyFile(path string) *policy.File {
-	return &policy.File{Path: path, Parse: envoyrls.Parser(os.Getenv), Poll: reloadPoll}
+// from the reference server's environment variables; see
+// envoyrls.Parser). It keeps the server's settings of the version it
+// last parsed, which are no part of a policy: serve reads them when it
+// starts, and at each reload to warn of what only a restart changes.
+type configFile struct {
+	// File is nil for the embedded default, which has no file.
+	*policy.File
+
+	mu     sync.Mutex
+	server serverconf.Settings
 }
 
-// loadPolicy reads the policy file at path, in either format (see
-// policyFile), and returns it as a source with its policy; with no path,
-// no source and the embedded default policy.
-func loadPolicy(path string) (*policy.File, *policy.Policy, error) {
+// newConfigFile is the config file at path.
+func newConfigFile(path string) *configFile {
+	c := &configFile{}
+	parse := envoyrls.Parser(os.Getenv)
+	c.File = &policy.File{Path: path, Poll: reloadPoll, Parse: func(name string, data []byte) (*policy.Policy, error) {
+		p, srv, err := parse(name, data)
+		if err == nil {
+			c.mu.Lock()
+			c.server = srv
+			c.mu.Unlock()
+		}
+		return p, err
+	}}
+	return c
+}
+
+// Server returns the server's settings of the version last parsed.
+func (c *configFile) Server() serverconf.Settings {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.server
+}
+
+// loadPolicy reads the config file at path, in either format (see
+// configFile), and returns it with its policy; with no path, the embedded
+// default policy and settings, and a configFile with no File.
+func loadPolicy(path string) (*configFile, *policy.Policy, error) {
 	if path == "" {
-		return nil, policy.Default(), nil
+		p, srv, err := policy.ParseConfig("embedded default", []byte(policy.DefaultYAML))
+		if err != nil {
+			return nil, nil, err
+		}
+		return &configFile{server: srv}, p, nil
 	}
-	file := policyFile(path)
+	file := newConfigFile(path)
 	p, err := file.Load(context.Background(), true)
 	if err != nil {
 		return nil, nil, err
@@ -237,8 +273,8 @@ func newServer(p *policy.Policy, rs runSettings, store sluice.Store, reg *promet
 	lim := sluice.New(m.InstrumentStore(store))
 	var audit *httpgate.Audit
 	closeAudit := func() {}
-	if rs.AuditLog != "" {
-		f, err := os.OpenFile(rs.AuditLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if rs.pol.AuditLog != "" {
+		f, err := os.OpenFile(rs.pol.AuditLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 		if err != nil {
 			return nil, nil, fmt.Errorf("audit log: %w", err)
 		}
@@ -301,7 +337,7 @@ func startHTTP(s *server, rs runSettings, lns map[string]net.Listener, errc chan
 	if rs.APIListen != "" {
 		addrs.API = addr["auth"]
 	}
-	if rs.APITokenEnv == "" && !loopback(addrs.Decision) {
+	if rs.pol.APITokenEnv == "" && !loopback(addrs.Decision) {
 		log.Warn("the decision API is open to anyone who reaches it: /v1/take can drain any bucket; set api_token_env, or api_listen on a private address", "addr", addrs.Decision)
 	}
 	return addrs, func(drain time.Duration) {
@@ -337,12 +373,13 @@ func startHTTP(s *server, rs runSettings, lns map[string]net.Listener, errc chan
 // whenever src changes (policy.Watch), logging and counting every reload,
 // until ctx is done; the returned function stops it. Without a source
 // (the embedded default) SIGHUP is taken and ignored.
-func watchPolicy(ctx context.Context, src policy.Source, s *server, started policy.Settings, file string) (stop func()) {
+func watchPolicy(ctx context.Context, src policy.Source, s *server, started runSettings, cf *configFile) (stop func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	if src == nil {
 		return func() { signal.Stop(hup) }
 	}
+	file := cf.File.Path
 	ctx, cancel := context.WithCancel(ctx)
 	now := make(chan string)
 	var wg sync.WaitGroup
@@ -376,7 +413,7 @@ func watchPolicy(ctx context.Context, src policy.Source, s *server, started poli
 				s.Metrics.Reloaded(false)
 				return
 			}
-			warnRestart(s.Logger, started, r.Policy.Settings)
+			warnRestart(s.Logger, started, fileSettings(cf.Server(), r.Policy))
 			s.Metrics.Reloaded(true)
 			s.Logger.Info("policy reloaded", "why", r.Why, "file", file, "rules", len(r.Policy.Rules))
 			logWarnings(s.Logger, r.Policy.Warnings)
@@ -429,7 +466,7 @@ func logWarnings(log *slog.Logger, warnings []string) {
 
 // warnRestart logs the settings a reload cannot change: they are bound
 // when serve starts.
-func warnRestart(log *slog.Logger, old, new policy.Settings) {
+func warnRestart(log *slog.Logger, old, new runSettings) {
 	for _, c := range []struct {
 		name     string
 		old, new string
@@ -442,7 +479,7 @@ func warnRestart(log *slog.Logger, old, new policy.Settings) {
 		{"server", fmt.Sprintf("%+v", old.Server), fmt.Sprintf("%+v", new.Server)},
 		{"proxy.upstream", old.ProxyUpstream, new.ProxyUpstream},
 		{"proxy.upstream_timeout", old.ProxyUpstreamTimeout.String(), new.ProxyUpstreamTimeout.String()},
-		{"audit_log", old.AuditLog, new.AuditLog},
+		{"audit_log", old.pol.AuditLog, new.pol.AuditLog},
 		{"grpc_tls", tlsFiles(old.GRPCTLS), tlsFiles(new.GRPCTLS)},
 		{"grpc", fmt.Sprintf("%+v", old.GRPC), fmt.Sprintf("%+v", new.GRPC)},
 	} {
@@ -453,7 +490,7 @@ func warnRestart(log *slog.Logger, old, new policy.Settings) {
 }
 
 // tlsFiles names grpc_tls's files, for warnRestart.
-func tlsFiles(t *policy.GRPCTLS) string {
+func tlsFiles(t *serverconf.GRPCTLS) string {
 	if t == nil {
 		return "off"
 	}

@@ -270,7 +270,7 @@ func simulate(m policy.Match, segs []segment, step time.Duration) (*simSeries, e
 	l := sluice.New(memory.New(memory.Options{Clock: clock, PreciseClock: true})).WithShardSeed(1)
 	ms := []policy.Match{m}
 	decide := func(op sluice.Op) (sluice.Decision, error) {
-		r := policy.Enforce(context.Background(), l, op, ms, nil).Results[0]
+		r := policy.Enforce(context.Background(), l, ms, policy.Options{Op: op}).Results[0]
 		return r.Decision, r.StoreErr
 	}
 	var total time.Duration

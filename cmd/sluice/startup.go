@@ -10,24 +10,34 @@ import (
 	"syscall"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
-// runSettings are the settings serve runs with: the policy's, with the
-// addresses its flags override, remembering which.
+// runSettings are the settings serve runs with: the config file's
+// server settings, with the addresses its flags override, remembering
+// which, and the policy's settings that serve reads when it starts.
 type runSettings struct {
-	policy.Settings
+	serverconf.Settings
+	// pol is the policy's settings (the audit log, the tokens).
+	pol policy.Settings
 	// fromFlag holds the settings a flag gave ("listen", "grpc_listen").
 	fromFlag map[string]bool
 }
 
-// withFlags applies serve's address flags to a policy's settings.
-func withFlags(set policy.Settings, f serveFlags) runSettings {
-	rs := runSettings{Settings: set, fromFlag: map[string]bool{}}
+// fileSettings are the settings of a config file: its server's, and its
+// policy's.
+func fileSettings(srv serverconf.Settings, p *policy.Policy) runSettings {
+	return runSettings{Settings: srv, pol: p.Settings}
+}
+
+// withFlags applies serve's address flags to a config file's settings.
+func withFlags(rs runSettings, f serveFlags) runSettings {
+	rs.fromFlag = map[string]bool{}
 	if f.listen != "" {
 		rs.Listen = f.listen
 		rs.fromFlag["listen"] = true
 		if rs.GRPCListenDerived {
-			rs.GRPCListen = policy.DefaultGRPCListen(rs.Listen) // private when the API is
+			rs.GRPCListen = serverconf.DefaultGRPCListen(rs.Listen) // private when the API is
 		}
 	}
 	if f.proxyListen != "" {
@@ -89,7 +99,7 @@ func (rs runSettings) origin(l listener) string {
 	case rs.fromFlag[l.setting]:
 		return l.flag
 	case l.setting == "grpc_listen" && rs.GRPCListenDerived:
-		return "grpc_listen (by default listen's host, port " + policy.DefaultGRPCPort + ")"
+		return "grpc_listen (by default listen's host, port " + serverconf.DefaultGRPCPort + ")"
 	}
 	return l.setting
 }
@@ -106,7 +116,7 @@ func preflight(source string, rs runSettings) error {
 		errs = append(errs, &policy.Error{File: source, Path: path, Msg: fmt.Sprintf(format, a...)})
 	}
 	for _, l := range rs.listeners() {
-		msg := policy.CheckListen(l.addr)
+		msg := serverconf.CheckListen(l.addr)
 		switch {
 		case msg == "":
 		case rs.fromFlag[l.setting]:
@@ -118,8 +128,8 @@ func preflight(source string, rs runSettings) error {
 	if err := checkStoreURL(rs.StoreURL); err != nil {
 		bad("store.url", "%v", err)
 	}
-	if rs.AuditLog != "" {
-		if msg := checkAuditLog(rs.AuditLog); msg != "" {
+	if rs.pol.AuditLog != "" {
+		if msg := checkAuditLog(rs.pol.AuditLog); msg != "" {
 			bad("audit_log", "%s", msg)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/lockedbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // held returns a loopback address another listener holds until the test
@@ -87,13 +87,24 @@ func TestListenerOrigin(t *testing.T) {
 	}
 }
 
-func defaultSettings(t *testing.T) policy.Settings {
+// serverSettings are the server's settings of the config file at path,
+// in either format.
+func serverSettings(t *testing.T, path string) serverconf.Settings {
 	t.Helper()
-	_, p, err := loadPolicy("")
+	cf, _, err := loadPolicy(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p.Settings
+	return cf.Server()
+}
+
+func defaultSettings(t *testing.T) runSettings {
+	t.Helper()
+	cf, p, err := loadPolicy("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fileSettings(cf.Server(), p)
 }
 
 // sluice check used to pass a file that serve then refused: an audit

@@ -1,10 +1,75 @@
-package policy
+package serverconf
 
-import (
-	"time"
+import "time"
 
-	"gopkg.in/yaml.v3"
-)
+// ServerLimits are the deadlines and bounds of sluice serve's HTTP
+// listeners: they decide how long a slow or silent client may hold a
+// connection, and how many connections a listener holds at once.
+type ServerLimits struct {
+	// ReadHeaderTimeout bounds the wait for a request's line and headers.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, headers and body, on the
+	// decision API and forward auth listener; on the reverse proxy, whose
+	// bodies stream to the upstream, it bounds each wait for body bytes.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a response on the decision API and
+	// forward auth listener (pushed back by a reservation's wait); on the
+	// reverse proxy, each write of a streamed response.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection with no request.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's line and headers.
+	MaxHeaderBytes int
+	// MaxConns bounds the connections each listener holds at once; 0
+	// means automatic (DefaultMaxConns, lowered to fit the process's
+	// open file limit).
+	MaxConns int
+	// ShutdownDrain is how long sluice serve, told to stop, keeps serving
+	// while /readyz answers 503, before its listeners stop accepting: the
+	// time a load balancer or a Kubernetes endpoint update needs to see it
+	// unready and send new connections elsewhere. Zero stops at once;
+	// WithDefaults leaves it as it is, so zero is a choice, not a gap.
+	ShutdownDrain time.Duration
+}
+
+// DefaultServerLimits are the server section's defaults.
+var DefaultServerLimits = ServerLimits{
+	ReadHeaderTimeout: 10 * time.Second,
+	ReadTimeout:       30 * time.Second,
+	WriteTimeout:      30 * time.Second,
+	IdleTimeout:       2 * time.Minute,
+	MaxHeaderBytes:    64 << 10,
+	ShutdownDrain:     5 * time.Second,
+}
+
+// DefaultMaxConns is the per-listener connection cap when max_conns is
+// not set and the open file limit allows it.
+const DefaultMaxConns = 10000
+
+// WithDefaults fills the limits left zero with DefaultServerLimits.
+func (s ServerLimits) WithDefaults() ServerLimits {
+	d := DefaultServerLimits
+	if s.ReadHeaderTimeout <= 0 {
+		s.ReadHeaderTimeout = d.ReadHeaderTimeout
+	}
+	if s.ReadTimeout <= 0 {
+		s.ReadTimeout = d.ReadTimeout
+	}
+	if s.WriteTimeout <= 0 {
+		s.WriteTimeout = d.WriteTimeout
+	}
+	if s.IdleTimeout <= 0 {
+		s.IdleTimeout = d.IdleTimeout
+	}
+	if s.MaxHeaderBytes <= 0 {
+		s.MaxHeaderBytes = d.MaxHeaderBytes
+	}
+	return s
+}
+
+// MaxShutdownDrain bounds server.shutdown_drain: a process told to stop
+// must stop within a bound an orchestrator can wait for.
+const MaxShutdownDrain = 10 * time.Minute
 
 // GRPCLimits are the bounds of sluice serve's Envoy rate limit service
 // listener (grpc_listen), the grpc section. Together they bound the
@@ -77,49 +142,4 @@ func (g GRPCLimits) WithDefaults() GRPCLimits {
 		g.MaxConnectionIdle = d.MaxConnectionIdle
 	}
 	return g
-}
-
-var grpcFields = []string{"max_conns", "max_concurrent_streams", "max_recv_bytes", "max_in_flight", "keepalive_min_time", "max_connection_idle"}
-
-// grpcLimits reads the grpc section into g, which holds the defaults.
-func (l *loader) grpcLimits(n *yaml.Node, g *GRPCLimits) {
-	o := l.object(n, "grpc", grpcFields)
-	if o == nil {
-		return
-	}
-	for _, f := range []struct {
-		name     string
-		dst      *int
-		min, max int
-	}{
-		{"max_conns", &g.MaxConns, 1, 1 << 20},
-		{"max_concurrent_streams", &g.MaxConcurrentStreams, 1, 10000},
-		// grpc-go's own default is the top: beyond it a call is no Envoy's.
-		{"max_recv_bytes", &g.MaxRecvBytes, 4 << 10, 4 << 20},
-		{"max_in_flight", &g.MaxInFlight, 1, 1 << 20},
-	} {
-		if v, vn, ok := o.integer(f.name); ok {
-			if v < f.min || v > f.max {
-				l.errf(vn, "grpc."+f.name, "must be between %d and %d (got %d)", f.min, f.max, v)
-			} else {
-				*f.dst = v
-			}
-		}
-	}
-	for _, f := range []struct {
-		name string
-		dst  *time.Duration
-	}{
-		{"keepalive_min_time", &g.KeepaliveMinTime},
-		{"max_connection_idle", &g.MaxConnectionIdle},
-	} {
-		d, dn, ok := o.duration(f.name)
-		switch {
-		case !ok:
-		case d <= 0:
-			l.errf(dn, "grpc."+f.name, "must be > 0 (got %q)", dn.Value)
-		default:
-			*f.dst = d
-		}
-	}
 }

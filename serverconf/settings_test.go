@@ -1,0 +1,48 @@
+package serverconf_test
+
+import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/serverconf"
+)
+
+// serverconf is settings and their checks: it imports the standard
+// library only, so that what reads it (the policy loader, the gRPC and
+// HTTP servers) takes nothing else in with it.
+func TestImportsStandardLibraryOnly(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		ast, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, im := range ast.Imports {
+			path, _ := strconv.Unquote(im.Path.Value)
+			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") {
+				t.Errorf("%s imports %s", f, path)
+			}
+		}
+	}
+}
+
+// The defaults bound every listener, and the gRPC address follows listen.
+func TestDefault(t *testing.T) {
+	d := serverconf.Default()
+	if d.Listen != ":8080" || d.GRPCListen != ":8081" || !d.GRPCListenDerived || d.StoreURL != "memory://" {
+		t.Fatalf("addresses: %+v", d)
+	}
+	if d.Server != serverconf.DefaultServerLimits || d.GRPC != serverconf.DefaultGRPCLimits {
+		t.Fatalf("bounds: %+v %+v", d.Server, d.GRPC)
+	}
+}

@@ -389,23 +389,13 @@ func (cfg *Reference) compileLimit(e *refError, domain string, d refDescriptor, 
 		l.share = d.Value
 	}
 	if l.rpu > 0 {
-		l.rule = ruleName(domain, len(cfg.limits))
+		l.rule = l.id
 		cfg.limits = append(cfg.limits, l)
 	}
 	return l
 }
 
-// ruleName is the sluice rule enforcing the n-th limit of domain's file.
-// Rule names are restricted to [A-Za-z0-9_.-]; domain names are not, so
-// anything else becomes "_" and the index keeps the name unique.
-func ruleName(domain string, n int) string {
-	d := ruleUnsafe.ReplaceAllString(domain, "_")
-	if len(d) > 40 {
-		d = d[:40]
-	}
-	return fmt.Sprintf("envoy.%s.%d", d, n)
-}
-
+// ruleUnsafe is what a rule name may not hold.
 var ruleUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 
 // limitID names the buckets of the limit that the descriptors chain (each
@@ -417,11 +407,17 @@ var ruleUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 // a limit name's bounds and free of the characters domains may hold.
 func limitID(domain, chain string) string {
 	d := ruleUnsafe.ReplaceAllString(domain, "_")
-	if len(d) > 24 {
-		d = d[:24]
+	if len(d) > 20 {
+		d = d[:20]
+	}
+	// The last key names the limit for a reader ("remote_address").
+	last := chain[strings.LastIndexByte(chain, 0)+1:]
+	k := ruleUnsafe.ReplaceAllString(last, "_")
+	if len(k) > 24 {
+		k = k[:24]
 	}
 	sum := sha256.Sum256([]byte(domain + chain))
-	return "envoy." + d + "." + hex.EncodeToString(sum[:12])
+	return "envoy." + d + "." + k + "." + hex.EncodeToString(sum[:4])
 }
 
 // lookup finds the limit for one descriptor the way the reference server

@@ -252,6 +252,12 @@ func (g *Gate) ready(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusServiceUnavailable, "the store did not answer (the error is in the server's log)")
 		return
 	}
+	if g.opts.Ready != nil {
+		if err := g.opts.Ready(); err != nil {
+			badRequest(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ready\n")
 }

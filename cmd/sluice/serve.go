@@ -93,6 +93,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	if err != nil {
 		return fail(err)
 	}
+	xc, xp, err := xdsClient(f.config, p, os.Getenv, log)
+	if err != nil {
+		return fail(err)
+	}
+	if xc != nil { // the control plane is the source, the file gave the settings
+		file, p = nil, xp
+	}
 	rs := withFlags(p.Settings, f)
 	if err := preflight(p.Source, rs); err != nil {
 		return fail(err)
@@ -108,6 +115,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		return fail(err)
 	}
 	defer closeSource()
+	if xc != nil {
+		src, rs.ready = xc, xc.Ready
+		defer runXDS(ctx, xc, reg, log)()
+	}
 	logWarnings(log, p.Warnings)
 	srv, closeServer, err := newServer(p, rs, store, reg, log)
 	if err != nil {
@@ -246,7 +257,7 @@ func newServer(p *policy.Policy, rs runSettings, store sluice.Store, reg *promet
 		audit = httpgate.NewAudit(f)
 	}
 	limits := rs.Server.WithDefaults()
-	gate := httpgate.New(p, lim, httpgate.Options{Metrics: m, Audit: audit, Logger: log, Delay: httpgate.ReserveDelay(limits.WriteTimeout), Insight: stats})
+	gate := httpgate.New(p, lim, httpgate.Options{Ready: rs.ready, Metrics: m, Audit: audit, Logger: log, Delay: httpgate.ReserveDelay(limits.WriteTimeout), Insight: stats})
 	return &server{Gate: gate, Limiter: lim, Metrics: m, Stats: stats, Logger: log}, closeAudit, nil
 }
 

@@ -18,6 +18,8 @@ type runSettings struct {
 	policy.Settings
 	// fromFlag holds the settings a flag gave ("listen", "grpc_listen").
 	fromFlag map[string]bool
+	// ready, when set, is asked by /readyz (the xDS client's Ready).
+	ready func() error
 }
 
 // withFlags applies serve's address flags to a policy's settings.

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/envoyrls/xds"
 )
@@ -108,4 +111,88 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestEnvoyGatewayExample reads examples/envoy-gateway: Envoy Gateway's
+// configuration swaps its rate limit Deployment's image and command for
+// sluice serve, keeping the Redis backend (the only one Envoy Gateway
+// has), and the environment Envoy Gateway then gives the container is one
+// sluice follows a control plane with.
+func TestEnvoyGatewayExample(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(examplesDir, "envoy-gateway", "envoy-gateway-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Kind     string            `yaml:"kind"`
+		Metadata map[string]string `yaml:"metadata"`
+		Data     map[string]string `yaml:"data"`
+	}
+	if err := yaml.Unmarshal(data, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Kind != "ConfigMap" || cm.Metadata["name"] != "envoy-gateway-config" || cm.Metadata["namespace"] != "envoy-gateway-system" {
+		t.Fatalf("not Envoy Gateway's configuration: %+v", cm)
+	}
+	var eg struct {
+		Kind     string `yaml:"kind"`
+		Provider struct {
+			Kubernetes struct {
+				RateLimitDeployment struct {
+					Container struct {
+						Image string `yaml:"image"`
+					} `yaml:"container"`
+					Patch struct {
+						Type  string `yaml:"type"`
+						Value struct {
+							Spec struct {
+								Template struct {
+									Spec struct {
+										Containers []struct {
+											Name    string   `yaml:"name"`
+											Command []string `yaml:"command"`
+										} `yaml:"containers"`
+									} `yaml:"spec"`
+								} `yaml:"template"`
+							} `yaml:"spec"`
+						} `yaml:"value"`
+					} `yaml:"patch"`
+				} `yaml:"rateLimitDeployment"`
+			} `yaml:"kubernetes"`
+		} `yaml:"provider"`
+		RateLimit struct {
+			Backend struct {
+				Type  string `yaml:"type"`
+				Redis struct {
+					URL string `yaml:"url"`
+				} `yaml:"redis"`
+			} `yaml:"backend"`
+		} `yaml:"rateLimit"`
+	}
+	dec := yaml.NewDecoder(strings.NewReader(cm.Data["envoy-gateway.yaml"]))
+	dec.KnownFields(false)
+	if err := dec.Decode(&eg); err != nil {
+		t.Fatal(err)
+	}
+	rd := eg.Provider.Kubernetes.RateLimitDeployment
+	cs := rd.Patch.Value.Spec.Template.Spec.Containers
+	if eg.Kind != "EnvoyGateway" || !strings.Contains(rd.Container.Image, "sluice") || rd.Patch.Type != "StrategicMerge" ||
+		len(cs) != 1 || cs[0].Name != "envoy-ratelimit" || strings.Join(cs[0].Command, " ") != "/sluice serve" {
+		t.Fatalf("the rate limit deployment is not swapped for sluice serve: %+v", rd)
+	}
+	if eg.RateLimit.Backend.Type != "Redis" || eg.RateLimit.Backend.Redis.URL == "" {
+		t.Fatalf("backend: %+v", eg.RateLimit.Backend)
+	}
+	// What Envoy Gateway sets on the container (its ratelimit resource
+	// translator), read as sluice serve reads it.
+	env := map[string]string{
+		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/certs/tls.key",
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt", "REDIS_URL": eg.RateLimit.Backend.Redis.URL, "GRPC_PORT": "8081",
+		"USE_STATSD": "false", "USE_PROMETHEUS": "true", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+	}
+	cfg, ok, err := xds.FromEnv(func(k string) string { return env[k] })
+	if err != nil || !ok || cfg.Server != "envoy-gateway:18001" || cfg.NodeID != "envoy-ratelimit" || !cfg.TLS || cfg.CAFile != "/certs/ca.crt" || cfg.CertFile != "/certs/tls.crt" {
+		t.Fatalf("FromEnv: %+v %v %v", cfg, ok, err)
+	}
 }

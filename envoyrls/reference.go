@@ -2,6 +2,8 @@ package envoyrls
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +40,7 @@ type refDescriptor struct {
 	DetailedMetric bool            `yaml:"detailed_metric"`
 	ValueToMetric  bool            `yaml:"value_to_metric"`
 	ShareThreshold bool            `yaml:"share_threshold"`
+	QuotaMode      bool            `yaml:"quota_mode"`
 }
 
 type refRateLimit struct {
@@ -76,6 +79,8 @@ type refLimit struct {
 	multiplier uint32
 	unlimited  bool
 	shadow     bool
+	quota      bool   // quota_mode (see Found.Quota)
+	id         string // the name its buckets are kept under (limitID)
 	replaces   []string
 	share      string // share_threshold: the wildcard value whose matches share one bucket
 	policyRule *policy.Rule
@@ -188,7 +193,7 @@ var knownRefKeys = map[string]bool{
 	"domain": true, "descriptors": true, "key": true, "value": true, "rate_limit": true,
 	"shadow_mode": true, "detailed_metric": true, "value_to_metric": true, "share_threshold": true,
 	"requests_per_unit": true, "unit": true, "unit_multiplier": true, "unlimited": true,
-	"name": true, "replaces": true,
+	"name": true, "replaces": true, "quota_mode": true,
 }
 
 // checkKeys reports keys the reference server does not know: it refuses
@@ -247,24 +252,30 @@ func parseReference(filename string, data []byte) (*Reference, error) {
 			}
 			// The rest decoded: check it too, so one run shows every problem.
 		}
-		if r.Domain == "" {
-			e.add(root.Line, "domain", "must not be empty")
-			continue
-		}
-		if _, dup := cfg.domains[r.Domain]; dup {
-			e.add(root.Line, "domain", "duplicate domain %q", r.Domain)
-			continue
-		}
-		top := &refNode{}
-		cfg.domains[r.Domain] = top
-		lines := descriptorLines(root)
-		cfg.load(e, r.Domain, top, r.Descriptors, "descriptors", lines)
+		cfg.addDomain(e, r, root.Line, descriptorLines(root))
 	}
 	if len(e.list) > 0 {
 		e.sort()
 		return nil, e
 	}
 	return cfg, nil
+}
+
+// addDomain compiles one domain into cfg; line and lines locate it in
+// its file for messages (0 and nil when it has no lines, as an xDS
+// resource).
+func (cfg *Reference) addDomain(e *refError, r refRoot, line int, lines map[string]int) {
+	if r.Domain == "" {
+		e.add(line, "domain", "must not be empty")
+		return
+	}
+	if _, dup := cfg.domains[r.Domain]; dup {
+		e.add(line, "domain", "duplicate domain %q", r.Domain)
+		return
+	}
+	top := &refNode{}
+	cfg.domains[r.Domain] = top
+	cfg.load(e, r.Domain, top, r.Descriptors, "descriptors", "", lines)
 }
 
 // descriptorLines maps each descriptor's path to its line, so messages
@@ -298,7 +309,10 @@ func descriptorLines(root *yaml.Node) map[string]int {
 	return out
 }
 
-func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []refDescriptor, path string, lines map[string]int) {
+// load compiles ds under parent; path is where they are in the file (for
+// messages), chain the keys and values that lead to them (for the
+// limits' identity, see limitID).
+func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []refDescriptor, path, chain string, lines map[string]int) {
 	parent.children = map[string]*refNode{}
 	for i, d := range ds {
 		p := fmt.Sprintf("%s[%d]", path, i)
@@ -320,20 +334,21 @@ func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []ref
 		if d.Value != "" && strings.HasSuffix(d.Value, "*") {
 			parent.wildcards = append(parent.wildcards, refWildcard{prefix: strings.TrimSuffix(final, "*"), node: n})
 		}
+		c := chain + "\x00" + final
 		if rl := d.RateLimit; rl != nil {
-			n.limit = cfg.compileLimit(e, domain, d, p, lines)
+			n.limit = cfg.compileLimit(e, domain, d, p, c, lines)
 		}
 		if len(d.Descriptors) > 0 {
-			cfg.load(e, domain, n, d.Descriptors, p+".descriptors", lines)
+			cfg.load(e, domain, n, d.Descriptors, p+".descriptors", c, lines)
 		}
 	}
 }
 
-func (cfg *Reference) compileLimit(e *refError, domain string, d refDescriptor, p string, lines map[string]int) *refLimit {
+func (cfg *Reference) compileLimit(e *refError, domain string, d refDescriptor, p, chain string, lines map[string]int) *refLimit {
 	rl := d.RateLimit
 	rp := p + ".rate_limit"
 	line := lines[rp]
-	l := &refLimit{name: rl.Name, path: domain + "." + p, unlimited: rl.Unlimited, shadow: d.ShadowMode}
+	l := &refLimit{name: rl.Name, path: domain + "." + p, unlimited: rl.Unlimited, shadow: d.ShadowMode, quota: d.QuotaMode, id: limitID(domain, chain)}
 	if rl.UnitMultiplier != nil {
 		l.multiplier = *rl.UnitMultiplier
 		if l.multiplier == 0 {
@@ -374,24 +389,36 @@ func (cfg *Reference) compileLimit(e *refError, domain string, d refDescriptor, 
 		l.share = d.Value
 	}
 	if l.rpu > 0 {
-		l.rule = ruleName(domain, len(cfg.limits))
+		l.rule = l.id
 		cfg.limits = append(cfg.limits, l)
 	}
 	return l
 }
 
-// ruleName is the sluice rule enforcing the n-th limit of domain's file.
-// Rule names are restricted to [A-Za-z0-9_.-]; domain names are not, so
-// anything else becomes "_" and the index keeps the name unique.
-func ruleName(domain string, n int) string {
-	d := ruleUnsafe.ReplaceAllString(domain, "_")
-	if len(d) > 40 {
-		d = d[:40]
-	}
-	return fmt.Sprintf("envoy.%s.%d", d, n)
-}
-
+// ruleUnsafe is what a rule name may not hold.
 var ruleUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
+
+// limitID names the buckets of the limit that the descriptors chain (each
+// "key" or "key_value", NUL-separated) reach in domain: the same wherever
+// the limit sits in its file or among a control plane's resources, and
+// whatever its rate, so that a reload that moves, adds or removes other
+// limits, or changes this one's rate, keeps its buckets (which the rule's
+// index-based name, envoy.DOMAIN.N, would not). The hash keeps it within
+// a limit name's bounds and free of the characters domains may hold.
+func limitID(domain, chain string) string {
+	d := ruleUnsafe.ReplaceAllString(domain, "_")
+	if len(d) > 20 {
+		d = d[:20]
+	}
+	// The last key names the limit for a reader ("remote_address").
+	last := chain[strings.LastIndexByte(chain, 0)+1:]
+	k := ruleUnsafe.ReplaceAllString(last, "_")
+	if len(k) > 24 {
+		k = k[:24]
+	}
+	sum := sha256.Sum256([]byte(domain + chain))
+	return "envoy." + d + "." + k + "." + hex.EncodeToString(sum[:4])
+}
 
 // lookup finds the limit for one descriptor the way the reference server
 // does: walk the entries in order, at each level preferring the exact

@@ -55,13 +55,18 @@ func ParseReferenceConfig(filename string, data []byte) (*policy.Policy, error) 
 	if err != nil {
 		return nil, err
 	}
+	return referencePolicy(filename, cfg)
+}
+
+// referencePolicy is the policy enforcing cfg's limits, read from source.
+func referencePolicy(filename string, cfg *Reference) (*policy.Policy, error) {
 	named := make([]policy.NamedRule, 0, len(cfg.limits))
 	for _, l := range cfg.limits {
 		mode := policy.EnforceMode
 		if l.shadow {
 			mode = policy.Shadow
 		}
-		lim, err := sluice.NewLimit(sluice.Spec{Name: l.rule, Algorithm: sluice.FixedWindow, Rate: float64(l.rpu), Period: l.period(), Start: new(time.Duration)})
+		lim, err := sluice.NewLimit(sluice.Spec{Name: l.id, Algorithm: sluice.FixedWindow, Rate: float64(l.rpu), Period: l.period(), Start: new(time.Duration)})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", filename, l.path, err)
 		}

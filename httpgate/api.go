@@ -244,8 +244,13 @@ func (g *Gate) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := g.Ready(ctx); err != nil {
-		if errors.Is(err, errDraining) {
+		var nr notReady
+		switch {
+		case errors.Is(err, errDraining):
 			badRequest(w, http.StatusServiceUnavailable, "shutting down")
+			return
+		case errors.As(err, &nr):
+			badRequest(w, http.StatusServiceUnavailable, nr.Error())
 			return
 		}
 		// The store's error names its address: it goes to the log.
@@ -260,14 +265,23 @@ func (g *Gate) ready(w http.ResponseWriter, r *http.Request) {
 // errDraining is Ready's answer once Drain was called.
 var errDraining = errors.New("shutting down")
 
+// notReady is Options.Ready's refusal, which /readyz says as it is.
+type notReady struct{ error }
+
 // Ready is what /readyz answers: nil when the server is not shutting
-// down and the store answers a peek within ctx.
+// down, the store answers a peek within ctx and Options.Ready, when set,
+// has nothing against it.
 func (g *Gate) Ready(ctx context.Context) error {
 	if g.draining.Load() {
 		return errDraining
 	}
 	if _, err := g.lim.Peek(ctx, sluice.Request{Limit: readyProbe, Key: "probe"}); err != nil {
 		return fmt.Errorf("readiness probe: %w", err)
+	}
+	if g.opts.Ready != nil {
+		if err := g.opts.Ready(); err != nil {
+			return notReady{err}
+		}
 	}
 	return nil
 }

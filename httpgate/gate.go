@@ -20,6 +20,10 @@ import (
 // Options configures a Gate. The zero value works: no metrics, no audit
 // log, the default slog logger.
 type Options struct {
+	// Ready, when set, is asked by /readyz after the store answered: an
+	// error fails it with that reason (a policy source that has not
+	// delivered a policy yet, such as an xDS control plane).
+	Ready func() error
 	// Metrics counts decisions and serves /metrics; nil counts nothing.
 	// A *metrics.Metrics is one (wrap the limiter's store with its
 	// InstrumentStore to time store calls).

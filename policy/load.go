@@ -176,7 +176,7 @@ func (l *loader) load(data []byte) *Policy {
 	return l.policy(doc.Content[0])
 }
 
-var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits", "api_listen", "api_token_env", "server", "forward_auth", "ui", "settle_secret_env", "grpc"}
+var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits", "api_listen", "api_token_env", "server", "forward_auth", "ui", "settle_secret_env", "grpc", "xds"}
 
 // newPolicy returns a policy holding the default of every top-level
 // setting: what a file that gives only rules gets.

@@ -18,6 +18,11 @@ import (
 func (l *loader) rules(o *obj, p *Policy) {
 	items, rulesN, ok := o.list("rules")
 	switch {
+	case o.has("xds") && o.has("rules"):
+		// The control plane's limits replace the file's policy whole.
+		l.errf(o.n, "rules", "not with xds: the control plane sends every limit (move these rules to a file of their own or to the control plane)")
+	case o.has("xds"):
+		// The limits come from the control plane (envoyrls/xds).
 	case !o.has("rules"):
 		l.errf(o.n, "rules", "is required: at least one rule")
 	case ok && len(items) == 0:

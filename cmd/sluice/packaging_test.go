@@ -35,6 +35,8 @@ var sluiceConfigs = []string{"api.yaml", "global-rps.yaml", "policy.yaml", "rate
 // exampleChecks checks every other example in its own format.
 var exampleChecks = map[string]func(t *testing.T, path string){
 	// Also read as a v3 Bootstrap, validated, by envoyrls/example_test.go.
+	// Read as Envoy Gateway reads it, and its environment as serve does, by TestEnvoyGatewayExample.
+	"envoy-gateway/envoy-gateway-config.yaml": func(t *testing.T, _ string) { TestEnvoyGatewayExample(t) },
 	"envoy.yaml":   checkEnvoyExample,
 	"traefik.yaml": checkTraefikExample,
 	// Also run in a real nginx and a real Caddy by httpgate/nginx_test.go

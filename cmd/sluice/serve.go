@@ -94,6 +94,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	if err != nil {
 		return fail(err)
 	}
+	xc, xp, fromEnv, err := xdsClient(f.config, file.Server(), p, os.Getenv, log)
+	if err != nil {
+		return fail(err)
+	}
+	if xc != nil {
+		// The control plane is the source; the file (or the reference's
+		// environment) gave the settings.
+		file, p = &configFile{server: fromEnv}, xp
+	}
 	started := fileSettings(file.Server(), p)
 	rs := withFlags(started, f)
 	if err := preflight(p.Source, rs); err != nil {
@@ -110,6 +119,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		return fail(err)
 	}
 	defer closeSource()
+	if xc != nil {
+		src, rs.ready = xc, xc.Ready
+		defer runXDS(ctx, xc, reg, log)()
+	}
 	logWarnings(log, p.Warnings)
 	srv, closeServer, err := newServer(p, rs, store, reg, log)
 	if err != nil {
@@ -282,7 +295,7 @@ func newServer(p *policy.Policy, rs runSettings, store sluice.Store, reg *promet
 		audit = httpgate.NewAudit(f)
 	}
 	limits := rs.Server.WithDefaults()
-	gate := httpgate.New(p, lim, httpgate.Options{Metrics: m, Audit: audit, Logger: log, Delay: httpgate.ReserveDelay(limits.WriteTimeout), Insight: stats})
+	gate := httpgate.New(p, lim, httpgate.Options{Ready: rs.ready, Metrics: m, Audit: audit, Logger: log, Delay: httpgate.ReserveDelay(limits.WriteTimeout), Insight: stats})
 	// The deadline of /readyz's own probe.
 	m.WatchReady(gate.Ready, time.Second)
 	return &server{Gate: gate, Limiter: lim, Metrics: m, Stats: stats, Logger: log}, closeAudit, nil
@@ -379,7 +392,10 @@ func watchPolicy(ctx context.Context, src policy.Source, s *server, started runS
 	if src == nil {
 		return func() { signal.Stop(hup) }
 	}
-	file := cf.File.Path
+	file := "" // an xDS control plane's policies have no file
+	if cf.File != nil {
+		file = cf.File.Path
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	now := make(chan string)
 	var wg sync.WaitGroup

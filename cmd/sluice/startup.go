@@ -22,6 +22,8 @@ type runSettings struct {
 	pol policy.Settings
 	// fromFlag holds the settings a flag gave ("listen", "grpc_listen").
 	fromFlag map[string]bool
+	// ready, when set, is asked by /readyz (the xDS client's Ready).
+	ready func() error
 }
 
 // fileSettings are the settings of a config file: its server's, and its

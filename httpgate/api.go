@@ -259,11 +259,27 @@ func (g *Gate) ready(w http.ResponseWriter, r *http.Request) {
 // errDraining is Ready's answer once Drain was called.
 var errDraining = errors.New("shutting down")
 
+// readiness is a store with its own rule for when it is usable as a
+// whole (the Redis store: at least one node answers), which /readyz
+// asks instead of a peek: a peek reads one key, which on a Cluster is one
+// primary's slot, and that primary down would make the whole process
+// unready while the others serve their slots.
+type readiness interface {
+	Ready(ctx context.Context) error
+}
+
 // Ready is what /readyz answers: nil when the server is not shutting
-// down and the store answers a peek within ctx.
+// down and the store is usable, within ctx: by the store's own rule
+// (readiness), or else when it answers a peek.
 func (g *Gate) Ready(ctx context.Context) error {
 	if g.draining.Load() {
 		return errDraining
+	}
+	if r, ok := beneath[readiness](g.lim.Store()); ok {
+		if err := r.Ready(ctx); err != nil {
+			return fmt.Errorf("readiness probe: %w", err)
+		}
+		return nil
 	}
 	if _, err := g.lim.Peek(ctx, sluice.Request{Limit: readyProbe, Key: "probe"}); err != nil {
 		return fmt.Errorf("readiness probe: %w", err)

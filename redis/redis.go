@@ -82,7 +82,10 @@
 // wrapped and are not input errors (sluice.IsInputError), so the caller
 // applies the rule's on_store_error. A circuit breaker fails calls at once
 // while Redis is down and lets one probe through per backoff; rueidis
-// reconnects by itself, so the store recovers without a restart. As with
+// reconnects by itself, so the store recovers without a restart. A
+// Cluster has a breaker per primary (see nodes), so a primary that fails
+// fails only its own slots; Store.Ready, what /readyz asks, is the rule
+// for the store as a whole. As with
 // any timed-out write, a take whose deadline passed may still be applied
 // when a slow Redis gets to it: the error means "unknown", not "not
 // charged" (a stopped or unreachable Redis applies nothing).

@@ -115,17 +115,24 @@ func (g *Gate) tick(ctx context.Context, ctl *adaptive.Controller, now time.Time
 // a store that shares values across a fleet; nil when there is none (the
 // memory store: each process is the whole of its fleet).
 func sharedValues(s sluice.Store) adaptive.Values {
+	v, _ := beneath[adaptive.Values](s)
+	return v
+}
+
+// beneath finds, beneath any wrappers of s, a store that is a T.
+func beneath[T any](s sluice.Store) (T, bool) {
 	for range 8 {
-		if v, ok := s.(adaptive.Values); ok {
-			return v
+		if v, ok := s.(T); ok {
+			return v, true
 		}
 		u, ok := s.(interface{ Unwrap() sluice.Store })
 		if !ok {
-			return nil
+			break
 		}
 		s = u.Unwrap()
 	}
-	return nil
+	var zero T
+	return zero, false
 }
 
 // serveMeasured serves an admitted request with next and, when v has

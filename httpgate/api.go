@@ -268,14 +268,28 @@ var errDraining = errors.New("shutting down")
 // notReady is Options.Ready's refusal, which /readyz says as it is.
 type notReady struct{ error }
 
+// readiness is a store with its own rule for when it is usable as a
+// whole (the Redis store: at least one node answers), which /readyz
+// asks instead of a peek: a peek reads one key, which on a Cluster is one
+// primary's slot, and that primary down would make the whole process
+// unready while the others serve their slots.
+type readiness interface {
+	Ready(ctx context.Context) error
+}
+
 // Ready is what /readyz answers: nil when the server is not shutting
-// down, the store answers a peek within ctx and Options.Ready, when set,
-// has nothing against it.
+// down and the store is usable, within ctx: by the store's own rule
+// (readiness), or else when it answers a peek; and Options.Ready, when
+// set, has nothing against it.
 func (g *Gate) Ready(ctx context.Context) error {
 	if g.draining.Load() {
 		return errDraining
 	}
-	if _, err := g.lim.Peek(ctx, sluice.Request{Limit: readyProbe, Key: "probe"}); err != nil {
+	if r, ok := beneath[readiness](g.lim.Store()); ok {
+		if err := r.Ready(ctx); err != nil {
+			return fmt.Errorf("readiness probe: %w", err)
+		}
+	} else if _, err := g.lim.Peek(ctx, sluice.Request{Limit: readyProbe, Key: "probe"}); err != nil {
 		return fmt.Errorf("readiness probe: %w", err)
 	}
 	if g.opts.Ready != nil {

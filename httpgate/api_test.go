@@ -17,8 +17,13 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"gopkg.in/yaml.v3"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/redis"
 )
 
 const apiPolicy = `
@@ -246,6 +251,67 @@ func TestHealthAndReady(t *testing.T) {
 	e.gate.Drain()
 	if resp, _ := e.get("/readyz"); resp.StatusCode != 503 {
 		t.Errorf("draining /readyz: %d", resp.StatusCode)
+	}
+}
+
+// A Redis Cluster with one primary of three dead serves two thirds of its
+// slots: /readyz stays ready, by the store's own rule (a node answers),
+// even when the dead primary serves the key a peek would read, and when
+// its breaker has opened. Every primary dead is not ready.
+func TestReadyWhileOnePrimaryIsDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of its own")
+	}
+	redistest.Need(t, "redis-server", "")
+	redistest.Need(t, "redis-cli", "")
+	srvs, err := redistest.StartPrimaries(func() (string, error) { return t.TempDir(), nil }, 3)
+	for _, p := range srvs {
+		t.Cleanup(p.Stop)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, p := range srvs {
+		addrs = append(addrs, p.Addr())
+	}
+	st, err := redis.Open("redis+cluster://"+strings.Join(addrs, ","), redis.Options{NoOverLimitCache: true, BreakerBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m := metrics.New(prometheus.NewRegistry())
+	g := httpgate.New(mustPolicy(t, apiPolicy), sluice.New(m.InstrumentStore(st)), httpgate.Options{Metrics: m})
+	ctx := context.Background()
+	if err := g.Ready(ctx); err != nil {
+		t.Fatalf("not ready with every primary up: %v", err)
+	}
+	// The primary of the key a readiness peek reads: the one whose GET
+	// of it is not redirected (MOVED).
+	probe := sluice.StorageKey(sluice.MustLimit(sluice.Spec{Name: "sluice-readyz", TokensPerSecond: 1, Burst: 1}), "probe")
+	var victim *redistest.Proc
+	for _, p := range srvs {
+		if out, err := redistest.CLI(p.Addr(), "GET", probe); err == nil && !strings.Contains(out, "MOVED") {
+			victim = p
+		}
+	}
+	if victim == nil {
+		t.Fatalf("no primary serves %s", probe)
+	}
+	victim.Stop()
+	// Enough probes to open the dead primary's breaker (five failures).
+	for i := range 20 {
+		if err := g.Ready(ctx); err != nil {
+			t.Fatalf("probe %d after a primary died: not ready: %v", i, err)
+		}
+	}
+	for _, p := range srvs {
+		p.Stop()
+	}
+	for i := 0; g.Ready(ctx) == nil; i++ {
+		if i == 20 {
+			t.Fatal("ready with every primary dead")
+		}
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 // registry. One store per observer: a registry takes one of them.
 type RedisObserver struct {
 	errors         prometheus.Counter
-	breakerOpens   prometheus.Counter
-	breakerState   prometheus.Gauge
+	breakerOpens   *prometheus.CounterVec
+	breakerState   *prometheus.GaugeVec
 	cacheHits      prometheus.Counter
 	refundFailures prometheus.Counter
 	dropsLost      prometheus.Counter
@@ -25,14 +25,14 @@ func NewRedisObserver() *RedisObserver {
 			Name: "sluice_redis_store_errors_total",
 			Help: "Calls to Redis that failed (errors, timeouts, or refused by the open circuit breaker).",
 		}),
-		breakerOpens: prometheus.NewCounter(prometheus.CounterOpts{
+		breakerOpens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_redis_breaker_opens_total",
-			Help: "Times the circuit breaker opened.",
-		}),
-		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Help: "Times the circuit breaker of a node opened (node: a Cluster primary's address, empty for a standalone Redis).",
+		}, []string{"node"}),
+		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_redis_breaker_state",
-			Help: "Circuit breaker state: 0 closed, 1 open, 2 probing.",
-		}),
+			Help: "Circuit breaker state of a node: 0 closed, 1 open, 2 probing (node: a Cluster primary's address, empty for a standalone Redis).",
+		}, []string{"node"}),
 		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_redis_overlimit_cache_hits_total",
 			Help: "Takes rejected in process from the over-limit cache, without a round trip.",
@@ -57,11 +57,20 @@ func NewRedisObserver() *RedisObserver {
 func (o *RedisObserver) StoreError() { o.errors.Inc() }
 
 // BreakerChanged implements redis.Observer.
-func (o *RedisObserver) BreakerChanged(state int32, opened bool) {
-	o.breakerState.Set(float64(state))
+func (o *RedisObserver) BreakerChanged(node string, state int32, opened bool) {
+	o.breakerState.WithLabelValues(node).Set(float64(state))
+	opens := o.breakerOpens.WithLabelValues(node) // exported at 0 before the first opening
 	if opened {
-		o.breakerOpens.Inc()
+		opens.Inc()
 	}
+}
+
+// BreakerRemoved implements redis.Observer: the node's series go, so
+// that the state it was left in (open, for a primary that failed over)
+// does not read as a breaker open for good.
+func (o *RedisObserver) BreakerRemoved(node string) {
+	o.breakerState.DeleteLabelValues(node)
+	o.breakerOpens.DeleteLabelValues(node)
 }
 
 // OverLimitCacheHit implements redis.Observer.

@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -195,30 +196,206 @@ func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
 // CLUSTER NODES as seen by any node in addrs.
 func nodeForSlot(addrs []string, slot uint16) string {
 	for _, a := range addrs {
-		out, err := redistest.CLI(a, "CLUSTER", "NODES")
-		if err != nil {
+		if n := slotOwners(a)(slot); n != "" {
+			return n
+		}
+	}
+	return ""
+}
+
+// slotOwners reads CLUSTER NODES from addr once and returns the address
+// of the live primary serving a slot ("" when addr does not answer or
+// names none).
+func slotOwners(addr string) func(slot uint16) string {
+	out, err := redistest.CLI(addr, "CLUSTER", "NODES")
+	if err != nil {
+		return func(uint16) string { return "" }
+	}
+	type owned struct {
+		lo, hi int
+		addr   string
+	}
+	var ranges []owned
+	for line := range strings.SplitSeq(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !strings.Contains(f[2], "master") || strings.Contains(f[2], "fail") {
 			continue
 		}
-		for line := range strings.SplitSeq(out, "\n") {
-			f := strings.Fields(line)
-			if len(f) < 9 || !strings.Contains(f[2], "master") || strings.Contains(f[2], "fail") {
-				continue
+		node, _, _ := strings.Cut(f[1], "@")
+		for _, r := range f[8:] {
+			lo, hi, ok := strings.Cut(r, "-")
+			if !ok {
+				hi = lo
 			}
-			for _, r := range f[8:] {
-				lo, hi, ok := strings.Cut(r, "-")
-				if !ok {
-					hi = lo
+			l, err1 := strconv.Atoi(lo)
+			h, err2 := strconv.Atoi(hi)
+			if err1 == nil && err2 == nil {
+				ranges = append(ranges, owned{l, h, node})
+			}
+		}
+	}
+	return func(slot uint16) string {
+		for _, r := range ranges {
+			if int(slot) >= r.lo && int(slot) <= r.hi {
+				return r.addr
+			}
+		}
+		return ""
+	}
+}
+
+// One primary of three dies (no replica to take over, and the others go
+// on serving their slots): the store's breaker for that primary opens,
+// failing its keys at once, while keys on the other two primaries see no
+// store error, before or after it opened, and the store stays ready.
+// Only when every primary's breaker is open is the store not ready.
+func TestClusterBreakerPerNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of its own")
+	}
+	redistest.Need(t, "redis-server", "")
+	redistest.Need(t, "redis-cli", "")
+	srvs, err := redistest.StartPrimaries(func() (string, error) { return t.TempDir(), nil }, 3)
+	for _, p := range srvs {
+		t.Cleanup(p.Stop)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, p := range srvs {
+		addrs = append(addrs, p.Addr())
+	}
+	reg := prometheus.NewRegistry()
+	// A backoff no test run outlasts: an open breaker stays open, with no
+	// probe, until the test looks at it.
+	s := open(t, "redis+cluster://"+strings.Join(addrs, ","), redis.Options{
+		NoOverLimitCache: true, BreakerBackoff: time.Hour, Observer: observed(reg),
+	})
+	ctx := context.Background()
+	lim := uniqueLimit(t, sluice.Spec{Name: "per-node", TokensPerSecond: 1e6, Burst: 1e6})
+	victim := srvs[0]
+	owner := slotOwners(addrs[1])
+	// More keys on the victim than elsewhere: its failures are most of the
+	// calls, as many as open a breaker shared by every slot.
+	var dead, live []string // request keys on the victim's slots, and on the others'
+	for i := 0; len(dead) < 8 || len(live) < 4; i++ {
+		if i > 10_000 {
+			t.Fatalf("no keys found on every primary (%d on the victim, %d elsewhere)", len(dead), len(live))
+		}
+		k := "k" + strconv.Itoa(i)
+		switch o := owner(slotOf(t, s.Client(), sluice.StorageKey(lim, k))); {
+		case o == "":
+			t.Fatalf("no primary serves the slot of %s", k)
+		case o == victim.Addr():
+			if len(dead) < 8 {
+				dead = append(dead, k)
+			}
+		case len(live) < 4:
+			live = append(live, k)
+		}
+	}
+	take := func(k string) error {
+		_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: k})
+		return err
+	}
+	takeLive := func(when string) {
+		t.Helper()
+		for _, k := range live {
+			if err := take(k); err != nil {
+				t.Fatalf("%s: key %s on a live primary: %v", when, k, err)
+			}
+		}
+	}
+	takeLive("before the kill")
+	for _, k := range dead {
+		if err := take(k); err != nil {
+			t.Fatalf("before the kill: %v", err)
+		}
+	}
+
+	victim.Stop()
+	// Take every key until the victim's breaker has opened: its keys fail
+	// (at first by their own errors, then at once), the others never do.
+	opened := false
+	for deadline := time.Now().Add(time.Minute); !opened; {
+		if time.Now().After(deadline) {
+			t.Fatal("the victim's breaker did not open within a minute")
+		}
+		for _, k := range dead {
+			err := take(k)
+			if err == nil {
+				t.Fatalf("key %s on the killed primary answered", k)
+			}
+			if errors.Is(err, redis.ErrBreakerOpen) {
+				if !strings.Contains(err.Error(), victim.Addr()) {
+					t.Errorf("the refusal does not name the node %s: %v", victim.Addr(), err)
 				}
-				l, err1 := strconv.Atoi(lo)
-				h, err2 := strconv.Atoi(hi)
-				if err1 == nil && err2 == nil && int(slot) >= l && int(slot) <= h {
-					addr, _, _ := strings.Cut(f[1], "@")
-					return addr
+				opened = true
+			}
+		}
+		takeLive("while the victim fails")
+	}
+	takeLive("with the victim's breaker open")
+	states := breakerStates(t, reg)
+	for _, a := range addrs {
+		want := 0.0
+		if a == victim.Addr() {
+			want = 1
+		}
+		if got, ok := states[a]; !ok || got != want {
+			t.Errorf("sluice_redis_breaker_state{node=%q} = %v (exported %v), want %v; all: %v", a, got, ok, want, states)
+		}
+	}
+	if _, ok := states[""]; ok {
+		t.Errorf("a breaker with no node is exported once every slot's primary is known: %v", states)
+	}
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("not ready with two primaries of three serving: %v", err)
+	}
+
+	// The others die too: once every breaker is open, the store is not
+	// ready.
+	srvs[1].Stop()
+	srvs[2].Stop()
+	for deadline := time.Now().Add(time.Minute); ; {
+		if time.Now().After(deadline) {
+			t.Fatalf("breakers not all open within a minute: %v", breakerStates(t, reg))
+		}
+		for _, k := range live {
+			take(k)
+		}
+		states := breakerStates(t, reg)
+		if states[addrs[0]] == 1 && states[addrs[1]] == 1 && states[addrs[2]] == 1 {
+			break
+		}
+	}
+	if err := s.Ready(ctx); !errors.Is(err, redis.ErrBreakerOpen) {
+		t.Fatalf("ready with every breaker open: %v", err)
+	}
+}
+
+// breakerStates reads sluice_redis_breaker_state by node.
+func breakerStates(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_redis_breaker_state" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "node" {
+					states[l.GetValue()] = m.GetGauge().GetValue()
 				}
 			}
 		}
 	}
-	return ""
+	return states
 }
 
 // Kill the primary of a key's slot under load: calls fail (for the caller

@@ -37,9 +37,9 @@ func (s *Store) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sl
 	p := r.Limit.Params()
 	key := s.prefix + sluice.StorageKey(r.Limit, r.Key)
 	args := []string{leaseOp(op), id.String(), strconv.FormatInt(p.Capacity/sluice.TokenScale, 10), strconv.FormatInt(p.Period, 10), s.nowArg(), s.pad}
-	if !s.br.Allow() {
-		s.obs.StoreError()
-		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op.LeaseString(), key, ErrBreakerOpen)
+	n := s.breakerOf(key)
+	if err := s.allow(n); err != nil {
+		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op.LeaseString(), key, err)
 	}
 	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
 	res, err := leaseScript.Exec(cctx, s.client, []string{key}, args).AsIntSlice()
@@ -47,16 +47,10 @@ func (s *Store) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sl
 	if err == nil && len(res) != 4 {
 		err = fmt.Errorf("script returned %d values, want 4", len(res))
 	}
+	s.done(ctx, n, err) // the caller's own cancellation says nothing of Redis
 	if err != nil {
-		if ctx.Err() == nil {
-			s.br.Done(false)
-		} else {
-			s.br.Abort() // the caller's own cancellation says nothing of Redis
-		}
-		s.obs.StoreError()
 		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op.LeaseString(), key, err)
 	}
-	s.br.Done(true)
 	return r.Limit.Decide(sluice.Outcome{Allowed: res[0] == 1, Tokens: res[1], RetryAfter: res[2], ResetAfter: res[3]}), nil
 }
 

@@ -9,9 +9,15 @@ type Observer interface {
 	// StoreError: a call to Redis failed (an error, a timeout, or a
 	// refusal by the open circuit breaker).
 	StoreError()
-	// BreakerChanged: the circuit breaker is now in state (0 closed,
-	// 1 open, 2 probing); opened is true when it has just opened.
-	BreakerChanged(state int32, opened bool)
+	// BreakerChanged: the circuit breaker of node is now in state
+	// (0 closed, 1 open, 2 probing); opened is true when it has just
+	// opened. node is a Cluster primary's address, "" for a standalone
+	// Redis or Sentinel's primary (and for a Cluster's slots whose
+	// primary is not known yet).
+	BreakerChanged(node string, state int32, opened bool)
+	// BreakerRemoved: node serves no slots any more (a failover or a
+	// resharding moved them away), and its breaker is dropped.
+	BreakerRemoved(node string)
 	// OverLimitCacheHit: a take was rejected in process from the
 	// over-limit cache, without a round trip.
 	OverLimitCacheHit()
@@ -29,9 +35,10 @@ type Observer interface {
 // noObserver is the Observer of a store opened without one.
 type noObserver struct{}
 
-func (noObserver) StoreError()                {}
-func (noObserver) BreakerChanged(int32, bool) {}
-func (noObserver) OverLimitCacheHit()         {}
-func (noObserver) RefundFailed()              {}
-func (noObserver) DropsLost()                 {}
-func (noObserver) Batch(int)                  {}
+func (noObserver) StoreError()                        {}
+func (noObserver) BreakerChanged(string, int32, bool) {}
+func (noObserver) BreakerRemoved(string)              {}
+func (noObserver) OverLimitCacheHit()                 {}
+func (noObserver) RefundFailed()                      {}
+func (noObserver) DropsLost()                         {}
+func (noObserver) Batch(int)                          {}

@@ -82,7 +82,10 @@
 // wrapped and are not input errors (sluice.IsInputError), so the caller
 // applies the rule's on_store_error. A circuit breaker fails calls at once
 // while Redis is down and lets one probe through per backoff; rueidis
-// reconnects by itself, so the store recovers without a restart. As with
+// reconnects by itself, so the store recovers without a restart. A
+// Cluster has a breaker per primary (see nodes), so a primary that fails
+// fails only its own slots; Store.Ready, what /readyz asks, is the rule
+// for the store as a whole. As with
 // any timed-out write, a take whose deadline passed may still be applied
 // when a slow Redis gets to it: the error means "unknown", not "not
 // charged" (a stopped or unreachable Redis applies nothing).
@@ -182,7 +185,7 @@ type Store struct {
 	clock   sluice.Clock
 	epoch   time.Time
 	pad     string
-	br      *breaker.Breaker
+	nodes   *nodes
 	cache   *overLimit
 	batch   *batcher
 	// stopDrops ends the subscription that keeps cache in step with the
@@ -241,7 +244,23 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 	}
 	// Failures are counted over long enough a window for one caller's
 	// calls, each failing only at its deadline, to reach the threshold.
-	s.br = breaker.ForDeadline(opts.BreakerFailures, opts.BreakerBackoff, opts.Timeout, obs.BreakerChanged)
+	newNode := func(addr string) *node {
+		// Told at once, so that a breaker that never changes still shows
+		// its state (closed).
+		obs.BreakerChanged(addr, breaker.Closed, false)
+		return &node{addr: addr, br: breaker.ForDeadline(opts.BreakerFailures, opts.BreakerBackoff, opts.Timeout, func(st int32, opened bool) {
+			obs.BreakerChanged(addr, st, opened)
+		})}
+	}
+	s.nodes = &nodes{fallback: newNode(""), cluster: s.cluster, newNode: newNode, gone: obs.BreakerRemoved, timeout: opts.Timeout, gap: int64(opts.BreakerBackoff)}
+	if s.cluster {
+		s.nodes.fetch = clusterSlotsOf(client)
+		// Read now, so that the first failures count against their own
+		// primary; a Cluster that does not answer yet is read again after
+		// the first failed call.
+		s.nodes.last.Store(time.Now().UnixNano())
+		s.nodes.refresh()
+	}
 	if !opts.NoOverLimitCache {
 		s.cache = newOverLimit(opts.OverLimitCacheSize)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -279,6 +298,7 @@ func (s *Store) Close() error {
 		s.stopDrops()
 		<-s.dropsDone
 	}
+	s.nodes.wait()
 	if s.owned {
 		s.client.Close()
 	}
@@ -341,12 +361,12 @@ func (s *Store) localNow() int64 {
 	return int64(time.Since(s.epoch) / time.Microsecond)
 }
 
-// run sends groups through the breaker, with the deadline, batched when it
-// can be.
+// run sends groups through the breaker of the node serving keys (on a
+// Cluster they are of one slot), with the deadline, batched when it can be.
 func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) ([]int64, error) {
-	if !s.br.Allow() {
-		s.obs.StoreError()
-		return nil, ErrBreakerOpen
+	n := s.breakerOf(keys[0])
+	if err := s.allow(n); err != nil {
+		return nil, err
 	}
 	var res []int64
 	var err error
@@ -362,18 +382,12 @@ func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) 
 			err = fmt.Errorf("script returned %d values for %d keys", len(res), len(keys))
 		}
 	}
+	// The caller's own cancellation, or a call that never left this
+	// process, is not Redis's failure (see done).
+	s.done(ctx, n, err)
 	if err != nil {
-		if ctx.Err() == nil && !errors.Is(err, errUnsent) {
-			s.br.Done(false)
-		} else {
-			// The caller's own cancellation, or a call that never left this
-			// process, is not Redis's failure.
-			s.br.Abort()
-		}
-		s.obs.StoreError()
 		return nil, err
 	}
-	s.br.Done(true)
 	return res, nil
 }
 
@@ -445,22 +459,17 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 		defer s.cache.drop(k)
 		s.cache.drop(k)
 	}
-	if !s.br.Allow() {
-		s.obs.StoreError()
-		return fmt.Errorf("redis reset %q: %w", k, ErrBreakerOpen)
+	n := s.breakerOf(k)
+	if err := s.allow(n); err != nil {
+		return fmt.Errorf("redis reset %q: %w", k, err)
 	}
 	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := s.client.Do(cctx, s.client.B().Del().Key(k).Build()).Error(); err != nil {
-		if ctx.Err() == nil {
-			s.br.Done(false)
-		} else {
-			s.br.Abort()
-		}
-		s.obs.StoreError()
+	err := s.client.Do(cctx, s.client.B().Del().Key(k).Build()).Error()
+	s.done(ctx, n, err)
+	if err != nil {
 		return fmt.Errorf("redis reset %q: %w", k, err)
 	}
-	s.br.Done(true)
 	s.publishDrops(ctx, k)
 	return nil
 }

@@ -32,22 +32,21 @@ return 0
 // ok is false when there is none.
 func (s *Store) LoadValue(ctx context.Context, key string) (string, bool, error) {
 	k := s.prefix + key
-	if !s.br.Allow() {
-		s.obs.StoreError()
-		return "", false, fmt.Errorf("redis get %q: %w", k, ErrBreakerOpen)
+	n := s.breakerOf(k)
+	if err := s.allow(n); err != nil {
+		return "", false, fmt.Errorf("redis get %q: %w", k, err)
 	}
 	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	v, err := s.client.Do(cctx, s.client.B().Get().Key(k).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
-		s.br.Done(true)
+		s.done(ctx, n, nil)
 		return "", false, nil
 	}
+	s.done(ctx, n, err)
 	if err != nil {
-		s.failed(ctx)
 		return "", false, fmt.Errorf("redis get %q: %w", k, err)
 	}
-	s.br.Done(true)
 	return v, true, nil
 }
 
@@ -58,29 +57,17 @@ func (s *Store) CompareAndSwapValue(ctx context.Context, key, old, value string,
 	if value == "" {
 		return false, errors.New("redis compare-and-swap: an empty value reads as no value")
 	}
-	if !s.br.Allow() {
-		s.obs.StoreError()
-		return false, fmt.Errorf("redis compare-and-swap %q: %w", k, ErrBreakerOpen)
+	nd := s.breakerOf(k)
+	if err := s.allow(nd); err != nil {
+		return false, fmt.Errorf("redis compare-and-swap %q: %w", k, err)
 	}
 	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	ms := strconv.FormatInt(max(1, ttl.Milliseconds()), 10)
 	n, err := casScript.Exec(cctx, s.client, []string{k}, []string{old, value, ms}).AsInt64()
+	s.done(ctx, nd, err)
 	if err != nil {
-		s.failed(ctx)
 		return false, fmt.Errorf("redis compare-and-swap %q: %w", k, err)
 	}
-	s.br.Done(true)
 	return n == 1, nil
-}
-
-// failed counts a call that failed: against Redis unless the caller's own
-// context ended it.
-func (s *Store) failed(ctx context.Context) {
-	if ctx.Err() == nil {
-		s.br.Done(false)
-	} else {
-		s.br.Abort()
-	}
-	s.obs.StoreError()
 }

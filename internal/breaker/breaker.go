@@ -94,6 +94,10 @@ func (b *Breaker) Allow() bool {
 	}
 }
 
+// State is the breaker's state now (Closed, Open or Probing), for a
+// caller that reports on it without making a call.
+func (b *Breaker) State() int32 { return b.state.Load() }
+
 // count adds a call to the current window, starting a new one when the
 // window has passed, and returns the window's calls and failures.
 func (b *Breaker) count(failed bool) (calls, failures int64) {

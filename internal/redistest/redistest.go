@@ -231,19 +231,31 @@ func Sentinel(tb testing.TB, name string, primary *Proc) string {
 // server runs in a directory of mkdir's; the servers started are returned
 // even with an error, for the caller to stop.
 func StartCluster(mkdir func() (string, error)) ([]*Proc, error) {
-	ports, err := FreePorts(12)
+	return startCluster(mkdir, 6, 1)
+}
+
+// StartPrimaries is StartCluster with n primaries (at least 3) and no
+// replicas, which go on serving their slots when one of them dies
+// (cluster-require-full-coverage no): the dead one's slots fail for good.
+func StartPrimaries(mkdir func() (string, error), n int) ([]*Proc, error) {
+	return startCluster(mkdir, n, 0, "--cluster-require-full-coverage", "no")
+}
+
+func startCluster(mkdir func() (string, error), n, replicas int, extra ...string) ([]*Proc, error) {
+	ports, err := FreePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
 	var procs []*Proc
 	var addrs []string
-	for i := range 6 {
+	for i := range n {
 		dir, err := mkdir()
 		if err != nil {
 			return procs, err
 		}
-		p, err := Start(ports[i], dir, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(ports[6+i]),
-			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0")
+		args := append([]string{"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(ports[n+i]),
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0"}, extra...)
+		p, err := Start(ports[i], dir, args...)
 		if err != nil {
 			return procs, err
 		}
@@ -251,7 +263,7 @@ func StartCluster(mkdir func() (string, error)) ([]*Proc, error) {
 		addrs = append(addrs, p.Addr())
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		return procs, fmt.Errorf("redis-cli --cluster create: %v: %s", err, out)
 	}

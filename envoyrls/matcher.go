@@ -43,6 +43,11 @@ type Found struct {
 	// aligned to the epoch.
 	Blocked, Shadow bool
 	Window          time.Duration
+	// Quota marks a quota-mode descriptor (the reference format's
+	// quota_mode, or QUOTA_MODE for every descriptor): over its limit it
+	// fails the call only when every quota descriptor of the call is over
+	// (see Server.decide).
+	Quota bool
 }
 
 // rules matches descriptors with a sluice policy's rules: every rule

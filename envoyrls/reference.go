@@ -130,6 +130,10 @@ type Reference struct {
 
 	overMu    sync.Mutex
 	overrides map[overrideKey]*refLimit
+
+	// modes are the reference server's global modes (SHADOW_MODE,
+	// QUOTA_MODE) this configuration is served with.
+	modes Modes
 }
 
 // refError collects located problems.

@@ -5,8 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -84,10 +82,11 @@ func referencePolicy(filename string, cfg *Reference) (*policy.Policy, error) {
 // format (for sluice serve, check and simulate), which also returns the
 // server's settings the file gives: sluice's own goes to
 // policy.ParseConfig; the reference server's to ParseReferenceConfig, with
-// the default server settings but for the store and the gRPC address that
-// the reference server's environment variables name, read through getenv
-// (see ReferenceEnv). So an existing deployment switches by pointing Envoy
-// at sluice.
+// the default server settings but for what the reference server's
+// environment says, read through getenv (see ReadReferenceEnv: the store,
+// the gRPC address, SHADOW_MODE and QUOTA_MODE, the response headers; a
+// value sluice cannot honour is an error). So an existing deployment
+// switches by pointing Envoy at sluice.
 func Parser(getenv func(string) string) func(name string, data []byte) (*policy.Policy, serverconf.Settings, error) {
 	return func(name string, data []byte) (*policy.Policy, serverconf.Settings, error) {
 		if !IsReferenceConfig(data) {
@@ -97,38 +96,31 @@ func Parser(getenv func(string) string) func(name string, data []byte) (*policy.
 		if err != nil {
 			return nil, serverconf.Settings{}, err
 		}
-		s := serverconf.Default()
-		storeURL, grpcAddr := ReferenceEnv(getenv)
-		if storeURL != "" {
-			s.StoreURL = storeURL
+		env, err := ReadReferenceEnv(getenv)
+		if err != nil {
+			return nil, serverconf.Settings{}, err
 		}
-		if grpcAddr != "" {
-			s.GRPCListen = grpcAddr
+		env.Modes.Apply(p)
+		if env.Headers != nil {
+			p.Settings.Headers = env.Headers
+		}
+		s := serverconf.Default()
+		if env.StoreURL != "" {
+			s.StoreURL = env.StoreURL
+		}
+		if env.GRPCAddr != "" {
+			s.GRPCListen = env.GRPCAddr
 			s.GRPCListenDerived = false
 		}
 		return p, s, nil
 	}
 }
 
-// ReferenceEnv reads the reference server's environment variables that
-// sluice honours for a reference-format file: REDIS_URL ("host:port", with
-// REDIS_AUTH as its password, or a whole URL) as the store URL, and
-// GRPC_HOST and GRPC_PORT as the gRPC address. Each is "" when its
-// variables are unset.
+// ReferenceEnv is the store URL and gRPC address of ReadReferenceEnv,
+// "" for a variable that is unset or that it refuses.
 func ReferenceEnv(getenv func(string) string) (storeURL, grpcAddr string) {
-	if u := getenv("REDIS_URL"); u != "" {
-		if !strings.Contains(u, "://") {
-			if auth := getenv("REDIS_AUTH"); auth != "" {
-				u = ":" + url.QueryEscape(auth) + "@" + u
-			}
-			u = "redis://" + u
-		}
-		storeURL = u
-	}
-	if port := getenv("GRPC_PORT"); port != "" {
-		grpcAddr = net.JoinHostPort(getenv("GRPC_HOST"), port)
-	}
-	return storeURL, grpcAddr
+	env, _ := ReadReferenceEnv(getenv)
+	return env.StoreURL, env.GRPCAddr
 }
 
 // ReferenceLimits describes a policy made by ParseReferenceConfig: its
@@ -170,15 +162,18 @@ func (cfg *Reference) matchInto(req *rlspb.RateLimitRequest, sc *scratch) error 
 	for i, l := range refs {
 		switch {
 		case l == nil:
-			found[i] = Found{}
+			// QUOTA_MODE makes a descriptor with no limit a quota
+			// descriptor that passes (the reference's overall code counts
+			// every descriptor but the unlimited ones).
+			found[i] = Found{Quota: cfg.modes.Quota}
 		case l.unlimited:
 			found[i] = Found{Unlimited: true}
 		case l.rpu == 0:
-			found[i] = Found{Blocked: true, Shadow: l.shadow, Window: l.period(), Limit: l.currentLimit()}
+			found[i] = Found{Blocked: true, Shadow: l.shadow, Window: l.period(), Limit: l.currentLimit(), Quota: l.quota || cfg.modes.Quota}
 		default:
 			sc.ms = append(sc.ms, policy.Match{Rule: l.policyRule, Request: sluice.Request{Limit: l.policyRule.Limit, Key: refKey(req.Descriptors[i], l)}})
 			n := len(sc.ms)
-			found[i] = Found{Limits: sc.ms[n-1 : n : n], Limit: l.currentLimit()}
+			found[i] = Found{Limits: sc.ms[n-1 : n : n], Limit: l.currentLimit(), Quota: l.quota || cfg.modes.Quota}
 		}
 	}
 	return nil

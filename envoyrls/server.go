@@ -96,6 +96,9 @@ type engine struct {
 	pol     *policy.Policy
 	match   Matcher
 	headers []string
+	// shadowAll is the reference server's SHADOW_MODE: every call is
+	// answered OK overall, its statuses as they are (Modes).
+	shadowAll bool
 	// limits is the current_limit that each of pol's limits reports, made
 	// with the engine rather than looked up per call.
 	limits map[*sluice.Limit]*rlspb.RateLimitResponse_RateLimit
@@ -129,6 +132,9 @@ func (s *Server) setPolicy(pol *policy.Policy) *engine {
 		pol = &policy.Policy{} // no rules: nothing is limited
 	}
 	e := &engine{pol: pol, match: matcherOf(pol), headers: pol.Settings.Headers, limits: map[*sluice.Limit]*rlspb.RateLimitResponse_RateLimit{}}
+	if ref := referenceOf(pol); ref != nil {
+		e.shadowAll = ref.modes.Shadow
+	}
 	for _, l := range pol.Limits() {
 		e.limits[l] = inferLimit(l.Name(), l)
 	}
@@ -234,6 +240,14 @@ type descState struct {
 	cost     float64
 	tooBig   bool // its cost exceeds an enforce-mode limit's capacity
 	first, n int  // its limits: groups[kind].ms[first:first+n]
+
+	// Set by decide: the results of its limits, whether they charged (or
+	// refunded) its buckets, whether it is over its limit, and, for a soft
+	// descriptor over its limit, that it was left out of the charge.
+	rrs      []policy.Result
+	charged  bool
+	over     bool
+	excluded bool
 }
 
 // group is the matches decided in one policy.Enforce.
@@ -250,11 +264,11 @@ type group struct {
 type call struct {
 	req    *rlspb.RateLimitRequest
 	ds     []descState // how each descriptor is decided
+	found  []Found     // what applies to each descriptor
 	groups [3]group    // the limits of every descriptor, by kind
-	// blocked: a descriptor is over its limit whatever the store says
-	// (requests_per_unit 0, or a cost no bucket can hold).
-	blocked bool
-	allowed bool // the call's answer, once decided
+	// shadowAll: SHADOW_MODE (engine.shadowAll).
+	shadowAll bool
+	allowed   bool // the call's answer, once decided
 }
 
 // ShouldRateLimit implements RateLimitServiceServer: it finds what applies
@@ -280,8 +294,8 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, into *
 	if err := matchInto(e.match, req, sc); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	c := call{req: req}
-	c.groups, c.blocked = plan(req, sc.found, &sc.ds, &sc.plan)
+	c := call{req: req, found: sc.found, shadowAll: e.shadowAll}
+	c.groups = plan(req, sc.found, &sc.ds, &sc.plan)
 	c.ds = sc.ds
 	s.decide(ctx, &c, sc)
 	return s.respond(&c, sc, e, into), nil
@@ -318,9 +332,8 @@ func refusedRefund(pol *policy.Policy, req *rlspb.RateLimitRequest) error {
 // plan sorts the limits found for req into the groups decided together,
 // each with its descriptor's cost: how each descriptor is decided in
 // *dsBuf, the groups' matches in *msBuf, each grown when too small (and
-// kept grown for the next call). blocked reports a descriptor over its
-// limit whatever the store says.
-func plan(req *rlspb.RateLimitRequest, found []Found, dsBuf *[]descState, msBuf *[]policy.Match) (groups [3]group, blocked bool) {
+// kept grown for the next call).
+func plan(req *rlspb.RateLimitRequest, found []Found, dsBuf *[]descState, msBuf *[]policy.Match) (groups [3]group) {
 	ds, ms := *dsBuf, *msBuf
 	if n := len(req.Descriptors); n <= cap(ds) {
 		ds = ds[:n]
@@ -340,7 +353,6 @@ func plan(req *rlspb.RateLimitRequest, found []Found, dsBuf *[]descState, msBuf 
 			st.kind, st.cost, st.tooBig = kindPeek, 1, true
 		}
 		counts[st.kind] += len(f.Limits)
-		blocked = blocked || st.tooBig || (f.Blocked && !f.Shadow)
 	}
 	if total := counts[0] + counts[1] + counts[2]; total > cap(ms) {
 		ms = make([]policy.Match, 0, total)
@@ -360,23 +372,135 @@ func plan(req *rlspb.RateLimitRequest, found []Found, dsBuf *[]descState, msBuf 
 			groups[k].ms = append(groups[k].ms, m)
 		}
 	}
-	return groups, blocked
+	return groups
 }
 
 // decide asks the store. Peeks go first: a check without charging that
-// fails makes the call OVER_LIMIT, and then nothing may be charged.
+// fails a descriptor marks it over its limit before anything is charged.
+// The call is refused when a descriptor that is not in quota mode is over
+// its limit, or when every quota-mode descriptor of it is (the reference
+// server's overall code); a refused call charges nothing. An admitted call
+// charges every descriptor that is not over its limit, in one
+// all-or-nothing take (see charge).
 func (s *Server) decide(ctx context.Context, c *call, sc *scratch) {
 	ctx, cancel := sluice.WithStoreTimeout(ctx, s.lim.Store(), s.timeout)
 	defer cancel()
 	take, peek, refund := &c.groups[kindTake], &c.groups[kindPeek], &c.groups[kindRefund]
 	peek.op, take.op, refund.op = sluice.OpPeek, sluice.OpTake, sluice.OpRefund
 	s.apply(ctx, peek, &sc.groups[kindPeek])
-	if c.blocked || (peek.decided && !peek.res.Allowed) {
-		take.op = sluice.OpPeek
+	for i := range c.ds {
+		st, f := &c.ds[i], &c.found[i]
+		if st.kind == kindPeek && peek.decided {
+			st.rrs = peek.res.Results[st.first : st.first+st.n]
+		}
+		st.over = st.tooBig || (f.Blocked && !f.Shadow) || violated(st.rrs)
 	}
-	s.apply(ctx, take, &sc.groups[kindTake])
+	if c.refused() && !c.shadowAll {
+		take.op = sluice.OpPeek
+		s.apply(ctx, take, &sc.groups[kindTake])
+		c.results(take)
+	} else {
+		s.charge(ctx, c, &sc.groups[kindTake])
+	}
 	s.apply(ctx, refund, &sc.groups[kindRefund])
-	c.allowed = !c.blocked && (!take.decided || take.res.Allowed) && (!peek.decided || peek.res.Allowed)
+	c.results(refund)
+	c.allowed = c.shadowAll || !c.refused()
+}
+
+// charge takes the descriptors of the take group together. A soft
+// descriptor (quota mode, or any under SHADOW_MODE) over its limit does
+// not stop the others from being charged: the take is asked again
+// without it, so that it is left as it stands (not charged, as any
+// descriptor over its limit) while the rest are. Each round leaves out at
+// least one descriptor, so there are at most as many rounds as
+// descriptors. A descriptor that is not soft and is over its limit, or
+// every quota descriptor over, refuses the call: nothing is charged.
+func (s *Server) charge(ctx context.Context, c *call, room *policy.Scratch) {
+	take := &c.groups[kindTake]
+	for {
+		s.apply(ctx, take, room)
+		c.results(take)
+		if !take.decided || take.res.Allowed {
+			return
+		}
+		left := false
+		for i := range c.ds {
+			st := &c.ds[i]
+			if st.kind != kindTake || st.excluded || !violated(st.rrs) {
+				continue
+			}
+			st.over = true
+			if !c.found[i].Quota && !c.shadowAll {
+				return // refused by a limit that is not soft
+			}
+			// Its results outlive the next round, which reuses room.
+			st.rrs, st.excluded, left = slices.Clone(st.rrs), true, true
+		}
+		if !left || (!c.shadowAll && c.refused()) {
+			return
+		}
+		// The next round: the descriptors still in, laid out anew.
+		ms := make([]policy.Match, 0, len(take.ms))
+		for i := range c.ds {
+			st := &c.ds[i]
+			if st.kind != kindTake || st.excluded {
+				continue
+			}
+			first := len(ms)
+			ms = append(ms, take.ms[st.first:st.first+st.n]...)
+			st.first = first
+		}
+		take.ms, take.decided = ms, false
+	}
+}
+
+// results sets the results of g's descriptors (those g decided, and not
+// left out of it) and whether they charged their buckets (a refund's
+// decisions describe the bucket after it, as a charge's do).
+func (c *call) results(g *group) {
+	if !g.decided {
+		return
+	}
+	charged := g.op == sluice.OpRefund || (g.op == sluice.OpTake && g.res.Allowed)
+	for i := range c.ds {
+		st := &c.ds[i]
+		if &c.groups[st.kind] != g || st.excluded {
+			continue
+		}
+		st.rrs, st.charged = g.res.Results[st.first:st.first+st.n], charged
+	}
+}
+
+// refused reports whether the call's overall code is OVER_LIMIT, as the
+// reference server computes it: a descriptor that is not in quota mode is
+// over its limit, or every quota-mode descriptor is (an unlimited
+// descriptor, and a refund, is neither).
+func (c *call) refused() bool {
+	quota, quotaOver := 0, 0
+	for i := range c.ds {
+		st, f := &c.ds[i], &c.found[i]
+		switch {
+		case f.Unlimited || st.kind == kindRefund:
+		case f.Quota:
+			quota++
+			if st.over {
+				quotaOver++
+			}
+		case st.over:
+			return true
+		}
+	}
+	return quota > 0 && quota == quotaOver
+}
+
+// violated reports whether an enforce-mode limit of rrs rejected.
+func violated(rrs []policy.Result) bool {
+	for i := range rrs {
+		if !rrs[i].Shadow && rrs[i].Violated {
+			return true
+		}
+	}
+	return false
 }
 
 // respond is the answer to a decided call: a status per descriptor, and
@@ -392,13 +516,7 @@ func (s *Server) respond(c *call, sc *scratch, e *engine, into *recycled) *rlspb
 	parts.Reset(c.allowed)
 	for i := range c.ds {
 		st, f := &c.ds[i], &sc.found[i]
-		g := &c.groups[st.kind]
-		var rrs []policy.Result
-		if g.decided {
-			rrs = g.res.Results[st.first : st.first+st.n]
-		}
-		// A refund's decisions describe the bucket after it, as a charge's do.
-		charged := g.decided && (g.op == sluice.OpRefund || (g.op == sluice.OpTake && g.res.Allowed))
+		rrs, charged := st.rrs, st.charged
 		resp.Statuses[i] = s.status(st, f, rrs, charged, &blocks[i], now, e)
 		if st.kind == kindRefund {
 			continue

@@ -16,9 +16,10 @@ import (
 
 // xdsClient is the control plane serve follows, when the config file has
 // an xds section, or, with no file, when the reference server's
-// environment says CONFIG_TYPE=GRPC_XDS_SOTW (its store and gRPC address
-// then come from REDIS_URL, GRPC_HOST and GRPC_PORT, as for a
-// reference-format file). p is the file's policy (or the default): its
+// environment says CONFIG_TYPE=GRPC_XDS_SOTW (the rest of that
+// environment, the store, the gRPC address, SHADOW_MODE, QUOTA_MODE and
+// the response headers, then applies as for a reference-format file:
+// envoyrls.ReadReferenceEnv). p is the file's policy (or the default): its
 // settings, and srv, the file's server settings, are what the control
 // plane's policies are served with (srv as the environment changes it is
 // returned). nil, nil without either.
@@ -36,13 +37,20 @@ func xdsClient(path string, srv serverconf.Settings, p *policy.Policy, getenv fu
 	} else {
 		cfg, ok, err = xds.FromEnv(getenv)
 		if ok && err == nil {
-			storeURL, grpcAddr := envoyrls.ReferenceEnv(getenv)
-			if storeURL != "" {
-				srv.StoreURL = storeURL
+			env, eerr := envoyrls.ReadReferenceEnv(getenv)
+			if eerr != nil {
+				return nil, nil, srv, eerr
 			}
-			if grpcAddr != "" {
-				srv.GRPCListen, srv.GRPCListenDerived = grpcAddr, false
+			if env.StoreURL != "" {
+				srv.StoreURL = env.StoreURL
 			}
+			if env.GRPCAddr != "" {
+				srv.GRPCListen, srv.GRPCListenDerived = env.GRPCAddr, false
+			}
+			if env.Headers != nil {
+				set.Headers = env.Headers
+			}
+			cfg.Modes = env.Modes
 		}
 	}
 	if err != nil {

@@ -76,7 +76,14 @@ func New(cfg Config, settings policy.Settings, log *slog.Logger) *Client {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.WithDefaults()
-	return &Client{cfg: cfg, source: "xds://" + cfg.Server, settings: settings, log: log, parse: envoyrls.ParseReferenceResources}
+	parse := func(source string, cfgs []*rlsconf.RateLimitConfig) (*policy.Policy, error) {
+		p, err := envoyrls.ParseReferenceResources(source, cfgs)
+		if err == nil {
+			cfg.Modes.Apply(p)
+		}
+		return p, err
+	}
+	return &Client{cfg: cfg, source: "xds://" + cfg.Server, settings: settings, log: log, parse: parse}
 }
 
 // Initial is the policy to serve before the first snapshot: the

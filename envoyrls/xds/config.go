@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/envoyrls"
 )
 
 // Config says where the control plane is and how to reach it. Its
@@ -52,6 +54,10 @@ type Config struct {
 	UnreadyWhenLost bool
 	// MaxRecvBytes bounds a response (default 16 MiB).
 	MaxRecvBytes int
+	// Modes are the reference server's global SHADOW_MODE and QUOTA_MODE
+	// that every snapshot's policy is served with (from the environment;
+	// a config file has no such setting).
+	Modes envoyrls.Modes
 }
 
 // Backoff paces reconnections (see Config.Backoff).

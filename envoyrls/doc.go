@@ -102,6 +102,13 @@
 //     requests_per_unit: 0 rejects every request.
 //   - unlimited: true: never limited (limit_remaining is the maximum).
 //   - shadow_mode: true: a shadow-mode rule, counted but never rejecting.
+//   - quota_mode: true: a quota descriptor. Over its limit it is
+//     OVER_LIMIT in its status, but fails the call only when every quota
+//     descriptor of the call is over; an admitted call charges its other
+//     descriptors and leaves it as it stands. The environment's
+//     QUOTA_MODE makes every descriptor one, SHADOW_MODE answers every
+//     call OK overall (Modes; ReadReferenceEnv reads the whole
+//     environment, ReferenceEnvVars says what each variable does).
 //   - replaces: [{name}]: a limit named in another applicable limit's
 //     replaces does not apply to the call.
 //   - share_threshold: every value matching the wildcard shares one bucket.

@@ -337,19 +337,7 @@ func TestClusterBreakerPerNode(t *testing.T) {
 		takeLive("while the victim fails")
 	}
 	takeLive("with the victim's breaker open")
-	states := breakerStates(t, reg)
-	for _, a := range addrs {
-		want := 0.0
-		if a == victim.Addr() {
-			want = 1
-		}
-		if got, ok := states[a]; !ok || got != want {
-			t.Errorf("sluice_redis_breaker_state{node=%q} = %v (exported %v), want %v; all: %v", a, got, ok, want, states)
-		}
-	}
-	if _, ok := states[""]; ok {
-		t.Errorf("a breaker with no node is exported once every slot's primary is known: %v", states)
-	}
+	wantOnlyOpen(t, reg, addrs, victim.Addr())
 	if err := s.Ready(ctx); err != nil {
 		t.Fatalf("not ready with two primaries of three serving: %v", err)
 	}
@@ -372,6 +360,25 @@ func TestClusterBreakerPerNode(t *testing.T) {
 	}
 	if err := s.Ready(ctx); !errors.Is(err, redis.ErrBreakerOpen) {
 		t.Fatalf("ready with every breaker open: %v", err)
+	}
+}
+
+// wantOnlyOpen checks that the breaker of node, and no other of addrs, is
+// open, and that no breaker without a node is exported.
+func wantOnlyOpen(t *testing.T, reg *prometheus.Registry, addrs []string, node string) {
+	t.Helper()
+	states := breakerStates(t, reg)
+	for _, a := range addrs {
+		want := 0.0
+		if a == node {
+			want = 1
+		}
+		if got, ok := states[a]; !ok || got != want {
+			t.Errorf("sluice_redis_breaker_state{node=%q} = %v (exported %v), want %v; all: %v", a, got, ok, want, states)
+		}
+	}
+	if _, ok := states[""]; ok {
+		t.Errorf("a breaker with no node is exported once every slot's primary is known: %v", states)
 	}
 }
 

@@ -11,17 +11,17 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/envoyrls"
-	"github.com/sluicehq/sluice/memory"
-	"github.com/sluicehq/sluice/policy"
 )
 
 // bigCall is a call of n descriptors of entries entries, each value of
@@ -86,12 +86,12 @@ func (s *heldStore) wait(ctx context.Context) {
 	}
 }
 
-func (s *heldStore) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (s *heldStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
 	s.wait(ctx)
 	return s.Store.Take(ctx, op, r)
 }
 
-func (s *heldStore) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *heldStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
 	s.wait(ctx)
 	return s.Store.TakeAll(ctx, op, rs)
 }

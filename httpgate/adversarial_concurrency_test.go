@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/httpgate"
 )
 
@@ -49,7 +49,7 @@ func TestAttackForgedLeaseFreesNothing(t *testing.T) {
 	forged := []string{
 		"00000000000000000000000000000000",
 		"ffffffffffffffffffffffffffffffff",
-		sluice.NewLeaseID().String(),
+		engine.NewLeaseID().String(),
 		strings.ToUpper(mine),          // the attacker's own lease, another key
 		other,                          // the victim's lease of another rule
 		victim[:31] + flip(victim[31]), // one bit off the victim's
@@ -120,7 +120,7 @@ func TestAttackRenewAcquiresNothing(t *testing.T) {
 		"00000000000000000000000000000000",
 		"00000000000000000000000000000001",
 		"ffffffffffffffffffffffffffffffff",
-		sluice.NewLeaseID().String(),
+		engine.NewLeaseID().String(),
 		mine,  // the attacker's own lease, another key
 		other, // a lease of another rule
 	}

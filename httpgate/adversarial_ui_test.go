@@ -1,8 +1,6 @@
 package httpgate_test
 
 import (
-	"time"
-
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -15,8 +13,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/insight"
 	"github.com/sluicehq/sluice/memory"
@@ -311,8 +311,8 @@ type peekCounter struct {
 	record func(n int)
 }
 
-func (p *peekCounter) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
-	if op == sluice.OpPeek {
+func (p *peekCounter) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+	if op == engine.OpPeek {
 		p.record(len(rs))
 	}
 	return p.Store.TakeAll(ctx, op, rs)

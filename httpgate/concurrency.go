@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -108,7 +109,7 @@ type RenewResponse struct {
 // leaseCall reads and checks the body of /v1/release or /v1/renew (what
 // names the call in its problems) and makes the store call; it answers
 // the problems itself and reports whether d is the store's answer.
-func (g *Gate) leaseCall(w http.ResponseWriter, r *http.Request, what string, call func(context.Context, sluice.Request, sluice.LeaseID) (sluice.Decision, error)) (lim *sluice.Limit, d sluice.Decision, ok bool) {
+func (g *Gate) leaseCall(w http.ResponseWriter, r *http.Request, what string, call func(context.Context, sluice.Request, engine.LeaseID) (sluice.Decision, error)) (lim *sluice.Limit, d sluice.Decision, ok bool) {
 	var body ReleaseRequest
 	if !decodeBody(w, r, &body) {
 		return nil, d, false
@@ -128,7 +129,7 @@ func (g *Gate) leaseCall(w http.ResponseWriter, r *http.Request, what string, ca
 		badRequest(w, http.StatusBadRequest, `"lease" is required: the lease /v1/take returned with the slot`)
 		return nil, d, false
 	}
-	id, err := sluice.ParseLeaseID(body.Lease)
+	id, err := engine.ParseLeaseID(body.Lease)
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, `"lease" must be the 32 hexadecimal digits /v1/take returned with the slot`)
 		return nil, d, false

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/insight"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -261,7 +262,7 @@ func (g *Gate) checkHeld(ctx context.Context, p *policy.Policy, in *policy.Input
 	case hold:
 		decide = policy.Hold
 	}
-	v := decide(ctx, g.lim, sluice.OpTake, ms, g.obs)
+	v := decide(ctx, g.lim, engine.OpTake, ms, g.obs)
 	q.decided(&v)
 	g.record(ctx, &v, in.ClientIP, in.Path)
 	return v, q, nil
@@ -343,7 +344,7 @@ func (g *Gate) giveBack(r *http.Request, v *policy.Verdict) {
 	}
 	ctx, cancel := sluice.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
 	defer cancel()
-	back := policy.Enforce(ctx, g.lim, sluice.OpRefund, ms, nil)
+	back := policy.Enforce(ctx, g.lim, engine.OpRefund, ms, nil)
 	for i := range back.Results {
 		if err := back.Results[i].StoreErr; err != nil {
 			g.storeLog.Log(g.opts.Logger, back.Results[i].Match.Request.Limit.Name(), back.Results[i].Match.Request.Key, fmt.Errorf("giving back the turn of a client that left (its bucket pays it back at its rate instead): %w", err), false)

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/metrics"
 )
@@ -92,7 +92,7 @@ func TestTakeAllOfOneAnswersAsTake(t *testing.T) {
 		sluice.MustLimit(sluice.Spec{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 4, Period: time.Second}),
 		sluice.MustLimit(sluice.Spec{Name: "log", Algorithm: sluice.SlidingLog, Rate: 3, Period: time.Second}),
 	}
-	ops := []sluice.Op{sluice.OpTake, sluice.OpTake, sluice.OpTake, sluice.OpPeek, sluice.OpRefund}
+	ops := []engine.Op{engine.OpTake, engine.OpTake, engine.OpTake, engine.OpPeek, engine.OpRefund}
 	clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
 	all, one := memory.New(memory.Options{Clock: clk, MaxKeys: 6}), memory.New(memory.Options{Clock: clk, MaxKeys: 6})
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -185,7 +185,7 @@ func TestAppendTakeAllKeepsWhatDstHeld(t *testing.T) {
 	first := sluice.Decision{Rule: "earlier", Limit: 7}
 	for _, n := range []int{1, 2} {
 		rs := []sluice.Request{{Limit: lim, Key: "a", Cost: 1}, {Limit: lim, Key: "b", Cost: 1}}[:n]
-		ds, err := s.AppendTakeAll(context.Background(), sluice.OpTake, rs, []sluice.Decision{first})
+		ds, err := s.AppendTakeAll(context.Background(), engine.OpTake, rs, []sluice.Decision{first})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,8 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
-
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // Decision results counted by Metrics.Observe.
@@ -94,11 +94,11 @@ func New(reg *prometheus.Registry) *Metrics {
 // call InstrumentStore records.
 func StoreOps() []string {
 	var ops, leases []string
-	for _, op := range []sluice.Op{sluice.OpTake, sluice.OpPeek, sluice.OpRefund} {
+	for _, op := range []engine.Op{engine.OpTake, engine.OpPeek, engine.OpRefund} {
 		ops = append(ops, op.String(), op.String()+"_all")
 		leases = append(leases, op.LeaseString())
 	}
-	return append(append(append(ops, "reset"), leases...), sluice.OpRenew.LeaseString())
+	return append(append(append(ops, "reset"), leases...), engine.OpRenew.LeaseString())
 }
 
 // Observe counts one decision of rule; result is one of the Result
@@ -212,7 +212,7 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // InstrumentStore wraps s so that every call's latency and failure is
-// recorded, labelled by its operation (sluice.Op's String: "take",
+// recorded, labelled by its operation (engine.Op's String: "take",
 // "peek", "refund", with "_all" for TakeAll, and "reset"). Input errors (a
 // bad cost) are the caller's, not the store's, and are not counted as
 // store errors.
@@ -226,12 +226,12 @@ func (m *Metrics) InstrumentStore(s sluice.Store) sluice.Store {
 	}
 	for op := range i.ops {
 		for all := range i.ops[op] {
-			i.ops[op][all] = m.storeOp(sluice.Op(op), all == 1)
+			i.ops[op][all] = m.storeOp(engine.Op(op), all == 1)
 		}
 	}
 	i.reset = m.storeOpNamed("reset")
 	for op := range i.leases {
-		i.leases[op] = m.storeOpNamed(sluice.Op(op).LeaseString())
+		i.leases[op] = m.storeOpNamed(engine.Op(op).LeaseString())
 	}
 	return i
 }
@@ -241,11 +241,11 @@ type instrumented struct {
 	m *Metrics
 	// The series of each operation, looked up once rather than on every
 	// call: ops[op][1] is op's TakeAll.
-	ops   [sluice.OpRefund + 1][2]*storeOp
+	ops   [engine.OpRefund + 1][2]*storeOp
 	reset *storeOp
 	// leases[op] is a concurrency limit's call (acquire, lease_peek,
 	// release, renew).
-	leases [sluice.OpRenew + 1]*storeOp
+	leases [engine.OpRenew + 1]*storeOp
 	// inProcess is what s says of itself, asked once.
 	inProcess bool
 }
@@ -274,7 +274,7 @@ func (o *storeOp) observe(d time.Duration) {
 	(*l).Observe(d.Seconds())
 }
 
-func (m *Metrics) storeOp(op sluice.Op, all bool) *storeOp {
+func (m *Metrics) storeOp(op engine.Op, all bool) *storeOp {
 	name := op.String()
 	if all {
 		name += "_all"
@@ -287,7 +287,7 @@ func (m *Metrics) storeOpNamed(name string) *storeOp {
 }
 
 // opOf is the series of op (of a TakeAll when all).
-func (i *instrumented) opOf(op sluice.Op, all bool) *storeOp {
+func (i *instrumented) opOf(op engine.Op, all bool) *storeOp {
 	if int(op) < len(i.ops) {
 		if all {
 			return i.ops[op][1]
@@ -399,14 +399,14 @@ func labelsAre(got []*dto.LabelPair, want map[string]string, exact bool) bool {
 // process (see sluice.WithStoreTimeout).
 func (i *instrumented) InProcess() bool { return i.inProcess }
 
-func (i *instrumented) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (i *instrumented) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
 	start := sinceStart()
 	d, err := i.s.Take(ctx, op, r)
 	i.observe(i.opOf(op, false), start, err)
 	return d, err
 }
 
-func (i *instrumented) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (i *instrumented) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
 	start := sinceStart()
 	ds, err := i.s.TakeAll(ctx, op, rs)
 	i.observe(i.opOf(op, true), start, err)
@@ -416,12 +416,12 @@ func (i *instrumented) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Re
 // decisionAppender is a store whose TakeAll can fill its caller's memory
 // (see sluice.Limiter.TakeAllInto).
 type decisionAppender interface {
-	AppendTakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error)
+	AppendTakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error)
 }
 
 // AppendTakeAll is TakeAll with the decisions appended to dst: in dst's
 // memory when the wrapped store can put them there, else copied.
-func (i *instrumented) AppendTakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
+func (i *instrumented) AppendTakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
 	a, ok := i.s.(decisionAppender)
 	if !ok {
 		ds, err := i.TakeAll(ctx, op, rs)
@@ -445,7 +445,7 @@ func (i *instrumented) Reset(ctx context.Context, l *sluice.Limit, key string) e
 
 // Lease times a concurrency limit's store call as "acquire", "lease_peek",
 // "release" or "renew".
-func (i *instrumented) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+func (i *instrumented) Lease(ctx context.Context, op engine.Op, r sluice.Request, id engine.LeaseID) (sluice.Decision, error) {
 	start := sinceStart()
 	d, err := i.s.Lease(ctx, op, r, id)
 	o := i.m.storeOpNamed(op.LeaseString())

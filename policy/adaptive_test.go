@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -162,7 +163,7 @@ func TestEnforceAtScale(t *testing.T) {
 	take := func(rate float64) policy.Verdict {
 		ms, _ := p.Match(in)
 		ms[0].AtScale(ms[0].Adaptive().Scale(rate))
-		return policy.Enforce(context.Background(), lim, sluice.OpTake, ms, nil)
+		return policy.Enforce(context.Background(), lim, engine.OpTake, ms, nil)
 	}
 	for i := range 5 {
 		v := take(5)
@@ -208,7 +209,7 @@ func TestQueueBounds(t *testing.T) {
 	var waits []time.Duration
 	for range 3 {
 		ms, _ := p.Match(in)
-		v := policy.Enforce(context.Background(), lim, sluice.OpTake, ms, nil)
+		v := policy.Enforce(context.Background(), lim, engine.OpTake, ms, nil)
 		if !v.Allowed {
 			t.Fatalf("refused: %+v", v)
 		}
@@ -220,7 +221,7 @@ func TestQueueBounds(t *testing.T) {
 		}
 	}
 	ms, _ = p.Match(in)
-	v := policy.Enforce(context.Background(), lim, sluice.OpTake, ms, nil)
+	v := policy.Enforce(context.Background(), lim, engine.OpTake, ms, nil)
 	if v.Allowed || v.Reason() != policy.ReasonQueueDelayExceeded || v.Overall.RetryAfter <= 0 {
 		t.Fatalf("a turn past max_queue_delay: allowed %v reason %q wait %v", v.Allowed, v.Reason(), v.Overall.RetryAfter)
 	}
@@ -228,7 +229,7 @@ func TestQueueBounds(t *testing.T) {
 
 	ms, _ = p.Match(in)
 	ms[0].QueueFull(time.Second)
-	v = policy.Enforce(context.Background(), lim, sluice.OpTake, ms, nil)
+	v = policy.Enforce(context.Background(), lim, engine.OpTake, ms, nil)
 	if v.Allowed || v.Reason() != policy.ReasonQueueFull || v.Overall.RetryAfter != time.Second {
 		t.Fatalf("queue full: allowed %v reason %q wait %v", v.Allowed, v.Reason(), v.Overall.RetryAfter)
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -23,7 +23,7 @@ func admittedOf(t *testing.T, cfg, weight string, n int) int {
 	for i := 0; i < n; i++ {
 		in := fromIP("192.0.2.7")
 		in.Header = http.Header{"X-Request-Weight": {weight}}
-		if decide(t, p, lim, in, sluice.OpTake, nil).Allowed {
+		if decide(t, p, lim, in, engine.OpTake, nil).Allowed {
 			admitted++
 		}
 	}
@@ -94,7 +94,7 @@ func TestAttackShardedCostAboveTwoShards(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		in := fromIP("192.0.2.7")
 		in.Header = http.Header{"X-Request-Weight": {"50"}}
-		v := decide(t, p, lim, in, sluice.OpTake, nil)
+		v := decide(t, p, lim, in, engine.OpTake, nil)
 		r := v.Results[0]
 		if v.Allowed || r.StoreErr != nil || r.Reason() != "cost_exceeds_limit" {
 			t.Fatalf("request %d declaring 50 against 10 shards of 10: allowed %v, store error %v, reason %q; want rejected as cost_exceeds_limit",
@@ -106,7 +106,7 @@ func TestAttackShardedCostAboveTwoShards(t *testing.T) {
 	}
 	in := fromIP("192.0.2.7")
 	in.Header = http.Header{"X-Request-Weight": {"20"}}
-	if v := decide(t, p, lim, in, sluice.OpTake, nil); !v.Allowed {
+	if v := decide(t, p, lim, in, engine.OpTake, nil); !v.Allowed {
 		t.Fatalf("a cost of 20, what two full shards hold, was rejected: %+v", v.Results[0])
 	}
 }
@@ -123,7 +123,7 @@ func TestAttackInputErrorIsNotAStoreFailure(t *testing.T) {
 		Request: sluice.Request{Limit: log, Key: "k", Reserve: true},
 	}
 	for i := 0; i < 3; i++ {
-		v := policy.Enforce(context.Background(), lim, sluice.OpTake, []policy.Match{m}, nil)
+		v := policy.Enforce(context.Background(), lim, engine.OpTake, []policy.Match{m}, nil)
 		if v.Allowed || v.Results[0].StoreErr != nil {
 			t.Fatalf("take %d: allowed %v, store error %v; want refused as the request's fault", i+1, v.Allowed, v.Results[0].StoreErr)
 		}

@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"slices"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
+	"gopkg.in/yaml.v3"
 )
 
 // ReasonConcurrencyUnsupported is the reason of a request refused because
@@ -112,7 +112,7 @@ func (r *Rule) readsDescriptor() bool {
 // request may find a slot taken by a request that in the end was
 // rejected: the error is towards rejecting, never admitting too much.
 // A rejected verdict holds no lease.
-func Hold(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
+func Hold(ctx context.Context, lim *sluice.Limiter, op engine.Op, ms []Match, obs Observer) Verdict {
 	return enforce(ctx, lim, op, ms, obs, true)
 }
 
@@ -126,19 +126,19 @@ func isSlot(l *sluice.Limit) bool { return l != nil && l.Algorithm() == sluice.C
 // when the caller cannot hold them. It reports whether every one
 // admitted; it stops acquiring at the first that does not, and peeks the
 // rest.
-func (v *Verdict) slots(ctx context.Context, lim *sluice.Limiter, op sluice.Op, conc []int, hold, try bool) bool {
+func (v *Verdict) slots(ctx context.Context, lim *sluice.Limiter, op engine.Op, conc []int, hold, try bool) bool {
 	all := true
 	for _, i := range conc {
 		r := &v.Results[i]
-		r.cost = sluice.TokenScale
+		r.cost = engine.TokenScale
 		req := r.Match.Request
 		switch {
-		case op == sluice.OpTake && !hold:
+		case op == engine.OpTake && !hold:
 			r.unsupported = true
 			r.Decision = sluice.Decision{Limit: int64(req.Limit.MaxInFlight()), Rule: req.Limit.Name()}
 			all = false
 			continue
-		case op == sluice.OpTake && all && try:
+		case op == engine.OpTake && all && try:
 			ls, d, err := lim.Acquire(ctx, req)
 			r.slotDecided(d, err)
 			r.Lease = ls

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -92,7 +93,7 @@ func TestHoldAllOrNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return policy.Hold(ctx, lim, sluice.OpTake, ms, nil)
+		return policy.Hold(ctx, lim, engine.OpTake, ms, nil)
 	}
 	v := hold()
 	if !v.Allowed || len(v.Leases()) != 1 {
@@ -141,18 +142,18 @@ func TestEnforceRefusesSlots(t *testing.T) {
 	ctx := context.Background()
 	p := mustParse(t, slotAndRate)
 	lim, _ := newLimiter()
-	v := decide(t, p, lim, fromIP("192.0.2.1"), sluice.OpTake, nil)
+	v := decide(t, p, lim, fromIP("192.0.2.1"), engine.OpTake, nil)
 	if v.Allowed || v.Reason() != policy.ReasonConcurrencyUnsupported || !v.Results[0].Refused() {
 		t.Fatalf("%+v; want refused: concurrency_unsupported", v)
 	}
 	if got := remaining(t, p, lim, "rate", "192.0.2.1"); got != 1 {
 		t.Fatalf("the rate rule was charged: %d left", got)
 	}
-	if v := decide(t, p, lim, fromIP("192.0.2.1"), sluice.OpPeek, nil); !v.Allowed {
+	if v := decide(t, p, lim, fromIP("192.0.2.1"), engine.OpPeek, nil); !v.Allowed {
 		t.Fatalf("peek: %+v", v)
 	}
 	ms, _ := p.Match(fromIP("192.0.2.1"))
-	if v := policy.Enforce(ctx, lim, sluice.OpRefund, ms, nil); !v.Allowed || v.Results[1].StoreErr != nil {
+	if v := policy.Enforce(ctx, lim, engine.OpRefund, ms, nil); !v.Allowed || v.Results[1].StoreErr != nil {
 		t.Fatalf("refund: %+v", v)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // Match is one limit that applies to a request.
@@ -14,7 +15,7 @@ type Match struct {
 	Rule *Rule
 	// Request is what to ask the store: the selected limit (the matching
 	// tier's, or the rule's own), the composite Key and the Cost. The store
-	// keeps the bucket under sluice.StorageKey(Request.Limit, Request.Key),
+	// keeps the bucket under Request.Limit.StorageKey(Request.Key),
 	// e.g. "tb:per-org-rps:org-abc" or "tb:api.enterprise:k-123".
 	Request sluice.Request
 	// Identity seeds the Retry-After jitter: the verified JWT subject,
@@ -251,7 +252,7 @@ func observe(o Observer, rs []Result) {
 // StoreErrorRetry is the wait a rejection by on_store_error: deny reports.
 const StoreErrorRetry = time.Second
 
-// Enforce decides ms with op (sluice.OpTake, or sluice.OpPeek to answer
+// Enforce decides ms with op (engine.OpTake, or engine.OpPeek to answer
 // without consuming):
 //
 //   - The enforce-mode matches go to the store in one all-or-nothing
@@ -274,7 +275,7 @@ const StoreErrorRetry = time.Second
 // A take that a concurrency rule matches is refused here, with reason
 // ReasonConcurrencyUnsupported: holding a slot needs a caller that knows
 // when the request ends, which calls Hold instead.
-func Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
+func Enforce(ctx context.Context, lim *sluice.Limiter, op engine.Op, ms []Match, obs Observer) Verdict {
 	return enforce(ctx, lim, op, ms, obs, false)
 }
 
@@ -286,21 +287,21 @@ func resultsFor(buf []Result, n int) []Result {
 	return make([]Result, n)
 }
 
-func enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
+func enforce(ctx context.Context, lim *sluice.Limiter, op engine.Op, ms []Match, obs Observer, hold bool) Verdict {
 	return enforceIn(nil, ctx, lim, op, ms, obs, hold)
 }
 
 // enforceIn is enforce with the verdict's Results, the store's requests
 // and its decisions in room's memory when room is not nil and has room
 // for them.
-func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
+func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op engine.Op, ms []Match, obs Observer, hold bool) Verdict {
 	var buf []Result
 	var reqBuf []sluice.Request
 	var decBuf []sluice.Decision
 	if room != nil {
 		buf, reqBuf, decBuf = room.results, room.reqs, room.decisions
 	}
-	if op == sluice.OpRefund {
+	if op == engine.OpRefund {
 		return refund(ctx, lim, ms, buf)
 	}
 	v := Verdict{Allowed: true, Results: resultsFor(buf, len(ms))}
@@ -341,7 +342,7 @@ func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op sluic
 	slotted := len(conc) == 0 || v.slots(ctx, lim, op, conc, hold, !impossible)
 	if len(reqs) > 0 {
 		do := lim.TakeAllInto
-		if op == sluice.OpPeek || impossible || !slotted {
+		if op == engine.OpPeek || impossible || !slotted {
 			do = lim.PeekAllInto
 		}
 		ds, err := do(ctx, decBuf, reqs...)
@@ -385,7 +386,7 @@ func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op sluic
 		// a server that reads the memory store's coarse clock keeps its
 		// ticker waking a thousand times a second (see memory/clock.go).
 		do := lim.TakeAllInto
-		if op == sluice.OpPeek || !v.Allowed {
+		if op == engine.OpPeek || !v.Allowed {
 			do = lim.PeekAllInto
 		}
 		if ds, err := do(ctx, decBuf, r.Match.Request); err != nil {
@@ -425,7 +426,7 @@ func combineOf(results []Result, idx []int) sluice.Decision {
 	return sluice.Combine(ds)
 }
 
-// refund gives every match's cost back (sluice.OpRefund), shadow-mode
+// refund gives every match's cost back (engine.OpRefund), shadow-mode
 // rules included, since they were charged alike. A refund never rejects:
 // the verdict is allowed, each result describes its bucket after the
 // refund, and a store failure is recorded without denying anything. A cost
@@ -515,7 +516,7 @@ func (r *Result) storeFailed(err error) {
 // keeps its cost. A cost the limit can never admit is decided here, as a
 // rejection, and judge reports true; any other problem is left for the
 // store to report.
-func (r *Result) judge(op sluice.Op) bool {
+func (r *Result) judge(op engine.Op) bool {
 	ch, err := r.Match.Request.Charge(op)
 	r.cost = ch.Cost
 	if !errors.Is(err, sluice.ErrCostExceedsLimit) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // Scratch is room for one request's decision: its Input, its matches,
@@ -52,16 +53,16 @@ func (s *Scratch) Matches(n int) []Match {
 }
 
 // Enforce is Enforce with the verdict's results in s.
-func (s *Scratch) Enforce(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
+func (s *Scratch) Enforce(ctx context.Context, lim *sluice.Limiter, op engine.Op, ms []Match, obs Observer) Verdict {
 	return s.decide(ctx, lim, op, ms, obs, false)
 }
 
 // Hold is Hold with the verdict's results in s.
-func (s *Scratch) Hold(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer) Verdict {
+func (s *Scratch) Hold(ctx context.Context, lim *sluice.Limiter, op engine.Op, ms []Match, obs Observer) Verdict {
 	return s.decide(ctx, lim, op, ms, obs, true)
 }
 
-func (s *Scratch) decide(ctx context.Context, lim *sluice.Limiter, op sluice.Op, ms []Match, obs Observer, hold bool) Verdict {
+func (s *Scratch) decide(ctx context.Context, lim *sluice.Limiter, op engine.Op, ms []Match, obs Observer, hold bool) Verdict {
 	if cap(s.reqs) < len(ms) {
 		s.reqs = make([]sluice.Request, 0, len(ms))
 	}

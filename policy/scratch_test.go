@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -53,7 +54,7 @@ rules:
 			t.Fatal(err)
 		}
 		ms, _ := p.Match(in)
-		want := policy.Enforce(ctx, alone, sluice.OpTake, ms, nil)
+		want := policy.Enforce(ctx, alone, engine.OpTake, ms, nil)
 
 		sin, err := s.FromForwardAuth(p, r, "/v1/auth")
 		if err != nil {
@@ -63,7 +64,7 @@ rules:
 			t.Fatalf("%d: input %+v, want %+v", i, sin, in)
 		}
 		sms, _ := s.Match(p, sin)
-		got := s.Enforce(ctx, reused, sluice.OpTake, sms, nil)
+		got := s.Enforce(ctx, reused, engine.OpTake, sms, nil)
 		if !reflect.DeepEqual(noRetryAt(got), noRetryAt(want)) {
 			t.Fatalf("%d %s: verdict\n%+v\nwant\n%+v", i, path, got, want)
 		}
@@ -74,8 +75,8 @@ rules:
 	// Matches of the caller's making, held.
 	ms := s.Matches(1)
 	ms[0], _ = p.LimitMatch("per-user", "u2")
-	got := s.Hold(ctx, reused, sluice.OpTake, ms, nil)
-	want := policy.Hold(ctx, alone, sluice.OpTake, []policy.Match{ms[0]}, nil)
+	got := s.Hold(ctx, reused, engine.OpTake, ms, nil)
+	want := policy.Hold(ctx, alone, engine.OpTake, []policy.Match{ms[0]}, nil)
 	if !reflect.DeepEqual(noRetryAt(got), noRetryAt(want)) {
 		t.Fatalf("held: %+v, want %+v", got, want)
 	}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/postgres"
 )
@@ -445,7 +445,7 @@ func admitted(t *testing.T, src *postgres.PolicySource, n int, req func(i int) *
 		if len(ms) == 0 {
 			t.Fatalf("request %d: no rule of the table applies", i)
 		}
-		if policy.Enforce(pgtestContext(t), lim, sluice.OpTake, ms, nil).Allowed {
+		if policy.Enforce(pgtestContext(t), lim, engine.OpTake, ms, nil).Allowed {
 			got++
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redis"
 )
@@ -46,7 +47,7 @@ func TestClusterTakeAllRefund(t *testing.T) {
 	last := 0
 	for i, l := range limits {
 		reqs = append(reqs, sluice.Request{Limit: l, Key: "x", Cost: 1})
-		keys = append(keys, sluice.StorageKey(l, "x"))
+		keys = append(keys, l.StorageKey("x"))
 		slot := slotOf(t, c, keys[i])
 		slots[slot] = true
 		if slot > slotOf(t, c, keys[last]) {
@@ -57,11 +58,11 @@ func TestClusterTakeAllRefund(t *testing.T) {
 		t.Skipf("keys fell in %d slots; the test needs several", len(slots))
 	}
 	// Some state in every bucket, then drain the one charged last.
-	if ds, err := s.TakeAll(ctx, sluice.OpTake, reqs); err != nil || !sluice.Combine(ds).Allowed {
+	if ds, err := s.TakeAll(ctx, engine.OpTake, reqs); err != nil || !sluice.Combine(ds).Allowed {
 		t.Fatalf("first TakeAll: %v %+v", err, ds)
 	}
 	for {
-		d, err := s.Take(ctx, sluice.OpTake, reqs[last])
+		d, err := s.Take(ctx, engine.OpTake, reqs[last])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,12 +81,12 @@ func TestClusterTakeAllRefund(t *testing.T) {
 		}
 		return out
 	}
-	before, err := s.TakeAll(ctx, sluice.OpPeek, reqs)
+	before, err := s.TakeAll(ctx, engine.OpPeek, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rawBefore := raw()
-	ds, err := s.TakeAll(ctx, sluice.OpTake, reqs)
+	ds, err := s.TakeAll(ctx, engine.OpTake, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestClusterTakeAllRefund(t *testing.T) {
 			t.Fatalf("decision %d of a rejected TakeAll is allowed", i)
 		}
 	}
-	after, err := s.TakeAll(ctx, sluice.OpPeek, reqs)
+	after, err := s.TakeAll(ctx, engine.OpPeek, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestClusterTakeAllRefund(t *testing.T) {
 		}
 	}
 	// A hash tag puts one identity's buckets in one slot: one script.
-	a, b := sluice.StorageKey(limits[0], "{user-42}"), sluice.StorageKey(limits[3], "{user-42}")
+	a, b := limits[0].StorageKey("{user-42}"), limits[3].StorageKey("{user-42}")
 	if slotOf(t, c, a) != slotOf(t, c, b) {
 		t.Fatal("hash-tagged keys in different slots")
 	}
@@ -134,16 +135,16 @@ func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
 	key, gateKey := "", ""
 	for i := 0; key == "" || gateKey == ""; i++ {
 		k := "k" + strconv.Itoa(i)
-		switch slot := slotOf(t, c, sluice.StorageKey(turns, k)); {
+		switch slot := slotOf(t, c, turns.StorageKey(k)); {
 		case key == "" && slot < 4000:
 			key = k
-		case key != "" && slotOf(t, c, sluice.StorageKey(gate, k)) > 12000:
+		case key != "" && slotOf(t, c, gate.StorageKey(k)) > 12000:
 			gateKey = k
 		}
 	}
 	take := func(lim *sluice.Limit, k string, cost float64, reserve bool) sluice.Decision {
 		t.Helper()
-		d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: k, Cost: cost, Reserve: reserve})
+		d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: k, Cost: cost, Reserve: reserve})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +159,7 @@ func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
 
 	var between sluice.Decision
 	redis.SetBeforeRollback(s, func() { between = take(turns, key, 1, true) })
-	ds, err := s.TakeAll(ctx, sluice.OpTake, both)
+	ds, err := s.TakeAll(ctx, engine.OpTake, both)
 	if err != nil || sluice.Combine(ds).Allowed {
 		t.Fatalf("TakeAll past an empty gate: %+v, %v; want rejected", ds, err)
 	}
@@ -174,14 +175,14 @@ func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
 	// first, so that each refund finds the bucket where its charge left it).
 	redis.SetBeforeRollback(s, nil)
 	for _, rs := range [][]sluice.Request{both, {both[0], both[0], both[1]}} {
-		before, err := s.TakeAll(ctx, sluice.OpPeek, both[:1])
+		before, err := s.TakeAll(ctx, engine.OpPeek, both[:1])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ds, err := s.TakeAll(ctx, sluice.OpTake, rs); err != nil || sluice.Combine(ds).Allowed {
+		if ds, err := s.TakeAll(ctx, engine.OpTake, rs); err != nil || sluice.Combine(ds).Allowed {
 			t.Fatalf("TakeAll past an empty gate: %+v, %v; want rejected", ds, err)
 		}
-		after, err := s.TakeAll(ctx, sluice.OpPeek, both[:1])
+		after, err := s.TakeAll(ctx, engine.OpPeek, both[:1])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +238,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	s := open(t, url, redis.Options{Timeout: 200 * time.Millisecond, NoOverLimitCache: true, BreakerBackoff: 50 * time.Millisecond})
 	lim := uniqueLimit(t, sluice.Spec{Name: "failover", TokensPerSecond: 1e6, Burst: 1e6})
-	key := sluice.StorageKey(lim, "k")
+	key := lim.StorageKey("k")
 	var addrs []string
 	for _, sv := range srvs {
 		addrs = append(addrs, sv.Addr())
@@ -269,7 +270,7 @@ func TestClusterFailover(t *testing.T) {
 // takes are answered again within a minute.
 func takeThroughFailover(t *testing.T, s *redis.Store, lim *sluice.Limit, victim *redistest.Proc, addrs []string) {
 	ctx := context.Background()
-	key := sluice.StorageKey(lim, "k")
+	key := lim.StorageKey("k")
 	primary := victim.Addr()
 	var ok, failed atomic.Int64
 	var mu sync.Mutex
@@ -286,7 +287,7 @@ func takeThroughFailover(t *testing.T, s *redis.Store, lim *sluice.Limit, victim
 					return
 				default:
 				}
-				_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+				_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 				if err != nil {
 					if sluice.IsInputError(err) {
 						t.Errorf("store failure reported as input error: %v", err)
@@ -324,7 +325,7 @@ func takeThroughFailover(t *testing.T, s *redis.Store, lim *sluice.Limit, victim
 	close(stop)
 	wg.Wait()
 	if !recovered {
-		_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		t.Logf("last error: %v; slot now served by %s", err, nodeForSlot(addrs, slotOf(t, s.Client(), key)))
 		for _, a := range addrs {
 			out, err := redistest.CLI(a, "CLUSTER", "NODES")
@@ -350,7 +351,7 @@ func checkCountingAfterFailover(t *testing.T, url string) {
 	exact := uniqueLimit(t, sluice.Spec{Name: "after-failover", TokensPerSecond: 1, Burst: 5})
 	admitted := 0
 	for range 8 {
-		d, err := s2.Take(ctx, sluice.OpTake, sluice.Request{Limit: exact, Key: "k"})
+		d, err := s2.Take(ctx, engine.OpTake, sluice.Request{Limit: exact, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,7 +387,7 @@ func TestBatchingExact(t *testing.T) {
 					defer wg.Done()
 					for i := range 20 {
 						k := (w + i) % len(keys)
-						d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: keys[k]})
+						d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: keys[k]})
 						if err != nil {
 							t.Error(err)
 							return
@@ -442,7 +443,7 @@ func TestClusterShardsSpreadOverNodes(t *testing.T) {
 	for _, key := range []string{"*", "{user-42}"} {
 		nodes := map[string]bool{}
 		for i := range lim.Shards() {
-			slot := slotOf(t, c, sluice.StorageKey(lim, lim.ShardKey(key, i)))
+			slot := slotOf(t, c, lim.StorageKey(lim.ShardKey(key, i)))
 			node := nodeForSlot(addrs, slot)
 			if node == "" {
 				t.Fatalf("no primary serves slot %d", slot)
@@ -461,7 +462,7 @@ func TestClusterShardsSpreadOverNodes(t *testing.T) {
 		}
 	}
 	for i := range lim.Shards() {
-		k := sluice.StorageKey(lim, lim.ShardKey("*", i))
+		k := lim.StorageKey(lim.ShardKey("*", i))
 		if err := c.Do(ctx, c.B().Get().Key(k).Build()).Error(); err != nil {
 			t.Fatalf("shard %d (%s) was never charged: %v", i, k, err)
 		}

@@ -43,7 +43,7 @@ func TestLeaseServerClock(t *testing.T) {
 	if time.Since(start) < lease/2 && (d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > lease) {
 		t.Fatalf("a second acquire while the first is held: %+v; want rejected with a retry within the lease", d)
 	}
-	key := prefix + sluice.StorageKey(cc, "k")
+	key := prefix + cc.StorageKey("k")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, d, err = lim.Acquire(ctx, sluice.Request{Limit: cc, Key: "k"})

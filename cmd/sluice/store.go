@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
@@ -238,7 +239,7 @@ func (p *pendingStore) opened() (sluice.Store, error) {
 	return nil, fmt.Errorf("%w: %w", errStoreNotOpen, *p.err.Load())
 }
 
-func (p *pendingStore) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (p *pendingStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
 	s, err := p.opened()
 	if err != nil {
 		return sluice.Decision{}, err
@@ -246,7 +247,7 @@ func (p *pendingStore) Take(ctx context.Context, op sluice.Op, r sluice.Request)
 	return s.Take(ctx, op, r)
 }
 
-func (p *pendingStore) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (p *pendingStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
 	s, err := p.opened()
 	if err != nil {
 		return nil, err
@@ -262,7 +263,7 @@ func (p *pendingStore) Reset(ctx context.Context, l *sluice.Limit, key string) e
 	return s.Reset(ctx, l, key)
 }
 
-func (p *pendingStore) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+func (p *pendingStore) Lease(ctx context.Context, op engine.Op, r sluice.Request, id engine.LeaseID) (sluice.Decision, error) {
 	s, err := p.opened()
 	if err != nil {
 		return sluice.Decision{}, err

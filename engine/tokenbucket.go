@@ -1,4 +1,4 @@
-package sluice
+package engine
 
 import "math/bits"
 
@@ -143,7 +143,7 @@ func ConvertBucket(p *Params, tokens, fromDen int64) int64 {
 	if fromDen == p.RateDen {
 		return min(tokens, full)
 	}
-	micro := min(floorDiv(tokens, fromDen), p.Capacity)
+	micro := min(FloorDiv(tokens, fromDen), p.Capacity)
 	micro = max(micro, -MaxDebt(p))
 	return micro * p.RateDen
 }

@@ -125,7 +125,9 @@ type Store interface {
 	// TakeAll decides several requests all-or-nothing: they are charged
 	// only if every one is admitted, and a rejection charges none of them.
 	// The decisions are in the order of rs. OpRefund refunds every one.
-	TakeAll(ctx context.Context, op engine.Op, rs []Request) ([]Decision, error)
+	// dst, when not nil, is memory the caller lends for them: a store
+	// may write them from dst[:0], or return a slice of its own.
+	TakeAll(ctx context.Context, op engine.Op, rs []Request, dst []Decision) ([]Decision, error)
 	// Reset forgets the state of key under l: the bucket is full again.
 	Reset(ctx context.Context, l *Limit, key string) error
 	// Lease applies op to lease id of r.Key under r.Limit, a concurrency
@@ -134,6 +136,12 @@ type Store interface {
 	// id's slot and OpRenew renews id's live lease alone. Other limits are
 	// ErrLeaseRequired (see Request.CheckLease).
 	Lease(ctx context.Context, op engine.Op, r Request, id engine.LeaseID) (Decision, error)
+	// Supports refuses a limit the store cannot compute exactly (an
+	// ErrInvalidLimit), without a call to any server: a program checks
+	// its limits with it at start (sluice serve does, and on every
+	// reload), never finding out at a request. The stores that compute in
+	// 64-bit integers take every limit NewLimit accepts.
+	Supports(l *Limit) error
 }
 
 // StorageKey is the name under which a store keeps the state of key
@@ -151,8 +159,7 @@ func (l *Limit) StorageKey(key string) string {
 // one bucket of its whole capacity, beside the shards.
 type Limiter struct {
 	store   Store
-	allow   allowStore   // store, when it answers Allow itself; else nil
-	outcome outcomeStore // store, when it answers in Outcomes; else nil
+	outcome OutcomeStore // store, when it is one; else nil
 	clock   Clock        // nil: the system clock (see Options)
 	rng     *lockedRand  // the choice of shards; nil draws from math/rand/v2
 }
@@ -160,19 +167,14 @@ type Limiter struct {
 // New returns a Limiter over store.
 func New(store Store) *Limiter { return NewWithOptions(store, Options{}) }
 
-// allowStore is a Store that answers Limiter.Allow without building a
-// Decision (the memory store), whose copying through the calls' frames
-// costs more than the rest of an in-process decision.
-type allowStore interface {
-	Allow(ctx context.Context, r Request) bool
-}
-
-// outcomeStore is a Store that answers Take in an Outcome and, for an
-// outcome with a wait decided on the system clock, the Decision's RetryAt
-// (else zero), from which Limiter.Take builds the Decision in its own
-// frame.
-type outcomeStore interface {
-	TakeOutcome(ctx context.Context, op engine.Op, r Request) (engine.Outcome, time.Time, error)
+// OutcomeStore is a Store that also answers one request in the engine's
+// integers (the memory store). A Limiter over one builds the Decision in
+// its own frame: a Decision is too large for registers, and each frame
+// that returns one copies it, a large share of an in-process decision.
+type OutcomeStore interface {
+	Store
+	// TakeOutcome is Take answering in an Outcome.
+	TakeOutcome(ctx context.Context, op engine.Op, r Request) (engine.Outcome, error)
 }
 
 // Store returns the limiter's store.
@@ -184,38 +186,22 @@ func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
 		return d, noKey(r.Limit)
 	}
 	if l.outcome == nil || r.Limit == nil || r.Limit.shards != nil {
-		return l.takeStore(ctx, r)
+		d, err := l.one(ctx, engine.OpTake, r)
+		l.advise(ctx, &d, &r, time.Time{})
+		return d, err
 	}
-	o, at, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r)
+	o, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r)
 	if err != nil {
 		return d, err
 	}
-	dated := l.clock == nil && !at.IsZero() // RetryAt on the limiter's clock
-	if o.RetryAfter > 0 && (!dated || (!o.Allowed && r.Limit.spec.Jitter > 0)) {
-		return l.takeAdvised(ctx, r, o, at, dated)
+	if o.RetryAfter > 0 {
+		d = r.Limit.Decide(o)
+		l.advise(ctx, &d, &r, time.Time{})
+		return d, nil
 	}
 	// Nothing to advise: the Decision is written where it is returned, not
-	// built in a temporary and copied (see outcomeStore and decideInto).
-	r.Limit.decideInto(&d, o, at)
-	return d, nil
-}
-
-// takeStore is Take through Store.Take: a store without TakeOutcome, or a
-// sharded limit.
-func (l *Limiter) takeStore(ctx context.Context, r Request) (Decision, error) {
-	d, err := l.one(ctx, engine.OpTake, r)
-	l.advise(ctx, &d, &r, time.Time{})
-	return d, err
-}
-
-// takeAdvised is the rest of Take for an outcome with a wait that advise
-// changes: jitter, or a RetryAt the Limiter dates itself.
-func (l *Limiter) takeAdvised(ctx context.Context, r Request, o engine.Outcome, at time.Time, dated bool) (Decision, error) {
-	d := r.Limit.Decide(o)
-	if dated {
-		d.RetryAt = at
-	}
-	l.advise(ctx, &d, &r, time.Time{})
+	// built in a temporary and copied (see OutcomeStore and decideInto).
+	r.Limit.decideInto(&d, o)
 	return d, nil
 }
 
@@ -226,8 +212,9 @@ func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
 	if key == "" {
 		return false
 	}
-	if l.allow != nil && (lim == nil || lim.shards == nil) {
-		return l.allow.Allow(ctx, r)
+	if l.outcome != nil && lim != nil && lim.shards == nil {
+		o, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r)
+		return err == nil && o.Allowed
 	}
 	d, err := l.one(ctx, engine.OpTake, r)
 	return err == nil && d.Allowed
@@ -264,21 +251,17 @@ func combined(ds []Decision, err error) (Decision, []Decision, error) {
 	return Combine(ds), ds, nil
 }
 
-// TakeAllInto is TakeAll with each limit's decision in dst's memory when
-// it has room for them, for a caller that decides request after request
-// with one slice (a server's pooled working memory). Only a store that
-// can fill it does (the memory store, and the metrics' instrumentation
-// around it); others allocate as TakeAll does. It returns the decisions
+// AppendAll is TakeAll (op engine.OpTake) or PeekAll (engine.OpPeek)
+// with each limit's decision appended to dst, in dst's memory when it
+// has room, for a caller that decides request after request with one
+// slice (a server's pooled working memory). It returns the decisions
 // alone: their combined decision is Combine(ds), which a caller that
 // combines them its own way (a policy's verdict) need not pay for.
-func (l *Limiter) TakeAllInto(ctx context.Context, dst []Decision, rs ...Request) ([]Decision, error) {
-	return l.allInto(ctx, engine.OpTake, dst, rs)
-}
-
-// PeekAllInto is PeekAll with the decisions in dst's memory, as
-// TakeAllInto.
-func (l *Limiter) PeekAllInto(ctx context.Context, dst []Decision, rs ...Request) ([]Decision, error) {
-	return l.allInto(ctx, engine.OpPeek, dst, rs)
+func (l *Limiter) AppendAll(ctx context.Context, op engine.Op, dst []Decision, rs ...Request) ([]Decision, error) {
+	if op != engine.OpTake && op != engine.OpPeek {
+		return nil, fmt.Errorf("sluice: AppendAll takes or peeks, not %v", op)
+	}
+	return l.allInto(ctx, op, dst, rs)
 }
 
 func (l *Limiter) allInto(ctx context.Context, op engine.Op, dst []Decision, rs []Request) ([]Decision, error) {
@@ -288,13 +271,6 @@ func (l *Limiter) allInto(ctx context.Context, op engine.Op, dst []Decision, rs 
 	}
 	l.adviseAll(ctx, ds, rs)
 	return ds, nil
-}
-
-// decisionAppender is a Store that can put TakeAll's decisions in its
-// caller's memory: AppendTakeAll is TakeAll with the decisions appended
-// to dst.
-type decisionAppender interface {
-	AppendTakeAll(ctx context.Context, op engine.Op, rs []Request, dst []Decision) ([]Decision, error)
 }
 
 // Refund gives r.Cost tokens back to r's bucket, never above its capacity.
@@ -357,21 +333,20 @@ type Decision struct {
 
 // Decide turns an engine's Outcome into a Decision of l.
 func (l *Limit) Decide(o engine.Outcome) (d Decision) {
-	l.decideInto(&d, o, time.Time{})
+	l.decideInto(&d, o)
 	return d
 }
 
-// decideInto writes l's Decision of o, with RetryAt given, into d, field
-// by field. Inlined (keep it within the inlining budget) where d is the
+// decideInto writes l's Decision of o into d, field by field. Inlined (keep it within the inlining budget) where d is the
 // function's result, it writes the result in place: a returned literal is
 // built in a temporary and copied, and the copy's wide loads stall on the
 // fields' narrow stores (store forwarding fails).
-func (l *Limit) decideInto(d *Decision, o engine.Outcome, retryAt time.Time) {
+func (l *Limit) decideInto(d *Decision, o engine.Outcome) {
 	d.Allowed = o.Allowed
 	d.Limit = l.params.Capacity / engine.TokenScale
 	d.Remaining = max(o.Tokens, 0) / engine.TokenScale
 	d.RetryAfter = engine.Duration(o.RetryAfter)
-	d.RetryAt = retryAt
+	d.RetryAt = time.Time{}
 	d.ResetAfter = engine.Duration(o.ResetAfter)
 	d.Rule = l.spec.Name
 	d.Tokens = engine.FromMicroTokens(o.Tokens)

@@ -360,12 +360,7 @@ func (l *Limiter) all(ctx context.Context, op engine.Op, rs []Request, dst []Dec
 	if sharded {
 		return l.sharded(ctx, op, rs)
 	}
-	if dst != nil {
-		if a, ok := l.store.(decisionAppender); ok {
-			return a.AppendTakeAll(ctx, op, rs, dst)
-		}
-	}
-	return l.store.TakeAll(ctx, op, rs)
+	return l.store.TakeAll(ctx, op, rs, dst)
 }
 
 // reset clears key under lim: every shard of a sharded limit.
@@ -490,7 +485,7 @@ func (l *Limiter) expandSharded(op engine.Op, rs []Request) ([]expansion, []Requ
 
 // probeShards reads the probed shards in one store call.
 func (l *Limiter) probeShards(ctx context.Context, probes []Request) ([]shardState, error) {
-	pds, err := l.store.TakeAll(ctx, engine.OpPeek, probes)
+	pds, err := l.store.TakeAll(ctx, engine.OpPeek, probes, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -563,7 +558,7 @@ func (l *Limiter) takeFinal(ctx context.Context, op engine.Op, final []Request) 
 		}
 		return []Decision{d}, nil
 	default:
-		return l.store.TakeAll(ctx, op, final)
+		return l.store.TakeAll(ctx, op, final, nil)
 	}
 }
 

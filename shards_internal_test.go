@@ -286,14 +286,16 @@ func (c *takeCounter) note(op engine.Op, rs []Request) {
 }
 
 func (c *takeCounter) Take(ctx context.Context, op engine.Op, r Request) (Decision, error) {
-	ds, err := c.TakeAll(ctx, op, []Request{r})
+	ds, err := c.TakeAll(ctx, op, []Request{r}, nil)
 	if err != nil {
 		return Decision{}, err
 	}
 	return ds[0], nil
 }
 
-func (c *takeCounter) TakeAll(_ context.Context, op engine.Op, rs []Request) ([]Decision, error) {
+func (c *takeCounter) Supports(*Limit) error { return nil }
+
+func (c *takeCounter) TakeAll(_ context.Context, op engine.Op, rs []Request, _ []Decision) ([]Decision, error) {
 	c.note(op, rs)
 	ds := make([]Decision, len(rs))
 	for i, r := range rs {

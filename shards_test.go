@@ -72,9 +72,9 @@ func (s *spyStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sl
 	return s.Store.Take(ctx, op, r)
 }
 
-func (s *spyStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *spyStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	s.record(op, rs)
-	return s.Store.TakeAll(ctx, op, rs)
+	return s.Store.TakeAll(ctx, op, rs, nil)
 }
 
 // Of the two shards a take reads, it charges the fuller.

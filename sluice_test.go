@@ -26,14 +26,16 @@ type mapStore struct {
 }
 
 func (s *mapStore) Take(_ context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
-	ds, err := s.TakeAll(context.Background(), op, []sluice.Request{r})
+	ds, err := s.TakeAll(context.Background(), op, []sluice.Request{r}, nil)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
 	return ds[0], nil
 }
 
-func (s *mapStore) TakeAll(_ context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *mapStore) Supports(*sluice.Limit) error { return nil }
+
+func (s *mapStore) TakeAll(_ context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now().UnixMicro()

@@ -30,11 +30,11 @@ func (f *FaultyStore) Take(ctx context.Context, op engine.Op, r sluice.Request) 
 }
 
 // TakeAll implements sluice.Store.
-func (f *FaultyStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (f *FaultyStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
 	if f.Down.Load() {
 		return nil, ErrStoreDown
 	}
-	return f.Store.TakeAll(ctx, op, rs)
+	return f.Store.TakeAll(ctx, op, rs, dst)
 }
 
 // Reset implements sluice.Store.

@@ -143,7 +143,7 @@ func runStream(t *testing.T, store sluice.Store, clock *sluice.ManualClock, rng 
 						d, err = store.Take(ctx, engine.OpTake, rs[0])
 						ds = []sluice.Decision{d}
 					} else {
-						ds, err = store.TakeAll(ctx, engine.OpTake, rs)
+						ds, err = store.TakeAll(ctx, engine.OpTake, rs, nil)
 					}
 					if err != nil {
 						errs <- err
@@ -332,15 +332,15 @@ func checkRejectedTakeAll(t *testing.T, store sluice.Store, clock *sluice.Manual
 			clock.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
 		}
 		reqs := next(rng)
-		before, err := store.TakeAll(ctx, engine.OpPeek, reqs)
+		before, err := store.TakeAll(ctx, engine.OpPeek, reqs, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ds, err := store.TakeAll(ctx, engine.OpTake, reqs)
+		ds, err := store.TakeAll(ctx, engine.OpTake, reqs, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		after, err := store.TakeAll(ctx, engine.OpPeek, reqs)
+		after, err := store.TakeAll(ctx, engine.OpPeek, reqs, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,7 @@ func (s limiterStore) Take(ctx context.Context, op engine.Op, r sluice.Request) 
 	return s.l.Take(ctx, r)
 }
 
-func (s limiterStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s limiterStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	var ds []sluice.Decision
 	var err error
 	switch op {
@@ -39,6 +39,8 @@ func (s limiterStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Req
 	}
 	return ds, err
 }
+
+func (s limiterStore) Supports(l *sluice.Limit) error { return s.l.Store().Supports(l) }
 
 func (s limiterStore) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 	return s.l.Reset(ctx, l, key)

@@ -91,9 +91,9 @@ func (s *heldStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (s
 	return s.Store.Take(ctx, op, r)
 }
 
-func (s *heldStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *heldStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	s.wait(ctx)
-	return s.Store.TakeAll(ctx, op, rs)
+	return s.Store.TakeAll(ctx, op, rs, nil)
 }
 
 // Attack: calls held open by a slow store (or sent faster than they are

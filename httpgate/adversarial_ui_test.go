@@ -311,11 +311,11 @@ type peekCounter struct {
 	record func(n int)
 }
 
-func (p *peekCounter) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (p *peekCounter) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	if op == engine.OpPeek {
 		p.record(len(rs))
 	}
-	return p.Store.TakeAll(ctx, op, rs)
+	return p.Store.TakeAll(ctx, op, rs, nil)
 }
 
 // Attack: a rule counted as letting traffic through when another rule of

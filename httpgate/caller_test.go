@@ -29,9 +29,9 @@ func (s *callerSpy) Take(ctx context.Context, op engine.Op, r sluice.Request) (s
 	return s.Store.Take(ctx, op, r)
 }
 
-func (s *callerSpy) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *callerSpy) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	s.keep(ctx)
-	return s.Store.TakeAll(ctx, op, rs)
+	return s.Store.TakeAll(ctx, op, rs, nil)
 }
 
 // Stores are told whom a request is for, so that one keeping violations

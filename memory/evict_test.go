@@ -111,7 +111,7 @@ func TestEvictionNeverPartialWhileFullExists(t *testing.T) {
 		case kind < 14:
 			_, err = s.Take(ctx, engine.OpTake, rs[0])
 		case kind < 18:
-			_, err = s.TakeAll(ctx, engine.OpTake, rs)
+			_, err = s.TakeAll(ctx, engine.OpTake, rs, nil)
 		case kind < 19:
 			_, err = s.Take(ctx, engine.OpRefund, rs[0])
 		default:
@@ -203,7 +203,7 @@ func TestTakeAllAtBoundKeepsItsKeys(t *testing.T) {
 		clock.Advance(time.Millisecond)
 		s.Take(ctx, engine.OpTake, sluice.Request{Limit: slow, Key: "p" + strconv.Itoa(i)})
 	}
-	ds, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: slow, Key: "x"}, {Limit: slow, Key: "y"}})
+	ds, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: slow, Key: "x"}, {Limit: slow, Key: "y"}}, nil)
 	if err != nil || !sluice.Combine(ds).Allowed {
 		t.Fatalf("TakeAll: %v %+v", err, ds)
 	}
@@ -219,7 +219,7 @@ func TestTakeAllAtBoundKeepsItsKeys(t *testing.T) {
 	for i := range rs {
 		rs[i] = sluice.Request{Limit: slow, Key: "k" + strconv.Itoa(i)}
 	}
-	if ds, err := small.TakeAll(ctx, engine.OpTake, rs); err != nil || !sluice.Combine(ds).Allowed {
+	if ds, err := small.TakeAll(ctx, engine.OpTake, rs, nil); err != nil || !sluice.Combine(ds).Allowed {
 		t.Fatalf("TakeAll of 20 new keys into a store of 16: %v %+v", err, ds)
 	}
 	if n := small.Len(); n != 20 {
@@ -254,7 +254,7 @@ func TestEvictionConcurrent(t *testing.T) {
 			for range 3000 {
 				switch rng.IntN(10) {
 				case 0:
-					s.TakeAll(ctx, engine.OpTake, []sluice.Request{req(), req(), req()})
+					s.TakeAll(ctx, engine.OpTake, []sluice.Request{req(), req(), req()}, nil)
 				case 1:
 					r := req()
 					s.Reset(ctx, r.Limit, r.Key)

@@ -54,8 +54,7 @@ func (s *Store) Lease(_ context.Context, op engine.Op, r sluice.Request, id engi
 			sh.store(i, h, check, &engine.State{Leases: set}, o, p, now)
 		}
 		sh.mu.Unlock()
-		s.decide(&d, lim, o, now)
-		return d, nil
+		return lim.Decide(o), nil
 	}
 }
 

@@ -25,7 +25,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
@@ -181,21 +180,6 @@ func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
 	return h, maphash.Comparable(s.seed2, key) + n
 }
 
-// decide fills d with lim's Decision of o, decided at now. A wait gets its
-// RetryAt from that time when it is the system clock's: the moment the
-// bucket admits, so a Limiter need not read the clock a second time (a
-// time.Now costs about as much as the rest of a Take). A coarse now is
-// early, and its RetryAfter longer by as much, so their sum is the same
-// moment. It writes through d rather than returning a Decision, which is
-// too large for registers: each frame a Decision is returned through
-// copies it, a large share of a Take.
-func (s *Store) decide(d *sluice.Decision, lim *sluice.Limit, o engine.Outcome, now int64) {
-	*d = lim.Decide(o)
-	if o.RetryAfter > 0 && s.clock == nil {
-		d.RetryAt = wallTime(now, d.RetryAfter)
-	}
-}
-
 // InProcess reports that the store's calls never leave the process and
 // never wait on anything but its own locks, so callers need not arm a
 // deadline for them (see sluice.WithStoreTimeout).
@@ -312,33 +296,22 @@ func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (d slu
 
 // take is Take, on the precise clock when precise is set.
 func (s *Store) take(op engine.Op, r sluice.Request, precise bool) (d sluice.Decision, err error) {
-	o, now, err := s.decideOne(op, r, precise)
+	o, _, err := s.decideOne(op, r, precise)
 	if err != nil {
 		return d, err
 	}
-	s.decide(&d, r.Limit, o, now)
-	return d, nil
+	return r.Limit.Decide(o), nil
 }
 
-// Allow is Take of one token that reports only whether it was admitted,
-// for sluice.Limiter.Allow: it builds no Decision, the larger part of a
-// Take's cost once the key's state is in cache.
-func (s *Store) Allow(_ context.Context, r sluice.Request) bool {
-	o, _, err := s.decideOne(engine.OpTake, r, false)
-	return err == nil && o.Allowed
-}
+// Supports implements sluice.Store: the store computes in 64-bit
+// integers, as NewLimit's bounds assume, so it takes every limit.
+func (s *Store) Supports(*sluice.Limit) error { return nil }
 
-// TakeOutcome is Take answering in the algorithm's integers and, when the
-// outcome has a wait and the store reads the system clock (not a test's
-// Clock), the time the wait ends: the Decision's RetryAt. sluice.Limiter
-// builds the Decision from them in its own frame: a Decision is too large
-// for registers, and each frame that returns one copies it.
-func (s *Store) TakeOutcome(_ context.Context, op engine.Op, r sluice.Request) (engine.Outcome, time.Time, error) {
-	o, now, err := s.decideOne(op, r, false)
-	if err != nil || o.RetryAfter <= 0 || s.clock != nil {
-		return o, time.Time{}, err
-	}
-	return o, wallTime(now, engine.Duration(o.RetryAfter)), nil
+// TakeOutcome implements sluice.OutcomeStore: Take answering in the
+// algorithm's integers, from which sluice.Limiter builds the Decision.
+func (s *Store) TakeOutcome(_ context.Context, op engine.Op, r sluice.Request) (engine.Outcome, error) {
+	o, _, err := s.decideOne(op, r, false)
+	return o, err
 }
 
 // decideOne applies op to r, returning the outcome and the time it was

@@ -143,7 +143,7 @@ func TestTakeAllSameBucketTwice(t *testing.T) {
 	s := memory.New(memory.Options{Clock: clock})
 	a := sluice.MustLimit(sluice.Spec{Name: "twice", TokensPerSecond: 1, Burst: 3})
 	r := sluice.Request{Limit: a, Key: "k", Cost: 2}
-	ds, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{r, r})
+	ds, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{r, r}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestTakeAllSameBucketTwice(t *testing.T) {
 		t.Fatal("two takes of 2 from a bucket of 3 were both admitted")
 	}
 	r.Cost = 1.5
-	ds, _ = s.TakeAll(ctx, engine.OpTake, []sluice.Request{r, r})
+	ds, _ = s.TakeAll(ctx, engine.OpTake, []sluice.Request{r, r}, nil)
 	if !sluice.Combine(ds).Allowed || ds[1].Remaining != 0 {
 		t.Fatalf("1.5 + 1.5 from 3: %+v", ds)
 	}
@@ -177,7 +177,7 @@ func TestTakeAllNoDeadlock(t *testing.T) {
 				for j := range rs {
 					rs[j] = sluice.Request{Limit: lims[r.IntN(3)], Key: strconv.Itoa(r.IntN(8))}
 				}
-				if _, err := s.TakeAll(ctx, engine.OpTake, rs); err != nil {
+				if _, err := s.TakeAll(ctx, engine.OpTake, rs, nil); err != nil {
 					t.Error(err)
 					return
 				}
@@ -202,7 +202,7 @@ func TestBadInputLeavesStateAlone(t *testing.T) {
 			t.Fatalf("cost %v accepted", c)
 		}
 	}
-	if _, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: a, Key: "k", Cost: 1}, {Limit: a, Key: "k", Cost: -2}}); err == nil {
+	if _, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: a, Key: "k", Cost: 1}, {Limit: a, Key: "k", Cost: -2}}, nil); err == nil {
 		t.Fatal("TakeAll with a negative cost accepted")
 	}
 	if d, _ := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: a, Key: "k", Cost: 3}); !d.Allowed {
@@ -269,7 +269,7 @@ func BenchmarkTakeAllThree(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		s.TakeAll(ctx, engine.OpTake, rs)
+		s.TakeAll(ctx, engine.OpTake, rs, nil)
 	}
 }
 

@@ -25,14 +25,9 @@ type work struct {
 // TakeAll implements sluice.Store: every bucket is decided on a scratch
 // copy of its state while all the shards involved are locked; the copies
 // are written back only if every request was admitted.
-func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
-	return s.AppendTakeAll(ctx, op, rs, nil)
-}
-
-// AppendTakeAll is TakeAll with the decisions appended to dst, so that a
-// caller deciding request after request (sluice.Limiter.TakeAllInto)
-// allocates none.
-func (s *Store) AppendTakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
+// The decisions are appended to dst, so that a caller deciding request
+// after request (sluice.Limiter.AppendAll) allocates none.
+func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
 	if len(rs) == 1 {
 		// One limit (what a call of one descriptor or one rule asks):
 		// Take's way, without the locks and the stack that several
@@ -142,7 +137,7 @@ func (s *Store) decideAll(op engine.Op, rs []sluice.Request, ws []work, out []en
 		if !all {
 			out[i].Allowed = false
 		}
-		s.decide(&ds[n+i], rs[i].Limit, out[i], now)
+		ds[n+i] = rs[i].Limit.Decide(out[i])
 	}
 	return ds, all
 }

@@ -406,35 +406,14 @@ func (i *instrumented) Take(ctx context.Context, op engine.Op, r sluice.Request)
 	return d, err
 }
 
-func (i *instrumented) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (i *instrumented) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
 	start := sinceStart()
-	ds, err := i.s.TakeAll(ctx, op, rs)
+	ds, err := i.s.TakeAll(ctx, op, rs, dst)
 	i.observe(i.opOf(op, true), start, err)
 	return ds, err
 }
 
-// decisionAppender is a store whose TakeAll can fill its caller's memory
-// (see sluice.Limiter.TakeAllInto).
-type decisionAppender interface {
-	AppendTakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error)
-}
-
-// AppendTakeAll is TakeAll with the decisions appended to dst: in dst's
-// memory when the wrapped store can put them there, else copied.
-func (i *instrumented) AppendTakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
-	a, ok := i.s.(decisionAppender)
-	if !ok {
-		ds, err := i.TakeAll(ctx, op, rs)
-		if err != nil {
-			return nil, err
-		}
-		return append(dst, ds...), nil
-	}
-	start := sinceStart()
-	ds, err := a.AppendTakeAll(ctx, op, rs, dst)
-	i.observe(i.opOf(op, true), start, err)
-	return ds, err
-}
+func (i *instrumented) Supports(l *sluice.Limit) error { return i.s.Supports(l) }
 
 func (i *instrumented) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 	start := sinceStart()

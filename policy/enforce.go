@@ -341,11 +341,11 @@ func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op engin
 	// then reject (see Hold).
 	slotted := len(conc) == 0 || v.slots(ctx, lim, op, conc, hold, !impossible)
 	if len(reqs) > 0 {
-		do := lim.TakeAllInto
+		ask := engine.OpTake
 		if op == engine.OpPeek || impossible || !slotted {
-			do = lim.PeekAllInto
+			ask = engine.OpPeek
 		}
-		ds, err := do(ctx, decBuf, reqs...)
+		ds, err := lim.AppendAll(ctx, ask, decBuf, reqs...)
 		for k, i := range idx {
 			if err == nil {
 				v.Results[i].Decision = ds[k]
@@ -385,11 +385,11 @@ func enforceIn(room *Scratch, ctx context.Context, lim *sluice.Limiter, op engin
 		// Asked as the enforced limits are (TakeAll), on the precise clock:
 		// a server that reads the memory store's coarse clock keeps its
 		// ticker waking a thousand times a second (see memory/clock.go).
-		do := lim.TakeAllInto
+		ask := engine.OpTake
 		if op == engine.OpPeek || !v.Allowed {
-			do = lim.PeekAllInto
+			ask = engine.OpPeek
 		}
-		if ds, err := do(ctx, decBuf, r.Match.Request); err != nil {
+		if ds, err := lim.AppendAll(ctx, ask, decBuf, r.Match.Request); err != nil {
 			r.storeFailed(err)
 		} else {
 			r.Decision = ds[0]

@@ -197,7 +197,7 @@ func TestCallerTransaction(t *testing.T) {
 	if _, err := st.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := st.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k"}, {Limit: other, Key: "k", Cost: 1}, {Limit: other, Key: "k", Cost: 1}})
+	ds, err := st.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k"}, {Limit: other, Key: "k", Cost: 1}, {Limit: other, Key: "k", Cost: 1}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestTakeAllNoDeadlock(t *testing.T) {
 				if (g+i)%2 == 0 {
 					rs[0], rs[1] = rs[1], rs[0]
 				}
-				ds, err := s.TakeAll(ctx, engine.OpTake, rs)
+				ds, err := s.TakeAll(ctx, engine.OpTake, rs, nil)
 				if err == nil && !sluice.Combine(ds).Allowed {
 					err = errors.New("rejected with a million tokens")
 				}

@@ -50,7 +50,7 @@ func TestRefundRollsBackWithTx(t *testing.T) {
 	if err != nil || !d.Allowed || d.Tokens != 3 {
 		t.Fatalf("refund in tx: %+v %v, want allowed with 3 tokens", d, err)
 	}
-	ds, err := st.TakeAll(ctx, engine.OpRefund, []sluice.Request{{Limit: lim, Key: "k"}, {Limit: lim, Key: "absent"}})
+	ds, err := st.TakeAll(ctx, engine.OpRefund, []sluice.Request{{Limit: lim, Key: "k"}, {Limit: lim, Key: "absent"}}, nil)
 	if err != nil || len(ds) != 2 || !ds[0].Allowed || ds[0].Tokens != 4 || !ds[1].Allowed || ds[1].Tokens != 5 {
 		t.Fatalf("refund all in tx: %+v %v, want 4 and 5 (full) tokens", ds, err)
 	}
@@ -154,7 +154,7 @@ func TestRefundConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 25; i++ {
 				rs := []sluice.Request{{Limit: lims[0], Key: "k"}, {Limit: lims[1], Key: "k"}}
-				if ds, err := s.TakeAll(ctx, engine.OpTake, rs); err != nil || !sluice.Combine(ds).Allowed {
+				if ds, err := s.TakeAll(ctx, engine.OpTake, rs, nil); err != nil || !sluice.Combine(ds).Allowed {
 					errs <- fmt.Errorf("take: %+v %v", ds, err)
 					return
 				}
@@ -225,8 +225,8 @@ func TestRefundMatchesMemory(t *testing.T) {
 				op := []engine.Op{engine.OpTake, engine.OpPeek, engine.OpRefund}[rng.IntN(3)]
 				if rng.IntN(4) == 0 {
 					rs := []sluice.Request{req(), req(), req()}
-					want, werr := mem.TakeAll(ctx, op, rs)
-					got, gerr := pg.TakeAll(ctx, op, rs)
+					want, werr := mem.TakeAll(ctx, op, rs, nil)
+					got, gerr := pg.TakeAll(ctx, op, rs, nil)
 					if (werr != nil) != (gerr != nil) {
 						t.Fatalf("%s: TakeAll op %d %+v: memory err %v, postgres err %v", where, op, rs, werr, gerr)
 					}

@@ -374,12 +374,16 @@ func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluic
 	return d, nil
 }
 
+// Supports implements sluice.Store: the store computes in 64-bit
+// integers (bigint), as NewLimit's bounds assume, so it takes every limit.
+func (s *Store) Supports(*sluice.Limit) error { return nil }
+
 // TakeAll implements sluice.Store. The takes run in one transaction (a
 // savepoint inside a caller's), sent as one batch in the order of their
 // storage keys, which is the order every TakeAll locks rows in; when any
 // rejects, the transaction is rolled back and nothing is charged. Refunds
 // run the same way and always commit.
-func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	if len(rs) == 0 {
 		return []sluice.Decision{}, nil
 	}

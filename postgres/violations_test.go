@@ -180,7 +180,7 @@ func TestStoreRecordsRejections(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "someone", Cost: 0.75})
 	}
-	if _, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "other"}, {Limit: lim, Key: "someone"}}); err != nil {
+	if _, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "other"}, {Limit: lim, Key: "someone"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := vl.Flush(ctx); err != nil {

@@ -58,7 +58,7 @@ func TestClusterTakeAllRefund(t *testing.T) {
 		t.Skipf("keys fell in %d slots; the test needs several", len(slots))
 	}
 	// Some state in every bucket, then drain the one charged last.
-	if ds, err := s.TakeAll(ctx, engine.OpTake, reqs); err != nil || !sluice.Combine(ds).Allowed {
+	if ds, err := s.TakeAll(ctx, engine.OpTake, reqs, nil); err != nil || !sluice.Combine(ds).Allowed {
 		t.Fatalf("first TakeAll: %v %+v", err, ds)
 	}
 	for {
@@ -81,12 +81,12 @@ func TestClusterTakeAllRefund(t *testing.T) {
 		}
 		return out
 	}
-	before, err := s.TakeAll(ctx, engine.OpPeek, reqs)
+	before, err := s.TakeAll(ctx, engine.OpPeek, reqs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rawBefore := raw()
-	ds, err := s.TakeAll(ctx, engine.OpTake, reqs)
+	ds, err := s.TakeAll(ctx, engine.OpTake, reqs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestClusterTakeAllRefund(t *testing.T) {
 			t.Fatalf("decision %d of a rejected TakeAll is allowed", i)
 		}
 	}
-	after, err := s.TakeAll(ctx, engine.OpPeek, reqs)
+	after, err := s.TakeAll(ctx, engine.OpPeek, reqs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
 
 	var between sluice.Decision
 	redis.SetBeforeRollback(s, func() { between = take(turns, key, 1, true) })
-	ds, err := s.TakeAll(ctx, engine.OpTake, both)
+	ds, err := s.TakeAll(ctx, engine.OpTake, both, nil)
 	if err != nil || sluice.Combine(ds).Allowed {
 		t.Fatalf("TakeAll past an empty gate: %+v, %v; want rejected", ds, err)
 	}
@@ -175,14 +175,14 @@ func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
 	// first, so that each refund finds the bucket where its charge left it).
 	redis.SetBeforeRollback(s, nil)
 	for _, rs := range [][]sluice.Request{both, {both[0], both[0], both[1]}} {
-		before, err := s.TakeAll(ctx, engine.OpPeek, both[:1])
+		before, err := s.TakeAll(ctx, engine.OpPeek, both[:1], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ds, err := s.TakeAll(ctx, engine.OpTake, rs); err != nil || sluice.Combine(ds).Allowed {
+		if ds, err := s.TakeAll(ctx, engine.OpTake, rs, nil); err != nil || sluice.Combine(ds).Allowed {
 			t.Fatalf("TakeAll past an empty gate: %+v, %v; want rejected", ds, err)
 		}
-		after, err := s.TakeAll(ctx, engine.OpPeek, both[:1])
+		after, err := s.TakeAll(ctx, engine.OpPeek, both[:1], nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -269,7 +269,7 @@ func TestOverLimitCache(t *testing.T) {
 	// A TakeAll of one request (every Envoy descriptor with one limit) is
 	// answered from the cache too; one of two is not, since the other
 	// limit's decision needs Redis.
-	ds, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k", Cost: 1}})
+	ds, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k", Cost: 1}}, nil)
 	if err != nil || len(ds) != 1 || ds[0].Allowed || ds[0].RetryAfter != 600*time.Millisecond {
 		t.Fatalf("TakeAll of one, cached: %+v, %v", ds, err)
 	}
@@ -286,7 +286,7 @@ func TestOverLimitCache(t *testing.T) {
 		t.Fatalf("cache hits %v after a take of the reloaded limit, want still 2", hits)
 	}
 	other := uniqueLimit(t, sluice.Spec{Name: "cache-other", TokensPerSecond: 1, Burst: 2})
-	if _, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k", Cost: 1}, {Limit: other, Key: "k"}}); err != nil {
+	if _, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k", Cost: 1}, {Limit: other, Key: "k"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if hits := metricValue(t, reg, "sluice_redis_overlimit_cache_hits_total"); hits != 2 {
@@ -713,7 +713,7 @@ func TestOverLimitCacheFleet(t *testing.T) {
 			lim := uniqueLimit(t, sluice.Spec{Name: "fleet", TokensPerSecond: 1.0 / 3600, Burst: 2})
 			take := func() sluice.Decision {
 				t.Helper()
-				ds, err := a.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k"}})
+				ds, err := a.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k"}}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -382,7 +382,7 @@ func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluic
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	if err := fits(&r, ch); err != nil {
+	if err := fits(r.Limit, max(r.Limit.Params().MaxReserved, ch.MaxReserved)); err != nil {
 		return sluice.Decision{}, err
 	}
 	key := s.prefix + r.Limit.StorageKey(r.Key)
@@ -467,7 +467,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 // TakeAll implements sluice.Store. On one Redis it is one script; on a
 // Cluster, one script per slot, charged in slot order and refunded when a
 // later slot rejects (see the package documentation).
-func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	if len(rs) == 0 {
 		return nil, nil
 	}
@@ -485,7 +485,7 @@ func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) 
 	for i := range rs {
 		ch, err := rs[i].Charge(op)
 		if err == nil {
-			err = fits(&rs[i], ch)
+			err = fits(rs[i].Limit, max(rs[i].Limit.Params().MaxReserved, ch.MaxReserved))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)

@@ -102,10 +102,19 @@ func uniqueLimit(t testing.TB, spec sluice.Spec) *sluice.Limit {
 	return sluice.MustLimit(spec)
 }
 
+// The limits the script cannot compute exactly are refused by Supports,
+// which a server calls at start and on reload, and a request that reaches
+// the store anyway is refused too.
 func TestScaledCapacityBeyondLuaRefused(t *testing.T) {
 	s := open(t, standaloneURL(t), redis.Options{})
 	// 1e9 tokens with a rate of denominator 3: 3e15*3 scaled units > 2^52.
 	lim := uniqueLimit(t, sluice.Spec{Name: "huge", Rate: 1, Period: 3 * time.Second, Capacity: 2e9})
+	if err := s.Supports(lim); !errors.Is(err, sluice.ErrInvalidLimit) || !sluice.IsInputError(err) {
+		t.Fatalf("Supports: want an input error wrapping ErrInvalidLimit, got %v", err)
+	}
+	if err := s.Supports(uniqueLimit(t, sluice.Spec{Name: "fine", Rate: 1, Period: 3 * time.Second, Capacity: 2e6})); err != nil {
+		t.Fatalf("Supports refuses a limit the script computes exactly: %v", err)
+	}
 	_, err := s.Take(context.Background(), engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 	if !errors.Is(err, sluice.ErrInvalidLimit) || !sluice.IsInputError(err) {
 		t.Fatalf("want an input error wrapping ErrInvalidLimit, got %v", err)
@@ -113,6 +122,9 @@ func TestScaledCapacityBeyondLuaRefused(t *testing.T) {
 	// A fixed window whose reset can lie more than 2^52us (142 years) ahead.
 	decade := 10 * 365 * 24 * time.Hour
 	fw := uniqueLimit(t, sluice.Spec{Name: "slow-fw", Algorithm: sluice.FixedWindow, Rate: 1, Period: decade, Capacity: 20})
+	if err := redis.Supports(fw); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Fatalf("Supports: want ErrInvalidLimit for a 210-year refill, got %v", err)
+	}
 	if _, err := s.Take(context.Background(), engine.OpTake, sluice.Request{Limit: fw, Key: "k"}); !errors.Is(err, sluice.ErrInvalidLimit) {
 		t.Fatalf("want ErrInvalidLimit for a 210-year refill, got %v", err)
 	}
@@ -207,7 +219,7 @@ func TestForeignValueAtKey(t *testing.T) {
 	if err := c.Do(ctx, c.B().Set().Key(sl.StorageKey("k")).Value("garbage").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: tb, Key: "k"}, {Limit: sl, Key: "k"}})
+	ds, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: tb, Key: "k"}, {Limit: sl, Key: "k"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestRefundClearsOverLimitCache(t *testing.T) {
 	if d, err := s.Take(ctx, engine.OpTake, req(1)); err != nil || d.Allowed {
 		t.Fatalf("want a rejection: %v %+v", err, d)
 	}
-	if _, err := s.TakeAll(ctx, engine.OpRefund, []sluice.Request{req(1)}); err != nil {
+	if _, err := s.TakeAll(ctx, engine.OpRefund, []sluice.Request{req(1)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := s.Take(ctx, engine.OpTake, req(1)); err != nil || !d.Allowed {
@@ -79,7 +79,7 @@ func TestRefundState(t *testing.T) {
 		if !d.Allowed || d.Tokens != lim.Capacity() || d.ResetAfter != 0 || exists(key) {
 			t.Fatalf("%s: refund of an absent key: %+v, key written: %v", lim.Name(), d, exists(key))
 		}
-		if _, err := s.TakeAll(ctx, engine.OpRefund, []sluice.Request{req(1), req(2)}); err != nil || exists(key) {
+		if _, err := s.TakeAll(ctx, engine.OpRefund, []sluice.Request{req(1), req(2)}, nil); err != nil || exists(key) {
 			t.Fatalf("%s: TakeAll refund of an absent key: %v, key written: %v", lim.Name(), err, exists(key))
 		}
 		if d, err := s.Take(ctx, engine.OpTake, req(3)); err != nil || !d.Allowed {
@@ -138,10 +138,10 @@ func TestRefundAll(t *testing.T) {
 				}
 				return rs
 			}
-			if ds, err := s.TakeAll(ctx, engine.OpTake, reqs(5)); err != nil || !sluice.Combine(ds).Allowed {
+			if ds, err := s.TakeAll(ctx, engine.OpTake, reqs(5), nil); err != nil || !sluice.Combine(ds).Allowed {
 				t.Fatalf("take all: %v %+v", err, ds)
 			}
-			ds, err := s.TakeAll(ctx, engine.OpRefund, reqs(2))
+			ds, err := s.TakeAll(ctx, engine.OpRefund, reqs(2), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,7 +150,7 @@ func TestRefundAll(t *testing.T) {
 					t.Fatalf("refund %d: %+v, want allowed with 17 tokens", i, d)
 				}
 			}
-			peek, err := s.TakeAll(ctx, engine.OpPeek, reqs(1))
+			peek, err := s.TakeAll(ctx, engine.OpPeek, reqs(1), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -186,10 +186,10 @@ func TestRefundAll(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			if _, err := s.TakeAll(ctx, engine.OpRefund, reqs(3)); err != nil {
+			if _, err := s.TakeAll(ctx, engine.OpRefund, reqs(3), nil); err != nil {
 				t.Fatal(err)
 			}
-			end, err := s.TakeAll(ctx, engine.OpPeek, reqs(1))
+			end, err := s.TakeAll(ctx, engine.OpPeek, reqs(1), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -48,19 +48,33 @@ const (
 	opRefund = "r"
 )
 
-// fits refuses limits and requests the script cannot compute exactly. The
-// error is an input error (sluice.ErrInvalidLimit): no store call would
-// ever succeed for it.
-func fits(r *sluice.Request, ch engine.Charge) error {
-	p := r.Limit.Params()
+// Supports refuses the limits that the store's script cannot compute
+// exactly (see maxLuaScaled): a server checks every limit of its policy
+// with it at start and on reload, so that no request finds out. The error
+// is an input error (sluice.ErrInvalidLimit). It needs no connection.
+func Supports(l *sluice.Limit) error {
+	return fits(l, l.Params().MaxReserved)
+}
+
+// Supports implements sluice.Store (see the function Supports).
+func (s *Store) Supports(l *sluice.Limit) error { return Supports(l) }
+
+// fits refuses a limit whose values, with a debt of up to res
+// micro-tokens, the script cannot compute exactly. Supports checks the
+// limit's own debt bound at start; a request that sets a larger
+// max_reserved of its own is checked as it comes.
+func fits(l *sluice.Limit, res int64) error {
+	p := l.Params()
+	if p.Algorithm == engine.Concurrency {
+		return nil
+	}
 	den := p.RateDen
 	if den <= 0 {
 		den = 1
 	}
-	res := max(p.MaxReserved, ch.MaxReserved)
 	if hi := (float64(p.Capacity) + float64(res)) * float64(den); hi >= maxLuaScaled {
 		return fmt.Errorf("redis store: limit %q: %w: capacity plus max_reserved times the rate denominator %d is %.3g scaled units, beyond the 2^52 the store's Lua computes exactly; write the rate as whole tokens per period or lower the capacity",
-			r.Limit.Name(), sluice.ErrInvalidLimit, den, hi)
+			l.Name(), sluice.ErrInvalidLimit, den, hi)
 	}
 	if p.Algorithm == engine.FixedWindow {
 		// A reset time is up to ceil((capacity+max_reserved)/rate)+1
@@ -68,7 +82,7 @@ func fits(r *sluice.Request, ch engine.Charge) error {
 		windows := (p.Capacity+res+p.WindowRate-1)/p.WindowRate + 1
 		if hi := float64(windows) * float64(p.Period); hi >= maxLuaScaled {
 			return fmt.Errorf("redis store: limit %q: %w: refilling the capacity takes %d periods of %dus, beyond the 2^52us the store's Lua computes exactly",
-				r.Limit.Name(), sluice.ErrInvalidLimit, windows, p.Period)
+				l.Name(), sluice.ErrInvalidLimit, windows, p.Period)
 		}
 	}
 	return nil

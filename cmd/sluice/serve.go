@@ -105,10 +105,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	}
 	defer closeStore()
 	src, p, closeSource, err := policySource(ctx, file, p, rs, store)
+	if err == nil {
+		err = supported(store, p)
+	}
 	if err != nil {
 		return fail(err)
 	}
 	defer closeSource()
+	if src != nil {
+		src = supportedSource{src, store}
+	}
 	logWarnings(log, p.Warnings)
 	srv, closeServer, err := newServer(p, rs, store, reg, log)
 	if err != nil {

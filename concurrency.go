@@ -22,20 +22,20 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// DefaultLease is a concurrency limit's lease when its Spec gives none.
-const DefaultLease = 30 * time.Second
+// DefaultLeaseTerm is a concurrency limit's lease when its Spec gives none.
+const DefaultLeaseTerm = 30 * time.Second
 
 // Bounds of a concurrency limit's Spec.
 const (
 	// MaxInFlightLimit is the most slots a concurrency limit may have:
 	// a key's state is one entry per slot held (O(MaxInFlight)).
 	MaxInFlightLimit = 1 << 16
-	// MinLease and MaxLease bound Spec.Lease: a lease shorter than a
+	// MinLeaseTerm and MaxLeaseTerm bound Spec.LeaseTerm: a lease shorter than a
 	// millisecond ends before a store's answer is back, and one longer
 	// than a day keeps a dead holder's slot far longer than any request
 	// runs.
-	MinLease = time.Millisecond
-	MaxLease = 24 * time.Hour
+	MinLeaseTerm = time.Millisecond
+	MaxLeaseTerm = 24 * time.Hour
 )
 
 // newConcurrency validates and compiles the Spec of a concurrency limit:
@@ -59,12 +59,12 @@ func newConcurrency(s Spec) (*Limit, error) {
 	case s.Jitter < 0:
 		return bad("jitter must not be negative")
 	}
-	lease := s.Lease
+	lease := s.LeaseTerm
 	if lease == 0 {
-		lease = DefaultLease
+		lease = DefaultLeaseTerm
 	}
-	if lease < MinLease || lease > MaxLease {
-		return bad("lease must be from %v to %v (got %v)", MinLease, MaxLease, s.Lease)
+	if lease < MinLeaseTerm || lease > MaxLeaseTerm {
+		return bad("lease must be from %v to %v (got %v)", MinLeaseTerm, MaxLeaseTerm, s.LeaseTerm)
 	}
 	p := engine.Params{
 		Algorithm: engine.Concurrency,
@@ -84,9 +84,9 @@ func (l *Limit) MaxInFlight() int {
 	return int(l.params.Capacity / engine.TokenScale)
 }
 
-// Lease returns how long a concurrency limit's slot is held without a
+// LeaseTerm returns how long a concurrency limit's slot is held without a
 // renewal (0 for any other limit).
-func (l *Limit) Lease() time.Duration {
+func (l *Limit) LeaseTerm() time.Duration {
 	if l.params.Algorithm != engine.Concurrency {
 		return 0
 	}
@@ -161,11 +161,12 @@ func (s Lease) Release(ctx context.Context) error {
 	return err
 }
 
-// Renew extends the lease to the limit's lease duration from now, for a
-// holder whose work runs longer than the lease. Its decision is allowed
-// while the lease holds its slot; a lease that had expired is acquired
-// again if a slot is free, and else rejected: the slot was lost.
-func (s Lease) Renew(ctx context.Context) (Decision, error) {
+// Reacquire takes the lease's slot again for the limit's lease term from
+// now, for a holder whose work runs longer than the lease: a live lease
+// is extended, and one that had expired is acquired again if a slot is
+// free, and else rejected (the slot was lost). Limiter.Renew, for a
+// caller with the id alone, only ever extends.
+func (s Lease) Reacquire(ctx context.Context) (Decision, error) {
 	if !s.Held() {
 		return Decision{}, fmt.Errorf("renew: the zero Lease holds no slot: %w", ErrLeaseRequired)
 	}
@@ -180,7 +181,7 @@ func (s Lease) Renew(ctx context.Context) (Decision, error) {
 
 // Acquire asks r.Limit, a concurrency limit, for one of r.Key's slots.
 // When admitted, the Lease holds it until Lease.Release, or until the
-// limit's lease ends without a Renew; the Decision's Remaining is the
+// limit's lease ends unrenewed; the Decision's Remaining is the
 // slots left. When rejected, the Lease is the zero Lease and the
 // Decision's RetryAfter is the wait until enough leases end for a slot to
 // be free: an upper bound, since a release frees one sooner.
@@ -216,13 +217,13 @@ func (l *Limiter) Release(ctx context.Context, r Request, id engine.LeaseID) (De
 	if err := r.keyedSlot(); err != nil {
 		return Decision{}, err
 	}
-	return l.store.Lease(ctx, engine.OpRefund, r, id)
+	return l.store.Lease(ctx, engine.OpRelease, r, id)
 }
 
 // Renew extends lease id of r.Key under r.Limit, a concurrency limit, to
 // the limit's lease duration from now, while it is live: for a caller
 // that has the id alone (the decision API's /v1/renew), whose work runs
-// longer than the lease. Unlike Lease.Renew it never acquires: a lease
+// longer than the lease. Unlike Lease.Reacquire it never acquires: a lease
 // that has ended or been released, or that was never acquired under this
 // limit and key, is rejected and takes no slot, so that an id the caller
 // supplies never becomes a lease of the caller's choosing. The Decision
@@ -257,7 +258,7 @@ func (s Lease) Keep(lost func(Decision, error)) (stop func()) {
 	if !s.Held() {
 		return func() {}
 	}
-	every := s.lim.Lease() / 2
+	every := s.lim.LeaseTerm() / 2
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -279,7 +280,7 @@ func (s Lease) Keep(lost func(Decision, error)) (stop func()) {
 			// A renewal that takes longer than half a lease is too late
 			// anyway; bounding it keeps stop from waiting on a hung store.
 			ctx, cancel := context.WithTimeout(context.Background(), every)
-			d, err := s.Renew(ctx)
+			d, err := s.Reacquire(ctx)
 			cancel()
 			if (err != nil || !d.Allowed) && lost != nil {
 				lost(d, err)

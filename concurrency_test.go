@@ -19,7 +19,7 @@ func TestLeasesPureArithmetic(t *testing.T) {
 func TestConcurrencySpec(t *testing.T) {
 	ok := sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 3}
 	l, err := sluice.NewLimit(ok)
-	if err != nil || l.MaxInFlight() != 3 || l.Lease() != sluice.DefaultLease || l.Capacity() != 3 {
+	if err != nil || l.MaxInFlight() != 3 || l.LeaseTerm() != sluice.DefaultLeaseTerm || l.Capacity() != 3 {
 		t.Fatalf("%v, %v; want 3 slots on the default lease", l, err)
 	}
 	start := time.Duration(0)
@@ -27,16 +27,16 @@ func TestConcurrencySpec(t *testing.T) {
 		"no slots":          {Name: "x", Algorithm: sluice.Concurrency},
 		"too many slots":    {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: sluice.MaxInFlightLimit + 1},
 		"negative slots":    {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: -1},
-		"short lease":       {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Microsecond},
-		"negative lease":    {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: -time.Second},
-		"long lease":        {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: 25 * time.Hour},
+		"short lease":       {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: time.Microsecond},
+		"negative lease":    {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: -time.Second},
+		"long lease":        {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: 25 * time.Hour},
 		"a rate":            {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, TokensPerSecond: 5},
 		"a capacity":        {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Capacity: 5},
 		"reserve":           {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Reserve: true},
 		"start":             {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Start: &start},
 		"shards":            {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Shards: 4},
 		"slots on a bucket": {Name: "x", TokensPerSecond: 1, Burst: 1, MaxInFlight: 2},
-		"lease on a window": {Name: "x", Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Second, Lease: time.Second},
+		"lease on a window": {Name: "x", Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Second, LeaseTerm: time.Second},
 	} {
 		if _, err := sluice.NewLimit(s); !errors.Is(err, sluice.ErrInvalidLimit) {
 			t.Errorf("%s: %v, want ErrInvalidLimit", name, err)
@@ -101,19 +101,19 @@ func TestConcurrencyNeedsLease(t *testing.T) {
 		t.Errorf("the zero Lease: %v", err)
 	}
 	zero.Keep(nil)() // nothing to keep, nothing to stop
-	if _, err := zero.Renew(ctx); !errors.Is(err, sluice.ErrLeaseRequired) {
+	if _, err := zero.Reacquire(ctx); !errors.Is(err, sluice.ErrLeaseRequired) {
 		t.Errorf("renewing the zero Lease: %v", err)
 	}
 }
 
 // Limiter.Renew, for a caller with the lease id alone, renews a live
-// lease and nothing else: unlike Lease.Renew it takes no slot for an id
+// lease and nothing else: unlike Lease.Reacquire it takes no slot for an id
 // that holds none, even with one free.
 func TestLimiterRenewNeverAcquires(t *testing.T) {
 	ctx := context.Background()
 	clk := sluice.NewManualClock(time.Unix(1000, 0))
 	lim := sluice.New(newMapStore(t, clk))
-	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 2, Lease: 10 * time.Second})
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 2, LeaseTerm: 10 * time.Second})
 	r := sluice.Request{Limit: cc, Key: "k"}
 	lease, d, err := lim.Acquire(ctx, r)
 	if err != nil || !d.Allowed {
@@ -130,9 +130,9 @@ func TestLimiterRenewNeverAcquires(t *testing.T) {
 	if d, err := lim.Renew(ctx, r, lease.ID()); err != nil || d.Allowed || d.Remaining != 2 {
 		t.Fatalf("renewing an ended lease: %+v, %v; want refused, both slots free", d, err)
 	}
-	// Lease.Renew, by contrast, takes a free slot again.
-	if d, err := lease.Renew(ctx); err != nil || !d.Allowed || d.Remaining != 1 {
-		t.Fatalf("Lease.Renew of an ended lease with slots free: %+v, %v", d, err)
+	// Lease.Reacquire, by contrast, takes a free slot again.
+	if d, err := lease.Reacquire(ctx); err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("Lease.Reacquire of an ended lease with slots free: %+v, %v", d, err)
 	}
 }
 
@@ -143,7 +143,7 @@ func TestLeaseKeep(t *testing.T) {
 	ctx := context.Background()
 	clk := sluice.NewManualClock(time.Unix(1000, 0))
 	lim := sluice.NewWithOptions(newMapStore(t, clk), sluice.Options{Clock: clk})
-	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: 10 * time.Second})
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: 10 * time.Second})
 	r := sluice.Request{Limit: cc, Key: "k"}
 	ls, d, err := lim.Acquire(ctx, r)
 	if err != nil || !d.Allowed || ls.Key() != "k" || ls.Limit() != cc {
@@ -191,7 +191,7 @@ func FuzzStepLease(f *testing.F) {
 	f.Fuzz(func(t *testing.T, slots uint8, leaseUs uint32, ops []byte) {
 		n := int(slots%8) + 1
 		lease := time.Duration(leaseUs%5_000_000+1000) * time.Microsecond
-		l := sluice.MustLimit(sluice.Spec{Name: "f", Algorithm: sluice.Concurrency, MaxInFlight: n, Lease: lease})
+		l := sluice.MustLimit(sluice.Spec{Name: "f", Algorithm: sluice.Concurrency, MaxInFlight: n, LeaseTerm: lease})
 		p := l.Params()
 		ids := [4]engine.LeaseID{engine.NewLeaseID(), engine.NewLeaseID(), engine.NewLeaseID(), engine.NewLeaseID()}
 		var set []engine.LeaseEntry
@@ -252,7 +252,7 @@ func FuzzStepLease(f *testing.F) {
 				var o engine.Outcome
 				_, ends := live(set, now)
 				_, held := ends[id]
-				set, o, _ = engine.StepLease(p, set, now, engine.OpRefund, id)
+				set, o, _ = engine.StepLease(p, set, now, engine.OpRelease, id)
 				if _, ends := live(set, now); o.Allowed != held || ends[id] != 0 {
 					t.Fatalf("release: %+v, held %v, still live %v", o, held, ends[id] != 0)
 				}

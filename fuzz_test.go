@@ -49,7 +49,7 @@ func FuzzLimitAndCost(f *testing.F) {
 				}
 				continue
 			}
-			if d.Remaining < 0 || d.Remaining > d.Limit || d.RetryAfter < 0 || d.ResetAfter < 0 {
+			if d.Remaining < 0 || d.Remaining > d.Capacity || d.RetryAfter < 0 || d.ResetAfter < 0 {
 				t.Fatalf("cost %v: corrupt decision %+v", c, d)
 			}
 			if d.Tokens > lim.Capacity()+1e-6 || math.IsNaN(d.Tokens) {

@@ -76,10 +76,10 @@ type Spec struct {
 	// MaxInFlight is a Concurrency limit's number of slots: at most this
 	// many requests of a key hold one at once (1 to MaxInFlightLimit).
 	MaxInFlight int
-	// Lease is how long a Concurrency limit's slot stays held without a
-	// renewal or a release (default DefaultLease): a holder that dies
+	// LeaseTerm is how long a Concurrency limit's slot stays held without a
+	// renewal or a release (default DefaultLeaseTerm): a holder that dies
 	// without releasing loses its slot when its lease ends.
-	Lease time.Duration
+	LeaseTerm time.Duration
 }
 
 // Limit is a validated, compiled Spec: immutable and safe to share. Every
@@ -157,7 +157,7 @@ func newLimit(s Spec, checkName bool) (*Limit, error) {
 	if int(s.Algorithm) >= len(algorithmNames) {
 		return nil, specErr(s, "", "unknown algorithm %d", s.Algorithm)
 	}
-	if s.Algorithm == Concurrency || s.MaxInFlight != 0 || s.Lease != 0 {
+	if s.Algorithm == Concurrency || s.MaxInFlight != 0 || s.LeaseTerm != 0 {
 		return newConcurrency(s)
 	}
 	if err := checkNumbers(s); err != nil {

@@ -132,7 +132,7 @@ type Store interface {
 	Reset(ctx context.Context, l *Limit, key string) error
 	// Lease applies op to lease id of r.Key under r.Limit, a concurrency
 	// limit, atomically, as StepLease defines: OpTake acquires a slot (or
-	// renews id's), OpPeek answers what OpTake would, OpRefund releases
+	// renews id's), OpPeek answers what OpTake would, OpRelease releases
 	// id's slot and OpRenew renews id's live lease alone. Other limits are
 	// ErrLeaseRequired (see Request.CheckLease).
 	Lease(ctx context.Context, op engine.Op, r Request, id engine.LeaseID) (Decision, error)
@@ -303,8 +303,8 @@ func noKey(lim *Limit) error {
 // Decision is the answer to a request.
 type Decision struct {
 	Allowed bool
-	// Limit is the capacity (burst) in whole tokens.
-	Limit int64
+	// Capacity is the limit's capacity (burst) in whole tokens.
+	Capacity int64
 	// Remaining is the whole tokens left after this decision.
 	Remaining int64
 	// RetryAfter is how long to wait: before retrying a rejected request,
@@ -343,7 +343,7 @@ func (l *Limit) Decide(o engine.Outcome) (d Decision) {
 // fields' narrow stores (store forwarding fails).
 func (l *Limit) decideInto(d *Decision, o engine.Outcome) {
 	d.Allowed = o.Allowed
-	d.Limit = l.params.Capacity / engine.TokenScale
+	d.Capacity = l.params.Capacity / engine.TokenScale
 	d.Remaining = max(o.Tokens, 0) / engine.TokenScale
 	d.RetryAfter = engine.Duration(o.RetryAfter)
 	d.RetryAt = time.Time{}

@@ -89,7 +89,7 @@ func (l *Limiter) Settle(ctx context.Context, r Request, charged, actual float64
 		s.Refunded = base.Cost
 		return s, nil
 	case a == c:
-		s.Decision = Decision{Allowed: true, Limit: r.Limit.params.Capacity / engine.TokenScale, Rule: r.Limit.Name()}
+		s.Decision = Decision{Allowed: true, Capacity: r.Limit.params.Capacity / engine.TokenScale, Rule: r.Limit.Name()}
 		return s, nil
 	}
 	return l.settleExtra(ctx, base, a-c)

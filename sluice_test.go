@@ -265,7 +265,7 @@ func TestCombineOneAsTheLoops(t *testing.T) {
 	for _, allowed := range []bool{true, false} {
 		for _, wait := range []time.Duration{-time.Second, 0, time.Millisecond} {
 			for _, retryAt := range []time.Time{{}, at, time.Unix(-62135596900, 0)} {
-				d := sluice.Decision{Allowed: allowed, Limit: 10, Remaining: 3, RetryAfter: wait, RetryAt: retryAt, ResetAfter: time.Second, Rule: "r", Tokens: 3.5}
+				d := sluice.Decision{Allowed: allowed, Capacity: 10, Remaining: 3, RetryAfter: wait, RetryAt: retryAt, ResetAfter: time.Second, Rule: "r", Tokens: 3.5}
 				one, two := sluice.Combine([]sluice.Decision{d}), sluice.Combine([]sluice.Decision{d, d})
 				if one != two {
 					t.Errorf("%+v: one %+v, twice %+v", d, one, two)
@@ -389,7 +389,7 @@ func TestEmptyKeyRefused(t *testing.T) {
 	clock := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
 	lim := sluice.NewWithOptions(newMapStore(t, clock), sluice.Options{Clock: clock})
 	tb := sluice.MustLimit(sluice.Spec{Name: "tb", TokensPerSecond: 1, Burst: 1})
-	conc := sluice.MustLimit(sluice.Spec{Name: "conc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Minute})
+	conc := sluice.MustLimit(sluice.Spec{Name: "conc", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: time.Minute})
 	r := sluice.Request{Limit: tb}
 	check := func(what string, err error) {
 		t.Helper()

@@ -111,7 +111,7 @@ func (c Case) Compile() (*sluice.Limit, error) {
 		Rate: c.Limit.Rate, Period: time.Duration(c.Limit.PeriodUs) * time.Microsecond,
 		MaxReserved: c.Limit.MaxReserved, Reserve: c.Limit.Reserve,
 		MaxDelay:    time.Duration(c.Limit.MaxDelayUs) * time.Microsecond,
-		MaxInFlight: c.Limit.MaxInFlight, Lease: time.Duration(c.Limit.LeaseUs) * time.Microsecond,
+		MaxInFlight: c.Limit.MaxInFlight, LeaseTerm: time.Duration(c.Limit.LeaseUs) * time.Microsecond,
 	}
 	if c.Limit.Capacity != nil {
 		s.Capacity = *c.Limit.Capacity
@@ -215,13 +215,13 @@ func CheckDecision(t *testing.T, where string, lim *sluice.Limit, d sluice.Decis
 	if d.Rule != lim.Name() {
 		t.Fatalf("%s: decision names rule %q, want %q", where, d.Rule, lim.Name())
 	}
-	if wantLimit := int64(lim.Capacity()); d.Limit != wantLimit {
-		t.Fatalf("%s: limit %d, want %d", where, d.Limit, wantLimit)
+	if wantLimit := int64(lim.Capacity()); d.Capacity != wantLimit {
+		t.Fatalf("%s: limit %d, want %d", where, d.Capacity, wantLimit)
 	}
 }
 
 // leaseOps are the store ops of a concurrency limit's steps.
-var leaseOps = map[string]engine.Op{"acquire": engine.OpTake, "peek": engine.OpPeek, "release": engine.OpRefund, "renew": engine.OpRenew}
+var leaseOps = map[string]engine.Op{"acquire": engine.OpTake, "peek": engine.OpPeek, "release": engine.OpRelease, "renew": engine.OpRenew}
 
 func matchesError(err error, name string) bool {
 	switch name {

@@ -62,7 +62,7 @@ func (r leaseRun) fresh(t *testing.T) (*sluice.Limiter, *sluice.ManualClock) {
 }
 
 func (r leaseRun) limit(name string, n int) *sluice.Limit {
-	return sluice.MustLimit(sluice.Spec{Name: name, Algorithm: sluice.Concurrency, MaxInFlight: n, Lease: r.lease})
+	return sluice.MustLimit(sluice.Spec{Name: name, Algorithm: sluice.Concurrency, MaxInFlight: n, LeaseTerm: r.lease})
 }
 
 // atOnce: of callers acquires made at once, exactly n are admitted; a

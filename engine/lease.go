@@ -64,7 +64,7 @@ type LeaseEntry struct {
 //     admitted; else it is admitted when fewer than N leases are live,
 //     and added with expiry now + p.Period.
 //   - OpPeek answers what OpTake would, changing nothing.
-//   - OpRefund releases: id's lease is removed; Allowed reports whether
+//   - OpRelease releases: id's lease is removed; Allowed reports whether
 //     id held a live one.
 //   - OpRenew renews id's lease alone: when it is live, its expiry becomes
 //     now + p.Period (never earlier) and it is admitted; else it is
@@ -79,7 +79,7 @@ type LeaseEntry struct {
 // bound: a release frees one sooner (a rejected renewal has none: there
 // is nothing to wait for).
 //
-// OpTake, OpRefund and OpRenew rewrite set in place and return the set to
+// OpTake, OpRelease and OpRenew rewrite set in place and return the set to
 // store with true; OpPeek leaves set as it was and returns false.
 func StepLease(p *Params, set []LeaseEntry, now int64, op Op, id LeaseID) ([]LeaseEntry, Outcome, bool) {
 	n := p.Capacity / TokenScale
@@ -104,7 +104,7 @@ func StepLease(p *Params, set []LeaseEntry, now int64, op Op, id LeaseID) ([]Lea
 	}
 	out := after[:0]
 	for _, e := range after {
-		if e.Expires <= now || (op == OpRefund && e.ID == id) {
+		if e.Expires <= now || (op == OpRelease && e.ID == id) {
 			continue
 		}
 		if e.ID == id && o.Allowed {

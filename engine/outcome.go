@@ -12,8 +12,8 @@ type Charge struct {
 // Op says whether a store call consumes tokens.
 type Op uint8
 
-// String returns "take", "peek", "refund" or "renew": the name of op in
-// metrics and errors.
+// String returns "take", "peek", "refund", "renew" or "release": the
+// name of op in metrics and errors.
 func (op Op) String() string {
 	switch op {
 	case OpTake:
@@ -24,6 +24,8 @@ func (op Op) String() string {
 		return "refund"
 	case OpRenew:
 		return "renew"
+	case OpRelease:
+		return "release"
 	}
 	return fmt.Sprintf("op(%d)", uint8(op))
 }
@@ -35,12 +37,14 @@ func (op Op) LeaseString() string {
 	switch op {
 	case OpTake:
 		return "acquire"
-	case OpRefund:
+	case OpPeek:
+		return "lease_peek"
+	case OpRelease:
 		return "release"
 	case OpRenew:
 		return "renew"
 	}
-	return "lease_peek"
+	return fmt.Sprintf("lease_op(%d)", uint8(op))
 }
 
 const (
@@ -60,6 +64,10 @@ const (
 	// decision API's /v1/renew asks, where the caller has a lease id alone
 	// and must not choose one.
 	OpRenew
+	// OpRelease gives a concurrency limit's slot back: lease id's slot is
+	// freed (Store.Lease only; see StepLease). Tokens are refunded
+	// (OpRefund); slots are released.
+	OpRelease
 )
 
 // Outcome is an algorithm's answer in integers, the form every engine

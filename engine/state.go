@@ -17,7 +17,7 @@ type State struct {
 }
 
 // Bucket returns st as a token (or leaky) bucket's state.
-func (st *State) Bucket() BucketState { return BucketState{Tokens: st.Tokens, Stamp: st.Stamp} }
+func (st *State) Bucket() BucketState { return BucketState{Scaled: st.Tokens, Stamp: st.Stamp} }
 
 // Window returns st as a fixed window's state.
 func (st *State) Window() WindowState { return WindowState{Tokens: st.Tokens, Start: st.Stamp} }
@@ -53,7 +53,7 @@ func Evaluate(p *Params, st *State, present bool, key string, now int64, ch Char
 	default:
 		next, o := TakeTokenBucket(p, st.Bucket(), present, now, ch.Cost, ch.Reserve, ch.MaxReserved)
 		if take && o.Allowed {
-			st.Tokens, st.Stamp = next.Tokens, next.Stamp
+			st.Tokens, st.Stamp = next.Scaled, next.Stamp
 			return o, true
 		}
 		return o, false
@@ -82,7 +82,7 @@ func Refund(p *Params, st *State, present bool, key string, now int64, ch Charge
 		return o, true
 	default:
 		next, o, write := RefundTokenBucket(p, st.Bucket(), present, now, ch.Cost)
-		st.Tokens, st.Stamp = next.Tokens, next.Stamp
+		st.Tokens, st.Stamp = next.Scaled, next.Stamp
 		return o, write
 	}
 }

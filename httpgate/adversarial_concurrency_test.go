@@ -137,10 +137,10 @@ func TestAttackRenewAcquiresNothing(t *testing.T) {
 	// when its own lease does.
 	victim := takeLease(e, "jobs", "victim", auth...)
 	for _, lease := range append(chosen, strings.ToUpper(mine), victim[:31]+flip(victim[31])) {
-		e.clk.Advance(20 * e.gate.Policy().Limit("jobs").Lease() / 100)
+		e.clk.Advance(20 * e.gate.Policy().Limit("jobs").LeaseTerm() / 100)
 		e.post("/v1/renew", fmt.Sprintf(`{"rule":"jobs","key":"victim","lease":%q}`, lease), auth...)
 	}
-	e.clk.Advance(e.gate.Policy().Limit("jobs").Lease())
+	e.clk.Advance(e.gate.Policy().Limit("jobs").LeaseTerm())
 	if got := e.slotsFree("jobs", "victim"); got != 1 {
 		t.Fatalf("forged renewals kept the victim's slot past its lease (%d free)", got)
 	}

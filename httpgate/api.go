@@ -413,7 +413,7 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op engine.Op) {
 			e.Settle = g.issueHandle(p, rr.Match.Request)
 		}
 		if rr.Lease.Held() {
-			e.Lease, e.LeaseMs = rr.Lease.ID().String(), ceilMillis(rr.Lease.Limit().Lease())
+			e.Lease, e.LeaseMs = rr.Lease.ID().String(), ceilMillis(rr.Lease.Limit().LeaseTerm())
 		}
 		entries[i] = e
 	}
@@ -518,7 +518,7 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 
 // fill copies d into out; a limit that rejected has nothing remaining.
 func fill(out *DecisionResponse, d sluice.Decision, rejected bool) {
-	out.Limit = d.Limit
+	out.Limit = d.Capacity
 	out.Remaining = max(d.Remaining, 0)
 	if rejected {
 		out.Remaining = 0

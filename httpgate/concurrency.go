@@ -29,7 +29,7 @@ func (g *Gate) holdSlots(r *http.Request, v *policy.Verdict) func() {
 				return
 			}
 			g.opts.Logger.Warn("a request that ran past its lease lost its concurrency slot (the lease ended before it was renewed, and the slots were taken)",
-				"rule", ls.Limit().Name(), "key", ls.Key(), "lease", ls.Limit().Lease())
+				"rule", ls.Limit().Name(), "key", ls.Key(), "lease", ls.Limit().LeaseTerm())
 		})
 	}
 	return func() {
@@ -155,7 +155,7 @@ func (g *Gate) release(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, ReleaseResponse{
 		Released: d.Allowed, Rule: lim.Name(),
-		Limit: d.Limit, Remaining: max(d.Remaining, 0), ResetAfterMs: ceilMillis(d.ResetAfter),
+		Limit: d.Capacity, Remaining: max(d.Remaining, 0), ResetAfterMs: ceilMillis(d.ResetAfter),
 	})
 }
 
@@ -168,7 +168,7 @@ func (g *Gate) renew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, RenewResponse{
-		Renewed: d.Allowed, Rule: lim.Name(), LeaseMs: ceilMillis(lim.Lease()),
-		Limit: d.Limit, Remaining: max(d.Remaining, 0), ResetAfterMs: ceilMillis(d.ResetAfter),
+		Renewed: d.Allowed, Rule: lim.Name(), LeaseMs: ceilMillis(lim.LeaseTerm()),
+		Limit: d.Capacity, Remaining: max(d.Remaining, 0), ResetAfterMs: ceilMillis(d.ResetAfter),
 	})
 }

@@ -222,7 +222,7 @@ func (g *Gate) settleAPI(w http.ResponseWriter, r *http.Request) {
 	if s.Refunded != 0 || s.Extra != 0 || s.Forgiven != 0 {
 		d := s.Decision
 		rem, reset := max(d.Remaining, 0), ceilMillis(d.ResetAfter)
-		out.Limit, out.Remaining, out.Tokens, out.ResetAfterMs = &d.Limit, &rem, &d.Tokens, &reset
+		out.Limit, out.Remaining, out.Tokens, out.ResetAfterMs = &d.Capacity, &rem, &d.Tokens, &reset
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, out)

@@ -182,7 +182,7 @@ func TestAppendAllAnswersAsTakeAll(t *testing.T) {
 func TestTakeAllKeepsWhatDstHeld(t *testing.T) {
 	s := memory.New(memory.Options{})
 	lim := sluice.MustLimit(sluice.Spec{Name: "tb", Rate: 10, Period: time.Second, Capacity: 5})
-	first := sluice.Decision{Rule: "earlier", Limit: 7}
+	first := sluice.Decision{Rule: "earlier", Capacity: 7}
 	for _, n := range []int{1, 2} {
 		rs := []sluice.Request{{Limit: lim, Key: "a", Cost: 1}, {Limit: lim, Key: "b", Cost: 1}}[:n]
 		ds, err := s.TakeAll(context.Background(), engine.OpTake, rs, []sluice.Decision{first})

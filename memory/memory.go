@@ -275,7 +275,7 @@ func (sh *shard) decideUnlocked(at *attempt, lim *sluice.Limit, key string, ch e
 		at.tokens, at.stamp = st.Tokens, st.Stamp
 	} else { // token and leaky buckets: the hot path, called directly
 		next, o := engine.TakeTokenBucket(p, st.Bucket(), at.present, now, ch.Cost, ch.Reserve, ch.MaxReserved)
-		at.o, at.tokens, at.stamp = o, next.Tokens, next.Stamp
+		at.o, at.tokens, at.stamp = o, next.Scaled, next.Stamp
 	}
 	at.valid = sh.seq.Load() == at.seq
 	switch {

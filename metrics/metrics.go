@@ -93,12 +93,15 @@ func New(reg *prometheus.Registry) *Metrics {
 // StoreOps are the op labels of the store metrics, one per kind of store
 // call InstrumentStore records.
 func StoreOps() []string {
-	var ops, leases []string
+	var ops []string
 	for _, op := range []engine.Op{engine.OpTake, engine.OpPeek, engine.OpRefund} {
 		ops = append(ops, op.String(), op.String()+"_all")
-		leases = append(leases, op.LeaseString())
 	}
-	return append(append(append(ops, "reset"), leases...), engine.OpRenew.LeaseString())
+	ops = append(ops, "reset")
+	for _, op := range []engine.Op{engine.OpTake, engine.OpPeek, engine.OpRelease, engine.OpRenew} {
+		ops = append(ops, op.LeaseString())
+	}
+	return ops
 }
 
 // Observe counts one decision of rule; result is one of the Result
@@ -230,8 +233,8 @@ func (m *Metrics) InstrumentStore(s sluice.Store) sluice.Store {
 		}
 	}
 	i.reset = m.storeOpNamed("reset")
-	for op := range i.leases {
-		i.leases[op] = m.storeOpNamed(engine.Op(op).LeaseString())
+	for _, op := range []engine.Op{engine.OpTake, engine.OpPeek, engine.OpRelease, engine.OpRenew} {
+		i.leases[op] = m.storeOpNamed(op.LeaseString())
 	}
 	return i
 }
@@ -245,7 +248,7 @@ type instrumented struct {
 	reset *storeOp
 	// leases[op] is a concurrency limit's call (acquire, lease_peek,
 	// release, renew).
-	leases [engine.OpRenew + 1]*storeOp
+	leases [engine.OpRelease + 1]*storeOp
 	// inProcess is what s says of itself, asked once.
 	inProcess bool
 }
@@ -428,7 +431,7 @@ func (i *instrumented) Lease(ctx context.Context, op engine.Op, r sluice.Request
 	start := sinceStart()
 	d, err := i.s.Lease(ctx, op, r, id)
 	o := i.m.storeOpNamed(op.LeaseString())
-	if int(op) < len(i.leases) {
+	if int(op) < len(i.leases) && i.leases[op] != nil {
 		o = i.leases[op]
 	}
 	i.observe(o, start, err)

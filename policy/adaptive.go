@@ -377,7 +377,7 @@ func (r *Result) queueRefuse(op engine.Op) bool {
 	}
 	r.Decision = sluice.Decision{Allowed: false, RetryAfter: max(m.queueRoom, time.Millisecond)}
 	if l := m.Request.Limit; l != nil {
-		r.Decision.Limit, r.Decision.Rule = int64(l.Capacity()), l.Name()
+		r.Decision.Capacity, r.Decision.Rule = int64(l.Capacity()), l.Name()
 	}
 	return true
 }
@@ -397,12 +397,12 @@ func (r *Result) unscale() {
 	}
 	d := &r.Decision
 	if lim := r.Match.Request.Limit; lim != nil {
-		d.Limit = int64(math.Floor(lim.Capacity()/s + 1e-9))
+		d.Capacity = int64(math.Floor(lim.Capacity()/s + 1e-9))
 	}
 	d.Tokens /= s
 	d.Remaining = 0
 	if d.Tokens > 0 {
-		d.Remaining = min(int64(math.Floor(d.Tokens+1e-9)), d.Limit)
+		d.Remaining = min(int64(math.Floor(d.Tokens+1e-9)), d.Capacity)
 	}
 }
 

@@ -38,10 +38,10 @@ func (l *loader) concurrencyConfig(o *obj, path, name string) *variant {
 		spec.MaxInFlight = n
 	}
 	if d, dn, ok := o.duration("lease"); ok {
-		if d < sluice.MinLease || d > sluice.MaxLease {
+		if d < sluice.MinLeaseTerm || d > sluice.MaxLeaseTerm {
 			l.errf(dn, join(path, "lease"), "must be from 1ms to 24h (got %q): how long a slot stays held when its holder neither ends nor renews it", dn.Value)
 		} else {
-			spec.Lease = d
+			spec.LeaseTerm = d
 		}
 	}
 	l.jitter(o, &spec)
@@ -135,7 +135,7 @@ func (v *Verdict) slots(ctx context.Context, lim *sluice.Limiter, op engine.Op, 
 		switch {
 		case op == engine.OpTake && !hold:
 			r.unsupported = true
-			r.Decision = sluice.Decision{Limit: int64(req.Limit.MaxInFlight()), Rule: req.Limit.Name()}
+			r.Decision = sluice.Decision{Capacity: int64(req.Limit.MaxInFlight()), Rule: req.Limit.Name()}
 			all = false
 			continue
 		case op == engine.OpTake && all && try:

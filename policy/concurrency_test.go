@@ -63,9 +63,9 @@ func TestConcurrencyConfig(t *testing.T) {
 	}
 
 	p := mustParse(t, "rules:\n  - name: r\n    algorithm: concurrency\n    algorithm_config: {max_in_flight: 4}\n  - name: t\n    algorithm: concurrency\n    tiers:\n      - name: pro\n        match: {header:x-plan: pro}\n        algorithm_config: {max_in_flight: 8, lease: 2m, jitter: 1s}\n      - name: free\n        algorithm_config: {max_in_flight: 1}\n")
-	for name, want := range map[string][2]any{"r": {4, sluice.DefaultLease}, "t.pro": {8, 2 * time.Minute}, "t.free": {1, sluice.DefaultLease}} {
+	for name, want := range map[string][2]any{"r": {4, sluice.DefaultLeaseTerm}, "t.pro": {8, 2 * time.Minute}, "t.free": {1, sluice.DefaultLeaseTerm}} {
 		l := p.Limit(name)
-		if l == nil || l.Algorithm() != sluice.Concurrency || l.MaxInFlight() != want[0] || l.Lease() != want[1] {
+		if l == nil || l.Algorithm() != sluice.Concurrency || l.MaxInFlight() != want[0] || l.LeaseTerm() != want[1] {
 			t.Errorf("%s: %v; want a concurrency limit of %v slots on %v leases", name, l, want[0], want[1])
 		}
 	}

@@ -443,7 +443,7 @@ func refund(ctx context.Context, lim *sluice.Limiter, ms []Match, buf []Result) 
 			// leaves the slots as they are and reports none of them used.
 			l := m.Request.Limit
 			n := int64(l.MaxInFlight())
-			v.Results[i].Decision = sluice.Decision{Allowed: true, Limit: n, Remaining: n, Tokens: float64(n), Rule: l.Name()}
+			v.Results[i].Decision = sluice.Decision{Allowed: true, Capacity: n, Remaining: n, Tokens: float64(n), Rule: l.Name()}
 			continue
 		}
 		r := m.Request
@@ -461,7 +461,7 @@ func refund(ctx context.Context, lim *sluice.Limiter, ms []Match, buf []Result) 
 		if err != nil {
 			r.StoreErr = err
 			l := r.Match.Request.Limit
-			r.Decision = sluice.Decision{Allowed: true, Limit: int64(l.Capacity()), Rule: l.Name()}
+			r.Decision = sluice.Decision{Allowed: true, Capacity: int64(l.Capacity()), Rule: l.Name()}
 		} else {
 			r.Decision = ds[k]
 		}
@@ -505,7 +505,7 @@ func (r *Result) storeFailed(err error) {
 	r.StoreErr = err
 	l := r.Match.Request.Limit
 	c := l.Capacity()
-	d := sluice.Decision{Allowed: true, Limit: int64(c), Remaining: int64(c), Rule: l.Name(), Tokens: c}
+	d := sluice.Decision{Allowed: true, Capacity: int64(c), Remaining: int64(c), Rule: l.Name(), Tokens: c}
 	if r.Match.Rule != nil && r.Match.Rule.OnStoreError == DenyOnError {
 		d.Allowed, d.Remaining, d.Tokens, d.RetryAfter = false, 0, 0, StoreErrorRetry
 	}
@@ -534,6 +534,6 @@ func (r *Result) judge(op engine.Op) bool {
 func (r *Result) refuse(err error) {
 	r.Decision, r.impossible, r.refusal = sluice.Decision{Allowed: false}, true, err
 	if l := r.Match.Request.Limit; l != nil {
-		r.Decision.Limit, r.Decision.Rule = int64(l.Capacity()), l.Name()
+		r.Decision.Capacity, r.Decision.Rule = int64(l.Capacity()), l.Name()
 	}
 }

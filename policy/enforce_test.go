@@ -241,7 +241,7 @@ func TestTiersEnforced(t *testing.T) {
 		}
 	}
 	v := decide(t, p, lim, req(""), engine.OpTake, nil)
-	if v.Allowed || v.Overall.Rule != "api-key.free" || v.Overall.Limit != 20 {
+	if v.Allowed || v.Overall.Rule != "api-key.free" || v.Overall.Capacity != 20 {
 		t.Fatalf("free request 21: %+v", v.Overall)
 	}
 	// A forged enterprise token is a free caller.
@@ -259,7 +259,7 @@ func TestTiersEnforced(t *testing.T) {
 			t.Fatalf("enterprise match: %+v", v.Results[0].Match)
 		}
 	}
-	if v := decide(t, p, lim, req(enterprise), engine.OpTake, nil); v.Allowed || v.Overall.Limit != 2000 {
+	if v := decide(t, p, lim, req(enterprise), engine.OpTake, nil); v.Allowed || v.Overall.Capacity != 2000 {
 		t.Fatalf("enterprise request 2001: %+v", v.Overall)
 	}
 	// And enterprise traffic never drained the free bucket: after one

@@ -96,7 +96,7 @@ func (r *Result) Effective(taken bool) sluice.Decision {
 	}
 	cost := engine.FromMicroTokens(r.cost)
 	d.Tokens += cost / r.Match.Scale() // in the rule's units, as unscale reports them
-	d.Remaining = min(int64(math.Floor(math.Max(0, d.Tokens)+1e-9)), d.Limit)
+	d.Remaining = min(int64(math.Floor(math.Max(0, d.Tokens)+1e-9)), d.Capacity)
 	// A bucket refills continuously: it is full cost/rate sooner than the
 	// store's answer says. A window refills at its boundaries, which the
 	// cost does not move, so its answer stands (at worst a window late).
@@ -274,11 +274,11 @@ func AppendFields(dst []Field, v *Verdict, identity, path string, sets []string)
 			pol = append(pol, headerListDelim...)
 			state = append(state, headerListDelim...)
 		}
-		if lf := r.Match.v.fields(lim, d.Limit); lf != nil {
+		if lf := r.Match.v.fields(lim, d.Capacity); lf != nil {
 			pol = append(pol, lf.item...)
 			state = append(state, lf.name...)
 		} else {
-			pol = appendPolicyItem(pol, lim, d.Limit, windowSeconds(lim))
+			pol = appendPolicyItem(pol, lim, d.Capacity, windowSeconds(lim))
 			state = appendSFString(state, lim.Name())
 		}
 		state = strconv.AppendInt(append(state, ";r="...), remaining(d, refused), 10)
@@ -293,7 +293,7 @@ func AppendFields(dst []Field, v *Verdict, identity, path string, sets []string)
 	nums := enforced > 0 && (trio || legacy)
 	if nums {
 		d := v.Overall
-		all = strconv.AppendInt(all, d.Limit, 10)
+		all = strconv.AppendInt(all, d.Capacity, 10)
 		n1 = len(all)
 		all = strconv.AppendInt(all, remaining(d, !v.Allowed), 10)
 		n2 = len(all)

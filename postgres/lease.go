@@ -68,7 +68,7 @@ func (s *Store) Lease(ctx context.Context, op engine.Op, r sluice.Request, id en
 	switch op {
 	case engine.OpTake:
 		sql, letter, what = acquireSQL, "t", "acquire"
-	case engine.OpRefund:
+	case engine.OpRelease:
 		sql, letter, what = updateSQL, "r", "release"
 	case engine.OpRenew:
 		sql, letter, what = updateSQL, "n", "renew"

@@ -66,7 +66,7 @@ func leaseOp(op engine.Op) string {
 	switch op {
 	case engine.OpTake:
 		return "t"
-	case engine.OpRefund:
+	case engine.OpRelease:
 		return "r"
 	case engine.OpRenew:
 		return "n"

@@ -29,7 +29,7 @@ func TestLeaseServerClock(t *testing.T) {
 	lim := sluice.New(s)
 	ctx := context.Background()
 	const lease = 300 * time.Millisecond
-	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: lease})
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: lease})
 	start := time.Now()
 	held, d, err := lim.Acquire(ctx, sluice.Request{Limit: cc, Key: "k"})
 	if err != nil || !d.Allowed {
@@ -75,7 +75,7 @@ func TestAttackLeaseRenewOfNothingWritesNothing(t *testing.T) {
 	s := open(t, standaloneURL(t), redis.Options{KeyPrefix: prefix})
 	lim := sluice.New(s)
 	ctx := context.Background()
-	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Minute})
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: time.Minute})
 	conformance.CallsOnNothing(ctx, t, lim, cc, 50)
 	c := s.Client()
 	keys := func() []string {

@@ -22,22 +22,6 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// DefaultLeaseTerm is a concurrency limit's lease when its Spec gives none.
-const DefaultLeaseTerm = 30 * time.Second
-
-// Bounds of a concurrency limit's Spec.
-const (
-	// MaxInFlightLimit is the most slots a concurrency limit may have:
-	// a key's state is one entry per slot held (O(MaxInFlight)).
-	MaxInFlightLimit = 1 << 16
-	// MinLeaseTerm and MaxLeaseTerm bound Spec.LeaseTerm: a lease shorter than a
-	// millisecond ends before a store's answer is back, and one longer
-	// than a day keeps a dead holder's slot far longer than any request
-	// runs.
-	MinLeaseTerm = time.Millisecond
-	MaxLeaseTerm = 24 * time.Hour
-)
-
 // newConcurrency validates and compiles the Spec of a concurrency limit:
 // MaxInFlight slots held for Lease each; no rate, size or reservation.
 func newConcurrency(s Spec) (*Limit, error) {

@@ -95,12 +95,31 @@ type Limit struct {
 // nameSeed seeds NameID: random per process, so IDs never leave it.
 var nameSeed = maphash.MakeSeed()
 
-// ZeroCapacity is the Spec.Capacity of a bucket that holds nothing: with
-// Reserve, every request waits its turn, cost/rate after the previous one.
-const ZeroCapacity = -1
-
-// MaxNameLen is the longest name of a rule or a tier.
-const MaxNameLen = 64
+// Values and bounds of a Spec's fields.
+const (
+	// ZeroCapacity is the Spec.Capacity of a bucket that holds nothing:
+	// with Reserve, every request waits its turn, cost/rate after the
+	// previous one.
+	ZeroCapacity = -1
+	// MaxNameLen is the longest name of a rule or a tier.
+	MaxNameLen = 64
+	// MaxShards bounds Spec.Shards. A peek reads every shard and a Reset
+	// clears every one, so their cost grows with the count; beyond a few
+	// per Cluster node more shards only shrink each one.
+	MaxShards = 256
+	// DefaultLeaseTerm is a concurrency limit's lease term when its Spec
+	// gives none.
+	DefaultLeaseTerm = 30 * time.Second
+	// MaxInFlightLimit is the most slots a concurrency limit may have:
+	// a key's state is one entry per slot held (O(MaxInFlight)).
+	MaxInFlightLimit = 1 << 16
+	// MinLeaseTerm and MaxLeaseTerm bound Spec.LeaseTerm: a lease
+	// shorter than a millisecond ends before a store's answer is back,
+	// and one longer than a day keeps a dead holder's slot far longer
+	// than any request runs.
+	MinLeaseTerm = time.Millisecond
+	MaxLeaseTerm = 24 * time.Hour
+)
 
 // ValidName reports whether s may name a rule or a tier: 1 to MaxNameLen
 // bytes of A-Z a-z 0-9 _ . - (so that a name is safe in a metric label, a

@@ -14,11 +14,6 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// MaxShards bounds Spec.Shards. A peek reads every shard and a Reset
-// clears every one, so their cost grows with the count; beyond a few
-// per Cluster node more shards only shrink each one.
-const MaxShards = 256
-
 // shardSet is what a sharded Limit keeps to expand its requests.
 type shardSet struct {
 	n int

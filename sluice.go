@@ -39,7 +39,8 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// Errors returned for requests that can never be decided as asked. They are
+// Errors of a Limiter's calls: the requests that can never be decided
+// as asked, and rejections as errors. They are
 // wrapped with detail; test with errors.Is.
 var (
 	// ErrInvalidCost is a cost that is no amount of tokens: negative, NaN,
@@ -65,6 +66,13 @@ var (
 	// omission, as the decision API refuses it; a bucket meant to be
 	// shared is named ("global").
 	ErrNoKey = errors.New(`sluice: a request needs a key (a bucket shared by every caller is one key they all use, such as "global")`)
+	// ErrLimited is what a rejection is as an error: every *LimitedError
+	// is ErrLimited (errors.Is), whatever its rule, key and time.
+	ErrLimited = errors.New("sluice: rate limited")
+	// ErrBeyondDeadline is why Wait gave up without waiting: the turn it
+	// would have had comes after the context's deadline. The error Wait
+	// returns is a *LimitedError too.
+	ErrBeyondDeadline = errors.New("the turn comes after the context's deadline")
 )
 
 // Algorithm names how a Limit counts.

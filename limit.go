@@ -48,7 +48,7 @@ type Spec struct {
 	Reserve bool
 	// MaxReserved is how far into debt a reservation may take a token
 	// bucket or fixed window, in tokens. Zero means without bound: as far
-	// as every store can count exactly (see MaxDebt); a policy file's
+	// as every store can count exactly (see engine.MaxDebt); a policy file's
 	// rules get a finite default instead (policy.DefaultMaxReserved),
 	// since a server's clients share buckets with strangers. For a leaky bucket
 	// it is derived from MaxDelay.
@@ -376,7 +376,7 @@ func (n *normal) windowParams(s Spec, p *engine.Params) error {
 }
 
 // maxReserved is the debt bound of a max_reserved of tokens (zero: none)
-// on a limit of parameters p, in micro-tokens: at most MaxDebt, which is
+// on a limit of parameters p, in micro-tokens: at most engine.MaxDebt, which is
 // also what no bound means.
 func maxReserved(tokens float64, p *engine.Params) (int64, error) {
 	most := engine.MaxDebt(p)
@@ -429,19 +429,6 @@ func (l *Limit) TokensPerSecond() float64 {
 		return float64(l.params.RateNum) / float64(l.params.RateDen)
 	}
 	return float64(l.params.WindowRate) / float64(l.params.Period)
-}
-
-// Cost validates the cost of a take that sets no reservation of its own
-// against l and returns it in micro-tokens: the cost half of
-// Request.Charge's rule for OpTake, where a cost above the capacity (plus
-// max_reserved when every request of l reserves) is ErrCostExceedsLimit.
-// Zero is no cost here (ErrInvalidCost).
-func (l *Limit) Cost(cost float64) (int64, error) {
-	most := l.params.Capacity
-	if l.params.Reserve {
-		most += l.params.MaxReserved
-	}
-	return l.cost(engine.OpTake, cost, most)
 }
 
 // cost is the cost half of Request.Charge's rule (see there): most is the

@@ -25,7 +25,7 @@ type Request struct {
 	// plus MaxReserved. Token buckets, leaky buckets and fixed windows.
 	Reserve bool
 	// MaxReserved overrides the limit's MaxReserved for this request, in
-	// tokens; zero keeps the limit's. It is never more than MaxDebt.
+	// tokens; zero keeps the limit's. It is never more than engine.MaxDebt.
 	MaxReserved float64
 	// NoReserve refuses every reservation, even where the limit makes each
 	// request reserve (a leaky bucket, Spec.Reserve): for a caller that
@@ -59,13 +59,13 @@ type Request struct {
 //     way: "cost 1e+300 is above the capacity (10): it can never
 //     succeed", never as an invalid number.
 //   - A refund gives back at most the most that one request can be
-//     charged, the capacity plus the limit's max_reserved (MaxDebt when
+//     charged, the capacity plus the limit's max_reserved (engine.MaxDebt when
 //     it sets none; zero for a sliding log): a larger refund (infinity
 //     included) is a refund of that, which fills the bucket.
 //   - Reserving (Reserve, or a limit that always reserves: a leaky
 //     bucket, Spec.Reserve; never with NoReserve) needs a token bucket,
 //     leaky bucket or fixed window, else ErrReserveUnsupported. A MaxReserved of the request's
-//     own replaces the limit's: a valid amount, of which at most MaxDebt
+//     own replaces the limit's: a valid amount, of which at most engine.MaxDebt
 //     counts.
 func (r Request) Charge(op engine.Op) (engine.Charge, error) {
 	if r.Limit == nil {
@@ -116,24 +116,24 @@ func (r Request) Charge(op engine.Op) (engine.Charge, error) {
 // engine (memory, redis, postgres) implements it with the same arithmetic,
 // checked by the conformance vectors in package conformance.
 type Store interface {
-	// Take decides one request. With OpTake an admitted request is charged
-	// atomically; a rejected one changes nothing. OpRefund gives its cost
+	// Take decides one request. With engine.OpTake an admitted request is charged
+	// atomically; a rejected one changes nothing. engine.OpRefund gives its cost
 	// back. A store that decides on the system clock may set the
 	// Decision's RetryAt from its own reading (see Decision.RetryAt); one
 	// that leaves it zero lets the Limiter read its clock.
 	Take(ctx context.Context, op engine.Op, r Request) (Decision, error)
 	// TakeAll decides several requests all-or-nothing: they are charged
 	// only if every one is admitted, and a rejection charges none of them.
-	// The decisions are in the order of rs. OpRefund refunds every one.
+	// The decisions are in the order of rs. engine.OpRefund refunds every one.
 	// dst, when not nil, is memory the caller lends for them: a store
 	// may write them from dst[:0], or return a slice of its own.
 	TakeAll(ctx context.Context, op engine.Op, rs []Request, dst []Decision) ([]Decision, error)
 	// Reset forgets the state of key under l: the bucket is full again.
 	Reset(ctx context.Context, l *Limit, key string) error
 	// Lease applies op to lease id of r.Key under r.Limit, a concurrency
-	// limit, atomically, as StepLease defines: OpTake acquires a slot (or
-	// renews id's), OpPeek answers what OpTake would, OpRelease releases
-	// id's slot and OpRenew renews id's live lease alone. Other limits are
+	// limit, atomically, as engine.StepLease defines: engine.OpTake acquires a slot (or
+	// renews id's), engine.OpPeek answers what engine.OpTake would, engine.OpRelease releases
+	// id's slot and engine.OpRenew renews id's live lease alone. Other limits are
 	// ErrLeaseRequired (see Request.CheckLease).
 	Lease(ctx context.Context, op engine.Op, r Request, id engine.LeaseID) (Decision, error)
 	// Supports refuses a limit the store cannot compute exactly (an
@@ -173,7 +173,7 @@ func New(store Store) *Limiter { return NewWithOptions(store, Options{}) }
 // that returns one copies it, a large share of an in-process decision.
 type OutcomeStore interface {
 	Store
-	// TakeOutcome is Take answering in an Outcome.
+	// TakeOutcome is Take answering in an engine.Outcome.
 	TakeOutcome(ctx context.Context, op engine.Op, r Request) (engine.Outcome, error)
 }
 
@@ -331,7 +331,7 @@ type Decision struct {
 	Tokens float64
 }
 
-// Decide turns an engine's Outcome into a Decision of l.
+// Decide turns an engine's engine.Outcome into a Decision of l.
 func (l *Limit) Decide(o engine.Outcome) (d Decision) {
 	l.decideInto(&d, o)
 	return d

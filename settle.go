@@ -41,7 +41,7 @@ const settleTries = 4
 // sent). r.Cost and r.Reserve are not read: charged and actual say it
 // all. actual may be zero (the request used nothing).
 //
-// A request that used less is refunded the difference (OpRefund), never
+// A request that used less is refunded the difference (engine.OpRefund), never
 // above the bucket's capacity. A request that used more is charged the
 // difference, and that charge is never refused: it was served already.
 // It takes the bucket into debt, as a reservation does, as far as
@@ -180,7 +180,7 @@ func fitExtra(extra, tokens, bound int64) (charge, forgiven int64) {
 
 // SettleDebt is how far into debt, in tokens, a settlement's extra charge
 // (see Limiter.Settle) may take a bucket of l: as far as every store
-// counts exactly (MaxDebt, and at most two billion tokens: see
+// counts exactly (engine.MaxDebt, and at most two billion tokens: see
 // maxSettleDebt), whatever the limit's max_reserved, which bounds what a
 // client may reserve, not what it has used. So a key that used more than
 // it was charged owes all of it, and waits until its bucket has refilled

@@ -104,12 +104,7 @@ var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_log", 
 var algorithmPrefixes = [...]string{"tb", "fw", "sl", "lb", "cc"}
 
 // String returns the configuration name of a, such as "token_bucket".
-func (a Algorithm) String() string {
-	if int(a) < len(algorithmNames) {
-		return algorithmNames[a]
-	}
-	return fmt.Sprintf("algorithm(%d)", uint8(a))
-}
+func (a Algorithm) String() string { return engine.Algorithm(a).String() }
 
 // KeyPrefix returns the short prefix of bucket keys for a ("tb", "fw", ...).
 func (a Algorithm) KeyPrefix() string {

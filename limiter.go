@@ -116,24 +116,24 @@ func (r Request) Charge(op engine.Op) (engine.Charge, error) {
 // engine (memory, redis, postgres) implements it with the same arithmetic,
 // checked by the conformance vectors in package conformance.
 type Store interface {
-	// Take decides one request. With engine.OpTake an admitted request is charged
-	// atomically; a rejected one changes nothing. engine.OpRefund gives its cost
-	// back. A store that decides on the system clock may set the
-	// Decision's RetryAt from its own reading (see Decision.RetryAt); one
-	// that leaves it zero lets the Limiter read its clock.
+	// Take decides one request. With engine.OpTake an admitted request
+	// is charged atomically; a rejected one changes nothing.
+	// engine.OpRefund gives its cost back. The Decision's RetryAt is
+	// left zero: the Limiter dates it.
 	Take(ctx context.Context, op engine.Op, r Request) (Decision, error)
 	// TakeAll decides several requests all-or-nothing: they are charged
 	// only if every one is admitted, and a rejection charges none of them.
-	// The decisions are in the order of rs. engine.OpRefund refunds every one.
-	// dst, when not nil, is memory the caller lends for them: a store
+	// The decisions are in the order of rs. engine.OpRefund refunds
+	// every one. dst, when not nil, is memory the caller lends for them: a store
 	// may write them from dst[:0], or return a slice of its own.
 	TakeAll(ctx context.Context, op engine.Op, rs []Request, dst []Decision) ([]Decision, error)
 	// Reset forgets the state of key under l: the bucket is full again.
 	Reset(ctx context.Context, l *Limit, key string) error
 	// Lease applies op to lease id of r.Key under r.Limit, a concurrency
-	// limit, atomically, as engine.StepLease defines: engine.OpTake acquires a slot (or
-	// renews id's), engine.OpPeek answers what engine.OpTake would, engine.OpRelease releases
-	// id's slot and engine.OpRenew renews id's live lease alone. Other limits are
+	// limit, atomically, as engine.StepLease defines: engine.OpTake
+	// acquires a slot (or renews id's), engine.OpPeek answers what
+	// engine.OpTake would, engine.OpRelease releases id's slot and
+	// engine.OpRenew renews id's live lease alone. Other limits are
 	// ErrLeaseRequired (see Request.CheckLease).
 	Lease(ctx context.Context, op engine.Op, r Request, id engine.LeaseID) (Decision, error)
 	// Supports refuses a limit the store cannot compute exactly (an
@@ -312,15 +312,12 @@ type Decision struct {
 	// A Limiter adds the limit's Spec.Jitter to a rejection's.
 	RetryAfter time.Duration
 	// RetryAt is when RetryAfter ends on the Limiter's clock (see
-	// Options): the moment the store's answer says the wait is over. A
-	// store in the process dates it from its own reading of the system
-	// clock, the time it decided at (when the Limiter's clock is the
-	// system clock too); otherwise it is the time the store's answer
-	// reached the Limiter plus RetryAfter. A store with a server measures
-	// the wait on the server's clock, a moment before its answer arrives,
-	// so RetryAt is never early on the caller's clock, however far the two
-	// clocks are apart, and late by at most the answer's trip back. Zero
-	// when RetryAfter is.
+	// Options): the time the store's answer reached the Limiter plus
+	// RetryAfter, dated by the Limiter alone (stores answer waits, never
+	// moments). A store measures the wait on its own clock, a moment
+	// before its answer arrives, so RetryAt is never early on the
+	// caller's clock, however far the two clocks are apart, and late by
+	// at most the answer's trip back. Zero when RetryAfter is.
 	RetryAt time.Time
 	// ResetAfter is how long until the bucket is full again.
 	ResetAfter time.Duration
@@ -337,8 +334,9 @@ func (l *Limit) Decide(o engine.Outcome) (d Decision) {
 	return d
 }
 
-// decideInto writes l's Decision of o into d, field by field. Inlined (keep it within the inlining budget) where d is the
-// function's result, it writes the result in place: a returned literal is
+// decideInto writes l's Decision of o into d, field by field. Inlined
+// (keep it within the inlining budget) where d is the function's result,
+// it writes the result in place: a returned literal is
 // built in a temporary and copied, and the copy's wide loads stall on the
 // fields' narrow stores (store forwarding fails).
 func (l *Limit) decideInto(d *Decision, o engine.Outcome) {

@@ -14,34 +14,13 @@ package sluice
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash/maphash"
-	"slices"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/engine"
 )
-
-// DefaultLease is a concurrency limit's lease when its Spec gives none.
-const DefaultLease = 30 * time.Second
-
-// Bounds of a concurrency limit's Spec.
-const (
-	// MaxInFlightLimit is the most slots a concurrency limit may have:
-	// a key's state is one entry per slot held (O(MaxInFlight)).
-	MaxInFlightLimit = 1 << 16
-	// MinLease and MaxLease bound Spec.Lease: a lease shorter than a
-	// millisecond ends before a store's answer is back, and one longer
-	// than a day keeps a dead holder's slot far longer than any request
-	// runs.
-	MinLease = time.Millisecond
-	MaxLease = 24 * time.Hour
-)
-
-// ErrInvalidLease is a lease id that is not 32 hexadecimal digits.
-var ErrInvalidLease = errors.New("sluice: a lease id is 32 hexadecimal digits")
 
 // newConcurrency validates and compiles the Spec of a concurrency limit:
 // MaxInFlight slots held for Lease each; no rate, size or reservation.
@@ -64,17 +43,17 @@ func newConcurrency(s Spec) (*Limit, error) {
 	case s.Jitter < 0:
 		return bad("jitter must not be negative")
 	}
-	lease := s.Lease
+	lease := s.LeaseTerm
 	if lease == 0 {
-		lease = DefaultLease
+		lease = DefaultLeaseTerm
 	}
-	if lease < MinLease || lease > MaxLease {
-		return bad("lease must be from %v to %v (got %v)", MinLease, MaxLease, s.Lease)
+	if lease < MinLeaseTerm || lease > MaxLeaseTerm {
+		return bad("lease must be from %v to %v (got %v)", MinLeaseTerm, MaxLeaseTerm, s.LeaseTerm)
 	}
-	p := Params{
-		Algorithm: Concurrency,
-		Capacity:  int64(s.MaxInFlight) * TokenScale,
-		Period:    Micros(lease),
+	p := engine.Params{
+		Algorithm: engine.Concurrency,
+		Capacity:  int64(s.MaxInFlight) * engine.TokenScale,
+		Period:    engine.Micros(lease),
 		Offset:    -1,
 	}
 	return &Limit{spec: s, params: p, nameID: maphash.String(nameSeed, s.Name)}, nil
@@ -83,150 +62,19 @@ func newConcurrency(s Spec) (*Limit, error) {
 // MaxInFlight returns a concurrency limit's number of slots (0 for any
 // other limit).
 func (l *Limit) MaxInFlight() int {
-	if l.params.Algorithm != Concurrency {
+	if l.params.Algorithm != engine.Concurrency {
 		return 0
 	}
-	return int(l.params.Capacity / TokenScale)
+	return int(l.params.Capacity / engine.TokenScale)
 }
 
-// Lease returns how long a concurrency limit's slot is held without a
+// LeaseTerm returns how long a concurrency limit's slot is held without a
 // renewal (0 for any other limit).
-func (l *Limit) Lease() time.Duration {
-	if l.params.Algorithm != Concurrency {
+func (l *Limit) LeaseTerm() time.Duration {
+	if l.params.Algorithm != engine.Concurrency {
 		return 0
 	}
-	return Duration(l.params.Period)
-}
-
-// LeaseID names one held slot. It is drawn from crypto/rand (NewLeaseID)
-// and is the only proof of holding the slot: whoever knows it can renew
-// or release it, and 128 random bits cannot be guessed. It is meaningful
-// only under the limit and key it was acquired for.
-type LeaseID [16]byte
-
-// NewLeaseID returns a random lease id, never the zero one.
-func NewLeaseID() LeaseID {
-	var id LeaseID
-	for id == (LeaseID{}) {
-		rand.Read(id[:]) // never fails (crypto/rand, Go 1.24 and later)
-	}
-	return id
-}
-
-// String returns id as 32 lowercase hexadecimal digits, the form the
-// decision API and the stores use.
-func (id LeaseID) String() string { return hex.EncodeToString(id[:]) }
-
-// IsZero reports whether id is the zero id, which no lease has.
-func (id LeaseID) IsZero() bool { return id == LeaseID{} }
-
-// ParseLeaseID reads 32 hexadecimal digits (either case).
-func ParseLeaseID(s string) (LeaseID, error) {
-	var id LeaseID
-	if len(s) != 2*len(id) {
-		return id, fmt.Errorf("%w (got %d characters)", ErrInvalidLease, len(s))
-	}
-	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
-		return LeaseID{}, ErrInvalidLease
-	}
-	return id, nil
-}
-
-// LeaseEntry is one held slot of a concurrency limit: its lease and when
-// the lease ends, in microseconds of the store's clock.
-type LeaseEntry struct {
-	ID      LeaseID
-	Expires int64
-}
-
-// StepLease applies op for lease id to set, the leases of one key of a
-// concurrency limit of parameters p (p.Capacity/TokenScale slots, leases
-// of p.Period microseconds), at time now. It is the one definition of a
-// concurrency limit that every store implements (Go in memory, Lua in
-// Redis, PL/pgSQL in PostgreSQL):
-//
-//   - A lease is live while Expires > now; expired ones are dropped.
-//   - OpTake acquires: when id holds a live lease, it is renewed (its
-//     expiry becomes now + p.Period, never earlier than it was) and
-//     admitted; else it is admitted when fewer than N leases are live,
-//     and added with expiry now + p.Period.
-//   - OpPeek answers what OpTake would, changing nothing.
-//   - OpRefund releases: id's lease is removed; Allowed reports whether
-//     id held a live one.
-//   - OpRenew renews id's lease alone: when it is live, its expiry becomes
-//     now + p.Period (never earlier) and it is admitted; else it is
-//     rejected and nothing is added, so a caller cannot make a lease of
-//     an id it chose, nor get back a slot whose lease ended.
-//
-// The Outcome describes the set after op (for a peek, after the take it
-// would be): Tokens is N minus the leases held, in micro-tokens (below
-// zero when more are held than a lowered N allows); ResetAfter is the
-// wait until every lease has ended; a rejected acquire's RetryAfter is the
-// wait until enough leases end for a slot to be free, which is an upper
-// bound: a release frees one sooner (a rejected renewal has none: there
-// is nothing to wait for).
-//
-// OpTake, OpRefund and OpRenew rewrite set in place and return the set to
-// store with true; OpPeek leaves set as it was and returns false.
-func StepLease(p *Params, set []LeaseEntry, now int64, op Op, id LeaseID) ([]LeaseEntry, Outcome, bool) {
-	n := p.Capacity / TokenScale
-	var live int64
-	held := false
-	for _, e := range set {
-		if e.Expires > now {
-			live++
-			held = held || e.ID == id
-		}
-	}
-	var o Outcome
-	acquire := op == OpTake || op == OpPeek
-	if acquire {
-		o.Allowed = held || live < n
-	} else {
-		o.Allowed = held
-	}
-	after := set
-	if op == OpPeek {
-		after = slices.Clone(set)
-	}
-	out := after[:0]
-	for _, e := range after {
-		if e.Expires <= now || (op == OpRefund && e.ID == id) {
-			continue
-		}
-		if e.ID == id && o.Allowed {
-			e.Expires = max(e.Expires, now+p.Period)
-		}
-		out = append(out, e)
-	}
-	if o.Allowed && acquire && !held {
-		out = append(out, LeaseEntry{ID: id, Expires: now + p.Period})
-	}
-	o.Tokens = (n - int64(len(out))) * TokenScale
-	for _, e := range out {
-		o.ResetAfter = max(o.ResetAfter, e.Expires-now)
-	}
-	if !o.Allowed && acquire {
-		o.RetryAfter = slotFreeAfter(out, live-n+1, now)
-	}
-	if op == OpPeek {
-		return set, o, false
-	}
-	return out, o, true
-}
-
-// slotFreeAfter is the wait until k of the leases of set (all live) have
-// ended: the k-th earliest expiry, less now.
-func slotFreeAfter(set []LeaseEntry, k, now int64) int64 {
-	if k < 1 || k > int64(len(set)) {
-		return 0
-	}
-	exp := make([]int64, len(set))
-	for i, e := range set {
-		exp[i] = e.Expires
-	}
-	slices.Sort(exp)
-	return exp[k-1] - now
+	return engine.Duration(l.params.Period)
 }
 
 // slot checks that r asks for one slot of a concurrency limit: the
@@ -235,7 +83,7 @@ func (r *Request) slot() error {
 	if r.Limit == nil {
 		return fmt.Errorf("%w: request for key %q has no limit", ErrInvalidLimit, r.Key)
 	}
-	if r.Limit.params.Algorithm != Concurrency {
+	if r.Limit.params.Algorithm != engine.Concurrency {
 		return fmt.Errorf("limit %q is a %s, not a concurrency limit: %w", r.Limit.Name(), r.Limit.Algorithm(), ErrLeaseRequired)
 	}
 	if r.Cost != 0 && r.Cost != 1 {
@@ -270,11 +118,11 @@ type Lease struct {
 	l   *Limiter
 	lim *Limit
 	key string
-	id  LeaseID
+	id  engine.LeaseID
 }
 
 // ID returns the lease's id (zero for the zero Lease).
-func (s Lease) ID() LeaseID { return s.id }
+func (s Lease) ID() engine.LeaseID { return s.id }
 
 // Limit returns the limit the lease holds a slot of.
 func (s Lease) Limit() *Limit { return s.lim }
@@ -297,16 +145,17 @@ func (s Lease) Release(ctx context.Context) error {
 	return err
 }
 
-// Renew extends the lease to the limit's lease duration from now, for a
-// holder whose work runs longer than the lease. Its decision is allowed
-// while the lease holds its slot; a lease that had expired is acquired
-// again if a slot is free, and else rejected: the slot was lost.
-func (s Lease) Renew(ctx context.Context) (Decision, error) {
+// Reacquire takes the lease's slot again for the limit's lease term from
+// now, for a holder whose work runs longer than the lease: a live lease
+// is extended, and one that had expired is acquired again if a slot is
+// free, and else rejected (the slot was lost). Limiter.Renew, for a
+// caller with the id alone, only ever extends.
+func (s Lease) Reacquire(ctx context.Context) (Decision, error) {
 	if !s.Held() {
 		return Decision{}, fmt.Errorf("renew: the zero Lease holds no slot: %w", ErrLeaseRequired)
 	}
 	r := Request{Limit: s.lim, Key: s.key}
-	d, err := s.l.store.Lease(ctx, OpTake, r, s.id)
+	d, err := s.l.store.Lease(ctx, engine.OpTake, r, s.id)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -316,7 +165,7 @@ func (s Lease) Renew(ctx context.Context) (Decision, error) {
 
 // Acquire asks r.Limit, a concurrency limit, for one of r.Key's slots.
 // When admitted, the Lease holds it until Lease.Release, or until the
-// limit's lease ends without a Renew; the Decision's Remaining is the
+// limit's lease ends unrenewed; the Decision's Remaining is the
 // slots left. When rejected, the Lease is the zero Lease and the
 // Decision's RetryAfter is the wait until enough leases end for a slot to
 // be free: an upper bound, since a release frees one sooner.
@@ -330,8 +179,8 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Lease, Decision, erro
 	if err := r.keyedSlot(); err != nil {
 		return Lease{}, Decision{}, err
 	}
-	id := NewLeaseID()
-	d, err := l.store.Lease(ctx, OpTake, r, id)
+	id := engine.NewLeaseID()
+	d, err := l.store.Lease(ctx, engine.OpTake, r, id)
 	if err != nil {
 		return Lease{}, Decision{}, err
 	}
@@ -348,27 +197,27 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Lease, Decision, erro
 // after the release; its Allowed reports whether id held a live lease
 // (false for one already released, expired, or never acquired under this
 // limit and key).
-func (l *Limiter) Release(ctx context.Context, r Request, id LeaseID) (Decision, error) {
+func (l *Limiter) Release(ctx context.Context, r Request, id engine.LeaseID) (Decision, error) {
 	if err := r.keyedSlot(); err != nil {
 		return Decision{}, err
 	}
-	return l.store.Lease(ctx, OpRefund, r, id)
+	return l.store.Lease(ctx, engine.OpRelease, r, id)
 }
 
 // Renew extends lease id of r.Key under r.Limit, a concurrency limit, to
 // the limit's lease duration from now, while it is live: for a caller
 // that has the id alone (the decision API's /v1/renew), whose work runs
-// longer than the lease. Unlike Lease.Renew it never acquires: a lease
+// longer than the lease. Unlike Lease.Reacquire it never acquires: a lease
 // that has ended or been released, or that was never acquired under this
 // limit and key, is rejected and takes no slot, so that an id the caller
 // supplies never becomes a lease of the caller's choosing. The Decision
 // describes the key after the renewal; a rejection has no RetryAfter
 // (the caller takes a new slot, or waits as its take says).
-func (l *Limiter) Renew(ctx context.Context, r Request, id LeaseID) (Decision, error) {
+func (l *Limiter) Renew(ctx context.Context, r Request, id engine.LeaseID) (Decision, error) {
 	if err := r.keyedSlot(); err != nil {
 		return Decision{}, err
 	}
-	return l.store.Lease(ctx, OpRenew, r, id)
+	return l.store.Lease(ctx, engine.OpRenew, r, id)
 }
 
 // peekSlot answers what Acquire would for r.
@@ -376,7 +225,7 @@ func (l *Limiter) peekSlot(ctx context.Context, r Request) (Decision, error) {
 	if err := r.slot(); err != nil {
 		return Decision{}, err
 	}
-	d, err := l.store.Lease(ctx, OpPeek, r, LeaseID{})
+	d, err := l.store.Lease(ctx, engine.OpPeek, r, engine.LeaseID{})
 	l.advise(ctx, &d, &r, time.Time{})
 	return d, err
 }
@@ -393,7 +242,7 @@ func (s Lease) Keep(lost func(Decision, error)) (stop func()) {
 	if !s.Held() {
 		return func() {}
 	}
-	every := s.lim.Lease() / 2
+	every := s.lim.LeaseTerm() / 2
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -415,7 +264,7 @@ func (s Lease) Keep(lost func(Decision, error)) (stop func()) {
 			// A renewal that takes longer than half a lease is too late
 			// anyway; bounding it keeps stop from waiting on a hung store.
 			ctx, cancel := context.WithTimeout(context.Background(), every)
-			d, err := s.Renew(ctx)
+			d, err := s.Reacquire(ctx)
 			cancel()
 			if (err != nil || !d.Allowed) && lost != nil {
 				lost(d, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/engine"
 )
 
 func TestLeasesPureArithmetic(t *testing.T) {
@@ -18,7 +19,7 @@ func TestLeasesPureArithmetic(t *testing.T) {
 func TestConcurrencySpec(t *testing.T) {
 	ok := sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 3}
 	l, err := sluice.NewLimit(ok)
-	if err != nil || l.MaxInFlight() != 3 || l.Lease() != sluice.DefaultLease || l.Capacity() != 3 {
+	if err != nil || l.MaxInFlight() != 3 || l.LeaseTerm() != sluice.DefaultLeaseTerm || l.Capacity() != 3 {
 		t.Fatalf("%v, %v; want 3 slots on the default lease", l, err)
 	}
 	start := time.Duration(0)
@@ -26,16 +27,16 @@ func TestConcurrencySpec(t *testing.T) {
 		"no slots":          {Name: "x", Algorithm: sluice.Concurrency},
 		"too many slots":    {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: sluice.MaxInFlightLimit + 1},
 		"negative slots":    {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: -1},
-		"short lease":       {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Microsecond},
-		"negative lease":    {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: -time.Second},
-		"long lease":        {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: 25 * time.Hour},
+		"short lease":       {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: time.Microsecond},
+		"negative lease":    {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: -time.Second},
+		"long lease":        {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: 25 * time.Hour},
 		"a rate":            {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, TokensPerSecond: 5},
 		"a capacity":        {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Capacity: 5},
 		"reserve":           {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Reserve: true},
 		"start":             {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Start: &start},
 		"shards":            {Name: "x", Algorithm: sluice.Concurrency, MaxInFlight: 1, Shards: 4},
 		"slots on a bucket": {Name: "x", TokensPerSecond: 1, Burst: 1, MaxInFlight: 2},
-		"lease on a window": {Name: "x", Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Second, Lease: time.Second},
+		"lease on a window": {Name: "x", Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Second, LeaseTerm: time.Second},
 	} {
 		if _, err := sluice.NewLimit(s); !errors.Is(err, sluice.ErrInvalidLimit) {
 			t.Errorf("%s: %v, want ErrInvalidLimit", name, err)
@@ -44,17 +45,17 @@ func TestConcurrencySpec(t *testing.T) {
 }
 
 func TestLeaseIDs(t *testing.T) {
-	a, b := sluice.NewLeaseID(), sluice.NewLeaseID()
+	a, b := engine.NewLeaseID(), engine.NewLeaseID()
 	if a == b || a.IsZero() || len(a.String()) != 32 {
 		t.Fatalf("%s %s", a, b)
 	}
 	for _, s := range []string{a.String(), strings.ToUpper(a.String())} {
-		if got, err := sluice.ParseLeaseID(s); err != nil || got != a {
+		if got, err := engine.ParseLeaseID(s); err != nil || got != a {
 			t.Errorf("ParseLeaseID(%q) = %s, %v", s, got, err)
 		}
 	}
 	for _, s := range []string{"", "00", a.String() + "0", a.String()[:31] + "g", "-" + a.String()[1:]} {
-		if _, err := sluice.ParseLeaseID(s); !errors.Is(err, sluice.ErrInvalidLease) {
+		if _, err := engine.ParseLeaseID(s); !errors.Is(err, engine.ErrInvalidLease) {
 			t.Errorf("ParseLeaseID(%q): %v, want ErrInvalidLease", s, err)
 		}
 	}
@@ -87,12 +88,12 @@ func TestConcurrencyNeedsLease(t *testing.T) {
 			t.Errorf("Acquire %+v: %v, want an input error", bad, err)
 		}
 	}
-	if _, err := lim.Renew(ctx, sluice.Request{Limit: tb, Key: "k"}, sluice.NewLeaseID()); !errors.Is(err, sluice.ErrLeaseRequired) {
+	if _, err := lim.Renew(ctx, sluice.Request{Limit: tb, Key: "k"}, engine.NewLeaseID()); !errors.Is(err, sluice.ErrLeaseRequired) {
 		t.Errorf("Renew of a token bucket: %v", err)
 	}
 	// OpRenew is a call on leases alone: a take of it is refused before
 	// any state is read.
-	if _, err := (sluice.Request{Limit: tb, Key: "k"}).Charge(sluice.OpRenew); err == nil || !strings.Contains(err.Error(), "Store.Lease") {
+	if _, err := (sluice.Request{Limit: tb, Key: "k"}).Charge(engine.OpRenew); err == nil || !strings.Contains(err.Error(), "Store.Lease") {
 		t.Errorf("a take with OpRenew: %v", err)
 	}
 	var zero sluice.Lease
@@ -100,19 +101,19 @@ func TestConcurrencyNeedsLease(t *testing.T) {
 		t.Errorf("the zero Lease: %v", err)
 	}
 	zero.Keep(nil)() // nothing to keep, nothing to stop
-	if _, err := zero.Renew(ctx); !errors.Is(err, sluice.ErrLeaseRequired) {
+	if _, err := zero.Reacquire(ctx); !errors.Is(err, sluice.ErrLeaseRequired) {
 		t.Errorf("renewing the zero Lease: %v", err)
 	}
 }
 
 // Limiter.Renew, for a caller with the lease id alone, renews a live
-// lease and nothing else: unlike Lease.Renew it takes no slot for an id
+// lease and nothing else: unlike Lease.Reacquire it takes no slot for an id
 // that holds none, even with one free.
 func TestLimiterRenewNeverAcquires(t *testing.T) {
 	ctx := context.Background()
 	clk := sluice.NewManualClock(time.Unix(1000, 0))
 	lim := sluice.New(newMapStore(t, clk))
-	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 2, Lease: 10 * time.Second})
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 2, LeaseTerm: 10 * time.Second})
 	r := sluice.Request{Limit: cc, Key: "k"}
 	lease, d, err := lim.Acquire(ctx, r)
 	if err != nil || !d.Allowed {
@@ -122,16 +123,16 @@ func TestLimiterRenewNeverAcquires(t *testing.T) {
 	if d, err := lim.Renew(ctx, r, lease.ID()); err != nil || !d.Allowed || d.ResetAfter != 10*time.Second {
 		t.Fatalf("renewing a live lease: %+v, %v", d, err)
 	}
-	if d, err := lim.Renew(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed || d.Remaining != 1 {
+	if d, err := lim.Renew(ctx, r, engine.NewLeaseID()); err != nil || d.Allowed || d.Remaining != 1 {
 		t.Fatalf("renewing an id never acquired: %+v, %v; want refused, one slot still free", d, err)
 	}
 	clk.Advance(11 * time.Second) // past the renewed lease
 	if d, err := lim.Renew(ctx, r, lease.ID()); err != nil || d.Allowed || d.Remaining != 2 {
 		t.Fatalf("renewing an ended lease: %+v, %v; want refused, both slots free", d, err)
 	}
-	// Lease.Renew, by contrast, takes a free slot again.
-	if d, err := lease.Renew(ctx); err != nil || !d.Allowed || d.Remaining != 1 {
-		t.Fatalf("Lease.Renew of an ended lease with slots free: %+v, %v", d, err)
+	// Lease.Reacquire, by contrast, takes a free slot again.
+	if d, err := lease.Reacquire(ctx); err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("Lease.Reacquire of an ended lease with slots free: %+v, %v", d, err)
 	}
 }
 
@@ -142,7 +143,7 @@ func TestLeaseKeep(t *testing.T) {
 	ctx := context.Background()
 	clk := sluice.NewManualClock(time.Unix(1000, 0))
 	lim := sluice.NewWithOptions(newMapStore(t, clk), sluice.Options{Clock: clk})
-	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: 10 * time.Second})
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: 10 * time.Second})
 	r := sluice.Request{Limit: cc, Key: "k"}
 	ls, d, err := lim.Acquire(ctx, r)
 	if err != nil || !d.Allowed || ls.Key() != "k" || ls.Limit() != cc {
@@ -190,13 +191,13 @@ func FuzzStepLease(f *testing.F) {
 	f.Fuzz(func(t *testing.T, slots uint8, leaseUs uint32, ops []byte) {
 		n := int(slots%8) + 1
 		lease := time.Duration(leaseUs%5_000_000+1000) * time.Microsecond
-		l := sluice.MustLimit(sluice.Spec{Name: "f", Algorithm: sluice.Concurrency, MaxInFlight: n, Lease: lease})
+		l := sluice.MustLimit(sluice.Spec{Name: "f", Algorithm: sluice.Concurrency, MaxInFlight: n, LeaseTerm: lease})
 		p := l.Params()
-		ids := [4]sluice.LeaseID{sluice.NewLeaseID(), sluice.NewLeaseID(), sluice.NewLeaseID(), sluice.NewLeaseID()}
-		var set []sluice.LeaseEntry
+		ids := [4]engine.LeaseID{engine.NewLeaseID(), engine.NewLeaseID(), engine.NewLeaseID(), engine.NewLeaseID()}
+		var set []engine.LeaseEntry
 		now := int64(1_000_000_000)
-		live := func(set []sluice.LeaseEntry, now int64) (count int, ends map[sluice.LeaseID]int64) {
-			ends = map[sluice.LeaseID]int64{}
+		live := func(set []engine.LeaseEntry, now int64) (count int, ends map[engine.LeaseID]int64) {
+			ends = map[engine.LeaseID]int64{}
 			for _, e := range set {
 				if e.Expires > now {
 					count++
@@ -213,8 +214,8 @@ func FuzzStepLease(f *testing.F) {
 			case 1: // renew
 				_, ends := live(set, now)
 				_, held := ends[id]
-				var o sluice.Outcome
-				set, o, _ = sluice.StepLease(p, set, now, sluice.OpRenew, id)
+				var o engine.Outcome
+				set, o, _ = engine.StepLease(p, set, now, engine.OpRenew, id)
 				after, ends := live(set, now)
 				_, has := ends[id]
 				if o.Allowed != held || has != held || after != before || o.RetryAfter != 0 {
@@ -223,14 +224,14 @@ func FuzzStepLease(f *testing.F) {
 				if held && ends[id] < now+p.Period {
 					t.Fatalf("a renewed lease ends at %d, before %d", ends[id], now+p.Period)
 				}
-				if o.Tokens != int64(n-after)*sluice.TokenScale {
+				if o.Tokens != int64(n-after)*engine.TokenScale {
 					t.Fatalf("tokens %d with %d of %d held", o.Tokens, after, n)
 				}
 			case 0: // acquire
-				peekSet := append([]sluice.LeaseEntry(nil), set...)
-				_, po, pw := sluice.StepLease(p, peekSet, now, sluice.OpPeek, id)
-				var o sluice.Outcome
-				set, o, _ = sluice.StepLease(p, set, now, sluice.OpTake, id)
+				peekSet := append([]engine.LeaseEntry(nil), set...)
+				_, po, pw := engine.StepLease(p, peekSet, now, engine.OpPeek, id)
+				var o engine.Outcome
+				set, o, _ = engine.StepLease(p, set, now, engine.OpTake, id)
 				if pw || po != o {
 					t.Fatalf("peek %+v (write %v), acquire %+v", po, pw, o)
 				}
@@ -244,20 +245,20 @@ func FuzzStepLease(f *testing.F) {
 				if after > max(n, before) {
 					t.Fatalf("%d leases held with %d slots (%d before)", after, n, before)
 				}
-				if o.Tokens != int64(n-after)*sluice.TokenScale {
+				if o.Tokens != int64(n-after)*engine.TokenScale {
 					t.Fatalf("tokens %d with %d of %d held", o.Tokens, after, n)
 				}
 			case 2: // release
-				var o sluice.Outcome
+				var o engine.Outcome
 				_, ends := live(set, now)
 				_, held := ends[id]
-				set, o, _ = sluice.StepLease(p, set, now, sluice.OpRefund, id)
+				set, o, _ = engine.StepLease(p, set, now, engine.OpRelease, id)
 				if _, ends := live(set, now); o.Allowed != held || ends[id] != 0 {
 					t.Fatalf("release: %+v, held %v, still live %v", o, held, ends[id] != 0)
 				}
 			case 3: // a peek without a lease
-				copySet := append([]sluice.LeaseEntry(nil), set...)
-				out, o, w := sluice.StepLease(p, set, now, sluice.OpPeek, sluice.LeaseID{})
+				copySet := append([]engine.LeaseEntry(nil), set...)
+				out, o, w := engine.StepLease(p, set, now, engine.OpPeek, engine.LeaseID{})
 				if w || len(out) != len(copySet) || o.Allowed != (before < n) {
 					t.Fatalf("peek: %+v write %v, %d held of %d", o, w, before, n)
 				}

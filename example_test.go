@@ -85,7 +85,7 @@ func ExampleLimiter_TakeOrError() {
 // lease is released; a rejected caller gets the zero Lease, whose Release
 // does nothing.
 func ExampleLimiter_Acquire() {
-	inflight := sluice.MustLimit(sluice.Spec{Name: "llm-inflight", Algorithm: sluice.Concurrency, MaxInFlight: 2, Lease: time.Minute})
+	inflight := sluice.MustLimit(sluice.Spec{Name: "llm-inflight", Algorithm: sluice.Concurrency, MaxInFlight: 2, LeaseTerm: time.Minute})
 	lim := sluice.New(memory.New(memory.Options{}))
 	ctx := context.Background()
 	r := sluice.Request{Limit: inflight, Key: "api-key-7"}
@@ -115,7 +115,7 @@ func ExampleLimiter_Acquire_readme() {
 	lim := sluice.New(memory.New(memory.Options{}))
 	ctx := context.Background()
 	apiKey := "api-key-7"
-	inflight := sluice.MustLimit(sluice.Spec{Name: "llm-inflight", Algorithm: sluice.Concurrency, MaxInFlight: 4, Lease: 2 * time.Minute})
+	inflight := sluice.MustLimit(sluice.Spec{Name: "llm-inflight", Algorithm: sluice.Concurrency, MaxInFlight: 4, LeaseTerm: 2 * time.Minute})
 
 	lease, d, err := lim.Acquire(ctx, sluice.Request{Limit: inflight, Key: apiKey})
 	if err != nil {

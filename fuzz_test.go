@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // FuzzLimitAndCost feeds arbitrary numbers, NaN, infinities and extremes
@@ -32,14 +33,14 @@ func FuzzLimitAndCost(f *testing.F) {
 			return
 		}
 		clock := sluice.NewManualClock(time.UnixMicro(1_000_000_000_000))
-		store := &mapStore{clock: clock, m: map[string]*sluice.State{}, dens: map[string]int64{}}
+		store := &mapStore{clock: clock, m: map[string]*engine.State{}, dens: map[string]int64{}}
 		for i, c := range []float64{cost1, cost2, cost1, cost2} {
 			if i%2 == 1 && stepUs > -1e12 && stepUs < 1e12 {
 				clock.Advance(time.Duration(stepUs) * time.Microsecond)
 			}
-			op := sluice.OpTake
+			op := engine.OpTake
 			if i == 2 {
-				op = sluice.OpRefund // refunds never lift a bucket above its capacity
+				op = engine.OpRefund // refunds never lift a bucket above its capacity
 			}
 			d, err := store.Take(context.Background(), op, sluice.Request{Limit: lim, Key: "k", Cost: c, Reserve: reserve})
 			if err != nil {
@@ -48,13 +49,13 @@ func FuzzLimitAndCost(f *testing.F) {
 				}
 				continue
 			}
-			if d.Remaining < 0 || d.Remaining > d.Limit || d.RetryAfter < 0 || d.ResetAfter < 0 {
+			if d.Remaining < 0 || d.Remaining > d.Capacity || d.RetryAfter < 0 || d.ResetAfter < 0 {
 				t.Fatalf("cost %v: corrupt decision %+v", c, d)
 			}
 			if d.Tokens > lim.Capacity()+1e-6 || math.IsNaN(d.Tokens) {
 				t.Fatalf("cost %v: tokens %v above capacity %v", c, d.Tokens, lim.Capacity())
 			}
-			if debt := sluice.FromMicroTokens(lim.Params().MaxReserved); d.Tokens < -debt-1e-6 {
+			if debt := engine.FromMicroTokens(lim.Params().MaxReserved); d.Tokens < -debt-1e-6 {
 				t.Fatalf("cost %v: tokens %v, a debt beyond max_reserved %v", c, d.Tokens, debt)
 			}
 		}

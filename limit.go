@@ -1,13 +1,14 @@
 package sluice
 
 import (
-	"github.com/sluicehq/sluice/internal/reserved"
-
 	"fmt"
 	"hash/maphash"
 	"math"
 	"math/big"
 	"time"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/reserved"
 )
 
 // Spec describes a limit as a person writes it. It accepts both spellings
@@ -47,7 +48,7 @@ type Spec struct {
 	Reserve bool
 	// MaxReserved is how far into debt a reservation may take a token
 	// bucket or fixed window, in tokens. Zero means without bound: as far
-	// as every store can count exactly (see MaxDebt); a policy file's
+	// as every store can count exactly (see engine.MaxDebt); a policy file's
 	// rules get a finite default instead (policy.DefaultMaxReserved),
 	// since a server's clients share buckets with strangers. For a leaky bucket
 	// it is derived from MaxDelay.
@@ -75,10 +76,10 @@ type Spec struct {
 	// MaxInFlight is a Concurrency limit's number of slots: at most this
 	// many requests of a key hold one at once (1 to MaxInFlightLimit).
 	MaxInFlight int
-	// Lease is how long a Concurrency limit's slot stays held without a
-	// renewal or a release (default DefaultLease): a holder that dies
+	// LeaseTerm is how long a Concurrency limit's slot stays held without a
+	// renewal or a release (default DefaultLeaseTerm): a holder that dies
 	// without releasing loses its slot when its lease ends.
-	Lease time.Duration
+	LeaseTerm time.Duration
 }
 
 // Limit is a validated, compiled Spec: immutable and safe to share. Every
@@ -86,7 +87,7 @@ type Spec struct {
 // rate and sizes.
 type Limit struct {
 	spec   Spec
-	params Params
+	params engine.Params
 	nameID uint64
 	shards *shardSet // nil unless Spec.Shards > 1
 }
@@ -94,105 +95,31 @@ type Limit struct {
 // nameSeed seeds NameID: random per process, so IDs never leave it.
 var nameSeed = maphash.MakeSeed()
 
-// Params is the integer form of a Limit that every engine computes with.
-//
-// For token and leaky buckets, tokens are kept in "scaled units" of
-// 1/(TokenScale*RateDen) token, so that the refill over e microseconds is
-// exactly e*RateNum units: a rate of num/den micro-tokens per microsecond
-// needs no division and accumulates no rounding, however long the refill
-// runs. Every scaled value stays below 2^62.
-type Params struct {
-	Algorithm Algorithm
-	// RateNum/RateDen is the refill in micro-tokens per microsecond
-	// (token and leaky buckets), reduced to lowest terms.
-	RateNum, RateDen int64
-	// Capacity is the bucket, rollover or log size in micro-tokens.
-	Capacity int64
-	// MaxReserved is the debt a reservation may run up, in micro-tokens:
-	// the limit's max_reserved, or MaxDebt when it sets none.
-	MaxReserved int64
-	// WindowRate is the micro-tokens each fixed window adds.
-	WindowRate int64
-	// Period is the fixed window or sliding log length in microseconds.
-	Period int64
-	// Offset is the fixed window start in microseconds, or -1 for a
-	// per-key offset (see WindowOffset).
-	Offset int64
-	// Reserve is set when every request reserves a turn: leaky buckets,
-	// and limits whose Spec sets Reserve.
-	Reserve bool
-	// rateInv and denInv are reciprocal(RateNum) and reciprocal(RateDen),
-	// for the divisions of every decision; zero in Params built by hand,
-	// which then divide.
-	rateInv, denInv uint64
-}
-
-// setReciprocals computes rateInv and denInv: called wherever a Limit's
-// Params are final.
-func (p *Params) setReciprocals() {
-	p.rateInv, p.denInv = reciprocal(p.RateNum), reciprocal(p.RateDen)
-}
-
-// ZeroCapacity is the Spec.Capacity of a bucket that holds nothing: with
-// Reserve, every request waits its turn, cost/rate after the previous one.
-const ZeroCapacity = -1
-
+// Values and bounds of a Spec's fields.
 const (
-	maxScaled  = 1 << 62
-	maxRateDen = 1_000_000_000
-	// maxExactScaled bounds the values of a limit that every store,
-	// Redis's Lua included, computes exactly: Lua numbers are doubles,
-	// exact for integers below 2^53, and 2^52 leaves room for every
-	// intermediate (a sum of two values, a quotient times its divisor).
-	maxExactScaled = 1 << 52
+	// ZeroCapacity is the Spec.Capacity of a bucket that holds nothing:
+	// with Reserve, every request waits its turn, cost/rate after the
+	// previous one.
+	ZeroCapacity = -1
+	// MaxNameLen is the longest name of a rule or a tier.
+	MaxNameLen = 64
+	// MaxShards bounds Spec.Shards. A peek reads every shard and a Reset
+	// clears every one, so their cost grows with the count; beyond a few
+	// per Cluster node more shards only shrink each one.
+	MaxShards = 256
+	// DefaultLeaseTerm is a concurrency limit's lease term when its Spec
+	// gives none.
+	DefaultLeaseTerm = 30 * time.Second
+	// MaxInFlightLimit is the most slots a concurrency limit may have:
+	// a key's state is one entry per slot held (O(MaxInFlight)).
+	MaxInFlightLimit = 1 << 16
+	// MinLeaseTerm and MaxLeaseTerm bound Spec.LeaseTerm: a lease
+	// shorter than a millisecond ends before a store's answer is back,
+	// and one longer than a day keeps a dead holder's slot far longer
+	// than any request runs.
+	MinLeaseTerm = time.Millisecond
+	MaxLeaseTerm = 24 * time.Hour
 )
-
-// MaxDebt is the most debt, in micro-tokens, that a reservation may run
-// up on a limit of parameters p: what a max_reserved left unset ("without
-// bound") means, and the most any max_reserved can mean. A reservation
-// needs no bound of its own, but its arithmetic does: the debt is kept
-// where every value the algorithm computes (the debt plus the capacity,
-// scaled by the rate's denominator for a bucket; the windows it takes to
-// pay, times the period, for a fixed window) stays below 2^52, the range
-// that every store computes exactly. For most limits that is billions of
-// tokens, or months of turns. A limit beyond that range even without debt,
-// which only the stores that compute in 64-bit integers take, gets the
-// range below 2^62 instead. Sliding logs take no reservations: zero.
-func MaxDebt(p *Params) int64 {
-	switch p.Algorithm {
-	case TokenBucket, LeakyBucket:
-		if p.RateDen <= 0 {
-			return 0
-		}
-		hi := int64(maxExactScaled)
-		if p.Capacity > (hi-1)/p.RateDen {
-			hi = maxScaled
-		}
-		return max(0, (hi-1)/p.RateDen-p.Capacity)
-	case FixedWindow:
-		if p.WindowRate <= 0 || p.Period <= 0 {
-			return 0
-		}
-		// The most tokens whose debt still pays back within range: a wait
-		// is up to ceil((capacity+debt)/rate) + 1 periods.
-		most := func(hi int64) int64 {
-			windows := (hi-1)/p.Period - 1
-			if windows <= 0 {
-				return 0
-			}
-			return min(hi-1, mulDiv(windows, p.WindowRate, 1))
-		}
-		m := most(maxExactScaled)
-		if p.Capacity > m {
-			m = most(maxScaled)
-		}
-		return max(0, m-p.Capacity)
-	}
-	return 0
-}
-
-// MaxNameLen is the longest name of a rule or a tier.
-const MaxNameLen = 64
 
 // ValidName reports whether s may name a rule or a tier: 1 to MaxNameLen
 // bytes of A-Z a-z 0-9 _ . - (so that a name is safe in a metric label, a
@@ -235,168 +162,224 @@ func init() {
 func NewLimit(s Spec) (*Limit, error) { return newLimit(s, true) }
 
 // newLimit is NewLimit; checkName false admits any non-empty name, for
-// the limits sluice keeps for itself (package internal/reserved).
+// the limits sluice keeps for itself (package internal/reserved). It
+// checks the Spec in the order its steps name: the name and algorithm,
+// the numbers, the spelling of the rate (normalize), the sizes
+// (sizeParams) and what the algorithm adds (bucketParams, windowParams).
 func newLimit(s Spec, checkName bool) (*Limit, error) {
-	bad := func(format string, a ...any) (*Limit, error) {
-		return nil, &SpecError{Limit: s.Name, Reason: fmt.Sprintf(format, a...)}
-	}
-	// badField names the field at fault; reason is said of it.
-	badField := func(field, format string, a ...any) (*Limit, error) {
-		return nil, &SpecError{Limit: s.Name, Field: field, Reason: fmt.Sprintf(format, a...)}
-	}
 	if s.Name == "" {
 		return nil, fmt.Errorf("%w: a limit needs a name", ErrInvalidLimit)
 	}
 	if checkName && !validLimitName(s.Name) {
-		return badField("name", "must be 1 to %d of A-Z a-z 0-9 _ . - (or RULE.TIER, two such names), as in a policy file", MaxNameLen)
+		return nil, specErr(s, "name", "must be 1 to %d of A-Z a-z 0-9 _ . - (or RULE.TIER, two such names), as in a policy file", MaxNameLen)
 	}
 	if int(s.Algorithm) >= len(algorithmNames) {
-		return bad("unknown algorithm %d", s.Algorithm)
+		return nil, specErr(s, "", "unknown algorithm %d", s.Algorithm)
 	}
-	if s.Algorithm == Concurrency || s.MaxInFlight != 0 || s.Lease != 0 {
+	if s.Algorithm == Concurrency || s.MaxInFlight != 0 || s.LeaseTerm != 0 {
 		return newConcurrency(s)
 	}
-	for field, v := range map[string]float64{"tokens_per_second": s.TokensPerSecond, "burst": s.Burst, "rate": s.Rate, "capacity": s.Capacity, "max_reserved": s.MaxReserved} {
-		if math.IsNaN(v) || math.IsInf(v, 0) || (v < 0 && field != "capacity") {
-			return badField(field, "must be a finite number >= 0, got %v", v)
-		}
+	if err := checkNumbers(s); err != nil {
+		return nil, err
 	}
-	if s.Period < 0 || s.MaxDelay < 0 {
-		return bad("period and max_delay must not be negative")
+	n, err := normalize(s)
+	if err != nil {
+		return nil, err
 	}
-	if s.Jitter < 0 {
-		return badField("jitter", "must not be negative")
-	}
-	// Normalise the two spellings into rate per period plus capacity.
-	rate, period, capacity := s.Rate, s.Period, s.Capacity
-	switch {
-	case s.TokensPerSecond > 0 && s.Rate > 0:
-		return bad("give either tokens_per_second or rate, not both")
-	case s.TokensPerSecond > 0:
-		if s.Period != 0 && s.Period != time.Second {
-			return bad("tokens_per_second is per second; use rate with period for another period")
-		}
-		rate, period = s.TokensPerSecond, time.Second
-		if s.Algorithm == TokenBucket && s.Burst == 0 && s.Capacity == 0 {
-			// As in a policy file: a bucket one second deep is a guess
-			// about bursts that the writer should make.
-			return badField("burst", "is required with tokens_per_second (the bucket size: how many requests may pass at once)")
-		}
-		if s.Burst > 0 && s.Capacity != 0 && s.Burst != s.Capacity {
-			return bad("burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
-		}
-		if s.Burst > 0 {
-			capacity = s.Burst
-		}
-	case s.Rate > 0:
-		if period == 0 {
-			period = time.Second
-		}
-		if s.Burst > 0 && s.Capacity != 0 && s.Burst != s.Capacity {
-			return bad("burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
-		}
-		if capacity == 0 {
-			capacity = s.Burst
-		}
-	default:
-		return bad("a rate is required: tokens_per_second (rps) or rate, > 0")
-	}
-	if period%time.Microsecond != 0 {
-		return badField("period", "must be a whole number of microseconds (the resolution of every store), got %v", period)
-	}
-	if capacity == 0 {
-		capacity = rate
-		if s.Algorithm == LeakyBucket {
-			capacity = 1
-		}
-	}
-	p := Params{Algorithm: s.Algorithm, Period: int64(period / time.Microsecond), Offset: -1, Reserve: s.Reserve}
-	if s.Reserve && s.Algorithm == SlidingLog {
-		return bad("reserve needs a token bucket, leaky bucket or fixed window")
-	}
-	// The fields the rate and the size were given in, for errors.
-	rateField, capField := "rate", "capacity"
-	if s.TokensPerSecond > 0 {
-		rateField = "tokens_per_second"
-	}
-	switch {
-	case s.Capacity == 0 && s.Burst > 0:
-		capField = "burst"
-	case s.Capacity == 0:
-		capField = rateField // the size defaults to the rate
-	}
-	var err error
-	var why string
-	switch {
-	case capacity >= 0:
-		if p.Capacity, why = amountReason(capacity); why != "" {
-			return badField(capField, "%s", why)
-		}
-	case !s.Reserve && s.Algorithm != LeakyBucket:
-		// Without a reservation no request could ever pass.
-		return bad("a capacity of zero needs reserve (every request then waits its turn)")
-	default:
-		capacity = 0
-	}
-	if p.WindowRate, why = amountReason(rate); why != "" {
-		return badField(rateField, "%s", why)
-	}
-	if s.Start != nil {
-		if *s.Start < 0 {
-			return badField("start", "must not be negative")
-		}
-		p.Offset = int64(*s.Start/time.Microsecond) % p.Period
+	p, err := n.sizeParams(s)
+	if err != nil {
+		return nil, err
 	}
 	switch s.Algorithm {
 	case TokenBucket, LeakyBucket:
-		p.RateNum, p.RateDen, err = rational(rate, p.Period)
-		if err != nil {
-			return badField(rateField, "%v", err)
-		}
-		if hi := float64(p.Capacity) * float64(p.RateDen); hi >= maxScaled {
-			return badField(capField, "%v is too large for this rate's precision: give the rate as rate and period in whole numbers", capacity)
-		}
-		if s.Algorithm == LeakyBucket {
-			p.Reserve = true
-			delay := s.MaxDelay
-			if delay == 0 {
-				delay = time.Second
-			}
-			// The debt that drains in exactly delay.
-			p.MaxReserved = min(mulDiv(Micros(delay), p.RateNum, p.RateDen), MaxDebt(&p))
-		} else if p.MaxReserved, err = maxReserved(s.MaxReserved, &p); err != nil {
-			return badField("max_reserved", "%v", err)
-		}
+		err = n.bucketParams(s, &p)
 	case FixedWindow, SlidingLog:
-		if s.Algorithm == SlidingLog && s.MaxReserved > 0 {
-			return bad("max_reserved needs a token bucket, leaky bucket or fixed window")
-		}
-		if s.Algorithm == SlidingLog && p.Offset >= 0 {
-			return bad("start applies to fixed windows only")
-		}
-		// Waits reach up to capacity/rate windows ahead; keep them in range.
-		if windows := float64(p.Capacity/p.WindowRate + 1); windows*float64(p.Period) >= maxScaled {
-			return bad("refilling capacity %v at rate %v per %v takes too long to express", capacity, rate, period)
-		}
-		if s.Algorithm == FixedWindow {
-			if p.MaxReserved, err = maxReserved(s.MaxReserved, &p); err != nil {
-				return badField("max_reserved", "%v", err)
-			}
-		}
+		err = n.windowParams(s, &p)
 	}
-	p.setReciprocals()
+	if err != nil {
+		return nil, err
+	}
+	p.Precompute()
 	l := &Limit{spec: s, params: p, nameID: maphash.String(nameSeed, s.Name)}
 	if err := l.initShards(); err != nil {
-		return bad("%v", err)
+		return nil, specErr(s, "", "%v", err)
 	}
 	return l, nil
 }
 
+// specErr is the error of a Spec that cannot be enforced, naming the
+// field at fault (none when the fault lies between fields).
+func specErr(s Spec, field, format string, a ...any) error {
+	return &SpecError{Limit: s.Name, Field: field, Reason: fmt.Sprintf(format, a...)}
+}
+
+// checkNumbers refuses the numbers of a rate limit's Spec that no
+// spelling admits: NaN, infinities, negative amounts (but a capacity,
+// where negative is ZeroCapacity) and negative durations.
+func checkNumbers(s Spec) error {
+	for field, v := range map[string]float64{"tokens_per_second": s.TokensPerSecond, "burst": s.Burst, "rate": s.Rate, "capacity": s.Capacity, "max_reserved": s.MaxReserved} {
+		if math.IsNaN(v) || math.IsInf(v, 0) || (v < 0 && field != "capacity") {
+			return specErr(s, field, "must be a finite number >= 0, got %v", v)
+		}
+	}
+	if s.Period < 0 || s.MaxDelay < 0 {
+		return specErr(s, "", "period and max_delay must not be negative")
+	}
+	if s.Jitter < 0 {
+		return specErr(s, "jitter", "must not be negative")
+	}
+	return nil
+}
+
+// normal is a rate limit's Spec in one spelling, rate tokens per period
+// up to capacity (negative: ZeroCapacity), with the fields the rate and
+// the size were given in, for errors.
+type normal struct {
+	rate, capacity      float64
+	period              time.Duration
+	rateField, capField string
+}
+
+// normalize reads the two spellings of a Spec (tokens_per_second with
+// burst, rate per period with capacity) into one.
+func normalize(s Spec) (normal, error) {
+	n := normal{rate: s.Rate, period: s.Period, capacity: s.Capacity, rateField: "rate", capField: "capacity"}
+	switch {
+	case s.TokensPerSecond > 0 && s.Rate > 0:
+		return n, specErr(s, "", "give either tokens_per_second or rate, not both")
+	case s.TokensPerSecond > 0:
+		if s.Period != 0 && s.Period != time.Second {
+			return n, specErr(s, "", "tokens_per_second is per second; use rate with period for another period")
+		}
+		n.rate, n.period = s.TokensPerSecond, time.Second
+		if s.Algorithm == TokenBucket && s.Burst == 0 && s.Capacity == 0 {
+			// As in a policy file: a bucket one second deep is a guess
+			// about bursts that the writer should make.
+			return n, specErr(s, "burst", "is required with tokens_per_second (the bucket size: how many requests may pass at once)")
+		}
+		if s.Burst > 0 && s.Capacity != 0 && s.Burst != s.Capacity {
+			return n, specErr(s, "", "burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
+		}
+		if s.Burst > 0 {
+			n.capacity = s.Burst
+		}
+	case s.Rate > 0:
+		if n.period == 0 {
+			n.period = time.Second
+		}
+		if s.Burst > 0 && s.Capacity != 0 && s.Burst != s.Capacity {
+			return n, specErr(s, "", "burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
+		}
+		if n.capacity == 0 {
+			n.capacity = s.Burst
+		}
+	default:
+		return n, specErr(s, "", "a rate is required: tokens_per_second (rps) or rate, > 0")
+	}
+	if n.period%time.Microsecond != 0 {
+		return n, specErr(s, "period", "must be a whole number of microseconds (the resolution of every store), got %v", n.period)
+	}
+	if n.capacity == 0 {
+		n.capacity = n.rate
+		if s.Algorithm == LeakyBucket {
+			n.capacity = 1
+		}
+	}
+	if s.TokensPerSecond > 0 {
+		n.rateField = "tokens_per_second"
+	}
+	switch {
+	case s.Capacity == 0 && s.Burst > 0:
+		n.capField = "burst"
+	case s.Capacity == 0:
+		n.capField = n.rateField // the size defaults to the rate
+	}
+	return n, nil
+}
+
+// sizeParams converts n's sizes, window rate and start to Params, the
+// part every rate algorithm shares.
+func (n *normal) sizeParams(s Spec) (engine.Params, error) {
+	p := engine.Params{Algorithm: engine.Algorithm(s.Algorithm), Period: int64(n.period / time.Microsecond), Offset: -1, Reserve: s.Reserve}
+	if s.Reserve && s.Algorithm == SlidingLog {
+		return p, specErr(s, "", "reserve needs a token bucket, leaky bucket or fixed window")
+	}
+	var why string
+	switch {
+	case n.capacity >= 0:
+		if p.Capacity, why = amountReason(n.capacity); why != "" {
+			return p, specErr(s, n.capField, "%s", why)
+		}
+	case !s.Reserve && s.Algorithm != LeakyBucket:
+		// Without a reservation no request could ever pass.
+		return p, specErr(s, "", "a capacity of zero needs reserve (every request then waits its turn)")
+	default:
+		n.capacity = 0
+	}
+	if p.WindowRate, why = amountReason(n.rate); why != "" {
+		return p, specErr(s, n.rateField, "%s", why)
+	}
+	if s.Start != nil {
+		if *s.Start < 0 {
+			return p, specErr(s, "start", "must not be negative")
+		}
+		p.Offset = int64(*s.Start/time.Microsecond) % p.Period
+	}
+	return p, nil
+}
+
+// bucketParams completes the Params of a token or leaky bucket: its rate
+// as an exact fraction, and its debt bound.
+func (n *normal) bucketParams(s Spec, p *engine.Params) error {
+	var err error
+	p.RateNum, p.RateDen, err = rational(n.rate, p.Period)
+	if err != nil {
+		return specErr(s, n.rateField, "%v", err)
+	}
+	if hi := float64(p.Capacity) * float64(p.RateDen); hi >= engine.MaxScaled {
+		return specErr(s, n.capField, "%v is too large for this rate's precision: give the rate as rate and period in whole numbers", n.capacity)
+	}
+	if s.Algorithm == LeakyBucket {
+		p.Reserve = true
+		delay := s.MaxDelay
+		if delay == 0 {
+			delay = time.Second
+		}
+		// The debt that drains in exactly delay.
+		p.MaxReserved = min(engine.MulDiv(engine.Micros(delay), p.RateNum, p.RateDen), engine.MaxDebt(p))
+	} else if p.MaxReserved, err = maxReserved(s.MaxReserved, p); err != nil {
+		return specErr(s, "max_reserved", "%v", err)
+	}
+	return nil
+}
+
+// windowParams checks and completes the Params of a fixed window or a
+// sliding log.
+func (n *normal) windowParams(s Spec, p *engine.Params) error {
+	if s.Algorithm == SlidingLog && s.MaxReserved > 0 {
+		return specErr(s, "", "max_reserved needs a token bucket, leaky bucket or fixed window")
+	}
+	if s.Algorithm == SlidingLog && p.Offset >= 0 {
+		return specErr(s, "", "start applies to fixed windows only")
+	}
+	// Waits reach up to capacity/rate windows ahead; keep them in range.
+	if windows := float64(p.Capacity/p.WindowRate + 1); windows*float64(p.Period) >= engine.MaxScaled {
+		return specErr(s, "", "refilling capacity %v at rate %v per %v takes too long to express", n.capacity, n.rate, n.period)
+	}
+	if s.Algorithm == FixedWindow {
+		var err error
+		if p.MaxReserved, err = maxReserved(s.MaxReserved, p); err != nil {
+			return specErr(s, "max_reserved", "%v", err)
+		}
+	}
+	return nil
+}
+
 // maxReserved is the debt bound of a max_reserved of tokens (zero: none)
-// on a limit of parameters p, in micro-tokens: at most MaxDebt, which is
+// on a limit of parameters p, in micro-tokens: at most engine.MaxDebt, which is
 // also what no bound means.
-func maxReserved(tokens float64, p *Params) (int64, error) {
-	most := MaxDebt(p)
+func maxReserved(tokens float64, p *engine.Params) (int64, error) {
+	most := engine.MaxDebt(p)
 	if tokens == 0 {
 		return most, nil
 	}
@@ -432,13 +415,13 @@ func (l *Limit) Name() string { return l.spec.Name }
 func (l *Limit) Spec() Spec { return l.spec }
 
 // Params returns the integer parameters every engine computes with.
-func (l *Limit) Params() *Params { return &l.params }
+func (l *Limit) Params() *engine.Params { return &l.params }
 
 // Algorithm returns how the limit counts.
-func (l *Limit) Algorithm() Algorithm { return l.params.Algorithm }
+func (l *Limit) Algorithm() Algorithm { return Algorithm(l.params.Algorithm) }
 
 // Capacity returns the burst or capacity in tokens.
-func (l *Limit) Capacity() float64 { return FromMicroTokens(l.params.Capacity) }
+func (l *Limit) Capacity() float64 { return engine.FromMicroTokens(l.params.Capacity) }
 
 // TokensPerSecond returns the long-run rate in tokens per second.
 func (l *Limit) TokensPerSecond() float64 {
@@ -448,41 +431,28 @@ func (l *Limit) TokensPerSecond() float64 {
 	return float64(l.params.WindowRate) / float64(l.params.Period)
 }
 
-// Cost validates the cost of a take that sets no reservation of its own
-// against l and returns it in micro-tokens: the cost half of
-// Request.Charge's rule for OpTake, where a cost above the capacity (plus
-// max_reserved when every request of l reserves) is ErrCostExceedsLimit.
-// Zero is no cost here (ErrInvalidCost).
-func (l *Limit) Cost(cost float64) (int64, error) {
-	most := l.params.Capacity
-	if l.params.Reserve {
-		most += l.params.MaxReserved
-	}
-	return l.cost(OpTake, cost, most)
-}
-
 // cost is the cost half of Request.Charge's rule (see there): most is the
 // most one request can be charged, in micro-tokens.
-func (l *Limit) cost(op Op, cost float64, most int64) (int64, error) {
-	if l.shards != nil && op != OpRefund {
+func (l *Limit) cost(op engine.Op, cost float64, most int64) (int64, error) {
+	if l.shards != nil && op != engine.OpRefund {
 		return l.shardCost(cost)
 	}
-	c, err := ToMicroTokens(cost)
+	c, err := engine.ToMicroTokens(cost)
 	if err == nil && c <= most {
 		return c, nil
 	}
 	// Above the most: a number beyond it, or infinity or an amount too
 	// large to count, which are beyond any. NaN is not above.
-	above := err == nil || cost > FromMicroTokens(most)
+	above := err == nil || cost > engine.FromMicroTokens(most)
 	switch {
 	case !above:
 		return 0, costInvalid(l.spec.Name, cost)
-	case op == OpRefund:
+	case op == engine.OpRefund:
 		return most, nil
 	}
 	what := fmt.Sprintf("the capacity (%v)", l.Capacity())
 	if most > l.params.Capacity {
-		what = fmt.Sprintf("the capacity (%v) plus max_reserved (%v)", l.Capacity(), FromMicroTokens(most-l.params.Capacity))
+		what = fmt.Sprintf("the capacity (%v) plus max_reserved (%v)", l.Capacity(), engine.FromMicroTokens(most-l.params.Capacity))
 	}
 	return 0, costAbove(l.spec.Name, cost, what)
 }
@@ -492,23 +462,23 @@ func (l *Limit) cost(op Op, cost float64, most int64) (int64, error) {
 // exact; others take the closest fraction with a denominator of at most
 // 1e9 (a relative error below 1e-9 for any rate in range).
 func rational(rate float64, periodUs int64) (num, den int64, err error) {
-	micro := rate * TokenScale
+	micro := rate * engine.TokenScale
 	if micro < 1 {
-		return 0, 0, fmt.Errorf("must be at least one micro-token (0.000001) per period, got %v per %v", rate, Duration(periodUs))
+		return 0, 0, fmt.Errorf("must be at least one micro-token (0.000001) per period, got %v per %v", rate, engine.Duration(periodUs))
 	}
-	if micro == math.Trunc(micro) && micro < maxMicroTokens {
+	if micro == math.Trunc(micro) && micro < engine.MaxMicroTokens {
 		n, d := int64(micro), periodUs
 		g := gcd(n, d)
 		n, d = n/g, d/g
-		if d <= maxRateDen {
+		if d <= engine.MaxRateDen {
 			return n, d, nil
 		}
 	}
 	x := new(big.Rat).SetFloat64(micro)
 	x.Quo(x, new(big.Rat).SetInt64(periodUs))
-	n, d := bestRational(x, maxRateDen)
-	if n <= 0 || n >= maxScaled {
-		return 0, 0, fmt.Errorf("is out of range: %v per %v", rate, Duration(periodUs))
+	n, d := bestRational(x, engine.MaxRateDen)
+	if n <= 0 || n >= engine.MaxScaled {
+		return 0, 0, fmt.Errorf("is out of range: %v per %v", rate, engine.Duration(periodUs))
 	}
 	return n, d, nil
 }

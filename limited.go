@@ -2,19 +2,9 @@ package sluice
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 )
-
-// ErrLimited is what a rejection is as an error: every *LimitedError is
-// ErrLimited (errors.Is), whatever its rule, key and time.
-var ErrLimited = errors.New("sluice: rate limited")
-
-// ErrBeyondDeadline is why Wait gave up without waiting: the turn it
-// would have had comes after the context's deadline. The error Wait
-// returns is a *LimitedError too.
-var ErrBeyondDeadline = errors.New("the turn comes after the context's deadline")
 
 // LimitedError is a rejection as an error, from TakeOrError and Wait:
 //

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/engine"
 )
 
 // Request asks a Limit for Cost tokens on behalf of Key.
@@ -23,7 +25,7 @@ type Request struct {
 	// plus MaxReserved. Token buckets, leaky buckets and fixed windows.
 	Reserve bool
 	// MaxReserved overrides the limit's MaxReserved for this request, in
-	// tokens; zero keeps the limit's. It is never more than MaxDebt.
+	// tokens; zero keeps the limit's. It is never more than engine.MaxDebt.
 	MaxReserved float64
 	// NoReserve refuses every reservation, even where the limit makes each
 	// request reserve (a leaky bucket, Spec.Reserve): for a caller that
@@ -32,13 +34,6 @@ type Request struct {
 	// bucket then admits one request per 1/rate; a bucket of zero capacity
 	// admits nothing.
 	NoReserve bool
-}
-
-// Charge is a Request in the integer form the algorithms take.
-type Charge struct {
-	Cost        int64 // micro-tokens
-	Reserve     bool
-	MaxReserved int64 // micro-tokens
 }
 
 // Charge decides what r asks of its limit under op, in the integer form
@@ -64,142 +59,97 @@ type Charge struct {
 //     way: "cost 1e+300 is above the capacity (10): it can never
 //     succeed", never as an invalid number.
 //   - A refund gives back at most the most that one request can be
-//     charged, the capacity plus the limit's max_reserved (MaxDebt when
+//     charged, the capacity plus the limit's max_reserved (engine.MaxDebt when
 //     it sets none; zero for a sliding log): a larger refund (infinity
 //     included) is a refund of that, which fills the bucket.
 //   - Reserving (Reserve, or a limit that always reserves: a leaky
 //     bucket, Spec.Reserve; never with NoReserve) needs a token bucket,
 //     leaky bucket or fixed window, else ErrReserveUnsupported. A MaxReserved of the request's
-//     own replaces the limit's: a valid amount, of which at most MaxDebt
+//     own replaces the limit's: a valid amount, of which at most engine.MaxDebt
 //     counts.
-func (r Request) Charge(op Op) (Charge, error) {
+func (r Request) Charge(op engine.Op) (engine.Charge, error) {
 	if r.Limit == nil {
-		return Charge{}, fmt.Errorf("%w: request for key %q has no limit", ErrInvalidLimit, r.Key)
+		return engine.Charge{}, fmt.Errorf("%w: request for key %q has no limit", ErrInvalidLimit, r.Key)
 	}
-	if r.Limit.params.Algorithm == Concurrency {
-		return Charge{}, fmt.Errorf("limit %q: %w", r.Limit.Name(), ErrLeaseRequired)
+	if r.Limit.params.Algorithm == engine.Concurrency {
+		return engine.Charge{}, fmt.Errorf("limit %q: %w", r.Limit.Name(), ErrLeaseRequired)
 	}
-	if op > OpRefund {
-		return Charge{}, fmt.Errorf("limit %q: %v is a call on a concurrency limit's leases (Store.Lease), not a take", r.Limit.Name(), op)
+	if op > engine.OpRefund {
+		return engine.Charge{}, fmt.Errorf("limit %q: %v is a call on a concurrency limit's leases (Store.Lease), not a take", r.Limit.Name(), op)
 	}
 	if r.Limit.shards != nil {
 		return r.shardedCharge(op)
 	}
 	p := &r.Limit.params
-	if (r.Cost == 0 || r.Cost == 1) && !r.Reserve && r.MaxReserved == 0 && p.Capacity >= TokenScale {
+	if (r.Cost == 0 || r.Cost == 1) && !r.Reserve && r.MaxReserved == 0 && p.Capacity >= engine.TokenScale {
 		// The common request, one token: nothing to convert or validate.
-		return Charge{Cost: TokenScale, Reserve: p.Reserve && !r.NoReserve, MaxReserved: p.MaxReserved}, nil
+		return engine.Charge{Cost: engine.TokenScale, Reserve: p.Reserve && !r.NoReserve, MaxReserved: p.MaxReserved}, nil
 	}
 	cost := r.Cost
 	if cost == 0 {
 		cost = 1
 	}
-	ch := Charge{Reserve: (r.Reserve || p.Reserve) && !r.NoReserve, MaxReserved: p.MaxReserved}
-	if ch.Reserve && p.Algorithm == SlidingLog {
-		return Charge{}, fmt.Errorf("limit %q (%s): %w", r.Limit.Name(), p.Algorithm, ErrReserveUnsupported)
+	ch := engine.Charge{Reserve: (r.Reserve || p.Reserve) && !r.NoReserve, MaxReserved: p.MaxReserved}
+	if ch.Reserve && p.Algorithm == engine.SlidingLog {
+		return engine.Charge{}, fmt.Errorf("limit %q (%s): %w", r.Limit.Name(), p.Algorithm, ErrReserveUnsupported)
 	}
 	var err error
 	if r.MaxReserved != 0 {
 		if ch.MaxReserved, err = maxReserved(r.MaxReserved, p); err != nil {
-			return Charge{}, fmt.Errorf("limit %q: max_reserved %w", r.Limit.Name(), err)
+			return engine.Charge{}, fmt.Errorf("limit %q: max_reserved %w", r.Limit.Name(), err)
 		}
 	}
 	most := p.Capacity
 	switch {
-	case op == OpRefund:
+	case op == engine.OpRefund:
 		most += p.MaxReserved
 	case ch.Reserve:
 		most += ch.MaxReserved
 	}
 	if ch.Cost, err = r.Limit.cost(op, cost, most); err != nil {
-		return Charge{}, err
+		return engine.Charge{}, err
 	}
 	return ch, nil
 }
-
-// Op says whether a store call consumes tokens.
-type Op uint8
-
-// String returns "take", "peek", "refund" or "renew": the name of op in
-// metrics and errors.
-func (op Op) String() string {
-	switch op {
-	case OpTake:
-		return "take"
-	case OpPeek:
-		return "peek"
-	case OpRefund:
-		return "refund"
-	case OpRenew:
-		return "renew"
-	}
-	return fmt.Sprintf("op(%d)", uint8(op))
-}
-
-// LeaseString names op as a call on a concurrency limit's leases
-// (Store.Lease): "acquire", "lease_peek", "release" or "renew", in
-// metrics and errors.
-func (op Op) LeaseString() string {
-	switch op {
-	case OpTake:
-		return "acquire"
-	case OpRefund:
-		return "release"
-	case OpRenew:
-		return "renew"
-	}
-	return "lease_peek"
-}
-
-const (
-	// OpTake charges admitted requests.
-	OpTake Op = iota
-	// OpPeek answers what a take would, consuming nothing.
-	OpPeek
-	// OpRefund gives Cost tokens back, never above the capacity, for a
-	// request that was charged but not carried out (Envoy's negative
-	// hits). A refund larger than one request can be charged gives back
-	// that much (see Request.Charge). A key with no state is full and
-	// stays so. Its Decision is allowed and describes the bucket after the
-	// refund.
-	OpRefund
-	// OpRenew extends a concurrency limit's lease that is still live, and
-	// never acquires a slot (Store.Lease only; see StepLease): what the
-	// decision API's /v1/renew asks, where the caller has a lease id alone
-	// and must not choose one.
-	OpRenew
-)
 
 // Store keeps bucket state and applies the algorithms atomically. Every
 // engine (memory, redis, postgres) implements it with the same arithmetic,
 // checked by the conformance vectors in package conformance.
 type Store interface {
-	// Take decides one request. With OpTake an admitted request is charged
-	// atomically; a rejected one changes nothing. OpRefund gives its cost
-	// back. A store that decides on the system clock may set the
-	// Decision's RetryAt from its own reading (see Decision.RetryAt); one
-	// that leaves it zero lets the Limiter read its clock.
-	Take(ctx context.Context, op Op, r Request) (Decision, error)
+	// Take decides one request. With engine.OpTake an admitted request
+	// is charged atomically; a rejected one changes nothing.
+	// engine.OpRefund gives its cost back. The Decision's RetryAt is
+	// left zero: the Limiter dates it.
+	Take(ctx context.Context, op engine.Op, r Request) (Decision, error)
 	// TakeAll decides several requests all-or-nothing: they are charged
 	// only if every one is admitted, and a rejection charges none of them.
-	// The decisions are in the order of rs. OpRefund refunds every one.
-	TakeAll(ctx context.Context, op Op, rs []Request) ([]Decision, error)
+	// The decisions are in the order of rs. engine.OpRefund refunds
+	// every one. dst, when not nil, is memory the caller lends for them: a store
+	// may write them from dst[:0], or return a slice of its own.
+	TakeAll(ctx context.Context, op engine.Op, rs []Request, dst []Decision) ([]Decision, error)
 	// Reset forgets the state of key under l: the bucket is full again.
 	Reset(ctx context.Context, l *Limit, key string) error
 	// Lease applies op to lease id of r.Key under r.Limit, a concurrency
-	// limit, atomically, as StepLease defines: OpTake acquires a slot (or
-	// renews id's), OpPeek answers what OpTake would, OpRefund releases
-	// id's slot and OpRenew renews id's live lease alone. Other limits are
+	// limit, atomically, as engine.StepLease defines: engine.OpTake
+	// acquires a slot (or renews id's), engine.OpPeek answers what
+	// engine.OpTake would, engine.OpRelease releases id's slot and
+	// engine.OpRenew renews id's live lease alone. Other limits are
 	// ErrLeaseRequired (see Request.CheckLease).
-	Lease(ctx context.Context, op Op, r Request, id LeaseID) (Decision, error)
+	Lease(ctx context.Context, op engine.Op, r Request, id engine.LeaseID) (Decision, error)
+	// Supports refuses a limit the store cannot compute exactly (an
+	// ErrInvalidLimit), without a call to any server: a program checks
+	// its limits with it at start (sluice serve does, and on every
+	// reload), never finding out at a request. The stores that compute in
+	// 64-bit integers take every limit NewLimit accepts.
+	Supports(l *Limit) error
 }
 
-// StorageKey is the name under which a store keeps the state of key under
-// l: "{algorithm}:{limit}:{key}", for example "tb:per-org-rps:org-abc". A
-// Redis hash tag inside key ("{user-42}") keeps one identity's buckets in
-// one Cluster slot.
-func StorageKey(l *Limit, key string) string {
-	return l.params.Algorithm.KeyPrefix() + ":" + l.spec.Name + ":" + key
+// StorageKey is the name under which a store keeps the state of key
+// under l: "{algorithm}:{limit}:{key}", for example
+// "tb:per-org-rps:org-abc". A Redis hash tag inside key ("{user-42}")
+// keeps one identity's buckets in one Cluster slot.
+func (l *Limit) StorageKey(key string) string {
+	return l.Algorithm().KeyPrefix() + ":" + l.spec.Name + ":" + key
 }
 
 // Limiter is the library's entry point: it validates requests and asks its
@@ -209,8 +159,7 @@ func StorageKey(l *Limit, key string) string {
 // one bucket of its whole capacity, beside the shards.
 type Limiter struct {
 	store   Store
-	allow   allowStore   // store, when it answers Allow itself; else nil
-	outcome outcomeStore // store, when it answers in Outcomes; else nil
+	outcome OutcomeStore // store, when it is one; else nil
 	clock   Clock        // nil: the system clock (see Options)
 	rng     *lockedRand  // the choice of shards; nil draws from math/rand/v2
 }
@@ -218,19 +167,14 @@ type Limiter struct {
 // New returns a Limiter over store.
 func New(store Store) *Limiter { return NewWithOptions(store, Options{}) }
 
-// allowStore is a Store that answers Limiter.Allow without building a
-// Decision (the memory store), whose copying through the calls' frames
-// costs more than the rest of an in-process decision.
-type allowStore interface {
-	Allow(ctx context.Context, r Request) bool
-}
-
-// outcomeStore is a Store that answers Take in an Outcome and, for an
-// outcome with a wait decided on the system clock, the Decision's RetryAt
-// (else zero), from which Limiter.Take builds the Decision in its own
-// frame.
-type outcomeStore interface {
-	TakeOutcome(ctx context.Context, op Op, r Request) (Outcome, time.Time, error)
+// OutcomeStore is a Store that also answers one request in the engine's
+// integers (the memory store). A Limiter over one builds the Decision in
+// its own frame: a Decision is too large for registers, and each frame
+// that returns one copies it, a large share of an in-process decision.
+type OutcomeStore interface {
+	Store
+	// TakeOutcome is Take answering in an engine.Outcome.
+	TakeOutcome(ctx context.Context, op engine.Op, r Request) (engine.Outcome, error)
 }
 
 // Store returns the limiter's store.
@@ -242,38 +186,22 @@ func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
 		return d, noKey(r.Limit)
 	}
 	if l.outcome == nil || r.Limit == nil || r.Limit.shards != nil {
-		return l.takeStore(ctx, r)
+		d, err := l.one(ctx, engine.OpTake, r)
+		l.advise(ctx, &d, &r, time.Time{})
+		return d, err
 	}
-	o, at, err := l.outcome.TakeOutcome(ctx, OpTake, r)
+	o, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r)
 	if err != nil {
 		return d, err
 	}
-	dated := l.clock == nil && !at.IsZero() // RetryAt on the limiter's clock
-	if o.RetryAfter > 0 && (!dated || (!o.Allowed && r.Limit.spec.Jitter > 0)) {
-		return l.takeAdvised(ctx, r, o, at, dated)
+	if o.RetryAfter > 0 {
+		d = r.Limit.Decide(o)
+		l.advise(ctx, &d, &r, time.Time{})
+		return d, nil
 	}
 	// Nothing to advise: the Decision is written where it is returned, not
-	// built in a temporary and copied (see outcomeStore and decideInto).
-	r.Limit.decideInto(&d, o, at)
-	return d, nil
-}
-
-// takeStore is Take through Store.Take: a store without TakeOutcome, or a
-// sharded limit.
-func (l *Limiter) takeStore(ctx context.Context, r Request) (Decision, error) {
-	d, err := l.one(ctx, OpTake, r)
-	l.advise(ctx, &d, &r, time.Time{})
-	return d, err
-}
-
-// takeAdvised is the rest of Take for an outcome with a wait that advise
-// changes: jitter, or a RetryAt the Limiter dates itself.
-func (l *Limiter) takeAdvised(ctx context.Context, r Request, o Outcome, at time.Time, dated bool) (Decision, error) {
-	d := r.Limit.Decide(o)
-	if dated {
-		d.RetryAt = at
-	}
-	l.advise(ctx, &d, &r, time.Time{})
+	// built in a temporary and copied (see OutcomeStore and decideInto).
+	r.Limit.decideInto(&d, o)
 	return d, nil
 }
 
@@ -284,20 +212,21 @@ func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
 	if key == "" {
 		return false
 	}
-	if l.allow != nil && (lim == nil || lim.shards == nil) {
-		return l.allow.Allow(ctx, r)
+	if l.outcome != nil && lim != nil && lim.shards == nil {
+		o, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r)
+		return err == nil && o.Allowed
 	}
-	d, err := l.one(ctx, OpTake, r)
+	d, err := l.one(ctx, engine.OpTake, r)
 	return err == nil && d.Allowed
 }
 
 // Peek answers what Take would, consuming nothing; for a concurrency
 // limit, what Acquire would.
 func (l *Limiter) Peek(ctx context.Context, r Request) (Decision, error) {
-	if r.Limit != nil && r.Limit.params.Algorithm == Concurrency {
+	if r.Limit != nil && r.Limit.params.Algorithm == engine.Concurrency {
 		return l.peekSlot(ctx, r)
 	}
-	d, err := l.one(ctx, OpPeek, r)
+	d, err := l.one(ctx, engine.OpPeek, r)
 	l.advise(ctx, &d, &r, time.Time{})
 	return d, err
 }
@@ -306,12 +235,12 @@ func (l *Limiter) Peek(ctx context.Context, r Request) (Decision, error) {
 // global): all are charged if every one admits, none if any rejects. It
 // returns the combined decision (see Combine) and each limit's own.
 func (l *Limiter) TakeAll(ctx context.Context, rs ...Request) (Decision, []Decision, error) {
-	return combined(l.allInto(ctx, OpTake, nil, rs))
+	return combined(l.allInto(ctx, engine.OpTake, nil, rs))
 }
 
 // PeekAll answers what TakeAll would, consuming nothing.
 func (l *Limiter) PeekAll(ctx context.Context, rs ...Request) (Decision, []Decision, error) {
-	return combined(l.allInto(ctx, OpPeek, nil, rs))
+	return combined(l.allInto(ctx, engine.OpPeek, nil, rs))
 }
 
 // combined is TakeAll's answer: the decisions with their combination.
@@ -322,24 +251,20 @@ func combined(ds []Decision, err error) (Decision, []Decision, error) {
 	return Combine(ds), ds, nil
 }
 
-// TakeAllInto is TakeAll with each limit's decision in dst's memory when
-// it has room for them, for a caller that decides request after request
-// with one slice (a server's pooled working memory). Only a store that
-// can fill it does (the memory store, and the metrics' instrumentation
-// around it); others allocate as TakeAll does. It returns the decisions
+// AppendAll is TakeAll (op engine.OpTake) or PeekAll (engine.OpPeek)
+// with each limit's decision appended to dst, in dst's memory when it
+// has room, for a caller that decides request after request with one
+// slice (a server's pooled working memory). It returns the decisions
 // alone: their combined decision is Combine(ds), which a caller that
 // combines them its own way (a policy's verdict) need not pay for.
-func (l *Limiter) TakeAllInto(ctx context.Context, dst []Decision, rs ...Request) ([]Decision, error) {
-	return l.allInto(ctx, OpTake, dst, rs)
+func (l *Limiter) AppendAll(ctx context.Context, op engine.Op, dst []Decision, rs ...Request) ([]Decision, error) {
+	if op != engine.OpTake && op != engine.OpPeek {
+		return nil, fmt.Errorf("sluice: AppendAll takes or peeks, not %v", op)
+	}
+	return l.allInto(ctx, op, dst, rs)
 }
 
-// PeekAllInto is PeekAll with the decisions in dst's memory, as
-// TakeAllInto.
-func (l *Limiter) PeekAllInto(ctx context.Context, dst []Decision, rs ...Request) ([]Decision, error) {
-	return l.allInto(ctx, OpPeek, dst, rs)
-}
-
-func (l *Limiter) allInto(ctx context.Context, op Op, dst []Decision, rs []Request) ([]Decision, error) {
+func (l *Limiter) allInto(ctx context.Context, op engine.Op, dst []Decision, rs []Request) ([]Decision, error) {
 	ds, err := l.all(ctx, op, rs, dst[:0])
 	if err != nil {
 		return nil, err
@@ -348,22 +273,15 @@ func (l *Limiter) allInto(ctx context.Context, op Op, dst []Decision, rs []Reque
 	return ds, nil
 }
 
-// decisionAppender is a Store that can put TakeAll's decisions in its
-// caller's memory: AppendTakeAll is TakeAll with the decisions appended
-// to dst.
-type decisionAppender interface {
-	AppendTakeAll(ctx context.Context, op Op, rs []Request, dst []Decision) ([]Decision, error)
-}
-
 // Refund gives r.Cost tokens back to r's bucket, never above its capacity.
 func (l *Limiter) Refund(ctx context.Context, r Request) (Decision, error) {
-	return l.one(ctx, OpRefund, r)
+	return l.one(ctx, engine.OpRefund, r)
 }
 
 // RefundAll refunds several requests at once; each decision describes its
 // bucket after the refund.
 func (l *Limiter) RefundAll(ctx context.Context, rs ...Request) ([]Decision, error) {
-	return l.all(ctx, OpRefund, rs, nil)
+	return l.all(ctx, engine.OpRefund, rs, nil)
 }
 
 // Reset refills key's bucket under lim.
@@ -382,25 +300,11 @@ func noKey(lim *Limit) error {
 	return fmt.Errorf("limit %q: %w", lim.Name(), ErrNoKey)
 }
 
-// Outcome is an algorithm's answer in integers, the form every engine
-// returns before it becomes a Decision.
-type Outcome struct {
-	Allowed bool
-	// Tokens left after the decision, in micro-tokens; negative while a
-	// reservation is in debt.
-	Tokens int64
-	// RetryAfter is the wait in microseconds: until a rejected request
-	// would be admitted, or until an admitted reservation's turn.
-	RetryAfter int64
-	// ResetAfter is the wait in microseconds until the bucket is full.
-	ResetAfter int64
-}
-
 // Decision is the answer to a request.
 type Decision struct {
 	Allowed bool
-	// Limit is the capacity (burst) in whole tokens.
-	Limit int64
+	// Capacity is the limit's capacity (burst) in whole tokens.
+	Capacity int64
 	// Remaining is the whole tokens left after this decision.
 	Remaining int64
 	// RetryAfter is how long to wait: before retrying a rejected request,
@@ -408,15 +312,12 @@ type Decision struct {
 	// A Limiter adds the limit's Spec.Jitter to a rejection's.
 	RetryAfter time.Duration
 	// RetryAt is when RetryAfter ends on the Limiter's clock (see
-	// Options): the moment the store's answer says the wait is over. A
-	// store in the process dates it from its own reading of the system
-	// clock, the time it decided at (when the Limiter's clock is the
-	// system clock too); otherwise it is the time the store's answer
-	// reached the Limiter plus RetryAfter. A store with a server measures
-	// the wait on the server's clock, a moment before its answer arrives,
-	// so RetryAt is never early on the caller's clock, however far the two
-	// clocks are apart, and late by at most the answer's trip back. Zero
-	// when RetryAfter is.
+	// Options): the time the store's answer reached the Limiter plus
+	// RetryAfter, dated by the Limiter alone (stores answer waits, never
+	// moments). A store measures the wait on its own clock, a moment
+	// before its answer arrives, so RetryAt is never early on the
+	// caller's clock, however far the two clocks are apart, and late by
+	// at most the answer's trip back. Zero when RetryAfter is.
 	RetryAt time.Time
 	// ResetAfter is how long until the bucket is full again.
 	ResetAfter time.Duration
@@ -427,26 +328,26 @@ type Decision struct {
 	Tokens float64
 }
 
-// Decide turns an engine's Outcome into a Decision of l.
-func (l *Limit) Decide(o Outcome) (d Decision) {
-	l.decideInto(&d, o, time.Time{})
+// Decide turns an engine's engine.Outcome into a Decision of l.
+func (l *Limit) Decide(o engine.Outcome) (d Decision) {
+	l.decideInto(&d, o)
 	return d
 }
 
-// decideInto writes l's Decision of o, with RetryAt given, into d, field
-// by field. Inlined (keep it within the inlining budget) where d is the
-// function's result, it writes the result in place: a returned literal is
+// decideInto writes l's Decision of o into d, field by field. Inlined
+// (keep it within the inlining budget) where d is the function's result,
+// it writes the result in place: a returned literal is
 // built in a temporary and copied, and the copy's wide loads stall on the
 // fields' narrow stores (store forwarding fails).
-func (l *Limit) decideInto(d *Decision, o Outcome, retryAt time.Time) {
+func (l *Limit) decideInto(d *Decision, o engine.Outcome) {
 	d.Allowed = o.Allowed
-	d.Limit = l.params.Capacity / TokenScale
-	d.Remaining = max(o.Tokens, 0) / TokenScale
-	d.RetryAfter = Duration(o.RetryAfter)
-	d.RetryAt = retryAt
-	d.ResetAfter = Duration(o.ResetAfter)
+	d.Capacity = l.params.Capacity / engine.TokenScale
+	d.Remaining = max(o.Tokens, 0) / engine.TokenScale
+	d.RetryAfter = engine.Duration(o.RetryAfter)
+	d.RetryAt = time.Time{}
+	d.ResetAfter = engine.Duration(o.ResetAfter)
 	d.Rule = l.spec.Name
-	d.Tokens = FromMicroTokens(o.Tokens)
+	d.Tokens = engine.FromMicroTokens(o.Tokens)
 }
 
 // Combine merges the decisions of an all-or-nothing request. It is

@@ -19,8 +19,7 @@ type Options struct {
 // NewWithOptions returns a Limiter over store configured by opts.
 func NewWithOptions(store Store, opts Options) *Limiter {
 	l := &Limiter{store: store, clock: opts.Clock}
-	l.allow, _ = store.(allowStore)
-	l.outcome, _ = store.(outcomeStore)
+	l.outcome, _ = store.(OutcomeStore)
 	return l
 }
 
@@ -34,11 +33,10 @@ func (l *Limiter) Now() time.Time {
 
 // advise completes d, a store's decision of r, with what the caller is
 // advised: a rejection's wait grows by the limit's jitter, and a wait gets
-// its RetryAt. A store that decided on the system clock dates the decision
-// itself (the memory store does: reading the clock again here would cost
-// as much as the rest of its Take); otherwise it is as of now, read from
-// the limiter's clock when zero. Nothing is read for a decision without a
-// wait, the common admit.
+// its RetryAt, as of now, read from the limiter's clock when zero. This
+// is the one place a decision is dated: stores answer waits, never
+// moments. Nothing is read for a decision without a wait, the common
+// admit.
 func (l *Limiter) advise(ctx context.Context, d *Decision, r *Request, now time.Time) time.Time {
 	if d.RetryAfter <= 0 {
 		if !d.RetryAt.IsZero() { // no write on the common admit: see Limiter.Take
@@ -46,16 +44,8 @@ func (l *Limiter) advise(ctx context.Context, d *Decision, r *Request, now time.
 		}
 		return now
 	}
-	var jitter time.Duration
 	if !d.Allowed && r.Limit != nil {
-		jitter = r.Limit.Jitter(ctx, r.Key)
-		d.RetryAfter += jitter
-	}
-	if l.clock == nil && !d.RetryAt.IsZero() {
-		if jitter != 0 { // no write without one: see Limiter.Take
-			d.RetryAt = d.RetryAt.Add(jitter)
-		}
-		return now
+		d.RetryAfter += r.Limit.Jitter(ctx, r.Key)
 	}
 	if now.IsZero() {
 		now = l.Now()

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/sluicehq/sluice/engine"
 )
 
 // Settlement is what Limiter.Settle did to a bucket.
@@ -39,7 +41,7 @@ const settleTries = 4
 // sent). r.Cost and r.Reserve are not read: charged and actual say it
 // all. actual may be zero (the request used nothing).
 //
-// A request that used less is refunded the difference (OpRefund), never
+// A request that used less is refunded the difference (engine.OpRefund), never
 // above the bucket's capacity. A request that used more is charged the
 // difference, and that charge is never refused: it was served already.
 // It takes the bucket into debt, as a reservation does, as far as
@@ -62,13 +64,13 @@ const settleTries = 4
 // no cost or an actual that is not a finite number >= 0.
 func (l *Limiter) Settle(ctx context.Context, r Request, charged, actual float64) (Settlement, error) {
 	if r.Limit == nil {
-		_, err := r.Charge(OpRefund) // names the missing limit
+		_, err := r.Charge(engine.OpRefund) // names the missing limit
 		return Settlement{}, err
 	}
 	if r.Key == "" {
 		return Settlement{}, noKey(r.Limit)
 	}
-	c, err := ToMicroTokens(charged)
+	c, err := engine.ToMicroTokens(charged)
 	if err != nil {
 		return Settlement{}, fmt.Errorf("limit %q: settle: charged: %w", r.Limit.Name(), err)
 	}
@@ -80,14 +82,14 @@ func (l *Limiter) Settle(ctx context.Context, r Request, charged, actual float64
 	var s Settlement
 	switch {
 	case a < c:
-		base.Cost = FromMicroTokens(c - a)
-		if s.Decision, err = l.one(ctx, OpRefund, base); err != nil {
+		base.Cost = engine.FromMicroTokens(c - a)
+		if s.Decision, err = l.one(ctx, engine.OpRefund, base); err != nil {
 			return Settlement{}, err
 		}
 		s.Refunded = base.Cost
 		return s, nil
 	case a == c:
-		s.Decision = Decision{Allowed: true, Limit: r.Limit.params.Capacity / TokenScale, Rule: r.Limit.Name()}
+		s.Decision = Decision{Allowed: true, Capacity: r.Limit.params.Capacity / engine.TokenScale, Rule: r.Limit.Name()}
 		return s, nil
 	}
 	return l.settleExtra(ctx, base, a-c)
@@ -102,10 +104,10 @@ func settledCost(actual float64) (int64, error) {
 		return 0, fmt.Errorf("%w (got %v)", ErrInvalidCost, actual)
 	case actual == 0:
 		return 0, nil
-	case actual*TokenScale >= maxMicroTokens:
-		return maxMicroTokens, nil
+	case actual*engine.TokenScale >= engine.MaxMicroTokens:
+		return engine.MaxMicroTokens, nil
 	}
-	return int64(math.Round(actual * TokenScale)), nil
+	return int64(math.Round(actual * engine.TokenScale)), nil
 }
 
 // settleExtra charges extra micro-tokens to base's bucket, never refused:
@@ -119,13 +121,13 @@ func (l *Limiter) settleExtra(ctx context.Context, base Request, extra int64) (S
 	var last Decision
 	for try := 0; try < settleTries && extra > 0; try++ {
 		req := base
-		req.Cost = FromMicroTokens(extra)
+		req.Cost = engine.FromMicroTokens(extra)
 		if bound > 0 {
-			req.Reserve, req.MaxReserved = true, FromMicroTokens(bound)
+			req.Reserve, req.MaxReserved = true, engine.FromMicroTokens(bound)
 		} else {
 			req.NoReserve = true
 		}
-		d, err := l.one(ctx, OpTake, req)
+		d, err := l.one(ctx, engine.OpTake, req)
 		if IsInputError(err) && extra > 2 {
 			// At the edge of what a store counts exactly, the cost's trip
 			// through a float64 can land a micro-token or two above the
@@ -150,7 +152,7 @@ func (l *Limiter) settleExtra(ctx context.Context, base Request, extra int64) (S
 	}
 	forgiven += extra // still unplaced after every try
 	last.Allowed, last.RetryAfter, last.RetryAt = true, 0, time.Time{}
-	return Settlement{Decision: last, Extra: FromMicroTokens(charged), Forgiven: FromMicroTokens(forgiven)}, nil
+	return Settlement{Decision: last, Extra: engine.FromMicroTokens(charged), Forgiven: engine.FromMicroTokens(forgiven)}, nil
 }
 
 // clampExtra bounds an extra charge by most, the most one take on credit
@@ -178,12 +180,12 @@ func fitExtra(extra, tokens, bound int64) (charge, forgiven int64) {
 
 // SettleDebt is how far into debt, in tokens, a settlement's extra charge
 // (see Limiter.Settle) may take a bucket of l: as far as every store
-// counts exactly (MaxDebt, and at most two billion tokens: see
+// counts exactly (engine.MaxDebt, and at most two billion tokens: see
 // maxSettleDebt), whatever the limit's max_reserved, which bounds what a
 // client may reserve, not what it has used. So a key that used more than
 // it was charged owes all of it, and waits until its bucket has refilled
 // that far. A sliding log keeps no debt: zero.
-func (l *Limit) SettleDebt() float64 { return FromMicroTokens(l.settleDebt()) }
+func (l *Limit) SettleDebt() float64 { return engine.FromMicroTokens(l.settleDebt()) }
 
 // settleMost is the most one extra charge on credit of bound may be: the
 // capacity plus bound, or for a sharded limit what its take can place
@@ -205,10 +207,10 @@ func (l *Limit) settleDebt() int64 {
 	if l.shards != nil {
 		p, n = &l.shards.lim.params, int64(l.shards.n)
 	}
-	if p.Algorithm == SlidingLog {
+	if p.Algorithm == engine.SlidingLog {
 		return 0
 	}
-	return min(mulDiv(MaxDebt(p), n, 1), maxSettleDebt)
+	return min(engine.MulDiv(engine.MaxDebt(p), n, 1), maxSettleDebt)
 }
 
 // maxSettleDebt bounds SettleDebt at 2^51 micro-tokens (two billion

@@ -24,7 +24,6 @@ const (
 // ("Type.Method" for a method). Each is to be split; an entry whose
 // function has been split must go.
 var longFuncs = map[string]bool{
-	"limit.go newLimit": true, // to split
 	"cmd/sluice/concurrency_test.go testFleetConcurrency": true, // to split
 }
 

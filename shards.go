@@ -10,12 +10,9 @@ import (
 	"strings"
 	"sync"
 	"time"
-)
 
-// MaxShards bounds Spec.Shards. A peek reads every shard and a Reset
-// clears every one, so their cost grows with the count; beyond a few
-// per Cluster node more shards only shrink each one.
-const MaxShards = 256
+	"github.com/sluicehq/sluice/engine"
+)
 
 // shardSet is what a sharded Limit keeps to expand its requests.
 type shardSet struct {
@@ -37,7 +34,7 @@ func (l *Limit) initShards() error {
 		return nil
 	case n > MaxShards:
 		return fmt.Errorf("shards must be at most %d (got %d)", MaxShards, n)
-	case l.params.Algorithm == LeakyBucket:
+	case l.params.Algorithm == engine.LeakyBucket:
 		return errors.New("shards do not apply to a leaky bucket: shaping needs one queue")
 	case strings.ContainsAny(l.spec.Name, "{}"):
 		return fmt.Errorf("a sharded limit's name may not contain '{' or '}': they would decide its Redis Cluster slot")
@@ -46,7 +43,7 @@ func (l *Limit) initShards() error {
 	if err != nil {
 		return err
 	}
-	sp.setReciprocals()
+	sp.Precompute()
 	shard := &Limit{spec: l.spec, params: sp, nameID: l.nameID}
 	shard.spec.Shards = 0
 	l.shards = &shardSet{n: n, lim: shard, tags: shardTags(l.spec.Name, n)}
@@ -55,35 +52,35 @@ func (l *Limit) initShards() error {
 
 // shardParams divides p among n shards, rounding every share down so that
 // the shards together never allow more than p.
-func shardParams(p Params, n int64) (Params, error) {
+func shardParams(p engine.Params, n int64) (engine.Params, error) {
 	s := p
 	s.Capacity = p.Capacity / n
 	s.MaxReserved = p.MaxReserved / n
 	if s.Capacity < 1 {
-		return s, fmt.Errorf("capacity %v over %d shards is below one micro-token each", FromMicroTokens(p.Capacity), n)
+		return s, fmt.Errorf("capacity %v over %d shards is below one micro-token each", engine.FromMicroTokens(p.Capacity), n)
 	}
 	switch p.Algorithm {
-	case TokenBucket:
+	case engine.TokenBucket:
 		g := gcd(p.RateNum, n)
 		s.RateNum, s.RateDen = p.RateNum/g, p.RateDen*(n/g)
-		if s.RateDen > maxRateDen {
+		if s.RateDen > engine.MaxRateDen {
 			// Round the share down to the finest rate the engines keep.
-			s.RateNum, s.RateDen = mulDiv(p.RateNum, maxRateDen, p.RateDen*n), maxRateDen
+			s.RateNum, s.RateDen = engine.MulDiv(p.RateNum, engine.MaxRateDen, p.RateDen*n), engine.MaxRateDen
 			g := gcd(s.RateNum, s.RateDen)
 			s.RateNum, s.RateDen = s.RateNum/g, s.RateDen/g
 		}
 		if s.RateNum < 1 {
 			return s, fmt.Errorf("the rate over %d shards is below what a shard can count", n)
 		}
-		if hi := float64(s.Capacity+s.MaxReserved) * float64(s.RateDen); hi >= maxScaled {
+		if hi := float64(s.Capacity+s.MaxReserved) * float64(s.RateDen); hi >= engine.MaxScaled {
 			return s, fmt.Errorf("capacity over %d shards at this rate's precision overflows; give the rate as rate + period with whole numbers", n)
 		}
-	case FixedWindow, SlidingLog:
+	case engine.FixedWindow, engine.SlidingLog:
 		s.WindowRate = p.WindowRate / n
 		if s.WindowRate < 1 {
-			return s, fmt.Errorf("rate %v over %d shards is below one micro-token each", FromMicroTokens(p.WindowRate), n)
+			return s, fmt.Errorf("rate %v over %d shards is below one micro-token each", engine.FromMicroTokens(p.WindowRate), n)
 		}
-		if windows := float64(s.Capacity/s.WindowRate + 1); windows*float64(s.Period) >= maxScaled {
+		if windows := float64(s.Capacity/s.WindowRate + 1); windows*float64(s.Period) >= engine.MaxScaled {
 			return s, fmt.Errorf("refilling a shard's capacity over %d shards takes too long to express", n)
 		}
 	}
@@ -140,7 +137,7 @@ func (l *Limit) Shards() int {
 }
 
 // ShardKey returns the key under which shard i (0 <= i < Shards()) of key
-// is kept: its StorageKey is StorageKey(l, l.ShardKey(key, i)). Every key
+// is kept: its StorageKey is l.StorageKey(l.ShardKey(key, i)). Every key
 // of a sharded limit is prefixed so, so no request key can name a shard
 // of another (a key is its shard's suffix, whole). The prefix is a Redis
 // Cluster hash tag that decides the slot, in place of any hash tag in key.
@@ -159,34 +156,34 @@ func (l *Limit) MaxCost() float64 {
 	if l.shards == nil {
 		return l.Capacity()
 	}
-	return FromMicroTokens(2 * l.shards.lim.params.Capacity)
+	return engine.FromMicroTokens(2 * l.shards.lim.params.Capacity)
 }
 
 // shardCost is Limit.cost for a sharded limit's takes and peeks: a cost
 // above what two shards hold together can never succeed.
 func (l *Limit) shardCost(cost float64) (int64, error) {
 	most := 2 * l.shards.lim.params.Capacity
-	c, err := ToMicroTokens(cost)
+	c, err := engine.ToMicroTokens(cost)
 	if err == nil && c <= most {
 		return c, nil
 	}
-	if err != nil && !(cost > FromMicroTokens(most)) {
+	if err != nil && !(cost > engine.FromMicroTokens(most)) {
 		return 0, costInvalid(l.spec.Name, cost)
 	}
 	return 0, costAbove(l.spec.Name, cost, fmt.Sprintf("what two of its %d shards hold together (%v: 2 x capacity %v / %d)",
-		l.shards.n, FromMicroTokens(most), l.Capacity(), l.shards.n))
+		l.shards.n, engine.FromMicroTokens(most), l.Capacity(), l.shards.n))
 }
 
 // shardRequest is r's request to shard i of its limit, for cost
 // micro-tokens.
 func (r Request) shardRequest(i int, cost int64, reserve bool) Request {
 	ss := r.Limit.shards
-	sr := Request{Limit: ss.lim, Key: ss.tags[i] + r.Key, Cost: FromMicroTokens(cost), Reserve: reserve}
-	if p := &ss.lim.params; p.Algorithm == FixedWindow && p.Offset < 0 {
+	sr := Request{Limit: ss.lim, Key: ss.tags[i] + r.Key, Cost: engine.FromMicroTokens(cost), Reserve: reserve}
+	if p := &ss.lim.params; p.Algorithm == engine.FixedWindow && p.Offset < 0 {
 		// The shards count in the windows of the unsharded key: each is
 		// a copy whose start is that key's offset.
 		cp := *ss.lim
-		cp.params.Offset = WindowOffset(r.Key, p.Period)
+		cp.params.Offset = engine.WindowOffset(r.Key, p.Period)
 		sr.Limit = &cp
 	}
 	if r.MaxReserved != 0 {
@@ -200,7 +197,7 @@ func (r Request) shardRequest(i int, cost int64, reserve bool) Request {
 // reservation is taken from one shard, so it is bounded by what one
 // shard may reserve; a cost above that (or a request without Reserve)
 // is bounded by what two shards hold together.
-func (r Request) shardJudge(op Op) (cost int64, reservable bool, err error) {
+func (r Request) shardJudge(op engine.Op) (cost int64, reservable bool, err error) {
 	c := r.costOrOne()
 	cost, err = r.Limit.shardCost(c)
 	if !r.Reserve {
@@ -212,7 +209,7 @@ func (r Request) shardJudge(op Op) (cost int64, reservable bool, err error) {
 	switch {
 	case serr == nil:
 		if err != nil { // beyond two shards' tokens, within one shard's credit
-			cost, err = ToMicroTokens(c)
+			cost, err = engine.ToMicroTokens(c)
 		}
 		return cost, true, err
 	case errors.Is(serr, ErrCostExceedsLimit):
@@ -223,19 +220,19 @@ func (r Request) shardJudge(op Op) (cost int64, reservable bool, err error) {
 }
 
 // shardedCharge is Request.Charge for a sharded limit (see shardJudge).
-func (r Request) shardedCharge(op Op) (Charge, error) {
-	if op == OpRefund {
+func (r Request) shardedCharge(op engine.Op) (engine.Charge, error) {
+	if op == engine.OpRefund {
 		c, err := r.Limit.cost(op, r.costOrOne(), r.Limit.params.Capacity+r.Limit.params.MaxReserved)
-		return Charge{Cost: c}, err
+		return engine.Charge{Cost: c}, err
 	}
 	c, _, err := r.shardJudge(op)
 	if err != nil {
-		return Charge{}, err
+		return engine.Charge{}, err
 	}
-	ch := Charge{Cost: c, Reserve: r.Reserve, MaxReserved: r.Limit.params.MaxReserved}
+	ch := engine.Charge{Cost: c, Reserve: r.Reserve, MaxReserved: r.Limit.params.MaxReserved}
 	if r.MaxReserved != 0 {
-		if ch.MaxReserved, err = ToMicroTokens(r.MaxReserved); err != nil {
-			return Charge{}, fmt.Errorf("limit %q: max_reserved: %w", r.Limit.Name(), err)
+		if ch.MaxReserved, err = engine.ToMicroTokens(r.MaxReserved); err != nil {
+			return engine.Charge{}, fmt.Errorf("limit %q: max_reserved: %w", r.Limit.Name(), err)
 		}
 	}
 	return ch, nil
@@ -331,7 +328,7 @@ func (l *Limiter) intN(n int) int {
 }
 
 // one decides r alone with op, expanding a sharded limit.
-func (l *Limiter) one(ctx context.Context, op Op, r Request) (Decision, error) {
+func (l *Limiter) one(ctx context.Context, op engine.Op, r Request) (Decision, error) {
 	if r.Key == "" {
 		return Decision{}, noKey(r.Limit)
 	}
@@ -347,7 +344,7 @@ func (l *Limiter) one(ctx context.Context, op Op, r Request) (Decision, error) {
 
 // all decides rs together with op, expanding sharded limits; the
 // decisions are appended to dst when it is not nil and the store can.
-func (l *Limiter) all(ctx context.Context, op Op, rs []Request, dst []Decision) ([]Decision, error) {
+func (l *Limiter) all(ctx context.Context, op engine.Op, rs []Request, dst []Decision) ([]Decision, error) {
 	sharded := false
 	for _, r := range rs {
 		if r.Key == "" {
@@ -358,12 +355,7 @@ func (l *Limiter) all(ctx context.Context, op Op, rs []Request, dst []Decision) 
 	if sharded {
 		return l.sharded(ctx, op, rs)
 	}
-	if dst != nil {
-		if a, ok := l.store.(decisionAppender); ok {
-			return a.AppendTakeAll(ctx, op, rs, dst)
-		}
-	}
-	return l.store.TakeAll(ctx, op, rs)
+	return l.store.TakeAll(ctx, op, rs, dst)
 }
 
 // reset clears key under lim: every shard of a sharded limit.
@@ -411,7 +403,7 @@ type expansion struct {
 // as TakeAll always is) charges the unsharded requests and the shards'
 // parts together. A take rejected only because a shard it expected to
 // hold its share no longer did is decided once more on fresh shards.
-func (l *Limiter) sharded(ctx context.Context, op Op, rs []Request) ([]Decision, error) {
+func (l *Limiter) sharded(ctx context.Context, op engine.Op, rs []Request) ([]Decision, error) {
 	ds, raced, err := l.shardedOnce(ctx, op, rs)
 	if err == nil && raced {
 		ds, _, err = l.shardedOnce(ctx, op, rs)
@@ -419,7 +411,7 @@ func (l *Limiter) sharded(ctx context.Context, op Op, rs []Request) ([]Decision,
 	return ds, err
 }
 
-func (l *Limiter) shardedOnce(ctx context.Context, op Op, rs []Request) ([]Decision, bool, error) {
+func (l *Limiter) shardedOnce(ctx context.Context, op engine.Op, rs []Request) ([]Decision, bool, error) {
 	exps, probes, err := l.expandSharded(op, rs)
 	if err != nil {
 		return nil, false, err
@@ -440,7 +432,7 @@ func (l *Limiter) shardedOnce(ctx context.Context, op Op, rs []Request) ([]Decis
 // expandSharded judges each sharded request of rs and picks the shards it
 // samples (every shard for a peek), returning the expansions in the
 // caller's order and the probes that read the sampled shards.
-func (l *Limiter) expandSharded(op Op, rs []Request) ([]expansion, []Request, error) {
+func (l *Limiter) expandSharded(op engine.Op, rs []Request) ([]expansion, []Request, error) {
 	exps := make([]expansion, 0, len(rs))
 	var probes []Request
 	for i, r := range rs {
@@ -449,8 +441,8 @@ func (l *Limiter) expandSharded(op Op, rs []Request) ([]expansion, []Request, er
 		}
 		e := expansion{req: i}
 		var err error
-		if op == OpRefund {
-			var ch Charge
+		if op == engine.OpRefund {
+			var ch engine.Charge
 			ch, err = r.shardedCharge(op)
 			e.cost = ch.Cost
 		} else {
@@ -460,7 +452,7 @@ func (l *Limiter) expandSharded(op Op, rs []Request) ([]expansion, []Request, er
 			return nil, nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
 		}
 		n := r.Limit.shards.n
-		if op == OpPeek {
+		if op == engine.OpPeek {
 			e.sampled = make([]int, n)
 			for s := range e.sampled {
 				e.sampled[s] = s
@@ -488,7 +480,7 @@ func (l *Limiter) expandSharded(op Op, rs []Request) ([]expansion, []Request, er
 
 // probeShards reads the probed shards in one store call.
 func (l *Limiter) probeShards(ctx context.Context, probes []Request) ([]shardState, error) {
-	pds, err := l.store.TakeAll(ctx, OpPeek, probes)
+	pds, err := l.store.TakeAll(ctx, engine.OpPeek, probes, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -509,7 +501,7 @@ func (l *Limiter) probeShards(ctx context.Context, probes []Request) ([]shardSta
 // planSharded plans each sharded request on what the ones before it
 // leave (recording the parts in its expansion), then lays out the store's
 // requests in the caller's order.
-func planSharded(op Op, rs []Request, exps []expansion, states []shardState) []Request {
+func planSharded(op engine.Op, rs []Request, exps []expansion, states []shardState) []Request {
 	work := append([]shardState(nil), states...)
 	var final []Request
 	ei := 0
@@ -526,9 +518,9 @@ func planSharded(op Op, rs []Request, exps []expansion, states []shardState) []R
 			ts[k] = work[j].tokens
 		}
 		switch op {
-		case OpRefund:
+		case engine.OpRefund:
 			e.parts = planRefund(e.cost, cs, e.sampled, ts)
-		case OpPeek:
+		case engine.OpPeek:
 			a, b := fullestTwo(ts)
 			e.parts, e.admit = planTake(e.cost, cs, e.sampled[a], e.sampled[b], ts[a], ts[b], e.reservable)
 		default:
@@ -538,7 +530,7 @@ func planSharded(op Op, rs []Request, exps []expansion, states []shardState) []R
 		for _, p := range e.parts {
 			final = append(final, r.shardRequest(p.shard, p.cost, p.reserve))
 			j := e.probes[indexOf(e.sampled, p.shard)]
-			if op == OpRefund {
+			if op == engine.OpRefund {
 				work[j].tokens = min(cs, work[j].tokens+p.cost)
 			} else {
 				work[j].tokens -= p.cost
@@ -550,7 +542,7 @@ func planSharded(op Op, rs []Request, exps []expansion, states []shardState) []R
 
 // takeFinal sends the planned requests in one store call (none for an
 // empty plan).
-func (l *Limiter) takeFinal(ctx context.Context, op Op, final []Request) ([]Decision, error) {
+func (l *Limiter) takeFinal(ctx context.Context, op engine.Op, final []Request) ([]Decision, error) {
 	switch len(final) {
 	case 0:
 		return nil, nil
@@ -561,14 +553,14 @@ func (l *Limiter) takeFinal(ctx context.Context, op Op, final []Request) ([]Deci
 		}
 		return []Decision{d}, nil
 	default:
-		return l.store.TakeAll(ctx, op, final)
+		return l.store.TakeAll(ctx, op, final, nil)
 	}
 }
 
 // foldSharded folds the store's decisions back into one per request of
 // rs, and reports whether an admission the plan expected was refused by
 // a shard that another caller drained meanwhile.
-func foldSharded(op Op, rs []Request, exps []expansion, states []shardState, fds []Decision) ([]Decision, bool) {
+func foldSharded(op engine.Op, rs []Request, exps []expansion, states []shardState, fds []Decision) ([]Decision, bool) {
 	out := make([]Decision, len(rs))
 	raced := false
 	ei, fi := 0, 0
@@ -583,7 +575,7 @@ func foldSharded(op Op, rs []Request, exps []expansion, states []shardState, fds
 		pds := fds[e.first : e.first+len(e.parts)]
 		fi += len(e.parts)
 		out[i] = foldShards(r.Limit, e, states, pds)
-		if op == OpTake && e.admit {
+		if op == engine.OpTake && e.admit {
 			for _, d := range pds {
 				raced = raced || (!d.Allowed && d.RetryAfter > 0)
 			}
@@ -598,7 +590,7 @@ func foldSharded(op Op, rs []Request, exps []expansion, states []shardState, fds
 // of its parts. A take reads two shards, so its tokens are those two
 // shards'; a peek reads and sums them all.
 func foldShards(lim *Limit, e *expansion, states []shardState, pds []Decision) Decision {
-	o := Outcome{Allowed: true}
+	o := engine.Outcome{Allowed: true}
 	var reset, retry time.Duration
 	for k, s := range e.sampled {
 		charged := false
@@ -617,7 +609,7 @@ func foldShards(lim *Limit, e *expansion, states []shardState, pds []Decision) D
 		reset = max(reset, d.ResetAfter)
 		retry = max(retry, d.RetryAfter)
 	}
-	o.RetryAfter, o.ResetAfter = Micros(retry), Micros(reset)
+	o.RetryAfter, o.ResetAfter = engine.Micros(retry), engine.Micros(reset)
 	return lim.Decide(o)
 }
 
@@ -651,7 +643,7 @@ func planTake(cost, cs int64, a, b int, ta, tb int64, reservable bool) ([]shardP
 // with the same tokens, each part within [0, cs]; a part of zero is left
 // out.
 func splitCost(cost, cs int64, a, b int, ta, tb int64) []shardPart {
-	ca := floorDiv(cost+ta-tb, 2)
+	ca := engine.FloorDiv(cost+ta-tb, 2)
 	ca = min(max(ca, cost-cs), cs)
 	switch {
 	case ca >= cost:
@@ -723,5 +715,5 @@ func indexOf(xs []int, x int) int {
 
 // toMicro converts a decision's tokens back to micro-tokens.
 func toMicro(tokens float64) int64 {
-	return int64(math.Round(tokens * TokenScale))
+	return int64(math.Round(tokens * engine.TokenScale))
 }

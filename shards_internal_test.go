@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/engine"
 )
 
 // crc16 is Redis Cluster's key hash: its check value, and the slots
@@ -76,7 +78,7 @@ func TestShardParams(t *testing.T) {
 	// rounded down.
 	l = MustLimit(Spec{Name: "y", Rate: 999_999_999e-6, Period: time.Second, Capacity: 10, Shards: 7})
 	p, s = l.params, l.shards.lim.params
-	if s.RateDen > maxRateDen || float64(s.RateNum)/float64(s.RateDen)*7 > float64(p.RateNum)/float64(p.RateDen) {
+	if s.RateDen > engine.MaxRateDen || float64(s.RateNum)/float64(s.RateDen)*7 > float64(p.RateNum)/float64(p.RateDen) {
 		t.Fatalf("shard rate %d/%d times 7 exceeds %d/%d", s.RateNum, s.RateDen, p.RateNum, p.RateDen)
 	}
 	fw := MustLimit(Spec{Name: "z", Algorithm: FixedWindow, Rate: 10, Period: time.Second, Capacity: 25, Shards: 4})
@@ -116,18 +118,18 @@ func TestShardedCharge(t *testing.T) {
 	for _, c := range []struct {
 		cost    float64
 		reserve bool
-		op      Op
+		op      engine.Op
 		want    error
 	}{
-		{20, false, OpTake, nil},
-		{20.000001, false, OpTake, ErrCostExceedsLimit},
-		{20.000001, false, OpPeek, ErrCostExceedsLimit},
-		{100, false, OpTake, ErrCostExceedsLimit},
-		{10, true, OpTake, nil},
-		{20, true, OpTake, nil}, // beyond one shard's credit, within two shards' tokens
-		{21, true, OpTake, ErrCostExceedsLimit},
-		{1000, false, OpRefund, nil}, // a refund is clamped, never an error
-		{-1, false, OpTake, ErrInvalidCost},
+		{20, false, engine.OpTake, nil},
+		{20.000001, false, engine.OpTake, ErrCostExceedsLimit},
+		{20.000001, false, engine.OpPeek, ErrCostExceedsLimit},
+		{100, false, engine.OpTake, ErrCostExceedsLimit},
+		{10, true, engine.OpTake, nil},
+		{20, true, engine.OpTake, nil}, // beyond one shard's credit, within two shards' tokens
+		{21, true, engine.OpTake, ErrCostExceedsLimit},
+		{1000, false, engine.OpRefund, nil}, // a refund is clamped, never an error
+		{-1, false, engine.OpTake, ErrInvalidCost},
 	} {
 		_, err := Request{Limit: l, Key: "k", Cost: c.cost, Reserve: c.reserve}.Charge(c.op)
 		if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
@@ -139,11 +141,11 @@ func TestShardedCharge(t *testing.T) {
 	}
 	// Fixed windows reserve, sharded or not; sliding logs never do.
 	fw := MustLimit(Spec{Name: "w", Algorithm: FixedWindow, Rate: 10, Period: time.Second, Shards: 2})
-	if _, err := (Request{Limit: fw, Key: "k", Cost: 1, Reserve: true}).Charge(OpTake); err != nil {
+	if _, err := (Request{Limit: fw, Key: "k", Cost: 1, Reserve: true}).Charge(engine.OpTake); err != nil {
 		t.Fatalf("reserving on a sharded fixed window: %v", err)
 	}
 	sl := MustLimit(Spec{Name: "s", Algorithm: SlidingLog, Rate: 10, Period: time.Second, Shards: 2})
-	if _, err := (Request{Limit: sl, Key: "k", Cost: 1, Reserve: true}).Charge(OpTake); !errors.Is(err, ErrReserveUnsupported) {
+	if _, err := (Request{Limit: sl, Key: "k", Cost: 1, Reserve: true}).Charge(engine.OpTake); !errors.Is(err, ErrReserveUnsupported) {
 		t.Fatalf("reserving on a sharded sliding log: %v, want ErrReserveUnsupported", err)
 	}
 }
@@ -151,7 +153,7 @@ func TestShardedCharge(t *testing.T) {
 func parts(ps ...shardPart) []shardPart { return ps }
 
 func TestPlanTake(t *testing.T) {
-	const m = TokenScale
+	const m = engine.TokenScale
 	for _, c := range []struct {
 		name         string
 		cost, ta, tb int64
@@ -185,7 +187,7 @@ func TestPlanTake(t *testing.T) {
 }
 
 func TestPlanRefund(t *testing.T) {
-	const m = TokenScale
+	const m = engine.TokenScale
 	got := planRefund(4*m, 5*m, []int{3, 7}, []int64{4 * m, 1 * m})
 	if want := parts(shardPart{7, 4 * m, false}); !slices.Equal(got, want) {
 		t.Fatalf("got %+v, want %+v", got, want)
@@ -251,7 +253,7 @@ func TestAttackKeyNamesAShard(t *testing.T) {
 		seen[k] = true
 		slots := map[uint16]bool{}
 		for i := range lim.Shards() {
-			sk := "sluice:" + StorageKey(lim, lim.ShardKey(k, i))
+			sk := "sluice:" + lim.StorageKey(lim.ShardKey(k, i))
 			if prev, ok := owner[sk]; ok {
 				t.Fatalf("shard %d of key %q is %q, already the bucket of %s", i, k, sk, prev)
 			}
@@ -271,41 +273,43 @@ type takeCounter struct {
 	peeked  int
 }
 
-func (c *takeCounter) note(op Op, rs []Request) {
+func (c *takeCounter) note(op engine.Op, rs []Request) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range rs {
-		if op == OpTake {
-			c.charged[StorageKey(r.Limit, r.Key)] = true
+		if op == engine.OpTake {
+			c.charged[r.Limit.StorageKey(r.Key)] = true
 		} else {
 			c.peeked++
 		}
 	}
 }
 
-func (c *takeCounter) Take(ctx context.Context, op Op, r Request) (Decision, error) {
-	ds, err := c.TakeAll(ctx, op, []Request{r})
+func (c *takeCounter) Take(ctx context.Context, op engine.Op, r Request) (Decision, error) {
+	ds, err := c.TakeAll(ctx, op, []Request{r}, nil)
 	if err != nil {
 		return Decision{}, err
 	}
 	return ds[0], nil
 }
 
-func (c *takeCounter) TakeAll(_ context.Context, op Op, rs []Request) ([]Decision, error) {
+func (c *takeCounter) Supports(*Limit) error { return nil }
+
+func (c *takeCounter) TakeAll(_ context.Context, op engine.Op, rs []Request, _ []Decision) ([]Decision, error) {
 	c.note(op, rs)
 	ds := make([]Decision, len(rs))
 	for i, r := range rs {
 		if _, err := r.Charge(op); err != nil {
 			return nil, err
 		}
-		ds[i] = r.Limit.Decide(Outcome{Allowed: true, Tokens: r.Limit.params.Capacity})
+		ds[i] = r.Limit.Decide(engine.Outcome{Allowed: true, Tokens: r.Limit.params.Capacity})
 	}
 	return ds, nil
 }
 
 func (c *takeCounter) Reset(context.Context, *Limit, string) error { return nil }
 
-func (c *takeCounter) Lease(context.Context, Op, Request, LeaseID) (Decision, error) {
+func (c *takeCounter) Lease(context.Context, engine.Op, Request, engine.LeaseID) (Decision, error) {
 	return Decision{}, ErrLeaseRequired
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // setShards takes from shard i of key what leaves it holding tokens[i].
@@ -18,7 +19,7 @@ func setShards(t *testing.T, st sluice.Store, lim *sluice.Limit, key string, tok
 	sh := sluice.ShardLimit(lim)
 	for i, left := range tokens {
 		if take := sh.Capacity() - left; take > 0 {
-			d, err := st.Take(context.Background(), sluice.OpTake, sluice.Request{Limit: sh, Key: lim.ShardKey(key, i), Cost: take})
+			d, err := st.Take(context.Background(), engine.OpTake, sluice.Request{Limit: sh, Key: lim.ShardKey(key, i), Cost: take})
 			if err != nil || !d.Allowed {
 				t.Fatalf("draining shard %d: %v %+v", i, err, d)
 			}
@@ -32,7 +33,7 @@ func shardTokens(t *testing.T, st sluice.Store, lim *sluice.Limit, key string) [
 	sh := sluice.ShardLimit(lim)
 	out := make([]float64, lim.Shards())
 	for i := range out {
-		d, err := st.Take(context.Background(), sluice.OpPeek, sluice.Request{Limit: sh, Key: lim.ShardKey(key, i), Cost: sh.Capacity()})
+		d, err := st.Take(context.Background(), engine.OpPeek, sluice.Request{Limit: sh, Key: lim.ShardKey(key, i), Cost: sh.Capacity()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,10 +51,10 @@ type spyStore struct {
 	mu    sync.Mutex
 	calls [][]string // "op key cost" per request, per call
 	// before, when set, runs before each take with the requests.
-	before func(op sluice.Op, rs []sluice.Request)
+	before func(op engine.Op, rs []sluice.Request)
 }
 
-func (s *spyStore) record(op sluice.Op, rs []sluice.Request) {
+func (s *spyStore) record(op engine.Op, rs []sluice.Request) {
 	if s.before != nil {
 		s.before(op, rs)
 	}
@@ -66,14 +67,14 @@ func (s *spyStore) record(op sluice.Op, rs []sluice.Request) {
 	s.calls = append(s.calls, call)
 }
 
-func (s *spyStore) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (s *spyStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
 	s.record(op, []sluice.Request{r})
 	return s.Store.Take(ctx, op, r)
 }
 
-func (s *spyStore) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *spyStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	s.record(op, rs)
-	return s.Store.TakeAll(ctx, op, rs)
+	return s.Store.TakeAll(ctx, op, rs, nil)
 }
 
 // Of the two shards a take reads, it charges the fuller.
@@ -134,13 +135,13 @@ func TestShardsRaceIsRetriedOnce(t *testing.T) {
 	lim := sluice.MustLimit(sluice.Spec{Name: "race", Rate: 1, Period: time.Hour, Capacity: 8, Shards: 4})
 	spy := &spyStore{Store: st}
 	raced := false
-	spy.before = func(op sluice.Op, rs []sluice.Request) {
-		if op != sluice.OpTake || raced {
+	spy.before = func(op engine.Op, rs []sluice.Request) {
+		if op != engine.OpTake || raced {
 			return
 		}
 		raced = true
 		for _, r := range rs { // another caller empties the shard first
-			if _, err := st.Take(context.Background(), sluice.OpTake, sluice.Request{Limit: r.Limit, Key: r.Key, Cost: r.Limit.Capacity()}); err != nil {
+			if _, err := st.Take(context.Background(), engine.OpTake, sluice.Request{Limit: r.Limit, Key: r.Key, Cost: r.Limit.Capacity()}); err != nil {
 				t.Error(err)
 			}
 		}

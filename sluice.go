@@ -27,54 +27,27 @@
 // one rule for what a request may cost, for every store and every
 // transport.
 //
-// # Units
-//
-// Time is an int64 count of microseconds and tokens are int64 fixed-point
-// micro-tokens (1 token = 1e6). Microseconds are the resolution of the
-// clocks that the shared stores offer (Redis TIME, PostgreSQL timestamps),
-// so one resolution everywhere is what lets every engine give the very same
-// answer. Integers make boundaries exact: a request that arrives exactly
-// when the bucket holds its cost is allowed, not "almost" allowed as it
-// would be with floating point. See TakeTokenBucket for how rates are kept
-// exact.
-//
-// # For store implementers
-//
-// Application code needs none of what follows; a Store needs all of it.
-// The root package defines every algorithm as pure arithmetic on the
-// state and the time: TakeTokenBucket, TakeFixedWindow and TakeSlidingLog
-// decide, RefundTokenBucket, RefundFixedWindow and RefundSlidingLog give
-// back, over the states BucketState, WindowState and []LogEntry (State
-// holds any of them), each answering an Outcome. A Limit's Params are its
-// integer form, Request.Charge turns a Request into the Charge those
-// functions take, MaxDebt bounds a reservation's debt, StorageKey and
-// WindowOffset name and place a key's bucket. The arithmetic has no clock
-// of its own: the time is passed in, so each engine uses its own clock
-// (Redis's TIME, PostgreSQL's clock_timestamp(), the process's monotonic
-// clock) and tests use a fake one. Package conformance checks a Store
-// against the vectors every store passes.
+// Amounts are float64 tokens (0.5 is half a token) and waits are
+// time.Duration. Package engine holds the integer arithmetic every store
+// runs, and is all a new store needs.
 package sluice
 
 import (
 	"errors"
 	"fmt"
-	"math"
-	"time"
+
+	"github.com/sluicehq/sluice/engine"
 )
 
-// TokenScale is the fixed-point scale of token amounts: costs, capacities
-// and remaining tokens are held as integer multiples of 1/TokenScale of a
-// token, so a cost of 0.5 is exactly 500000.
-const TokenScale = 1_000_000
-
-// Errors returned for requests that can never be decided as asked. They are
+// Errors of a Limiter's calls: the requests that can never be decided
+// as asked, and rejections as errors. They are
 // wrapped with detail; test with errors.Is.
 var (
 	// ErrInvalidCost is a cost that is no amount of tokens: negative, NaN,
 	// or below one micro-token (see Request.Charge; a Request's zero Cost
 	// means one token). A cost too large to count is not one: it is
 	// ErrCostExceedsLimit.
-	ErrInvalidCost = errors.New("sluice: cost must be a finite number > 0")
+	ErrInvalidCost = engine.ErrInvalidCost
 	// ErrCostExceedsLimit is a cost larger than the limit's burst or
 	// capacity (plus its max_reserved, for a reservation): no amount of
 	// waiting would ever admit it.
@@ -93,6 +66,13 @@ var (
 	// omission, as the decision API refuses it; a bucket meant to be
 	// shared is named ("global").
 	ErrNoKey = errors.New(`sluice: a request needs a key (a bucket shared by every caller is one key they all use, such as "global")`)
+	// ErrLimited is what a rejection is as an error: every *LimitedError
+	// is ErrLimited (errors.Is), whatever its rule, key and time.
+	ErrLimited = errors.New("sluice: rate limited")
+	// ErrBeyondDeadline is why Wait gave up without waiting: the turn it
+	// would have had comes after the context's deadline. The error Wait
+	// returns is a *LimitedError too.
+	ErrBeyondDeadline = errors.New("the turn comes after the context's deadline")
 )
 
 // Algorithm names how a Limit counts.
@@ -124,12 +104,7 @@ var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_log", 
 var algorithmPrefixes = [...]string{"tb", "fw", "sl", "lb", "cc"}
 
 // String returns the configuration name of a, such as "token_bucket".
-func (a Algorithm) String() string {
-	if int(a) < len(algorithmNames) {
-		return algorithmNames[a]
-	}
-	return fmt.Sprintf("algorithm(%d)", uint8(a))
-}
+func (a Algorithm) String() string { return engine.Algorithm(a).String() }
 
 // KeyPrefix returns the short prefix of bucket keys for a ("tb", "fw", ...).
 func (a Algorithm) KeyPrefix() string {
@@ -148,52 +123,6 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	}
 	return 0, fmt.Errorf("%w: unknown algorithm %q (want token_bucket, fixed_window, sliding_log, leaky_bucket or concurrency)", ErrInvalidLimit, s)
 }
-
-// Micros converts d to whole microseconds, rounding up so that a wait is
-// never shortened.
-func Micros(d time.Duration) int64 {
-	us := int64(d / time.Microsecond)
-	if d%time.Microsecond > 0 {
-		us++
-	}
-	return us
-}
-
-// Duration converts microseconds to a time.Duration, saturating.
-func Duration(us int64) time.Duration {
-	if us > math.MaxInt64/int64(time.Microsecond) {
-		return time.Duration(math.MaxInt64)
-	}
-	return time.Duration(us) * time.Microsecond
-}
-
-// ToMicroTokens converts an amount of tokens to fixed point, rejecting
-// values that would corrupt state: NaN, infinities, negatives, zero, amounts
-// below one micro-token and amounts beyond the representable range.
-func ToMicroTokens(amount float64) (int64, error) {
-	if amount >= 1 && amount <= 1<<30 && amount == float64(int64(amount)) {
-		return int64(amount) * TokenScale, nil // whole tokens, the common case
-	}
-	if math.IsNaN(amount) || math.IsInf(amount, 0) || amount <= 0 {
-		return 0, fmt.Errorf("%w (got %v)", ErrInvalidCost, amount)
-	}
-	v := math.Round(amount * TokenScale)
-	if v < 1 {
-		return 0, fmt.Errorf("%w (got %v, below 1e-6)", ErrInvalidCost, amount)
-	}
-	if v > maxMicroTokens {
-		return 0, fmt.Errorf("%w (got %v, above %v)", ErrInvalidCost, amount, float64(maxMicroTokens/TokenScale))
-	}
-	return int64(v), nil
-}
-
-// maxMicroTokens bounds capacities and costs at 2^53 micro-tokens (about
-// nine billion tokens): every value then survives a round trip through a
-// float64, which is what the Redis engine's Lua computes with.
-const maxMicroTokens = 1 << 53
-
-// FromMicroTokens converts fixed-point tokens back to a float.
-func FromMicroTokens(v int64) float64 { return float64(v) / TokenScale }
 
 // IsInputError reports whether err is the caller's fault (a bad cost, an
 // impossible cost, an invalid limit, a reservation the algorithm cannot

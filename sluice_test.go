@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // mapStore evaluates the algorithms with nothing around them: a map under
@@ -18,50 +19,52 @@ import (
 type mapStore struct {
 	mu    sync.Mutex
 	clock sluice.Clock
-	m     map[string]*sluice.State
+	m     map[string]*engine.State
 	// dens are the rate denominators the buckets of m were written under,
 	// for the conversion a reloaded limit's state needs.
 	dens map[string]int64
 }
 
-func (s *mapStore) Take(_ context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
-	ds, err := s.TakeAll(context.Background(), op, []sluice.Request{r})
+func (s *mapStore) Take(_ context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
+	ds, err := s.TakeAll(context.Background(), op, []sluice.Request{r}, nil)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
 	return ds[0], nil
 }
 
-func (s *mapStore) TakeAll(_ context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *mapStore) Supports(*sluice.Limit) error { return nil }
+
+func (s *mapStore) TakeAll(_ context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now().UnixMicro()
-	scratch := map[string]*sluice.State{}
-	out := make([]sluice.Outcome, len(rs))
+	scratch := map[string]*engine.State{}
+	out := make([]engine.Outcome, len(rs))
 	all := true
 	for i, r := range rs {
 		ch, err := r.Charge(op)
 		if err != nil {
 			return nil, err
 		}
-		k := sluice.StorageKey(r.Limit, r.Key)
+		k := r.Limit.StorageKey(r.Key)
 		st, present := scratch[k]
 		if !present {
-			st = &sluice.State{}
+			st = &engine.State{}
 			if old, had := s.m[k]; had {
 				*st = *old
-				st.Log = append([]sluice.LogEntry(nil), old.Log...)
+				st.Log = append([]engine.LogEntry(nil), old.Log...)
 				present = true
 				if p := r.Limit.Params(); p.RateDen > 0 {
-					st.Tokens = sluice.ConvertBucket(p, st.Tokens, s.dens[k])
+					st.Tokens = engine.ConvertBucket(p, st.Tokens, s.dens[k])
 				}
 			}
 		}
 		var written bool
-		if op == sluice.OpRefund {
-			out[i], written = r.Limit.Refund(st, present, r.Key, now, ch)
+		if op == engine.OpRefund {
+			out[i], written = engine.Refund(r.Limit.Params(), st, present, r.Key, now, ch)
 		} else {
-			out[i], written = r.Limit.Evaluate(st, present, r.Key, now, ch, true)
+			out[i], written = engine.Evaluate(r.Limit.Params(), st, present, r.Key, now, ch, true)
 		}
 		if present || written {
 			scratch[k] = st
@@ -75,12 +78,12 @@ func (s *mapStore) TakeAll(_ context.Context, op sluice.Op, rs []sluice.Request)
 		}
 		ds[i] = r.Limit.Decide(out[i])
 	}
-	if all && op != sluice.OpPeek {
+	if all && op != engine.OpPeek {
 		for k, st := range scratch {
 			s.m[k] = st
 		}
 		for _, r := range rs {
-			s.dens[sluice.StorageKey(r.Limit, r.Key)] = r.Limit.Params().RateDen
+			s.dens[r.Limit.StorageKey(r.Key)] = r.Limit.Params().RateDen
 		}
 	}
 	return ds, nil
@@ -89,30 +92,30 @@ func (s *mapStore) TakeAll(_ context.Context, op sluice.Op, rs []sluice.Request)
 func (s *mapStore) Reset(_ context.Context, l *sluice.Limit, key string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.m, sluice.StorageKey(l, key))
+	delete(s.m, l.StorageKey(key))
 	return nil
 }
 
-func (s *mapStore) Lease(_ context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+func (s *mapStore) Lease(_ context.Context, op engine.Op, r sluice.Request, id engine.LeaseID) (sluice.Decision, error) {
 	if err := r.CheckLease(); err != nil {
 		return sluice.Decision{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := sluice.StorageKey(r.Limit, r.Key)
-	var set []sluice.LeaseEntry
+	k := r.Limit.StorageKey(r.Key)
+	var set []engine.LeaseEntry
 	if st, ok := s.m[k]; ok {
 		set = st.Leases
 	}
-	set, o, write := sluice.StepLease(r.Limit.Params(), set, s.clock.Now().UnixMicro(), op, id)
+	set, o, write := engine.StepLease(r.Limit.Params(), set, s.clock.Now().UnixMicro(), op, id)
 	if write {
-		s.m[k] = &sluice.State{Leases: set}
+		s.m[k] = &engine.State{Leases: set}
 	}
 	return r.Limit.Decide(o), nil
 }
 
 func newMapStore(t *testing.T, clock sluice.Clock) sluice.Store {
-	return &mapStore{clock: clock, m: map[string]*sluice.State{}, dens: map[string]int64{}}
+	return &mapStore{clock: clock, m: map[string]*engine.State{}, dens: map[string]int64{}}
 }
 
 func TestVectorsPureArithmetic(t *testing.T) { conformance.Run(t, newMapStore) }
@@ -165,21 +168,21 @@ func TestWorkedExample(t *testing.T) {
 func TestBadCosts(t *testing.T) {
 	l := sluice.MustLimit(sluice.Spec{Name: "c", TokensPerSecond: 10, Burst: 5})
 	for _, c := range []float64{-1, math.NaN(), math.Inf(-1), 1e-9, -0.5} {
-		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrInvalidCost) {
+		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(engine.OpTake); !errors.Is(err, sluice.ErrInvalidCost) {
 			t.Errorf("cost %v: got %v, want ErrInvalidCost", c, err)
 		}
 	}
-	if _, err := (sluice.Request{Limit: l, Cost: 5.000001}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+	if _, err := (sluice.Request{Limit: l, Cost: 5.000001}).Charge(engine.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
 		t.Errorf("cost above burst: got %v", err)
 	}
-	if ch, err := (sluice.Request{Limit: l, Cost: 0.5}).Charge(sluice.OpTake); err != nil || ch.Cost != 500000 {
+	if ch, err := (sluice.Request{Limit: l, Cost: 0.5}).Charge(engine.OpTake); err != nil || ch.Cost != 500000 {
 		t.Errorf("cost 0.5: %+v %v", ch, err)
 	}
 	sl := sluice.MustLimit(sluice.Spec{Name: "sl", Algorithm: sluice.SlidingLog, Rate: 5})
-	if _, err := (sluice.Request{Limit: sl, Reserve: true}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrReserveUnsupported) {
+	if _, err := (sluice.Request{Limit: sl, Reserve: true}).Charge(engine.OpTake); !errors.Is(err, sluice.ErrReserveUnsupported) {
 		t.Errorf("reserve on a sliding log: %v", err)
 	}
-	if _, err := (sluice.Request{Limit: l, Reserve: true, MaxReserved: math.NaN()}).Charge(sluice.OpTake); err == nil {
+	if _, err := (sluice.Request{Limit: l, Reserve: true, MaxReserved: math.NaN()}).Charge(engine.OpTake); err == nil {
 		t.Error("NaN max_reserved accepted")
 	}
 	if sluice.IsInputError(errors.New("connection refused")) || !sluice.IsInputError(sluice.ErrCostExceedsLimit) {
@@ -262,7 +265,7 @@ func TestCombineOneAsTheLoops(t *testing.T) {
 	for _, allowed := range []bool{true, false} {
 		for _, wait := range []time.Duration{-time.Second, 0, time.Millisecond} {
 			for _, retryAt := range []time.Time{{}, at, time.Unix(-62135596900, 0)} {
-				d := sluice.Decision{Allowed: allowed, Limit: 10, Remaining: 3, RetryAfter: wait, RetryAt: retryAt, ResetAfter: time.Second, Rule: "r", Tokens: 3.5}
+				d := sluice.Decision{Allowed: allowed, Capacity: 10, Remaining: 3, RetryAfter: wait, RetryAt: retryAt, ResetAfter: time.Second, Rule: "r", Tokens: 3.5}
 				one, two := sluice.Combine([]sluice.Decision{d}), sluice.Combine([]sluice.Decision{d, d})
 				if one != two {
 					t.Errorf("%+v: one %+v, twice %+v", d, one, two)
@@ -275,7 +278,7 @@ func TestCombineOneAsTheLoops(t *testing.T) {
 func TestWindowOffsetSpreads(t *testing.T) {
 	seen := map[int64]bool{}
 	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
-		off := sluice.WindowOffset(k, 60e6)
+		off := engine.WindowOffset(k, 60e6)
 		if off < 0 || off >= 60e6 {
 			t.Fatalf("offset %d outside the period", off)
 		}
@@ -300,32 +303,32 @@ func TestFixedWindowRefillRange(t *testing.T) {
 func TestChargeRefundClampsToMostCharge(t *testing.T) {
 	l := sluice.MustLimit(sluice.Spec{Name: "c", TokensPerSecond: 10, Burst: 5, MaxReserved: 2})
 	for _, c := range []float64{7.000001, 8, 1e12, 1e300, math.Inf(1)} {
-		ch, err := (sluice.Request{Limit: l, Cost: c}).Charge(sluice.OpRefund)
-		if err != nil || ch.Cost != 7*sluice.TokenScale {
+		ch, err := (sluice.Request{Limit: l, Cost: c}).Charge(engine.OpRefund)
+		if err != nil || ch.Cost != 7*engine.TokenScale {
 			t.Errorf("refund of %v: %+v, %v; want the capacity plus max_reserved, 7 tokens", c, ch, err)
 		}
-		if _, err := (sluice.Request{Limit: l, Cost: c, Reserve: true}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+		if _, err := (sluice.Request{Limit: l, Cost: c, Reserve: true}).Charge(engine.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
 			t.Errorf("reserved take of %v: %v, want ErrCostExceedsLimit", c, err)
 		}
 	}
 	for _, c := range []float64{5.000001, 7} {
-		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(engine.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
 			t.Errorf("take of %v without reserving: %v, want ErrCostExceedsLimit", c, err)
 		}
-		if ch, err := (sluice.Request{Limit: l, Cost: c, Reserve: true}).Charge(sluice.OpTake); err != nil || !ch.Reserve {
+		if ch, err := (sluice.Request{Limit: l, Cost: c, Reserve: true}).Charge(engine.OpTake); err != nil || !ch.Reserve {
 			t.Errorf("reserved take of %v: %+v, %v; want a reservation", c, ch, err)
 		}
 	}
 	sl := sluice.MustLimit(sluice.Spec{Name: "sl", Algorithm: sluice.SlidingLog, Rate: 5})
-	if ch, err := (sluice.Request{Limit: sl, Cost: 1e12}).Charge(sluice.OpRefund); err != nil || ch.Cost != 5*sluice.TokenScale {
+	if ch, err := (sluice.Request{Limit: sl, Cost: 1e12}).Charge(engine.OpRefund); err != nil || ch.Cost != 5*engine.TokenScale {
 		t.Errorf("sliding log refund of 1e12: %+v, %v; want the capacity, 5 tokens", ch, err)
 	}
 	for _, c := range []float64{-1, math.NaN(), math.Inf(-1), 1e-9} {
-		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(sluice.OpRefund); !errors.Is(err, sluice.ErrInvalidCost) {
+		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(engine.OpRefund); !errors.Is(err, sluice.ErrInvalidCost) {
 			t.Errorf("refund of %v: %v, want ErrInvalidCost", c, err)
 		}
 	}
-	if ch, err := (sluice.Request{Limit: l}).Charge(sluice.OpRefund); err != nil || ch.Cost != sluice.TokenScale {
+	if ch, err := (sluice.Request{Limit: l}).Charge(engine.OpRefund); err != nil || ch.Cost != engine.TokenScale {
 		t.Errorf("refund of cost 0 (one token): %+v, %v", ch, err)
 	}
 }
@@ -335,14 +338,14 @@ func TestChargeRefundClampsToMostCharge(t *testing.T) {
 // nothing.
 func TestChargeNoReserve(t *testing.T) {
 	lb := sluice.MustLimit(sluice.Spec{Name: "lb", Algorithm: sluice.LeakyBucket, TokensPerSecond: 10})
-	if ch, err := (sluice.Request{Limit: lb, NoReserve: true}).Charge(sluice.OpTake); err != nil || ch.Reserve {
+	if ch, err := (sluice.Request{Limit: lb, NoReserve: true}).Charge(engine.OpTake); err != nil || ch.Reserve {
 		t.Errorf("leaky bucket with NoReserve: %+v, %v", ch, err)
 	}
-	if ch, err := (sluice.Request{Limit: lb}).Charge(sluice.OpTake); err != nil || !ch.Reserve {
+	if ch, err := (sluice.Request{Limit: lb}).Charge(engine.OpTake); err != nil || !ch.Reserve {
 		t.Errorf("leaky bucket: %+v, %v; want a reservation", ch, err)
 	}
 	zero := sluice.MustLimit(sluice.Spec{Name: "zero", TokensPerSecond: 10, Capacity: sluice.ZeroCapacity, Reserve: true})
-	if _, err := (sluice.Request{Limit: zero, NoReserve: true}).Charge(sluice.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+	if _, err := (sluice.Request{Limit: zero, NoReserve: true}).Charge(engine.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
 		t.Errorf("capacity 0 with NoReserve: %v, want ErrCostExceedsLimit", err)
 	}
 }
@@ -357,7 +360,7 @@ func TestMaxDebtRange(t *testing.T) {
 		{Name: "fw-slow", Algorithm: sluice.FixedWindow, Rate: 1, Period: (1 << 50) * time.Microsecond},
 	} {
 		p := sluice.MustLimit(s).Params()
-		d := sluice.MaxDebt(p)
+		d := engine.MaxDebt(p)
 		if p.MaxReserved != d || d <= 0 {
 			t.Errorf("%s: max_reserved %d, MaxDebt %d", s.Name, p.MaxReserved, d)
 		}
@@ -386,7 +389,7 @@ func TestEmptyKeyRefused(t *testing.T) {
 	clock := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
 	lim := sluice.NewWithOptions(newMapStore(t, clock), sluice.Options{Clock: clock})
 	tb := sluice.MustLimit(sluice.Spec{Name: "tb", TokensPerSecond: 1, Burst: 1})
-	conc := sluice.MustLimit(sluice.Spec{Name: "conc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Minute})
+	conc := sluice.MustLimit(sluice.Spec{Name: "conc", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: time.Minute})
 	r := sluice.Request{Limit: tb}
 	check := func(what string, err error) {
 		t.Helper()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/sluicehq/sluice/engine"
 )
 
 // SpecError is a Spec that NewLimit refuses, with the field at fault. It
@@ -36,13 +38,13 @@ func (e *SpecError) Unwrap() error { return ErrInvalidLimit }
 
 // maxAmount is the most tokens a capacity, rate or cost may be: 2^53
 // micro-tokens, written out ("9007199254.740992").
-var maxAmount = strconv.FormatFloat(float64(maxMicroTokens)/TokenScale, 'f', -1, 64)
+var maxAmount = strconv.FormatFloat(float64(engine.MaxMicroTokens)/engine.TokenScale, 'f', -1, 64)
 
 // amountReason converts v, a size or rate of a Spec already known to be a
 // finite number > 0, to micro-tokens, or says why it is out of the range
 // every store counts exactly, as a predicate of the field it was given in.
 func amountReason(v float64) (int64, string) {
-	m, err := ToMicroTokens(v)
+	m, err := engine.ToMicroTokens(v)
 	switch {
 	case err == nil:
 		return m, ""

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/engine"
 )
 
 // giveBackTimeout bounds the refund of a reservation whose waiter gave up:
@@ -50,7 +52,7 @@ func (l *Limiter) Wait(ctx context.Context, r Request) error {
 		return err
 	}
 	if r.Limit == nil {
-		_, err := r.Charge(OpTake) // names the missing limit
+		_, err := r.Charge(engine.OpTake) // names the missing limit
 		return err
 	}
 	if r.Key == "" {
@@ -67,7 +69,7 @@ func (l *Limiter) waitReserved(ctx context.Context, r Request) error {
 	p := &r.Limit.params
 	own := p.MaxReserved
 	if r.MaxReserved != 0 {
-		mr, err := ToMicroTokens(r.MaxReserved)
+		mr, err := engine.ToMicroTokens(r.MaxReserved)
 		if err != nil {
 			return fmt.Errorf("limit %q: max_reserved: %w", r.Limit.Name(), err)
 		}
@@ -82,11 +84,11 @@ func (l *Limiter) waitReserved(ctx context.Context, r Request) error {
 		window := max(deadline.Sub(l.Now()), 0) / time.Microsecond
 		// The largest debt, in whole micro-tokens, that refills within
 		// window microseconds: wait = ceil(debt*den/num) <= window.
-		bound = min(bound, mulDiv(int64(window), p.RateNum, p.RateDen))
+		bound = min(bound, engine.MulDiv(int64(window), p.RateNum, p.RateDen))
 	}
 	req := r
 	req.Reserve = true
-	req.MaxReserved = FromMicroTokens(bound)
+	req.MaxReserved = engine.FromMicroTokens(bound)
 	if bound == 0 {
 		// No debt at all: a take of what the bucket holds now. (Zero would
 		// mean "the limit's own" in a Request; a leaky bucket always
@@ -94,7 +96,7 @@ func (l *Limiter) waitReserved(ctx context.Context, r Request) error {
 		// the deadline is given back below.)
 		req.Reserve, req.MaxReserved = false, 0
 		if p.Reserve {
-			req.MaxReserved = 1.0 / TokenScale
+			req.MaxReserved = 1.0 / engine.TokenScale
 		}
 	}
 	d, err := l.Take(ctx, req)
@@ -102,7 +104,7 @@ func (l *Limiter) waitReserved(ctx context.Context, r Request) error {
 		if hasDeadline && errors.Is(err, ErrCostExceedsLimit) {
 			// Above what a debt this short admits, though not above what
 			// the limit admits with a longer deadline: the deadline is why.
-			if _, cerr := (Request{Limit: r.Limit, Key: r.Key, Cost: r.Cost, Reserve: true, MaxReserved: r.MaxReserved}).Charge(OpTake); cerr == nil {
+			if _, cerr := (Request{Limit: r.Limit, Key: r.Key, Cost: r.Cost, Reserve: true, MaxReserved: r.MaxReserved}).Charge(engine.OpTake); cerr == nil {
 				return &LimitedError{Rule: r.Limit.Name(), Key: r.Key, cause: ErrBeyondDeadline}
 			}
 		}
@@ -199,6 +201,6 @@ func (l *Limiter) giveBack(ctx context.Context, r Request) error {
 // bucket to allow when nothing else bounds it: what every store computes
 // with exactly. The tightest is Redis's Lua, whose doubles hold
 // (capacity + debt) * RateDen exactly below 2^52.
-func maxWaitDebt(p *Params) int64 {
+func maxWaitDebt(p *engine.Params) int64 {
 	return max((1<<52-1)/p.RateDen-p.Capacity-1, 0)
 }

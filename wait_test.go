@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // Wait, RetryAt and jitter on a store are conformance.RunWait's, run on
@@ -72,7 +73,7 @@ func TestAttackWaitDeadlineChargesNothing(t *testing.T) {
 	inner := e.Limiter.Store()
 	var honest []sluice.Decision
 	hooked := &hookStore{Store: inner, after: func() {
-		dec, err := inner.Take(bg, sluice.OpTake, r)
+		dec, err := inner.Take(bg, engine.OpTake, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +81,7 @@ func TestAttackWaitDeadlineChargesNothing(t *testing.T) {
 	}}
 	attacker := sluice.NewWithOptions(hooked, sluice.Options{Clock: e.Clock})
 	for round := range 3 {
-		if _, err := inner.Take(bg, sluice.OpTake, r); err != nil { // 1 token left
+		if _, err := inner.Take(bg, engine.OpTake, r); err != nil { // 1 token left
 			t.Fatal(err)
 		}
 		err := attacker.Wait(e.Within(d/2), sluice.Request{Limit: l, Key: "k", Cost: 2}) // a turn d away
@@ -103,9 +104,9 @@ type hookStore struct {
 	after func()
 }
 
-func (h *hookStore) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (h *hookStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
 	d, err := h.Store.Take(ctx, op, r)
-	if op == sluice.OpTake {
+	if op == engine.OpTake {
 		h.after()
 	}
 	return d, err
@@ -185,7 +186,7 @@ func TestSpreadIsFNV(t *testing.T) {
 		h.Write([]byte{0})
 		h.Write([]byte(c[1]))
 		for _, n := range []uint64{0, 1, 7, 1 << 40} {
-			if got, want := sluice.Spread(n, c[0], c[1]), h.Sum64()%(n+1); got != want {
+			if got, want := engine.Spread(n, c[0], c[1]), h.Sum64()%(n+1); got != want {
 				t.Fatalf("Spread(%d, %q, %q) = %d, want %d", n, c[0], c[1], got, want)
 			}
 		}

@@ -1,7 +1,8 @@
-// Package conformance holds the vectors and property tests that every
-// sluice Store must pass, so that "the same semantics on every store" is a
-// test rather than a promise. A store's test calls Run and RunInvariants
-// with a constructor that wires the store to the given clock.
+// Package conformance is package engine's runner: the vectors and
+// property tests that every sluice Store must pass, so that "the same
+// semantics on every store" is a test rather than a promise. A store's
+// test calls Run and RunInvariants with a constructor that wires the store
+// to the given clock.
 //
 // The vectors (testdata/vectors.json) are written by an independent oracle,
 // testdata/gen_vectors.py, which computes with exact fractions from the
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 //go:embed testdata/vectors.json
@@ -74,7 +76,7 @@ type Step struct {
 	WantError   string  `json:"want_error,omitempty"`
 	// Lease names the lease of a concurrency limit's step (acquire,
 	// release, renew, peek): a label that Run maps to a random
-	// sluice.LeaseID.
+	// engine.LeaseID.
 	Lease string `json:"lease,omitempty"`
 	// Limit, when set, replaces the case's limit from this step on, under
 	// the same name: a reload that changed the limit's parameters, which
@@ -112,7 +114,7 @@ func (c Case) Compile() (*sluice.Limit, error) {
 		Rate: c.Limit.Rate, Period: time.Duration(c.Limit.PeriodUs) * time.Microsecond,
 		MaxReserved: c.Limit.MaxReserved, Reserve: c.Limit.Reserve,
 		MaxDelay:    time.Duration(c.Limit.MaxDelayUs) * time.Microsecond,
-		MaxInFlight: c.Limit.MaxInFlight, Lease: time.Duration(c.Limit.LeaseUs) * time.Microsecond,
+		MaxInFlight: c.Limit.MaxInFlight, LeaseTerm: time.Duration(c.Limit.LeaseUs) * time.Microsecond,
 	}
 	if c.Limit.Capacity != nil {
 		s.Capacity = *c.Limit.Capacity
@@ -144,7 +146,7 @@ func Run(t *testing.T, newStore NewStore) {
 			clock := sluice.NewManualClock(time.UnixMicro(0))
 			store := newStore(t, clock)
 			ctx := context.Background()
-			ids := map[string]sluice.LeaseID{}
+			ids := map[string]engine.LeaseID{}
 			for i, s := range c.Steps {
 				clock.Set(time.UnixMicro(s.TUs))
 				if s.Limit != nil {
@@ -159,10 +161,10 @@ func Run(t *testing.T, newStore NewStore) {
 					continue
 				}
 				if lop, ok := leaseOps[s.Op]; ok && lim.Algorithm() == sluice.Concurrency {
-					var id sluice.LeaseID
+					var id engine.LeaseID
 					if s.Lease != "" {
 						if _, seen := ids[s.Lease]; !seen {
-							ids[s.Lease] = sluice.NewLeaseID()
+							ids[s.Lease] = engine.NewLeaseID()
 						}
 						id = ids[s.Lease]
 					}
@@ -173,12 +175,12 @@ func Run(t *testing.T, newStore NewStore) {
 					CheckDecision(t, fmt.Sprintf("step %d (t=%dus %s %s)", i, s.TUs, s.Op, s.Lease), lim, d, *s.Want)
 					continue
 				}
-				op := sluice.OpTake
+				op := engine.OpTake
 				switch s.Op {
 				case "peek":
-					op = sluice.OpPeek
+					op = engine.OpPeek
 				case "refund":
-					op = sluice.OpRefund
+					op = engine.OpRefund
 				}
 				d, err := store.Take(ctx, op, sluice.Request{Limit: lim, Key: c.Key, Cost: s.Cost, Reserve: s.Reserve, MaxReserved: s.MaxReserved})
 				if s.WantError != "" {
@@ -201,7 +203,7 @@ func CheckDecision(t *testing.T, where string, lim *sluice.Limit, d sluice.Decis
 	t.Helper()
 	got := Want{
 		Allowed: d.Allowed, Remaining: d.Remaining,
-		Tokens:       int64(d.Tokens * sluice.TokenScale),
+		Tokens:       int64(d.Tokens * engine.TokenScale),
 		RetryAfterUs: int64(d.RetryAfter / time.Microsecond),
 		ResetAfterUs: int64(d.ResetAfter / time.Microsecond),
 	}
@@ -216,13 +218,13 @@ func CheckDecision(t *testing.T, where string, lim *sluice.Limit, d sluice.Decis
 	if d.Rule != lim.Name() {
 		t.Fatalf("%s: decision names rule %q, want %q", where, d.Rule, lim.Name())
 	}
-	if wantLimit := int64(lim.Capacity()); d.Limit != wantLimit {
-		t.Fatalf("%s: limit %d, want %d", where, d.Limit, wantLimit)
+	if wantLimit := int64(lim.Capacity()); d.Capacity != wantLimit {
+		t.Fatalf("%s: limit %d, want %d", where, d.Capacity, wantLimit)
 	}
 }
 
 // leaseOps are the store ops of a concurrency limit's steps.
-var leaseOps = map[string]sluice.Op{"acquire": sluice.OpTake, "peek": sluice.OpPeek, "release": sluice.OpRefund, "renew": sluice.OpRenew}
+var leaseOps = map[string]engine.Op{"acquire": engine.OpTake, "peek": engine.OpPeek, "release": engine.OpRelease, "renew": engine.OpRenew}
 
 func matchesError(err error, name string) bool {
 	switch name {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // ErrStoreDown is the error a FaultyStore returns while Down is set.
@@ -21,7 +22,7 @@ type FaultyStore struct {
 }
 
 // Take implements sluice.Store.
-func (f *FaultyStore) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (f *FaultyStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
 	if f.Down.Load() {
 		return sluice.Decision{}, ErrStoreDown
 	}
@@ -29,11 +30,11 @@ func (f *FaultyStore) Take(ctx context.Context, op sluice.Op, r sluice.Request) 
 }
 
 // TakeAll implements sluice.Store.
-func (f *FaultyStore) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (f *FaultyStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
 	if f.Down.Load() {
 		return nil, ErrStoreDown
 	}
-	return f.Store.TakeAll(ctx, op, rs)
+	return f.Store.TakeAll(ctx, op, rs, dst)
 }
 
 // Reset implements sluice.Store.
@@ -45,7 +46,7 @@ func (f *FaultyStore) Reset(ctx context.Context, l *sluice.Limit, key string) er
 }
 
 // Lease implements sluice.Store.
-func (f *FaultyStore) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+func (f *FaultyStore) Lease(ctx context.Context, op engine.Op, r sluice.Request, id engine.LeaseID) (sluice.Decision, error) {
 	if f.Down.Load() {
 		return sluice.Decision{}, ErrStoreDown
 	}

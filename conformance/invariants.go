@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // InvariantOptions sizes the property tests; stores behind a network use
@@ -62,7 +63,7 @@ type turn struct{ at, cost int64 }
 // sharding adds nothing to them.
 func RunInvariants(t *testing.T, newStore NewStore, opts InvariantOptions) {
 	opts.defaults()
-	start := sluice.Duration(0)
+	start := engine.Duration(0)
 	limits := []sluice.Spec{
 		{Name: "inv-tb", Algorithm: sluice.TokenBucket, TokensPerSecond: 50, Burst: 20, MaxReserved: 5},
 		{Name: "inv-tb-slow", Algorithm: sluice.TokenBucket, Rate: 7, Period: 3 * time.Second, Capacity: 4},
@@ -139,10 +140,10 @@ func runStream(t *testing.T, store sluice.Store, clock *sluice.ManualClock, rng 
 					var err error
 					if len(rs) == 1 {
 						var d sluice.Decision
-						d, err = store.Take(ctx, sluice.OpTake, rs[0])
+						d, err = store.Take(ctx, engine.OpTake, rs[0])
 						ds = []sluice.Decision{d}
 					} else {
-						ds, err = store.TakeAll(ctx, sluice.OpTake, rs)
+						ds, err = store.TakeAll(ctx, engine.OpTake, rs, nil)
 					}
 					if err != nil {
 						errs <- err
@@ -163,9 +164,9 @@ func runStream(t *testing.T, store sluice.Store, clock *sluice.ManualClock, rng 
 					if all {
 						mu.Lock()
 						for i, r := range rs {
-							c, _ := sluice.ToMicroTokens(r.Cost)
+							c, _ := engine.ToMicroTokens(r.Cost)
 							totals[i] += c
-							turns[i] = append(turns[i], turn{at: now + sluice.Micros(ds[i].RetryAfter), cost: c})
+							turns[i] = append(turns[i], turn{at: now + engine.Micros(ds[i].RetryAfter), cost: c})
 						}
 						mu.Unlock()
 					}
@@ -196,7 +197,7 @@ func checkBound(t *testing.T, lim *sluice.Limit, rounds []admission) {
 		t.Fatalf("%s: nothing was admitted; the stream tests nothing", lim.Name())
 	}
 	switch p.Algorithm {
-	case sluice.TokenBucket, sluice.LeakyBucket:
+	case engine.TokenBucket, engine.LeakyBucket:
 		for i := range rounds {
 			var sum int64
 			for j := i; j < len(rounds); j++ {
@@ -206,28 +207,28 @@ func checkBound(t *testing.T, lim *sluice.Limit, rounds []admission) {
 				bound := float64(p.Capacity+p.MaxReserved)*float64(p.RateDen) + float64(dt)*float64(p.RateNum)
 				if float64(sum)*float64(p.RateDen) > bound {
 					t.Fatalf("%s: admitted %v tokens in [%d, %d]us, more than burst %v + reserved %v + rate*dt",
-						lim.Name(), sluice.FromMicroTokens(sum), rounds[i].at, rounds[j].at, lim.Capacity(), sluice.FromMicroTokens(p.MaxReserved))
+						lim.Name(), engine.FromMicroTokens(sum), rounds[i].at, rounds[j].at, lim.Capacity(), engine.FromMicroTokens(p.MaxReserved))
 				}
 			}
 		}
 		checkTurns(t, lim, rounds)
-	case sluice.FixedWindow:
+	case engine.FixedWindow:
 		perWindow := map[int64]int64{}
 		for _, r := range rounds {
 			w := (r.at - p.Offset) / p.Period
 			perWindow[w] += r.total
 			if perWindow[w] > p.Capacity {
-				t.Fatalf("%s: window %d admitted %v tokens, capacity %v", lim.Name(), w, sluice.FromMicroTokens(perWindow[w]), lim.Capacity())
+				t.Fatalf("%s: window %d admitted %v tokens, capacity %v", lim.Name(), w, engine.FromMicroTokens(perWindow[w]), lim.Capacity())
 			}
 		}
-	case sluice.SlidingLog:
+	case engine.SlidingLog:
 		for j := range rounds {
 			var sum int64
 			for i := j; i >= 0 && rounds[i].at > rounds[j].at-p.Period; i-- {
 				sum += rounds[i].total
 			}
 			if sum > p.Capacity {
-				t.Fatalf("%s: admitted %v tokens in the period ending %dus, capacity %v", lim.Name(), sluice.FromMicroTokens(sum), rounds[j].at, lim.Capacity())
+				t.Fatalf("%s: admitted %v tokens in the period ending %dus, capacity %v", lim.Name(), engine.FromMicroTokens(sum), rounds[j].at, lim.Capacity())
 			}
 		}
 	}
@@ -261,7 +262,7 @@ func checkTurns(t *testing.T, lim *sluice.Limit, rounds []admission) {
 			dt := all[j].at - all[i].at + 1
 			if bound := float64(allowance)*float64(p.RateDen) + float64(dt)*float64(p.RateNum); float64(sum)*float64(p.RateDen) > bound {
 				t.Fatalf("%s: %v tokens act at turns in [%d, %d]us, more than %v + rate*dt (burst %v, largest cost %v, %d shards)",
-					lim.Name(), sluice.FromMicroTokens(sum), all[i].at, all[j].at, sluice.FromMicroTokens(allowance), lim.Capacity(), sluice.FromMicroTokens(largest), lim.Shards())
+					lim.Name(), engine.FromMicroTokens(sum), all[i].at, all[j].at, engine.FromMicroTokens(allowance), lim.Capacity(), engine.FromMicroTokens(largest), lim.Shards())
 			}
 		}
 	}
@@ -331,15 +332,15 @@ func checkRejectedTakeAll(t *testing.T, store sluice.Store, clock *sluice.Manual
 			clock.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
 		}
 		reqs := next(rng)
-		before, err := store.TakeAll(ctx, sluice.OpPeek, reqs)
+		before, err := store.TakeAll(ctx, engine.OpPeek, reqs, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ds, err := store.TakeAll(ctx, sluice.OpTake, reqs)
+		ds, err := store.TakeAll(ctx, engine.OpTake, reqs, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		after, err := store.TakeAll(ctx, sluice.OpPeek, reqs)
+		after, err := store.TakeAll(ctx, engine.OpPeek, reqs, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // LeaseOptions tunes RunLeases.
@@ -61,7 +62,7 @@ func (r leaseRun) fresh(t *testing.T) (*sluice.Limiter, *sluice.ManualClock) {
 }
 
 func (r leaseRun) limit(name string, n int) *sluice.Limit {
-	return sluice.MustLimit(sluice.Spec{Name: name, Algorithm: sluice.Concurrency, MaxInFlight: n, Lease: r.lease})
+	return sluice.MustLimit(sluice.Spec{Name: name, Algorithm: sluice.Concurrency, MaxInFlight: n, LeaseTerm: r.lease})
 }
 
 // atOnce: of callers acquires made at once, exactly n are admitted; a
@@ -272,10 +273,10 @@ func CallsOnNothing(ctx context.Context, t testing.TB, lim *sluice.Limiter, cc *
 	t.Helper()
 	for i := range n {
 		r := sluice.Request{Limit: cc, Key: fmt.Sprint("k", i)}
-		if d, err := lim.Renew(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
+		if d, err := lim.Renew(ctx, r, engine.NewLeaseID()); err != nil || d.Allowed {
 			t.Fatalf("renew of a key holding nothing: %+v, %v", d, err)
 		}
-		if d, err := lim.Release(ctx, r, sluice.NewLeaseID()); err != nil || d.Allowed {
+		if d, err := lim.Release(ctx, r, engine.NewLeaseID()); err != nil || d.Allowed {
 			t.Fatalf("release of a key holding nothing: %+v, %v", d, err)
 		}
 	}

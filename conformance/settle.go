@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // SettleOptions sizes RunSettle's concurrent streams.
@@ -30,7 +31,7 @@ func RunSettle(t *testing.T, newStore NewStore, opts SettleOptions) {
 	if opts.PerCaller == 0 {
 		opts.PerCaller = 25
 	}
-	start := sluice.Duration(0)
+	start := engine.Duration(0)
 	specs := []sluice.Spec{
 		{Name: "settle-tb", TokensPerSecond: 1, Burst: 100},
 		{Name: "settle-tb-mr", TokensPerSecond: 1, Burst: 100, MaxReserved: 30},
@@ -165,7 +166,7 @@ func settleConcurrent(t *testing.T, newStore NewStore, lim *sluice.Limit, opts S
 		want -= s.actual - s.forgiven
 	}
 	if got := micro(Level(t, l, lim, "hot")); got != want {
-		t.Fatalf("after %d settled requests the bucket holds %v tokens, want %v (capacity - sum of actual costs not forgiven)", len(done), sluice.FromMicroTokens(got), sluice.FromMicroTokens(want))
+		t.Fatalf("after %d settled requests the bucket holds %v tokens, want %v (capacity - sum of actual costs not forgiven)", len(done), engine.FromMicroTokens(got), engine.FromMicroTokens(want))
 	}
 	if total := opts.Goroutines * opts.PerCaller; len(done) < min(total*9/10, 50) {
 		t.Fatalf("only %d of %d requests were admitted: the stream does not exercise settling", len(done), total)
@@ -174,10 +175,10 @@ func settleConcurrent(t *testing.T, newStore NewStore, lim *sluice.Limit, opts S
 	for _, s := range done {
 		forgiven += s.forgiven
 	}
-	t.Logf("%d settled, %v tokens forgiven, the bucket at %v", len(done), sluice.FromMicroTokens(forgiven), sluice.FromMicroTokens(want))
+	t.Logf("%d settled, %v tokens forgiven, the bucket at %v", len(done), engine.FromMicroTokens(forgiven), engine.FromMicroTokens(want))
 }
 
-func micro(tokens float64) int64 { return int64(tokens*sluice.TokenScale + 0.5*sign(tokens)) }
+func micro(tokens float64) int64 { return int64(tokens*engine.TokenScale + 0.5*sign(tokens)) }
 
 func sign(x float64) float64 {
 	if x < 0 {

@@ -9,29 +9,30 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // limiterStore presents a Limiter as a Store, so that the streams of
 // runStream go through the Limiter, which expands sharded limits.
 type limiterStore struct{ l *sluice.Limiter }
 
-func (s limiterStore) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (s limiterStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
 	switch op {
-	case sluice.OpPeek:
+	case engine.OpPeek:
 		return s.l.Peek(ctx, r)
-	case sluice.OpRefund:
+	case engine.OpRefund:
 		return s.l.Refund(ctx, r)
 	}
 	return s.l.Take(ctx, r)
 }
 
-func (s limiterStore) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s limiterStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	var ds []sluice.Decision
 	var err error
 	switch op {
-	case sluice.OpPeek:
+	case engine.OpPeek:
 		_, ds, err = s.l.PeekAll(ctx, rs...)
-	case sluice.OpRefund:
+	case engine.OpRefund:
 		ds, err = s.l.RefundAll(ctx, rs...)
 	default:
 		_, ds, err = s.l.TakeAll(ctx, rs...)
@@ -39,11 +40,13 @@ func (s limiterStore) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Req
 	return ds, err
 }
 
+func (s limiterStore) Supports(l *sluice.Limit) error { return s.l.Store().Supports(l) }
+
 func (s limiterStore) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 	return s.l.Reset(ctx, l, key)
 }
 
-func (s limiterStore) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+func (s limiterStore) Lease(ctx context.Context, op engine.Op, r sluice.Request, id engine.LeaseID) (sluice.Decision, error) {
 	return s.l.Store().Lease(ctx, op, r, id)
 }
 
@@ -164,7 +167,7 @@ type shardStep struct {
 }
 
 func want(allowed bool, tokens float64, retry, reset time.Duration) *Want {
-	w := &Want{Allowed: allowed, Tokens: int64(tokens * sluice.TokenScale), RetryAfterUs: retry.Microseconds(), ResetAfterUs: reset.Microseconds()}
+	w := &Want{Allowed: allowed, Tokens: int64(tokens * engine.TokenScale), RetryAfterUs: retry.Microseconds(), ResetAfterUs: reset.Microseconds()}
 	if tokens > 0 {
 		w.Remaining = int64(tokens)
 	}
@@ -198,7 +201,7 @@ func shardExactCases() []shardExactCase {
 	const s = time.Second
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	offset := func(key string, period time.Duration) time.Duration {
-		return sluice.Duration(sluice.WindowOffset(key, period.Microseconds()))
+		return engine.Duration(engine.WindowOffset(key, period.Microseconds()))
 	}
 	zero := time.Duration(0)
 	return []shardExactCase{{

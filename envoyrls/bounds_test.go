@@ -11,6 +11,11 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -18,10 +23,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/envoyrls"
-	"github.com/sluicehq/sluice/memory"
-	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/serverconf"
 )
 
@@ -87,14 +88,14 @@ func (s *heldStore) wait(ctx context.Context) {
 	}
 }
 
-func (s *heldStore) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (s *heldStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
 	s.wait(ctx)
 	return s.Store.Take(ctx, op, r)
 }
 
-func (s *heldStore) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *heldStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	s.wait(ctx)
-	return s.Store.TakeAll(ctx, op, rs)
+	return s.Store.TakeAll(ctx, op, rs, nil)
 }
 
 // Attack: calls held open by a slow store (or sent faster than they are

@@ -30,7 +30,7 @@
 // it (allow_negative_hits; a reference-format file never does). Otherwise
 // the call is answered codes.InvalidArgument before any store call: it
 // charges and refunds nothing. When allowed, it gives hits_addend tokens
-// back to every limit the descriptor matches (sluice.OpRefund), never
+// back to every limit the descriptor matches (engine.OpRefund), never
 // above a limit's capacity; such a descriptor is always OK, and its status
 // describes the bucket after the refund.
 //

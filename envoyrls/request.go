@@ -10,6 +10,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -101,7 +102,7 @@ func tooBig(ms []policy.Match, cost float64) bool {
 		}
 		if asGiven == m.Request {
 			big = true
-		} else if _, err := asGiven.Charge(sluice.OpTake); errors.Is(err, sluice.ErrCostExceedsLimit) {
+		} else if _, err := asGiven.Charge(engine.OpTake); errors.Is(err, sluice.ErrCostExceedsLimit) {
 			big = true
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/serverconf"
 )
@@ -75,7 +76,7 @@ type Server struct {
 	rlspb.UnimplementedRateLimitServiceServer
 
 	lim     *sluice.Limiter
-	engine  atomic.Pointer[engine]
+	loaded  atomic.Pointer[loaded]
 	timeout time.Duration
 	maxReq  int
 	clock   sluice.Clock
@@ -87,9 +88,9 @@ type Server struct {
 	storeLog policy.StoreErrorLog
 }
 
-// engine is one loaded policy and the Matcher its descriptors are found
+// loaded is one loaded policy and the Matcher its descriptors are found
 // with.
-type engine struct {
+type loaded struct {
 	pol     *policy.Policy
 	match   Matcher
 	headers []string
@@ -97,7 +98,7 @@ type engine struct {
 	// answered OK overall, its statuses as they are (Modes).
 	shadowAll bool
 	// limits is the current_limit that each of pol's limits reports, made
-	// with the engine rather than looked up per call.
+	// with the loaded policy rather than looked up per call.
 	limits map[*sluice.Limit]*rlspb.RateLimitResponse_RateLimit
 }
 
@@ -124,18 +125,18 @@ func New(pol *policy.Policy, lim *sluice.Limiter, opts Options) *Server {
 // starts after it.
 func (s *Server) SetPolicy(pol *policy.Policy) { s.setPolicy(pol) }
 
-func (s *Server) setPolicy(pol *policy.Policy) *engine {
+func (s *Server) setPolicy(pol *policy.Policy) *loaded {
 	if pol == nil {
 		pol = &policy.Policy{} // no rules: nothing is limited
 	}
-	e := &engine{pol: pol, match: matcherOf(pol), headers: pol.Settings.Headers, limits: map[*sluice.Limit]*rlspb.RateLimitResponse_RateLimit{}}
+	e := &loaded{pol: pol, match: matcherOf(pol), headers: pol.Settings.Headers, limits: map[*sluice.Limit]*rlspb.RateLimitResponse_RateLimit{}}
 	if ref := referenceOf(pol); ref != nil {
 		e.shadowAll = ref.modes.Shadow
 	}
 	for _, l := range pol.Limits() {
 		e.limits[l] = inferLimit(l.Name(), l)
 	}
-	s.engine.Store(e)
+	s.loaded.Store(e)
 	s.limits.Clear() // the old policy's limits are no longer asked about
 	return e
 }
@@ -228,7 +229,7 @@ type descKind uint8
 const (
 	kindTake   descKind = iota // charge its hits
 	kindPeek                   // hits_addend 0: check without charging
-	kindRefund                 // is_negative_hits: gives tokens back (sluice.OpRefund)
+	kindRefund                 // is_negative_hits: gives tokens back (engine.OpRefund)
 )
 
 // descState is how one descriptor of a call is decided.
@@ -252,7 +253,7 @@ type group struct {
 	ms      []policy.Match
 	res     policy.Verdict
 	decided bool // res is set: the group has matches
-	op      sluice.Op
+	op      engine.Op
 }
 
 // call is one ShouldRateLimit while it is decided, apart from what the
@@ -298,9 +299,9 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, into *
 	return s.respond(&c, sc, e, into), nil
 }
 
-// current is the engine of the policy in force (Options.Source).
-func (s *Server) current() *engine {
-	e := s.engine.Load()
+// current is the loaded policy in force (Options.Source).
+func (s *Server) current() *loaded {
+	e := s.loaded.Load()
 	if s.source != nil {
 		if p := s.source(); p != nil && p != e.pol {
 			e = s.setPolicy(p)
@@ -383,7 +384,7 @@ func (s *Server) decide(ctx context.Context, c *call, sc *scratch) {
 	ctx, cancel := sluice.WithStoreTimeout(ctx, s.lim.Store(), s.timeout)
 	defer cancel()
 	take, peek, refund := &c.groups[kindTake], &c.groups[kindPeek], &c.groups[kindRefund]
-	peek.op, take.op, refund.op = sluice.OpPeek, sluice.OpTake, sluice.OpRefund
+	peek.op, take.op, refund.op = engine.OpPeek, engine.OpTake, engine.OpRefund
 	s.apply(ctx, peek, &sc.groups[kindPeek])
 	for i := range c.ds {
 		st, f := &c.ds[i], &c.found[i]
@@ -393,7 +394,7 @@ func (s *Server) decide(ctx context.Context, c *call, sc *scratch) {
 		st.over = st.tooBig || (f.Blocked && !f.Shadow) || violated(st.rrs)
 	}
 	if c.refused() && !c.shadowAll {
-		take.op = sluice.OpPeek
+		take.op = engine.OpPeek
 		s.apply(ctx, take, &sc.groups[kindTake])
 		c.results(take)
 	} else {
@@ -458,7 +459,7 @@ func (c *call) results(g *group) {
 	if !g.decided {
 		return
 	}
-	charged := g.op == sluice.OpRefund || (g.op == sluice.OpTake && g.res.Allowed)
+	charged := g.op == engine.OpRefund || (g.op == engine.OpTake && g.res.Allowed)
 	for i := range c.ds {
 		st := &c.ds[i]
 		if &c.groups[st.kind] != g || st.excluded {
@@ -503,7 +504,7 @@ func violated(rrs []policy.Result) bool {
 // respond is the answer to a decided call: a status per descriptor, and
 // the RateLimit headers of every enforce-mode limit of the call as its
 // bucket stands afterwards.
-func (s *Server) respond(c *call, sc *scratch, e *engine, into *recycled) *rlspb.RateLimitResponse {
+func (s *Server) respond(c *call, sc *scratch, e *loaded, into *recycled) *rlspb.RateLimitResponse {
 	now := &reading{s: s}
 	resp, blocks, room := newResponse(len(c.ds), len(c.groups[kindTake].ms)+len(c.groups[kindPeek].ms) > 0, into)
 	if !c.allowed {
@@ -579,7 +580,7 @@ func durationOf(p *durationpb.Duration, d time.Duration) *durationpb.Duration {
 }
 
 // status is one descriptor's answer, written into b, under e's policy.
-func (s *Server) status(st *descState, f *Found, rrs []policy.Result, charged bool, b *statusBlock, now *reading, e *engine) *rlspb.RateLimitResponse_DescriptorStatus {
+func (s *Server) status(st *descState, f *Found, rrs []policy.Result, charged bool, b *statusBlock, now *reading, e *loaded) *rlspb.RateLimitResponse_DescriptorStatus {
 	out := &b.status
 	out.Code = rlspb.RateLimitResponse_OK
 	switch {
@@ -632,8 +633,8 @@ func (s *Server) status(st *descState, f *Found, rrs []policy.Result, charged bo
 func resetOf(l *sluice.Limit, d sluice.Decision, rejected bool, now *reading) (reset, retry time.Duration) {
 	retry = d.RetryAfter
 	if l != nil {
-		if p := l.Params(); p.Algorithm == sluice.FixedWindow && p.Offset >= 0 {
-			period := sluice.Duration(p.Period)
+		if p := l.Params(); p.Algorithm == engine.FixedWindow && p.Offset >= 0 {
+			period := engine.Duration(p.Period)
 			reset = ceilSecond(untilBoundary(now.get(), period, p.Offset))
 			if rejected && retry <= period {
 				// Tokens arrive at the boundary the status names; the store
@@ -682,7 +683,7 @@ func (s *Server) now() time.Time {
 // policy's own limits, else on first use. The messages are shared by
 // every response that reports the limit, which is safe because they are
 // never changed after they are made: marshalling only reads them.
-func (s *Server) limitOf(e *engine, l *sluice.Limit) *rlspb.RateLimitResponse_RateLimit {
+func (s *Server) limitOf(e *loaded, l *sluice.Limit) *rlspb.RateLimitResponse_RateLimit {
 	if m, ok := e.limits[l]; ok {
 		return m
 	}
@@ -698,7 +699,7 @@ func (s *Server) limitOf(e *engine, l *sluice.Limit) *rlspb.RateLimitResponse_Ra
 // windows of period starting at offset microseconds past the epoch: more
 // than 0, at most period.
 func untilBoundary(now time.Time, period time.Duration, offset int64) time.Duration {
-	p := sluice.Micros(period)
+	p := engine.Micros(period)
 	if p <= 0 {
 		return 0
 	}
@@ -706,7 +707,7 @@ func untilBoundary(now time.Time, period time.Duration, offset int64) time.Durat
 	if into < 0 {
 		into += p
 	}
-	return sluice.Duration(p - into)
+	return engine.Duration(p - into)
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/jwtauth"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -117,12 +118,12 @@ func (g *Gate) APIHandler() http.Handler { return g.handler(false, true) }
 
 func (g *Gate) handler(auth, api bool) http.Handler {
 	var routes []route
-	take := g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpTake) }))
+	take := g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, engine.OpTake) }))
 	if api {
 		routes = append(routes,
 			route{"POST", takePath, `take tokens: {"rule","key","cost","reserve"} or {"takes":[...]}, all-or-nothing`, take},
 			route{"POST", "/v1/peek", "what /v1/take would answer, consuming nothing",
-				g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, sluice.OpPeek) }))},
+				g.RequireToken(BearerSource, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.decide(w, r, engine.OpPeek) }))},
 			route{"POST", "/v1/reset", `refill a bucket: {"rule","key"}; needs the admin token`, http.HandlerFunc(g.reset)},
 			route{"POST", "/v1/settle", `settle a take at its actual cost: {"handle","actual"}`,
 				g.RequireToken(BearerSource, http.HandlerFunc(g.settleAPI))},
@@ -387,7 +388,7 @@ type inputError struct {
 	msg    string
 }
 
-func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
+func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op engine.Op) {
 	body, ok := decodeTake(w, r)
 	if !ok {
 		return
@@ -434,13 +435,13 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 	ctx, cancel := sluice.WithStoreTimeout(withCaller(r.Context(), ms, in.ClientIP, r.URL.Path), g.lim.Store(), g.opts.StoreTimeout)
 	defer cancel()
 	var obs policy.Observer
-	if op == sluice.OpTake {
+	if op == engine.OpTake {
 		obs = g.obs
 	}
 	// A concurrency rule's slot outlives this call: the caller releases it
 	// with /v1/release, or its lease ends.
 	v := policy.Enforce(ctx, g.lim, ms, policy.Options{Op: op, Hold: true, Scratch: sc, Observer: obs})
-	if op == sluice.OpTake {
+	if op == engine.OpTake {
 		g.record(ctx, &v, in.ClientIP, r.URL.Path)
 	}
 	var oneEntry [1]DecisionResponse
@@ -452,11 +453,11 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op sluice.Op) {
 		rr := &v.Results[i]
 		e := DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: rr.Reason(), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
 		fill(&e, rr.Effective(rr.Decision.Allowed), rr.Refused())
-		if op == sluice.OpTake && v.Allowed && rr.Match.Settle != nil && rr.Decision.Allowed && rr.StoreErr == nil {
+		if op == engine.OpTake && v.Allowed && rr.Match.Settle != nil && rr.Decision.Allowed && rr.StoreErr == nil {
 			e.Settle = g.issueHandle(p, rr.Match.Request)
 		}
 		if rr.Lease.Held() {
-			e.Lease, e.LeaseMs = rr.Lease.ID().String(), ceilMillis(rr.Lease.Limit().Lease())
+			e.Lease, e.LeaseMs = rr.Lease.ID().String(), ceilMillis(rr.Lease.Limit().LeaseTerm())
 		}
 		entries[i] = e
 	}
@@ -548,7 +549,7 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 		}
 		return policy.Match{Rule: rule, Request: req, Identity: it.Key}, nil
 	}
-	if _, err := req.Charge(sluice.OpTake); err != nil {
+	if _, err := req.Charge(engine.OpTake); err != nil {
 		// Request.Charge's rule and words: a cost above the most the
 		// limit can charge (1e308 included) can never succeed.
 		if errors.Is(err, sluice.ErrCostExceedsLimit) {
@@ -561,7 +562,7 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 
 // fill copies d into out; a limit that rejected has nothing remaining.
 func fill(out *DecisionResponse, d sluice.Decision, rejected bool) {
-	out.Limit = d.Limit
+	out.Limit = d.Capacity
 	out.Remaining = max(d.Remaining, 0)
 	if rejected {
 		out.Remaining = 0

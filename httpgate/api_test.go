@@ -288,7 +288,7 @@ func TestReadyWhileOnePrimaryIsDown(t *testing.T) {
 	}
 	// The primary of the key a readiness peek reads: the one whose GET
 	// of it is not redirected (MOVED).
-	probe := sluice.StorageKey(sluice.MustLimit(sluice.Spec{Name: "sluice-readyz", TokensPerSecond: 1, Burst: 1}), "probe")
+	probe := sluice.MustLimit(sluice.Spec{Name: "sluice-readyz", TokensPerSecond: 1, Burst: 1}).StorageKey("probe")
 	var victim *redistest.Proc
 	for _, p := range srvs {
 		if out, err := redistest.CLI(p.Addr(), "GET", probe); err == nil && !strings.Contains(out, "MOVED") {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // callerSpy passes every call to the real store and keeps the Caller that
@@ -23,14 +24,14 @@ func (s *callerSpy) keep(ctx context.Context) {
 	s.mu.Unlock()
 }
 
-func (s *callerSpy) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (s *callerSpy) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
 	s.keep(ctx)
 	return s.Store.Take(ctx, op, r)
 }
 
-func (s *callerSpy) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *callerSpy) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	s.keep(ctx)
-	return s.Store.TakeAll(ctx, op, rs)
+	return s.Store.TakeAll(ctx, op, rs, nil)
 }
 
 // Stores are told whom a request is for, so that one keeping violations

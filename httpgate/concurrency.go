@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -28,7 +29,7 @@ func (g *Gate) holdSlots(r *http.Request, v *policy.Verdict) func() {
 				return
 			}
 			g.opts.Logger.Warn("a request that ran past its lease lost its concurrency slot (the lease ended before it was renewed, and the slots were taken)",
-				"rule", ls.Limit().Name(), "key", ls.Key(), "lease", ls.Limit().Lease())
+				"rule", ls.Limit().Name(), "key", ls.Key(), "lease", ls.Limit().LeaseTerm())
 		})
 	}
 	return func() {
@@ -108,7 +109,7 @@ type RenewResponse struct {
 // leaseCall reads and checks the body of /v1/release or /v1/renew (what
 // names the call in its problems) and makes the store call; it answers
 // the problems itself and reports whether d is the store's answer.
-func (g *Gate) leaseCall(w http.ResponseWriter, r *http.Request, what string, call func(context.Context, sluice.Request, sluice.LeaseID) (sluice.Decision, error)) (lim *sluice.Limit, d sluice.Decision, ok bool) {
+func (g *Gate) leaseCall(w http.ResponseWriter, r *http.Request, what string, call func(context.Context, sluice.Request, engine.LeaseID) (sluice.Decision, error)) (lim *sluice.Limit, d sluice.Decision, ok bool) {
 	var body ReleaseRequest
 	if !decodeBody(w, r, &body) {
 		return nil, d, false
@@ -128,7 +129,7 @@ func (g *Gate) leaseCall(w http.ResponseWriter, r *http.Request, what string, ca
 		badRequest(w, http.StatusBadRequest, `"lease" is required: the lease /v1/take returned with the slot`)
 		return nil, d, false
 	}
-	id, err := sluice.ParseLeaseID(body.Lease)
+	id, err := engine.ParseLeaseID(body.Lease)
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, `"lease" must be the 32 hexadecimal digits /v1/take returned with the slot`)
 		return nil, d, false
@@ -154,7 +155,7 @@ func (g *Gate) release(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, ReleaseResponse{
 		Released: d.Allowed, Rule: lim.Name(),
-		Limit: d.Limit, Remaining: max(d.Remaining, 0), ResetAfterMs: ceilMillis(d.ResetAfter),
+		Limit: d.Capacity, Remaining: max(d.Remaining, 0), ResetAfterMs: ceilMillis(d.ResetAfter),
 	})
 }
 
@@ -167,7 +168,7 @@ func (g *Gate) renew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, RenewResponse{
-		Renewed: d.Allowed, Rule: lim.Name(), LeaseMs: ceilMillis(lim.Lease()),
-		Limit: d.Limit, Remaining: max(d.Remaining, 0), ResetAfterMs: ceilMillis(d.ResetAfter),
+		Renewed: d.Allowed, Rule: lim.Name(), LeaseMs: ceilMillis(lim.LeaseTerm()),
+		Limit: d.Capacity, Remaining: max(d.Remaining, 0), ResetAfterMs: ceilMillis(d.ResetAfter),
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/httpgate"
 )
 
@@ -552,7 +553,7 @@ func TestAttackForgedLeaseFreesNothing(t *testing.T) {
 	forged := []string{
 		"00000000000000000000000000000000",
 		"ffffffffffffffffffffffffffffffff",
-		sluice.NewLeaseID().String(),
+		engine.NewLeaseID().String(),
 		strings.ToUpper(mine),          // the attacker's own lease, another key
 		other,                          // the victim's lease of another rule
 		victim[:31] + flip(victim[31]), // one bit off the victim's
@@ -623,7 +624,7 @@ func TestAttackRenewAcquiresNothing(t *testing.T) {
 		"00000000000000000000000000000000",
 		"00000000000000000000000000000001",
 		"ffffffffffffffffffffffffffffffff",
-		sluice.NewLeaseID().String(),
+		engine.NewLeaseID().String(),
 		mine,  // the attacker's own lease, another key
 		other, // a lease of another rule
 	}
@@ -640,10 +641,10 @@ func TestAttackRenewAcquiresNothing(t *testing.T) {
 	// when its own lease does.
 	victim := takeLease(e, "jobs", "victim", auth...)
 	for _, lease := range append(chosen, strings.ToUpper(mine), victim[:31]+flip(victim[31])) {
-		e.clk.Advance(20 * e.gate.Policy().Limit("jobs").Lease() / 100)
+		e.clk.Advance(20 * e.gate.Policy().Limit("jobs").LeaseTerm() / 100)
 		e.post("/v1/renew", fmt.Sprintf(`{"rule":"jobs","key":"victim","lease":%q}`, lease), auth...)
 	}
-	e.clk.Advance(e.gate.Policy().Limit("jobs").Lease())
+	e.clk.Advance(e.gate.Policy().Limit("jobs").LeaseTerm())
 	if got := e.slotsFree("jobs", "victim"); got != 1 {
 		t.Fatalf("forged renewals kept the victim's slot past its lease (%d free)", got)
 	}

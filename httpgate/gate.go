@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/insight"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -339,7 +340,7 @@ func (g *Gate) giveBack(r *http.Request, v *policy.Verdict) {
 	}
 	ctx, cancel := sluice.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
 	defer cancel()
-	back := policy.Enforce(ctx, g.lim, ms, policy.Options{Op: sluice.OpRefund})
+	back := policy.Enforce(ctx, g.lim, ms, policy.Options{Op: engine.OpRefund})
 	for i := range back.Results {
 		if err := back.Results[i].StoreErr; err != nil {
 			g.storeLog.Log(g.opts.Logger, back.Results[i].Match.Request.Limit.Name(), back.Results[i].Match.Request.Key, fmt.Errorf("giving back the turn of a client that left (its bucket pays it back at its rate instead): %w", err), false)

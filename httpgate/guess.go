@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 )
 
@@ -64,26 +65,26 @@ func (g *Gate) guessKey(r *http.Request) string {
 // and got was not compared: answer tooManyGuesses. Nothing presented is
 // no guess.
 func (g *Gate) checkToken(r *http.Request, got, want string) (ok bool, wait time.Duration) {
-	return g.guessToken(r, got, want, sluice.OpTake)
+	return g.guessToken(r, got, want, engine.OpTake)
 }
 
 // checkServiceToken is checkToken for the decision API's token, which
 // charges wrong tokens only (see above).
 func (g *Gate) checkServiceToken(r *http.Request, got, want string) (ok bool, wait time.Duration) {
-	return g.guessToken(r, got, want, sluice.OpPeek)
+	return g.guessToken(r, got, want, engine.OpPeek)
 }
 
 // guessToken is checkToken, asking the address's bucket with op first:
 // OpTake charges every guess and refunds a right one, OpPeek charges a
 // wrong one after the comparison.
-func (g *Gate) guessToken(r *http.Request, got, want string, op sluice.Op) (ok bool, wait time.Duration) {
+func (g *Gate) guessToken(r *http.Request, got, want string, op engine.Op) (ok bool, wait time.Duration) {
 	if got == "" || want == "" {
 		return false, 0
 	}
 	req := sluice.Request{Limit: guessLimit, Key: g.guessKey(r)}
 	ctx := context.WithoutCancel(r.Context()) // an in-memory store: no deadline to keep
 	ask := g.guess.lim.Take
-	if op == sluice.OpPeek {
+	if op == engine.OpPeek {
 		ask = g.guess.lim.Peek
 	}
 	d, err := ask(ctx, req)
@@ -96,10 +97,10 @@ func (g *Gate) guessToken(r *http.Request, got, want string, op sluice.Op) (ok b
 		return false, max(d.RetryAfter, time.Second)
 	}
 	switch matched := tokenMatches(got, want); {
-	case matched && op == sluice.OpTake:
+	case matched && op == engine.OpTake:
 		g.guess.lim.Refund(ctx, req)
 		return true, 0
-	case !matched && op == sluice.OpPeek:
+	case !matched && op == engine.OpPeek:
 		g.guess.lim.Take(ctx, req)
 		return false, 0
 	default:

@@ -22,13 +22,14 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"github.com/sluicehq/sluice/internal/reserved"
 	"math"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/reserved"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -125,7 +126,7 @@ func (g *Gate) issueHandle(p *policy.Policy, req sluice.Request) string {
 	if cost == 0 {
 		cost = 1
 	}
-	charged, err := sluice.ToMicroTokens(cost)
+	charged, err := engine.ToMicroTokens(cost)
 	if err != nil || len(req.Limit.Name()) > 255 {
 		return ""
 	}
@@ -211,7 +212,7 @@ func (g *Gate) settleAPI(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusConflict, "the handle was settled already: each take is settled once")
 		return
 	}
-	charged := sluice.FromMicroTokens(h.charged)
+	charged := engine.FromMicroTokens(h.charged)
 	s, err := g.settleOne(ctx, sluice.Request{Limit: lim, Key: h.key, Cost: charged}, *body.Actual)
 	if err != nil {
 		badRequest(w, http.StatusServiceUnavailable, "the store did not answer (the error is in the server's log); the take stays charged as it was, and the handle is spent")
@@ -221,7 +222,7 @@ func (g *Gate) settleAPI(w http.ResponseWriter, r *http.Request) {
 	if s.Refunded != 0 || s.Extra != 0 || s.Forgiven != 0 {
 		d := s.Decision
 		rem, reset := max(d.Remaining, 0), ceilMillis(d.ResetAfter)
-		out.Limit, out.Remaining, out.Tokens, out.ResetAfterMs = &d.Limit, &rem, &d.Tokens, &reset
+		out.Limit, out.Remaining, out.Tokens, out.ResetAfterMs = &d.Capacity, &rem, &d.Tokens, &reset
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, out)

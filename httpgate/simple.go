@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -210,7 +211,7 @@ func (g *Gate) refund(r *http.Request) {
 	}
 	ctx, cancel := sluice.WithStoreTimeout(context.WithoutCancel(r.Context()), g.lim.Store(), g.opts.StoreTimeout)
 	defer cancel()
-	v := policy.Enforce(ctx, g.lim, ms, policy.Options{Op: sluice.OpRefund})
+	v := policy.Enforce(ctx, g.lim, ms, policy.Options{Op: engine.OpRefund})
 	for i := range v.Results {
 		if rr := &v.Results[i]; rr.StoreErr != nil {
 			g.storeLog.Log(g.opts.Logger, rr.Match.Request.Limit.Name(), rr.Match.Request.Key, rr.StoreErr, false)

@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/insight"
 	"github.com/sluicehq/sluice/policy"
@@ -562,11 +563,11 @@ type peekCounter struct {
 	record func(n int)
 }
 
-func (p *peekCounter) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
-	if op == sluice.OpPeek {
+func (p *peekCounter) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
+	if op == engine.OpPeek {
 		p.record(len(rs))
 	}
-	return p.Store.TakeAll(ctx, op, rs)
+	return p.Store.TakeAll(ctx, op, rs, dst)
 }
 
 // Attack: a rule counted as letting traffic through when another rule of

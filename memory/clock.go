@@ -200,13 +200,6 @@ func monoNow() int64 { return atMicros(time.Since(coarse.epoch)) }
 // atMicros is the time d after the anchor, in µs since the Unix epoch.
 func atMicros(d time.Duration) int64 { return coarse.epochU + int64(d/time.Microsecond) }
 
-// wallTime is the time wait after a reading of the store's clock (µs
-// since the Unix epoch, per the anchor), with the monotonic reading that
-// time.Now would have carried.
-func wallTime(us int64, wait time.Duration) time.Time {
-	return coarse.epoch.Add(time.Duration(us-coarse.epochU)*time.Microsecond + wait)
-}
-
 // preciseNow reads the monotonic clock. A reader that finds the coarse
 // clock more than a tick behind brings it forward, so that a ticker
 // waiting for a CPU does not let it fall far behind while the process is

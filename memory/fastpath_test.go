@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/metrics"
 )
@@ -92,7 +92,7 @@ func TestTakeAllOfOneAnswersAsTake(t *testing.T) {
 		sluice.MustLimit(sluice.Spec{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 4, Period: time.Second}),
 		sluice.MustLimit(sluice.Spec{Name: "log", Algorithm: sluice.SlidingLog, Rate: 3, Period: time.Second}),
 	}
-	ops := []sluice.Op{sluice.OpTake, sluice.OpTake, sluice.OpTake, sluice.OpPeek, sluice.OpRefund}
+	ops := []engine.Op{engine.OpTake, engine.OpTake, engine.OpTake, engine.OpPeek, engine.OpRefund}
 	clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
 	all, one := memory.New(memory.Options{Clock: clk, MaxKeys: 6}), memory.New(memory.Options{Clock: clk, MaxKeys: 6})
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -103,7 +103,7 @@ func TestTakeAllOfOneAnswersAsTake(t *testing.T) {
 			r.Cost = 1e9 // never fits: an error from both
 		}
 		op := ops[rng.IntN(len(ops))]
-		ds, errAll := all.TakeAll(bg, op, []sluice.Request{r})
+		ds, errAll := all.TakeAll(bg, op, []sluice.Request{r}, nil)
 		d, errOne := one.Take(bg, op, r)
 		if (errAll == nil) != (errOne == nil) {
 			t.Fatalf("step %d (%v %+v): TakeAll error %v, Take error %v", step, op, r, errAll, errOne)
@@ -115,12 +115,12 @@ func TestTakeAllOfOneAnswersAsTake(t *testing.T) {
 	}
 }
 
-// TakeAllInto and PeekAllInto answer what TakeAll and PeekAll answer, in
-// the caller's memory: the same random sequence of one to three requests
-// on two stores, one asked each way, and the decisions are in dst's
-// backing array whenever it has room, directly and through the metrics'
-// instrumentation (which passes the store's AppendTakeAll on).
-func TestTakeAllIntoAnswersAsTakeAll(t *testing.T) {
+// AppendAll answers what TakeAll and PeekAll answer, in the caller's
+// memory: the same random sequence of one to three requests on two
+// stores, one asked each way, and the decisions are in dst's backing
+// array whenever it has room, directly and through the metrics'
+// instrumentation (which passes dst on to the store's TakeAll).
+func TestAppendAllAnswersAsTakeAll(t *testing.T) {
 	limits := []*sluice.Limit{
 		sluice.MustLimit(sluice.Spec{Name: "tb", Rate: 10, Period: time.Second, Capacity: 5}),
 		sluice.MustLimit(sluice.Spec{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 4, Period: time.Second}),
@@ -147,10 +147,10 @@ func TestTakeAllIntoAnswersAsTakeAll(t *testing.T) {
 			var gds, wds []sluice.Decision
 			var gerr, werr error
 			if peek {
-				gds, gerr = a.PeekAllInto(bg, dst, rs...)
+				gds, gerr = a.AppendAll(bg, engine.OpPeek, dst, rs...)
 				want, wds, werr = b.PeekAll(bg, rs...)
 			} else {
-				gds, gerr = a.TakeAllInto(bg, dst, rs...)
+				gds, gerr = a.AppendAll(bg, engine.OpTake, dst, rs...)
 				want, wds, werr = b.TakeAll(bg, rs...)
 			}
 			var got sluice.Decision
@@ -172,20 +172,20 @@ func TestTakeAllIntoAnswersAsTakeAll(t *testing.T) {
 		}
 		// A key that exists: the steady state of a server's calls.
 		rs := []sluice.Request{{Limit: limits[0], Key: "k0"}}
-		if n := testing.AllocsPerRun(100, func() { a.TakeAllInto(bg, dst, rs...) }); n != 0 {
-			t.Errorf("wrapped %v: TakeAllInto allocates %.0f times a call, want 0", wrap, n)
+		if n := testing.AllocsPerRun(100, func() { a.AppendAll(bg, engine.OpTake, dst, rs...) }); n != 0 {
+			t.Errorf("wrapped %v: AppendAll allocates %.0f times a call, want 0", wrap, n)
 		}
 	}
 }
 
-// AppendTakeAll appends: what dst held before stays.
-func TestAppendTakeAllKeepsWhatDstHeld(t *testing.T) {
+// The memory store's TakeAll appends to dst: what dst held before stays.
+func TestTakeAllKeepsWhatDstHeld(t *testing.T) {
 	s := memory.New(memory.Options{})
 	lim := sluice.MustLimit(sluice.Spec{Name: "tb", Rate: 10, Period: time.Second, Capacity: 5})
-	first := sluice.Decision{Rule: "earlier", Limit: 7}
+	first := sluice.Decision{Rule: "earlier", Capacity: 7}
 	for _, n := range []int{1, 2} {
 		rs := []sluice.Request{{Limit: lim, Key: "a", Cost: 1}, {Limit: lim, Key: "b", Cost: 1}}[:n]
-		ds, err := s.AppendTakeAll(context.Background(), sluice.OpTake, rs, []sluice.Decision{first})
+		ds, err := s.TakeAll(context.Background(), engine.OpTake, rs, []sluice.Decision{first})
 		if err != nil {
 			t.Fatal(err)
 		}

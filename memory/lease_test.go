@@ -21,7 +21,7 @@ func TestLeaseKeysBounded(t *testing.T) {
 	clock := sluice.NewManualClock(time.Unix(1000, 0))
 	s := memory.New(memory.Options{Clock: clock, MaxKeys: 16, Shards: 1})
 	lim := sluice.NewWithOptions(s, sluice.Options{Clock: clock})
-	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Second})
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: time.Second})
 
 	ls, d, err := lim.Acquire(ctx, sluice.Request{Limit: cc, Key: "released"})
 	if err != nil || !d.Allowed || s.Len() != 1 {
@@ -63,7 +63,7 @@ func TestAttackLeaseRenewOfNothingStoresNothing(t *testing.T) {
 	clock := sluice.NewManualClock(time.Unix(1000, 0))
 	s := memory.New(memory.Options{Clock: clock})
 	lim := sluice.NewWithOptions(s, sluice.Options{Clock: clock})
-	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Minute})
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: time.Minute})
 	conformance.CallsOnNothing(ctx, t, lim, cc, 1000)
 	if n := s.Len(); n != 0 {
 		t.Fatalf("%d keys stored by renewals and releases of nothing", n)

@@ -25,9 +25,9 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // Options configures a Store.
@@ -96,7 +96,7 @@ type shard struct {
 	seq   atomic.Uint64
 	view  atomic.Pointer[[]entry] // t.entries, for lock-free readers
 	t     table
-	logs  map[[2]uint64][]sluice.LogEntry // sliding logs, by (h, check)
+	logs  map[[2]uint64][]engine.LogEntry // sliding logs, by (h, check)
 	max   int                             // table sizing hint
 	keys  *atomic.Int64                   // the store's key count
 	calls uint32                          // decisions on the coarse clock, for refreshEvery
@@ -109,7 +109,7 @@ type shard struct {
 
 	// leases are the concurrency limits' held slots, by (h, check), made
 	// on first use (see lease.go).
-	leases map[[2]uint64][]sluice.LeaseEntry
+	leases map[[2]uint64][]engine.LeaseEntry
 
 	_ [64]byte // keep neighbouring shards' mutexes off one cache line
 }
@@ -138,7 +138,7 @@ func New(opts Options) *Store {
 	per := (opts.MaxKeys+n-1)/n + opts.MaxKeys/n/8 + 8
 	for i := range s.shards {
 		s.shards[i].view.Store(new([]entry))
-		s.shards[i].logs = make(map[[2]uint64][]sluice.LogEntry)
+		s.shards[i].logs = make(map[[2]uint64][]engine.LogEntry)
 		s.shards[i].max = per
 		s.shards[i].keys = &s.keys
 		s.shards[i].id, s.shards[i].floor = i, noFloor
@@ -150,8 +150,8 @@ func New(opts Options) *Store {
 
 // now returns the time for a decision by alg, on the precise clock when
 // precise is set, and whether it came from the coarse clock (see clock.go).
-func (s *Store) now(alg sluice.Algorithm, precise bool) (int64, bool) {
-	if precise || s.clock != nil || s.precise || alg == sluice.FixedWindow || alg == sluice.SlidingLog {
+func (s *Store) now(alg engine.Algorithm, precise bool) (int64, bool) {
+	if precise || s.clock != nil || s.precise || alg == engine.FixedWindow || alg == engine.SlidingLog {
 		return s.preciseTime(), false
 	}
 	return coarseNow(), true
@@ -181,21 +181,6 @@ func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
 	return h, maphash.Comparable(s.seed2, key) + n
 }
 
-// decide fills d with lim's Decision of o, decided at now. A wait gets its
-// RetryAt from that time when it is the system clock's: the moment the
-// bucket admits, so a Limiter need not read the clock a second time (a
-// time.Now costs about as much as the rest of a Take). A coarse now is
-// early, and its RetryAfter longer by as much, so their sum is the same
-// moment. It writes through d rather than returning a Decision, which is
-// too large for registers: each frame a Decision is returned through
-// copies it, a large share of a Take.
-func (s *Store) decide(d *sluice.Decision, lim *sluice.Limit, o sluice.Outcome, now int64) {
-	*d = lim.Decide(o)
-	if o.RetryAfter > 0 && s.clock == nil {
-		d.RetryAt = wallTime(now, d.RetryAfter)
-	}
-}
-
 // InProcess reports that the store's calls never leave the process and
 // never wait on anything but its own locks, so callers need not arm a
 // deadline for them (see sluice.WithStoreTimeout).
@@ -218,15 +203,15 @@ func (s *Store) Evictions() (full, partial uint64) {
 // state of p's algorithm (a limit that changed algorithm under the same
 // name starts afresh; one that changed its rate keeps its state, converted:
 // see loadEntry).
-func (sh *shard) load(i int, p *sluice.Params, st *sluice.State) bool {
+func (sh *shard) load(i int, p *engine.Params, st *engine.State) bool {
 	if !loadEntry(sh.t.entries, i, p, st) {
 		return false
 	}
-	if p.Algorithm == sluice.SlidingLog {
+	if p.Algorithm == engine.SlidingLog {
 		e := &sh.t.entries[i]
 		st.Log = sh.logs[[2]uint64{e.h, e.check}]
 	}
-	if p.Algorithm == sluice.Concurrency {
+	if p.Algorithm == engine.Concurrency {
 		e := &sh.t.entries[i]
 		st.Leases = sh.leases[[2]uint64{e.h, e.check}]
 	}
@@ -237,9 +222,9 @@ func (sh *shard) load(i int, p *sluice.Params, st *sluice.State) bool {
 // atomic loads so that it may run without the lock. State written under
 // another rate denominator by a limit of the same name and algorithm (a
 // reload that changed the rate, period or capacity) is converted to p's
-// (sluice.ConvertBucket): a drained key stays drained. The next write
+// (engine.ConvertBucket): a drained key stays drained. The next write
 // stores it in p's shape.
-func loadEntry(entries []entry, i int, p *sluice.Params, st *sluice.State) bool {
+func loadEntry(entries []entry, i int, p *engine.Params, st *engine.State) bool {
 	if i < 0 {
 		return false
 	}
@@ -252,7 +237,7 @@ func loadEntry(entries []entry, i int, p *sluice.Params, st *sluice.State) bool 
 	if shape&0xff != want&0xff { // another algorithm: state of another kind
 		return false
 	}
-	st.Tokens = sluice.ConvertBucket(p, st.Tokens, int64(shape>>8))
+	st.Tokens = engine.ConvertBucket(p, st.Tokens, int64(shape>>8))
 	return true
 }
 
@@ -262,9 +247,9 @@ type attempt struct {
 	valid   bool   // the read saw a stable table
 	present bool
 	i       int   // the key's entry, or -1
-	tokens  int64 // the state after the decision (sluice.State.Tokens)
-	stamp   int64 // and sluice.State.Stamp
-	o       sluice.Outcome
+	tokens  int64 // the state after the decision (engine.State.Tokens)
+	stamp   int64 // and engine.State.Stamp
+	o       engine.Outcome
 	now     int64 // the time it was decided at
 	early   bool  // now is the coarse clock's
 }
@@ -275,23 +260,23 @@ type attempt struct {
 // write; it can reuse the attempt if the table is still unchanged once the
 // lock is held. Sliding logs, whose entries live in a map, always take the
 // lock.
-func (sh *shard) decideUnlocked(at *attempt, lim *sluice.Limit, key string, ch sluice.Charge, h, check uint64, now int64, early, take bool) bool {
+func (sh *shard) decideUnlocked(at *attempt, lim *sluice.Limit, key string, ch engine.Charge, h, check uint64, now int64, early, take bool) bool {
 	p := lim.Params()
 	at.now, at.early = now, early
 	at.seq = sh.seq.Load()
-	if p.Algorithm == sluice.SlidingLog || at.seq&1 != 0 {
+	if p.Algorithm == engine.SlidingLog || at.seq&1 != 0 {
 		return false
 	}
 	entries := *sh.view.Load()
 	at.i = find(entries, h, check)
-	var st sluice.State
+	var st engine.State
 	at.present = loadEntry(entries, at.i, p, &st)
-	if p.Algorithm == sluice.FixedWindow {
-		at.o, _ = lim.Evaluate(&st, at.present, key, now, ch, take)
+	if p.Algorithm == engine.FixedWindow {
+		at.o, _ = engine.Evaluate(lim.Params(), &st, at.present, key, now, ch, take)
 		at.tokens, at.stamp = st.Tokens, st.Stamp
 	} else { // token and leaky buckets: the hot path, called directly
-		next, o := sluice.TakeTokenBucket(p, st.Bucket(), at.present, now, ch.Cost, ch.Reserve, ch.MaxReserved)
-		at.o, at.tokens, at.stamp = o, next.Tokens, next.Stamp
+		next, o := engine.TakeTokenBucket(p, st.Bucket(), at.present, now, ch.Cost, ch.Reserve, ch.MaxReserved)
+		at.o, at.tokens, at.stamp = o, next.Scaled, next.Stamp
 	}
 	at.valid = sh.seq.Load() == at.seq
 	switch {
@@ -306,56 +291,45 @@ func (sh *shard) decideUnlocked(at *attempt, lim *sluice.Limit, key string, ch s
 }
 
 // Take implements sluice.Store.
-func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (d sluice.Decision, err error) {
+func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (d sluice.Decision, err error) {
 	return s.take(op, r, false)
 }
 
 // take is Take, on the precise clock when precise is set.
-func (s *Store) take(op sluice.Op, r sluice.Request, precise bool) (d sluice.Decision, err error) {
-	o, now, err := s.decideOne(op, r, precise)
+func (s *Store) take(op engine.Op, r sluice.Request, precise bool) (d sluice.Decision, err error) {
+	o, _, err := s.decideOne(op, r, precise)
 	if err != nil {
 		return d, err
 	}
-	s.decide(&d, r.Limit, o, now)
-	return d, nil
+	return r.Limit.Decide(o), nil
 }
 
-// Allow is Take of one token that reports only whether it was admitted,
-// for sluice.Limiter.Allow: it builds no Decision, the larger part of a
-// Take's cost once the key's state is in cache.
-func (s *Store) Allow(_ context.Context, r sluice.Request) bool {
-	o, _, err := s.decideOne(sluice.OpTake, r, false)
-	return err == nil && o.Allowed
-}
+// Supports implements sluice.Store: the store computes in 64-bit
+// integers, as NewLimit's bounds assume, so it takes every limit.
+func (s *Store) Supports(*sluice.Limit) error { return nil }
 
-// TakeOutcome is Take answering in the algorithm's integers and, when the
-// outcome has a wait and the store reads the system clock (not a test's
-// Clock), the time the wait ends: the Decision's RetryAt. sluice.Limiter
-// builds the Decision from them in its own frame: a Decision is too large
-// for registers, and each frame that returns one copies it.
-func (s *Store) TakeOutcome(_ context.Context, op sluice.Op, r sluice.Request) (sluice.Outcome, time.Time, error) {
-	o, now, err := s.decideOne(op, r, false)
-	if err != nil || o.RetryAfter <= 0 || s.clock != nil {
-		return o, time.Time{}, err
-	}
-	return o, wallTime(now, sluice.Duration(o.RetryAfter)), nil
+// TakeOutcome implements sluice.OutcomeStore: Take answering in the
+// algorithm's integers, from which sluice.Limiter builds the Decision.
+func (s *Store) TakeOutcome(_ context.Context, op engine.Op, r sluice.Request) (engine.Outcome, error) {
+	o, _, err := s.decideOne(op, r, false)
+	return o, err
 }
 
 // decideOne applies op to r, returning the outcome and the time it was
 // decided at, on the precise clock when precise is set. Its results fit
 // in registers, where a Decision would be returned through memory.
-func (s *Store) decideOne(op sluice.Op, r sluice.Request, precise bool) (sluice.Outcome, int64, error) {
+func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.Outcome, int64, error) {
 	ch, err := r.Charge(op)
 	if err != nil {
-		return sluice.Outcome{}, 0, err
+		return engine.Outcome{}, 0, err
 	}
 	lim := r.Limit
 	p := lim.Params()
-	take := op == sluice.OpTake
+	take := op == engine.OpTake
 	now, early := s.now(p.Algorithm, precise)
 	h, check := s.hashes(lim, r.Key)
 	sh := &s.shards[h&s.mask]
-	if op == sluice.OpRefund {
+	if op == engine.OpRefund {
 		o, now := s.refund(sh, lim, r.Key, ch, h, check)
 		return o, now, nil
 	}
@@ -367,7 +341,7 @@ func (s *Store) decideOne(op sluice.Op, r sluice.Request, precise bool) (sluice.
 	var force bool
 	for {
 		sh.mu.Lock()
-		i, st, o, write := at.i, sluice.State{Tokens: at.tokens, Stamp: at.stamp}, at.o, true
+		i, st, o, write := at.i, engine.State{Tokens: at.tokens, Stamp: at.stamp}, at.o, true
 		if !at.valid || sh.seq.Load() != at.seq { // the attempt is stale: decide again
 			if early {
 				// Every refreshEvery-th locked decision of a shard reads the
@@ -379,13 +353,13 @@ func (s *Store) decideOne(op sluice.Op, r sluice.Request, precise bool) (sluice.
 				}
 			}
 			i = sh.t.find(h, check)
-			st = sluice.State{}
+			st = engine.State{}
 			present := sh.load(i, p, &st)
-			o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
+			o, write = engine.Evaluate(lim.Params(), &st, present, r.Key, now, ch, take)
 			if early && !o.Allowed && o.RetryAfter <= recheckWithin {
 				// Near the boundary, the precise clock decides (see clock.go).
 				now = preciseNow()
-				o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
+				o, write = engine.Evaluate(lim.Params(), &st, present, r.Key, now, ch, take)
 			}
 		}
 		if write && i < 0 {
@@ -407,17 +381,17 @@ func (s *Store) decideOne(op sluice.Op, r sluice.Request, precise bool) (sluice.
 }
 
 // refund gives ch.Cost back to the key (h, check) of sh (see
-// sluice.OpRefund), at the precise time: a refund is no hot path.
-func (s *Store) refund(sh *shard, lim *sluice.Limit, key string, ch sluice.Charge, h, check uint64) (sluice.Outcome, int64) {
+// engine.OpRefund), at the precise time: a refund is no hot path.
+func (s *Store) refund(sh *shard, lim *sluice.Limit, key string, ch engine.Charge, h, check uint64) (engine.Outcome, int64) {
 	p := lim.Params()
 	now := s.preciseTime()
 	var force bool
 	for {
 		sh.mu.Lock()
 		i := sh.t.find(h, check)
-		var st sluice.State
+		var st engine.State
 		present := sh.load(i, p, &st)
-		o, write := lim.Refund(&st, present, key, now, ch)
+		o, write := engine.Refund(lim.Params(), &st, present, key, now, ch)
 		if write && i < 0 { // not so today: a refund of an absent key writes nothing
 			if need := s.room(sh, now, nil, force); need != roomMade {
 				sh.mu.Unlock()
@@ -557,7 +531,7 @@ func (s *Store) reclaim(now int64, need, id int, keep []work) bool {
 
 // store writes st for (h, check), whose table index is i or -1 if absent;
 // an insert uses the key room reserved.
-func (sh *shard) store(i int, h, check uint64, st *sluice.State, o sluice.Outcome, p *sluice.Params, now int64) {
+func (sh *shard) store(i int, h, check uint64, st *engine.State, o engine.Outcome, p *engine.Params, now int64) {
 	sh.seq.Add(1) // odd: lock-free readers retry under the lock
 	defer sh.seq.Add(1)
 	if i < 0 {
@@ -580,7 +554,7 @@ func (sh *shard) store(i int, h, check uint64, st *sluice.State, o sluice.Outcom
 	if full < sh.floor { // an entry the eviction index must know of (see evict.go)
 		sh.note(candidate{fullAt: full, h: h, check: check})
 	}
-	if p.Algorithm == sluice.SlidingLog {
+	if p.Algorithm == engine.SlidingLog {
 		sh.logs[[2]uint64{h, check}] = st.Log
 	} else if len(sh.logs) > 0 {
 		delete(sh.logs, [2]uint64{h, check}) // the limit was a sliding log before

@@ -4,7 +4,7 @@ import (
 	"math/bits"
 	"sync/atomic"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // entry is one key's state, exactly one 64-byte cache line, with no
@@ -22,14 +22,14 @@ import (
 type entry struct {
 	h      uint64 // 0 marks an empty entry
 	check  uint64
-	tokens int64  // sluice.State.Tokens
-	stamp  int64  // sluice.State.Stamp
+	tokens int64  // engine.State.Tokens
+	stamp  int64  // engine.State.Stamp
 	shape  uint64 // the limit's RateDen<<8 | Algorithm: the units tokens are in
 	fullAt int64  // when the state becomes equivalent to absent (µs)
 	_      [2]uint64
 }
 
-func shapeOf(p *sluice.Params) uint64 { return uint64(p.RateDen)<<8 | uint64(p.Algorithm) }
+func shapeOf(p *engine.Params) uint64 { return uint64(p.RateDen)<<8 | uint64(p.Algorithm) }
 
 // set overwrites e with x, field by field, for lock-free readers.
 func (e *entry) set(x *entry) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // TakeAll decides its requests with every shard involved locked, so that
@@ -13,25 +14,20 @@ import (
 
 // work is one request of a TakeAll with its tentative state.
 type work struct {
-	ch       sluice.Charge
+	ch       engine.Charge
 	h, check uint64
 	shard    int
 	present  bool
-	st       sluice.State
+	st       engine.State
 	same     int // index of an earlier request on the same bucket, or -1
 }
 
 // TakeAll implements sluice.Store: every bucket is decided on a scratch
 // copy of its state while all the shards involved are locked; the copies
 // are written back only if every request was admitted.
-func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
-	return s.AppendTakeAll(ctx, op, rs, nil)
-}
-
-// AppendTakeAll is TakeAll with the decisions appended to dst, so that a
-// caller deciding request after request (sluice.Limiter.TakeAllInto)
-// allocates none.
-func (s *Store) AppendTakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
+// The decisions are appended to dst, so that a caller deciding request
+// after request (sluice.Limiter.AppendAll) allocates none.
+func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
 	if len(rs) == 1 {
 		// One limit (what a call of one descriptor or one rule asks):
 		// Take's way, without the locks and the stack that several
@@ -51,14 +47,14 @@ func (s *Store) AppendTakeAll(ctx context.Context, op sluice.Op, rs []sluice.Req
 // that TakeAll of one (the usual) does not reserve its buffers' stack: a
 // goroutine whose stack the collector shrank between calls (a server's
 // idle worker) would grow and copy it again for them.
-func (s *Store) takeMany(op sluice.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
+func (s *Store) takeMany(op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
 	// Small requests (the usual three or four limits) work on the stack.
 	var wsBuf [8]work
-	var outBuf [8]sluice.Outcome
+	var outBuf [8]engine.Outcome
 	var idBuf [8]int
 	ws, out := wsBuf[:0], outBuf[:0]
 	if len(rs) > len(wsBuf) {
-		ws, out = make([]work, 0, len(rs)), make([]sluice.Outcome, 0, len(rs))
+		ws, out = make([]work, 0, len(rs)), make([]engine.Outcome, 0, len(rs))
 	}
 	ws, out = ws[:len(rs)], out[:len(rs)]
 	for i, r := range rs {
@@ -81,7 +77,7 @@ func (s *Store) takeMany(op sluice.Op, rs []sluice.Request, dst []sluice.Decisio
 	var force bool
 	for {
 		ds, all := s.decideAll(op, rs, ws, out, now, dst)
-		if !all || op == sluice.OpPeek {
+		if !all || op == engine.OpPeek {
 			s.unlockAll(locked)
 			return ds, nil
 		}
@@ -109,7 +105,7 @@ func (s *Store) takeMany(op sluice.Op, rs []sluice.Request, dst []sluice.Decisio
 // decideAll decides every request of a TakeAll on scratch copies of the
 // buckets' states, under the shards' locks, and appends the decisions to
 // dst.
-func (s *Store) decideAll(op sluice.Op, rs []sluice.Request, ws []work, out []sluice.Outcome, now int64, dst []sluice.Decision) ([]sluice.Decision, bool) {
+func (s *Store) decideAll(op engine.Op, rs []sluice.Request, ws []work, out []engine.Outcome, now int64, dst []sluice.Decision) ([]sluice.Decision, bool) {
 	all := true
 	for i := range ws {
 		w := &ws[i]
@@ -119,18 +115,18 @@ func (s *Store) decideAll(op sluice.Op, rs []sluice.Request, ws []work, out []sl
 			w.present, w.st = prev.present, prev.st
 		} else {
 			sh := &s.shards[w.shard]
-			w.st = sluice.State{}
+			w.st = engine.State{}
 			w.present = sh.load(sh.t.find(w.h, w.check), p, &w.st)
 			if w.st.Log != nil {
 				// The log is decided on a copy: a rejection elsewhere must leave it as it was.
-				w.st.Log = append([]sluice.LogEntry(nil), w.st.Log...)
+				w.st.Log = append([]engine.LogEntry(nil), w.st.Log...)
 			}
 		}
 		var written bool
-		if op == sluice.OpRefund {
-			out[i], written = rs[i].Limit.Refund(&w.st, w.present, rs[i].Key, now, w.ch)
+		if op == engine.OpRefund {
+			out[i], written = engine.Refund(rs[i].Limit.Params(), &w.st, w.present, rs[i].Key, now, w.ch)
 		} else {
-			out[i], written = rs[i].Limit.Evaluate(&w.st, w.present, rs[i].Key, now, w.ch, true)
+			out[i], written = engine.Evaluate(rs[i].Limit.Params(), &w.st, w.present, rs[i].Key, now, w.ch, true)
 		}
 		w.present = w.present || written
 		all = all && out[i].Allowed
@@ -141,7 +137,7 @@ func (s *Store) decideAll(op sluice.Op, rs []sluice.Request, ws []work, out []sl
 		if !all {
 			out[i].Allowed = false
 		}
-		s.decide(&ds[n+i], rs[i].Limit, out[i], now)
+		ds[n+i] = rs[i].Limit.Decide(out[i])
 	}
 	return ds, all
 }

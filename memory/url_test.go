@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 )
 
@@ -18,7 +19,7 @@ func TestOpenURL(t *testing.T) {
 	}
 	lim := sluice.MustLimit(sluice.Spec{Name: "u", TokensPerSecond: 1, Burst: 2})
 	for i := range 40 {
-		st.Take(context.Background(), sluice.OpTake, sluice.Request{Limit: lim, Key: string(rune('a' + i))})
+		st.Take(context.Background(), engine.OpTake, sluice.Request{Limit: lim, Key: string(rune('a' + i))})
 	}
 	if n := st.Len(); n != 16 {
 		t.Fatalf("max_keys=16 holds %d keys", n)

@@ -21,8 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
-
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // Decision results counted by Metrics.Observe.
@@ -93,12 +93,15 @@ func New(reg *prometheus.Registry) *Metrics {
 // StoreOps are the op labels of the store metrics, one per kind of store
 // call InstrumentStore records.
 func StoreOps() []string {
-	var ops, leases []string
-	for _, op := range []sluice.Op{sluice.OpTake, sluice.OpPeek, sluice.OpRefund} {
+	var ops []string
+	for _, op := range []engine.Op{engine.OpTake, engine.OpPeek, engine.OpRefund} {
 		ops = append(ops, op.String(), op.String()+"_all")
-		leases = append(leases, op.LeaseString())
 	}
-	return append(append(append(ops, "reset"), leases...), sluice.OpRenew.LeaseString())
+	ops = append(ops, "reset")
+	for _, op := range []engine.Op{engine.OpTake, engine.OpPeek, engine.OpRelease, engine.OpRenew} {
+		ops = append(ops, op.LeaseString())
+	}
+	return ops
 }
 
 // Observe counts one decision of rule; result is one of the Result
@@ -234,7 +237,7 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // InstrumentStore wraps s so that every call's latency and failure is
-// recorded, labelled by its operation (sluice.Op's String: "take",
+// recorded, labelled by its operation (engine.Op's String: "take",
 // "peek", "refund", with "_all" for TakeAll, and "reset"). Input errors (a
 // bad cost) are the caller's, not the store's, and are not counted as
 // store errors.
@@ -248,12 +251,12 @@ func (m *Metrics) InstrumentStore(s sluice.Store) sluice.Store {
 	}
 	for op := range i.ops {
 		for all := range i.ops[op] {
-			i.ops[op][all] = m.storeOp(sluice.Op(op), all == 1)
+			i.ops[op][all] = m.storeOp(engine.Op(op), all == 1)
 		}
 	}
 	i.reset = m.storeOpNamed("reset")
-	for op := range i.leases {
-		i.leases[op] = m.storeOpNamed(sluice.Op(op).LeaseString())
+	for _, op := range []engine.Op{engine.OpTake, engine.OpPeek, engine.OpRelease, engine.OpRenew} {
+		i.leases[op] = m.storeOpNamed(op.LeaseString())
 	}
 	return i
 }
@@ -263,11 +266,11 @@ type instrumented struct {
 	m *Metrics
 	// The series of each operation, looked up once rather than on every
 	// call: ops[op][1] is op's TakeAll.
-	ops   [sluice.OpRefund + 1][2]*storeOp
+	ops   [engine.OpRefund + 1][2]*storeOp
 	reset *storeOp
 	// leases[op] is a concurrency limit's call (acquire, lease_peek,
 	// release, renew).
-	leases [sluice.OpRenew + 1]*storeOp
+	leases [engine.OpRelease + 1]*storeOp
 	// inProcess is what s says of itself, asked once.
 	inProcess bool
 }
@@ -296,7 +299,7 @@ func (o *storeOp) observe(d time.Duration) {
 	(*l).Observe(d.Seconds())
 }
 
-func (m *Metrics) storeOp(op sluice.Op, all bool) *storeOp {
+func (m *Metrics) storeOp(op engine.Op, all bool) *storeOp {
 	name := op.String()
 	if all {
 		name += "_all"
@@ -309,7 +312,7 @@ func (m *Metrics) storeOpNamed(name string) *storeOp {
 }
 
 // opOf is the series of op (of a TakeAll when all).
-func (i *instrumented) opOf(op sluice.Op, all bool) *storeOp {
+func (i *instrumented) opOf(op engine.Op, all bool) *storeOp {
 	if int(op) < len(i.ops) {
 		if all {
 			return i.ops[op][1]
@@ -421,42 +424,21 @@ func labelsAre(got []*dto.LabelPair, want map[string]string, exact bool) bool {
 // process (see sluice.WithStoreTimeout).
 func (i *instrumented) InProcess() bool { return i.inProcess }
 
-func (i *instrumented) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (i *instrumented) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
 	start := sinceStart()
 	d, err := i.s.Take(ctx, op, r)
 	i.observe(i.opOf(op, false), start, err)
 	return d, err
 }
 
-func (i *instrumented) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (i *instrumented) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
 	start := sinceStart()
-	ds, err := i.s.TakeAll(ctx, op, rs)
+	ds, err := i.s.TakeAll(ctx, op, rs, dst)
 	i.observe(i.opOf(op, true), start, err)
 	return ds, err
 }
 
-// decisionAppender is a store whose TakeAll can fill its caller's memory
-// (see sluice.Limiter.TakeAllInto).
-type decisionAppender interface {
-	AppendTakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error)
-}
-
-// AppendTakeAll is TakeAll with the decisions appended to dst: in dst's
-// memory when the wrapped store can put them there, else copied.
-func (i *instrumented) AppendTakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
-	a, ok := i.s.(decisionAppender)
-	if !ok {
-		ds, err := i.TakeAll(ctx, op, rs)
-		if err != nil {
-			return nil, err
-		}
-		return append(dst, ds...), nil
-	}
-	start := sinceStart()
-	ds, err := a.AppendTakeAll(ctx, op, rs, dst)
-	i.observe(i.opOf(op, true), start, err)
-	return ds, err
-}
+func (i *instrumented) Supports(l *sluice.Limit) error { return i.s.Supports(l) }
 
 func (i *instrumented) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 	start := sinceStart()
@@ -467,11 +449,11 @@ func (i *instrumented) Reset(ctx context.Context, l *sluice.Limit, key string) e
 
 // Lease times a concurrency limit's store call as "acquire", "lease_peek",
 // "release" or "renew".
-func (i *instrumented) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+func (i *instrumented) Lease(ctx context.Context, op engine.Op, r sluice.Request, id engine.LeaseID) (sluice.Decision, error) {
 	start := sinceStart()
 	d, err := i.s.Lease(ctx, op, r, id)
 	o := i.m.storeOpNamed(op.LeaseString())
-	if int(op) < len(i.leases) {
+	if int(op) < len(i.leases) && i.leases[op] != nil {
 		o = i.leases[op]
 	}
 	i.observe(o, start, err)

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/metrics"
 )
@@ -132,7 +132,7 @@ func TestAlertedCountersStartAtZero(t *testing.T) {
 }
 
 func TestOpString(t *testing.T) {
-	for op, want := range map[sluice.Op]string{sluice.OpTake: "take", sluice.OpPeek: "peek", sluice.OpRefund: "refund"} {
+	for op, want := range map[engine.Op]string{engine.OpTake: "take", engine.OpPeek: "peek", engine.OpRefund: "refund"} {
 		if op.String() != want {
 			t.Errorf("%d: %q, want %q", op, op.String(), want)
 		}

@@ -13,10 +13,10 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/engine"
+	"gopkg.in/yaml.v3"
 )
 
 // Reasons of a rejection by a rule's queue bounds (see Result.Reason).
@@ -146,13 +146,13 @@ func (l *loader) queueBound(o *obj, v *variant) bool {
 	}
 	debt := v.queueDelay.Seconds() * v.limit.TokensPerSecond()
 	n := o.vals["max_queue_delay"]
-	if debt*sluice.TokenScale < 1 {
+	if debt*engine.TokenScale < 1 {
 		l.errf(n, join(o.path, "max_queue_delay"), "%v is less than a micro-token of the rate: no turn could be given", v.queueDelay)
 		return false
 	}
 	// Without max_reserved, the limit's bound is this very debt
 	// (DefaultMaxReserved), which max_queue_delay then names.
-	if own := sluice.FromMicroTokens(v.limit.Params().MaxReserved); o.has("max_reserved") && debt >= own {
+	if own := engine.FromMicroTokens(v.limit.Params().MaxReserved); o.has("max_reserved") && debt >= own {
 		l.warnf(n, join(o.path, "max_queue_delay"), "max_reserved (%v tokens) is reached before max_queue_delay (%v at %v tokens/s): max_reserved binds", own, v.queueDelay, v.limit.TokensPerSecond())
 		return true
 	}
@@ -261,7 +261,7 @@ func (l *loader) adaptiveConfig(o *obj, v *variant, rf rateFields) bool {
 		field string
 		cost  float64
 	}{{"fixed_cost", v.cost.fixed}, {"default_cost", v.cost.def}} {
-		if _, err := (sluice.Request{Limit: v.limit, Cost: cc.cost * scale, Reserve: v.reserve, MaxReserved: v.queueDebt}).Charge(sluice.OpTake); err != nil {
+		if _, err := (sluice.Request{Limit: v.limit, Cost: cc.cost * scale, Reserve: v.reserve, MaxReserved: v.queueDebt}).Charge(engine.OpTake); err != nil {
 			at := ao.vals["min"]
 			l.errf(at, join(path, "min"), "at min each request weighs %s/min = %v times its %s (%v): %v tokens, above what the limit holds (%v), so no request could pass; raise min, or the burst (burst, burst_seconds or capacity)", strconv.FormatFloat(c.Start, 'g', -1, 64), scale, cc.field, cc.cost, cc.cost*scale, v.limit.Capacity())
 			return false
@@ -365,7 +365,7 @@ func (m *Match) QueueFull(room time.Duration) {
 // request only a turn could admit: it is refused with the queue's room
 // as its wait. It reports false when a turn could not admit it either (a
 // cost that can never succeed).
-func (r *Result) queueRefuse(op sluice.Op) bool {
+func (r *Result) queueRefuse(op engine.Op) bool {
 	m := &r.Match
 	if !m.queueFull {
 		return false
@@ -377,7 +377,7 @@ func (r *Result) queueRefuse(op sluice.Op) bool {
 	}
 	r.Decision = sluice.Decision{Allowed: false, RetryAfter: max(m.queueRoom, time.Millisecond)}
 	if l := m.Request.Limit; l != nil {
-		r.Decision.Limit, r.Decision.Rule = int64(l.Capacity()), l.Name()
+		r.Decision.Capacity, r.Decision.Rule = int64(l.Capacity()), l.Name()
 	}
 	return true
 }
@@ -397,12 +397,12 @@ func (r *Result) unscale() {
 	}
 	d := &r.Decision
 	if lim := r.Match.Request.Limit; lim != nil {
-		d.Limit = int64(math.Floor(lim.Capacity()/s + 1e-9))
+		d.Capacity = int64(math.Floor(lim.Capacity()/s + 1e-9))
 	}
 	d.Tokens /= s
 	d.Remaining = 0
 	if d.Tokens > 0 {
-		d.Remaining = min(int64(math.Floor(d.Tokens+1e-9)), d.Limit)
+		d.Remaining = min(int64(math.Floor(d.Tokens+1e-9)), d.Capacity)
 	}
 }
 

@@ -166,7 +166,7 @@ func TestEnforceAtScale(t *testing.T) {
 	}
 	for i := range 5 {
 		v := take(5)
-		if !v.Allowed || v.Overall.Limit != 5 || v.Overall.Remaining != int64(4-i) {
+		if !v.Allowed || v.Overall.Capacity != 5 || v.Overall.Remaining != int64(4-i) {
 			t.Fatalf("take %d at rate 5: %+v", i, v.Overall)
 		}
 	}
@@ -185,7 +185,7 @@ func TestEnforceAtScale(t *testing.T) {
 			t.Fatalf("take %d at rate 20 refused: %+v", i, v.Overall)
 		}
 	}
-	if v := take(20); v.Allowed || v.Overall.Limit != 20 {
+	if v := take(20); v.Allowed || v.Overall.Capacity != 20 {
 		t.Fatalf("21st at rate 20: %+v", v.Overall)
 	}
 }

@@ -10,9 +10,9 @@ import (
 	"fmt"
 	"slices"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
+	"gopkg.in/yaml.v3"
 )
 
 // ReasonConcurrencyUnsupported is the reason of a request refused because
@@ -39,10 +39,10 @@ func (l *loader) concurrencyConfig(o *obj, path, name string) *variant {
 		spec.MaxInFlight = n
 	}
 	if d, dn, ok := o.duration("lease"); ok {
-		if d < sluice.MinLease || d > sluice.MaxLease {
+		if d < sluice.MinLeaseTerm || d > sluice.MaxLeaseTerm {
 			l.errf(dn, join(path, "lease"), "must be from 1ms to 24h (got %q): how long a slot stays held when its holder neither ends nor renews it", dn.Value)
 		} else {
-			spec.Lease = d
+			spec.LeaseTerm = d
 		}
 	}
 	l.jitter(o, &spec)
@@ -108,19 +108,19 @@ func isSlot(l *sluice.Limit) bool { return l != nil && l.Algorithm() == sluice.C
 // when the caller cannot hold them. It reports whether every one
 // admitted; it stops acquiring at the first that does not, and peeks the
 // rest.
-func (v *Verdict) slots(ctx context.Context, lim *sluice.Limiter, op sluice.Op, conc []int, hold, try bool) bool {
+func (v *Verdict) slots(ctx context.Context, lim *sluice.Limiter, op engine.Op, conc []int, hold, try bool) bool {
 	all := true
 	for _, i := range conc {
 		r := &v.Results[i]
-		r.cost = sluice.TokenScale
+		r.cost = engine.TokenScale
 		req := r.Match.Request
 		switch {
-		case op == sluice.OpTake && !hold:
+		case op == engine.OpTake && !hold:
 			r.unsupported = true
-			r.Decision = sluice.Decision{Limit: int64(req.Limit.MaxInFlight()), Rule: req.Limit.Name()}
+			r.Decision = sluice.Decision{Capacity: int64(req.Limit.MaxInFlight()), Rule: req.Limit.Name()}
 			all = false
 			continue
-		case op == sluice.OpTake && all && try:
+		case op == engine.OpTake && all && try:
 			ls, d, err := lim.Acquire(ctx, req)
 			r.slotDecided(d, err)
 			r.Lease = ls

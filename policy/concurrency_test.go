@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -62,9 +63,9 @@ func TestConcurrencyConfig(t *testing.T) {
 	}
 
 	p := mustParse(t, "rules:\n  - name: r\n    algorithm: concurrency\n    algorithm_config: {max_in_flight: 4}\n  - name: t\n    algorithm: concurrency\n    tiers:\n      - name: pro\n        match: {header:x-plan: pro}\n        algorithm_config: {max_in_flight: 8, lease: 2m, jitter: 1s}\n      - name: free\n        algorithm_config: {max_in_flight: 1}\n")
-	for name, want := range map[string][2]any{"r": {4, sluice.DefaultLease}, "t.pro": {8, 2 * time.Minute}, "t.free": {1, sluice.DefaultLease}} {
+	for name, want := range map[string][2]any{"r": {4, sluice.DefaultLeaseTerm}, "t.pro": {8, 2 * time.Minute}, "t.free": {1, sluice.DefaultLeaseTerm}} {
 		l := p.Limit(name)
-		if l == nil || l.Algorithm() != sluice.Concurrency || l.MaxInFlight() != want[0] || l.Lease() != want[1] {
+		if l == nil || l.Algorithm() != sluice.Concurrency || l.MaxInFlight() != want[0] || l.LeaseTerm() != want[1] {
 			t.Errorf("%s: %v; want a concurrency limit of %v slots on %v leases", name, l, want[0], want[1])
 		}
 	}
@@ -141,18 +142,18 @@ func TestEnforceRefusesSlots(t *testing.T) {
 	ctx := context.Background()
 	p := mustParse(t, slotAndRate)
 	lim, _ := newLimiter()
-	v := decide(t, p, lim, fromIP("192.0.2.1"), sluice.OpTake, nil)
+	v := decide(t, p, lim, fromIP("192.0.2.1"), engine.OpTake, nil)
 	if v.Allowed || v.Reason() != policy.ReasonConcurrencyUnsupported || !v.Results[0].Refused() {
 		t.Fatalf("%+v; want refused: concurrency_unsupported", v)
 	}
 	if got := remaining(t, p, lim, "rate", "192.0.2.1"); got != 1 {
 		t.Fatalf("the rate rule was charged: %d left", got)
 	}
-	if v := decide(t, p, lim, fromIP("192.0.2.1"), sluice.OpPeek, nil); !v.Allowed {
+	if v := decide(t, p, lim, fromIP("192.0.2.1"), engine.OpPeek, nil); !v.Allowed {
 		t.Fatalf("peek: %+v", v)
 	}
 	ms, _ := p.Match(fromIP("192.0.2.1"))
-	if v := policy.Enforce(ctx, lim, ms, policy.Options{Op: sluice.OpRefund}); !v.Allowed || v.Results[1].StoreErr != nil {
+	if v := policy.Enforce(ctx, lim, ms, policy.Options{Op: engine.OpRefund}); !v.Allowed || v.Results[1].StoreErr != nil {
 		t.Fatalf("refund: %+v", v)
 	}
 }

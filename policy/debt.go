@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // A server's reservations are bounded by default. The library keeps
@@ -51,7 +52,7 @@ func (l *loader) boundDebt(o *obj, spec sluice.Spec, lim *sluice.Limit, v *varia
 	how := "max_reserved"
 	// A max_queue_delay below a micro-token of the rate is queueBound's
 	// to report.
-	if mr := DefaultMaxReserved(lim, v.queueDelay); !o.has("max_reserved") && mr*sluice.TokenScale >= 1 {
+	if mr := DefaultMaxReserved(lim, v.queueDelay); !o.has("max_reserved") && mr*engine.TokenScale >= 1 {
 		spec.MaxReserved = mr
 		bounded, err := sluice.NewLimit(spec)
 		if err != nil {
@@ -62,13 +63,13 @@ func (l *loader) boundDebt(o *obj, spec sluice.Spec, lim *sluice.Limit, v *varia
 		how = "the default max_reserved: " + defaultDebtWhy(lim, v.queueDelay)
 	}
 	p := lim.Params()
-	if p.Algorithm == sluice.LeakyBucket {
+	if p.Algorithm == engine.LeakyBucket {
 		how = "max_delay"
 	}
 	if !v.reserve && !p.Reserve {
 		return lim
 	}
-	debt := sluice.FromMicroTokens(p.MaxReserved)
+	debt := engine.FromMicroTokens(p.MaxReserved)
 	at, path := o.vals["reserve"], join(o.path, "reserve")
 	if at == nil {
 		at, path = o.n, o.path

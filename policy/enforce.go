@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // Match is one limit that applies to a request.
@@ -14,7 +15,7 @@ type Match struct {
 	Rule *Rule
 	// Request is what to ask the store: the selected limit (the matching
 	// tier's, or the rule's own), the composite Key and the Cost. The store
-	// keeps the bucket under sluice.StorageKey(Request.Limit, Request.Key),
+	// keeps the bucket under Request.Limit.StorageKey(Request.Key),
 	// e.g. "tb:per-org-rps:org-abc" or "tb:api.enterprise:k-123".
 	Request sluice.Request
 	// Identity seeds the Retry-After jitter: the verified JWT subject,
@@ -46,7 +47,7 @@ type Match struct {
 // keeps what it found in m, so that Enforce, taking m unchanged, does not
 // compute the charge again.
 func (m *Match) CostExceedsLimit() bool {
-	ch, err := m.Request.Charge(sluice.OpTake)
+	ch, err := m.Request.Charge(engine.OpTake)
 	m.judged, m.judgedCost, m.judgedErr = m.Request, ch.Cost, err
 	return errors.Is(err, sluice.ErrCostExceedsLimit)
 }
@@ -273,10 +274,10 @@ const StoreErrorRetry = time.Second
 // takes (charges) the matches, holds no concurrency slot, keeps nothing
 // in a Scratch and tells no Observer.
 type Options struct {
-	// Op is sluice.OpTake (the zero value), sluice.OpPeek to answer
-	// without consuming, or sluice.OpRefund to give every match's cost
+	// Op is engine.OpTake (the zero value), engine.OpPeek to answer
+	// without consuming, or engine.OpRefund to give every match's cost
 	// back (see Refunds below).
-	Op sluice.Op
+	Op engine.Op
 	// Hold is set by a caller that holds a request's concurrency slots for
 	// as long as it runs (the reverse proxy, the Go middleware, the
 	// decision API): see Holding slots below.
@@ -319,7 +320,7 @@ type Options struct {
 // rejected: the error is towards rejecting, never admitting too much. A
 // rejected verdict holds no lease.
 //
-// Refunds (sluice.OpRefund) give every match's cost back, shadow-mode
+// Refunds (engine.OpRefund) give every match's cost back, shadow-mode
 // rules included, since they were charged alike. A refund never rejects:
 // the verdict is allowed, each result describes its bucket after the
 // refund, and a store failure is recorded without denying anything. A
@@ -356,7 +357,7 @@ func resultsFor(buf []Result, n int) []Result {
 // its decisions in buf, reqBuf and decBuf when they have room for them.
 func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf []Result, reqBuf []sluice.Request, decBuf []sluice.Decision) Verdict {
 	op, obs, hold := o.Op, o.Observer, o.Hold
-	if op == sluice.OpRefund {
+	if op == engine.OpRefund {
 		return refund(ctx, lim, ms, buf)
 	}
 	v := Verdict{Allowed: true, Results: resultsFor(buf, len(ms))}
@@ -396,11 +397,11 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 	// then reject (see Enforce, Holding slots).
 	slotted := len(conc) == 0 || v.slots(ctx, lim, op, conc, hold, !impossible)
 	if len(reqs) > 0 {
-		do := lim.TakeAllInto
-		if op == sluice.OpPeek || impossible || !slotted {
-			do = lim.PeekAllInto
+		ask := engine.OpTake
+		if op == engine.OpPeek || impossible || !slotted {
+			ask = engine.OpPeek
 		}
-		ds, err := do(ctx, decBuf, reqs...)
+		ds, err := lim.AppendAll(ctx, ask, decBuf, reqs...)
 		for k, i := range idx {
 			if err == nil {
 				v.Results[i].Decision = ds[k]
@@ -440,11 +441,11 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 		// Asked as the enforced limits are (TakeAll), on the precise clock:
 		// a server that reads the memory store's coarse clock keeps its
 		// ticker waking a thousand times a second (see memory/clock.go).
-		do := lim.TakeAllInto
-		if op == sluice.OpPeek || !v.Allowed {
-			do = lim.PeekAllInto
+		ask := engine.OpTake
+		if op == engine.OpPeek || !v.Allowed {
+			ask = engine.OpPeek
 		}
-		if ds, err := do(ctx, decBuf, r.Match.Request); err != nil {
+		if ds, err := lim.AppendAll(ctx, ask, decBuf, r.Match.Request); err != nil {
 			r.storeFailed(err)
 		} else {
 			r.Decision = ds[0]
@@ -481,7 +482,7 @@ func combineOf(results []Result, idx []int) sluice.Decision {
 	return sluice.Combine(ds)
 }
 
-// refund is Enforce of sluice.OpRefund (see Enforce's Refunds).
+// refund is Enforce of engine.OpRefund (see Enforce's Refunds).
 func refund(ctx context.Context, lim *sluice.Limiter, ms []Match, buf []Result) Verdict {
 	v := Verdict{Allowed: true, Results: resultsFor(buf, len(ms))}
 	reqs := make([]sluice.Request, 0, len(ms))
@@ -493,7 +494,7 @@ func refund(ctx context.Context, lim *sluice.Limiter, ms []Match, buf []Result) 
 			// leaves the slots as they are and reports none of them used.
 			l := m.Request.Limit
 			n := int64(l.MaxInFlight())
-			v.Results[i].Decision = sluice.Decision{Allowed: true, Limit: n, Remaining: n, Tokens: float64(n), Rule: l.Name()}
+			v.Results[i].Decision = sluice.Decision{Allowed: true, Capacity: n, Remaining: n, Tokens: float64(n), Rule: l.Name()}
 			continue
 		}
 		r := m.Request
@@ -511,7 +512,7 @@ func refund(ctx context.Context, lim *sluice.Limiter, ms []Match, buf []Result) 
 		if err != nil {
 			r.StoreErr = err
 			l := r.Match.Request.Limit
-			r.Decision = sluice.Decision{Allowed: true, Limit: int64(l.Capacity()), Rule: l.Name()}
+			r.Decision = sluice.Decision{Allowed: true, Capacity: int64(l.Capacity()), Rule: l.Name()}
 		} else {
 			r.Decision = ds[k]
 		}
@@ -555,7 +556,7 @@ func (r *Result) storeFailed(err error) {
 	r.StoreErr = err
 	l := r.Match.Request.Limit
 	c := l.Capacity()
-	d := sluice.Decision{Allowed: true, Limit: int64(c), Remaining: int64(c), Rule: l.Name(), Tokens: c}
+	d := sluice.Decision{Allowed: true, Capacity: int64(c), Remaining: int64(c), Rule: l.Name(), Tokens: c}
 	if r.Match.Rule != nil && r.Match.Rule.OnStoreError == DenyOnError {
 		d.Allowed, d.Remaining, d.Tokens, d.RetryAfter = false, 0, 0, StoreErrorRetry
 	}
@@ -566,12 +567,12 @@ func (r *Result) storeFailed(err error) {
 // keeps its cost. A cost the limit can never admit is decided here, as a
 // rejection, and judge reports true; any other problem is left for the
 // store to report.
-func (r *Result) judge(op sluice.Op) bool {
+func (r *Result) judge(op engine.Op) bool {
 	var err error
-	if m := &r.Match; op == sluice.OpTake && m.judged.Limit != nil && m.judged == m.Request {
+	if m := &r.Match; op == engine.OpTake && m.judged.Limit != nil && m.judged == m.Request {
 		r.cost, err = m.judgedCost, m.judgedErr
 	} else {
-		var ch sluice.Charge
+		var ch engine.Charge
 		ch, err = m.Request.Charge(op)
 		r.cost = ch.Cost
 	}
@@ -590,6 +591,6 @@ func (r *Result) judge(op sluice.Op) bool {
 func (r *Result) refuse(err error) {
 	r.Decision, r.impossible, r.refusal = sluice.Decision{Allowed: false}, true, err
 	if l := r.Match.Request.Limit; l != nil {
-		r.Decision.Limit, r.Decision.Rule = int64(l.Capacity()), l.Name()
+		r.Decision.Capacity, r.Decision.Rule = int64(l.Capacity()), l.Name()
 	}
 }

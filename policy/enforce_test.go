@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -28,7 +28,7 @@ type counter map[string]int
 func (c counter) Observe(rule, result string) { c[rule+"/"+result]++ }
 
 // decide matches in and enforces the matches.
-func decide(t *testing.T, p *policy.Policy, lim *sluice.Limiter, in *policy.Input, op sluice.Op, obs policy.Observer) policy.Verdict {
+func decide(t *testing.T, p *policy.Policy, lim *sluice.Limiter, in *policy.Input, op engine.Op, obs policy.Observer) policy.Verdict {
 	t.Helper()
 	ms, err := p.Match(in)
 	if err != nil {
@@ -64,11 +64,11 @@ func TestEnforceAllOrNothing(t *testing.T) {
 `)
 	lim, _ := newLimiter()
 	for i := 0; i < 2; i++ {
-		if v := decide(t, p, lim, fromIP("192.0.2.1"), sluice.OpTake, nil); !v.Allowed {
+		if v := decide(t, p, lim, fromIP("192.0.2.1"), engine.OpTake, nil); !v.Allowed {
 			t.Fatalf("A request %d rejected: %+v", i+1, v)
 		}
 	}
-	v := decide(t, p, lim, fromIP("192.0.2.1"), sluice.OpTake, nil)
+	v := decide(t, p, lim, fromIP("192.0.2.1"), engine.OpTake, nil)
 	if v.Allowed || v.Overall.Rule != "per-ip" || v.Overall.RetryAfter != time.Second || len(v.Results) != 2 ||
 		!v.Results[0].Violated || v.Results[1].Violated {
 		t.Fatalf("A's third request: %+v", v)
@@ -76,10 +76,10 @@ func TestEnforceAllOrNothing(t *testing.T) {
 	if got := remaining(t, p, lim, "global", "*"); got != 1 {
 		t.Fatalf("a rejected request charged the global bucket: %d left, want 1", got)
 	}
-	if v := decide(t, p, lim, fromIP("192.0.2.2"), sluice.OpTake, nil); !v.Allowed || v.Overall.Rule != "global" || v.Overall.Remaining != 0 {
+	if v := decide(t, p, lim, fromIP("192.0.2.2"), engine.OpTake, nil); !v.Allowed || v.Overall.Rule != "global" || v.Overall.Remaining != 0 {
 		t.Fatalf("B's first request: %+v", v.Overall)
 	}
-	v = decide(t, p, lim, fromIP("192.0.2.2"), sluice.OpTake, nil)
+	v = decide(t, p, lim, fromIP("192.0.2.2"), engine.OpTake, nil)
 	if v.Allowed || v.Overall.Rule != "global" {
 		t.Fatalf("B's second request: %+v", v.Overall)
 	}
@@ -88,12 +88,12 @@ func TestEnforceAllOrNothing(t *testing.T) {
 	}
 	// Only the limit that refused counts as rejecting.
 	obs := counter{}
-	decide(t, p, lim, fromIP("192.0.2.1"), sluice.OpTake, obs)
+	decide(t, p, lim, fromIP("192.0.2.1"), engine.OpTake, obs)
 	if obs["per-ip/rejected"] != 1 || obs["global/rejected"] != 1 || len(obs) != 2 {
 		t.Fatalf("observed %v", obs)
 	}
 	// A limit with room that was not charged is neither.
-	decide(t, p, lim, fromIP("192.0.2.3"), sluice.OpTake, obs)
+	decide(t, p, lim, fromIP("192.0.2.3"), engine.OpTake, obs)
 	if obs["per-ip/not_charged"] != 1 || obs["per-ip/allowed"] != 0 || obs["global/rejected"] != 2 {
 		t.Fatalf("observed %v", obs)
 	}
@@ -103,14 +103,14 @@ func TestEnforcePeek(t *testing.T) {
 	p := mustParse(t, "rules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n")
 	lim, _ := newLimiter()
 	for i := 0; i < 3; i++ {
-		if v := decide(t, p, lim, &policy.Input{}, sluice.OpPeek, nil); !v.Allowed {
+		if v := decide(t, p, lim, &policy.Input{}, engine.OpPeek, nil); !v.Allowed {
 			t.Fatalf("peek %d rejected", i)
 		}
 	}
-	if v := decide(t, p, lim, &policy.Input{}, sluice.OpTake, nil); !v.Allowed {
+	if v := decide(t, p, lim, &policy.Input{}, engine.OpTake, nil); !v.Allowed {
 		t.Fatal("peeks consumed tokens")
 	}
-	if v := decide(t, p, lim, &policy.Input{}, sluice.OpPeek, nil); v.Allowed {
+	if v := decide(t, p, lim, &policy.Input{}, engine.OpPeek, nil); v.Allowed {
 		t.Fatal("peek on an empty bucket allowed")
 	}
 }
@@ -126,7 +126,7 @@ func TestShadowNeverRejects(t *testing.T) {
 	lim, _ := newLimiter()
 	obs := counter{}
 	for i := 0; i < 3; i++ {
-		v := decide(t, p, lim, &policy.Input{}, sluice.OpTake, obs)
+		v := decide(t, p, lim, &policy.Input{}, engine.OpTake, obs)
 		if !v.Allowed {
 			t.Fatalf("request %d rejected: %+v", i+1, v)
 		}
@@ -142,14 +142,14 @@ func TestShadowNeverRejects(t *testing.T) {
 	}
 	// Once the enforced rule rejects, the shadow rule is only peeked: its
 	// counts stay what enforcing both would have produced.
-	v := decide(t, p, lim, &policy.Input{}, sluice.OpTake, obs)
+	v := decide(t, p, lim, &policy.Input{}, engine.OpTake, obs)
 	if v.Allowed || obs["real/rejected"] != 1 {
 		t.Fatalf("fourth request: %+v %v", v, obs)
 	}
 	// Shadow-only policies allow everything.
 	sp := mustParse(t, "rules:\n  - name: s\n    mode: shadow\n    algorithm_config: {rps: 1, burst: 1}\n")
 	for i := 0; i < 3; i++ {
-		if v := decide(t, sp, lim, &policy.Input{}, sluice.OpTake, nil); !v.Allowed || v.Overall != (sluice.Decision{}) {
+		if v := decide(t, sp, lim, &policy.Input{}, engine.OpTake, nil); !v.Allowed || v.Overall != (sluice.Decision{}) {
 			t.Fatalf("shadow-only request %d: %+v", i+1, v)
 		}
 	}
@@ -174,11 +174,11 @@ func TestStoreErrors(t *testing.T) {
 	st.Down.Store(true)
 	obs := counter{}
 
-	v := decide(t, p, lim, &policy.Input{Path: "/"}, sluice.OpTake, obs)
+	v := decide(t, p, lim, &policy.Input{Path: "/"}, engine.OpTake, obs)
 	if !v.Allowed || len(v.Results) != 2 || !errors.Is(v.Results[0].StoreErr, conformance.ErrStoreDown) || !errors.Is(v.Results[1].StoreErr, conformance.ErrStoreDown) {
 		t.Fatalf("on_store_error allow: %+v", v)
 	}
-	v = decide(t, p, lim, &policy.Input{Path: "/pay"}, sluice.OpTake, obs)
+	v = decide(t, p, lim, &policy.Input{Path: "/pay"}, engine.OpTake, obs)
 	if v.Allowed || v.Overall.Rule != "closed" || v.Overall.RetryAfter != policy.StoreErrorRetry {
 		t.Fatalf("on_store_error deny: %+v", v)
 	}
@@ -201,7 +201,7 @@ func TestCostAboveCapacity(t *testing.T) {
 `)
 	lim, _ := newLimiter()
 	for _, w := range []string{"11", "1e400", "Inf"} {
-		v := decide(t, p, lim, &policy.Input{Header: http.Header{"X-Weight": {w}}}, sluice.OpTake, nil)
+		v := decide(t, p, lim, &policy.Input{Header: http.Header{"X-Weight": {w}}}, engine.OpTake, nil)
 		if v.Allowed || v.Results[1].Decision.Allowed || v.Results[1].Decision.Rule != "weighted" {
 			t.Fatalf("weight %s: %+v", w, v)
 		}
@@ -209,7 +209,7 @@ func TestCostAboveCapacity(t *testing.T) {
 	if got := remaining(t, p, lim, "other", "*"); got != 5 {
 		t.Fatalf("an impossible request charged another rule: %d left", got)
 	}
-	if v := decide(t, p, lim, &policy.Input{Header: http.Header{"X-Weight": {"-100"}}}, sluice.OpTake, nil); !v.Allowed {
+	if v := decide(t, p, lim, &policy.Input{Header: http.Header{"X-Weight": {"-100"}}}, engine.OpTake, nil); !v.Allowed {
 		t.Fatalf("negative weight (default cost 1) rejected: %+v", v)
 	}
 	if got := remaining(t, p, lim, "weighted", "*"); got != 9 {
@@ -236,22 +236,22 @@ func TestTiersEnforced(t *testing.T) {
 	}
 	// A free caller gets 20, then is rejected by the free tier.
 	for i := 0; i < 20; i++ {
-		if v := decide(t, p, lim, req(""), sluice.OpTake, nil); !v.Allowed {
+		if v := decide(t, p, lim, req(""), engine.OpTake, nil); !v.Allowed {
 			t.Fatalf("free request %d rejected", i+1)
 		}
 	}
-	v := decide(t, p, lim, req(""), sluice.OpTake, nil)
-	if v.Allowed || v.Overall.Rule != "api-key.free" || v.Overall.Limit != 20 {
+	v := decide(t, p, lim, req(""), engine.OpTake, nil)
+	if v.Allowed || v.Overall.Rule != "api-key.free" || v.Overall.Capacity != 20 {
 		t.Fatalf("free request 21: %+v", v.Overall)
 	}
 	// A forged enterprise token is a free caller.
-	if v := decide(t, p, lim, req(forged), sluice.OpTake, nil); v.Allowed || v.Overall.Rule != "api-key.free" {
+	if v := decide(t, p, lim, req(forged), engine.OpTake, nil); v.Allowed || v.Overall.Rule != "api-key.free" {
 		t.Fatalf("forged token: %+v", v.Overall)
 	}
 	// The same API key with a verified enterprise token is limited only by
 	// the enterprise tier: the exhausted free bucket does not apply.
 	for i := 0; i < 2000; i++ {
-		v := decide(t, p, lim, req(enterprise), sluice.OpTake, nil)
+		v := decide(t, p, lim, req(enterprise), engine.OpTake, nil)
 		if !v.Allowed || v.Overall.Rule != "api-key.enterprise" {
 			t.Fatalf("enterprise request %d: %+v", i+1, v.Overall)
 		}
@@ -259,7 +259,7 @@ func TestTiersEnforced(t *testing.T) {
 			t.Fatalf("enterprise match: %+v", v.Results[0].Match)
 		}
 	}
-	if v := decide(t, p, lim, req(enterprise), sluice.OpTake, nil); v.Allowed || v.Overall.Limit != 2000 {
+	if v := decide(t, p, lim, req(enterprise), engine.OpTake, nil); v.Allowed || v.Overall.Capacity != 2000 {
 		t.Fatalf("enterprise request 2001: %+v", v.Overall)
 	}
 	// And enterprise traffic never drained the free bucket: after one
@@ -398,7 +398,7 @@ func admittedOf(t *testing.T, cfg, weight string, n int) int {
 	for i := 0; i < n; i++ {
 		in := fromIP("192.0.2.7")
 		in.Header = http.Header{"X-Request-Weight": {weight}}
-		if decide(t, p, lim, in, sluice.OpTake, nil).Allowed {
+		if decide(t, p, lim, in, engine.OpTake, nil).Allowed {
 			admitted++
 		}
 	}
@@ -450,7 +450,7 @@ func TestAttackShardedCostAboveTwoShards(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		in := fromIP("192.0.2.7")
 		in.Header = http.Header{"X-Request-Weight": {"50"}}
-		v := decide(t, p, lim, in, sluice.OpTake, nil)
+		v := decide(t, p, lim, in, engine.OpTake, nil)
 		r := v.Results[0]
 		if v.Allowed || r.StoreErr != nil || r.Reason() != "cost_exceeds_limit" {
 			t.Fatalf("request %d declaring 50 against 10 shards of 10: allowed %v, store error %v, reason %q; want rejected as cost_exceeds_limit",
@@ -462,7 +462,7 @@ func TestAttackShardedCostAboveTwoShards(t *testing.T) {
 	}
 	in := fromIP("192.0.2.7")
 	in.Header = http.Header{"X-Request-Weight": {"20"}}
-	if v := decide(t, p, lim, in, sluice.OpTake, nil); !v.Allowed {
+	if v := decide(t, p, lim, in, engine.OpTake, nil); !v.Allowed {
 		t.Fatalf("a cost of 20, what two full shards hold, was rejected: %+v", v.Results[0])
 	}
 }

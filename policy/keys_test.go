@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -190,7 +189,7 @@ func TestKeyInjection(t *testing.T) {
 		t.Errorf("long value key %q", k)
 	}
 	lim := p.Rule("per-org-rps").Limit
-	if got := sluice.StorageKey(lim, key("org-abc", "x")); got != "tb:per-org-rps:org-abc|x" {
+	if got := lim.StorageKey(key("org-abc", "x")); got != "tb:per-org-rps:org-abc|x" {
 		t.Errorf("storage key %q", got)
 	}
 }

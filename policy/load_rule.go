@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
+	"gopkg.in/yaml.v3"
 )
 
 // rules reads the rules list into p: at least one rule, each named once.
@@ -604,7 +604,7 @@ func (l *loader) usableCosts(o *obj, v *variant, costN map[string]*yaml.Node) bo
 		}{"min_cost", v.cost.min})
 	}
 	for _, c := range checks {
-		if _, err := (sluice.Request{Limit: lim, Cost: c.cost, Reserve: v.reserve, MaxReserved: v.queueDebt}).Charge(sluice.OpTake); err != nil {
+		if _, err := (sluice.Request{Limit: lim, Cost: c.cost, Reserve: v.reserve, MaxReserved: v.queueDebt}).Charge(engine.OpTake); err != nil {
 			at := costN[c.field]
 			if at == nil {
 				at = o.n
@@ -612,7 +612,7 @@ func (l *loader) usableCosts(o *obj, v *variant, costN map[string]*yaml.Node) bo
 			if errors.Is(err, sluice.ErrCostExceedsLimit) && v.queueDebt > 0 {
 				l.errf(at, join(path, c.field), "%v is above what a request may take within max_queue_delay (capacity %v plus %v tokens of debt): no request could ever pass", c.cost, lim.Capacity(), v.queueDebt)
 			} else if errors.Is(err, sluice.ErrCostExceedsLimit) && (v.reserve || lim.Params().Reserve) && lim.Shards() <= 1 {
-				l.errf(at, join(path, c.field), "%v is above what a reservation can take (capacity %v plus max_reserved %v): no request could ever pass", c.cost, lim.Capacity(), sluice.FromMicroTokens(lim.Params().MaxReserved))
+				l.errf(at, join(path, c.field), "%v is above what a reservation can take (capacity %v plus max_reserved %v): no request could ever pass", c.cost, lim.Capacity(), engine.FromMicroTokens(lim.Params().MaxReserved))
 			} else if errors.Is(err, sluice.ErrCostExceedsLimit) && lim.Shards() > 1 {
 				l.errf(at, join(path, c.field), "%v is above what two of the limit's %d shards hold together (2 x capacity / shards = %v): no request could ever pass", c.cost, lim.Shards(), lim.MaxCost())
 			} else if errors.Is(err, sluice.ErrCostExceedsLimit) {

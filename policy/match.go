@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // cond is one match condition: the source's value equals one of values,
@@ -110,7 +110,7 @@ func parseCost(v string, c costSpec) float64 {
 		return c.def
 	case f < c.min:
 		return c.min
-	case f*sluice.TokenScale < 1: // below what a store can count
+	case f*engine.TokenScale < 1: // below what a store can count
 		return c.def
 	}
 	return f

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -28,14 +28,14 @@ func TestReservationConfig(t *testing.T) {
   - name: plain
     algorithm_config: {rate: 10, period: 1m}
 `)
-	if fw := p.Rule("fw").Limit; fw.Params().MaxReserved != 5*sluice.TokenScale || fw.Params().Reserve {
+	if fw := p.Rule("fw").Limit; fw.Params().MaxReserved != 5*engine.TokenScale || fw.Params().Reserve {
 		t.Errorf("fixed window %+v", fw.Params())
 	}
 	if sp := p.Rule("spaced").Limit; sp.Capacity() != 0 || !sp.Params().Reserve {
 		t.Errorf("capacity 0: %+v", sp.Params())
 	}
 	for _, name := range []string{"open", "plain"} {
-		if got := p.Rule(name).Limit.Params().MaxReserved; got != 10*sluice.TokenScale {
+		if got := p.Rule(name).Limit.Params().MaxReserved; got != 10*engine.TokenScale {
 			t.Errorf("%s: max_reserved unset: %d micro-tokens, want the capacity (10 tokens)", name, got)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // What a client is told about a Verdict, whichever transport carries it:
@@ -93,9 +94,9 @@ func (r *Result) Effective(taken bool) sluice.Decision {
 	if taken || r.Violated || r.StoreErr != nil || lim == nil {
 		return d
 	}
-	cost := sluice.FromMicroTokens(r.cost)
+	cost := engine.FromMicroTokens(r.cost)
 	d.Tokens += cost / r.Match.Scale() // in the rule's units, as unscale reports them
-	d.Remaining = min(int64(math.Floor(math.Max(0, d.Tokens)+1e-9)), d.Limit)
+	d.Remaining = min(int64(math.Floor(math.Max(0, d.Tokens)+1e-9)), d.Capacity)
 	// A bucket refills continuously: it is full cost/rate sooner than the
 	// store's answer says. A window refills at its boundaries, which the
 	// cost does not move, so its answer stands (at worst a window late).
@@ -273,11 +274,11 @@ func AppendFields(dst []Field, v *Verdict, identity, path string, sets []string)
 			pol = append(pol, headerListDelim...)
 			state = append(state, headerListDelim...)
 		}
-		if lf := r.Match.v.fields(lim, d.Limit); lf != nil {
+		if lf := r.Match.v.fields(lim, d.Capacity); lf != nil {
 			pol = append(pol, lf.item...)
 			state = append(state, lf.name...)
 		} else {
-			pol = appendPolicyItem(pol, lim, d.Limit, windowSeconds(lim))
+			pol = appendPolicyItem(pol, lim, d.Capacity, windowSeconds(lim))
 			state = appendSFString(state, lim.Name())
 		}
 		state = strconv.AppendInt(append(state, ";r="...), remaining(d, refused), 10)
@@ -292,7 +293,7 @@ func AppendFields(dst []Field, v *Verdict, identity, path string, sets []string)
 	nums := enforced > 0 && (trio || legacy)
 	if nums {
 		d := v.Overall
-		all = strconv.AppendInt(all, d.Limit, 10)
+		all = strconv.AppendInt(all, d.Capacity, 10)
 		n1 = len(all)
 		all = strconv.AppendInt(all, remaining(d, !v.Allowed), 10)
 		n2 = len(all)
@@ -347,14 +348,14 @@ func pickSets(sets []string) (draft, trio, legacy bool) {
 // of identity and path. The same client asking for the same path always
 // gets the same offset, so its retries stay predictable, while clients
 // rejected together come back spread over time instead of as one herd. It
-// is never earlier than the wait. The offset is sluice.Spread's, the one
+// is never earlier than the wait. The offset is engine.Spread's, the one
 // jitter of sluice.
 func RetryAfterSeconds(wait time.Duration, identity, path string) int64 {
 	base := ceilSeconds(wait)
 	if base < 1 {
 		base = 1
 	}
-	return base + int64(sluice.Spread(uint64(base/2), identity, path))
+	return base + int64(engine.Spread(uint64(base/2), identity, path))
 }
 
 // retryAfterSeconds is the Retry-After of a rejected v. When the limit
@@ -398,7 +399,7 @@ func windowSeconds(l *sluice.Limit) int64 {
 	case sluice.FixedWindow, sluice.SlidingLog, sluice.Concurrency:
 		// A concurrency limit's quota is slots, not tokens over time; the
 		// lease is the most a slot stays held without its holder.
-		return max(ceilSeconds(sluice.Duration(p.Period)), 1)
+		return max(ceilSeconds(engine.Duration(p.Period)), 1)
 	}
 	rate := l.TokensPerSecond() // micro-tokens per microsecond = tokens per second
 	if rate <= 0 {

@@ -148,7 +148,7 @@ func TestFieldsKeptAsFormatted(t *testing.T) {
 	}
 	byHand := policy.Match{Rule: m.Rule, Request: m.Request}
 	for _, q := range []int64{10, 10, 7, 10, 1 << 40} {
-		d := sluice.Decision{Allowed: true, Limit: q, Remaining: 3, ResetAfter: 4 * time.Second, Rule: "per-user", Tokens: 3}
+		d := sluice.Decision{Allowed: true, Capacity: q, Remaining: 3, ResetAfter: 4 * time.Second, Rule: "per-user", Tokens: 3}
 		fields := func(m policy.Match) []policy.Field {
 			v := policy.Verdict{Allowed: true, Overall: d, Results: []policy.Result{{Match: m, Decision: d}}}
 			return policy.AppendFields(nil, &v, "", "/", nil)

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // CostBodyLimit is the most of a request body that a body:PATH
@@ -200,7 +201,7 @@ func settleDefault(v *variant) {
 	}
 	most := v.limit.MaxCost()
 	if most <= 0 {
-		most = sluice.FromMicroTokens(v.limit.Params().MaxReserved)
+		most = engine.FromMicroTokens(v.limit.Params().MaxReserved)
 	}
 	v.settle.Unsettled = min(most, maxUnsettled)
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -213,7 +213,7 @@ func TestBodyCostCharges(t *testing.T) {
 	in := fromIP("192.0.2.1")
 	in.Header = http.Header{"X-Api-Key": {"k"}}
 	in.Body = []byte(`{"max_tokens": 2500}`)
-	v := decide(t, p, lim, in, sluice.OpTake, nil)
+	v := decide(t, p, lim, in, engine.OpTake, nil)
 	if !v.Allowed || v.Results[0].Decision.Tokens != 7500 {
 		t.Fatalf("verdict %+v, want 7500 tokens left of 10000", v.Results[0].Decision)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/postgres"
 )
 
@@ -26,7 +27,7 @@ func TestBreaker(t *testing.T) {
 	lim := sluice.MustLimit(sluice.Spec{Name: fmt.Sprintf("breaker-%d", time.Now().UnixNano()), TokensPerSecond: 1e6, Burst: 1e6})
 	take := func() (time.Duration, error) {
 		start := time.Now()
-		_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		return time.Since(start), err
 	}
 	if _, err := take(); err != nil {
@@ -38,7 +39,7 @@ func TestBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	tag, err := tx.Exec(ctx, `SELECT 1 FROM sluice_buckets WHERE key LIKE ('%'::bytea || $1::bytea) FOR UPDATE`, []byte(sluice.StorageKey(lim, "k")))
+	tag, err := tx.Exec(ctx, `SELECT 1 FROM sluice_buckets WHERE key LIKE ('%'::bytea || $1::bytea) FOR UPDATE`, []byte(lim.StorageKey("k")))
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("locking the bucket's row: %v, %v rows", err, tag.RowsAffected())
 	}
@@ -78,7 +79,7 @@ func TestBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx2.Rollback(ctx)
-	if _, err := s.WithTx(tx2).Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+	if _, err := s.WithTx(tx2).Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // The statements of concurrency limits (migrations 0007 and 0009): a key's leases
@@ -57,31 +58,31 @@ CROSS JOIN LATERAL sluice_lease(coalesce(t.alg = $2::smallint, false), t.lease_i
 // Lease implements sluice.Store for concurrency limits: one statement per
 // call, on the server's clock, atomic under READ COMMITTED. A rejected
 // acquire is recorded in the violation log like a rejected take.
-func (s *Store) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+func (s *Store) Lease(ctx context.Context, op engine.Op, r sluice.Request, id engine.LeaseID) (sluice.Decision, error) {
 	if err := r.CheckLease(); err != nil {
 		return sluice.Decision{}, err
 	}
 	p := r.Limit.Params()
-	key := []byte(s.opts.KeyPrefix + sluice.StorageKey(r.Limit, r.Key))
+	key := []byte(s.opts.KeyPrefix + r.Limit.StorageKey(r.Key))
 	sql, letter, what := leasePeekSQL, "p", "lease peek"
 	switch op {
-	case sluice.OpTake:
+	case engine.OpTake:
 		sql, letter, what = acquireSQL, "t", "acquire"
-	case sluice.OpRefund:
+	case engine.OpRelease:
 		sql, letter, what = updateSQL, "r", "release"
-	case sluice.OpRenew:
+	case engine.OpRenew:
 		sql, letter, what = updateSQL, "n", "renew"
 	}
-	var o sluice.Outcome
+	var o engine.Outcome
 	err := s.guarded(ctx, func(ctx context.Context) error {
-		return s.q.QueryRow(ctx, sql, key, int16(sluice.Concurrency), s.now(), letter, id.String(), p.Capacity/sluice.TokenScale, p.Period).
+		return s.q.QueryRow(ctx, sql, key, int16(sluice.Concurrency), s.now(), letter, id.String(), p.Capacity/engine.TokenScale, p.Period).
 			Scan(&o.Allowed, &o.Tokens, &o.RetryAfter, &o.ResetAfter)
 	})
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("postgres %s %q: %w", what, key, err)
 	}
 	d := r.Limit.Decide(o)
-	if !d.Allowed && op == sluice.OpTake {
+	if !d.Allowed && op == engine.OpTake {
 		s.recordViolation(ctx, key, d)
 	}
 	return d, nil

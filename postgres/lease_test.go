@@ -22,7 +22,7 @@ func TestLeaseRowsHousekept(t *testing.T) {
 	s := newStoreOpts(t, postgres.Options{Clock: clock})
 	ctx := pgtest.Context(t)
 	lim := sluice.NewWithOptions(s, sluice.Options{Clock: clock})
-	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 2, Lease: time.Second})
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 2, LeaseTerm: time.Second})
 	for _, k := range []string{"a", "b"} {
 		if _, d, err := lim.Acquire(ctx, sluice.Request{Limit: cc, Key: k}); err != nil || !d.Allowed {
 			t.Fatalf("acquire %s: %+v, %v", k, d, err)
@@ -46,7 +46,7 @@ func TestAttackLeaseRenewOfNothingWritesNothing(t *testing.T) {
 	ctx := pgtest.Context(t)
 	lim := sluice.New(s)
 	name := fmt.Sprintf("renew%d", time.Now().UnixNano())
-	cc := sluice.MustLimit(sluice.Spec{Name: name, Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Minute})
+	cc := sluice.MustLimit(sluice.Spec{Name: name, Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: time.Minute})
 	conformance.CallsOnNothing(ctx, t, lim, cc, 20)
 	rows := func() int {
 		t.Helper()

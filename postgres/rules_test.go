@@ -14,7 +14,6 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/postgres"

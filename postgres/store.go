@@ -13,7 +13,7 @@
 // statement; a clock that steps back adds no tokens. A rejection leaves the
 // state as it was and still reports remaining and retry-after.
 //
-// A refund (sluice.OpRefund) is one UPDATE of an existing row through the
+// A refund (engine.OpRefund) is one UPDATE of an existing row through the
 // PL/pgSQL function sluice_refund, the root package's refund arithmetic;
 // it inserts nothing, since a key with no row is full already.
 //
@@ -40,8 +40,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/breaker"
 )
 
@@ -141,10 +141,10 @@ const stepArgs = `$5::bigint, %s, $6::bigint, $3::bigint, $7::bigint, $8::bigint
 const refundArgs = `$5::bigint, $6::bigint, $3::bigint, $7::bigint, $8::bigint, $9::bigint, $10::bigint`
 
 // convertSQL is row t's tokens in the units of the request's limit:
-// sluice.ConvertBucket for a token bucket written under another rate
+// engine.ConvertBucket for a token bucket written under another rate
 // denominator than $3 (a limit reloaded with another rate, period or
 // capacity keeps its buckets), t.a as it is otherwise. Whole micro-tokens,
-// floored, at most the capacity $7, and a debt of at most sluice.MaxDebt
+// floored, at most the capacity $7, and a debt of at most engine.MaxDebt
 // (the range below 2^52, or 2^62 for a capacity beyond it).
 const convertSQL = `CASE WHEN t.den = $3::bigint OR t.den <= 0 OR $3::bigint <= 0 THEN t.a
     ELSE greatest(least(floor(t.a::numeric / t.den)::bigint, $7::bigint),
@@ -341,28 +341,28 @@ func (s *Store) now() any {
 }
 
 // args are the statement parameters of one request.
-func (s *Store) args(r sluice.Request, ch sluice.Charge, now any) []any {
+func (s *Store) args(r sluice.Request, ch engine.Charge, now any) []any {
 	p := r.Limit.Params()
 	var off int64
-	if p.Algorithm == sluice.FixedWindow {
+	if p.Algorithm == engine.FixedWindow {
 		off = p.Offset
 		if off < 0 {
-			off = sluice.WindowOffset(r.Key, p.Period)
+			off = engine.WindowOffset(r.Key, p.Period)
 		}
 	}
 	return []any{
-		[]byte(s.opts.KeyPrefix + sluice.StorageKey(r.Limit, r.Key)), int16(p.Algorithm), p.RateDen, now,
+		[]byte(s.opts.KeyPrefix + r.Limit.StorageKey(r.Key)), int16(p.Algorithm), p.RateDen, now,
 		ch.Cost, p.RateNum, p.Capacity, p.WindowRate, p.Period, off, ch.Reserve, ch.MaxReserved,
 	}
 }
 
 // opSQL returns the statement of op and how many of the parameters that
 // args makes it takes. An unknown op is a peek, which changes nothing.
-func opSQL(op sluice.Op) (string, int) {
+func opSQL(op engine.Op) (string, int) {
 	switch op {
-	case sluice.OpTake:
+	case engine.OpTake:
 		return takeSQL, 12
-	case sluice.OpRefund:
+	case engine.OpRefund:
 		return refundSQL, 10
 	default:
 		return peekSQL, 12
@@ -400,14 +400,14 @@ func (s *Store) guarded(ctx context.Context, call func(context.Context) error) e
 }
 
 // Take implements sluice.Store.
-func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
 	ch, err := r.Charge(op)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
 	args := s.args(r, ch, s.now())
 	sql, params := opSQL(op)
-	var o sluice.Outcome
+	var o engine.Outcome
 	err = s.guarded(ctx, func(ctx context.Context) error {
 		return s.q.QueryRow(ctx, sql, args[:params]...).Scan(&o.Allowed, &o.Tokens, &o.RetryAfter, &o.ResetAfter)
 	})
@@ -415,24 +415,28 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 		return sluice.Decision{}, fmt.Errorf("postgres take %q: %w", args[0], err)
 	}
 	d := r.Limit.Decide(o)
-	if !d.Allowed && op == sluice.OpTake {
+	if !d.Allowed && op == engine.OpTake {
 		s.recordViolation(ctx, args[0].([]byte), d)
 	}
 	return d, nil
 }
+
+// Supports implements sluice.Store: the store computes in 64-bit
+// integers (bigint), as NewLimit's bounds assume, so it takes every limit.
+func (s *Store) Supports(*sluice.Limit) error { return nil }
 
 // TakeAll implements sluice.Store. The takes run in one transaction (a
 // savepoint inside a caller's), sent as one batch in the order of their
 // storage keys, which is the order every TakeAll locks rows in; when any
 // rejects, the transaction is rolled back and nothing is charged. Refunds
 // run the same way and always commit.
-func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	if len(rs) == 0 {
 		return []sluice.Decision{}, nil
 	}
 	// Input errors are found before the server is asked, so that they never
 	// count toward the breaker.
-	chs := make([]sluice.Charge, len(rs))
+	chs := make([]engine.Charge, len(rs))
 	for i, r := range rs {
 		ch, err := r.Charge(op)
 		if err != nil {
@@ -453,7 +457,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 }
 
 // takeAll is TakeAll of rs, whose charges are chs, under the breaker.
-func (s *Store) takeAll(ctx context.Context, op sluice.Op, rs []sluice.Request, chs []sluice.Charge) ([]sluice.Decision, error) {
+func (s *Store) takeAll(ctx context.Context, op engine.Op, rs []sluice.Request, chs []engine.Charge) ([]sluice.Decision, error) {
 	type item struct {
 		i    int
 		args []any
@@ -492,7 +496,7 @@ func (s *Store) takeAll(ctx context.Context, op sluice.Op, rs []sluice.Request, 
 	for _, it := range items {
 		b.Queue(sql, it.args[:params]...)
 	}
-	out := make([]sluice.Outcome, len(rs))
+	out := make([]engine.Outcome, len(rs))
 	var br pgx.BatchResults
 	if tx != nil {
 		br = tx.SendBatch(ctx, b)
@@ -514,7 +518,7 @@ func (s *Store) takeAll(ctx context.Context, op sluice.Op, rs []sluice.Request, 
 	ds := make([]sluice.Decision, len(rs))
 	for i, r := range rs {
 		if !all {
-			if op == sluice.OpTake && !out[i].Allowed {
+			if op == engine.OpTake && !out[i].Allowed {
 				s.recordViolation(ctx, items[slices.IndexFunc(items, func(it item) bool { return it.i == i })].args[0].([]byte), r.Limit.Decide(out[i]))
 			}
 			out[i].Allowed = false
@@ -522,7 +526,7 @@ func (s *Store) takeAll(ctx context.Context, op sluice.Op, rs []sluice.Request, 
 		ds[i] = r.Limit.Decide(out[i])
 	}
 	// A refund is always allowed, so every refund commits.
-	if all && (op == sluice.OpTake || op == sluice.OpRefund) {
+	if all && (op == engine.OpTake || op == engine.OpRefund) {
 		if err := tx.Commit(ctx); err != nil {
 			return nil, fmt.Errorf("postgres take all: commit: %w", err)
 		}
@@ -535,7 +539,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 	if l == nil {
 		return fmt.Errorf("postgres reset %q: %w", key, sluice.ErrInvalidLimit)
 	}
-	k := s.opts.KeyPrefix + sluice.StorageKey(l, key)
+	k := s.opts.KeyPrefix + l.StorageKey(key)
 	err := s.guarded(ctx, func(ctx context.Context) error {
 		_, err := s.q.Exec(ctx, "DELETE FROM sluice_buckets WHERE key = $1", []byte(k))
 		return err

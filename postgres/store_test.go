@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/postgres"
 )
 
@@ -30,11 +31,11 @@ func TestAttackReloadSlowerRateKeepsDrainedKey(t *testing.T) {
 	ctx := context.Background()
 	old := sluice.MustLimit(sluice.Spec{Name: "reload-per-user", Rate: 30, Period: time.Minute})
 	slower := sluice.MustLimit(sluice.Spec{Name: old.Name(), Rate: 10, Period: time.Minute, Capacity: 30})
-	if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: old, Key: "u", Cost: 30}); err != nil || !d.Allowed {
+	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: old, Key: "u", Cost: 30}); err != nil || !d.Allowed {
 		t.Fatalf("drain: %v %+v", err, d)
 	}
 	clock.Advance(time.Second)
-	if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: slower, Key: "u"}); err != nil || d.Allowed {
+	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: slower, Key: "u"}); err != nil || d.Allowed {
 		t.Fatalf("after the reload the drained key got %+v (%v), want a rejection", d, err)
 	}
 	// 61 s after the drain: full under the old limit, a sixth under the new.
@@ -42,7 +43,7 @@ func TestAttackReloadSlowerRateKeepsDrainedKey(t *testing.T) {
 	if n, err := s.Housekeep(ctx); err != nil || n != 0 {
 		t.Fatalf("housekeeping deleted %d rows (%v) at the old limit's time to full", n, err)
 	}
-	d, err := s.Take(ctx, sluice.OpPeek, sluice.Request{Limit: slower, Key: "u"})
+	d, err := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: slower, Key: "u"})
 	if err != nil || d.Tokens > 61.0/6 {
 		t.Fatalf("61 s after the drain at 10/min: %+v (%v), want at most 10.17 tokens", d, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redis"
 )
@@ -47,7 +48,7 @@ func TestClusterTakeAllRefund(t *testing.T) {
 	last := 0
 	for i, l := range limits {
 		reqs = append(reqs, sluice.Request{Limit: l, Key: "x", Cost: 1})
-		keys = append(keys, sluice.StorageKey(l, "x"))
+		keys = append(keys, l.StorageKey("x"))
 		slot := slotOf(t, c, keys[i])
 		slots[slot] = true
 		if slot > slotOf(t, c, keys[last]) {
@@ -58,11 +59,11 @@ func TestClusterTakeAllRefund(t *testing.T) {
 		t.Skipf("keys fell in %d slots; the test needs several", len(slots))
 	}
 	// Some state in every bucket, then drain the one charged last.
-	if ds, err := s.TakeAll(ctx, sluice.OpTake, reqs); err != nil || !sluice.Combine(ds).Allowed {
+	if ds, err := s.TakeAll(ctx, engine.OpTake, reqs, nil); err != nil || !sluice.Combine(ds).Allowed {
 		t.Fatalf("first TakeAll: %v %+v", err, ds)
 	}
 	for {
-		d, err := s.Take(ctx, sluice.OpTake, reqs[last])
+		d, err := s.Take(ctx, engine.OpTake, reqs[last])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,12 +82,12 @@ func TestClusterTakeAllRefund(t *testing.T) {
 		}
 		return out
 	}
-	before, err := s.TakeAll(ctx, sluice.OpPeek, reqs)
+	before, err := s.TakeAll(ctx, engine.OpPeek, reqs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rawBefore := raw()
-	ds, err := s.TakeAll(ctx, sluice.OpTake, reqs)
+	ds, err := s.TakeAll(ctx, engine.OpTake, reqs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestClusterTakeAllRefund(t *testing.T) {
 			t.Fatalf("decision %d of a rejected TakeAll is allowed", i)
 		}
 	}
-	after, err := s.TakeAll(ctx, sluice.OpPeek, reqs)
+	after, err := s.TakeAll(ctx, engine.OpPeek, reqs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestClusterTakeAllRefund(t *testing.T) {
 		}
 	}
 	// A hash tag puts one identity's buckets in one slot: one script.
-	a, b := sluice.StorageKey(limits[0], "{user-42}"), sluice.StorageKey(limits[3], "{user-42}")
+	a, b := limits[0].StorageKey("{user-42}"), limits[3].StorageKey("{user-42}")
 	if slotOf(t, c, a) != slotOf(t, c, b) {
 		t.Fatal("hash-tagged keys in different slots")
 	}
@@ -135,16 +136,16 @@ func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
 	key, gateKey := "", ""
 	for i := 0; key == "" || gateKey == ""; i++ {
 		k := "k" + strconv.Itoa(i)
-		switch slot := slotOf(t, c, sluice.StorageKey(turns, k)); {
+		switch slot := slotOf(t, c, turns.StorageKey(k)); {
 		case key == "" && slot < 4000:
 			key = k
-		case key != "" && slotOf(t, c, sluice.StorageKey(gate, k)) > 12000:
+		case key != "" && slotOf(t, c, gate.StorageKey(k)) > 12000:
 			gateKey = k
 		}
 	}
 	take := func(lim *sluice.Limit, k string, cost float64, reserve bool) sluice.Decision {
 		t.Helper()
-		d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: k, Cost: cost, Reserve: reserve})
+		d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: k, Cost: cost, Reserve: reserve})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +160,7 @@ func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
 
 	var between sluice.Decision
 	redis.SetBeforeRollback(s, func() { between = take(turns, key, 1, true) })
-	ds, err := s.TakeAll(ctx, sluice.OpTake, both)
+	ds, err := s.TakeAll(ctx, engine.OpTake, both, nil)
 	if err != nil || sluice.Combine(ds).Allowed {
 		t.Fatalf("TakeAll past an empty gate: %+v, %v; want rejected", ds, err)
 	}
@@ -175,14 +176,14 @@ func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
 	// first, so that each refund finds the bucket where its charge left it).
 	redis.SetBeforeRollback(s, nil)
 	for _, rs := range [][]sluice.Request{both, {both[0], both[0], both[1]}} {
-		before, err := s.TakeAll(ctx, sluice.OpPeek, both[:1])
+		before, err := s.TakeAll(ctx, engine.OpPeek, both[:1], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ds, err := s.TakeAll(ctx, sluice.OpTake, rs); err != nil || sluice.Combine(ds).Allowed {
+		if ds, err := s.TakeAll(ctx, engine.OpTake, rs, nil); err != nil || sluice.Combine(ds).Allowed {
 			t.Fatalf("TakeAll past an empty gate: %+v, %v; want rejected", ds, err)
 		}
-		after, err := s.TakeAll(ctx, sluice.OpPeek, both[:1])
+		after, err := s.TakeAll(ctx, engine.OpPeek, both[:1], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,7 +285,7 @@ func TestClusterBreakerPerNode(t *testing.T) {
 			t.Fatalf("no keys found on every primary (%d on the victim, %d elsewhere)", len(dead), len(live))
 		}
 		k := "k" + strconv.Itoa(i)
-		switch o := owner(slotOf(t, s.Client(), sluice.StorageKey(lim, k))); {
+		switch o := owner(slotOf(t, s.Client(), lim.StorageKey(k))); {
 		case o == "":
 			t.Fatalf("no primary serves the slot of %s", k)
 		case o == victim.Addr():
@@ -296,7 +297,7 @@ func TestClusterBreakerPerNode(t *testing.T) {
 		}
 	}
 	take := func(k string) error {
-		_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: k})
+		_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: k})
 		return err
 	}
 	takeLive := func(when string) {
@@ -421,7 +422,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	s := open(t, url, redis.Options{Timeout: 200 * time.Millisecond, NoOverLimitCache: true, BreakerBackoff: 50 * time.Millisecond})
 	lim := uniqueLimit(t, sluice.Spec{Name: "failover", TokensPerSecond: 1e6, Burst: 1e6})
-	key := sluice.StorageKey(lim, "k")
+	key := lim.StorageKey("k")
 	var addrs []string
 	for _, sv := range srvs {
 		addrs = append(addrs, sv.Addr())
@@ -453,7 +454,7 @@ func TestClusterFailover(t *testing.T) {
 // takes are answered again within a minute.
 func takeThroughFailover(t *testing.T, s *redis.Store, lim *sluice.Limit, victim *redistest.Proc, addrs []string) {
 	ctx := context.Background()
-	key := sluice.StorageKey(lim, "k")
+	key := lim.StorageKey("k")
 	primary := victim.Addr()
 	var ok, failed atomic.Int64
 	var mu sync.Mutex
@@ -470,7 +471,7 @@ func takeThroughFailover(t *testing.T, s *redis.Store, lim *sluice.Limit, victim
 					return
 				default:
 				}
-				_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+				_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 				if err != nil {
 					if sluice.IsInputError(err) {
 						t.Errorf("store failure reported as input error: %v", err)
@@ -508,7 +509,7 @@ func takeThroughFailover(t *testing.T, s *redis.Store, lim *sluice.Limit, victim
 	close(stop)
 	wg.Wait()
 	if !recovered {
-		_, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		t.Logf("last error: %v; slot now served by %s", err, nodeForSlot(addrs, slotOf(t, s.Client(), key)))
 		for _, a := range addrs {
 			out, err := redistest.CLI(a, "CLUSTER", "NODES")
@@ -534,7 +535,7 @@ func checkCountingAfterFailover(t *testing.T, url string) {
 	exact := uniqueLimit(t, sluice.Spec{Name: "after-failover", TokensPerSecond: 1, Burst: 5})
 	admitted := 0
 	for range 8 {
-		d, err := s2.Take(ctx, sluice.OpTake, sluice.Request{Limit: exact, Key: "k"})
+		d, err := s2.Take(ctx, engine.OpTake, sluice.Request{Limit: exact, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -570,7 +571,7 @@ func TestBatchingExact(t *testing.T) {
 					defer wg.Done()
 					for i := range 20 {
 						k := (w + i) % len(keys)
-						d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: keys[k]})
+						d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: keys[k]})
 						if err != nil {
 							t.Error(err)
 							return
@@ -626,7 +627,7 @@ func TestClusterShardsSpreadOverNodes(t *testing.T) {
 	for _, key := range []string{"*", "{user-42}"} {
 		nodes := map[string]bool{}
 		for i := range lim.Shards() {
-			slot := slotOf(t, c, sluice.StorageKey(lim, lim.ShardKey(key, i)))
+			slot := slotOf(t, c, lim.StorageKey(lim.ShardKey(key, i)))
 			node := nodeForSlot(addrs, slot)
 			if node == "" {
 				t.Fatalf("no primary serves slot %d", slot)
@@ -645,7 +646,7 @@ func TestClusterShardsSpreadOverNodes(t *testing.T) {
 		}
 	}
 	for i := range lim.Shards() {
-		k := sluice.StorageKey(lim, lim.ShardKey("*", i))
+		k := lim.StorageKey(lim.ShardKey("*", i))
 		if err := c.Do(ctx, c.B().Get().Key(k).Build()).Error(); err != nil {
 			t.Fatalf("shard %d (%s) was never charged: %v", i, k, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redis"
 )
@@ -33,7 +34,7 @@ func TestTimedOutTakesMayBeChargedOnResume(t *testing.T) {
 	// The first call opens the connection: on a loaded machine it may
 	// miss the short deadline, so it is retried until it answers.
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		_, err := s.Take(ctx, sluice.OpPeek, req)
+		_, err := s.Take(ctx, engine.OpPeek, req)
 		if err == nil {
 			break
 		} else if time.Now().After(deadline) {
@@ -51,7 +52,7 @@ func TestTimedOutTakesMayBeChargedOnResume(t *testing.T) {
 		}
 	}()
 	for i := range takes {
-		if _, err := s.Take(ctx, sluice.OpTake, req); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := s.Take(ctx, engine.OpTake, req); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("take %d against a hung Redis: %v, want its deadline", i+1, err)
 		}
 	}
@@ -60,7 +61,7 @@ func TestTimedOutTakesMayBeChargedOnResume(t *testing.T) {
 	var d sluice.Decision
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		var err error
-		if d, err = s.Take(ctx, sluice.OpPeek, sluice.Request{Limit: lim, Key: "k"}); err == nil {
+		if d, err = s.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"}); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("Redis did not answer after SIGCONT: %v", err)
@@ -91,7 +92,7 @@ func TestEmptyRestartGivesOneFreshBucket(t *testing.T) {
 	admit := func() int {
 		n, answered := 0, 0
 		for range 10 * burst {
-			d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+			d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 			if err != nil {
 				time.Sleep(20 * time.Millisecond) // waiting for the server, not for tokens
 				continue
@@ -115,7 +116,7 @@ func TestEmptyRestartGivesOneFreshBucket(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		// The first calls after the restart may find the old connection
 		// closed (or the breaker open): retried until the store answers.
-		if _, err := s.Take(ctx, sluice.OpPeek, sluice.Request{Limit: lim, Key: "k"}); err == nil {
+		if _, err := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"}); err == nil {
 			after = admit()
 			break
 		} else if time.Now().After(deadline) {
@@ -176,7 +177,7 @@ func TestFailoverLosesOnlyUnreplicatedCharges(t *testing.T) {
 		admit := func(s *redis.Store) int {
 			n := 0
 			for range 2 * burst {
-				d, err := s.Take(context.Background(), sluice.OpTake, req)
+				d, err := s.Take(context.Background(), engine.OpTake, req)
 				if err != nil {
 					t.Fatal(err)
 				}

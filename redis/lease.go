@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // The concurrency script: one key, a sorted set of leases (see
@@ -30,13 +31,13 @@ func LeaseScriptSource() string { return luaConcurrency }
 // Options.Clock is set. On a Cluster the key is one slot like any other.
 // The key's TTL is the time until its last lease ends, so a key whose
 // holders all died disappears by itself.
-func (s *Store) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+func (s *Store) Lease(ctx context.Context, op engine.Op, r sluice.Request, id engine.LeaseID) (sluice.Decision, error) {
 	if err := r.CheckLease(); err != nil {
 		return sluice.Decision{}, err
 	}
 	p := r.Limit.Params()
-	key := s.prefix + sluice.StorageKey(r.Limit, r.Key)
-	args := []string{leaseOp(op), id.String(), strconv.FormatInt(p.Capacity/sluice.TokenScale, 10), strconv.FormatInt(p.Period, 10), s.nowArg(), s.pad}
+	key := s.prefix + r.Limit.StorageKey(r.Key)
+	args := []string{leaseOp(op), id.String(), strconv.FormatInt(p.Capacity/engine.TokenScale, 10), strconv.FormatInt(p.Period, 10), s.nowArg(), s.pad}
 	n := s.breakerOf(key)
 	if err := s.allow(n); err != nil {
 		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op.LeaseString(), key, err)
@@ -51,17 +52,17 @@ func (s *Store) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sl
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op.LeaseString(), key, err)
 	}
-	return r.Limit.Decide(sluice.Outcome{Allowed: res[0] == 1, Tokens: res[1], RetryAfter: res[2], ResetAfter: res[3]}), nil
+	return r.Limit.Decide(engine.Outcome{Allowed: res[0] == 1, Tokens: res[1], RetryAfter: res[2], ResetAfter: res[3]}), nil
 }
 
 // leaseOp is op's letter in the concurrency script.
-func leaseOp(op sluice.Op) string {
+func leaseOp(op engine.Op) string {
 	switch op {
-	case sluice.OpTake:
+	case engine.OpTake:
 		return "t"
-	case sluice.OpRefund:
+	case engine.OpRelease:
 		return "r"
-	case sluice.OpRenew:
+	case engine.OpRenew:
 		return "n"
 	}
 	return "p"

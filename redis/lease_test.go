@@ -29,7 +29,7 @@ func TestLeaseServerClock(t *testing.T) {
 	lim := sluice.New(s)
 	ctx := context.Background()
 	const lease = 300 * time.Millisecond
-	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: lease})
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: lease})
 	start := time.Now()
 	held, d, err := lim.Acquire(ctx, sluice.Request{Limit: cc, Key: "k"})
 	if err != nil || !d.Allowed {
@@ -43,7 +43,7 @@ func TestLeaseServerClock(t *testing.T) {
 	if time.Since(start) < lease/2 && (d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > lease) {
 		t.Fatalf("a second acquire while the first is held: %+v; want rejected with a retry within the lease", d)
 	}
-	key := prefix + sluice.StorageKey(cc, "k")
+	key := prefix + cc.StorageKey("k")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, d, err = lim.Acquire(ctx, sluice.Request{Limit: cc, Key: "k"})
@@ -75,7 +75,7 @@ func TestAttackLeaseRenewOfNothingWritesNothing(t *testing.T) {
 	s := open(t, standaloneURL(t), redis.Options{KeyPrefix: prefix})
 	lim := sluice.New(s)
 	ctx := context.Background()
-	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, Lease: time.Minute})
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: time.Minute})
 	conformance.CallsOnNothing(ctx, t, lim, cc, 50)
 	c := s.Client()
 	keys := func() []string {

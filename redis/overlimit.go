@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // overLimit remembers keys that Redis rejected: a plain take of at least
@@ -16,7 +17,7 @@ import (
 //
 // The deadline is counted from when the request was sent, not when the
 // answer came back, so it never runs past the server's own: the server
-// decided at or after that moment. A Reset or a refund (sluice.OpRefund)
+// decided at or after that moment. A Reset or a refund (engine.OpRefund)
 // through this store drops its entry once Redis has applied it, and a
 // rejection decided before that is not cached after it: every drop bumps
 // its shard's generation, which put compares with the one get saw before
@@ -77,8 +78,8 @@ func (c *overLimit) get(key string, lim *sluice.Limit, cost, now int64) (sluice.
 		return sluice.Decision{}, gen, false
 	}
 	d := e.d
-	d.RetryAfter = sluice.Duration(e.until - now)
-	d.ResetAfter = max(0, d.ResetAfter-sluice.Duration(now-e.at))
+	d.RetryAfter = engine.Duration(e.until - now)
+	d.ResetAfter = max(0, d.ResetAfter-engine.Duration(now-e.at))
 	return d, gen, true
 }
 

@@ -26,7 +26,7 @@
 //
 // A token bucket is 24 bytes (tokens, stamp and rate denominator, packed
 // doubles), a fixed window 16, a sliding log 16 per admitted request of
-// the last period. Keys are sluice.StorageKey (after Options.KeyPrefix,
+// the last period. Keys are Limit.StorageKey (after Options.KeyPrefix,
 // when set), so a hash tag in a request
 // key ("{user-42}") puts all of one identity's buckets in one Cluster slot.
 // Every write sets a TTL equal to the time until the bucket is full again:
@@ -35,7 +35,7 @@
 //
 // # Refunds
 //
-// sluice.OpRefund runs in the same script (RefundTokenBucket,
+// engine.OpRefund runs in the same script (RefundTokenBucket,
 // RefundFixedWindow, RefundSlidingLog, ported like the takes): it is
 // batched like a take, a refund of an absent key writes nothing, and one
 // that fills the bucket deletes the key. It drops the key's over-limit
@@ -107,6 +107,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/breaker"
 )
 
@@ -392,16 +393,16 @@ func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) 
 }
 
 // Take implements sluice.Store.
-func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
 	ch, err := r.Charge(op)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	if err := fits(&r, ch); err != nil {
+	if err := fits(r.Limit, max(r.Limit.Params().MaxReserved, ch.MaxReserved)); err != nil {
 		return sluice.Decision{}, err
 	}
-	key := s.prefix + sluice.StorageKey(r.Limit, r.Key)
-	cacheable := s.cache != nil && op == sluice.OpTake && !ch.Reserve
+	key := s.prefix + r.Limit.StorageKey(r.Key)
+	cacheable := s.cache != nil && op == engine.OpTake && !ch.Reserve
 	var sent int64
 	var gen uint64
 	if cacheable {
@@ -417,7 +418,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	args = appendGroup(args, 1, opOf(op), s.nowArg())
 	args = appendRequest(args, &r, ch)
 	res, err := s.run(ctx, []string{key}, args, true)
-	if op == sluice.OpRefund && s.cache != nil {
+	if op == engine.OpRefund && s.cache != nil {
 		// The key has tokens again: a cached rejection would keep refusing
 		// them. Dropped even after an error, which may hide an applied
 		// refund; a needless drop only costs a round trip.
@@ -426,7 +427,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op, key, err)
 	}
-	if op == sluice.OpRefund {
+	if op == engine.OpRefund {
 		s.publishDrops(ctx, key)
 	}
 	o := outcome(res)
@@ -437,11 +438,11 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	return d, nil
 }
 
-func opOf(op sluice.Op) string {
+func opOf(op engine.Op) string {
 	switch op {
-	case sluice.OpTake:
+	case engine.OpTake:
 		return opTake
-	case sluice.OpRefund:
+	case engine.OpRefund:
 		return opRefund
 	}
 	return opPeek
@@ -452,7 +453,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 	if l == nil {
 		return fmt.Errorf("redis reset %q: %w", key, sluice.ErrInvalidLimit)
 	}
-	k := s.prefix + sluice.StorageKey(l, key)
+	k := s.prefix + l.StorageKey(key)
 	if s.cache != nil {
 		// Dropped again once the key is deleted, so that no rejection
 		// decided before the DEL is cached after it (see overLimit.put).
@@ -477,11 +478,11 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 // TakeAll implements sluice.Store. On one Redis it is one script; on a
 // Cluster, one script per slot, charged in slot order and refunded when a
 // later slot rejects (see the package documentation).
-func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
 	if len(rs) == 0 {
 		return nil, nil
 	}
-	if len(rs) == 1 && op == sluice.OpTake && s.cache != nil {
+	if len(rs) == 1 && op == engine.OpTake && s.cache != nil {
 		// One request is all-or-nothing by itself: Take, whose over-limit
 		// cache answers a key known to be short without a round trip.
 		d, err := s.Take(ctx, op, rs[0])
@@ -490,19 +491,19 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		}
 		return []sluice.Decision{d}, nil
 	}
-	chs := make([]sluice.Charge, len(rs))
+	chs := make([]engine.Charge, len(rs))
 	keys := make([]string, len(rs))
 	for i := range rs {
 		ch, err := rs[i].Charge(op)
 		if err == nil {
-			err = fits(&rs[i], ch)
+			err = fits(rs[i].Limit, max(rs[i].Limit.Params().MaxReserved, ch.MaxReserved))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
 		}
-		chs[i], keys[i] = ch, s.prefix+sluice.StorageKey(rs[i].Limit, rs[i].Key)
+		chs[i], keys[i] = ch, s.prefix+rs[i].Limit.StorageKey(rs[i].Key)
 	}
-	if op == sluice.OpRefund && s.cache != nil {
+	if op == engine.OpRefund && s.cache != nil {
 		defer func() {
 			for _, k := range keys {
 				s.cache.drop(k) // see Take
@@ -514,12 +515,12 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 		if err != nil {
 			return nil, fmt.Errorf("redis %s all %q: %w", op, keys, err)
 		}
-		if op == sluice.OpRefund {
+		if op == engine.OpRefund {
 			s.publishDrops(ctx, keys...)
 		}
 		return s.decide(rs, res), nil
 	}
-	if op == sluice.OpRefund {
+	if op == engine.OpRefund {
 		ds, err := s.refundAllCluster(ctx, rs, chs, keys)
 		s.publishDrops(ctx, keys...) // even after an error: some slots may have been refunded
 		return ds, err
@@ -531,7 +532,7 @@ func (s *Store) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) 
 // so the slots need no all-or-nothing: every slot is tried even when
 // another fails (a refund left undone is capacity lost until the bucket
 // refills), and the errors are returned together.
-func (s *Store) refundAllCluster(ctx context.Context, rs []sluice.Request, chs []sluice.Charge, keys []string) ([]sluice.Decision, error) {
+func (s *Store) refundAllCluster(ctx context.Context, rs []sluice.Request, chs []engine.Charge, keys []string) ([]sluice.Decision, error) {
 	res := make([]int64, replyWidth*len(rs))
 	now := s.nowArg()
 	var errs []error
@@ -561,7 +562,7 @@ func allIndexes(n int) []int {
 
 // runGroup runs the requests ix of rs as one all-or-nothing group and
 // returns their replies in the order of ix.
-func (s *Store) runGroup(ctx context.Context, rs []sluice.Request, chs []sluice.Charge, keys []string, ix []int, op, now string) ([]int64, error) {
+func (s *Store) runGroup(ctx context.Context, rs []sluice.Request, chs []engine.Charge, keys []string, ix []int, op, now string) ([]int64, error) {
 	gk := make([]string, len(ix))
 	args := make([]string, 0, 1+3*len(ix))
 	args = appendGroup(args, len(ix), op, now)
@@ -603,7 +604,7 @@ func (s *Store) slotGroups(keys []string) []*slotGroup {
 	return gs
 }
 
-func (s *Store) takeAllCluster(ctx context.Context, op sluice.Op, rs []sluice.Request, chs []sluice.Charge, keys []string) ([]sluice.Decision, error) {
+func (s *Store) takeAllCluster(ctx context.Context, op engine.Op, rs []sluice.Request, chs []engine.Charge, keys []string) ([]sluice.Decision, error) {
 	gs := s.slotGroups(keys)
 	res := make([]int64, replyWidth*len(rs))
 	place := func(g *slotGroup) {
@@ -612,7 +613,7 @@ func (s *Store) takeAllCluster(ctx context.Context, op sluice.Op, rs []sluice.Re
 		}
 	}
 	now := s.nowArg()
-	if op == sluice.OpPeek {
+	if op == engine.OpPeek {
 		// Peeks change nothing, so the slots are asked at once (a sharded
 		// limit's peek reads a slot per shard).
 		errs := make([]error, len(gs))
@@ -673,7 +674,7 @@ func (s *Store) takeAllCluster(ctx context.Context, op sluice.Op, rs []sluice.Re
 // exactly the sliding-log entries those takes appended). It runs with its
 // own deadline even when the caller's has passed: a refund left undone is
 // a charge nobody was admitted for.
-func (s *Store) rollback(ctx context.Context, rs []sluice.Request, chs []sluice.Charge, keys []string, gs []*slotGroup) error {
+func (s *Store) rollback(ctx context.Context, rs []sluice.Request, chs []engine.Charge, keys []string, gs []*slotGroup) error {
 	var errs []error
 	for _, g := range gs {
 		n := len(g.ix)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/redis"
 )
 
@@ -101,18 +102,30 @@ func uniqueLimit(t testing.TB, spec sluice.Spec) *sluice.Limit {
 	return sluice.MustLimit(spec)
 }
 
+// The limits the script cannot compute exactly are refused by Supports,
+// which a server calls at start and on reload, and a request that reaches
+// the store anyway is refused too.
 func TestScaledCapacityBeyondLuaRefused(t *testing.T) {
 	s := open(t, standaloneURL(t), redis.Options{})
 	// 1e9 tokens with a rate of denominator 3: 3e15*3 scaled units > 2^52.
 	lim := uniqueLimit(t, sluice.Spec{Name: "huge", Rate: 1, Period: 3 * time.Second, Capacity: 2e9})
-	_, err := s.Take(context.Background(), sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+	if err := s.Supports(lim); !errors.Is(err, sluice.ErrInvalidLimit) || !sluice.IsInputError(err) {
+		t.Fatalf("Supports: want an input error wrapping ErrInvalidLimit, got %v", err)
+	}
+	if err := s.Supports(uniqueLimit(t, sluice.Spec{Name: "fine", Rate: 1, Period: 3 * time.Second, Capacity: 2e6})); err != nil {
+		t.Fatalf("Supports refuses a limit the script computes exactly: %v", err)
+	}
+	_, err := s.Take(context.Background(), engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 	if !errors.Is(err, sluice.ErrInvalidLimit) || !sluice.IsInputError(err) {
 		t.Fatalf("want an input error wrapping ErrInvalidLimit, got %v", err)
 	}
 	// A fixed window whose reset can lie more than 2^52us (142 years) ahead.
 	decade := 10 * 365 * 24 * time.Hour
 	fw := uniqueLimit(t, sluice.Spec{Name: "slow-fw", Algorithm: sluice.FixedWindow, Rate: 1, Period: decade, Capacity: 20})
-	if _, err := s.Take(context.Background(), sluice.OpTake, sluice.Request{Limit: fw, Key: "k"}); !errors.Is(err, sluice.ErrInvalidLimit) {
+	if err := redis.Supports(fw); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Fatalf("Supports: want ErrInvalidLimit for a 210-year refill, got %v", err)
+	}
+	if _, err := s.Take(context.Background(), engine.OpTake, sluice.Request{Limit: fw, Key: "k"}); !errors.Is(err, sluice.ErrInvalidLimit) {
 		t.Fatalf("want ErrInvalidLimit for a 210-year refill, got %v", err)
 	}
 }
@@ -122,12 +135,12 @@ func TestTTLIsTimeToFull(t *testing.T) {
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "ttl", TokensPerSecond: 10, Burst: 50})
 	start := time.Now()
-	d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 20})
+	d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 20})
 	if err != nil || !d.Allowed {
 		t.Fatalf("take: %v %+v", err, d)
 	}
 	c := s.Client()
-	key := sluice.StorageKey(lim, "k")
+	key := lim.StorageKey("k")
 	pttl, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
 	if err != nil {
 		t.Fatal(err)
@@ -144,15 +157,15 @@ func TestTTLIsTimeToFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Millisecond)
-	if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 40}); err != nil || d.Allowed {
+	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 40}); err != nil || d.Allowed {
 		t.Fatalf("want a rejection: %v %+v", err, d)
 	}
 	if after, _ := c.Do(ctx, c.B().Get().Key(key).Build()).ToString(); after != before {
 		t.Fatal("a rejected take rewrote the state")
 	}
 	// Peeks write nothing either.
-	other := sluice.StorageKey(lim, "peeked")
-	if _, err := s.Take(ctx, sluice.OpPeek, sluice.Request{Limit: lim, Key: "peeked"}); err != nil {
+	other := lim.StorageKey("peeked")
+	if _, err := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: "peeked"}); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := c.Do(ctx, c.B().Exists().Key(other).Build()).AsInt64(); n != 0 {
@@ -171,15 +184,15 @@ func TestAttackReloadSlowerRateKeepsDrainedKey(t *testing.T) {
 	old := uniqueLimit(t, sluice.Spec{Name: "per-user", Rate: 30, Period: time.Minute})
 	slower := sluice.MustLimit(sluice.Spec{Name: old.Name(), Rate: 10, Period: time.Minute, Capacity: 30})
 	start := time.Now()
-	if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: old, Key: "u", Cost: 30}); err != nil || !d.Allowed {
+	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: old, Key: "u", Cost: 30}); err != nil || !d.Allowed {
 		t.Fatalf("drain: %v %+v", err, d)
 	}
-	d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: slower, Key: "u"})
+	d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: slower, Key: "u"})
 	if err != nil || d.Allowed || d.Tokens >= 1 {
 		t.Fatalf("after the reload the drained key got %+v (%v), want a rejection", d, err)
 	}
 	c := s.Client()
-	pttl, err := c.Do(ctx, c.B().Pttl().Key(sluice.StorageKey(slower, "u")).Build()).AsInt64()
+	pttl, err := c.Do(ctx, c.B().Pttl().Key(slower.StorageKey("u")).Build()).AsInt64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,13 +213,13 @@ func TestForeignValueAtKey(t *testing.T) {
 	c := s.Client()
 	tb := uniqueLimit(t, sluice.Spec{Name: "foreign-tb", TokensPerSecond: 1, Burst: 3})
 	sl := uniqueLimit(t, sluice.Spec{Name: "foreign-sl", Algorithm: sluice.SlidingLog, Rate: 3, Period: time.Second})
-	if err := c.Do(ctx, c.B().Hset().Key(sluice.StorageKey(tb, "k")).FieldValue().FieldValue("a", "b").Build()).Error(); err != nil {
+	if err := c.Do(ctx, c.B().Hset().Key(tb.StorageKey("k")).FieldValue().FieldValue("a", "b").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Do(ctx, c.B().Set().Key(sluice.StorageKey(sl, "k")).Value("garbage").Build()).Error(); err != nil {
+	if err := c.Do(ctx, c.B().Set().Key(sl.StorageKey("k")).Value("garbage").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := s.TakeAll(ctx, sluice.OpTake, []sluice.Request{{Limit: tb, Key: "k"}, {Limit: sl, Key: "k"}})
+	ds, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: tb, Key: "k"}, {Limit: sl, Key: "k"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,17 +232,17 @@ func TestKeyPrefix(t *testing.T) {
 	s := open(t, standaloneURL(t)+"?key_prefix=app1:", redis.Options{})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "prefix", TokensPerSecond: 1, Burst: 2})
-	if _, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+	if _, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	c := s.Client()
-	if n, _ := c.Do(ctx, c.B().Exists().Key("app1:"+sluice.StorageKey(lim, "k")).Build()).AsInt64(); n != 1 {
+	if n, _ := c.Do(ctx, c.B().Exists().Key("app1:"+lim.StorageKey("k")).Build()).AsInt64(); n != 1 {
 		t.Fatal("prefixed key not written")
 	}
 	if err := s.Reset(ctx, lim, "k"); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := c.Do(ctx, c.B().Exists().Key("app1:"+sluice.StorageKey(lim, "k")).Build()).AsInt64(); n != 0 {
+	if n, _ := c.Do(ctx, c.B().Exists().Key("app1:"+lim.StorageKey("k")).Build()).AsInt64(); n != 0 {
 		t.Fatal("Reset left the prefixed key")
 	}
 	if _, err := redis.New(c, redis.Options{KeyPrefix: "{x}:"}); err == nil {
@@ -250,7 +263,7 @@ func TestBatchWritersFromURL(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 5 {
-				d, err := s.Take(context.Background(), sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+				d, err := s.Take(context.Background(), engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 				if err != nil {
 					t.Error(err)
 					return

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // One Lua file per algorithm, each a line-for-line port of the root
@@ -47,27 +48,41 @@ const (
 	opRefund = "r"
 )
 
-// fits refuses limits and requests the script cannot compute exactly. The
-// error is an input error (sluice.ErrInvalidLimit): no store call would
-// ever succeed for it.
-func fits(r *sluice.Request, ch sluice.Charge) error {
-	p := r.Limit.Params()
+// Supports refuses the limits that the store's script cannot compute
+// exactly (see maxLuaScaled): a server checks every limit of its policy
+// with it at start and on reload, so that no request finds out. The error
+// is an input error (sluice.ErrInvalidLimit). It needs no connection.
+func Supports(l *sluice.Limit) error {
+	return fits(l, l.Params().MaxReserved)
+}
+
+// Supports implements sluice.Store (see the function Supports).
+func (s *Store) Supports(l *sluice.Limit) error { return Supports(l) }
+
+// fits refuses a limit whose values, with a debt of up to res
+// micro-tokens, the script cannot compute exactly. Supports checks the
+// limit's own debt bound at start; a request that sets a larger
+// max_reserved of its own is checked as it comes.
+func fits(l *sluice.Limit, res int64) error {
+	p := l.Params()
+	if p.Algorithm == engine.Concurrency {
+		return nil
+	}
 	den := p.RateDen
 	if den <= 0 {
 		den = 1
 	}
-	res := max(p.MaxReserved, ch.MaxReserved)
 	if hi := (float64(p.Capacity) + float64(res)) * float64(den); hi >= maxLuaScaled {
 		return fmt.Errorf("redis store: limit %q: %w: capacity plus max_reserved times the rate denominator %d is %.3g scaled units, beyond the 2^52 the store's Lua computes exactly; write the rate as whole tokens per period or lower the capacity",
-			r.Limit.Name(), sluice.ErrInvalidLimit, den, hi)
+			l.Name(), sluice.ErrInvalidLimit, den, hi)
 	}
-	if p.Algorithm == sluice.FixedWindow {
+	if p.Algorithm == engine.FixedWindow {
 		// A reset time is up to ceil((capacity+max_reserved)/rate)+1
 		// periods ahead.
 		windows := (p.Capacity+res+p.WindowRate-1)/p.WindowRate + 1
 		if hi := float64(windows) * float64(p.Period); hi >= maxLuaScaled {
 			return fmt.Errorf("redis store: limit %q: %w: refilling the capacity takes %d periods of %dus, beyond the 2^52us the store's Lua computes exactly",
-				r.Limit.Name(), sluice.ErrInvalidLimit, windows, p.Period)
+				l.Name(), sluice.ErrInvalidLimit, windows, p.Period)
 		}
 	}
 	return nil
@@ -86,15 +101,15 @@ func appendGroup(args []string, n int, op, now string) []string {
 // appendRequest writes one request's arguments (see lua/main.lua): the
 // limit, the cost (with the debt it may leave when it reserves), and extra
 // ("" unless a fixed window hashes its offset from the key).
-func appendRequest(args []string, r *sluice.Request, ch sluice.Charge) []string {
+func appendRequest(args []string, r *sluice.Request, ch engine.Charge) []string {
 	return appendRequestExtra(args, r, ch, "")
 }
 
-func appendRequestExtra(args []string, r *sluice.Request, ch sluice.Charge, extra string) []string {
+func appendRequestExtra(args []string, r *sluice.Request, ch engine.Charge, extra string) []string {
 	p := r.Limit.Params()
 	var b []byte
 	switch p.Algorithm {
-	case sluice.FixedWindow:
+	case engine.FixedWindow:
 		b = append(b, "fw "...)
 		b = strconv.AppendInt(b, p.Capacity, 10)
 		b = append(b, ' ')
@@ -106,7 +121,7 @@ func appendRequestExtra(args []string, r *sluice.Request, ch sluice.Charge, extr
 		if p.Offset < 0 && extra == "" {
 			extra = r.Key
 		}
-	case sluice.SlidingLog:
+	case engine.SlidingLog:
 		b = append(b, "sl "...)
 		b = strconv.AppendInt(b, p.Capacity, 10)
 		b = append(b, ' ')
@@ -120,15 +135,15 @@ func appendRequestExtra(args []string, r *sluice.Request, ch sluice.Charge, extr
 		b = strconv.AppendInt(b, p.RateDen, 10)
 	}
 	cost := strconv.FormatInt(ch.Cost, 10)
-	if ch.Reserve && p.Algorithm != sluice.SlidingLog {
+	if ch.Reserve && p.Algorithm != engine.SlidingLog {
 		cost += "r" + strconv.FormatInt(ch.MaxReserved, 10)
 	}
 	return append(args, string(b), cost, extra)
 }
 
 // outcome reads one request's reply.
-func outcome(v []int64) sluice.Outcome {
-	return sluice.Outcome{Allowed: v[0] == 1, Tokens: v[1], RetryAfter: v[2], ResetAfter: v[3]}
+func outcome(v []int64) engine.Outcome {
+	return engine.Outcome{Allowed: v[0] == 1, Tokens: v[1], RetryAfter: v[2], ResetAfter: v[3]}
 }
 
 // ScriptSource returns the Lua script the store runs, for tools and

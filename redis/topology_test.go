@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redis"
 )
@@ -18,16 +19,16 @@ func TestACLUser(t *testing.T) {
 	lim := uniqueLimit(t, sluice.Spec{Name: "acl", TokensPerSecond: 1, Burst: 1})
 	ctx := context.Background()
 	s := open(t, "redis://app:s3cret@"+srv.Addr()+"/3", redis.Options{})
-	if d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
+	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
 		t.Fatalf("take as app: %v %+v", err, d)
 	}
 	// The key went to database 3.
-	if out, _ := redistest.CLI(srv.Addr(), "-n", "3", "EXISTS", sluice.StorageKey(lim, "k")); strings.TrimSpace(out) != "1" {
+	if out, _ := redistest.CLI(srv.Addr(), "-n", "3", "EXISTS", lim.StorageKey("k")); strings.TrimSpace(out) != "1" {
 		t.Fatalf("key not in db 3: %q", out)
 	}
 	if bad, err := redis.Open("redis://app:wrong@"+srv.Addr(), redis.Options{}); err == nil {
 		defer bad.Close()
-		if _, err := bad.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"}); err == nil {
+		if _, err := bad.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err == nil {
 			t.Fatal("take with a wrong password succeeded")
 		}
 	}
@@ -42,7 +43,7 @@ func TestSentinel(t *testing.T) {
 	ctx := context.Background()
 	var allowed int
 	for range 3 {
-		d, err := s.Take(ctx, sluice.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +54,7 @@ func TestSentinel(t *testing.T) {
 	if allowed != 2 {
 		t.Fatalf("admitted %d of burst 2", allowed)
 	}
-	if out, _ := redistest.CLI(primary.Addr(), "EXISTS", sluice.StorageKey(lim, "k")); strings.TrimSpace(out) != "1" {
+	if out, _ := redistest.CLI(primary.Addr(), "EXISTS", lim.StorageKey("k")); strings.TrimSpace(out) != "1" {
 		t.Fatalf("key not on the sentinel's primary: %q", out)
 	}
 }

@@ -115,6 +115,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	}
 	defer closeStore()
 	src, p, closeSource, err := policySource(ctx, file.File, p, rs, store)
+	if err == nil {
+		err = supported(store, p)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -122,6 +125,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	if xc != nil {
 		src, rs.ready = xc, xc.Ready
 		defer runXDS(ctx, xc, reg, log)()
+	}
+	if src != nil {
+		src = supportedSource{src, store}
 	}
 	logWarnings(log, p.Warnings)
 	srv, closeServer, err := newServer(p, rs, store, reg, log)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -122,7 +123,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	}
 	// The rule every store applies: a reservation may cost up to the
 	// capacity plus max_reserved.
-	if _, err := m.Request.Charge(sluice.OpTake); err != nil {
+	if _, err := m.Request.Charge(engine.OpTake); err != nil {
 		fmt.Fprintf(stderr, "sluice simulate: a cost of %v: %v\n", m.Request.Cost, err)
 		return 2
 	}
@@ -240,12 +241,12 @@ var simEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 // otherwise.
 func simStart(lim *sluice.Limit, key string) time.Time {
 	p := lim.Params()
-	if p.Algorithm != sluice.FixedWindow {
+	if p.Algorithm != engine.FixedWindow {
 		return simEpoch
 	}
 	offset := p.Offset
 	if offset < 0 {
-		offset = sluice.WindowOffset(key, p.Period)
+		offset = engine.WindowOffset(key, p.Period)
 	}
 	epoch := simEpoch.UnixMicro()
 	into := (epoch - offset) % p.Period
@@ -269,7 +270,7 @@ func simulate(m policy.Match, segs []segment, step time.Duration) (*simSeries, e
 	// every run gives the same answer.
 	l := sluice.New(memory.New(memory.Options{Clock: clock, PreciseClock: true})).WithShardSeed(1)
 	ms := []policy.Match{m}
-	decide := func(op sluice.Op) (sluice.Decision, error) {
+	decide := func(op engine.Op) (sluice.Decision, error) {
 		r := policy.Enforce(context.Background(), l, ms, policy.Options{Op: op}).Results[0]
 		return r.Decision, r.StoreErr
 	}
@@ -285,12 +286,12 @@ func simulate(m policy.Match, segs []segment, step time.Duration) (*simSeries, e
 		Steps: make([]simStep, int((total+step-1)/step)),
 	}
 	if series.Reserve && (lim.Spec().MaxReserved > 0 || lim.Algorithm() == sluice.LeakyBucket) {
-		mr := sluice.FromMicroTokens(lim.Params().MaxReserved)
+		mr := engine.FromMicroTokens(lim.Params().MaxReserved)
 		series.MaxReserved = &mr
 	}
 	rows := series.Steps
 	// A request the limit can never admit is an error before any is made.
-	if _, err := decide(sluice.OpPeek); err != nil {
+	if _, err := decide(engine.OpPeek); err != nil {
 		return nil, err
 	}
 	seen := make([]bool, len(rows))
@@ -302,7 +303,7 @@ func simulate(m policy.Match, segs []segment, step time.Duration) (*simSeries, e
 			// whole number of microseconds lands on them exactly.
 			t := at + time.Duration(math.Round(float64(k)*float64(time.Second)/s.rate))
 			clock.Set(start.Add(t))
-			d, err := decide(sluice.OpTake)
+			d, err := decide(engine.OpTake)
 			if err != nil {
 				return nil, err
 			}
@@ -336,7 +337,7 @@ func simulate(m policy.Match, segs []segment, step time.Duration) (*simSeries, e
 // and a debt of 0.5 is -1, so that a bucket in debt never reads as empty.
 func wholeTokens(tokens float64) int64 {
 	// The tokens are whole micro-tokens: round away the float's error first.
-	return int64(math.Floor(math.Round(tokens*sluice.TokenScale) / sluice.TokenScale))
+	return int64(math.Floor(math.Round(tokens*engine.TokenScale) / engine.TokenScale))
 }
 
 // totals sums the steps; Queued is the longest wait of all.
@@ -495,9 +496,9 @@ func describeUnsharded(l *sluice.Limit) string {
 	capacity := strconv.FormatFloat(l.Capacity(), 'f', -1, 64)
 	switch l.Algorithm() {
 	case sluice.FixedWindow:
-		return fmt.Sprintf("fixed window of %s per %s", capacity, shortDuration(sluice.Duration(p.Period)))
+		return fmt.Sprintf("fixed window of %s per %s", capacity, shortDuration(engine.Duration(p.Period)))
 	case sluice.SlidingLog:
-		return fmt.Sprintf("sliding log of %s per %s", capacity, shortDuration(sluice.Duration(p.Period)))
+		return fmt.Sprintf("sliding log of %s per %s", capacity, shortDuration(engine.Duration(p.Period)))
 	case sluice.LeakyBucket:
 		return fmt.Sprintf("leaky bucket of %s, draining %s/s", capacity, strconv.FormatFloat(l.TokensPerSecond(), 'f', -1, 64))
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
@@ -28,13 +29,16 @@ type storeKind struct {
 	// open opens the store and returns it with the function that releases
 	// it. The store's own metrics go to reg (nil: none).
 	open func(ctx context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error)
+	// supports is the store's Supports, which needs no connection; nil
+	// takes every limit.
+	supports func(*sluice.Limit) error
 }
 
 // storeKinds are the stores of store.url, by scheme: the one list of them.
 var storeKinds = []storeKind{
-	{[]string{"memory"}, func(u string) error { _, err := memory.ParseURL(u); return err }, openMemory},
-	{[]string{"redis", "rediss", "redis+sentinel", "redis+cluster"}, redis.CheckURL, openRedis},
-	{[]string{"postgres", "postgresql"}, postgres.CheckURL, openPostgres},
+	{[]string{"memory"}, func(u string) error { _, err := memory.ParseURL(u); return err }, openMemory, nil},
+	{[]string{"redis", "rediss", "redis+sentinel", "redis+cluster"}, redis.CheckURL, openRedis, redis.Supports},
+	{[]string{"postgres", "postgresql"}, postgres.CheckURL, openPostgres, nil},
 }
 
 // storeKindOf returns the kind of store rawURL names ("memory://" when
@@ -218,7 +222,7 @@ func connectStore(ctx context.Context, rawURL string, reg prometheus.Registerer,
 		return s, closeStore, nil
 	}
 	log.Warn("the store did not answer at start: serving on each rule's on_store_error, /readyz failing, until it does", "store", redact(rawURL), "err", err)
-	p := &pendingStore{}
+	p := &pendingStore{supports: k.supports}
 	p.err.Store(&err)
 	rctx, cancel := context.WithCancel(context.Background())
 	p.stop = cancel
@@ -236,6 +240,8 @@ type pendingStore struct {
 	wg    sync.WaitGroup
 	// release closes the store once opened; set before store.
 	release func() error
+	// supports is the store kind's Supports (nil: every limit).
+	supports func(*sluice.Limit) error
 }
 
 // errStoreNotOpen is the error of every call before the store opens.
@@ -248,7 +254,7 @@ func (p *pendingStore) opened() (sluice.Store, error) {
 	return nil, fmt.Errorf("%w: %w", errStoreNotOpen, *p.err.Load())
 }
 
-func (p *pendingStore) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluice.Decision, error) {
+func (p *pendingStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
 	s, err := p.opened()
 	if err != nil {
 		return sluice.Decision{}, err
@@ -256,12 +262,12 @@ func (p *pendingStore) Take(ctx context.Context, op sluice.Op, r sluice.Request)
 	return s.Take(ctx, op, r)
 }
 
-func (p *pendingStore) TakeAll(ctx context.Context, op sluice.Op, rs []sluice.Request) ([]sluice.Decision, error) {
+func (p *pendingStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
 	s, err := p.opened()
 	if err != nil {
 		return nil, err
 	}
-	return s.TakeAll(ctx, op, rs)
+	return s.TakeAll(ctx, op, rs, dst)
 }
 
 func (p *pendingStore) Reset(ctx context.Context, l *sluice.Limit, key string) error {
@@ -272,7 +278,14 @@ func (p *pendingStore) Reset(ctx context.Context, l *sluice.Limit, key string) e
 	return s.Reset(ctx, l, key)
 }
 
-func (p *pendingStore) Lease(ctx context.Context, op sluice.Op, r sluice.Request, id sluice.LeaseID) (sluice.Decision, error) {
+func (p *pendingStore) Supports(l *sluice.Limit) error {
+	if p.supports == nil {
+		return nil
+	}
+	return p.supports(l)
+}
+
+func (p *pendingStore) Lease(ctx context.Context, op engine.Op, r sluice.Request, id engine.LeaseID) (sluice.Decision, error) {
 	s, err := p.opened()
 	if err != nil {
 		return sluice.Decision{}, err
@@ -337,4 +350,34 @@ func rulesSource(ctx context.Context, storeURL string, store sluice.Store, file 
 		return nil, nil, err
 	}
 	return src, p, nil
+}
+
+// supported refuses a policy with a limit that store cannot compute
+// exactly (sluice.Store.Supports): at start, and on every reload through
+// supportedSource, so that no request finds out.
+func supported(store sluice.Store, p *policy.Policy) error {
+	for _, l := range p.NamedLimits() {
+		if err := store.Supports(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// supportedSource is a policy source whose loads the store must support:
+// a reload it refuses keeps the policy in force.
+type supportedSource struct {
+	policy.Source
+	store sluice.Store
+}
+
+func (s supportedSource) Load(ctx context.Context, force bool) (*policy.Policy, error) {
+	p, err := s.Source.Load(ctx, force)
+	if err == nil && p != nil {
+		err = supported(s.store, p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }

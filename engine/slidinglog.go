@@ -1,4 +1,4 @@
-package sluice
+package engine
 
 // LogEntry is one admitted request in a sliding log: when (microseconds)
 // and how much (micro-tokens).

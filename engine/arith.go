@@ -1,13 +1,13 @@
-package sluice
+package engine
 
 import (
 	"math"
 	"math/bits"
 )
 
-// mulDiv returns floor(a*b/c) for a, b >= 0 and c > 0 without intermediate
+// MulDiv returns floor(a*b/c) for a, b >= 0 and c > 0 without intermediate
 // overflow, saturating at math.MaxInt64.
-func mulDiv(a, b, c int64) int64 {
+func MulDiv(a, b, c int64) int64 {
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
 	if hi >= uint64(c) {
 		return math.MaxInt64
@@ -67,11 +67,11 @@ func ceilDivBy(a, d int64, inv uint64) int64 {
 	return q
 }
 
-// floorDivBy is floorDiv(a, d) for any sign of a, given inv =
+// floorDivBy is FloorDiv(a, d) for any sign of a, given inv =
 // reciprocal(d), or by division when inv is zero.
 func floorDivBy(a, d int64, inv uint64) int64 {
 	if inv == 0 || a == math.MinInt64 {
-		return floorDiv(a, d)
+		return FloorDiv(a, d)
 	}
 	if a < 0 {
 		return -ceilDivBy(-a, d, inv)
@@ -80,8 +80,8 @@ func floorDivBy(a, d int64, inv uint64) int64 {
 	return q
 }
 
-// floorDiv returns floor(a/b) for b > 0 and any sign of a.
-func floorDiv(a, b int64) int64 {
+// FloorDiv returns floor(a/b) for b > 0 and any sign of a.
+func FloorDiv(a, b int64) int64 {
 	q := a / b
 	if a%b != 0 && a < 0 {
 		q--

@@ -1,4 +1,4 @@
-package sluice
+package engine
 
 import (
 	"math"
@@ -44,7 +44,7 @@ func FuzzDivByReciprocal(f *testing.F) {
 
 func checkDivBy(t *testing.T, a, d int64, inv uint64) {
 	t.Helper()
-	if got, want := floorDivBy(a, d, inv), floorDiv(a, d); got != want {
+	if got, want := floorDivBy(a, d, inv), FloorDiv(a, d); got != want {
 		t.Fatalf("floorDivBy(%d, %d) = %d, want %d", a, d, got, want)
 	}
 	if a < 0 {

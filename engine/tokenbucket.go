@@ -1,15 +1,16 @@
-package sluice
+package engine
 
 import "math/bits"
 
 // BucketState is the stored state of one token (or leaky) bucket key.
 //
-// Tokens is in scaled units of 1/(TokenScale*RateDen) token (see Params),
-// Stamp the microsecond up to which refill has been counted. A key with no
-// state is a full bucket: the zero value is not, so stores keep "absent"
-// apart from any BucketState.
+// Scaled is its tokens in scaled units of 1/(TokenScale*RateDen) token
+// (see Params), not the micro-tokens of an Outcome; Stamp is the
+// microsecond up to which refill has been counted. A key with no state is
+// a full bucket: the zero value is not, so stores keep "absent" apart
+// from any BucketState.
 type BucketState struct {
-	Tokens int64
+	Scaled int64
 	Stamp  int64
 }
 
@@ -63,7 +64,7 @@ func TakeTokenBucket(p *Params, st BucketState, present bool, now, cost int64, r
 		o.RetryAfter = lag + ceilDivBy(need-tokens, p.RateNum, p.rateInv)
 	}
 	bucketOutcome(p, tokens, lag, &o)
-	return BucketState{Tokens: tokens, Stamp: stamp}, o
+	return BucketState{Scaled: tokens, Stamp: stamp}, o
 }
 
 // refillBucket returns a bucket's scaled tokens and stamp as of now: the
@@ -73,7 +74,7 @@ func refillBucket(p *Params, st BucketState, present bool, now int64) (tokens, s
 	if !present {
 		return full, now
 	}
-	tokens, stamp = st.Tokens, st.Stamp
+	tokens, stamp = st.Scaled, st.Stamp
 	if now > stamp {
 		if tokens < full {
 			hi, lo := bits.Mul64(uint64(now-stamp), uint64(p.RateNum))
@@ -120,7 +121,7 @@ func RefundTokenBucket(p *Params, st BucketState, present bool, now, amount int6
 	}
 	o.Allowed = true
 	bucketOutcome(p, tokens, stamp-now, &o)
-	return BucketState{Tokens: tokens, Stamp: stamp}, o, present
+	return BucketState{Scaled: tokens, Stamp: stamp}, o, present
 }
 
 // ConvertBucket carries a token (or leaky) bucket's scaled tokens, written
@@ -143,7 +144,7 @@ func ConvertBucket(p *Params, tokens, fromDen int64) int64 {
 	if fromDen == p.RateDen {
 		return min(tokens, full)
 	}
-	micro := min(floorDiv(tokens, fromDen), p.Capacity)
+	micro := min(FloorDiv(tokens, fromDen), p.Capacity)
 	micro = max(micro, -MaxDebt(p))
 	return micro * p.RateDen
 }

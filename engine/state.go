@@ -1,4 +1,4 @@
-package sluice
+package engine
 
 // State is one key's state for any algorithm, for engines that evaluate the
 // algorithms in Go (the memory store). Each algorithm reads its own fields:
@@ -17,17 +17,16 @@ type State struct {
 }
 
 // Bucket returns st as a token (or leaky) bucket's state.
-func (st *State) Bucket() BucketState { return BucketState{Tokens: st.Tokens, Stamp: st.Stamp} }
+func (st *State) Bucket() BucketState { return BucketState{Scaled: st.Tokens, Stamp: st.Stamp} }
 
 // Window returns st as a fixed window's state.
 func (st *State) Window() WindowState { return WindowState{Tokens: st.Tokens, Start: st.Stamp} }
 
-// Evaluate decides ch against l at time now (microseconds) for key, whose
+// Evaluate decides ch against a limit of parameters p at time now (microseconds) for key, whose
 // state is st (present reports whether the key has state at all). With
 // take set, an admitted request updates st in place and Evaluate returns
 // true: the caller keeps st. A peek, or a rejection, leaves st as it was.
-func (l *Limit) Evaluate(st *State, present bool, key string, now int64, ch Charge, take bool) (Outcome, bool) {
-	p := &l.params
+func Evaluate(p *Params, st *State, present bool, key string, now int64, ch Charge, take bool) (Outcome, bool) {
 	switch p.Algorithm {
 	case FixedWindow:
 		offset := p.Offset
@@ -54,7 +53,7 @@ func (l *Limit) Evaluate(st *State, present bool, key string, now int64, ch Char
 	default:
 		next, o := TakeTokenBucket(p, st.Bucket(), present, now, ch.Cost, ch.Reserve, ch.MaxReserved)
 		if take && o.Allowed {
-			st.Tokens, st.Stamp = next.Tokens, next.Stamp
+			st.Tokens, st.Stamp = next.Scaled, next.Stamp
 			return o, true
 		}
 		return o, false
@@ -64,8 +63,7 @@ func (l *Limit) Evaluate(st *State, present bool, key string, now int64, ch Char
 // Refund gives ch.Cost back to st at time now (see OpRefund), updating st
 // in place; it reports whether st is to be kept (false for an absent key,
 // which is full already).
-func (l *Limit) Refund(st *State, present bool, key string, now int64, ch Charge) (Outcome, bool) {
-	p := &l.params
+func Refund(p *Params, st *State, present bool, key string, now int64, ch Charge) (Outcome, bool) {
 	switch p.Algorithm {
 	case FixedWindow:
 		offset := p.Offset
@@ -84,7 +82,7 @@ func (l *Limit) Refund(st *State, present bool, key string, now int64, ch Charge
 		return o, true
 	default:
 		next, o, write := RefundTokenBucket(p, st.Bucket(), present, now, ch.Cost)
-		st.Tokens, st.Stamp = next.Tokens, next.Stamp
+		st.Tokens, st.Stamp = next.Scaled, next.Stamp
 		return o, write
 	}
 }

@@ -1,4 +1,4 @@
-package sluice
+package engine
 
 import (
 	"crypto/sha1"

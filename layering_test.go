@@ -1,0 +1,37 @@
+package sluice_test
+
+import (
+	"strings"
+	"testing"
+)
+
+// The arrows of the module's layers (see package engine's doc): the
+// application's package imports no store or transport, the engine nothing
+// of sluice's, stores no transport, and the two transports not each other.
+func TestLayering(t *testing.T) {
+	stores := []string{"memory", "redis", "postgres"}
+	transports := []string{"httpgate", "envoyrls"}
+	forbid := map[string][]string{
+		".":        append(append([]string{"engine/conformance", "conformance", "policy", "metrics", "insight"}, stores...), transports...),
+		"engine":   {""}, // "" is the root: nothing of the module
+		"memory":   transports,
+		"redis":    transports,
+		"postgres": transports,
+		"httpgate": {"envoyrls"},
+		"envoyrls": {"httpgate"},
+	}
+	for pkg, bad := range forbid {
+		for imp := range moduleImports(t, "./"+pkg) {
+			rel, ok := strings.CutPrefix(imp, modulePath)
+			if !ok {
+				continue
+			}
+			rel = strings.TrimPrefix(rel, "/")
+			for _, b := range bad {
+				if rel == b || b == "" || strings.HasPrefix(rel, b+"/") {
+					t.Errorf("%s imports %s (directly or through a package of the module)", pkg, imp)
+				}
+			}
+		}
+	}
+}

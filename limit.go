@@ -36,6 +36,15 @@ type Spec struct {
 	// it, the spacing a leaky bucket gives without its burst of one.
 	Capacity float64
 
+	// Calendar aligns a fixed or sliding window's periods to calendar
+	// days, weeks (from Monday), months or years in Timezone instead of
+	// counting a Period of microseconds (see calendar.go); Period is then
+	// left zero.
+	Calendar Calendar
+	// Timezone is the IANA name of the zone whose calendar Calendar
+	// follows ("Europe/Berlin"); empty is UTC.
+	Timezone string
+
 	// Start fixes where fixed windows begin, as an offset from the Unix
 	// epoch. Nil spreads window starts over the period by a hash of each
 	// key, so that not every key refills at the same instant.
@@ -87,6 +96,7 @@ type Spec struct {
 type Limit struct {
 	spec   Spec
 	params Params
+	loc    *time.Location // Spec.Timezone's, for a calendar window
 	nameID uint64
 	shards *shardSet // nil unless Spec.Shards > 1
 }
@@ -121,6 +131,9 @@ type Params struct {
 	// Reserve is set when every request reserves a turn: leaky buckets,
 	// and limits whose Spec sets Reserve.
 	Reserve bool
+	// Calendar is set for windows aligned to the calendar: their bounds
+	// come from package engine's Windows, not from Period.
+	Calendar Calendar
 	// rateInv and denInv are reciprocal(RateNum) and reciprocal(RateDen),
 	// for the divisions of every decision; zero in Params built by hand,
 	// which then divide.
@@ -267,8 +280,15 @@ func newLimit(s Spec, checkName bool) (*Limit, error) {
 	if s.Jitter < 0 {
 		return badField("jitter", "must not be negative")
 	}
+	loc, calPeriod, err := s.calendarWindow()
+	if err != nil {
+		return nil, err
+	}
 	// Normalise the two spellings into rate per period plus capacity.
 	rate, period, capacity := s.Rate, s.Period, s.Capacity
+	if calPeriod > 0 {
+		period = calPeriod
+	}
 	switch {
 	case s.TokensPerSecond > 0 && s.Rate > 0:
 		return bad("give either tokens_per_second or rate, not both")
@@ -310,9 +330,9 @@ func newLimit(s Spec, checkName bool) (*Limit, error) {
 			capacity = 1
 		}
 	}
-	p := Params{Algorithm: s.Algorithm, Period: int64(period / time.Microsecond), Offset: -1, Reserve: s.Reserve}
-	if s.Reserve && s.Algorithm == SlidingLog {
-		return bad("reserve needs a token bucket, leaky bucket or fixed window")
+	p := Params{Algorithm: s.Algorithm, Period: int64(period / time.Microsecond), Offset: -1, Reserve: s.Reserve, Calendar: s.Calendar}
+	if s.Reserve && (s.Algorithm == SlidingLog || s.Algorithm == SlidingWindow || s.Calendar != 0) {
+		return bad("reserve needs a token bucket, leaky bucket or fixed window of a fixed period")
 	}
 	// The fields the rate and the size were given in, for errors.
 	rateField, capField := "rate", "capacity"
@@ -325,7 +345,6 @@ func newLimit(s Spec, checkName bool) (*Limit, error) {
 	case s.Capacity == 0:
 		capField = rateField // the size defaults to the rate
 	}
-	var err error
 	var why string
 	switch {
 	case capacity >= 0:
@@ -367,12 +386,15 @@ func newLimit(s Spec, checkName bool) (*Limit, error) {
 		} else if p.MaxReserved, err = maxReserved(s.MaxReserved, &p); err != nil {
 			return badField("max_reserved", "%v", err)
 		}
-	case FixedWindow, SlidingLog:
-		if s.Algorithm == SlidingLog && s.MaxReserved > 0 {
+	case FixedWindow, SlidingLog, SlidingWindow:
+		if s.Algorithm != FixedWindow && s.MaxReserved > 0 {
 			return bad("max_reserved needs a token bucket, leaky bucket or fixed window")
 		}
-		if s.Algorithm == SlidingLog && p.Offset >= 0 {
+		if s.Algorithm != FixedWindow && p.Offset >= 0 {
 			return bad("start applies to fixed windows only")
+		}
+		if why := calendarParams(&p); why != "" {
+			return bad("%s", why)
 		}
 		// Waits reach up to capacity/rate windows ahead; keep them in range.
 		if windows := float64(p.Capacity/p.WindowRate + 1); windows*float64(p.Period) >= maxScaled {
@@ -385,7 +407,7 @@ func newLimit(s Spec, checkName bool) (*Limit, error) {
 		}
 	}
 	p.setReciprocals()
-	l := &Limit{spec: s, params: p, nameID: maphash.String(nameSeed, s.Name)}
+	l := &Limit{spec: s, params: p, loc: loc, nameID: maphash.String(nameSeed, s.Name)}
 	if err := l.initShards(); err != nil {
 		return bad("%v", err)
 	}

@@ -95,7 +95,7 @@ func (r Request) Charge(op Op) (Charge, error) {
 		cost = 1
 	}
 	ch := Charge{Reserve: (r.Reserve || p.Reserve) && !r.NoReserve, MaxReserved: p.MaxReserved}
-	if ch.Reserve && p.Algorithm == SlidingLog {
+	if ch.Reserve && (p.Algorithm == SlidingLog || p.Algorithm == SlidingWindow || p.Calendar != 0) {
 		return Charge{}, fmt.Errorf("limit %q (%s): %w", r.Limit.Name(), p.Algorithm, ErrReserveUnsupported)
 	}
 	var err error

@@ -12,6 +12,8 @@ package sluice
 type State struct {
 	Tokens int64
 	Stamp  int64
+	// Prev is a sliding window's count of the window before Stamp's.
+	Prev   int64
 	Log    []LogEntry
 	Leases []LeaseEntry
 }

@@ -151,7 +151,7 @@ func New(opts Options) *Store {
 // now returns the time for a decision by alg, on the precise clock when
 // precise is set, and whether it came from the coarse clock (see clock.go).
 func (s *Store) now(alg sluice.Algorithm, precise bool) (int64, bool) {
-	if precise || s.clock != nil || s.precise || alg == sluice.FixedWindow || alg == sluice.SlidingLog {
+	if precise || s.clock != nil || s.precise || alg == sluice.FixedWindow || alg == sluice.SlidingLog || alg == sluice.SlidingWindow {
 		return s.preciseTime(), false
 	}
 	return coarseNow(), true
@@ -226,6 +226,7 @@ func (sh *shard) load(i int, p *sluice.Params, st *sluice.State) bool {
 		e := &sh.t.entries[i]
 		st.Log = sh.logs[[2]uint64{e.h, e.check}]
 	}
+	st.Prev = sh.t.entries[i].prev // read under the lock: see decideUnlocked
 	if p.Algorithm == sluice.Concurrency {
 		e := &sh.t.entries[i]
 		st.Leases = sh.leases[[2]uint64{e.h, e.check}]
@@ -279,7 +280,7 @@ func (sh *shard) decideUnlocked(at *attempt, lim *sluice.Limit, key string, ch s
 	p := lim.Params()
 	at.now, at.early = now, early
 	at.seq = sh.seq.Load()
-	if p.Algorithm == sluice.SlidingLog || at.seq&1 != 0 {
+	if p.Algorithm == sluice.SlidingLog || windowed(p) || at.seq&1 != 0 {
 		return false
 	}
 	entries := *sh.view.Load()
@@ -381,11 +382,11 @@ func (s *Store) decideOne(op sluice.Op, r sluice.Request, precise bool) (sluice.
 			i = sh.t.find(h, check)
 			st = sluice.State{}
 			present := sh.load(i, p, &st)
-			o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
+			o, write = evaluate(lim, &st, present, r.Key, now, ch, take)
 			if early && !o.Allowed && o.RetryAfter <= recheckWithin {
 				// Near the boundary, the precise clock decides (see clock.go).
 				now = preciseNow()
-				o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
+				o, write = evaluate(lim, &st, present, r.Key, now, ch, take)
 			}
 		}
 		if write && i < 0 {
@@ -417,7 +418,7 @@ func (s *Store) refund(sh *shard, lim *sluice.Limit, key string, ch sluice.Charg
 		i := sh.t.find(h, check)
 		var st sluice.State
 		present := sh.load(i, p, &st)
-		o, write := lim.Refund(&st, present, key, now, ch)
+		o, write := refund(lim, &st, present, key, now, ch)
 		if write && i < 0 { // not so today: a refund of an absent key writes nothing
 			if need := s.room(sh, now, nil, force); need != roomMade {
 				sh.mu.Unlock()
@@ -573,9 +574,9 @@ func (sh *shard) store(i int, h, check uint64, st *sluice.State, o sluice.Outcom
 		// Atomic stores are full barriers on amd64: write only what changes.
 		atomic.StoreInt64(&e.tokens, st.Tokens)
 		atomic.StoreInt64(&e.stamp, st.Stamp)
-		e.fullAt = full
+		e.fullAt, e.prev = full, st.Prev
 	} else {
-		e.set(&entry{h: h, check: check, tokens: st.Tokens, stamp: st.Stamp, shape: shape, fullAt: full})
+		e.set(&entry{h: h, check: check, tokens: st.Tokens, stamp: st.Stamp, shape: shape, fullAt: full, prev: st.Prev})
 	}
 	if full < sh.floor { // an entry the eviction index must know of (see evict.go)
 		sh.note(candidate{fullAt: full, h: h, check: check})

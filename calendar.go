@@ -112,3 +112,27 @@ func calendarParams(p *Params) string {
 	}
 	return ""
 }
+
+// windowTake and windowRefund are package engine's Evaluate and Refund,
+// for sliding and calendar windows (see RegisterWindows).
+var (
+	windowTake   func(l *Limit, st State, present bool, now int64, ch Charge, take bool) (State, Outcome, bool)
+	windowRefund func(l *Limit, st State, present bool, now int64, ch Charge) (State, Outcome, bool)
+)
+
+// RegisterWindows is how package engine, which computes sliding and
+// calendar windows, hands Limit.Evaluate and Limit.Refund its functions
+// (engine builds on this package's types, so this package cannot call it
+// directly). Importing engine registers them; every store does. They
+// take and return the state by value: a pointer passed to a function
+// variable escapes, and with it the caller's scratch states.
+func RegisterWindows(take func(l *Limit, st State, present bool, now int64, ch Charge, take bool) (State, Outcome, bool), refund func(l *Limit, st State, present bool, now int64, ch Charge) (State, Outcome, bool)) {
+	windowTake, windowRefund = take, refund
+}
+
+// windowed reports whether p's windows are engine's.
+func (p *Params) windowed() bool { return p.Algorithm == SlidingWindow || p.Calendar != 0 }
+
+// noWindows is the outcome where engine was not imported: a rejection
+// that writes nothing.
+var noWindows = Outcome{}

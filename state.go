@@ -30,6 +30,16 @@ func (st *State) Window() WindowState { return WindowState{Tokens: st.Tokens, St
 // true: the caller keeps st. A peek, or a rejection, leaves st as it was.
 func (l *Limit) Evaluate(st *State, present bool, key string, now int64, ch Charge, take bool) (Outcome, bool) {
 	p := &l.params
+	if p.windowed() {
+		if windowTake == nil {
+			return noWindows, false
+		}
+		next, o, write := windowTake(l, *st, present, now, ch, take)
+		if write {
+			*st = next
+		}
+		return o, write
+	}
 	switch p.Algorithm {
 	case FixedWindow:
 		offset := p.Offset
@@ -68,6 +78,14 @@ func (l *Limit) Evaluate(st *State, present bool, key string, now int64, ch Char
 // which is full already).
 func (l *Limit) Refund(st *State, present bool, key string, now int64, ch Charge) (Outcome, bool) {
 	p := &l.params
+	if p.windowed() {
+		if windowRefund == nil {
+			return Outcome{Allowed: true, Tokens: p.Capacity}, false
+		}
+		next, o, write := windowRefund(l, *st, present, now, ch)
+		*st = next
+		return o, write
+	}
 	switch p.Algorithm {
 	case FixedWindow:
 		offset := p.Offset

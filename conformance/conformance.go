@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	_ "github.com/sluicehq/sluice/engine" // sliding and calendar windows
 )
 
 //go:embed testdata/vectors.json

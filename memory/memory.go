@@ -382,11 +382,11 @@ func (s *Store) decideOne(op sluice.Op, r sluice.Request, precise bool) (sluice.
 			i = sh.t.find(h, check)
 			st = sluice.State{}
 			present := sh.load(i, p, &st)
-			o, write = evaluate(lim, &st, present, r.Key, now, ch, take)
+			o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
 			if early && !o.Allowed && o.RetryAfter <= recheckWithin {
 				// Near the boundary, the precise clock decides (see clock.go).
 				now = preciseNow()
-				o, write = evaluate(lim, &st, present, r.Key, now, ch, take)
+				o, write = lim.Evaluate(&st, present, r.Key, now, ch, take)
 			}
 		}
 		if write && i < 0 {
@@ -418,7 +418,7 @@ func (s *Store) refund(sh *shard, lim *sluice.Limit, key string, ch sluice.Charg
 		i := sh.t.find(h, check)
 		var st sluice.State
 		present := sh.load(i, p, &st)
-		o, write := refund(lim, &st, present, key, now, ch)
+		o, write := lim.Refund(&st, present, key, now, ch)
 		if write && i < 0 { // not so today: a refund of an absent key writes nothing
 			if need := s.room(sh, now, nil, force); need != roomMade {
 				sh.mu.Unlock()

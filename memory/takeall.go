@@ -128,9 +128,9 @@ func (s *Store) decideAll(op sluice.Op, rs []sluice.Request, ws []work, out []sl
 		}
 		var written bool
 		if op == sluice.OpRefund {
-			out[i], written = refund(rs[i].Limit, &w.st, w.present, rs[i].Key, now, w.ch)
+			out[i], written = rs[i].Limit.Refund(&w.st, w.present, rs[i].Key, now, w.ch)
 		} else {
-			out[i], written = evaluate(rs[i].Limit, &w.st, w.present, rs[i].Key, now, w.ch, true)
+			out[i], written = rs[i].Limit.Evaluate(&w.st, w.present, rs[i].Key, now, w.ch, true)
 		}
 		w.present = w.present || written
 		all = all && out[i].Allowed

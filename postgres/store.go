@@ -298,6 +298,9 @@ func (s *Store) now() any {
 
 // args are the statement parameters of one request.
 func (s *Store) args(r sluice.Request, ch sluice.Charge, now any) []any {
+	if windowed(r.Limit) {
+		return s.windowArgs(r, ch, now)
+	}
 	p := r.Limit.Params()
 	var off int64
 	if p.Algorithm == sluice.FixedWindow {
@@ -360,6 +363,7 @@ func (s *Store) Take(ctx context.Context, op sluice.Op, r sluice.Request) (sluic
 	}
 	args := s.args(r, ch, s.now())
 	sql, params := opSQL(op)
+	sql, params = forWindow(r.Limit, sql, params)
 	var o sluice.Outcome
 	err = s.guarded(ctx, func(ctx context.Context) error {
 		return s.q.QueryRow(ctx, sql, args[:params]...).Scan(&o.Allowed, &o.Tokens, &o.RetryAfter, &o.ResetAfter)
@@ -443,7 +447,8 @@ func (s *Store) takeAll(ctx context.Context, op sluice.Op, rs []sluice.Request, 
 	}
 	b := &pgx.Batch{}
 	for _, it := range items {
-		b.Queue(sql, it.args[:params]...)
+		q, n := forWindow(rs[it.i].Limit, sql, params)
+		b.Queue(q, it.args[:n]...)
 	}
 	out := make([]sluice.Outcome, len(rs))
 	var br pgx.BatchResults

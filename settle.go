@@ -205,7 +205,7 @@ func (l *Limit) settleDebt() int64 {
 	if l.shards != nil {
 		p, n = &l.shards.lim.params, int64(l.shards.n)
 	}
-	if p.Algorithm == SlidingLog {
+	if p.Algorithm == SlidingLog || p.windowed() {
 		return 0
 	}
 	return min(mulDiv(MaxDebt(p), n, 1), maxSettleDebt)

@@ -37,6 +37,15 @@ type Spec struct {
 	// it, the spacing a leaky bucket gives without its burst of one.
 	Capacity float64
 
+	// Calendar aligns a fixed or sliding window's periods to calendar
+	// days, weeks (from Monday), months or years in Timezone instead of
+	// counting a Period of microseconds (see calendar.go); Period is then
+	// left zero.
+	Calendar Calendar
+	// Timezone is the IANA name of the zone whose calendar Calendar
+	// follows ("Europe/Berlin"); empty is UTC.
+	Timezone string
+
 	// Start fixes where fixed windows begin, as an offset from the Unix
 	// epoch. Nil spreads window starts over the period by a hash of each
 	// key, so that not every key refills at the same instant.
@@ -182,7 +191,11 @@ func newLimit(s Spec, checkName bool) (*Limit, error) {
 	if err := checkNumbers(s); err != nil {
 		return nil, err
 	}
-	n, err := normalize(s)
+	loc, calPeriod, err := s.calendarWindow()
+	if err != nil {
+		return nil, err
+	}
+	n, err := normalize(s, calPeriod)
 	if err != nil {
 		return nil, err
 	}
@@ -190,10 +203,11 @@ func newLimit(s Spec, checkName bool) (*Limit, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.Loc = loc
 	switch s.Algorithm {
 	case TokenBucket, LeakyBucket:
 		err = n.bucketParams(s, &p)
-	case FixedWindow, SlidingLog:
+	case FixedWindow, SlidingLog, SlidingWindow:
 		err = n.windowParams(s, &p)
 	}
 	if err != nil {
@@ -241,9 +255,13 @@ type normal struct {
 }
 
 // normalize reads the two spellings of a Spec (tokens_per_second with
-// burst, rate per period with capacity) into one.
-func normalize(s Spec) (normal, error) {
+// burst, rate per period with capacity) into one. A calendar window's
+// period is calPeriod, its unit's longest length (Spec.calendarWindow).
+func normalize(s Spec, calPeriod time.Duration) (normal, error) {
 	n := normal{rate: s.Rate, period: s.Period, capacity: s.Capacity, rateField: "rate", capField: "capacity"}
+	if calPeriod > 0 {
+		n.period = calPeriod
+	}
 	switch {
 	case s.TokensPerSecond > 0 && s.Rate > 0:
 		return n, specErr(s, "", "give either tokens_per_second or rate, not both")
@@ -300,9 +318,9 @@ func normalize(s Spec) (normal, error) {
 // sizeParams converts n's sizes, window rate and start to Params, the
 // part every rate algorithm shares.
 func (n *normal) sizeParams(s Spec) (engine.Params, error) {
-	p := engine.Params{Algorithm: engine.Algorithm(s.Algorithm), Period: int64(n.period / time.Microsecond), Offset: -1, Reserve: s.Reserve}
-	if s.Reserve && s.Algorithm == SlidingLog {
-		return p, specErr(s, "", "reserve needs a token bucket, leaky bucket or fixed window")
+	p := engine.Params{Algorithm: engine.Algorithm(s.Algorithm), Period: int64(n.period / time.Microsecond), Offset: -1, Reserve: s.Reserve, Calendar: s.Calendar}
+	if s.Reserve && (s.Algorithm == SlidingLog || p.Windowed()) {
+		return p, specErr(s, "", "reserve needs a token bucket, leaky bucket or fixed window of a fixed period")
 	}
 	var why string
 	switch {
@@ -353,14 +371,17 @@ func (n *normal) bucketParams(s Spec, p *engine.Params) error {
 	return nil
 }
 
-// windowParams checks and completes the Params of a fixed window or a
-// sliding log.
+// windowParams checks and completes the Params of a fixed window, a
+// sliding log or a sliding window, calendar windows included.
 func (n *normal) windowParams(s Spec, p *engine.Params) error {
-	if s.Algorithm == SlidingLog && s.MaxReserved > 0 {
+	if s.Algorithm != FixedWindow && s.MaxReserved > 0 {
 		return specErr(s, "", "max_reserved needs a token bucket, leaky bucket or fixed window")
 	}
-	if s.Algorithm == SlidingLog && p.Offset >= 0 {
+	if s.Algorithm != FixedWindow && p.Offset >= 0 {
 		return specErr(s, "", "start applies to fixed windows only")
+	}
+	if why := calendarParams(p); why != "" {
+		return specErr(s, "", "%s", why)
 	}
 	// Waits reach up to capacity/rate windows ahead; keep them in range.
 	if windows := float64(p.Capacity/p.WindowRate + 1); windows*float64(p.Period) >= engine.MaxScaled {

@@ -90,7 +90,7 @@ func (r Request) Charge(op engine.Op) (engine.Charge, error) {
 		cost = 1
 	}
 	ch := engine.Charge{Reserve: (r.Reserve || p.Reserve) && !r.NoReserve, MaxReserved: p.MaxReserved}
-	if ch.Reserve && p.Algorithm == engine.SlidingLog {
+	if ch.Reserve && (p.Algorithm == engine.SlidingLog || p.Windowed()) {
 		return engine.Charge{}, fmt.Errorf("limit %q (%s): %w", r.Limit.Name(), p.Algorithm, ErrReserveUnsupported)
 	}
 	var err error

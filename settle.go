@@ -207,7 +207,7 @@ func (l *Limit) settleDebt() int64 {
 	if l.shards != nil {
 		p, n = &l.shards.lim.params, int64(l.shards.n)
 	}
-	if p.Algorithm == engine.SlidingLog {
+	if p.Algorithm == engine.SlidingLog || p.Windowed() {
 		return 0
 	}
 	return min(engine.MulDiv(engine.MaxDebt(p), n, 1), maxSettleDebt)

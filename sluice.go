@@ -55,8 +55,9 @@ var (
 	// ErrInvalidLimit is a Spec that cannot be enforced.
 	ErrInvalidLimit = errors.New("sluice: invalid limit")
 	// ErrReserveUnsupported is a reservation against an algorithm that has
-	// no notion of a future turn (a sliding log).
-	ErrReserveUnsupported = errors.New("sluice: reservations need a token bucket, leaky bucket or fixed window")
+	// no notion of a future turn (a sliding log or sliding window), or a
+	// calendar window.
+	ErrReserveUnsupported = errors.New("sluice: reservations need a token bucket, leaky bucket or fixed window of a fixed period")
 	// ErrLeaseRequired is a take, refund or reservation on a concurrency
 	// limit, or an acquire on any other: a concurrency limit's slots are
 	// held by lease (Limiter.Acquire, Lease.Release), not charged.
@@ -98,10 +99,16 @@ const (
 	// once: each holds a slot from Limiter.Acquire until Lease.Release, or
 	// until its lease ends (see concurrency.go).
 	Concurrency
+	// SlidingWindow counts the current window and the previous one, the
+	// previous weighted by how much of it the sliding period still
+	// overlaps: two numbers per key, an estimate of the sliding log's
+	// count whose error docs/sliding-window.md bounds (package engine's
+	// TakeSlidingWindow).
+	SlidingWindow
 )
 
-var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_log", "leaky_bucket", "concurrency"}
-var algorithmPrefixes = [...]string{"tb", "fw", "sl", "lb", "cc"}
+var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_log", "leaky_bucket", "concurrency", "sliding_window"}
+var algorithmPrefixes = [...]string{"tb", "fw", "sl", "lb", "cc", "sw"}
 
 // String returns the configuration name of a, such as "token_bucket".
 func (a Algorithm) String() string { return engine.Algorithm(a).String() }
@@ -121,7 +128,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return Algorithm(i), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown algorithm %q (want token_bucket, fixed_window, sliding_log, leaky_bucket or concurrency)", ErrInvalidLimit, s)
+	return 0, fmt.Errorf("%w: unknown algorithm %q (want token_bucket, fixed_window, sliding_log, sliding_window, leaky_bucket or concurrency)", ErrInvalidLimit, s)
 }
 
 // IsInputError reports whether err is the caller's fault (a bad cost, an

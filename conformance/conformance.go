@@ -54,10 +54,14 @@ type LimitSpec struct {
 	PeriodUs        int64   `json:"period_us,omitempty"`
 	// Capacity is absent for the default; 0 is a bucket that holds
 	// nothing (sluice.ZeroCapacity).
-	Capacity    *float64 `json:"capacity,omitempty"`
-	StartUs     *int64   `json:"start_us,omitempty"`
-	MaxReserved float64  `json:"max_reserved,omitempty"`
-	MaxDelayUs  int64    `json:"max_delay_us,omitempty"`
+	Capacity *float64 `json:"capacity,omitempty"`
+	StartUs  *int64   `json:"start_us,omitempty"`
+	// Calendar (day, week, month, year) and Timezone (IANA, default UTC)
+	// align the windows to the calendar (sluice.Spec.Calendar).
+	Calendar    string  `json:"calendar,omitempty"`
+	Timezone    string  `json:"timezone,omitempty"`
+	MaxReserved float64 `json:"max_reserved,omitempty"`
+	MaxDelayUs  int64   `json:"max_delay_us,omitempty"`
 	// Reserve makes every request of the limit reserve (sluice.Spec.Reserve).
 	Reserve bool `json:"reserve,omitempty"`
 	// MaxInFlight and LeaseUs describe a concurrency limit.
@@ -121,6 +125,13 @@ func (c Case) Compile() (*sluice.Limit, error) {
 		if s.Capacity == 0 {
 			s.Capacity = sluice.ZeroCapacity
 		}
+	}
+	if c.Limit.Calendar != "" {
+		var ok bool
+		if s.Calendar, ok = sluice.ParseCalendar(c.Limit.Calendar); !ok {
+			return nil, fmt.Errorf("unknown calendar period %q", c.Limit.Calendar)
+		}
+		s.Timezone = c.Limit.Timezone
 	}
 	if c.Limit.StartUs != nil {
 		d := time.Duration(*c.Limit.StartUs) * time.Microsecond

@@ -57,6 +57,8 @@ type turn struct{ at, cost int64 }
 //     rate*(t2-t1)
 //   - fixed window: admitted within one window <= capacity
 //   - sliding log: admitted within any period <= capacity
+//   - sliding window: admitted within one aligned window <= capacity, and
+//     within any period < 2 x capacity (docs/sliding-window.md)
 //
 // and that a rejected TakeAll charges none of its limits; then the same
 // bounds for sharded limits driven through a Limiter (runShardInvariants):
@@ -70,6 +72,7 @@ func RunInvariants(t *testing.T, newStore NewStore, opts InvariantOptions) {
 		{Name: "inv-fw", Algorithm: sluice.FixedWindow, Rate: 30, Period: 500 * time.Millisecond, Capacity: 45, Start: &start},
 		{Name: "inv-sl", Algorithm: sluice.SlidingLog, Rate: 25, Period: 400 * time.Millisecond},
 		{Name: "inv-lb", Algorithm: sluice.LeakyBucket, Rate: 40, MaxDelay: 200 * time.Millisecond},
+		{Name: "inv-sw", Algorithm: sluice.SlidingWindow, Rate: 25, Period: 400 * time.Millisecond},
 	}
 	for _, spec := range limits {
 		for _, g := range opts.Goroutines {
@@ -219,6 +222,22 @@ func checkBound(t *testing.T, lim *sluice.Limit, rounds []admission) {
 			perWindow[w] += r.total
 			if perWindow[w] > p.Capacity {
 				t.Fatalf("%s: window %d admitted %v tokens, capacity %v", lim.Name(), w, engine.FromMicroTokens(perWindow[w]), lim.Capacity())
+			}
+		}
+	case engine.SlidingWindow:
+		perWindow := map[int64]int64{}
+		for j, r := range rounds {
+			w := r.at / p.Period // windows from the epoch
+			perWindow[w] += r.total
+			if perWindow[w] > p.Capacity {
+				t.Fatalf("%s: window %d admitted %v tokens, capacity %v", lim.Name(), w, engine.FromMicroTokens(perWindow[w]), lim.Capacity())
+			}
+			var sum int64
+			for i := j; i >= 0 && rounds[i].at > rounds[j].at-p.Period; i-- {
+				sum += rounds[i].total
+			}
+			if sum >= 2*p.Capacity {
+				t.Fatalf("%s: admitted %v tokens in the period ending %dus, twice the capacity %v or more", lim.Name(), engine.FromMicroTokens(sum), rounds[j].at, lim.Capacity())
 			}
 		}
 	case engine.SlidingLog:

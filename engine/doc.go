@@ -29,8 +29,12 @@
 //   - TakeFixedWindow / RefundFixedWindow over a WindowState, placed by
 //     WindowOffset when the limit fixes no start;
 //   - TakeSlidingLog / RefundSlidingLog over a []LogEntry;
+//   - TakeSlidingWindow / RefundSlidingWindow over a SlidingState, and
+//     TakeCalendarWindow / RefundCalendarWindow over a WindowState, on the
+//     window Bounds that Windows computes (in the process, where the
+//     time-zone database is, for a calendar window);
 //   - StepLease over a []LeaseEntry, a concurrency limit's held slots;
-//   - Evaluate and Refund dispatch to the first three over a State, for a
+//   - Evaluate and Refund dispatch to all but StepLease over a State, for a
 //     store that keeps every algorithm's state in one shape (the memory
 //     store).
 //

@@ -1,6 +1,9 @@
 package engine
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Algorithm names the arithmetic a Params is computed with. Its values
 // are those of sluice.Algorithm, which a limit's Spec names (NewLimit
@@ -9,14 +12,15 @@ type Algorithm uint8
 
 // The algorithms, in the order of sluice.Algorithm's.
 const (
-	TokenBucket Algorithm = iota // TakeTokenBucket, RefundTokenBucket
-	FixedWindow                  // TakeFixedWindow, RefundFixedWindow
-	SlidingLog                   // TakeSlidingLog, RefundSlidingLog
-	LeakyBucket                  // a token bucket whose every request reserves
-	Concurrency                  // StepLease
+	TokenBucket   Algorithm = iota // TakeTokenBucket, RefundTokenBucket
+	FixedWindow                    // TakeFixedWindow, RefundFixedWindow
+	SlidingLog                     // TakeSlidingLog, RefundSlidingLog
+	LeakyBucket                    // a token bucket whose every request reserves
+	Concurrency                    // StepLease
+	SlidingWindow                  // TakeSlidingWindow, RefundSlidingWindow
 )
 
-var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_log", "leaky_bucket", "concurrency"}
+var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_log", "leaky_bucket", "concurrency", "sliding_window"}
 
 // String returns the configuration name of a, such as "token_bucket".
 func (a Algorithm) String() string {
@@ -53,6 +57,12 @@ type Params struct {
 	// Reserve is set when every request reserves a turn: leaky buckets,
 	// and limits whose Spec sets Reserve.
 	Reserve bool
+	// Calendar is set for windows aligned to the calendar (fixed or
+	// sliding): their bounds come from Windows, in the zone Loc, not from
+	// Period, which then holds the unit's longest length.
+	Calendar Calendar
+	// Loc is the zone a calendar window follows (UTC when nil).
+	Loc *time.Location
 	// rateInv and denInv are reciprocal(RateNum) and reciprocal(RateDen),
 	// for the divisions of every decision; zero in Params built by hand,
 	// which then divide.
@@ -92,7 +102,8 @@ const (
 // that every store computes exactly. For most limits that is billions of
 // tokens, or months of turns. A limit beyond that range even without debt,
 // which only the stores that compute in 64-bit integers take, gets the
-// range below 2^62 instead. Sliding logs take no reservations: zero.
+// range below 2^62 instead. Sliding logs and sliding windows take no
+// reservations: zero.
 func MaxDebt(p *Params) int64 {
 	switch p.Algorithm {
 	case TokenBucket, LeakyBucket:

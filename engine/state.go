@@ -7,11 +7,17 @@ package engine
 //     scaled tokens and the microsecond up to which refill is counted;
 //   - fixed windows: Tokens and Stamp, WindowState's Tokens and Start
 //     (Window): micro-tokens and the start of the window they count in;
+//   - sliding windows: Stamp, Tokens and Prev, SlidingState's Start, Count
+//     and Prev: the window last counted in and the counts of it and of the
+//     window before it;
+//   - calendar windows: as fixed windows;
 //   - sliding logs: Log, the admitted requests of the last period;
 //   - concurrency limits: Leases, the slots held (see StepLease).
 type State struct {
 	Tokens int64
 	Stamp  int64
+	// Prev is a sliding window's count of the window before Stamp's.
+	Prev   int64
 	Log    []LogEntry
 	Leases []LeaseEntry
 }
@@ -27,6 +33,9 @@ func (st *State) Window() WindowState { return WindowState{Tokens: st.Tokens, St
 // take set, an admitted request updates st in place and Evaluate returns
 // true: the caller keeps st. A peek, or a rejection, leaves st as it was.
 func Evaluate(p *Params, st *State, present bool, key string, now int64, ch Charge, take bool) (Outcome, bool) {
+	if p.Windowed() {
+		return evaluateWindow(p, st, present, now, ch, take)
+	}
 	switch p.Algorithm {
 	case FixedWindow:
 		offset := p.Offset
@@ -64,6 +73,9 @@ func Evaluate(p *Params, st *State, present bool, key string, now int64, ch Char
 // in place; it reports whether st is to be kept (false for an absent key,
 // which is full already).
 func Refund(p *Params, st *State, present bool, key string, now int64, ch Charge) (Outcome, bool) {
+	if p.Windowed() {
+		return refundWindow(p, st, present, now, ch)
+	}
 	switch p.Algorithm {
 	case FixedWindow:
 		offset := p.Offset
@@ -85,4 +97,42 @@ func Refund(p *Params, st *State, present bool, key string, now int64, ch Charge
 		st.Tokens, st.Stamp = next.Scaled, next.Stamp
 		return o, write
 	}
+}
+
+// Windowed reports whether p's windows have bounds of their own (Windows):
+// a sliding window, or a window aligned to the calendar.
+func (p *Params) Windowed() bool { return p.Algorithm == SlidingWindow || p.Calendar != 0 }
+
+// evaluateWindow is Evaluate for a sliding or calendar window, on the
+// bounds of p's windows around now. An admitted take updates st in place
+// (Stamp, Tokens and, for a sliding window, Prev).
+func evaluateWindow(p *Params, st *State, present bool, now int64, ch Charge, take bool) (Outcome, bool) {
+	b := Windows(p, now)
+	if p.Algorithm == SlidingWindow {
+		next, o := TakeSlidingWindow(p, SlidingState{Start: st.Stamp, Count: st.Tokens, Prev: st.Prev}, present, now, ch.Cost, take, b)
+		if take && o.Allowed {
+			st.Stamp, st.Tokens, st.Prev = next.Start, next.Count, next.Prev
+			return o, true
+		}
+		return o, false
+	}
+	next, o := TakeCalendarWindow(p, st.Window(), present, now, ch.Cost, b)
+	if take && o.Allowed {
+		st.Tokens, st.Stamp = next.Tokens, next.Start
+		return o, true
+	}
+	return o, false
+}
+
+// refundWindow is Refund for a sliding or calendar window.
+func refundWindow(p *Params, st *State, present bool, now int64, ch Charge) (Outcome, bool) {
+	b := Windows(p, now)
+	if p.Algorithm == SlidingWindow {
+		next, o, write := RefundSlidingWindow(p, SlidingState{Start: st.Stamp, Count: st.Tokens, Prev: st.Prev}, present, now, ch.Cost, b)
+		st.Stamp, st.Tokens, st.Prev = next.Start, next.Count, next.Prev
+		return o, write
+	}
+	next, o, write := RefundCalendarWindow(p, st.Window(), present, now, ch.Cost, b)
+	st.Tokens, st.Stamp = next.Tokens, next.Start
+	return o, write
 }

@@ -263,7 +263,7 @@ func fillSeries(sr *StatsRule, rc insight.RuleCounts) {
 func statsLimit(l *sluice.Limit, tier string) StatsLimit {
 	out := StatsLimit{Name: l.Name(), Tier: tier, RatePerSecond: l.TokensPerSecond(), Capacity: l.Capacity()}
 	switch l.Algorithm() {
-	case sluice.FixedWindow, sluice.SlidingLog:
+	case sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow:
 		out.WindowS = float64(l.Params().Period) / 1e6
 	}
 	return out

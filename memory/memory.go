@@ -151,7 +151,7 @@ func New(opts Options) *Store {
 // now returns the time for a decision by alg, on the precise clock when
 // precise is set, and whether it came from the coarse clock (see clock.go).
 func (s *Store) now(alg engine.Algorithm, precise bool) (int64, bool) {
-	if precise || s.clock != nil || s.precise || alg == engine.FixedWindow || alg == engine.SlidingLog {
+	if precise || s.clock != nil || s.precise || alg == engine.FixedWindow || alg == engine.SlidingLog || alg == engine.SlidingWindow {
 		return s.preciseTime(), false
 	}
 	return coarseNow(), true
@@ -211,6 +211,7 @@ func (sh *shard) load(i int, p *engine.Params, st *engine.State) bool {
 		e := &sh.t.entries[i]
 		st.Log = sh.logs[[2]uint64{e.h, e.check}]
 	}
+	st.Prev = sh.t.entries[i].prev // read under the lock: see decideUnlocked
 	if p.Algorithm == engine.Concurrency {
 		e := &sh.t.entries[i]
 		st.Leases = sh.leases[[2]uint64{e.h, e.check}]
@@ -264,7 +265,9 @@ func (sh *shard) decideUnlocked(at *attempt, lim *sluice.Limit, key string, ch e
 	p := lim.Params()
 	at.now, at.early = now, early
 	at.seq = sh.seq.Load()
-	if p.Algorithm == engine.SlidingLog || at.seq&1 != 0 {
+	// A sliding or calendar window's state holds a third number
+	// (entry.prev), read under the shard's lock only.
+	if p.Algorithm == engine.SlidingLog || p.Windowed() || at.seq&1 != 0 {
 		return false
 	}
 	entries := *sh.view.Load()
@@ -547,9 +550,9 @@ func (sh *shard) store(i int, h, check uint64, st *engine.State, o engine.Outcom
 		// Atomic stores are full barriers on amd64: write only what changes.
 		atomic.StoreInt64(&e.tokens, st.Tokens)
 		atomic.StoreInt64(&e.stamp, st.Stamp)
-		e.fullAt = full
+		e.fullAt, e.prev = full, st.Prev
 	} else {
-		e.set(&entry{h: h, check: check, tokens: st.Tokens, stamp: st.Stamp, shape: shape, fullAt: full})
+		e.set(&entry{h: h, check: check, tokens: st.Tokens, stamp: st.Stamp, shape: shape, fullAt: full, prev: st.Prev})
 	}
 	if full < sh.floor { // an entry the eviction index must know of (see evict.go)
 		sh.note(candidate{fullAt: full, h: h, check: check})

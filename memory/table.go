@@ -26,7 +26,8 @@ type entry struct {
 	stamp  int64  // engine.State.Stamp
 	shape  uint64 // the limit's RateDen<<8 | Algorithm: the units tokens are in
 	fullAt int64  // when the state becomes equivalent to absent (µs)
-	_      [2]uint64
+	prev   int64  // engine.State.Prev: a sliding window's previous count
+	_      uint64
 }
 
 func shapeOf(p *engine.Params) uint64 { return uint64(p.RateDen)<<8 | uint64(p.Algorithm) }
@@ -38,7 +39,7 @@ func (e *entry) set(x *entry) {
 	atomic.StoreInt64(&e.tokens, x.tokens)
 	atomic.StoreInt64(&e.stamp, x.stamp)
 	atomic.StoreUint64(&e.shape, x.shape)
-	e.fullAt = x.fullAt
+	e.fullAt, e.prev = x.fullAt, x.prev
 }
 
 // table is an open-addressing hash table with linear probing and

@@ -87,7 +87,7 @@ func (l *loader) rule(n *yaml.Node, path string, missing MissingKey) *Rule {
 	if v, an, ok := o.str("algorithm"); ok {
 		a, err := sluice.ParseAlgorithm(v)
 		if err != nil {
-			l.errf(an, join(path, "algorithm"), "unknown algorithm %q (want token_bucket, fixed_window, sliding_log, leaky_bucket or concurrency)", v)
+			l.errf(an, join(path, "algorithm"), "unknown algorithm %q (want token_bucket, fixed_window, sliding_log, sliding_window, leaky_bucket or concurrency)", v)
 			return nil
 		}
 		alg = a
@@ -326,9 +326,10 @@ var (
 	costFields   = []string{"cost_source", "fixed_cost", "default_cost", "min_cost", "settle_from", "unsettled_cost", "stream_usage"}
 	tbFields     = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "reserve", "max_reserved", "shards", "burst_seconds", "max_queue_delay", "max_queued"}
 	lbFields     = []string{"tokens_per_second", "rps", "rate", "period", "max_delay", "max_queue_delay", "max_queued"}
-	fwFields     = []string{"rate", "period", "capacity", "start", "reserve", "max_reserved", "shards", "max_queued"}
+	fwFields     = []string{"rate", "period", "capacity", "start", "reserve", "max_reserved", "shards", "max_queued", "timezone"}
 	slFields     = []string{"rate", "period", "capacity", "shards"}
-	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost", "shards", "settle_from", "unsettled_cost", "stream_usage", "burst_seconds", "max_queue_delay", "max_queued", "max_in_flight", "lease"}
+	swFields     = []string{"rate", "period", "capacity", "timezone"}
+	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost", "shards", "settle_from", "unsettled_cost", "stream_usage", "burst_seconds", "max_queue_delay", "max_queued", "max_in_flight", "lease", "timezone"}
 )
 
 // commonAlgFields are the fields every algorithm takes besides its own.
@@ -342,6 +343,8 @@ func algFields(a sluice.Algorithm) []string {
 		return append(fwFields, costFields...)
 	case sluice.SlidingLog:
 		return append(slFields, costFields...)
+	case sluice.SlidingWindow:
+		return append(swFields, costFields...)
 	case sluice.Concurrency:
 		return ccFields // one slot per request: no cost
 	}
@@ -425,6 +428,8 @@ type rateFields struct {
 	tps, rate, burst, capacity              float64
 	period                                  time.Duration
 	tpsOK, rateOK, periodOK, burstOK, capOK bool
+	// calendar is a period of day, week, month or year (sluice.Calendar).
+	calendar sluice.Calendar
 	// burstSeconds is burst_seconds: the burst as seconds of the rate
 	// (burst = rate x seconds); zero when not given or not valid.
 	burstSeconds float64
@@ -446,7 +451,12 @@ func (l *loader) rate(o *obj, alg sluice.Algorithm) rateFields {
 	}
 	r.rate, _, r.rateOK = o.positive("rate")
 	var periodN *yaml.Node
-	r.period, periodN, r.periodOK = o.duration("period")
+	if pn, ok := o.vals["period"]; ok && pn.Kind == yaml.ScalarNode {
+		r.calendar, _ = sluice.ParseCalendar(pn.Value)
+	}
+	if r.calendar == 0 {
+		r.period, periodN, r.periodOK = o.duration("period")
+	}
 	if r.periodOK && r.period <= 0 {
 		l.errf(periodN, join(o.path, "period"), "must be > 0 (got %q)", periodN.Value)
 		r.periodOK = false
@@ -491,7 +501,7 @@ func (l *loader) checkRate(o *obj, alg sluice.Algorithm, r rateFields) {
 		default:
 			l.errf(o.n, path, "needs rate and period")
 		}
-	case o.has("rate") && !o.has("period") && (alg == sluice.FixedWindow || alg == sluice.SlidingLog):
+	case o.has("rate") && !o.has("period") && (alg == sluice.FixedWindow || alg == sluice.SlidingLog || alg == sluice.SlidingWindow):
 		l.errf(o.n, join(path, "period"), "is required with rate for %s (such as \"1m\")", alg)
 	case o.has("burst_seconds") && (o.has("burst") || o.has("capacity")):
 		other := "burst"
@@ -515,6 +525,7 @@ func (r rateFields) apply(spec *sluice.Spec) {
 	if r.periodOK {
 		spec.Period = r.period
 	}
+	spec.Calendar = r.calendar
 	if r.burstOK {
 		spec.Burst = r.burst
 	}
@@ -540,6 +551,9 @@ func (l *loader) algOptions(o *obj, spec *sluice.Spec, v *variant) {
 			l.errf(dn, join(o.path, "max_delay"), "must be > 0")
 		}
 		spec.MaxDelay = d
+	}
+	if tz, _, ok := o.str("timezone"); ok {
+		spec.Timezone = tz
 	}
 	if sn, ok := o.vals["start"]; ok {
 		if st, ok := l.start(sn, join(o.path, "start")); ok {

@@ -396,7 +396,7 @@ func resetSeconds(d sluice.Decision, rejected bool) int64 {
 func windowSeconds(l *sluice.Limit) int64 {
 	p := l.Params()
 	switch l.Algorithm() {
-	case sluice.FixedWindow, sluice.SlidingLog, sluice.Concurrency:
+	case sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow, sluice.Concurrency:
 		// A concurrency limit's quota is slots, not tokens over time; the
 		// lease is the most a slot stays held without its holder.
 		return max(ceilSeconds(engine.Duration(p.Period)), 1)

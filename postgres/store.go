@@ -342,6 +342,9 @@ func (s *Store) now() any {
 
 // args are the statement parameters of one request.
 func (s *Store) args(r sluice.Request, ch engine.Charge, now any) []any {
+	if r.Limit.Params().Windowed() {
+		return s.windowArgs(r, ch, now)
+	}
 	p := r.Limit.Params()
 	var off int64
 	if p.Algorithm == engine.FixedWindow {
@@ -407,6 +410,7 @@ func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluic
 	}
 	args := s.args(r, ch, s.now())
 	sql, params := opSQL(op)
+	sql, params = forWindow(r.Limit, sql, params)
 	var o engine.Outcome
 	err = s.guarded(ctx, func(ctx context.Context) error {
 		return s.q.QueryRow(ctx, sql, args[:params]...).Scan(&o.Allowed, &o.Tokens, &o.RetryAfter, &o.ResetAfter)
@@ -494,7 +498,8 @@ func (s *Store) takeAll(ctx context.Context, op engine.Op, rs []sluice.Request, 
 	}
 	b := &pgx.Batch{}
 	for _, it := range items {
-		b.Queue(sql, it.args[:params]...)
+		q, n := forWindow(rs[it.i].Limit, sql, params)
+		b.Queue(q, it.args[:n]...)
 	}
 	out := make([]engine.Outcome, len(rs))
 	var br pgx.BatchResults

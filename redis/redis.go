@@ -353,6 +353,16 @@ func (s *Store) nowArg() string {
 	return strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
 }
 
+// wallNow is this process's clock in microseconds since the epoch (the
+// test clock's in tests): the time a calendar window's bounds are
+// computed for (see appendWindow).
+func (s *Store) wallNow() int64 {
+	if s.clock != nil {
+		return s.clock.Now().UnixMicro()
+	}
+	return time.Now().UnixMicro()
+}
+
 // localNow is this process's time in microseconds, for the over-limit
 // cache: monotonic, or the test clock.
 func (s *Store) localNow() int64 {
@@ -416,7 +426,7 @@ func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluic
 	}
 	args := make([]string, 0, 4)
 	args = appendGroup(args, 1, opOf(op), s.nowArg())
-	args = appendRequest(args, &r, ch)
+	args = appendRequest(args, &r, ch, s.wallNow())
 	res, err := s.run(ctx, []string{key}, args, true)
 	if op == engine.OpRefund && s.cache != nil {
 		// The key has tokens again: a cached rejection would keep refusing
@@ -568,7 +578,7 @@ func (s *Store) runGroup(ctx context.Context, rs []sluice.Request, chs []engine.
 	args = appendGroup(args, len(ix), op, now)
 	for j, i := range ix {
 		gk[j] = keys[i]
-		args = appendRequest(args, &rs[i], chs[i])
+		args = appendRequest(args, &rs[i], chs[i], s.wallNow())
 	}
 	return s.run(ctx, gk, args, true)
 }
@@ -696,7 +706,7 @@ func (s *Store) rollback(ctx context.Context, rs []sluice.Request, chs []engine.
 			default: // a bucket ("tb"): where the take left it
 				extra = strconv.FormatInt(reply[4], 10) + ":" + strconv.FormatInt(reply[1], 10)
 			}
-			args = appendRequestExtra(args, &rs[i], chs[i], extra)
+			args = appendRequestExtra(args, &rs[i], chs[i], extra, s.wallNow())
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.timeout)
 		_, err := s.exec(rctx, gk, args)

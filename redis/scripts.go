@@ -22,12 +22,14 @@ var (
 	luaFixedWindow string
 	//go:embed lua/slidinglog.lua
 	luaSlidingLog string
+	//go:embed lua/windows.lua
+	luaWindows string
 	//go:embed lua/main.lua
 	luaMain string
 )
 
 // scriptSource is the whole script, as sent to Redis.
-var scriptSource = luaHead + luaTokenBucket + luaFixedWindow + luaSlidingLog + luaMain
+var scriptSource = luaHead + luaTokenBucket + luaFixedWindow + luaSlidingLog + luaWindows + luaMain
 
 // replyWidth is the number of integers the script returns per request.
 const replyWidth = 5
@@ -100,13 +102,18 @@ func appendGroup(args []string, n int, op, now string) []string {
 
 // appendRequest writes one request's arguments (see lua/main.lua): the
 // limit, the cost (with the debt it may leave when it reserves), and extra
-// ("" unless a fixed window hashes its offset from the key).
-func appendRequest(args []string, r *sluice.Request, ch engine.Charge) []string {
-	return appendRequestExtra(args, r, ch, "")
+// ("" unless a fixed window hashes its offset from the key, or a calendar
+// window needs its bounds, computed for now, this process's time in
+// microseconds).
+func appendRequest(args []string, r *sluice.Request, ch engine.Charge, now int64) []string {
+	return appendRequestExtra(args, r, ch, "", now)
 }
 
-func appendRequestExtra(args []string, r *sluice.Request, ch engine.Charge, extra string) []string {
+func appendRequestExtra(args []string, r *sluice.Request, ch engine.Charge, extra string, now int64) []string {
 	p := r.Limit.Params()
+	if p.Windowed() {
+		return appendWindow(args, r, ch, now)
+	}
 	var b []byte
 	switch p.Algorithm {
 	case engine.FixedWindow:
@@ -150,3 +157,32 @@ func outcome(v []int64) engine.Outcome {
 // benchmarks that drive it directly (the argument layout is documented at
 // the top of lua/main.lua).
 func ScriptSource() string { return scriptSource }
+
+// appendWindow writes the arguments of a sliding or calendar window's
+// request: "sw capacity period" or "cw capacity 0", the cost, and for a
+// calendar the five bounds of engine.Windows around now, which the script
+// picks from by its own clock (engine.Bounds.Pick).
+func appendWindow(args []string, r *sluice.Request, ch engine.Charge, now int64) []string {
+	p := r.Limit.Params()
+	var b []byte
+	if p.Algorithm == engine.SlidingWindow {
+		b = append(b, "sw "...)
+	} else {
+		b = append(b, "cw "...)
+	}
+	b = strconv.AppendInt(b, p.Capacity, 10)
+	b = append(b, ' ')
+	var extra []byte
+	if p.Calendar == 0 {
+		b = strconv.AppendInt(b, p.Period, 10)
+	} else {
+		b = append(b, '0')
+		for i, v := range engine.Windows(p, now) {
+			if i > 0 {
+				extra = append(extra, ' ')
+			}
+			extra = strconv.AppendInt(extra, v, 10)
+		}
+	}
+	return append(args, string(b), strconv.FormatInt(ch.Cost, 10), string(extra))
+}

@@ -241,6 +241,15 @@ var simEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 // otherwise.
 func simStart(lim *sluice.Limit, key string) time.Time {
 	p := lim.Params()
+	if p.Calendar != 0 {
+		// The first calendar boundary in the limit's zone at or after it.
+		epoch := simEpoch.UnixMicro()
+		b := engine.Windows(p, epoch)
+		if b[1] == epoch {
+			return simEpoch
+		}
+		return time.UnixMicro(b[2]).UTC()
+	}
 	if p.Algorithm != engine.FixedWindow {
 		return simEpoch
 	}
@@ -494,9 +503,15 @@ func describeLimit(l *sluice.Limit) string {
 func describeUnsharded(l *sluice.Limit) string {
 	p := l.Params()
 	capacity := strconv.FormatFloat(l.Capacity(), 'f', -1, 64)
+	per := shortDuration(engine.Duration(p.Period))
+	if p.Calendar != 0 {
+		per = "calendar " + p.Calendar.String() + " (" + l.Location().String() + ")"
+	}
 	switch l.Algorithm() {
+	case sluice.SlidingWindow:
+		return fmt.Sprintf("sliding window of %s per %s", capacity, per)
 	case sluice.FixedWindow:
-		return fmt.Sprintf("fixed window of %s per %s", capacity, shortDuration(engine.Duration(p.Period)))
+		return fmt.Sprintf("fixed window of %s per %s", capacity, per)
 	case sluice.SlidingLog:
 		return fmt.Sprintf("sliding log of %s per %s", capacity, shortDuration(engine.Duration(p.Period)))
 	case sluice.LeakyBucket:

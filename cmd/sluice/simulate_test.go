@@ -528,3 +528,22 @@ func TestSimulateShards(t *testing.T) {
 		t.Fatalf("a second run differs:\n%s\n%s", out, again)
 	}
 }
+
+// A sliding window admits its capacity in the first window, then, with
+// the previous window's count weighing on the next, about half of it per
+// half window at a steady offer; a calendar day in Berlin starts the
+// simulated clock at local midnight and admits its capacity once.
+func TestSimulateSlidingAndCalendarWindows(t *testing.T) {
+	sw := writeConfig(t, "rules:\n  - name: smooth\n    algorithm: sliding_window\n    algorithm_config: {rate: 100, period: 1m}\n")
+	rows, out := simulateRows(t, "--config", sw, "--pattern", "5/s for 2m", "--step", "30s")
+	wantRows(t, rows, out, "0s 150 100 50 0", "30s 150 0 150 0", "1m 150 49 101 0", "1m30s 150 50 100 0")
+	if !strings.Contains(out, "sliding window of 100 per 1m") {
+		t.Fatalf("header:\n%s", out)
+	}
+	day := writeConfig(t, "rules:\n  - name: daily\n    algorithm: fixed_window\n    algorithm_config: {rate: 1000, period: day, timezone: Europe/Berlin}\n")
+	rows, out = simulateRows(t, "--config", day, "--pattern", "1/s for 1h", "--step", "30m")
+	wantRows(t, rows, out, "0s 1800 1000 800 0", "30m 1800 0 1800 0")
+	if !strings.Contains(out, "fixed window of 1000 per calendar day (Europe/Berlin)") {
+		t.Fatalf("header:\n%s", out)
+	}
+}

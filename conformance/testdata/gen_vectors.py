@@ -10,7 +10,9 @@ after changing a case: python3 gen_vectors.py > vectors.json
 import hashlib
 import json
 import math
+from datetime import datetime, timedelta, timezone as dt_timezone
 from fractions import Fraction as F
+from zoneinfo import ZoneInfo
 
 S = 1_000_000  # microseconds per second; also micro-tokens per token
 EXACT, WIDE = 2**52, 2**62  # the range every store counts exactly; Go's
@@ -228,6 +230,156 @@ class Concurrency:
         return out
 
 
+# Windows: uniform ones of period_us from the epoch, or calendar ones (day,
+# week from Monday, month, year) from local midnight in an IANA zone, as
+# Python's zoneinfo reckons local midnight (fold 0).
+EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+
+
+def to_us(dt):
+    return (dt - EPOCH) // timedelta(microseconds=1)
+
+
+def calendar_window(t, unit, tz):
+    """[start, end) of the calendar window holding t (microseconds)."""
+    z = ZoneInfo(tz)
+    local = (EPOCH + timedelta(microseconds=t)).astimezone(z)
+    d = local.date()
+    if unit == "week":
+        d = d - timedelta(days=d.weekday())
+    elif unit == "month":
+        d = d.replace(day=1)
+    elif unit == "year":
+        d = d.replace(month=1, day=1)
+    if unit == "day":
+        e = d + timedelta(days=1)
+    elif unit == "week":
+        e = d + timedelta(days=7)
+    elif unit == "month":
+        e = (d.replace(day=28) + timedelta(days=4)).replace(day=1)
+    else:
+        e = d.replace(year=d.year + 1)
+    start = to_us(datetime(d.year, d.month, d.day, tzinfo=z))
+    end = to_us(datetime(e.year, e.month, e.day, tzinfo=z))
+    assert start <= t < end, (t, unit, tz)
+    return start, end
+
+
+def window_fn(limit):
+    if "calendar" in limit:
+        unit, tz = limit["calendar"], limit.get("timezone", "UTC")
+        return lambda t: calendar_window(t, unit, tz)
+    p = limit.get("period_us", S)
+    return lambda t: (t - t % p, t - t % p + p)
+
+
+def earliest(lo, hi, pred):
+    """The least t in [lo, hi] with pred(t), for pred monotone (false then
+    true) and pred(hi) true."""
+    assert pred(hi)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+class SlidingWindow:
+    """The two-window counter, computed from the list of admitted requests:
+    at t, the window [s, e) holding t counts its own requests plus the
+    previous window's weighted by (e - t)/(e - s), rounded up to a
+    micro-token; a request is admitted if that plus its cost is within
+    the capacity. Waits are found by search over t, not by formula."""
+    def __init__(self, cap, window):
+        self.cap, self.win, self.events = cap, window, []
+        self.max_res = 0
+
+    def used(self, t, events):
+        s, e = self.win(t)
+        ps, _ = self.win(s - 1)
+        cur = sum(c for at, c in events if s <= at < e)
+        prev = sum(c for at, c in events if ps <= at < s)
+        return cur + ceil(F(prev * (e - t), e - s))
+
+    def horizon(self, t):
+        _, e = self.win(t)
+        _, e2 = self.win(e)
+        return e2
+
+    def step(self, now, cost, reserve, max_res, take):
+        used = self.used(now, self.events)
+        out = dict(allowed=False, retry_after_us=0)
+        after = self.events
+        if used + cost <= self.cap:
+            out["allowed"] = True
+            used += cost
+            after = self.events + [[now, cost]]
+            if take:
+                self.events = after
+        else:
+            ev = self.events
+            out["retry_after_us"] = earliest(now, self.horizon(now), lambda t: self.used(t, ev) + cost <= self.cap) - now
+        out["tokens"] = self.cap - used
+        out["reset_after_us"] = earliest(now, self.horizon(now), lambda t: self.used(t, after) == 0) - now
+        return out
+
+    def refund(self, now, amount):
+        if not self.events:
+            return dict(allowed=True, retry_after_us=0, reset_after_us=0, tokens=self.cap)
+        s, _ = self.win(now)
+        ps, _ = self.win(s - 1)
+        # newest first: this window's requests, then the previous window's
+        for lo, hi in ((s, now + 1), (ps, s)):
+            for ev in reversed(self.events):
+                if lo <= ev[0] < hi and amount > 0:
+                    back = min(amount, ev[1])
+                    ev[1] -= back
+                    amount -= back
+        self.events = [ev for ev in self.events if ev[1] > 0 and ev[0] >= ps]
+        ev = self.events
+        return dict(allowed=True, retry_after_us=0, tokens=self.cap - self.used(now, ev),
+                    reset_after_us=earliest(now, self.horizon(now), lambda t: self.used(t, ev) == 0) - now)
+
+
+class CalendarWindow:
+    """A fixed window on calendar boundaries: each window admits up to the
+    capacity (never above the rate: nothing carries over); a rejection, and
+    a window not full, wait for its end."""
+    def __init__(self, cap, window):
+        self.cap, self.win, self.events = cap, window, []
+        self.max_res = 0
+
+    def count(self, t):
+        s, e = self.win(t)
+        return sum(c for at, c in self.events if s <= at < e), e
+
+    def step(self, now, cost, reserve, max_res, take):
+        n, e = self.count(now)
+        out = dict(allowed=False, retry_after_us=0)
+        if n + cost <= self.cap:
+            out["allowed"] = True
+            n += cost
+            if take:
+                self.events.append([now, cost])
+        else:
+            out["retry_after_us"] = e - now
+        out["tokens"] = self.cap - n
+        out["reset_after_us"] = e - now if n > 0 else 0
+        return out
+
+    def refund(self, now, amount):
+        s, e = self.win(now)
+        for ev in reversed(self.events):
+            if s <= ev[0] and amount > 0:
+                back = min(amount, ev[1])
+                ev[1] -= back
+                amount -= back
+        n, e = self.count(now)
+        return dict(allowed=True, retry_after_us=0, tokens=self.cap - n, reset_after_us=e - now if n > 0 else 0)
+
+
 def engine(limit, key):
     alg = limit["algorithm"]
     if alg == "concurrency":
@@ -237,6 +389,8 @@ def engine(limit, key):
         cap = F(str(limit.get("burst", limit["tokens_per_second"])))
     else:
         rate, period = F(str(limit["rate"])), limit.get("period_us", S)
+        if "calendar" in limit:
+            period = None
         cap = F(str(limit.get("capacity", limit["rate"] if alg != "leaky_bucket" else 1)))
     cap_u, rate_u = int(cap * S), int(rate * S)
     # max_reserved unset (or 0) reserves without bound: up to the range
@@ -248,6 +402,10 @@ def engine(limit, key):
         if alg == "leaky_bucket":
             mr = math.floor(limit.get("max_delay_us", S) * r)
         return TokenBucket(r, cap_u, mr)
+    if alg == "sliding_window":
+        return SlidingWindow(cap_u, window_fn(limit))
+    if alg == "fixed_window" and "calendar" in limit:
+        return CalendarWindow(cap_u, window_fn(limit))
     if alg == "fixed_window":
         return FixedWindow(rate_u, period, cap_u, limit.get("start_us"), key, mr)
     return SlidingLog(period, cap_u)
@@ -273,6 +431,8 @@ def reload(old, limit, key):
         eng.state = (min(tokens, eng.cap), start)
     elif isinstance(eng, SlidingLog):
         eng.log = list(old.log)
+    elif isinstance(eng, (SlidingWindow, CalendarWindow)):
+        eng.events = [list(ev) for ev in old.events]
     else:
         eng.ends = dict(old.ends)
     return eng
@@ -303,6 +463,13 @@ def run(case):
         reserve = st.get("reserve", False) or limit["algorithm"] == "leaky_bucket" or limit.get("reserve", False)
         mr = st.get("max_reserved")
         mr = None if mr is None else int(F(str(mr)) * S)
+        if reserve and op != "refund" and isinstance(eng, (SlidingWindow, CalendarWindow)):
+            # A counter has no future turn to give, nor a calendar window
+            # a debt to pay over windows of unequal lengths.
+            if st.get("want_error") != "reserve_unsupported":
+                raise SystemExit(f"{case['name']}: step {st}: a reservation here is reserve_unsupported")
+            steps.append(dict(st))
+            continue
         if op != "refund":
             # The most one request can ever be charged: the capacity, plus
             # the debt it may leave when it reserves. Above it: an error.
@@ -622,5 +789,90 @@ cases.append(dict(name="cc_retry_is_nth_end", key="k",
                   steps=[at(0, op="acquire", lease="a"), at(2 * S, op="acquire", lease="b"), at(S, op="acquire", lease="c"),
                          at(3 * S, op="acquire", lease="d"), at(3 * S, op="release", lease="b"), at(3 * S, op="acquire", lease="d"),
                          at(5 * S, op="peek"), at(6 * S, op="peek"), at(6 * S, op="acquire", lease="e")]))
+
+# The sliding-window counter: this window's count plus the previous
+# window's, weighted by the share of it the sliding period still overlaps.
+cases.append(dict(name="sw_weighted_count", key="k",
+                  note="10 per 10 s: 10 taken in the first window; at 12.5 s the previous 10 weigh 7.5, so 2.5 more fit; the next token when the weight is 0.5, at 19.5 s; two windows later nothing is counted",
+                  limit=dict(algorithm="sliding_window", rate=10, period_us=10 * S),
+                  steps=[at(0, op="peek"), at(0, cost=6), at(5 * S, cost=4), at(9 * S), at(10 * S, op="peek"), at(12_500_000, cost=2),
+                         at(12_500_000, cost=0.5), at(12_500_000), at(19_499_999, op="peek"), at(19_500_000), at(25 * S, op="peek"),
+                         at(40 * S, op="peek", cost=10)]))
+cases.append(dict(name="sw_no_boundary_burst", key="k",
+                  note="10/s: 10 at the end of one window leave the next window's start short; where a fixed window admits 20 within 2 us, the counter admits 1 in the first 0.1 s",
+                  limit=dict(algorithm="sliding_window", rate=10, period_us=S),
+                  steps=[at(999_999, cost=10), at(S), at(S + 1, op="peek"), at(1_099_999), at(1_100_000), at(1_100_000),
+                         at(1_500_000, cost=4), at(1_500_000), at(2_000_000, op="peek", cost=10)]))
+cases.append(dict(name="sw_wait_into_next_window", key="k",
+                  note="8 per s: a cost of 5 with 6 counted in this window waits for the next, where the 6 weigh 3 or less once half of it has passed",
+                  limit=dict(algorithm="sliding_window", rate=8, period_us=S),
+                  steps=[at(100_000, cost=6), at(200_000, cost=5), at(200_000, op="peek", cost=2), at(S + 375_000, op="peek", cost=5),
+                         at(S + 499_999, op="peek", cost=5), at(S + 500_000, cost=5), at(S + 500_000, op="peek")]))
+cases.append(dict(name="sw_capacity_and_fractions", key="k",
+                  note="7 per 3 s with capacity 5: weights that are no whole micro-token round up",
+                  limit=dict(algorithm="sliding_window", rate=7, period_us=3 * S, capacity=5),
+                  steps=[at(1, cost=4.5), at(1_000_000, cost=0.5), at(3_000_001, op="peek"), at(3_000_001, cost=0.000001),
+                         at(4_000_000, cost=1.5), at(4_000_000, cost=0.2), at(5_123_457, op="peek", cost=5), at(7_654_321, cost=3.3)]))
+cases.append(dict(name="sw_refund", key="k",
+                  note="a refund takes from this window's count first, then from the previous one's; an absent key is full",
+                  limit=dict(algorithm="sliding_window", rate=10, period_us=S),
+                  steps=[at(0, op="refund", cost=3), at(0, cost=4), at(500_000, cost=5), at(1_200_000, cost=2),
+                         at(1_300_000, op="refund", cost=3), at(1_300_000, op="peek"), at(1_400_000, op="refund", cost=1e12), at(1_400_000, op="peek", cost=10)]))
+cases.append(dict(name="sw_reserve_refused", key="k",
+                  note="no turn to reserve: a reservation is refused, a cost above the capacity can never succeed",
+                  limit=dict(algorithm="sliding_window", rate=3, period_us=S),
+                  steps=[at(0, reserve=True, want_error="reserve_unsupported"), at(0, cost=4, want_error="cost_exceeds_limit"), at(0, cost=3)]))
+
+
+def local(tz, y, mo, d, h=0, mi=0, sec=0, us=0):
+    """Microseconds since the epoch of a local wall time in tz."""
+    return to_us(datetime(y, mo, d, h, mi, sec, us, tzinfo=ZoneInfo(tz)))
+
+
+# Calendar periods: windows from local midnight in an IANA zone, as long as
+# the calendar says (a day of 23 or 25 hours across a change of summer
+# time, months of 28 to 31 days, a leap year). Every store is given the
+# boundaries from the process, where the zone database is.
+NY, BER, SYD = "America/New_York", "Europe/Berlin", "Australia/Sydney"
+cases.append(dict(name="fw_calendar_month_lengths", key="acct-1",
+                  note="1000 per calendar month in New York: used up mid-month, a rejection waits for the 1st at local midnight: 31, 29 (2024), 28 (2023) and 30-day months; the reset is the same boundary",
+                  limit=dict(algorithm="fixed_window", rate=1000, calendar="month", timezone=NY),
+                  steps=[at(local(NY, 2023, 2, 28, 12), cost=1000), at(local(NY, 2023, 2, 28, 12)), at(local(NY, 2023, 3, 1), cost=1000),
+                         at(local(NY, 2024, 1, 15, 12), cost=1000), at(local(NY, 2024, 1, 31, 23, 59, 59, 999_999)),
+                         at(local(NY, 2024, 2, 1), op="peek"), at(local(NY, 2024, 2, 10, 8), cost=999), at(local(NY, 2024, 2, 29, 23), cost=2),
+                         at(local(NY, 2024, 4, 30, 23, 59), cost=1000), at(local(NY, 2024, 4, 30, 23, 59), op="peek")]))
+cases.append(dict(name="fw_calendar_day_dst_new_york", key="k",
+                  note="100 per day in New York: 2024-03-10 is 23 hours long and 2024-11-03 25; a rejection at 22:00 waits 2 hours of wall clock either way",
+                  limit=dict(algorithm="fixed_window", rate=100, calendar="day", timezone=NY),
+                  steps=[at(local(NY, 2024, 3, 10, 0, 30), cost=100), at(local(NY, 2024, 3, 10, 22)), at(local(NY, 2024, 3, 11), op="peek"),
+                         at(local(NY, 2024, 11, 3, 0, 30), cost=60), at(local(NY, 2024, 11, 3, 22), cost=41),
+                         at(local(NY, 2024, 11, 3, 22), op="peek"), at(local(NY, 2024, 11, 3, 23, 59, 59, 999_999), cost=40), at(local(NY, 2024, 11, 4), cost=100)]))
+cases.append(dict(name="fw_calendar_day_dst_berlin", key="k",
+                  note="5 per day in Berlin: 2024-03-31 (23 hours) and 2024-10-27 (25 hours), taken at 01:00 local, reset at the next local midnight",
+                  limit=dict(algorithm="fixed_window", rate=5, calendar="day", timezone=BER),
+                  steps=[at(local(BER, 2024, 3, 31, 1), cost=5), at(local(BER, 2024, 3, 31, 1)), at(local(BER, 2024, 10, 27, 1), cost=5),
+                         at(local(BER, 2024, 10, 27, 4), op="peek"), at(local(BER, 2024, 10, 27, 23), op="refund", cost=2), at(local(BER, 2024, 10, 27, 23), cost=2)]))
+cases.append(dict(name="fw_calendar_week_berlin", key="k",
+                  note="10 per week from Monday in Berlin: a Sunday rejection waits for Monday's local midnight, across the end of summer time (a week of 169 hours)",
+                  limit=dict(algorithm="fixed_window", rate=10, calendar="week", timezone=BER),
+                  steps=[at(local(BER, 2024, 10, 21, 9), cost=10), at(local(BER, 2024, 10, 27, 12)), at(local(BER, 2024, 10, 28), cost=10),
+                         at(local(BER, 2024, 10, 30), reserve=True, want_error="reserve_unsupported")]))
+cases.append(dict(name="fw_calendar_year_end_utc", key="k",
+                  note="3 per calendar year in UTC (no zone given): 2024 has 366 days; the last microsecond of the year, then the first of the next",
+                  limit=dict(algorithm="fixed_window", rate=3, calendar="year"),
+                  steps=[at(local("UTC", 2024, 1, 1), cost=3), at(local("UTC", 2024, 12, 31, 23, 59, 59, 999_999)),
+                         at(local("UTC", 2025, 1, 1), cost=3), at(local("UTC", 2025, 6, 1), op="peek")]))
+cases.append(dict(name="sw_calendar_day_dst_sydney", key="k",
+                  note="sliding over calendar days in Sydney: 2024-04-07 is 25 hours long, 2024-10-06 23; the previous day's count weighs by the share of today still to come",
+                  limit=dict(algorithm="sliding_window", rate=24, calendar="day", timezone=SYD),
+                  steps=[at(local(SYD, 2024, 4, 6, 12), cost=24), at(local(SYD, 2024, 4, 7, 6), op="peek"), at(local(SYD, 2024, 4, 7, 12), cost=12),
+                         at(local(SYD, 2024, 4, 7, 12)), at(local(SYD, 2024, 4, 8, 1), op="peek"),
+                         at(local(SYD, 2024, 10, 5, 23), cost=24), at(local(SYD, 2024, 10, 6, 12), op="peek"), at(local(SYD, 2024, 10, 6, 18), cost=6)]))
+cases.append(dict(name="sw_calendar_month_new_york", key="k",
+                  note="sliding over calendar months in New York: February 2024's count weighs into March (31 days, with the change to summer time) by March's share still to come",
+                  limit=dict(algorithm="sliding_window", rate=31, calendar="month", timezone=NY),
+                  steps=[at(local(NY, 2024, 2, 20), cost=31), at(local(NY, 2024, 3, 1), op="peek"), at(local(NY, 2024, 3, 16, 12), cost=15),
+                         at(local(NY, 2024, 3, 16, 12)), at(local(NY, 2024, 3, 31, 23), op="peek", cost=16), at(local(NY, 2024, 5, 1), op="peek")]))
+
 
 print(json.dumps({"cases": [run(c) for c in cases]}, indent=1))

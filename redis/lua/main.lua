@@ -10,6 +10,8 @@
 --   limit        "tb capacity rate_num rate_den"
 --                "fw capacity window_rate period offset" (offset -1: hashed)
 --                "sl capacity period"
+--                "sw capacity period" (a sliding window; period 0: calendar)
+--                "cw capacity 0" (a fixed window on calendar boundaries)
 --   cost         micro-tokens; a reservation (tb, fw) appends "r" and the
 --                debt it may leave in micro-tokens: "16000000r4000000"
 --   extra        tb: "" but when a Cluster TakeAll is rolled back, the
@@ -18,6 +20,9 @@
 --                sl: when a Cluster TakeAll is rolled back, the stamp the
 --                take gave the entry to remove; "" for a plain refund,
 --                which takes the cost out of the newest entries
+--                sw, cw: the five window bounds "b0 b1 b2 b3 b4" of a
+--                calendar window (engine.Bounds), computed by the caller
+--                where the time-zone database is; "" for a period
 --
 -- Headers and limits repeat across the requests of a batch; each distinct
 -- string is parsed once. A group of takes is all-or-nothing: every request
@@ -120,7 +125,8 @@ local function load(key, alg, den, cap, num, now)
   end
   local st, converted
   if alg == 'tb' then st, converted = tb_load(raw, den, cap)
-  elseif alg == 'fw' then st = fw_load(raw)
+  elseif alg == 'fw' or alg == 'cw' then st = fw_load(raw)
+  elseif alg == 'sw' then st = sw_load(raw)
   else st = sl_load(raw) end
   cst[key] = st or false
   cden[key] = den
@@ -176,6 +182,22 @@ local function eval(key, op, now, prev)
       return 1, nst, tokens, 0, reset, 0, alg, 0
     end
     local allowed, nst, tokens, retry, reset = fw_take(st, now, cost, reserve, maxres, cap, wrate, period, l[5], extra)
+    return allowed, nst, tokens, retry, reset, 0, alg, 0
+  elseif alg == 'sw' then
+    local st = prev(key, alg, 0)
+    if op == 'r' then
+      local nst, tokens, reset = sw_refund(st, now, cost, cap, l[3], extra)
+      return 1, nst, tokens, 0, reset, 0, alg, 0
+    end
+    local allowed, nst, tokens, retry, reset = sw_take(st, now, cost, cap, l[3], extra)
+    return allowed, nst, tokens, retry, reset, 0, alg, 0
+  elseif alg == 'cw' then
+    local st = prev(key, alg, 0)
+    if op == 'r' then
+      local nst, tokens, reset = cw_refund(st, now, cost, cap, extra)
+      return 1, nst, tokens, 0, reset, 0, alg, 0
+    end
+    local allowed, nst, tokens, retry, reset = cw_take(st, now, cost, cap, extra)
     return allowed, nst, tokens, retry, reset, 0, alg, 0
   end
   local period = l[3]
@@ -255,7 +277,8 @@ for _, key in ipairs(order) do
     local alg = calg[key]
     local raw
     if alg == 'tb' then raw = tb_dump(st, cden[key])
-    elseif alg == 'fw' then raw = fw_dump(st)
+    elseif alg == 'fw' or alg == 'cw' then raw = fw_dump(st)
+    elseif alg == 'sw' then raw = sw_dump(st)
     else raw = sl_dump(st, 1) end
     redis.call('SET', key, raw, 'PX', cdiv(ttl, 1000) + pad)
   end

@@ -1,0 +1,95 @@
+package postgres
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
+)
+
+// Sliding windows and calendar windows run sluice_window_step (migration
+// 0010), a port of package engine's functions, with statements of their
+// own: $1 key, $2 algorithm, $3 rate denominator (0), $4 the test clock's
+// time or NULL, $5 cost, $6 capacity, $7 period, $8 a calendar window's
+// five bounds (engine.Windows, computed here, where the time-zone
+// database is) or NULL.
+const windowStep = `$5::bigint, %s, $6::bigint, $7::bigint, $8::bigint[]`
+
+var (
+	takeWindowSQL = `INSERT INTO sluice_buckets AS t
+    (key, alg, den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset)
+SELECT $1::bytea, $2::smallint, $3::bigint, s.a, s.b, s.log_at, s.log_cost, c.now + s.reset, c.now,
+    s.allowed, s.tokens, s.retry, s.reset
+FROM (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now) c
+CROSS JOIN LATERAL sluice_window_step(false, $2::smallint, 0, 0, NULL, c.now, ` + fmt.Sprintf(windowStep, "true, false") + `) s
+ON CONFLICT (key) DO UPDATE SET
+    (alg, den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset) = (
+    SELECT
+        CASE WHEN s.write THEN EXCLUDED.alg ELSE t.alg END,
+        CASE WHEN s.write THEN EXCLUDED.den ELSE t.den END,
+        CASE WHEN s.write THEN s.a ELSE t.a END,
+        CASE WHEN s.write THEN s.b ELSE t.b END,
+        CASE WHEN s.write THEN s.log_at ELSE t.log_at END,
+        CASE WHEN s.write THEN s.log_cost ELSE t.log_cost END,
+        CASE WHEN s.write THEN EXCLUDED.at + s.reset ELSE t.full_at END,
+        EXCLUDED.at, s.allowed, s.tokens, s.retry, s.reset
+    FROM sluice_window_step(t.alg = EXCLUDED.alg, EXCLUDED.alg, t.a, t.b, t.log_cost, EXCLUDED.at, ` + fmt.Sprintf(windowStep, "true, false") + `) s)
+RETURNING o_allowed, o_tokens, o_retry, o_reset`
+
+	refundWindowSQL = `WITH c AS MATERIALIZED (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now),
+u AS (
+    UPDATE sluice_buckets AS t SET
+        (den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset) = (
+        SELECT $3::bigint, s.a, s.b, s.log_at, s.log_cost, c.now + s.reset, c.now, s.allowed, s.tokens, s.retry, s.reset
+        FROM c CROSS JOIN LATERAL sluice_window_step(true, t.alg, t.a, t.b, t.log_cost, c.now, ` + fmt.Sprintf(windowStep, "true, true") + `) s)
+    WHERE t.key = $1::bytea AND t.alg = $2::smallint
+    RETURNING t.o_allowed, t.o_tokens, t.o_retry, t.o_reset)
+SELECT o_allowed, o_tokens, o_retry, o_reset FROM u
+UNION ALL
+SELECT s.allowed, s.tokens, s.retry, s.reset
+FROM c CROSS JOIN LATERAL sluice_window_step(false, $2::smallint, 0, 0, NULL, c.now, ` + fmt.Sprintf(windowStep, "true, true") + `) s
+WHERE NOT EXISTS (SELECT FROM u)`
+
+	// peekWindowSQL names $3 (always 0) only so that every statement
+	// takes the same parameters.
+	peekWindowSQL = `SELECT s.allowed, s.tokens, s.retry, s.reset
+FROM (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now) c
+LEFT JOIN sluice_buckets t ON t.key = $1::bytea AND $3::bigint = 0
+CROSS JOIN LATERAL sluice_window_step(coalesce(t.alg = $2::smallint, false), $2::smallint,
+    t.a, t.b, t.log_cost, c.now, ` + fmt.Sprintf(windowStep, "false, false") + `) s`
+)
+
+// windowArgs are the statement parameters of a request to a sliding or
+// calendar window (see windowStep).
+func (s *Store) windowArgs(r sluice.Request, ch engine.Charge, now any) []any {
+	p := r.Limit.Params()
+	var bounds any
+	if p.Calendar != 0 {
+		at := time.Now().UnixMicro()
+		if s.opts.Clock != nil {
+			at = s.opts.Clock.Now().UnixMicro()
+		}
+		b := engine.Windows(p, at)
+		bounds = b[:]
+	}
+	return []any{
+		[]byte(s.opts.KeyPrefix + r.Limit.StorageKey(r.Key)), int16(p.Algorithm), p.RateDen, now,
+		ch.Cost, p.Capacity, p.Period, bounds,
+	}
+}
+
+// forWindow returns the statement that stands for sql (takeSQL, peekSQL
+// or refundSQL) for a request to l, and its parameter count.
+func forWindow(l *sluice.Limit, sql string, params int) (string, int) {
+	if !l.Params().Windowed() {
+		return sql, params
+	}
+	switch sql {
+	case takeSQL:
+		return takeWindowSQL, 8
+	case refundSQL:
+		return refundWindowSQL, 8
+	}
+	return peekWindowSQL, 8
+}

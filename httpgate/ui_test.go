@@ -299,7 +299,7 @@ func TestOpenAPIDescribesStats(t *testing.T) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
 	}
-	for path, method := range map[string]string{"/v1/stats": "get", "/ui": "get", "/ui/login": "post"} {
+	for path, method := range map[string]string{"/v1/stats": "get", "/v1/stats/key": "get", "/ui": "get", "/ui/login": "post", "/ui/reset": "post"} {
 		if _, ok := doc.Paths[path][method]; !ok {
 			t.Errorf("openapi lacks %s %s", method, path)
 		}
@@ -308,6 +308,8 @@ func TestOpenAPIDescribesStats(t *testing.T) {
 		"Stats": httpgate.Stats{}, "StatsPolicy": httpgate.StatsPolicy{}, "StatsReload": httpgate.StatsReload{},
 		"StatsStore": httpgate.StatsStore{}, "StatsRule": httpgate.StatsRule{}, "StatsLimit": httpgate.StatsLimit{},
 		"StatsHot": httpgate.StatsHot{}, "StatsRanking": httpgate.StatsRanking{}, "StatsHotKey": httpgate.StatsHotKey{},
+		"StatsRequests": httpgate.StatsRequests{}, "StatsFleet": httpgate.StatsFleet{}, "StatsProcess": httpgate.StatsProcess{},
+		"StatsKey": httpgate.StatsKey{}, "StatsBucket": httpgate.StatsBucket{},
 	} {
 		rt := reflect.TypeOf(v)
 		props := doc.Components.Schemas[schema].Properties

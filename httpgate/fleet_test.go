@@ -10,21 +10,16 @@ import (
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/insight"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/postgres"
+	"github.com/sluicehq/sluice/postgres/pgtest"
 	"github.com/sluicehq/sluice/redis"
 )
 
-// newFleetEnv is a process of a fleet on the Redis at addr: its buckets
-// and its statistics under prefix, the live page on.
-func newFleetEnv(t *testing.T, addr, prefix string) *env {
+// newFleetEnv is a process of a fleet on the store open returns, the
+// live page on.
+func newFleetEnv(t *testing.T, open func() sluice.Store) *env {
 	t.Helper()
-	e := newEnvOpts(t, mustPolicy(t, uiPolicy), func(sluice.Store) sluice.Store {
-		st, err := redis.Open("redis://"+addr+"/0", redis.Options{Clock: sluice.NewManualClock(sluiceEpoch), KeyPrefix: prefix, Timeout: 2 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}, func(e *env, o *httpgate.Options) {
+	e := newEnvOpts(t, mustPolicy(t, uiPolicy), func(sluice.Store) sluice.Store { return open() }, func(e *env, o *httpgate.Options) {
 		o.Insight = insight.New(insight.Options{Clock: e.clk, Store: "redis://"})
 	})
 	e.env["ADMIN"] = adminToken
@@ -45,11 +40,42 @@ func processOf(t *testing.T, s httpgate.Stats, id string) httpgate.StatsProcess 
 
 // Two processes on one Redis: each publishes its statistics, and the
 // page of either lists both, with each one's requests and share, and
-// shows the fleet's totals, rules and hot keys merged.
+// shows the fleet's totals, rules and hot keys merged; one that stops
+// reporting is shown stale.
 func TestStatsFleetOnRedis(t *testing.T) {
 	addr := redistest.Server(t)
 	prefix := fmt.Sprintf("fleet%d:", time.Now().UnixNano())
-	e1, e2 := newFleetEnv(t, addr, prefix), newFleetEnv(t, addr, prefix)
+	testStatsFleet(t, func() sluice.Store {
+		st, err := redis.Open("redis://"+addr+"/0", redis.Options{Clock: sluice.NewManualClock(sluiceEpoch), KeyPrefix: prefix, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	})
+}
+
+// The same fleet on PostgreSQL: each process a store of its own on one
+// database.
+func TestStatsFleetOnPostgres(t *testing.T) {
+	srv := pgtest.ForTest(t)
+	ctx := pgtest.Context(t)
+	url, err := srv.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testStatsFleet(t, func() sluice.Store {
+		st, err := postgres.Open(ctx, url, postgres.Options{Clock: sluice.NewManualClock(sluiceEpoch), Migrate: true, HousekeepingInterval: -1, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		return st
+	})
+}
+
+func testStatsFleet(t *testing.T, open func() sluice.Store) {
+	e1, e2 := newFleetEnv(t, open), newFleetEnv(t, open)
 	// per-user: burst 5 in the shared bucket. Process 1 takes 4 of
 	// alice's, process 2 three more (1 admitted, 2 rejected) and 2 of
 	// bob's.
@@ -104,6 +130,16 @@ func TestStatsFleetOnRedis(t *testing.T) {
 		if k := tr.Keys[0]; k.Tokens == nil || *k.Tokens > 1 {
 			t.Errorf("alice's shared bucket: %v tokens", deref(k.Tokens))
 		}
+	}
+	// Process 2 stops reporting: past FleetLive, process 1's page shows
+	// it stale, its counts of the window still in the totals.
+	e1.clk.Advance(httpgate.FleetLive + time.Second)
+	s := getStats(t, e1, "Authorization", "Bearer "+adminToken)
+	if p2 := processOf(t, s, id2); p2.Live || p2.State != "stale" || p2.AgeMs < httpgate.FleetLive.Milliseconds() || p2.Admitted != 3 {
+		t.Errorf("process 2, silent: %+v", p2)
+	}
+	if p1 := processOf(t, s, id1); !p1.Live || sum(s.Requests.Admitted) != 7 {
+		t.Errorf("process 1 %+v, fleet admitted %d", p1, sum(s.Requests.Admitted))
 	}
 }
 

@@ -232,7 +232,7 @@
         el('td', { class: 'num' }, p.self ? 'now' : ms(p.age_ms) + ' ago')));
     }
     $('fleet').replaceChildren(
-      el('colgroup', {}, el('col', { class: 'c-key' }), el('col'), el('col'), el('col'), el('col'), el('col'), el('col')),
+      el('colgroup', {}, el('col', { class: 'c-proc' }), el('col'), el('col'), el('col'), el('col'), el('col'), el('col')),
       head, body);
     $('fleet-note').textContent = f.shared
       ? `every process on this store, ${f.max_processes} at most; live: reported within ${f.live_s}s`

@@ -601,6 +601,12 @@ func (g *Gate) reset(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &body) {
 		return
 	}
+	g.resetBucket(w, r, p, body)
+}
+
+// resetBucket refills the bucket body names under p; the caller checked
+// the admin token.
+func (g *Gate) resetBucket(w http.ResponseWriter, r *http.Request, p *policy.Policy, body ResetRequest) {
 	if body.Rule == "" {
 		badRequest(w, http.StatusBadRequest, `"rule" is required`)
 		return

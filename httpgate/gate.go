@@ -118,6 +118,7 @@ type Gate struct {
 	storeLog policy.StoreErrorLog
 	obs      policy.Observer // Metrics and Insight, nil for neither
 	ui       *uiSecrets      // nil without Insight
+	fleet    fleetState      // this process in its fleet (fleet.go)
 	settle   settleState
 	shaping  shaping  // adaptive rates and queues (adaptive.go, queue.go)
 	guess    *guesses // token guesses per address (guess.go)
@@ -146,6 +147,7 @@ func New(p *policy.Policy, lim *sluice.Limiter, opts Options) *Gate {
 	if opts.Insight != nil {
 		obs = append(obs, opts.Insight)
 		g.ui = newUISecrets()
+		g.fleet.id, g.fleet.host = newProcessID()
 	}
 	g.obs = policy.Observers(obs...)
 	g.initSettle()

@@ -2,6 +2,7 @@ package httpgate
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -25,8 +26,63 @@ type Stats struct {
 	KeysHashed bool        `json:"keys_hashed"`
 	Policy     StatsPolicy `json:"policy"`
 	Store      StatsStore  `json:"store"`
-	Rules      []StatsRule `json:"rules"`
-	HotKeys    StatsHot    `json:"hot_keys"`
+	// Rules, Requests and HotKeys are the whole fleet's: every process
+	// that shares the store (Fleet), this one included.
+	Rules    []StatsRule   `json:"rules"`
+	Requests StatsRequests `json:"requests"`
+	HotKeys  StatsHot      `json:"hot_keys"`
+	Fleet    StatsFleet    `json:"fleet"`
+	// CSRF is the token the page's own POSTs (/ui/reset) carry, bound to
+	// the session cookie; absent for a request without one.
+	CSRF string `json:"csrf,omitempty"`
+}
+
+// StatsRequests is the requests decided per second, each counted once
+// whatever the number of rules it matched: admitted, or rejected by an
+// enforce-mode rule (a store error under on_store_error: deny included).
+type StatsRequests struct {
+	Admitted []uint64 `json:"admitted"`
+	Rejected []uint64 `json:"rejected"`
+}
+
+// StatsFleet is the processes that share the store and publish their
+// statistics there (see RunFleet): over the memory store, this one alone.
+type StatsFleet struct {
+	// Self is this process's id.
+	Self string `json:"self"`
+	// Shared is whether the store shares the processes' statistics.
+	Shared bool `json:"shared"`
+	// MaxProcesses is the most processes listed (MaxFleet); LiveS how
+	// old a process's last report may be for it to be live.
+	MaxProcesses int `json:"max_processes"`
+	LiveS        int `json:"live_s"`
+	// Error says why the other processes could not be read (this
+	// process's statistics alone are shown).
+	Error     string         `json:"error,omitempty"`
+	Processes []StatsProcess `json:"processes"`
+}
+
+// StatsProcess is one process of the fleet.
+type StatsProcess struct {
+	ID        string    `json:"id"`
+	Host      string    `json:"host"`
+	Self      bool      `json:"self"`
+	StartedAt time.Time `json:"started_at"`
+	// LastSeen is when it last published; Live whether that is at most
+	// live_s ago (State "live", else "stale").
+	LastSeen time.Time `json:"last_seen"`
+	AgeMs    int64     `json:"age_ms"`
+	Live     bool      `json:"live"`
+	State    string    `json:"state"`
+	// Its requests over the window and in its last second, and its share
+	// of the fleet's requests over the window (0 to 1).
+	Admitted    uint64  `json:"admitted"`
+	Rejected    uint64  `json:"rejected"`
+	AdmittedNow uint64  `json:"admitted_now"`
+	RejectedNow uint64  `json:"rejected_now"`
+	Share       float64 `json:"share"`
+	// Truncated: it left some rules' series out of its report.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // StatsPolicy is where the policy in force came from.
@@ -164,6 +220,8 @@ func (g *Gate) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	p := g.Policy()
 	snap := g.opts.Insight.Snapshot(hotKeysShown)
+	reports, fleet := g.fleetOf(r.Context(), snap)
+	rules, requests := mergeSeries(snap.From, reports)
 	out := Stats{
 		GeneratedAt: snap.Now.UTC(),
 		StartedAt:   snap.Started.UTC(),
@@ -172,10 +230,17 @@ func (g *Gate) stats(w http.ResponseWriter, r *http.Request) {
 		KeysHashed:  !p.Settings.UI.ShowKeys,
 		Policy:      statsPolicy(snap.Policy),
 		Store:       statsStore(snap),
-		Rules:       statsRules(p, snap.Rules),
+		Rules:       statsRules(p, rules),
+		Requests:    requests,
+		Fleet:       fleet,
+		CSRF:        g.csrfToken(r),
 	}
-	out.HotKeys.ByRejections = statsRanking(p, snap.ByRejected)
-	out.HotKeys.ByTraffic = statsRanking(p, snap.ByTraffic)
+	byRejected, byTraffic := make([]insight.ReportRanking, len(reports)), make([]insight.ReportRanking, len(reports))
+	for i, rep := range reports {
+		byRejected[i], byTraffic[i] = rep.ByRejected, rep.ByTraffic
+	}
+	out.HotKeys.ByRejections = statsRanking(p, fleetRanking(insight.MergeRanking(byRejected, hotKeysShown), snap.ByRejected.Counters))
+	out.HotKeys.ByTraffic = statsRanking(p, fleetRanking(insight.MergeRanking(byTraffic, hotKeysShown), snap.ByTraffic.Counters))
 	out.HotKeys.PeekError = g.peekHot(r.Context(), p, &out.HotKeys)
 	if out.KeysHashed {
 		for _, rk := range []*StatsRanking{&out.HotKeys.ByRejections, &out.HotKeys.ByTraffic} {
@@ -186,6 +251,86 @@ func (g *Gate) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	uiHeaders(w.Header())
 	writeJSON(w, http.StatusOK, out)
+}
+
+// fleetOf is this process's report of snap and the reports of the other
+// processes of its fleet, first this one's, and the fleet as the page
+// lists it.
+func (g *Gate) fleetOf(ctx context.Context, snap insight.Snapshot) ([]insight.Report, StatsFleet) {
+	own := insight.NewReport(g.fleet.id, g.fleet.host, snap)
+	reports := []insight.Report{own}
+	fl := StatsFleet{Self: g.fleet.id, MaxProcesses: MaxFleet, LiveS: int(FleetLive / time.Second), Processes: []StatsProcess{}}
+	if v := g.fleetValues(); v != nil {
+		fl.Shared = true
+		ctx, cancel := context.WithTimeout(ctx, min(peekTimeout, g.opts.StoreTimeout))
+		others, err := g.fleetReports(ctx, v)
+		cancel()
+		if err != nil {
+			g.storeLog.Log(g.opts.Logger, "sluice-ui-fleet", "", err, false)
+			fl.Error = "the other processes' statistics could not be read (the error is in the server's log)"
+		}
+		reports = append(reports, others...)
+	}
+	var all uint64
+	for _, rep := range reports {
+		all += sumOf(rep.Requests[0]) + sumOf(rep.Requests[1])
+	}
+	nowMs := snap.Now.UnixMilli()
+	for _, rep := range reports {
+		sp := StatsProcess{ID: rep.ID, Host: rep.Host, Self: rep.ID == g.fleet.id, StartedAt: time.UnixMilli(rep.Started).UTC(), LastSeen: time.UnixMilli(rep.At).UTC(),
+			AgeMs: max(nowMs-rep.At, 0), Admitted: sumOf(rep.Requests[0]), Rejected: sumOf(rep.Requests[1]), Truncated: rep.Truncated}
+		sp.Live = sp.Self || time.Duration(sp.AgeMs)*time.Millisecond <= FleetLive
+		sp.State = "stale"
+		if sp.Live {
+			sp.State = "live"
+		}
+		if n := len(rep.Requests[0]); n > 0 {
+			sp.AdmittedNow = rep.Requests[0][n-1]
+		}
+		if n := len(rep.Requests[1]); n > 0 {
+			sp.RejectedNow = rep.Requests[1][n-1]
+		}
+		if all > 0 {
+			sp.Share = float64(sp.Admitted+sp.Rejected) / float64(all)
+		}
+		fl.Processes = append(fl.Processes, sp)
+	}
+	return reports, fl
+}
+
+func sumOf(xs []uint64) (n uint64) {
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// mergeSeries adds up the reports' series over the window that starts
+// at from: each rule's, and the requests'.
+func mergeSeries(from int64, reports []insight.Report) (map[string]insight.RuleCounts, StatsRequests) {
+	rules := map[string]insight.RuleCounts{}
+	req := StatsRequests{Admitted: make([]uint64, insight.Window), Rejected: make([]uint64, insight.Window)}
+	for _, rep := range reports {
+		req.Admitted = insight.AddSeries(req.Admitted, from, rep.Requests[0], rep.From)
+		req.Rejected = insight.AddSeries(req.Rejected, from, rep.Requests[1], rep.From)
+		for name, s := range rep.Rules {
+			rc := rules[name]
+			for o, dst := range []*[]uint64{&rc.Allowed, &rc.Rejected, &rc.ShadowRejected, &rc.StoreError, &rc.NotCharged} {
+				*dst = insight.AddSeries(*dst, from, s[o], rep.From)
+			}
+			rules[name] = rc
+		}
+	}
+	return rules, req
+}
+
+// fleetRanking is a merged ranking as the page's rankings are.
+func fleetRanking(rk insight.ReportRanking, counters int) insight.Ranking {
+	out := insight.Ranking{Since: time.Unix(rk.Since, 0), Total: rk.Total, Counters: counters, Bound: rk.Bound, Keys: []insight.HotKey{}}
+	for _, k := range rk.Keys {
+		out.Keys = append(out.Keys, insight.HotKey{Item: insight.Item{Limit: k.Limit, Key: k.Key}, Count: k.Count, Error: k.Error})
+	}
+	return out
 }
 
 func statsPolicy(pi insight.PolicyInfo) StatsPolicy {
@@ -330,4 +475,100 @@ func (g *Gate) peekHot(ctx context.Context, p *policy.Policy, hot *StatsHot) str
 		}
 	}
 	return ""
+}
+
+// StatsKey is the answer of GET /v1/stats/key?key=KEY: the key's bucket
+// under every limit of the policy (each rule's own and its tiers'), as a
+// peek finds it now, read from the store that the fleet shares.
+type StatsKey struct {
+	Key     string        `json:"key"`
+	Buckets []StatsBucket `json:"buckets"`
+	// Truncated: the policy has more than maxSearchLimits limits, and
+	// only the first are read.
+	Truncated bool `json:"truncated,omitempty"`
+	// PeekError says why the buckets could not be read; their tokens are
+	// then null.
+	PeekError string `json:"peek_error,omitempty"`
+}
+
+// StatsBucket is one limit's bucket of the key.
+type StatsBucket struct {
+	Rule      string  `json:"rule"`
+	Limit     string  `json:"limit"`
+	Tier      string  `json:"tier,omitempty"`
+	Algorithm string  `json:"algorithm"`
+	Capacity  float64 `json:"capacity"`
+	// Tokens left and the wait until one more request is admitted; null
+	// when not read. Full: the bucket is as a key never seen finds it.
+	Tokens       *float64 `json:"tokens"`
+	RetryAfterMs *int64   `json:"retry_after_ms"`
+}
+
+// maxSearchLimits bounds the buckets one search reads.
+const maxSearchLimits = 64
+
+func (g *Gate) statsKey(w http.ResponseWriter, r *http.Request) {
+	uiHeaders(w.Header())
+	if ok, wait := g.uiAuthorized(r); !ok {
+		if wait > 0 {
+			tooManyGuesses(w, wait)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+		badRequest(w, http.StatusUnauthorized, "a valid admin token is required: Authorization: Bearer <token>, or log in at /ui")
+		return
+	}
+	key := r.URL.Query().Get("key")
+	if key == "" {
+		badRequest(w, http.StatusBadRequest, "?key= is required: the key as the rankings show it (a client address, a user id)")
+		return
+	}
+	if len(key) > maxKey {
+		badRequest(w, http.StatusBadRequest, fmt.Sprintf("key is %d bytes, at most %d", len(key), maxKey))
+		return
+	}
+	p := g.Policy()
+	out := StatsKey{Key: key, Buckets: []StatsBucket{}}
+	var reqs []sluice.Request
+	for _, lim := range p.NamedLimits() {
+		if len(reqs) == maxSearchLimits {
+			out.Truncated = true
+			break
+		}
+		b := StatsBucket{Rule: lim.Name(), Limit: lim.Name(), Algorithm: lim.Algorithm().String(), Capacity: lim.Capacity()}
+		req := sluice.Request{Limit: lim, Key: key}
+		// The request the rule itself would make of this key (its
+		// reservation and debt bounds), asking what the next smallest
+		// request would: one token, or the whole bucket when it holds less.
+		if m, ok := p.LimitMatch(lim.Name(), key); ok {
+			req = m.Request
+			b.Rule = m.Rule.Name
+			if m.Tier != nil {
+				b.Tier = m.Tier.Name
+			}
+		} else if rule, _, err := p.FindLimit(lim.Name()); err == nil && rule != nil {
+			b.Rule = rule.Name
+		}
+		req.Cost, req.Reserve = min(1, lim.Capacity()), false
+		reqs = append(reqs, req)
+		out.Buckets = append(out.Buckets, b)
+	}
+	if len(reqs) > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), min(peekTimeout, g.opts.StoreTimeout))
+		defer cancel()
+		_, ds, err := g.lim.PeekAll(ctx, reqs...)
+		if err != nil {
+			g.storeLog.Log(g.opts.Logger, "sluice-ui-search", "", err, false)
+			out.PeekError = "the store did not answer (the error is in the server's log)"
+		} else {
+			for i, d := range ds {
+				tokens, retry := d.Tokens, ceilMillis(d.RetryAfter)
+				if d.Allowed {
+					tokens += reqs[i].Cost
+				}
+				out.Buckets[i].Tokens, out.Buckets[i].RetryAfterMs = &tokens, &retry
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -7,6 +7,7 @@ import (
 	"embed"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -35,7 +36,11 @@ import (
 //     uiSession, on restart, and when the token changes. It opens the
 //     page and /v1/stats only, never /v1/reset (which reads the bearer
 //     token alone), so a request forged from another site can do nothing
-//     with it.
+//     with it but what the page's own POSTs do: the reset button
+//     (POST /ui/reset) needs, besides the cookie, a CSRF token bound to
+//     it, which the page reads from /v1/stats (csrfToken); another site
+//     can neither read it nor send the cookie (SameSite=Strict), and a
+//     POST whose Origin is another site's is refused.
 //
 // Every value the page shows is set as text by the script (never as
 // HTML), under a Content-Security-Policy that allows only the page's own
@@ -88,9 +93,11 @@ func (g *Gate) uiRoutes() []route {
 	return []route{
 		{"GET", "/ui", "the live page: rules, hottest keys, store health; needs the admin token", g.uiEnabled(http.HandlerFunc(g.uiPage))},
 		{"POST", "/ui/login", "the live page's login form: token=<admin token>", g.uiEnabled(http.HandlerFunc(g.uiLogin))},
+		{"POST", "/ui/reset", "the live page's reset button: rule=<rule>&key=<key>, with the page's CSRF token (csrf= or X-CSRF-Token); needs the admin token", g.uiEnabled(http.HandlerFunc(g.uiReset))},
 		{"GET", "/ui/app.js", "the live page's script", static("app.js", "text/javascript; charset=utf-8")},
 		{"GET", "/ui/app.css", "the live page's style", static("app.css", "text/css; charset=utf-8")},
 		{"GET", "/v1/stats", "what the live page shows, as JSON; needs the admin token", g.uiEnabled(http.HandlerFunc(g.stats))},
+		{"GET", "/v1/stats/key", "one key's buckets under every rule, read from the store: ?key=<key>; needs the admin token", g.uiEnabled(http.HandlerFunc(g.statsKey))},
 	}
 }
 
@@ -220,16 +227,24 @@ func (g *Gate) uiPage(w http.ResponseWriter, r *http.Request) {
 // maxLoginBody bounds the login form: a token and little else.
 const maxLoginBody = 4 << 10
 
-func (g *Gate) uiLogin(w http.ResponseWriter, r *http.Request) {
-	// A login posted from another site's page (login CSRF) is refused:
-	// browsers send Origin with every POST.
+// sameOrigin reports whether r, a POST, comes from this server's own
+// pages: browsers send Origin with every POST.
+func sameOrigin(r *http.Request) bool {
 	if o := r.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)
 		if err != nil || u.Host != r.Host {
-			uiHeaders(w.Header())
-			badRequest(w, http.StatusForbidden, "the login form is accepted only from the live page itself")
-			return
+			return false
 		}
+	}
+	return true
+}
+
+func (g *Gate) uiLogin(w http.ResponseWriter, r *http.Request) {
+	// A login posted from another site's page (login CSRF) is refused.
+	if !sameOrigin(r) {
+		uiHeaders(w.Header())
+		badRequest(w, http.StatusForbidden, "the login form is accepted only from the live page itself")
+		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 	if err := r.ParseForm(); err != nil {
@@ -273,4 +288,54 @@ func (g *Gate) hashKey(key string) string {
 	m := hmac.New(sha256.New, g.ui.keys[:])
 	m.Write([]byte(key))
 	return "#" + hex.EncodeToString(m.Sum(nil)[:8])
+}
+
+// csrfToken is the CSRF token of r's session, "" without a valid one: an
+// HMAC of the session cookie, so that it lasts as long as the session
+// and a token of one session is worth nothing in another.
+func (g *Gate) csrfToken(r *http.Request) string {
+	c, err := r.Cookie(uiCookie)
+	if err != nil || !g.validSession(c.Value, g.adminToken(), time.Now()) {
+		return ""
+	}
+	m := hmac.New(sha256.New, g.ui.cookie[:])
+	m.Write([]byte("sluice-ui-csrf\x00" + c.Value))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// uiReset is the page's reset button: /v1/reset's reset of one key's
+// bucket. A browser's session cookie opens it only with the session's
+// CSRF token, as the form field csrf or the header X-CSRF-Token; a
+// bearer token (a script, which no other site can make a browser send)
+// needs none.
+func (g *Gate) uiReset(w http.ResponseWriter, r *http.Request) {
+	uiHeaders(w.Header())
+	if !sameOrigin(r) {
+		badRequest(w, http.StatusForbidden, "the reset button is accepted only from the live page itself")
+		return
+	}
+	p := g.Policy()
+	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
+	if err := r.ParseForm(); err != nil {
+		badRequest(w, http.StatusBadRequest, "the form could not be read: send rule=<rule>&key=<key> as application/x-www-form-urlencoded, at most 4 KiB")
+		return
+	}
+	if want := g.csrfToken(r); want != "" {
+		got := r.Header.Get("X-CSRF-Token")
+		if got == "" {
+			got = r.PostForm.Get("csrf")
+		}
+		if !hmac.Equal([]byte(got), []byte(want)) {
+			badRequest(w, http.StatusForbidden, "the reset needs the page's CSRF token (form field csrf or header X-CSRF-Token): reload the live page and press the button again")
+			return
+		}
+	} else if !g.admin(w, r, p) {
+		return
+	}
+	key := r.PostForm.Get("key")
+	if len(key) > maxKey {
+		badRequest(w, http.StatusBadRequest, fmt.Sprintf("key is %d bytes, at most %d", len(key), maxKey))
+		return
+	}
+	g.resetBucket(w, r, p, ResetRequest{Rule: r.PostForm.Get("rule"), Key: key})
 }

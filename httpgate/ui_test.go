@@ -300,7 +300,7 @@ func TestOpenAPIDescribesStats(t *testing.T) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
 	}
-	for path, method := range map[string]string{"/v1/stats": "get", "/ui": "get", "/ui/login": "post"} {
+	for path, method := range map[string]string{"/v1/stats": "get", "/v1/stats/key": "get", "/ui": "get", "/ui/login": "post", "/ui/reset": "post"} {
 		if _, ok := doc.Paths[path][method]; !ok {
 			t.Errorf("openapi lacks %s %s", method, path)
 		}
@@ -309,6 +309,8 @@ func TestOpenAPIDescribesStats(t *testing.T) {
 		"Stats": httpgate.Stats{}, "StatsPolicy": httpgate.StatsPolicy{}, "StatsReload": httpgate.StatsReload{},
 		"StatsStore": httpgate.StatsStore{}, "StatsRule": httpgate.StatsRule{}, "StatsLimit": httpgate.StatsLimit{},
 		"StatsHot": httpgate.StatsHot{}, "StatsRanking": httpgate.StatsRanking{}, "StatsHotKey": httpgate.StatsHotKey{},
+		"StatsRequests": httpgate.StatsRequests{}, "StatsFleet": httpgate.StatsFleet{}, "StatsProcess": httpgate.StatsProcess{},
+		"StatsKey": httpgate.StatsKey{}, "StatsBucket": httpgate.StatsBucket{},
 	} {
 		rt := reflect.TypeOf(v)
 		props := doc.Components.Schemas[schema].Properties
@@ -626,5 +628,114 @@ rules:
 	}
 	if sums["allowed"] != 1 || sums["not_charged"] != 4 || sums["rejected"] != 0 {
 		t.Errorf("live page, per-user over the window: %v, want 1 allowed, 4 not charged, 0 rejected", sums)
+	}
+}
+
+// uiCSRF reads the session's CSRF token from /v1/stats.
+func uiCSRF(t *testing.T, e *env, c *http.Cookie) string {
+	t.Helper()
+	_, body := do(t, e, "GET", "/v1/stats", "", "Cookie", "sluice_ui="+c.Value)
+	var s struct{ CSRF string }
+	if json.Unmarshal([]byte(body), &s); s.CSRF == "" {
+		t.Fatalf("/v1/stats gave the session no CSRF token: %.200s", body)
+	}
+	return s.CSRF
+}
+
+// Attack: the reset button forged. The page's reset button posts with
+// the session cookie; a POST that carries the cookie (a browser sends it
+// with a same-site request, a subdomain's page included) but not the
+// session's CSRF token, or with a wrong one, or from another origin, is
+// refused and refills nothing; with the token, as the page sends it, the
+// bucket is refilled.
+func TestAttackUIResetWithoutCSRF(t *testing.T) {
+	e, _ := newUIEnv(t, uiPolicy, adminToken)
+	for range 5 {
+		e.post("/v1/take", `{"rule":"per-user","key":"alice"}`)
+	}
+	c := login(t, e, adminToken)
+	token := uiCSRF(t, e, c)
+	form := "application/x-www-form-urlencoded"
+	for name, hdr := range map[string][]string{
+		"no token":            {"Cookie", "sluice_ui=" + c.Value, "Content-Type", form},
+		"a wrong token":       {"Cookie", "sluice_ui=" + c.Value, "Content-Type", form, "X-CSRF-Token", "x" + token},
+		"the cookie as token": {"Cookie", "sluice_ui=" + c.Value, "Content-Type", form, "X-CSRF-Token", c.Value},
+		"from another origin": {"Cookie", "sluice_ui=" + c.Value, "Content-Type", form, "X-CSRF-Token", token, "Origin", "https://evil.example"},
+	} {
+		resp, body := do(t, e, "POST", "/ui/reset", "rule=per-user&key=alice", hdr...)
+		if resp.StatusCode != 403 {
+			t.Errorf("reset with %s: %d %s", name, resp.StatusCode, body)
+		}
+	}
+	if _, m := e.post("/v1/peek", `{"rule":"per-user","key":"alice"}`); m["allowed"] != false {
+		t.Fatalf("alice's bucket was refilled by a forged reset: peek %v", m)
+	}
+	resp, body := do(t, e, "POST", "/ui/reset", "rule=per-user&key=alice&csrf="+url.QueryEscape(token), "Cookie", "sluice_ui="+c.Value, "Content-Type", form)
+	if resp.StatusCode != 200 {
+		t.Fatalf("reset with the session's token in the form: %d %s", resp.StatusCode, body)
+	}
+	if _, m := e.post("/v1/peek", `{"rule":"per-user","key":"alice"}`); m["allowed"] != true || m["remaining"] != 4.0 {
+		t.Errorf("after the reset, alice's peek: %v", m)
+	}
+	// Without a session: the bearer token, as /v1/reset.
+	resp, body = do(t, e, "POST", "/ui/reset", "rule=per-user&key=alice", "Content-Type", form)
+	if resp.StatusCode != 401 {
+		t.Errorf("reset without session or token: %d %s", resp.StatusCode, body)
+	}
+	resp, body = do(t, e, "POST", "/ui/reset", "rule=per-user&key=alice", "Content-Type", form, "Authorization", "Bearer "+adminToken)
+	if resp.StatusCode != 200 {
+		t.Errorf("reset with the bearer token: %d %s", resp.StatusCode, body)
+	}
+}
+
+// Attack: markup searched for. The search answers the key it was given
+// as JSON text, never markup a browser would run (the page sets it as
+// text), under the page's headers; and a key longer than a bucket's
+// bound is refused before the store is asked.
+func TestAttackUISearchHostileKey(t *testing.T) {
+	e, _ := newUIEnv(t, uiPolicy, adminToken)
+	const evil = `<script>alert(1)</script>"&`
+	e.post("/v1/take", `{"rule":"per-user","key":"<script>alert(1)</script>\"&"}`)
+	auth := []string{"Authorization", "Bearer " + adminToken}
+	resp, body := do(t, e, "GET", "/v1/stats/key?key="+url.QueryEscape(evil), "", auth...)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") || resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("Content-Security-Policy") == "" {
+		t.Fatalf("search: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	if strings.ContainsAny(body, "<>") {
+		t.Errorf("the answer holds markup: %s", body)
+	}
+	// Decoded generically, so that the test reads the wire format.
+	var got struct {
+		Key     string
+		Buckets []struct {
+			Rule, Limit, Tier string
+			Capacity          float64
+			Tokens            *float64
+		}
+		PeekError string `json:"peek_error"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil || got.Key != evil {
+		t.Fatalf("search: %v %+v", err, got)
+	}
+	// Every limit of the policy, the tier's included; per-user spent one.
+	found := 0
+	for _, b := range got.Buckets {
+		switch {
+		case b.Limit == "api.free" && b.Rule == "api" && b.Tier == "free":
+			found++
+		case b.Limit == "per-user" && b.Tokens != nil && *b.Tokens == 4 && b.Capacity == 5:
+			found++
+		}
+	}
+	if len(got.Buckets) != 4 || found != 2 || got.PeekError != "" {
+		t.Errorf("buckets: %+v", got)
+	}
+	resp, body = do(t, e, "GET", "/v1/stats/key?key="+strings.Repeat("k", 1025), "", auth...)
+	if resp.StatusCode != 400 || !strings.Contains(body, "at most 1024") {
+		t.Errorf("a long key: %d %s", resp.StatusCode, body)
+	}
+	resp, _ = do(t, e, "GET", "/v1/stats/key?key=alice", "")
+	if resp.StatusCode != 401 {
+		t.Errorf("search without the token: %d", resp.StatusCode)
 	}
 }

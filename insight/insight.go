@@ -15,6 +15,8 @@
 //   - the store's calls, errors and latency per second (StoreCall, which
 //     metrics.Metrics.OnStoreCall feeds), and readings of the gauges and
 //     counters the stores export (breaker state, over-limit cache hits);
+//   - the requests decided in each second (admitted, rejected), one per
+//     Enforce call whatever the number of rules it matched;
 //   - the policy's source, version and last reload.
 //
 // A Collector is a policy.ResultsObserver: policy.Enforce tells it every
@@ -74,6 +76,9 @@ type Collector struct {
 	shards [nShards]rankings
 
 	store storeSeries
+	// requests counts whole requests: outAllowed for one admitted,
+	// outRejected for one an enforce-mode rule refused.
+	requests ruleSeries
 
 	polMu  sync.Mutex
 	pol    PolicyInfo
@@ -150,11 +155,20 @@ func (c *Collector) ObserveResults(rs []policy.Result) {
 		return
 	}
 	sec := c.sec.get()
+	refused := false
 	for i := range rs {
 		r := &rs[i]
 		if r.Match.Rule != nil {
 			c.series(r.Match.Rule.Name).add(sec, outcome(r.Outcome()))
 		}
+		// Verdict.Allowed's rule: an enforce-mode decision that did not
+		// admit (a store error under on_store_error: deny included).
+		refused = refused || (!r.Shadow && !r.Decision.Allowed)
+	}
+	if refused {
+		c.requests.add(sec, outRejected)
+	} else {
+		c.requests.add(sec, outAllowed)
 	}
 	p := int64(c.opts.Period / time.Second)
 	for i := range rs {
@@ -344,6 +358,12 @@ type RuleCounts struct {
 	NotCharged []uint64
 }
 
+// RequestCounts is the requests decided in each second of a Snapshot's
+// window.
+type RequestCounts struct {
+	Admitted, Rejected []uint64
+}
+
 // Snapshot is the statistics at one moment.
 type Snapshot struct {
 	// From is the Unix second of the series' first value; the last is
@@ -354,7 +374,10 @@ type Snapshot struct {
 	// Started is when the collector started.
 	Started time.Time
 	// Rules by rule name: the rules that decided anything in the window.
-	Rules      map[string]RuleCounts
+	Rules map[string]RuleCounts
+	// Requests are the requests decided per second, each once whatever
+	// the rules it matched: admitted, or rejected by an enforce-mode rule.
+	Requests   RequestCounts
 	ByRejected Ranking
 	ByTraffic  Ranking
 	Store      StoreSeries
@@ -402,6 +425,8 @@ func (c *Collector) Snapshot(top int) Snapshot {
 		}
 	}
 	c.forget(idle, s.From)
+	s.Requests.Admitted, _ = c.requests.read(s.From, outAllowed)
+	s.Requests.Rejected, _ = c.requests.read(s.From, outRejected)
 	p := int64(c.opts.Period / time.Second)
 	since := time.Unix(sec-sec%p-p, 0) // the period before the current one
 	var rejected, traffic [nShards][2]*spaceSaving

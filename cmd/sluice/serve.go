@@ -149,6 +149,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 		defer stop()
 	}
 	defer watchPolicy(ctx, src, srv, started, file)()
+	// The live page's statistics, published to the fleet on a shared store.
+	fleetCtx, stopFleet := context.WithCancel(ctx)
+	fleetDone := make(chan struct{})
+	go func() { defer close(fleetDone); srv.Gate.RunFleet(fleetCtx) }()
+	defer func() { stopFleet(); <-fleetDone }()
 	if ready != nil {
 		ready(addrs)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testbin"
 )
 
@@ -239,4 +241,114 @@ func TestAttackUIMarkupKeyInBrowser(t *testing.T) {
 	if strings.Contains(dom, "<img") || strings.Contains(dom, "pwned</title>") || !strings.Contains(dom, "<title>sluice · live</title>") {
 		t.Errorf("the key became markup:\n%s", dom)
 	}
+}
+
+// TestUIFleetInBrowser: two processes of a fleet on one Redis, traffic
+// through each, and the page of the first opened in Chromium: it lists
+// both processes, each with its own requests, and shows the fleet's
+// totals, the key driven through the second process among the hottest,
+// and the sparklines' scales.
+func TestUIFleetInBrowser(t *testing.T) {
+	bin := testbin.Find(t, "chromium", "/usr/bin/chromium")
+	addr := redistest.Server(t)
+	t.Setenv("SLUICE_UI_TEST_ADMIN_TOKEN", uiTestToken)
+	t.Chdir(t.TempDir())
+	conf := fmt.Sprintf("store:\n  url: redis://%s/0?timeout=10s&dial_timeout=30s&write_timeout=30s\n%s", addr, uiTestPolicy)
+	if err := os.WriteFile("policy.yaml", []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p1, _ := startServe(t, "--config", "policy.yaml")
+	p2, _ := startServe(t, "--config", "policy.yaml")
+	// per-user: 10 an hour, one bucket per user in Redis, whichever
+	// process asks.
+	if n := drive(t, p1.API, "user-a", 3); n != 3 {
+		t.Errorf("user-a: %d of 3 admitted", n)
+	}
+	if n := drive(t, p2.API, "hot-user", 30); n != 10 {
+		t.Errorf("hot-user: %d of 30 admitted through the second process, want 10", n)
+	}
+	// Each process publishes its statistics once a second: wait (a
+	// bounded number of reads) until the first one's page counts all 33
+	// requests, 20 of them rejected, of both processes.
+	var st struct {
+		Requests struct{ Admitted, Rejected []int }
+		Fleet    struct {
+			Self      string
+			Processes []struct {
+				ID                 string
+				Admitted, Rejected int
+				Live               bool
+			}
+		}
+	}
+	self2 := ""
+	for i := 0; ; i++ {
+		secondEnds()
+		if self2 == "" {
+			self2 = statsOf(t, p2.API, &st).Fleet.Self
+		}
+		statsOf(t, p1.API, &st)
+		a, r := total(st.Requests.Admitted), total(st.Requests.Rejected)
+		if a == 13 && r == 20 && len(st.Fleet.Processes) == 2 {
+			break
+		}
+		if i == 60 {
+			t.Fatalf("the first process's page counts %d admitted and %d rejected requests, want 13 and 20: %+v", a, r, st.Fleet)
+		}
+	}
+	self1 := st.Fleet.Self
+	if self1 == self2 {
+		t.Fatalf("both processes are %s", self1)
+	}
+
+	dom := chromium(t, bin, p1.API, "--dump-dom")
+	if !strings.Contains(dom, `data-state="ok"`) {
+		t.Fatalf("the page's script did not draw the data:\n%s", dom)
+	}
+	for id, want := range map[string][2]int{self1: {3, 0}, self2: {10, 20}} {
+		re := regexp.MustCompile(`<tr data-process="` + regexp.QuoteMeta(id) + `" data-state="live">[\s\S]*?data-admitted="(\d+)"[\s\S]*?data-rejected="(\d+)"`)
+		m := re.FindStringSubmatch(dom)
+		if m == nil {
+			t.Errorf("the page does not list process %s as live:\n%s", id, dom)
+			continue
+		}
+		if m[1] != strconv.Itoa(want[0]) || m[2] != strconv.Itoa(want[1]) {
+			t.Errorf("process %s: %s admitted, %s rejected; want %v", id, m[1], m[2], want)
+		}
+	}
+	if !strings.Contains(dom, `data-requests="admitted" data-value="13"`) || !strings.Contains(dom, `data-requests="rejected" data-value="20"`) {
+		t.Errorf("the page does not show the fleet's 13 admitted and 20 rejected requests:\n%s", dom)
+	}
+	if !regexp.MustCompile(`<tr data-hot="rejections"><td class="key" title="hot-user">hot-user</td>`).MatchString(dom) {
+		t.Errorf("hot-user, driven through the second process, is not in the first's rejections ranking:\n%s", dom)
+	}
+	if got := ruleTotal(t, dom, "per-user", "rejected"); got != 20 {
+		t.Errorf("per-user: %d rejected on the fleet's page, want 20", got)
+	}
+	if !strings.Contains(dom, `data-axis="max"`) || !strings.Contains(dom, `data-axis="min" data-value="0">0</span>`) {
+		t.Errorf("the charts have no scales:\n%s", dom)
+	}
+}
+
+// statsOf reads /v1/stats of the server at addr into v.
+func statsOf[T any](t *testing.T, addr string, v *T) *T {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+addr+"/v1/stats", nil)
+	req.Header.Set("Authorization", "Bearer "+uiTestToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/v1/stats: %d %v", resp.StatusCode, err)
+	}
+	return v
+}
+
+func total(xs []int) (n int) {
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }

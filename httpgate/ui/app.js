@@ -75,16 +75,25 @@
     return num(Math.round(r * 1000) / 1000) + unit + ', burst ' + num(l.capacity);
   }
 
-  // chart draws series ([{values, cls}]) over the window as lines, with
-  // the largest value and the time axis labelled (as HTML: the SVG
+  // chart draws series ([{values, cls}]) over the window as lines, on
+  // axes with their scales: the value axis from 0 (bottom) to the largest
+  // value (top), the time axis from five minutes ago to now, and the
+  // series' smallest and largest values beneath (as HTML: the SVG
   // stretches to the width, and would stretch text with it).
   function chart(series, label, unit) {
     const W = 300, H = 40;
     const s = svg('svg', { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': label, preserveAspectRatio: 'none' });
-    let peak = 0;
-    for (const x of series) for (const v of x.values || []) peak = Math.max(peak, v);
+    let peak = 0, low = null;
+    for (const x of series) {
+      for (const v of x.values || []) {
+        peak = Math.max(peak, v);
+        low = low === null ? v : Math.min(low, v);
+      }
+    }
+    if (low === null) low = 0;
     const scale = peak > 0 ? peak : 1;
     s.append(svg('line', { x1: 0, x2: W, y1: H - 0.5, y2: H - 0.5, class: 'grid' }));
+    s.append(svg('line', { x1: 0, x2: W, y1: H / 2, y2: H / 2, class: 'grid' }));
     s.append(svg('line', { x1: 0, x2: W, y1: 0.5, y2: 0.5, class: 'grid' }));
     for (const x of series) {
       const vs = x.values;
@@ -97,10 +106,15 @@
     const t = svg('title', {});
     t.textContent = label;
     s.append(t);
+    const u = unit || '';
     return el('figure', { class: 'chartbox' },
-      el('div', { class: 'axis' }, el('span', {}, 'peak ' + num(peak) + (unit || ''))),
+      el('div', { class: 'yaxis' },
+        el('span', { 'data-axis': 'max', 'data-value': scale }, num(scale) + u),
+        el('span', {}, num(scale / 2)),
+        el('span', { 'data-axis': 'min', 'data-value': 0 }, '0')),
       s,
-      el('div', { class: 'axis' }, el('span', {}, '−5 min'), el('span', {}, 'now')));
+      el('div', { class: 'axis' }, el('span', {}, '−5 min'), el('span', {}, '−2.5 min'), el('span', {}, 'now')),
+      el('div', { class: 'range' }, `min ${num(low)}${u} · max ${num(peak)}${u}`));
   }
 
   function legend(items) {
@@ -112,6 +126,8 @@
   }
 
   function renderSummary(st) {
+    const req = st.requests || { admitted: [], rejected: [] };
+    const procs = (st.fleet && st.fleet.processes) || [];
     let allowed = 0, rejected = 0, nowA = 0, nowR = 0;
     for (const r of st.rules) {
       allowed += sum(r.allowed);
@@ -123,10 +139,13 @@
     const pol = st.policy;
     const reload = pol.last_reload;
     $('summary').replaceChildren(
+      tile('requests admitted, 5 min', num(sum(req.admitted)), 'allowed', { 'data-requests': 'admitted', 'data-value': sum(req.admitted) }),
+      tile('requests rejected, 5 min', num(sum(req.rejected)), 'rejected', { 'data-requests': 'rejected', 'data-value': sum(req.rejected) }),
+      tile('processes live', procs.filter((p) => p.live).length + ' of ' + procs.length, '', { 'data-processes': procs.length }),
       tile('allowed now', num(nowA) + '/s', 'allowed', { 'data-now': 'allowed' }),
       tile('rejected now', num(nowR) + '/s', 'rejected', { 'data-now': 'rejected' }),
-      tile('allowed, 5 min', num(allowed), 'allowed'),
-      tile('rejected, 5 min', num(rejected), 'rejected'),
+      tile('decisions allowed, 5 min', num(allowed), 'allowed'),
+      tile('decisions rejected, 5 min', num(rejected), 'rejected'),
       tile('store latency now', last(lat) ? last(lat).toFixed(2) + ' ms' : '–'),
       tile('circuit breaker', st.store.breaker || 'none', st.store.breaker === 'open' ? 'rejected' : ''),
       tile('policy version', pol.version || '–', 'small'),
@@ -196,6 +215,37 @@
     boundEl.textContent = `Since ${clock(rk.since)}: ${num(rk.total)} counted, ${rk.counters} counters a shard; a count is off by at most ±${num(rk.error_bound)} (at most total ÷ counters), and every key above that is listed.`;
   }
 
+  function renderFleet(st) {
+    const f = st.fleet;
+    const head = el('thead', {}, el('tr', {},
+      el('th', {}, 'process'), el('th', {}, 'state'), el('th', { class: 'num' }, 'admitted'), el('th', { class: 'num' }, 'rejected'),
+      el('th', { class: 'num' }, 'now /s'), el('th', { class: 'num' }, 'share'), el('th', { class: 'num' }, 'last seen')));
+    const body = el('tbody');
+    for (const p of f.processes) {
+      body.append(el('tr', { 'data-process': p.id, 'data-state': p.state },
+        el('td', { class: 'key', title: p.id }, p.id, p.self ? el('span', { class: 'err' }, ' (this one)') : null),
+        el('td', {}, el('span', { class: p.state }, p.state)),
+        el('td', { class: 'num', 'data-admitted': p.admitted }, num(p.admitted)),
+        el('td', { class: 'num', 'data-rejected': p.rejected }, num(p.rejected)),
+        el('td', { class: 'num' }, num(p.admitted_now + p.rejected_now)),
+        el('td', { class: 'num' }, (Math.round(p.share * 1000) / 10) + '%'),
+        el('td', { class: 'num' }, p.self ? 'now' : ms(p.age_ms) + ' ago')));
+    }
+    $('fleet').replaceChildren(
+      el('colgroup', {}, el('col', { class: 'c-proc' }), el('col'), el('col'), el('col'), el('col'), el('col'), el('col')),
+      head, body);
+    $('fleet-note').textContent = f.shared
+      ? `every process on this store, ${f.max_processes} at most; live: reported within ${f.live_s}s`
+      : 'this process alone: its store (memory) is its own';
+    const fe = $('fleet-error');
+    fe.hidden = !f.error;
+    fe.textContent = f.error || '';
+    const req = st.requests;
+    $('requests').replaceChildren(
+      chart([{ values: req.admitted, cls: 'allowed', area: true }, { values: req.rejected, cls: 'rejected' }], 'requests admitted and rejected per second, the whole fleet, last 5 minutes', '/s'),
+      legend([['allowed', 'admitted'], ['rejected', 'rejected (by an enforce-mode rule)']]));
+  }
+
   function renderStore(st) {
     const s = st.store;
     $('store-url').textContent = s.url || '';
@@ -247,10 +297,69 @@
   }
 
   let refreshes = 0;
+  let csrf = '';
+
+  // The search: the key's bucket under every rule, each with a button
+  // that refills it (POST ui/reset with the session's CSRF token).
+  async function search(key) {
+    const status = $('search-status');
+    status.textContent = 'reading…';
+    let res;
+    try {
+      const resp = await fetch('v1/stats/key?key=' + encodeURIComponent(key), { credentials: 'same-origin', cache: 'no-store', headers: { Accept: 'application/json' } });
+      res = await resp.json();
+      if (!resp.ok) {
+        status.textContent = res.detail || `answered ${resp.status}`;
+        return;
+      }
+    } catch (e) {
+      status.textContent = 'sluice did not answer';
+      return;
+    }
+    status.textContent = res.peek_error ? 'Tokens unknown: ' + res.peek_error : `${res.buckets.length} buckets of ${res.key}` + (res.truncated ? ' (the first 64 limits)' : '');
+    const body = el('tbody');
+    for (const b of res.buckets) {
+      const btn = el('button', { class: 'reset', type: 'button', 'data-reset': b.limit }, 'reset');
+      btn.addEventListener('click', () => reset(b.limit, res.key));
+      body.append(el('tr', { 'data-bucket': b.limit },
+        el('td', {}, b.limit), el('td', {}, b.algorithm),
+        el('td', { class: 'num', 'data-tokens': b.tokens === null ? '' : b.tokens }, b.tokens === null ? '–' : num(b.tokens) + ' / ' + num(b.capacity)),
+        el('td', { class: 'num' }, ms(b.retry_after_ms)),
+        el('td', { class: 'num' }, btn)));
+    }
+    $('search-result').replaceChildren(
+      el('thead', {}, el('tr', {}, el('th', {}, 'limit'), el('th', {}, 'algorithm'), el('th', { class: 'num' }, 'tokens'), el('th', { class: 'num' }, 'retry in'), el('th', { class: 'num' }, ''))),
+      body);
+  }
+
+  async function reset(limit, key) {
+    const status = $('search-status');
+    try {
+      const resp = await fetch('ui/reset', {
+        method: 'POST', credentials: 'same-origin', cache: 'no-store',
+        headers: { 'X-CSRF-Token': csrf, Accept: 'application/json' },
+        body: new URLSearchParams({ rule: limit, key }),
+      });
+      const res = await resp.json();
+      status.textContent = resp.ok ? `${limit}: the bucket of ${key} is full again` : (res.detail || `answered ${resp.status}`);
+    } catch (e) {
+      status.textContent = 'sluice did not answer';
+      return;
+    }
+    search(key);
+  }
+
+  $('search-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const key = $('search-key').value;
+    if (key) search(key);
+  });
 
   function render(st) {
     refreshes++;
+    csrf = st.csrf || '';
     renderSummary(st);
+    renderFleet(st);
     $('rules').replaceChildren(...(st.rules.length ? st.rules.map((r) => renderRule(r, (st.store.url || 'memory://').split(':')[0])) : [el('p', { class: 'empty' }, 'The policy has no rules.')]));
     renderRanking($('hot-rejections'), $('bound-rejections'), st.hot_keys.by_rejections, 'rejections');
     renderRanking($('hot-traffic'), $('bound-traffic'), st.hot_keys.by_traffic, 'decisions');

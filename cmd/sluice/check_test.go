@@ -190,3 +190,45 @@ func TestCheckNotes(t *testing.T) {
 		t.Errorf("stderr %q", errb.String())
 	}
 }
+
+// sluice check accepts the windows people bill by: a sliding window and a
+// calendar month in a time zone; an unknown zone names its line.
+func TestCheckCalendarAndSlidingWindows(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "billing.yaml")
+	if err := os.WriteFile(good, []byte(`rules:
+  - name: calls-per-month
+    limit_keys: ["header:X-Api-Key"]
+    algorithm: fixed_window
+    algorithm_config: {rate: 1000, period: month, timezone: Europe/Berlin}
+  - name: smooth-minute
+    limit_keys: ["header:X-Api-Key"]
+    algorithm: sliding_window
+    algorithm_config: {rate: 100, period: 1m}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", good}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errb.String())
+	}
+	if want := good + ": ok (2 rules)"; !strings.Contains(out.String(), want) {
+		t.Fatalf("stdout %q, want %q", out.String(), want)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte(`rules:
+  - name: calls-per-month
+    algorithm: fixed_window
+    algorithm_config: {rate: 1000, period: month, timezone: Mars/Olympus}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"check", bad}, &out, &errb); code == 0 {
+		t.Fatalf("an unknown time zone passed: %s", out.String())
+	}
+	if msg := errb.String(); !strings.Contains(msg, "bad.yaml:4") || !strings.Contains(msg, "timezone") {
+		t.Fatalf("the error does not name the line and field: %q", msg)
+	}
+}

@@ -173,8 +173,11 @@ func New(store Store) *Limiter { return NewWithOptions(store, Options{}) }
 // that returns one copies it, a large share of an in-process decision.
 type OutcomeStore interface {
 	Store
-	// TakeOutcome is Take answering in an engine.Outcome.
-	TakeOutcome(ctx context.Context, op engine.Op, r Request) (engine.Outcome, error)
+	// TakeOutcome is Take answering in an engine.Outcome, with the time
+	// the store read to decide it when that was the system clock (zero
+	// otherwise): the Limiter dates a wait from it (Decision.RetryAt)
+	// instead of reading the clock again.
+	TakeOutcome(ctx context.Context, op engine.Op, r Request) (engine.Outcome, time.Time, error)
 }
 
 // Store returns the limiter's store.
@@ -190,13 +193,16 @@ func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
 		l.advise(ctx, &d, &r, time.Time{})
 		return d, err
 	}
-	o, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r)
+	o, at, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r)
 	if err != nil {
 		return d, err
 	}
 	if o.RetryAfter > 0 {
 		d = r.Limit.Decide(o)
-		l.advise(ctx, &d, &r, time.Time{})
+		if l.clock != nil {
+			at = time.Time{} // the Limiter's own clock dates it
+		}
+		l.advise(ctx, &d, &r, at)
 		return d, nil
 	}
 	// Nothing to advise: the Decision is written where it is returned, not
@@ -213,7 +219,7 @@ func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
 		return false
 	}
 	if l.outcome != nil && lim != nil && lim.shards == nil {
-		o, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r)
+		o, _, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r)
 		return err == nil && o.Allowed
 	}
 	d, err := l.one(ctx, engine.OpTake, r)

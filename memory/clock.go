@@ -200,6 +200,13 @@ func monoNow() int64 { return atMicros(time.Since(coarse.epoch)) }
 // atMicros is the time d after the anchor, in µs since the Unix epoch.
 func atMicros(d time.Duration) int64 { return coarse.epochU + int64(d/time.Microsecond) }
 
+// wallTime is the wall-clock time of a reading us of this package's
+// clocks (coarseNow, preciseNow), for a Limiter to date a wait from the
+// reading the decision was made on, without reading the clock again.
+func wallTime(us int64) time.Time {
+	return coarse.epoch.Add(time.Duration(us-coarse.epochU) * time.Microsecond)
+}
+
 // preciseNow reads the monotonic clock. A reader that finds the coarse
 // clock more than a tick behind brings it forward, so that a ticker
 // waiting for a CPU does not let it fall far behind while the process is

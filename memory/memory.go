@@ -25,6 +25,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
@@ -313,9 +314,12 @@ func (s *Store) Supports(*sluice.Limit) error { return nil }
 
 // TakeOutcome implements sluice.OutcomeStore: Take answering in the
 // algorithm's integers, from which sluice.Limiter builds the Decision.
-func (s *Store) TakeOutcome(_ context.Context, op engine.Op, r sluice.Request) (engine.Outcome, error) {
-	o, _, err := s.decideOne(op, r, false)
-	return o, err
+func (s *Store) TakeOutcome(_ context.Context, op engine.Op, r sluice.Request) (engine.Outcome, time.Time, error) {
+	o, now, err := s.decideOne(op, r, false)
+	if err != nil || o.RetryAfter <= 0 || s.clock != nil {
+		return o, time.Time{}, err
+	}
+	return o, wallTime(now), nil
 }
 
 // decideOne applies op to r, returning the outcome and the time it was

@@ -1,20 +1,16 @@
 package httpgate_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/sluicehq/sluice/internal/lockedbuf"
+	"github.com/sluicehq/sluice/internal/proxytest"
 )
 
 // TestCaddyForwardAuth runs examples/Caddyfile in a real Caddy in front of
@@ -67,68 +63,17 @@ func TestCaddyForwardAuth(t *testing.T) {
 // address it listens on and a function that reads its logs.
 func startCaddy(t *testing.T, e *env, app *httptest.Server) (addr string, logs func() string) {
 	t.Helper()
-	bin := serverBinary(t, "caddy", "/usr/bin/caddy")
 	conf, err := os.ReadFile("../examples/Caddyfile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	addr = freePort(t)
-	cfg := string(conf)
-	for old, new := range map[string]string{
-		":8000 {":                        "http://" + addr + " {",
-		"forward_auth 127.0.0.1:8080 {":  "forward_auth " + strings.TrimPrefix(e.srv.URL, "http://") + " {",
-		"reverse_proxy 127.0.0.1:3000\n": "reverse_proxy " + strings.TrimPrefix(app.URL, "http://") + "\n",
-	} {
-		if !strings.Contains(cfg, old) {
-			t.Fatalf("examples/Caddyfile no longer contains %q", old)
-		}
-		cfg = strings.Replace(cfg, old, new, 1)
-	}
-	// Global options: no admin endpoint, no certificates, storage in dir
-	// (HOME and XDG_* below keep the autosaved config there too). The
-	// global block must come first; comments may precede it.
-	cfg = "{\n\tadmin off\n\tauto_https off\n\tstorage file_system " +
-		filepath.Join(dir, "data") + "\n}\n\n" + cfg
-	confPath := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(confPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &lockedbuf.Buffer{}
-	cmd := exec.CommandContext(ctx, bin, "run", "--config", confPath, "--adapter", "caddyfile")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
-		"HOME="+dir,
-		"XDG_CONFIG_HOME="+filepath.Join(dir, "config"),
-		"XDG_DATA_HOME="+filepath.Join(dir, "data"),
+	addr = proxytest.FreeAddr(t)
+	cfg := proxytest.Rewrite(t, "examples/Caddyfile", string(conf),
+		[2]string{":8000 {", "http://" + addr + " {"},
+		[2]string{"forward_auth 127.0.0.1:8080 {", "forward_auth " + strings.TrimPrefix(e.srv.URL, "http://") + " {"},
+		[2]string{"reverse_proxy 127.0.0.1:3000\n", "reverse_proxy " + strings.TrimPrefix(app.URL, "http://") + "\n"},
 	)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // graceful stop
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		cancel()
-		t.Fatalf("start caddy: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-exited
-	})
-	waitListening(t, "caddy", addr, func() bool {
-		select {
-		case <-exited:
-			return true
-		default:
-			return false
-		}
-	}, out.String)
-	return addr, out.String
+	return addr, proxytest.Caddy(t, cfg, addr)
 }
 
 // Attack (through a real Caddy running examples/Caddyfile): the same as

@@ -1,39 +1,16 @@
 package httpgate_test
 
 import (
-	"bytes"
-	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/sluicehq/sluice/internal/testbin"
+	"github.com/sluicehq/sluice/internal/proxytest"
 )
-
-// serverBinary finds a real server's binary (nginx, caddy): on PATH or
-// where Debian's package puts it (see testbin.Find).
-func serverBinary(t *testing.T, name, debianPath string) string {
-	t.Helper()
-	return testbin.Find(t, name, debianPath)
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // TestNginxAuthRequest runs examples/nginx.conf in a real nginx in front of
 // an upstream, with sluice's forward auth as its auth_request: a client
@@ -71,59 +48,17 @@ func TestNginxAuthRequest(t *testing.T) {
 // address it listens on and a function that reads its logs.
 func startNginx(t *testing.T, e *env, app *httptest.Server) (addr string, logs func() string) {
 	t.Helper()
-	bin := serverBinary(t, "nginx", "/usr/sbin/nginx")
 	conf, err := os.ReadFile("../examples/nginx.conf")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	addr = freePort(t)
-	cfg := string(conf)
-	for old, new := range map[string]string{
-		"127.0.0.1:8080;":        strings.TrimPrefix(e.srv.URL, "http://") + ";",
-		"127.0.0.1:3000;":        strings.TrimPrefix(app.URL, "http://") + ";",
-		"listen 127.0.0.1:8000;": "listen " + addr + ";",
-		"http {": "http {\n    access_log " + filepath.Join(dir, "access.log") + ";\n" +
-			"    client_body_temp_path " + filepath.Join(dir, "body") + ";\n" +
-			"    proxy_temp_path " + filepath.Join(dir, "proxy") + ";\n" +
-			"    fastcgi_temp_path " + filepath.Join(dir, "fastcgi") + ";\n" +
-			"    uwsgi_temp_path " + filepath.Join(dir, "uwsgi") + ";\n" +
-			"    scgi_temp_path " + filepath.Join(dir, "scgi") + ";\n",
-	} {
-		if !strings.Contains(cfg, old) {
-			t.Fatalf("examples/nginx.conf no longer contains %q", old)
-		}
-		cfg = strings.Replace(cfg, old, new, 1)
-	}
-	if os.Geteuid() == 0 {
-		cfg = "user root;\n" + cfg
-	}
-	confPath := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(confPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	errLog := filepath.Join(dir, "error.log")
-	ctx, cancel := context.WithCancel(context.Background())
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "-p", dir, "-c", confPath, "-e", errLog,
-		"-g", "daemon off; master_process on; worker_processes 1; pid "+filepath.Join(dir, "nginx.pid")+"; error_log "+errLog+" warn;")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // fast shutdown, workers included
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		cancel()
-		t.Fatalf("start nginx: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		cmd.Wait()
-	})
-	logs = func() string {
-		b, _ := os.ReadFile(errLog)
-		return out.String() + string(b)
-	}
-	waitListening(t, "nginx", addr, func() bool { return cmd.ProcessState != nil }, logs)
-	return addr, logs
+	addr = proxytest.FreeAddr(t)
+	cfg := proxytest.Rewrite(t, "examples/nginx.conf", string(conf),
+		[2]string{"127.0.0.1:8080;", strings.TrimPrefix(e.srv.URL, "http://") + ";"},
+		[2]string{"127.0.0.1:3000;", strings.TrimPrefix(app.URL, "http://") + ";"},
+		[2]string{"listen 127.0.0.1:8000;", "listen " + addr + ";"},
+	)
+	return addr, proxytest.Nginx(t, cfg, addr)
 }
 
 // wantProxiedRejection checks the third request through a real proxy in
@@ -152,27 +87,6 @@ func wantProxiedRejection(t *testing.T, e *env, resp *http.Response, body string
 	// sluice judged the original request: the client's address and path.
 	if a := e.audit.String(); !strings.Contains(a, `"path":"/orders"`) || !strings.Contains(a, `"client_ip":"127.0.0.1"`) {
 		t.Errorf("audit log %q", a)
-	}
-}
-
-// waitListening waits until a server process listens on addr, failing the
-// test with its logs if it exits or does not come up in time.
-func waitListening(t *testing.T, name, addr string, exited func() bool, logs func() string) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if exited() {
-			t.Fatalf("%s exited before listening on %s\n%s", name, addr, logs())
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not come up on %s: %v\n%s", name, addr, err, logs())
-		}
-		time.Sleep(50 * time.Millisecond) // waiting for a process to listen, not for tokens
 	}
 }
 

@@ -254,19 +254,7 @@ func TestClusterBreakerPerNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of its own")
 	}
-	redistest.Need(t, "redis-server", "")
-	redistest.Need(t, "redis-cli", "")
-	srvs, err := redistest.StartPrimaries(func() (string, error) { return t.TempDir(), nil }, 3)
-	for _, p := range srvs {
-		t.Cleanup(p.Stop)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	var addrs []string
-	for _, p := range srvs {
-		addrs = append(addrs, p.Addr())
-	}
+	srvs, addrs := redistest.Primaries(t, 3)
 	reg := prometheus.NewRegistry()
 	// A backoff no test run outlasts: an open breaker stays open, with no
 	// probe, until the test looks at it.

@@ -241,6 +241,27 @@ func StartPrimaries(mkdir func() (string, error), n int) ([]*Proc, error) {
 	return startCluster(mkdir, n, 0, "--cluster-require-full-coverage", "no")
 }
 
+// Primaries is StartPrimaries for a test: the servers stop when it ends,
+// and a missing redis-server or redis-cli skips it (fails under CI=true).
+// It returns the servers and their addresses.
+func Primaries(t testing.TB, n int) ([]*Proc, []string) {
+	t.Helper()
+	Need(t, "redis-server", "")
+	Need(t, "redis-cli", "")
+	srvs, err := StartPrimaries(func() (string, error) { return t.TempDir(), nil }, n)
+	for _, p := range srvs {
+		t.Cleanup(p.Stop)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := make([]string, len(srvs))
+	for i, p := range srvs {
+		addrs[i] = p.Addr()
+	}
+	return srvs, addrs
+}
+
 func startCluster(mkdir func() (string, error), n, replicas int, extra ...string) ([]*Proc, error) {
 	ports, err := FreePorts(2 * n)
 	if err != nil {

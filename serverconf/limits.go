@@ -49,22 +49,19 @@ const DefaultMaxConns = 10000
 // WithDefaults fills the limits left zero with DefaultServerLimits.
 func (s ServerLimits) WithDefaults() ServerLimits {
 	d := DefaultServerLimits
-	if s.ReadHeaderTimeout <= 0 {
-		s.ReadHeaderTimeout = d.ReadHeaderTimeout
-	}
-	if s.ReadTimeout <= 0 {
-		s.ReadTimeout = d.ReadTimeout
-	}
-	if s.WriteTimeout <= 0 {
-		s.WriteTimeout = d.WriteTimeout
-	}
-	if s.IdleTimeout <= 0 {
-		s.IdleTimeout = d.IdleTimeout
-	}
-	if s.MaxHeaderBytes <= 0 {
-		s.MaxHeaderBytes = d.MaxHeaderBytes
-	}
+	orDefault(&s.ReadHeaderTimeout, d.ReadHeaderTimeout)
+	orDefault(&s.ReadTimeout, d.ReadTimeout)
+	orDefault(&s.WriteTimeout, d.WriteTimeout)
+	orDefault(&s.IdleTimeout, d.IdleTimeout)
+	orDefault(&s.MaxHeaderBytes, d.MaxHeaderBytes)
 	return s
+}
+
+// orDefault sets a limit left unset (zero, or negative) to its default.
+func orDefault[T int | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // MaxShutdownDrain bounds server.shutdown_drain: a process told to stop
@@ -126,20 +123,10 @@ const DefaultGRPCMaxConns = 1024
 // policy built in code).
 func (g GRPCLimits) WithDefaults() GRPCLimits {
 	d := DefaultGRPCLimits
-	if g.MaxConcurrentStreams <= 0 {
-		g.MaxConcurrentStreams = d.MaxConcurrentStreams
-	}
-	if g.MaxRecvBytes <= 0 {
-		g.MaxRecvBytes = d.MaxRecvBytes
-	}
-	if g.MaxInFlight <= 0 {
-		g.MaxInFlight = d.MaxInFlight
-	}
-	if g.KeepaliveMinTime <= 0 {
-		g.KeepaliveMinTime = d.KeepaliveMinTime
-	}
-	if g.MaxConnectionIdle <= 0 {
-		g.MaxConnectionIdle = d.MaxConnectionIdle
-	}
+	orDefault(&g.MaxConcurrentStreams, d.MaxConcurrentStreams)
+	orDefault(&g.MaxRecvBytes, d.MaxRecvBytes)
+	orDefault(&g.MaxInFlight, d.MaxInFlight)
+	orDefault(&g.KeepaliveMinTime, d.KeepaliveMinTime)
+	orDefault(&g.MaxConnectionIdle, d.MaxConnectionIdle)
 	return g
 }

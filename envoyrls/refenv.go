@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/serverconf"
 )
 
 // Modes are the reference server's global modes, read from its
@@ -119,7 +120,12 @@ var ReferenceEnvVars = func() []EnvVar {
 		{Name: "GRPC_HOST", Treatment: Honoured, Why: "the gRPC listener's host"},
 		{Name: "GRPC_PORT", Treatment: Honoured, Why: "the gRPC listener's port"},
 		{Name: "GRPC_UDS", Treatment: Refused, Why: "sluice's gRPC listener is TCP", refuse: refuseSet("sluice serves gRPC over TCP: unset GRPC_UDS and use GRPC_HOST/GRPC_PORT")},
-		{Name: "GRPC_SERVER_USE_TLS", Treatment: Refused, Why: "true is refused: serve gRPC over TLS with a sluice config file's grpc_tls", refuse: refuseTrue("serve gRPC over TLS with the grpc_tls section of a sluice config file (--config)")},
+		{Name: "GRPC_SERVER_USE_TLS", Treatment: Honoured, Why: "true serves gRPC over TLS with GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (as a config file's grpc_tls)"},
+		{Name: "GRPC_SERVER_TLS_CERT", Treatment: Honoured, Why: "the gRPC server's certificate (chain), with GRPC_SERVER_USE_TLS=true"},
+		{Name: "GRPC_SERVER_TLS_KEY", Treatment: Honoured, Why: "the gRPC server's private key, with GRPC_SERVER_USE_TLS=true"},
+		{Name: "GRPC_CLIENT_TLS_CACERT", Treatment: Honoured, Why: "the CA client certificates must chain to: mutual TLS, with GRPC_SERVER_USE_TLS=true"},
+		{Name: "GRPC_CLIENT_TLS_SAN", Treatment: Honoured, Why: "a subject alternative name client certificates must carry, with GRPC_CLIENT_TLS_CACERT"},
+		{Name: "GRPC_SERVER_TLS_CA_CERT", Treatment: Ignored, Why: "Envoy Gateway sets it; the reference reads no such variable (its client CA is GRPC_CLIENT_TLS_CACERT), so Envoy is served over TLS without a client certificate asked for, by both"},
 		{Name: "SHADOW_MODE", Treatment: Honoured, Why: "every call is answered OK overall, its statuses as they are"},
 		{Name: "QUOTA_MODE", Treatment: Honoured, Why: "every descriptor is a quota descriptor"},
 		{Name: "LIMIT_RESPONSE_HEADERS_ENABLED", Treatment: Honoured, Why: "true sends the three headers alone, false none; unset, sluice sends its default RateLimit headers"},
@@ -132,8 +138,8 @@ var ReferenceEnvVars = func() []EnvVar {
 		{Name: "LOCAL_CACHE_SIZE_IN_BYTES", Treatment: Ignored, Why: "a cache of keys over their limit until the window ends: the answers are the same without it (the Redis store has its own over-limit shortcut)"},
 		{Name: "NEAR_LIMIT_RATIO", Treatment: Ignored, Why: "only the reference's near_limit statistic"},
 		{Name: "EXPIRATION_JITTER_MAX_SECONDS", Treatment: Ignored, Why: "only when Redis keys expire, after their window"},
-		{Name: "FORCE_START_WITHOUT_INITIAL_CONFIG", Treatment: Ignored, Why: "sluice always starts, unready until a first snapshot"},
-		{Name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Treatment: Ignored, Why: "/readyz fails until a first snapshot"},
+		{Name: "FORCE_START_WITHOUT_INITIAL_CONFIG", Treatment: Ignored, Why: "sluice always starts without waiting for a first snapshot (the reference's true); /readyz fails until one is applied"},
+		{Name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Treatment: Honoured, Why: "true: /healthcheck answers 500 until a first configuration is applied (else OK at once, as the reference's)"},
 	}
 	for _, n := range []string{"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"} {
 		vs = append(vs, EnvVar{Name: n, Treatment: Honoured, Why: "the xDS client (with CONFIG_TYPE=GRPC_XDS_SOTW)"})
@@ -143,9 +149,8 @@ var ReferenceEnvVars = func() []EnvVar {
 	vs = append(vs, ignored([]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME"}, "sluice starts without waiting for Redis; /readyz asks the store, and a failing store follows on_store_error (allow)")...)
 	vs = append(vs, ignored([]string{"REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL", "REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND_TIMEOUT", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"}, "read only with REDIS_PERSECOND=true, which is refused")...)
 	vs = append(vs, ignored([]string{"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS", "MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"}, "read only with BACKEND_TYPE=memcache, which is refused")...)
-	vs = append(vs, ignored([]string{"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"}, "read only with GRPC_SERVER_USE_TLS=true, which is refused")...)
 	vs = append(vs, ignored([]string{"GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE"}, "connection lifetime only; a sluice config file's grpc section bounds connections")...)
-	vs = append(vs, ignored([]string{"HOST", "PORT", "DEBUG_HOST", "DEBUG_PORT"}, "sluice's HTTP listener is --listen (default :8080, as PORT's); it has no debug listener")...)
+	vs = append(vs, ignored([]string{"HOST", "PORT", "DEBUG_HOST", "DEBUG_PORT"}, "sluice's HTTP listener is --listen (default :8080, as PORT's), which answers the reference's /healthcheck too; it has no debug listener")...)
 	vs = append(vs, ignored([]string{"LOG_LEVEL", "LOG_FORMAT"}, "logs only")...)
 	vs = append(vs, ignored([]string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT"}, "with CONFIG_TYPE=FILE the file is --config, reloaded when it changes")...)
 	vs = append(vs, ignored([]string{"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "USE_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "PROMETHEUS_MAPPER_YAML", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"}, "statistics only: sluice serves Prometheus metrics at /metrics on its HTTP listener")...)
@@ -218,6 +223,27 @@ type RefEnv struct {
 	Modes Modes
 	// Headers are the response header sets (policy.Settings.Headers).
 	Headers []string
+	// GRPCTLS serves gRPC over TLS (GRPC_SERVER_USE_TLS and its files),
+	// nil for plaintext.
+	GRPCTLS *serverconf.GRPCTLS
+	// HealthyOnceApplied makes /healthcheck fail until a first
+	// configuration is applied (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	HealthyOnceApplied bool
+}
+
+// Server is srv with what the environment says of the server: the store,
+// the gRPC listener's address and its TLS.
+func (e RefEnv) Server(srv serverconf.Settings) serverconf.Settings {
+	if e.StoreURL != "" {
+		srv.StoreURL = e.StoreURL
+	}
+	if e.GRPCAddr != "" {
+		srv.GRPCListen, srv.GRPCListenDerived = e.GRPCAddr, false
+	}
+	if e.GRPCTLS != nil {
+		srv.GRPCTLS = e.GRPCTLS
+	}
+	return srv
 }
 
 // ReadReferenceEnv reads the reference server's environment through
@@ -247,6 +273,16 @@ func ReadReferenceEnv(getenv func(string) string) (RefEnv, error) {
 	}
 	boolean("SHADOW_MODE", &out.Modes.Shadow)
 	boolean("QUOTA_MODE", &out.Modes.Quota)
+	boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", &out.HealthyOnceApplied)
+	var grpcTLS bool
+	boolean("GRPC_SERVER_USE_TLS", &grpcTLS)
+	if grpcTLS {
+		t, err := serverconf.LoadGRPCTLS(getenv("GRPC_SERVER_TLS_CERT"), getenv("GRPC_SERVER_TLS_KEY"), getenv("GRPC_CLIENT_TLS_CACERT"), getenv("GRPC_CLIENT_TLS_SAN"))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("GRPC_SERVER_USE_TLS=true (GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY, GRPC_CLIENT_TLS_CACERT, GRPC_CLIENT_TLS_SAN): %w", err))
+		}
+		out.GRPCTLS = t
+	}
 	var tlsOn bool
 	boolean("REDIS_TLS", &tlsOn)
 	if h, err := responseHeaders(getenv); err != nil {

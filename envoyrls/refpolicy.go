@@ -84,7 +84,7 @@ func referencePolicy(filename string, cfg *Reference) (*policy.Policy, error) {
 // policy.ParseConfig; the reference server's to ParseReferenceConfig, with
 // the default server settings but for what the reference server's
 // environment says, read through getenv (see ReadReferenceEnv: the store,
-// the gRPC address, SHADOW_MODE and QUOTA_MODE, the response headers; a
+// the gRPC address and TLS, SHADOW_MODE and QUOTA_MODE, the response headers; a
 // value sluice cannot honour is an error). So an existing deployment
 // switches by pointing Envoy at sluice.
 func Parser(getenv func(string) string) func(name string, data []byte) (*policy.Policy, serverconf.Settings, error) {
@@ -104,15 +104,7 @@ func Parser(getenv func(string) string) func(name string, data []byte) (*policy.
 		if env.Headers != nil {
 			p.Settings.Headers = env.Headers
 		}
-		s := serverconf.Default()
-		if env.StoreURL != "" {
-			s.StoreURL = env.StoreURL
-		}
-		if env.GRPCAddr != "" {
-			s.GRPCListen = env.GRPCAddr
-			s.GRPCListenDerived = false
-		}
-		return p, s, nil
+		return p, env.Server(serverconf.Default()), nil
 	}
 }
 

@@ -151,6 +151,7 @@ func (g *Gate) handler(auth, api bool) http.Handler {
 			io.WriteString(w, "ok\n")
 		})},
 		route{"GET", "/readyz", "readiness: the store answers and the server is not shutting down", http.HandlerFunc(g.ready)},
+		route{"GET", "/healthcheck", "the reference rate limit service's health check: OK unless shutting down", http.HandlerFunc(g.healthcheck)},
 	)
 	mux := serveRoutes(routes)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -299,6 +300,28 @@ func (g *Gate) Ready(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// healthcheck answers as the reference rate limit service's health check
+// does, for deployments that probe it (Envoy Gateway's): 200 "OK" while
+// serving, 500 once shutting down or while Options.Healthy refuses. It
+// asks no store: the reference's does not either, and a probe that
+// restarts the server while its store is away would only add a cold
+// start to the outage.
+func (g *Gate) healthcheck(w http.ResponseWriter, _ *http.Request) {
+	err := error(nil)
+	if g.draining.Load() {
+		err = errDraining
+	} else if g.opts.Healthy != nil {
+		err = g.opts.Healthy()
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err != nil {
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, err.Error()+"\n")
+		return
+	}
+	io.WriteString(w, "OK")
 }
 
 // decodeBody reads a JSON body into v strictly: bounded size, no unknown

@@ -248,9 +248,15 @@ func TestHealthAndReady(t *testing.T) {
 	if n := e.store.Len(); n != 0 {
 		t.Errorf("readyz left %d keys in the store", n)
 	}
+	if resp, _ := e.get("/healthcheck"); resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/plain; charset=utf-8" {
+		t.Errorf("/healthcheck: %d %v", resp.StatusCode, resp.Header)
+	}
 	e.gate.Drain()
 	if resp, _ := e.get("/readyz"); resp.StatusCode != 503 {
 		t.Errorf("draining /readyz: %d", resp.StatusCode)
+	}
+	if resp, _ := e.get("/healthcheck"); resp.StatusCode != 500 {
+		t.Errorf("draining /healthcheck: %d, want 500 as the reference's", resp.StatusCode)
 	}
 }
 

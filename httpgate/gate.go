@@ -25,6 +25,10 @@ type Options struct {
 	// error fails it with that reason (a policy source that has not
 	// delivered a policy yet, such as an xDS control plane).
 	Ready func() error
+	// Healthy, when set, is asked by /healthcheck, the reference rate
+	// limit service's health check (Envoy Gateway probes it): an error
+	// fails it with that reason.
+	Healthy func() error
 	// Metrics counts decisions and serves /metrics; nil counts nothing.
 	// A *metrics.Metrics is one (wrap the limiter's store with its
 	// InstrumentStore to time store calls).

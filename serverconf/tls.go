@@ -4,6 +4,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
 )
 
 // GRPCTLS is the grpc_tls section: the server's certificate and key, and
@@ -12,6 +16,11 @@ import (
 // directory; the files were read and checked when the policy was loaded.
 type GRPCTLS struct {
 	CertFile, KeyFile, ClientCAFile string
+	// ClientSAN, when set, is a name a client certificate must carry
+	// among its subject alternative names (DNS, URI, IP or email), on
+	// top of chaining to ClientCAFile: the reference server's
+	// GRPC_CLIENT_TLS_SAN.
+	ClientSAN string
 	// Config is ready to serve: the certificate, TLS 1.2 or later, and
 	// when ClientCAFile is set, a verified client certificate required.
 	Config *tls.Config
@@ -30,6 +39,73 @@ func NewGRPCTLS(certFile, keyFile, clientCAFile string, pair tls.Certificate, cl
 		out.Config.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return out
+}
+
+// LoadGRPCTLS reads the files of a gRPC TLS setting given outside a
+// config file (the reference server's GRPC_SERVER_TLS_* environment):
+// the server's certificate and key, the client CA ("" asks for no client
+// certificate) and a SAN a client certificate must carry ("" for any).
+// A file that cannot be read or used is an error naming it.
+func LoadGRPCTLS(certFile, keyFile, clientCAFile, clientSAN string) (*GRPCTLS, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, errors.New("gRPC over TLS needs both a certificate and a key file")
+	}
+	cert, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, err
+	}
+	key, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("%s with %s: %w", certFile, keyFile, err)
+	}
+	var pool *x509.CertPool
+	if clientCAFile != "" {
+		data, err := os.ReadFile(clientCAFile)
+		if err != nil {
+			return nil, err
+		}
+		var msg string
+		if pool, msg = CertPool(data); msg != "" {
+			return nil, fmt.Errorf("%s: %s", clientCAFile, msg)
+		}
+	}
+	if clientSAN != "" && pool == nil {
+		return nil, errors.New("a client certificate SAN to check needs a client CA: a certificate is only asked for under mutual TLS")
+	}
+	out := NewGRPCTLS(certFile, keyFile, clientCAFile, pair, pool)
+	if clientSAN != "" {
+		out.ClientSAN = clientSAN
+		out.Config.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 || !carriesSAN(cs.PeerCertificates[0], clientSAN) {
+				return fmt.Errorf("client certificate without the subject alternative name %q", clientSAN)
+			}
+			return nil
+		}
+	}
+	return out, nil
+}
+
+// carriesSAN reports whether c names san among its subject alternative
+// names, of any kind.
+func carriesSAN(c *x509.Certificate, san string) bool {
+	if slices.Contains(c.DNSNames, san) || slices.Contains(c.EmailAddresses, san) {
+		return true
+	}
+	for _, ip := range c.IPAddresses {
+		if ip.String() == san {
+			return true
+		}
+	}
+	for _, u := range c.URIs {
+		if u.String() == san {
+			return true
+		}
+	}
+	return false
 }
 
 // CertPool reads the CERTIFICATE blocks of a PEM file: the CAs that

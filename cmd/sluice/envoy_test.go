@@ -182,9 +182,9 @@ func newCA(t *testing.T, name string) *pemCA {
 	return &pemCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
 
-// issue signs a certificate for 127.0.0.1 (a server) or a client, and
-// returns it and its key as PEM.
-func (ca *pemCA) issue(t *testing.T, serial int64, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
+// issue signs a certificate for 127.0.0.1 (a server, a client or both,
+// as usage says), and returns it and its key as PEM.
+func (ca *pemCA) issue(t *testing.T, serial int64, usage ...x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -194,7 +194,7 @@ func (ca *pemCA) issue(t *testing.T, serial int64, usage x509.ExtKeyUsage) (cert
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: usage,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {

@@ -123,7 +123,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready func(list
 	}
 	defer closeSource()
 	if xc != nil {
-		src, rs.ready = xc, xc.Ready
+		src, rs.ready, rs.healthy = xc, xc.Ready, xc.Healthy
 		defer runXDS(ctx, xc, reg, log)()
 	}
 	if src != nil {
@@ -306,7 +306,7 @@ func newServer(p *policy.Policy, rs runSettings, store sluice.Store, reg *promet
 		audit = httpgate.NewAudit(f)
 	}
 	limits := rs.Server.WithDefaults()
-	gate := httpgate.New(p, lim, httpgate.Options{Ready: rs.ready, Metrics: m, Audit: audit, Logger: log, Delay: httpgate.ReserveDelay(limits.WriteTimeout), Insight: stats})
+	gate := httpgate.New(p, lim, httpgate.Options{Ready: rs.ready, Healthy: rs.healthy, Metrics: m, Audit: audit, Logger: log, Delay: httpgate.ReserveDelay(limits.WriteTimeout), Insight: stats})
 	// The deadline of /readyz's own probe.
 	m.WatchReady(gate.Ready, time.Second)
 	return &server{Gate: gate, Limiter: lim, Metrics: m, Stats: stats, Logger: log}, closeAudit, nil

@@ -24,6 +24,9 @@ type runSettings struct {
 	fromFlag map[string]bool
 	// ready, when set, is asked by /readyz (the xDS client's Ready).
 	ready func() error
+	// healthy, when set, is asked by /healthcheck (the xDS client's
+	// Healthy).
+	healthy func() error
 }
 
 // fileSettings are the settings of a config file: its server's, and its

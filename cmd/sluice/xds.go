@@ -41,16 +41,12 @@ func xdsClient(path string, srv serverconf.Settings, p *policy.Policy, getenv fu
 			if eerr != nil {
 				return nil, nil, srv, eerr
 			}
-			if env.StoreURL != "" {
-				srv.StoreURL = env.StoreURL
-			}
-			if env.GRPCAddr != "" {
-				srv.GRPCListen, srv.GRPCListenDerived = env.GRPCAddr, false
-			}
+			srv = env.Server(srv)
 			if env.Headers != nil {
 				set.Headers = env.Headers
 			}
 			cfg.Modes = env.Modes
+			cfg.HealthyOnceApplied = env.HealthyOnceApplied
 		}
 	}
 	if err != nil {

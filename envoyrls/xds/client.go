@@ -124,6 +124,15 @@ func (c *Client) Ready() error {
 	return nil
 }
 
+// Healthy is what the reference's /healthcheck asks: nil, or, with
+// HealthyOnceApplied, an error until a first snapshot is applied.
+func (c *Client) Healthy() error {
+	if c.cfg.HealthyOnceApplied && !c.Status().Applied {
+		return fmt.Errorf("no rate limit configuration from the control plane %s yet", c.cfg.Server)
+	}
+	return nil
+}
+
 // Load implements policy.Source: the snapshot applied since the last
 // Load, else nil (a forced load has nothing to reread: the control plane
 // pushes).

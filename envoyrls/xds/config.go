@@ -52,6 +52,10 @@ type Config struct {
 	// reached (the last policy it sent still serves either way); by default
 	// only the time before the first snapshot is unready.
 	UnreadyWhenLost bool
+	// HealthyOnceApplied fails the reference's /healthcheck until a first
+	// snapshot is applied (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); by
+	// default it answers OK at once, as the reference's does.
+	HealthyOnceApplied bool
 	// MaxRecvBytes bounds a response (default 16 MiB).
 	MaxRecvBytes int
 	// Modes are the reference server's global SHADOW_MODE and QUOTA_MODE

@@ -37,7 +37,7 @@ func envoyGatewayEnv(dir, xdsAddr, redisAddr string) map[string]string {
 		"LOG_LEVEL": "info", "USE_STATSD": "true", "STATSD_PORT": "9125",
 		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": xdsAddr, "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
 		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": filepath.Join(dir, "tls.crt"), "GRPC_SERVER_TLS_KEY": filepath.Join(dir, "tls.key"),
-		"GRPC_SERVER_TLS_CA_CERT": filepath.Join(dir, "ca.crt"),
+		"GRPC_SERVER_TLS_CA_CERT":        filepath.Join(dir, "ca.crt"),
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": filepath.Join(dir, "tls.crt"),
 		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY": filepath.Join(dir, "tls.key"), "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": filepath.Join(dir, "ca.crt"),
 		"FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redisAddr,

@@ -23,8 +23,15 @@ func WithTimeout(ctx context.Context, d time.Duration) (context.Context, context
 // is: a deadline cannot cut such a call short, and the timer it arms
 // costs more than the call.
 func WithStoreTimeout(ctx context.Context, s Store, d time.Duration) (context.Context, context.CancelFunc) {
-	if p, ok := s.(interface{ InProcess() bool }); ok && p.InProcess() {
+	if p, ok := s.(inProcess); ok && p.InProcess() {
 		return ctx, func() {}
 	}
 	return WithTimeout(ctx, d)
+}
+
+// inProcess is a store that can say its calls never leave the process
+// and never wait (the memory store, and wrappers that forward the
+// answer of the store they wrap).
+type inProcess interface {
+	InProcess() bool
 }

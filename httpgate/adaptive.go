@@ -119,13 +119,19 @@ func sharedValues(s sluice.Store) adaptive.Values {
 	return v
 }
 
+// wrapper is a store that wraps another (the metrics package's
+// instrumented store), which Unwrap returns.
+type wrapper interface {
+	Unwrap() sluice.Store
+}
+
 // beneath finds, beneath any wrappers of s, a store that is a T.
 func beneath[T any](s sluice.Store) (T, bool) {
 	for range 8 {
 		if v, ok := s.(T); ok {
 			return v, true
 		}
-		u, ok := s.(interface{ Unwrap() sluice.Store })
+		u, ok := s.(wrapper)
 		if !ok {
 			break
 		}

@@ -196,10 +196,23 @@ func (m *Metrics) Reloaded(ok bool) {
 	}
 }
 
+// keyCounter is a store that can count the keys it holds state for (the
+// memory store).
+type keyCounter interface {
+	Len() int
+}
+
+// inProcessStore is a store that can say its calls never leave the process
+// (the memory store), whose calls are timed without the deadline that a
+// networked store's get.
+type inProcessStore interface {
+	InProcess() bool
+}
+
 // WatchKeys exports sluice_live_keys from a store that can count its keys
 // (the memory store's Len); stores that cannot are left out.
 func (m *Metrics) WatchKeys(store sluice.Store) {
-	lener, ok := store.(interface{ Len() int })
+	lener, ok := store.(keyCounter)
 	if m == nil || !ok {
 		return
 	}
@@ -246,7 +259,7 @@ func (m *Metrics) InstrumentStore(s sluice.Store) sluice.Store {
 		return s
 	}
 	i := &instrumented{s: s, m: m}
-	if p, ok := s.(interface{ InProcess() bool }); ok {
+	if p, ok := s.(inProcessStore); ok {
 		i.inProcess = p.InProcess()
 	}
 	for op := range i.ops {

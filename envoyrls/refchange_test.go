@@ -102,3 +102,43 @@ func TestReferenceChangedLimitKeepsWindowCountRedis(t *testing.T) {
 	t.Cleanup(func() { store.Close() })
 	changedReferenceLimit(t, store, clock)
 }
+
+// TestAttackLoweredReferenceLimitStopsWindow: an operator lowers a limit
+// to stop a client that is using it up. Before windows kept their count,
+// the client kept what was left of the old limit (capped at the new one):
+// 5 a minute with 3 used, lowered to 2, still admitted 2 more, 5 in a
+// window of a limit of 2. Now the lowered limit admits none in that
+// window.
+func TestAttackLoweredReferenceLimitStopsWindow(t *testing.T) {
+	clock := sluice.NewManualClock(t0)
+	store := memory.New(memory.Options{Clock: clock})
+	var current atomic.Pointer[policy.Policy]
+	load := func(rpu int) {
+		t.Helper()
+		p, err := envoyrls.ParseReferenceConfig("config.yaml", []byte(strings.Replace(refChangeYAML, "RPU", fmt.Sprint(rpu), 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		current.Store(p)
+	}
+	load(5)
+	s := envoyrls.New(current.Load(), sluice.New(store), envoyrls.Options{Clock: clock, Source: current.Load})
+	ask := func() rlspb.RateLimitResponse_Code {
+		resp, err := s.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "abuser")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode
+	}
+	for range 3 {
+		if c := ask(); c != rlspb.RateLimitResponse_OK {
+			t.Fatalf("under 5/min: %v", c)
+		}
+	}
+	load(2)
+	for i := range 3 {
+		if c := ask(); c != rlspb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("call %d after 5/min with 3 used was lowered to 2/min: %v, want OVER_LIMIT", i+1, c)
+		}
+	}
+}

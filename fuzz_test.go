@@ -33,7 +33,7 @@ func FuzzLimitAndCost(f *testing.F) {
 			return
 		}
 		clock := sluice.NewManualClock(time.UnixMicro(1_000_000_000_000))
-		store := &mapStore{clock: clock, m: map[string]*engine.State{}, dens: map[string]int64{}}
+		store := &mapStore{clock: clock, m: map[string]*engine.State{}, dens: map[string]int64{}, caps: map[string]int64{}}
 		for i, c := range []float64{cost1, cost2, cost1, cost2} {
 			if i%2 == 1 && stepUs > -1e12 && stepUs < 1e12 {
 				clock.Advance(time.Duration(stepUs) * time.Microsecond)

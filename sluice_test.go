@@ -21,8 +21,9 @@ type mapStore struct {
 	clock sluice.Clock
 	m     map[string]*engine.State
 	// dens are the rate denominators the buckets of m were written under,
-	// for the conversion a reloaded limit's state needs.
-	dens map[string]int64
+	// and caps the capacities of its fixed windows, for the conversion a
+	// reloaded limit's state needs.
+	dens, caps map[string]int64
 }
 
 func (s *mapStore) Take(_ context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
@@ -57,6 +58,8 @@ func (s *mapStore) TakeAll(_ context.Context, op engine.Op, rs []sluice.Request,
 				present = true
 				if p := r.Limit.Params(); p.RateDen > 0 {
 					st.Tokens = engine.ConvertBucket(p, st.Tokens, s.dens[k])
+				} else if p.Algorithm == engine.FixedWindow {
+					st.Tokens = engine.ConvertWindow(p, st.Tokens, s.caps[k])
 				}
 			}
 		}
@@ -83,7 +86,8 @@ func (s *mapStore) TakeAll(_ context.Context, op engine.Op, rs []sluice.Request,
 			s.m[k] = st
 		}
 		for _, r := range rs {
-			s.dens[r.Limit.StorageKey(r.Key)] = r.Limit.Params().RateDen
+			k := r.Limit.StorageKey(r.Key)
+			s.dens[k], s.caps[k] = r.Limit.Params().RateDen, r.Limit.Params().Capacity
 		}
 	}
 	return ds, nil
@@ -115,7 +119,7 @@ func (s *mapStore) Lease(_ context.Context, op engine.Op, r sluice.Request, id e
 }
 
 func newMapStore(t *testing.T, clock sluice.Clock) sluice.Store {
-	return &mapStore{clock: clock, m: map[string]*engine.State{}, dens: map[string]int64{}}
+	return &mapStore{clock: clock, m: map[string]*engine.State{}, dens: map[string]int64{}, caps: map[string]int64{}}
 }
 
 func TestVectorsPureArithmetic(t *testing.T) { conformance.Run(t, newMapStore) }

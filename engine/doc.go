@@ -41,8 +41,12 @@
 // A take that is rejected changes nothing: the store must not write the
 // state. MaxDebt bounds a reservation's debt so that every value stays
 // below 2^52 (MaxExactScaled), the range a store computing in doubles
-// (Redis's Lua) counts exactly; ConvertBucket carries a bucket over a
-// change of rate when a limit is reloaded.
+// (Redis's Lua) counts exactly. When a limit is reloaded under the same
+// name, ConvertBucket carries a bucket over a change of rate, and
+// ConvertWindow a fixed (or calendar) window over a change of capacity,
+// keeping what the window used: a store records with each key's state the
+// rate denominator of a bucket, or the capacity of a window, it was
+// written under.
 //
 // # Atomicity
 //

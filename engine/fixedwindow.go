@@ -121,3 +121,38 @@ func RefundFixedWindow(p *Params, st WindowState, present bool, now, amount, off
 	windowOutcome(p, tokens, start, now, &o)
 	return WindowState{Tokens: tokens, Start: start}, o, present
 }
+
+// ConvertWindow carries a fixed window's tokens (a calendar window's
+// too: they share WindowState), written under a limit of capacity
+// fromCap, over to the limit of parameters p: what a store does when a
+// limit keeps its name but changes its capacity (a reload, a new xDS
+// snapshot), so that no key's window is reset by it.
+//
+// A window keeps the count of what it used, fromCap - tokens, as Envoy's
+// reference rate limit service counts hits per window and compares them
+// with the limit of the moment: what is left under p is p's capacity less
+// that count, never below zero and never above p's capacity. Raising 3 a
+// minute to 5 after 3 were used leaves 2; lowering 5 to 2 after 3 leaves
+// none (a lowered limit admits nothing more in that window, and pushes no
+// key into debt); lowering 5 to 4 after 3 leaves 1, so the window admits
+// 4 in all. A reservation's debt (tokens below zero) is kept as it is, up
+// to MaxDebt(p), the most any store counts exactly under p. The window's
+// start is unchanged and later boundaries add p's rate: the next window
+// starts from the new limit as usual.
+//
+// fromCap <= 0 is state of no known capacity (written before stores
+// recorded it, or under a capacity of zero, where every admission is a
+// reservation and nothing is counted within the capacity): its tokens are
+// kept as they are, capped at p's capacity. With fromCap equal to p's,
+// tokens are returned as they are: nothing changed.
+func ConvertWindow(p *Params, tokens, fromCap int64) int64 {
+	switch {
+	case fromCap == p.Capacity:
+		return tokens
+	case tokens < 0:
+		return max(tokens, -MaxDebt(p))
+	case fromCap <= 0:
+		return min(tokens, p.Capacity)
+	}
+	return max(0, min(tokens, fromCap)-fromCap+p.Capacity)
+}

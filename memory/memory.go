@@ -224,8 +224,9 @@ func (sh *shard) load(i int, p *engine.Params, st *engine.State) bool {
 // atomic loads so that it may run without the lock. State written under
 // another rate denominator by a limit of the same name and algorithm (a
 // reload that changed the rate, period or capacity) is converted to p's
-// (engine.ConvertBucket): a drained key stays drained. The next write
-// stores it in p's shape.
+// (engine.ConvertBucket): a drained key stays drained. A fixed window
+// written under another capacity keeps what it used in its window
+// (engine.ConvertWindow). The next write stores it in p's shape.
 func loadEntry(entries []entry, i int, p *engine.Params, st *engine.State) bool {
 	if i < 0 {
 		return false
@@ -234,6 +235,9 @@ func loadEntry(entries []entry, i int, p *engine.Params, st *engine.State) bool 
 	shape, want := atomic.LoadUint64(&e.shape), shapeOf(p)
 	st.Tokens, st.Stamp = atomic.LoadInt64(&e.tokens), atomic.LoadInt64(&e.stamp)
 	if shape == want {
+		if p.Algorithm == engine.FixedWindow {
+			st.Tokens = engine.ConvertWindow(p, st.Tokens, atomic.LoadInt64(&e.limit))
+		}
 		return true
 	}
 	if shape&0xff != want&0xff { // another algorithm: state of another kind
@@ -554,9 +558,12 @@ func (sh *shard) store(i int, h, check uint64, st *engine.State, o engine.Outcom
 		// Atomic stores are full barriers on amd64: write only what changes.
 		atomic.StoreInt64(&e.tokens, st.Tokens)
 		atomic.StoreInt64(&e.stamp, st.Stamp)
+		if p.Algorithm == engine.FixedWindow && e.limit != p.Capacity {
+			atomic.StoreInt64(&e.limit, p.Capacity)
+		}
 		e.fullAt, e.prev = full, st.Prev
 	} else {
-		e.set(&entry{h: h, check: check, tokens: st.Tokens, stamp: st.Stamp, shape: shape, fullAt: full, prev: st.Prev})
+		e.set(&entry{h: h, check: check, tokens: st.Tokens, stamp: st.Stamp, shape: shape, fullAt: full, prev: st.Prev, limit: p.Capacity})
 	}
 	if full < sh.floor { // an entry the eviction index must know of (see evict.go)
 		sh.note(candidate{fullAt: full, h: h, check: check})

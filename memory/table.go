@@ -18,7 +18,8 @@ import (
 //
 // Decisions that change nothing (rejections, peeks) read entries without
 // the shard's lock (see shard.seq), so the fields such a reader reads (h,
-// check, tokens, stamp, shape) are read and written with atomic operations.
+// check, tokens, stamp, shape, limit) are read and written with atomic
+// operations.
 type entry struct {
 	h      uint64 // 0 marks an empty entry
 	check  uint64
@@ -27,7 +28,9 @@ type entry struct {
 	shape  uint64 // the limit's RateDen<<8 | Algorithm: the units tokens are in
 	fullAt int64  // when the state becomes equivalent to absent (µs)
 	prev   int64  // engine.State.Prev: a sliding window's previous count
-	_      uint64
+	// limit is the capacity a fixed (or calendar) window's tokens were
+	// counted under (engine.ConvertWindow); unused by other algorithms.
+	limit int64
 }
 
 func shapeOf(p *engine.Params) uint64 { return uint64(p.RateDen)<<8 | uint64(p.Algorithm) }
@@ -39,6 +42,7 @@ func (e *entry) set(x *entry) {
 	atomic.StoreInt64(&e.tokens, x.tokens)
 	atomic.StoreInt64(&e.stamp, x.stamp)
 	atomic.StoreUint64(&e.shape, x.shape)
+	atomic.StoreInt64(&e.limit, x.limit)
 	e.fullAt, e.prev = x.fullAt, x.prev
 }
 

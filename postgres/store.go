@@ -140,22 +140,56 @@ const stepArgs = `$5::bigint, %s, $6::bigint, $3::bigint, $7::bigint, $8::bigint
 // same parameter numbering ($5 is the amount to give back).
 const refundArgs = `$5::bigint, $6::bigint, $3::bigint, $7::bigint, $8::bigint, $9::bigint, $10::bigint`
 
+// The den column records the unit a row's state was written in (unit):
+// a token bucket's rate denominator, a fixed or calendar window's
+// capacity. Rows of fixed windows written before the capacity was
+// recorded have 0 there, which engine.ConvertWindow keeps as they are.
+
 // convertSQL is row t's tokens in the units of the request's limit:
 // engine.ConvertBucket for a token bucket written under another rate
 // denominator than $3 (a limit reloaded with another rate, period or
-// capacity keeps its buckets), t.a as it is otherwise. Whole micro-tokens,
-// floored, at most the capacity $7, and a debt of at most engine.MaxDebt
-// (the range below 2^52, or 2^62 for a capacity beyond it).
-const convertSQL = `CASE WHEN t.den = $3::bigint OR t.den <= 0 OR $3::bigint <= 0 THEN t.a
+// capacity keeps its buckets), engine.ConvertWindow for a fixed window
+// written under another capacity than $3 (fixedConvertSQL), t.a as it is
+// otherwise. A bucket keeps whole micro-tokens, floored, at most the
+// capacity $7, and a debt of at most engine.MaxDebt (the range below 2^52,
+// or 2^62 for a capacity beyond it).
+var convertSQL = `CASE WHEN t.den = $3::bigint THEN t.a
+    WHEN $2::smallint = 1 THEN ` + fixedConvertSQL + `
+    WHEN t.den <= 0 OR $3::bigint <= 0 THEN t.a
     ELSE greatest(least(floor(t.a::numeric / t.den)::bigint, $7::bigint),
         -greatest(0, (CASE WHEN $7::bigint > 4503599627370495 / $3::bigint THEN 4611686018427387903 ELSE 4503599627370495 END) / $3::bigint - $7::bigint))
         * $3::bigint END`
 
-// convertedSQL is whether row t was converted from another rate
-// denominator: a take then writes it, admitted or not, converted but not
-// refilled (the state it was, in the new units), so that its full_at,
-// when housekeeping may delete it as a full bucket, is the new limit's.
-const convertedSQL = `(t.alg = EXCLUDED.alg AND t.den <> EXCLUDED.den)`
+// fixedConvertSQL is engine.ConvertWindow of row t, written under
+// capacity t.den, for the fixed window of capacity $7, rate $8 per period
+// $9: a debt kept up to engine.MaxDebt (maxDebtSQL), a row of no recorded
+// capacity at most $7, else $7 less what the window used, at least zero.
+var fixedConvertSQL = `CASE WHEN t.a < 0 THEN greatest(t.a, -` + fixedMaxDebtSQL + `)
+        WHEN t.den <= 0 THEN least(t.a, $7::bigint)
+        ELSE greatest(0, least(t.a, t.den) - t.den + $7::bigint) END`
+
+// fixedMaxDebtSQL is engine.MaxDebt of the fixed window of capacity $7,
+// rate $8 per period $9: the most debt whose payment ends within 2^52
+// (or, for a capacity beyond that, 2^62).
+var fixedMaxDebtSQL = `greatest(0, (CASE WHEN $7::bigint > ` + mostSQL(1<<52) + ` THEN ` + mostSQL(1<<62) + ` ELSE ` + mostSQL(1<<52) + ` END) - $7::bigint)`
+
+// mostSQL is the inner bound of engine.MaxDebt for a fixed window: the
+// tokens whose payment ends within hi microseconds.
+func mostSQL(hi int64) string {
+	w := fmt.Sprintf("(%d / $9::bigint - 1)", hi-1)
+	return fmt.Sprintf("(CASE WHEN %s <= 0 THEN 0 ELSE least(%d, %s::numeric * $8::bigint)::bigint END)", w, hi-1, w)
+}
+
+// convertedSQL is whether row t is a token bucket converted from another
+// rate denominator: a take then writes it, admitted or not, converted but
+// not refilled (the state it was, in the new units), so that its full_at,
+// when housekeeping may delete it as a full bucket, is the new limit's. A
+// fixed window is converted as it is read and written only when a take is
+// admitted (engine.ConvertWindow's rule): a limit lowered and raised back
+// before any write finds the count it had. Its full_at, the old limit's
+// time to full, is the new one's unless the window's rate changed too:
+// what the window used, and so the wait for it to come back, is kept.
+const convertedSQL = `(t.alg = EXCLUDED.alg AND t.den <> EXCLUDED.den AND EXCLUDED.alg <> 1)`
 
 var (
 	takeSQL = `INSERT INTO sluice_buckets AS t
@@ -354,9 +388,20 @@ func (s *Store) args(r sluice.Request, ch engine.Charge, now any) []any {
 		}
 	}
 	return []any{
-		[]byte(s.opts.KeyPrefix + r.Limit.StorageKey(r.Key)), int16(p.Algorithm), p.RateDen, now,
+		[]byte(s.opts.KeyPrefix + r.Limit.StorageKey(r.Key)), int16(p.Algorithm), unit(p), now,
 		ch.Cost, p.RateNum, p.Capacity, p.WindowRate, p.Period, off, ch.Reserve, ch.MaxReserved,
 	}
+}
+
+// unit is what a row written for a limit of parameters p records in its
+// den column ($3): the rate denominator of a token bucket, the capacity
+// of a fixed or calendar window (so that a reload that changes either is
+// converted: convertSQL), zero for the rest.
+func unit(p *engine.Params) int64 {
+	if p.Algorithm == engine.FixedWindow {
+		return p.Capacity
+	}
+	return p.RateDen
 }
 
 // opSQL returns the statement of op and how many of the parameters that

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,5 +47,35 @@ func TestAttackReloadSlowerRateKeepsDrainedKey(t *testing.T) {
 	d, err := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: slower, Key: "u"})
 	if err != nil || d.Tokens > 61.0/6 {
 		t.Fatalf("61 s after the drain at 10/min: %+v (%v), want at most 10.17 tokens", d, err)
+	}
+}
+
+// A fixed window's row written before the store recorded the capacity in
+// its den column (0 there) keeps working, taken as counted under the
+// current limit; the next write records the capacity.
+func TestFixedWindowRowWithoutCapacity(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(1000 * 1_000_000))
+	s := newStoreOpts(t, postgres.Options{Clock: clock})
+	ctx := context.Background()
+	start := time.Duration(0)
+	lim := sluice.MustLimit(sluice.Spec{Name: fmt.Sprintf("legacy-fw-%d", time.Now().UnixNano()), Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Minute, Start: &start})
+	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
+		t.Fatalf("first take: %+v (%v)", d, err)
+	}
+	key := []byte(lim.StorageKey("k"))
+	// As an older version wrote it: no capacity, 1 token left.
+	tag, err := s.Pool().Exec(ctx, `UPDATE sluice_buckets SET den = 0, a = 1000000 WHERE position($1::bytea in key) > 0`, key)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("update: %v (%d rows)", err, tag.RowsAffected())
+	}
+	for i, want := range []bool{true, false} {
+		d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		if err != nil || d.Allowed != want || d.Remaining != 0 {
+			t.Fatalf("take %d: %+v (%v), want allowed %v with none left", i+1, d, err, want)
+		}
+	}
+	var den int64
+	if err := s.Pool().QueryRow(ctx, `SELECT den FROM sluice_buckets WHERE position($1::bytea in key) > 0`, key).Scan(&den); err != nil || den != 5_000_000 {
+		t.Fatalf("den after a write: %d (%v), want the capacity, 5000000", den, err)
 	}
 }

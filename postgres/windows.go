@@ -10,11 +10,21 @@ import (
 
 // Sliding windows and calendar windows run sluice_window_step (migration
 // 0010), a port of package engine's functions, with statements of their
-// own: $1 key, $2 algorithm, $3 rate denominator (0), $4 the test clock's
-// time or NULL, $5 cost, $6 capacity, $7 period, $8 a calendar window's
-// five bounds (engine.Windows, computed here, where the time-zone
-// database is) or NULL.
+// own: $1 key, $2 algorithm, $3 the unit the row records (unit: a
+// calendar window's capacity, 0 for a sliding window), $4 the test
+// clock's time or NULL, $5 cost, $6 capacity, $7 period, $8 a calendar
+// window's five bounds (engine.Windows, computed here, where the
+// time-zone database is) or NULL.
 const windowStep = `$5::bigint, %s, $6::bigint, $7::bigint, $8::bigint[]`
+
+// calendarConvertSQL is row t's a for the request's limit:
+// engine.ConvertWindow for a calendar window written under another
+// capacity than $3, which keeps what the window used (a calendar window
+// holds no debt); t.a as it is otherwise. As for a fixed window
+// (convertedSQL), the row is written only by an admitted take or a refund.
+const calendarConvertSQL = `CASE WHEN t.den = $3::bigint OR $2::smallint <> 1 OR t.a < 0 THEN t.a
+        WHEN t.den <= 0 THEN least(t.a, $6::bigint)
+        ELSE greatest(0, least(t.a, t.den) - t.den + $6::bigint) END`
 
 var (
 	takeWindowSQL = `INSERT INTO sluice_buckets AS t
@@ -34,7 +44,7 @@ ON CONFLICT (key) DO UPDATE SET
         CASE WHEN s.write THEN s.log_cost ELSE t.log_cost END,
         CASE WHEN s.write THEN EXCLUDED.at + s.reset ELSE t.full_at END,
         EXCLUDED.at, s.allowed, s.tokens, s.retry, s.reset
-    FROM sluice_window_step(t.alg = EXCLUDED.alg, EXCLUDED.alg, t.a, t.b, t.log_cost, EXCLUDED.at, ` + fmt.Sprintf(windowStep, "true, false") + `) s)
+    FROM sluice_window_step(t.alg = EXCLUDED.alg, EXCLUDED.alg, ` + calendarConvertSQL + `, t.b, t.log_cost, EXCLUDED.at, ` + fmt.Sprintf(windowStep, "true, false") + `) s)
 RETURNING o_allowed, o_tokens, o_retry, o_reset`
 
 	refundWindowSQL = `WITH c AS MATERIALIZED (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now),
@@ -42,7 +52,7 @@ u AS (
     UPDATE sluice_buckets AS t SET
         (den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset) = (
         SELECT $3::bigint, s.a, s.b, s.log_at, s.log_cost, c.now + s.reset, c.now, s.allowed, s.tokens, s.retry, s.reset
-        FROM c CROSS JOIN LATERAL sluice_window_step(true, t.alg, t.a, t.b, t.log_cost, c.now, ` + fmt.Sprintf(windowStep, "true, true") + `) s)
+        FROM c CROSS JOIN LATERAL sluice_window_step(true, t.alg, ` + calendarConvertSQL + `, t.b, t.log_cost, c.now, ` + fmt.Sprintf(windowStep, "true, true") + `) s)
     WHERE t.key = $1::bytea AND t.alg = $2::smallint
     RETURNING t.o_allowed, t.o_tokens, t.o_retry, t.o_reset)
 SELECT o_allowed, o_tokens, o_retry, o_reset FROM u
@@ -51,13 +61,11 @@ SELECT s.allowed, s.tokens, s.retry, s.reset
 FROM c CROSS JOIN LATERAL sluice_window_step(false, $2::smallint, 0, 0, NULL, c.now, ` + fmt.Sprintf(windowStep, "true, true") + `) s
 WHERE NOT EXISTS (SELECT FROM u)`
 
-	// peekWindowSQL names $3 (always 0) only so that every statement
-	// takes the same parameters.
 	peekWindowSQL = `SELECT s.allowed, s.tokens, s.retry, s.reset
 FROM (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now) c
-LEFT JOIN sluice_buckets t ON t.key = $1::bytea AND $3::bigint = 0
+LEFT JOIN sluice_buckets t ON t.key = $1::bytea
 CROSS JOIN LATERAL sluice_window_step(coalesce(t.alg = $2::smallint, false), $2::smallint,
-    t.a, t.b, t.log_cost, c.now, ` + fmt.Sprintf(windowStep, "false, false") + `) s`
+    ` + calendarConvertSQL + `, t.b, t.log_cost, c.now, ` + fmt.Sprintf(windowStep, "false, false") + `) s`
 )
 
 // windowArgs are the statement parameters of a request to a sliding or
@@ -74,7 +82,7 @@ func (s *Store) windowArgs(r sluice.Request, ch engine.Charge, now any) []any {
 		bounds = b[:]
 	}
 	return []any{
-		[]byte(s.opts.KeyPrefix + r.Limit.StorageKey(r.Key)), int16(p.Algorithm), p.RateDen, now,
+		[]byte(s.opts.KeyPrefix + r.Limit.StorageKey(r.Key)), int16(p.Algorithm), unit(p), now,
 		ch.Cost, p.Capacity, p.Period, bounds,
 	}
 }

@@ -2,8 +2,10 @@ package redis_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -225,6 +227,38 @@ func TestForeignValueAtKey(t *testing.T) {
 	}
 	if !ds[0].Allowed || ds[0].Remaining != 2 || !ds[1].Allowed || ds[1].Remaining != 2 {
 		t.Fatalf("want full buckets charged once, got %+v", ds)
+	}
+}
+
+// A fixed window's state written before the store recorded the capacity
+// with it (16 bytes: tokens and window start) keeps working, taken as
+// counted under the current limit; the next write records the capacity.
+func TestFixedWindowStateWithoutCapacity(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(1000 * 1_000_000))
+	s := open(t, standaloneURL(t), redis.Options{NoOverLimitCache: true, Clock: clock})
+	ctx := context.Background()
+	start := time.Duration(0)
+	lim := uniqueLimit(t, sluice.Spec{Name: "legacy-fw", Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Minute, Start: &start})
+	key := lim.StorageKey("k")
+	var old [16]byte
+	binary.LittleEndian.PutUint64(old[:8], math.Float64bits(1_000_000))     // 1 token left
+	binary.LittleEndian.PutUint64(old[8:], math.Float64bits(960*1_000_000)) // in the window from 960 s
+	c := s.Client()
+	if err := c.Do(ctx, c.B().Set().Key(key).Value(string(old[:])).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		if err != nil || d.Allowed != want || d.Remaining != 0 {
+			t.Fatalf("take %d: %+v (%v), want allowed %v with none left", i+1, d, err, want)
+		}
+	}
+	raw, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+	if err != nil || len(raw) != 24 {
+		t.Fatalf("state after a write: %d bytes (%v), want 24 (the capacity recorded)", len(raw), err)
+	}
+	if got := math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw[16:]))); got != 5_000_000 {
+		t.Fatalf("recorded capacity %v, want 5000000", got)
 	}
 }
 

@@ -105,11 +105,31 @@ class FixedWindow:
         self.offset = offset
         self.state = None
 
+    def read(self):
+        """The stored window as this limit counts it: a window written under
+        another capacity (a reload) keeps what it used in it, the old
+        capacity less its tokens, and has the new capacity less that left,
+        at least zero; a debt stays (up to this limit's debt bound); a
+        window of no known capacity (zero) keeps its tokens. A read does
+        not store: only a write records this limit's capacity, so that a
+        limit lowered and raised back before any write finds the count it
+        had."""
+        tokens, start, cap = self.state
+        if cap != self.cap:
+            if tokens < 0:
+                tokens = max(tokens, -self.bound)
+            elif cap <= 0:
+                tokens = min(tokens, self.cap)
+            else:
+                used = cap - min(tokens, cap)
+                tokens = max(0, self.cap - used)
+        return tokens, start
+
     def step(self, now, cost, reserve, max_res, take):
         if self.state is None:
             tokens, start = self.cap, now - (now - self.offset) % self.p
         else:
-            tokens, start = self.state
+            tokens, start = self.read()
             if now - start >= self.p:
                 k = (now - start) // self.p
                 start += k * self.p
@@ -131,20 +151,20 @@ class FixedWindow:
         out["reset_after_us"] = start + ceil(F(self.cap - tokens, self.rate)) * self.p - now if tokens < self.cap else 0
         out["tokens"] = tokens
         if take and out["allowed"]:
-            self.state = (tokens, start)
+            self.state = (tokens, start, self.cap)
         return out
 
 
 def fw_refund(self, now, amount):
     if self.state is None:
         return dict(allowed=True, retry_after_us=0, reset_after_us=0, tokens=self.cap)
-    tokens, start = self.state
+    tokens, start = self.read()
     if now - start >= self.p:
         k = (now - start) // self.p
         start += k * self.p
         tokens = min(self.cap, tokens + k * self.rate)
     tokens = min(self.cap, tokens + amount)
-    self.state = (tokens, start)
+    self.state = (tokens, start, self.cap)
     reset = start + ceil(F(self.cap - tokens, self.rate)) * self.p - now if tokens < self.cap else 0
     return dict(allowed=True, retry_after_us=0, reset_after_us=reset, tokens=tokens)
 
@@ -357,6 +377,9 @@ class CalendarWindow:
 
     def step(self, now, cost, reserve, max_res, take):
         n, e = self.count(now)
+        # A window that counted more than a lowered capacity has none
+        # left; it holds no debt.
+        n = min(n, self.cap)
         out = dict(allowed=False, retry_after_us=0)
         if n + cost <= self.cap:
             out["allowed"] = True
@@ -371,6 +394,14 @@ class CalendarWindow:
 
     def refund(self, now, amount):
         s, e = self.win(now)
+        # A refund is written: what a lowered capacity left uncounted goes
+        # first (newest first), then amount.
+        over = self.count(now)[0] - self.cap
+        for ev in reversed(self.events):
+            if s <= ev[0] and over > 0:
+                back = min(over, ev[1])
+                ev[1] -= back
+                over -= back
         for ev in reversed(self.events):
             if s <= ev[0] and amount > 0:
                 back = min(amount, ev[1])
@@ -413,11 +444,13 @@ def engine(limit, key):
 
 def reload(old, limit, key):
     """The engine of limit (a reload of the same name), carrying old's
-    state: tokens as an absolute amount, capped at the new capacity. A
-    bucket whose rate denominator changes keeps whole micro-tokens (the
-    floor: stores keep tokens in units of 1/(1e6*den)) and a debt of at
-    most the new debt bound; a fixed window keeps its window and what is
-    left in it; logs and leases are kept as they are."""
+    state. A bucket keeps its tokens as an absolute amount, capped at the
+    new capacity; one whose rate denominator changes keeps whole
+    micro-tokens (the floor: stores keep tokens in units of 1/(1e6*den))
+    and a debt of at most the new debt bound. A fixed window keeps its
+    window and the capacity it was written under, and counts what it used
+    in it against the new capacity (FixedWindow.read); calendar windows,
+    logs and leases keep their requests as they are."""
     eng = engine(limit, key)
     if type(eng) is not type(old) or getattr(old, "state", True) is None:
         return eng
@@ -427,8 +460,7 @@ def reload(old, limit, key):
             tokens = max(F(math.floor(tokens)), F(-eng.bound))
         eng.state = (min(tokens, F(eng.cap)), stamp)
     elif isinstance(eng, FixedWindow):
-        tokens, start = old.state
-        eng.state = (min(tokens, eng.cap), start)
+        eng.state = old.state
     elif isinstance(eng, SlidingLog):
         eng.log = list(old.log)
     elif isinstance(eng, (SlidingWindow, CalendarWindow)):
@@ -694,7 +726,8 @@ cases.append(dict(name="fw_unbounded_reserve_range", key="k",
 
 # Reloads: a step with "limit" replaces the case's limit, under the same
 # name, from that step on. The key's state is carried over (see reload):
-# tokens absolute, capped at the new capacity, never refilled by a raise.
+# a bucket's tokens absolute, capped at the new capacity, never refilled
+# by a raise; a fixed window's count of what it used.
 PU30 = dict(algorithm="token_bucket", rate=30, period_us=M)
 PU20 = dict(algorithm="token_bucket", rate=20, period_us=M)
 cases.append(dict(name="tb_reload_keeps_drained", key="user-1",
@@ -732,11 +765,42 @@ cases.append(dict(name="lb_reload_queue_kept", key="k",
                   steps=[at(0)] * 5 + [at(0, limit=dict(algorithm="leaky_bucket", rate=4, period_us=3 * S, max_delay_us=6 * S)), at(0), at(100_000, op="peek")]))
 FW3 = dict(algorithm="fixed_window", rate=3, period_us=M, start_us=0)
 cases.append(dict(name="fw_reload_window_kept", key="k",
-                  note="3/min used up, raised to 5/min: nothing more until the next window, which brings 5; lowered to 2 with 4 left: 2; a shorter period counts its windows from the one in use",
+                  note="3/min used up, raised to 5/min: 2 more in the window (one taken); the next window brings 5; lowered to 2 with 1 of 5 used: 1 left; a shorter period counts its windows from the one in use",
                   limit=FW3,
                   steps=[at(0, cost=3), at(10 * S, limit=dict(FW3, rate=5)), at(M), at(M, op="peek"),
                          at(M + S, op="peek", limit=dict(FW3, rate=2)), at(M + S, cost=2), at(M + S),
                          at(M + 25 * S, op="peek", limit=dict(FW3, rate=2, period_us=10 * S)), at(M + 35 * S, op="peek")]))
+FW5 = dict(FW3, rate=5)
+cases.append(dict(name="fw_reload_raise_admits_difference", key="k",
+                  note="3/min used up, raised to 5/min 10 s into the window: exactly 2 more in it, then nothing until the next window, which brings 5",
+                  limit=FW3,
+                  steps=[at(0, cost=3), at(S), at(10 * S, op="peek", limit=FW5), at(10 * S), at(20 * S), at(30 * S),
+                         at(59 * S, op="peek"), at(M, op="peek", cost=5), at(M, cost=5), at(M)]))
+cases.append(dict(name="fw_reload_lower_admits_none", key="k",
+                  note="5/min with 3 used, lowered to 2/min: none more in the window (never below zero); raised back to 5 before any write: the 2 left of the 3 used; lowered to 4: 1 more; the next window brings 4",
+                  limit=FW5,
+                  steps=[at(0, cost=3), at(S, limit=dict(FW3, rate=2)), at(2 * S, op="peek"),
+                         at(4 * S, op="peek", limit=FW5), at(5 * S, op="peek", cost=2),
+                         at(6 * S, limit=dict(FW3, rate=4)), at(7 * S), at(7 * S, op="peek"),
+                         at(M, op="peek", cost=4), at(M, cost=4), at(M)]))
+cases.append(dict(name="fw_reload_lower_then_refund", key="k",
+                  note="5/min with 4 used, lowered to 2/min: none left; a refund of 1 is written under the new limit, from none: 1 left (1 used), and raised back to 5 that count stays: 4 left",
+                  limit=FW5,
+                  steps=[at(0, cost=4), at(S, op="peek", limit=dict(FW3, rate=2)), at(2 * S, op="refund", cost=1),
+                         at(3 * S, op="peek"), at(4 * S, op="peek", cost=3, limit=FW5), at(5 * S, cost=3), at(6 * S)]))
+cases.append(dict(name="fw_reload_across_boundary", key="k",
+                  note="3/min used up in the window [0, 1min), raised to 5/min in the next: that window starts from 5; 2/min used up, lowered to 1 at the boundary: 1",
+                  limit=FW3,
+                  steps=[at(0, cost=3), at(M + S, op="peek", cost=5, limit=FW5), at(M + S, cost=5), at(M + 2 * S),
+                         at(2 * M, cost=2, limit=dict(FW3, rate=2)), at(3 * M, op="peek", limit=dict(FW3, rate=1)),
+                         at(3 * M), at(3 * M)]))
+cases.append(dict(name="fw_reload_debt_kept", key="k",
+                  note="3/min used up and 2 reserved (a debt of 2): raised to 5/min the debt stays, nothing left in the window, the next window pays it and leaves 3; lowered to 2 with a debt of 1: still 1 owed, the next window leaves 1",
+                  limit=dict(FW3, max_reserved=5),
+                  steps=[at(0, cost=3), at(0, cost=2, reserve=True), at(S, op="peek", limit=dict(FW5, max_reserved=5)),
+                         at(2 * S), at(M, op="peek", cost=3), at(M, op="peek", cost=4),
+                         at(M, cost=4, reserve=True), at(M + S, op="peek", limit=dict(FW3, rate=2, max_reserved=5)),
+                         at(2 * M, op="peek"), at(2 * M), at(2 * M)]))
 cases.append(dict(name="sl_reload_log_kept", key="k",
                   note="5/min with 4 in the log, lowered to 3/min: rejected until entries leave the window; raised to 10/min: 6 more",
                   limit=dict(algorithm="sliding_log", rate=5, period_us=M),
@@ -862,6 +926,14 @@ cases.append(dict(name="fw_calendar_year_end_utc", key="k",
                   limit=dict(algorithm="fixed_window", rate=3, calendar="year"),
                   steps=[at(local("UTC", 2024, 1, 1), cost=3), at(local("UTC", 2024, 12, 31, 23, 59, 59, 999_999)),
                          at(local("UTC", 2025, 1, 1), cost=3), at(local("UTC", 2025, 6, 1), op="peek")]))
+CD3 = dict(algorithm="fixed_window", rate=3, calendar="day")
+cases.append(dict(name="fw_calendar_reload_keeps_count", key="k",
+                  note="3 per calendar day used up, raised to 5: 2 more that day; lowered to 4: none left (5 used); the next day brings 4",
+                  limit=CD3,
+                  steps=[at(local("UTC", 2024, 5, 1, 8), cost=3), at(local("UTC", 2024, 5, 1, 9), limit=dict(CD3, rate=5)),
+                         at(local("UTC", 2024, 5, 1, 10)), at(local("UTC", 2024, 5, 1, 11)),
+                         at(local("UTC", 2024, 5, 1, 12), op="peek", limit=dict(CD3, rate=4)), at(local("UTC", 2024, 5, 1, 13)),
+                         at(local("UTC", 2024, 5, 2), op="peek", cost=4), at(local("UTC", 2024, 5, 2), cost=4)]))
 cases.append(dict(name="sw_calendar_day_dst_sydney", key="k",
                   note="sliding over calendar days in Sydney: 2024-04-07 is 25 hours long, 2024-10-06 23; the previous day's count weighs by the share of today still to come",
                   limit=dict(algorithm="sliding_window", rate=24, calendar="day", timezone=SYD),

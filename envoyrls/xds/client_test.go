@@ -322,6 +322,56 @@ func TestXDSEnvoyGatewaySnapshotsRedis(t *testing.T) {
 	ruleset(t, store, clock)
 }
 
+// changedLimit: a snapshot that changes a limit's requests_per_unit
+// under the same descriptors keeps the window's count, as the reference
+// counts hits per window and compares them with the limit of the moment:
+// 3/min used up, raised to 5/min, admits exactly 2 more in the window;
+// 5/min with 3 used, lowered to 2/min, admits none; the next window
+// counts under the new limit.
+func changedLimit(t *testing.T, store sluice.Store, clock *sluice.ManualClock) {
+	cp := startControlPlane(t, "127.0.0.1:0")
+	r := startRig(t, cp, store, clock)
+	const dom = "default/eg/http"
+	cp.push(t, "envoy-gateway-ratelimit", "1", listener(3))
+	r.waitVersion(t, "1")
+	if n := r.admits(t, 4, dom, user("alice")); n != 3 {
+		t.Fatalf("alice admitted %d of 4 under 3/min", n)
+	}
+	cp.push(t, "envoy-gateway-ratelimit", "2", listener(5))
+	r.waitVersion(t, "2")
+	if n := r.admits(t, 4, dom, user("alice")); n != 2 {
+		t.Fatalf("alice admitted %d of 4 after 3/min, used up, became 5/min: want 2", n)
+	}
+	if n := r.admits(t, 3, dom, user("bob")); n != 3 {
+		t.Fatalf("bob admitted %d of 3 under 5/min", n)
+	}
+	cp.push(t, "envoy-gateway-ratelimit", "3", listener(2))
+	r.waitVersion(t, "3")
+	if n := r.admits(t, 3, dom, user("bob")); n != 0 {
+		t.Fatalf("bob admitted %d after 5/min became 2/min with 3 used: want none", n)
+	}
+	clock.Advance(time.Minute)
+	if n := r.admits(t, 3, dom, user("bob")); n != 2 {
+		t.Fatalf("bob admitted %d of 3 in the next window under 2/min", n)
+	}
+}
+
+func TestXDSChangedLimitKeepsWindowCountMemory(t *testing.T) {
+	clock := sluice.NewManualClock(t0)
+	changedLimit(t, memory.New(memory.Options{Clock: clock}), clock)
+}
+
+func TestXDSChangedLimitKeepsWindowCountRedis(t *testing.T) {
+	addr := redistest.Server(t)
+	clock := sluice.NewManualClock(t0)
+	store, err := redis.Open(fmt.Sprintf("redis://%s/0?timeout=1m&dial_timeout=1m&write_timeout=1m&key_prefix=xdschange%d:", addr, time.Now().UnixNano()), redis.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	changedLimit(t, store, clock)
+}
+
 // TestXDSControlPlaneRestart: a lost control plane leaves the last
 // applied policy serving; the client comes back to a restarted one on its
 // own, naming the version it applied.

@@ -1,15 +1,58 @@
 -- Fixed window with rollover: sluice.TakeFixedWindow, line for line.
--- State: micro-tokens left and the start of the window they count in, the
--- table {tokens, start}: sluice.State's Tokens and Stamp.
+-- State: micro-tokens left, the start of the window they count in, and
+-- the capacity they were counted under; in the scripts the table {tokens,
+-- start}: sluice.State's Tokens and Stamp, the capacity kept beside it as
+-- a token bucket's den is. Calendar windows (cw) store the same.
 
+-- fw_load returns the state and the capacity it was written under: 0 for
+-- state written before the capacity was recorded (16 bytes), which
+-- fw_convert keeps as it is.
 local function fw_load(raw)
-  if not raw or #raw ~= 16 then return nil end
-  local tokens, start = sunpack('<dd', raw)
-  return {tokens, start}
+  if not raw then return nil, 0 end
+  if #raw == 16 then
+    local tokens, start = sunpack('<dd', raw)
+    return {tokens, start}, 0
+  end
+  if #raw ~= 24 then return nil, 0 end
+  local tokens, start, cap = sunpack('<ddd', raw)
+  return {tokens, start}, cap
 end
 
-local function fw_dump(st)
-  return spack('<dd', st[1], st[2])
+local function fw_dump(st, cap)
+  return spack('<ddd', st[1], st[2], cap)
+end
+
+-- engine.ConvertWindow: tokens written under capacity from, counted under
+-- capacity cap (a limit reloaded with another capacity keeps its window's
+-- used count, from - tokens): cap less that count, at least zero; a debt
+-- is kept up to engine.MaxDebt, which for the limits this store takes
+-- (redis.fits) is min(2^52-1, (floor((2^52-1)/period) - 1) * wrate) - cap
+-- (wrate 0: a calendar window, which holds no debt). from 0: kept as it
+-- is, at most cap.
+local function fw_convert(tokens, from, cap, wrate, period)
+  if from == cap then return tokens end
+  if tokens < 0 then
+    local most = 0
+    if wrate > 0 then
+      local windows = fdiv(4503599627370495, period) - 1
+      if windows > 0 then
+        most = windows * wrate
+        if most > 4503599627370495 then most = 4503599627370495 end
+        most = most - cap
+        if most < 0 then most = 0 end
+      end
+    end
+    if tokens < -most then return -most end
+    return tokens
+  end
+  if from <= 0 then
+    if tokens > cap then return cap end
+    return tokens
+  end
+  if tokens > from then tokens = from end
+  tokens = tokens - from + cap
+  if tokens < 0 then return 0 end
+  return tokens
 end
 
 -- sluice.WindowOffset: the first 48 bits of SHA-1(key), modulo period.

@@ -44,8 +44,9 @@ if redis.replicate_commands then redis.replicate_commands() end
 local pad = tonumber(ARGV[1])
 local servertime = nil
 -- The batch's view of its keys, so a hot key taken by many groups is read
--- once and written once: state (false when absent), algorithm, rate
--- denominator and TTL of the state to write.
+-- once and written once: state (false when absent), algorithm, the unit
+-- the state is in (a token bucket's rate denominator, a fixed or calendar
+-- window's capacity; see convert) and TTL of the state to write.
 local cst, calg, cden, cttl = {}, {}, {}, {}
 local order = {}
 local out, nout = {}, 0
@@ -98,21 +99,32 @@ end
 
 local save
 
+-- convert returns state v, written under unit from, in the units of a
+-- limit of unit den (a token bucket's rate denominator, a fixed or
+-- calendar window's capacity), capacity cap and rate num (per period for
+-- a fixed window): tb_convert for a bucket, fw_convert for a window.
+local function convert(alg, v, from, den, cap, num, period)
+  if not v or from == den then return v end
+  if alg == 'tb' then return {tb_convert(v[1], from, den, cap), v[2]} end
+  if alg == 'fw' or alg == 'cw' then return {fw_convert(v[1], from, cap, num, period), v[2]} end
+  return v
+end
+
 -- load returns key's state as of this batch. A token bucket written under
 -- another rate denominator is converted to den (tb_convert) and, when read
 -- from Redis, written back converted with the TTL of its new limit (the
 -- time until full at rate num), rejected or not: the TTL the old limit
 -- set may end before the bucket is full at the new rate, and an expired
--- key is a full bucket.
-local function load(key, alg, den, cap, num, now)
+-- key is a full bucket. A window written under another capacity is
+-- converted as it is read (fw_convert) and written only by a take or
+-- refund that changes it, as engine.ConvertWindow's callers do: a limit
+-- lowered and raised back before any write finds the count it had.
+local function load(key, alg, den, cap, num, now, period)
   local v = cst[key]
   if v ~= nil then
-    -- a token bucket seen under another rate denominator (a limit changed
-    -- while this batch was queued) is converted, as tb_load would
-    if alg == 'tb' and v and cden[key] ~= den then
-      return {tb_convert(v[1], cden[key], den, cap), v[2]}
-    end
-    return v or nil
+    -- state seen under another unit (a limit changed while this batch was
+    -- queued) is converted, as tb_load would
+    return convert(alg, v or nil, cden[key], den, cap, num, period)
   end
   -- A value sluice did not write (another type, another length) reads as
   -- absent and is overwritten, rather than failing every take in the batch.
@@ -124,12 +136,14 @@ local function load(key, alg, den, cap, num, now)
     if type(raw) ~= 'string' then raw = nil end
   end
   local st, converted
+  local from = den
   if alg == 'tb' then st, converted = tb_load(raw, den, cap)
-  elseif alg == 'fw' or alg == 'cw' then st = fw_load(raw)
+  elseif alg == 'fw' or alg == 'cw' then st, from = fw_load(raw)
   elseif alg == 'sw' then st = sw_load(raw)
   else st = sl_load(raw) end
   cst[key] = st or false
-  cden[key] = den
+  cden[key] = from
+  if from ~= den then return convert(alg, st, from, den, cap, num, period) end
   if converted then
     local full = cap * den
     local ttl = 0
@@ -148,8 +162,9 @@ save = function(key, st, ttl, alg, den)
 end
 
 -- eval decides (or refunds) the request at ARGV[ai] against the state
--- prev(key, alg, den, cap, num, now) returns, and advances ai. It returns allowed, the
--- state to keep, tokens, retry_after, reset_after, aux, alg and den.
+-- prev(key, alg, den, cap, num, now, period) returns, and advances ai. It
+-- returns allowed, the state to keep, tokens, retry_after, reset_after,
+-- aux, alg and den (the unit the state is in: see convert).
 local function eval(key, op, now, prev)
   local l = limit(ARGV[ai])
   local carg, extra = ARGV[ai + 1], ARGV[ai + 2]
@@ -176,13 +191,13 @@ local function eval(key, op, now, prev)
     return allowed, nst, tokens, retry, reset, nst[2], alg, den
   elseif alg == 'fw' then
     local wrate, period = l[3], l[4]
-    local st = prev(key, alg, 0)
+    local st = prev(key, alg, cap, cap, wrate, now, period)
     if op == 'r' then
       local nst, tokens, reset = fw_refund(st, now, cost, cap, wrate, period)
-      return 1, nst, tokens, 0, reset, 0, alg, 0
+      return 1, nst, tokens, 0, reset, 0, alg, cap
     end
     local allowed, nst, tokens, retry, reset = fw_take(st, now, cost, reserve, maxres, cap, wrate, period, l[5], extra)
-    return allowed, nst, tokens, retry, reset, 0, alg, 0
+    return allowed, nst, tokens, retry, reset, 0, alg, cap
   elseif alg == 'sw' then
     local st = prev(key, alg, 0)
     if op == 'r' then
@@ -192,13 +207,13 @@ local function eval(key, op, now, prev)
     local allowed, nst, tokens, retry, reset = sw_take(st, now, cost, cap, l[3], extra)
     return allowed, nst, tokens, retry, reset, 0, alg, 0
   elseif alg == 'cw' then
-    local st = prev(key, alg, 0)
+    local st = prev(key, alg, cap, cap, 0, now, 0)
     if op == 'r' then
       local nst, tokens, reset = cw_refund(st, now, cost, cap, extra)
-      return 1, nst, tokens, 0, reset, 0, alg, 0
+      return 1, nst, tokens, 0, reset, 0, alg, cap
     end
     local allowed, nst, tokens, retry, reset = cw_take(st, now, cost, cap, extra)
-    return allowed, nst, tokens, retry, reset, 0, alg, 0
+    return allowed, nst, tokens, retry, reset, 0, alg, cap
   end
   local period = l[3]
   local log = prev(key, alg, 0) or {}
@@ -236,15 +251,10 @@ while ai <= #ARGV do
     local all = true
     local pst, pttl, palg, pden = {}, {}, {}, {} -- tentative, by key
     local pkeys = {}
-    local function prev(key, alg, den, cap, num, now)
+    local function prev(key, alg, den, cap, num, now, period)
       local v = pst[key]
-      if v ~= nil then
-        if alg == 'tb' and v and pden[key] ~= den then
-          return {tb_convert(v[1], pden[key], den, cap), v[2]}
-        end
-        return v or nil
-      end
-      return load(key, alg, den, cap, num, now)
+      if v ~= nil then return convert(alg, v or nil, pden[key], den, cap, num, period) end
+      return load(key, alg, den, cap, num, now, period)
     end
     local base = nout
     for j = 1, n do
@@ -277,7 +287,7 @@ for _, key in ipairs(order) do
     local alg = calg[key]
     local raw
     if alg == 'tb' then raw = tb_dump(st, cden[key])
-    elseif alg == 'fw' or alg == 'cw' then raw = fw_dump(st)
+    elseif alg == 'fw' or alg == 'cw' then raw = fw_dump(st, cden[key])
     elseif alg == 'sw' then raw = sw_dump(st)
     else raw = sl_dump(st, 1) end
     redis.call('SET', key, raw, 'PX', cdiv(ttl, 1000) + pad)

@@ -66,9 +66,9 @@ type Result struct {
 	// GatewayCPU is each gateway's cores' busy share; GatewayUs the CPU
 	// per decision on a gateway.
 	GatewayCPU, GatewayUs float64
-	Primaries            []Primary
-	Busiest              int // the index of the busiest primary
-	StoreOps             float64
+	Primaries             []Primary
+	Busiest               int // the index of the busiest primary
+	StoreOps              float64
 	// ToStore is the share of decisions whose answer waits for a store
 	// call (each adds the network's round trip, which the latency leaves
 	// out).

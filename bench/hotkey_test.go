@@ -142,8 +142,8 @@ func BenchmarkHotKey(b *testing.B) {
 // hotRun is what one part of one mode counts.
 type hotRun struct {
 	decisions, admitted atomic.Int64
-	ref                                *refBucket
-	lats                               [][]time.Duration
+	ref                 *refBucket
+	lats                [][]time.Duration
 }
 
 func runHot(b *testing.B, admin *goredis.Client, addr string, m hotMode, spec sluice.Spec, offered float64, callers int, d time.Duration) {

@@ -1,5 +1,3 @@
-//go:build quota
-
 package bench
 
 import (

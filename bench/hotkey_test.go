@@ -91,8 +91,8 @@ func allowed(d sluice.Decision, err error) (bool, error) { return d.Allowed, err
 //     this process's CPU per decision;
 //   - closed: every caller asks again as soon as answered, under the
 //     same limit: the decisions a second the fleet serves;
-//   - at-limit: 8,000 a second offered against a limit of 4,000 a
-//     second with a burst of 4,000, so that from the first second on
+//   - at-limit: 5,000 a second offered against a limit of 2,500 a
+//     second with a burst of 2,500, so that from the first second on
 //     the demand exceeds what the limit allows: how far the admissions
 //     go beyond the exact limit over any interval (the overshoot, in
 //     tokens, against an exact token bucket this process keeps from the
@@ -118,7 +118,7 @@ func BenchmarkHotKey(b *testing.B) {
 	}
 	d := time.Duration(secs * float64(time.Second))
 	roomy := sluice.Spec{Name: "hot", TokensPerSecond: 10_000_000, Burst: 10_000_000}
-	tight := sluice.Spec{Name: "hot", TokensPerSecond: 4_000, Burst: 4_000}
+	tight := sluice.Spec{Name: "hot", TokensPerSecond: 2_500, Burst: 2_500}
 	parts := []struct {
 		name    string
 		spec    sluice.Spec
@@ -127,7 +127,7 @@ func BenchmarkHotKey(b *testing.B) {
 	}{
 		{"same-traffic", roomy, 10_000, 16},
 		{"closed", roomy, 0, 32},
-		{"at-limit", tight, 8_000, 16},
+		{"at-limit", tight, 5_000, 16},
 	}
 	for _, p := range parts {
 		for _, m := range hotModes {

@@ -135,12 +135,17 @@ func run(args []string, w io.Writer) error {
 			if err != nil {
 				notes = append(notes, fmt.Sprintf("%s: %v", m, err))
 			}
-		} else if r, err = Model(g); err != nil {
-			return err
+		} else {
+			if o.bound > 0 {
+				g.MaxSlice = o.bound / float64(g.Gateways)
+			}
+			if r, err = Model(g); err != nil {
+				return err
+			}
 		}
 		rows = append(rows, r)
 	}
-	table(w, rows)
+	table(w, rows, o.most)
 	for _, n := range notes {
 		fmt.Fprintln(w, "\n"+n)
 	}
@@ -167,7 +172,7 @@ func run(args []string, w io.Writer) error {
 	return out.Close()
 }
 
-func table(w io.Writer, rows []*Result) {
+func table(w io.Writer, rows []*Result, most int) {
 	fmt.Fprintln(w, "| mode | gateways | primaries | served/s | gateway CPU | busiest primary CPU | store calls/s | decisions to the store | p99 µs (no network) | leased keys | worst overshoot (bound) |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, r := range rows {
@@ -175,8 +180,12 @@ func table(w io.Writer, rows []*Result) {
 		if r.Mode == Leased {
 			over = fmt.Sprintf("%s%% = %s tokens (%s%%, max_slice %s%%)", pct(r.Overshoot), group(r.OvershootTokens), pct(r.Bound), pct(r.MaxSlice))
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %s | %.0f%% | %.0f%% | %s | %s%% | %s | %d | %s |\n",
-			r.Mode, r.Gateways, r.Fleet.Primaries, group(r.Served), 100*r.GatewayCPU, 100*r.Primaries[r.Busiest].CPU,
+		prim := strconv.Itoa(r.Fleet.Primaries)
+		if r.Unfit {
+			prim = fmt.Sprintf("none fits (%d tried)", most)
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %.0f%% | %.0f%% | %s | %s%% | %s | %d | %s |\n",
+			r.Mode, r.Gateways, prim, group(r.Served), 100*r.GatewayCPU, 100*r.Primaries[r.Busiest].CPU,
 			group(r.StoreOps), pct(r.ToStore), micros(r.P99), r.LeasedKeys, over)
 	}
 }

@@ -80,6 +80,9 @@ type Result struct {
 	// beyond the exact limit over any interval, as a share of that key's
 	// capacity, and OvershootTokens the same in tokens; Bound the bound
 	// the settings state (gateways x max_slice), as a share.
+	// Unfit says that Plan found no number of primaries that fits.
+	Unfit bool
+
 	LeasedKeys                 int
 	Overshoot, OvershootTokens float64
 	Bound                      float64
@@ -386,7 +389,7 @@ func Plan(f Fleet, target, bound float64, most int) (*Result, error) {
 		}
 	}
 	if c := slots[hottest].cpu; c > target {
-		r.Fleet.Primaries = most
+		r.Fleet.Primaries, r.Unfit = most, true
 		r.place(slots)
 		return r, fmt.Errorf("slot %d alone needs %.2f cores of Redis: no number of primaries holds it within %.0f%% of one", hottest, c, 100*target)
 	}
@@ -397,5 +400,6 @@ func Plan(f Fleet, target, bound float64, most int) (*Result, error) {
 			return r, nil
 		}
 	}
+	r.Unfit = true
 	return r, fmt.Errorf("%d primaries leave the busiest %.0f%% busy, above %.0f%%", most, 100*r.Primaries[r.Busiest].CPU, 100*target)
 }

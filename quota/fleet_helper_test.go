@@ -68,6 +68,9 @@ type fleet struct {
 	// admitted[i] is the tokens admitted in step i, over the fleet.
 	admitted []float64
 	stamps   []time.Time
+	// faults: store errors are counted as not admitted, not failures.
+	faults bool
+	errors atomic.Int64
 }
 
 func newFleet(t *testing.T, clock *sluice.ManualClock, lim *sluice.Limit, set quota.Settings, n int, open func() sluice.Store) *fleet {
@@ -104,6 +107,10 @@ func (f *fleet) step(ctx context.Context, key string, perProc int, cost float64,
 				defer wg.Done()
 				for range n {
 					d, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: f.lim, Key: key, Cost: cost})
+					if err != nil && f.faults {
+						f.errors.Add(1)
+						continue
+					}
 					if err != nil {
 						errs <- err
 						return

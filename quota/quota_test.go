@@ -405,3 +405,97 @@ func TestConfigureReturnsOldSlices(t *testing.T) {
 		t.Errorf("after a reload that leases nothing the store holds %v (%v), want 995", d.Tokens, err)
 	}
 }
+
+// A client that makes up keys, each hot, to make the process hold a slice
+// of every one: the keys followed, and so the slices and the tokens held,
+// stay within Options.MaxKeys; the keys beyond are decided exactly.
+func TestAttackManyKeysBoundSlices(t *testing.T) {
+	clock := sluice.NewManualClock(epoch)
+	mem := memory.New(memory.Options{Clock: clock})
+	lim := limitTB(t, 1000, 1000)
+	q := quota.New(mem, quota.Options{Clock: clock, MaxKeys: 100})
+	if err := q.Configure(map[*sluice.Limit]quota.Settings{lim: {MaxSlice: 50, HotAfter: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5000 {
+		key := "made-up-" + strconv.Itoa(i)
+		for range 3 {
+			d, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: key})
+			if err != nil || !d.Allowed {
+				t.Fatalf("%+v %v", d, err)
+			}
+		}
+	}
+	st := q.Stats()[0]
+	if st.Keys > 100 || st.Held > 100*50 || st.Taken > 100 {
+		t.Errorf("after 5000 made-up keys: %d keys followed, %d slices taken, %v tokens held; want at most 100 keys and their slices", st.Keys, st.Taken, st.Held)
+	}
+}
+
+// A request that costs more than the max slice never makes a slice of
+// its size: it is decided exactly, and the tokens held stay within the
+// max slice.
+func TestAttackHugeCostStaysExact(t *testing.T) {
+	clock := sluice.NewManualClock(epoch)
+	c := &counting{Store: memory.New(memory.Options{Clock: clock})}
+	lim := limitTB(t, 0.001, 10_000)
+	q := quota.New(c, quota.Options{Clock: clock})
+	if err := q.Configure(map[*sluice.Limit]quota.Settings{lim: {MaxSlice: 30, HotAfter: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		for _, cost := range []float64{1, 4000} {
+			if _, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: cost}); err != nil {
+				t.Fatal(err)
+			}
+			if st := q.Stats()[0]; st.Held > 30 {
+				t.Fatalf("after a request of cost %v the process holds %v tokens, above the max slice 30", cost, st.Held)
+			}
+		}
+	}
+	d, err := c.Store.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 of the 4000-token requests fit in 10,000; the rest were refused
+	// by the store, not charged.
+	if used := 10_000 - (d.Tokens + 1) - q.Stats()[0].Held; used != 2*4000+4 {
+		t.Errorf("%v tokens used, want 8004 (two large requests and four small)", used)
+	}
+}
+
+// A refund (a caller's, or settlement's) goes to the store, as without
+// leasing: it never adds tokens to a slice, where the store would not
+// see them and the process could admit them on top of its slice.
+func TestAttackRefundDoesNotMintIntoSlice(t *testing.T) {
+	clock := sluice.NewManualClock(epoch)
+	c := &counting{Store: memory.New(memory.Options{Clock: clock})}
+	lim := limitTB(t, 0.001, 100)
+	q := quota.New(c, quota.Options{Clock: clock})
+	if err := q.Configure(map[*sluice.Limit]quota.Settings{lim: {MaxSlice: 10, HotAfter: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for range 200 {
+		d, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+		before := q.Stats()[0].Held
+		// Refund far more than was taken: the store caps it at the
+		// capacity; the slice must not grow.
+		if _, err := q.Take(ctx, engine.OpRefund, sluice.Request{Limit: lim, Key: "k", Cost: 50}); err != nil {
+			t.Fatal(err)
+		}
+		if after := q.Stats()[0].Held; after > before {
+			t.Fatalf("a refund grew the slice from %v to %v tokens", before, after)
+		}
+	}
+	if c.refundedMicro.Load() < 200*50*engine.TokenScale {
+		t.Errorf("the store saw %v refunded tokens, want every refund (%d)", engine.FromMicroTokens(c.refundedMicro.Load()), 200*50)
+	}
+	_ = admitted
+}

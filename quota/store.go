@@ -57,8 +57,9 @@ func New(inner sluice.Store, opts Options) *Store {
 	return s
 }
 
-// Inner returns the store s wraps.
-func (s *Store) Inner() sluice.Store { return s.inner }
+// Unwrap returns the store s wraps, for callers that look for a store
+// beneath its wrappers.
+func (s *Store) Unwrap() sluice.Store { return s.inner }
 
 func (s *Store) now() time.Time {
 	if s.clock != nil {

@@ -274,3 +274,29 @@ func TestScalingDocFigures(t *testing.T) {
 		t.Errorf("docs/scaling.md shows %d fleetsim commands with their tables", checked)
 	}
 }
+
+// -primaries-table prints one row per primary of each mode.
+func TestPrimariesTable(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"-rate", "100000", "-keys", "100", "-gateways", "2", "-primaries", "3", "-mode", "exact,leased", "-primaries-table"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, m := range []string{"exact", "leased"} {
+		_, after, ok := strings.Cut(s, "\n"+m+": each primary\n")
+		if !ok {
+			t.Fatalf("no table of %s's primaries in\n%s", m, s)
+		}
+		rows := 0
+		for l := range strings.SplitSeq(after, "\n") {
+			if strings.HasPrefix(l, "| ") && !strings.HasPrefix(l, "| primary") {
+				rows++
+			} else if rows > 0 && !strings.HasPrefix(l, "|") {
+				break
+			}
+		}
+		if rows != 3 {
+			t.Errorf("%s: %d primaries listed, want 3", m, rows)
+		}
+	}
+}

@@ -24,8 +24,8 @@ func leasedProc(b *testing.B, addr string, spec sluice.Spec) *hotProc {
 	}
 	lim := sluice.New(q)
 	return &hotProc{
-		take: func(ctx context.Context, key string) (bool, error) {
-			return allowed(lim.Take(ctx, sluice.Request{Limit: l, Key: key, Cost: 1}))
+		take: func(ctx context.Context, key string, cost float64) (bool, error) {
+			return allowed(lim.Take(ctx, sluice.Request{Limit: l, Key: key, Cost: cost}))
 		},
 		stats: func() leaseCounts {
 			var c leaseCounts

@@ -9,13 +9,9 @@ import (
 	"github.com/sluicehq/sluice/quota"
 )
 
-// The leased mode: each process's Redis store wrapped in a quota.Store
-// that leases the hot limit with lease: {} (the defaults: max_slice 0.3%
-// of the capacity, a term of 1s).
-func init() {
-	hotModes = append(hotModes, hotMode{"leased", leasedProc})
-}
-
+// leasedProc is a process of the leased mode: its Redis store wrapped in
+// a quota.Store that leases the hot limit with lease: {} (the defaults:
+// max_slice 0.3% of the capacity, a term of 1s, hot after 8 requests).
 func leasedProc(b *testing.B, addr string, spec sluice.Spec) *hotProc {
 	s, _, l := openHot(b, addr, spec)
 	q := quota.New(s, quota.Options{})

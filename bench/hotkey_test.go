@@ -52,6 +52,7 @@ var hotModes = []hotMode{
 		spec.Shards = hotShards
 		return exactProc(b, addr, spec)
 	}},
+	{"leased", leasedProc},
 }
 
 // hotShards is the sharded mode's shards: enough that the power of two

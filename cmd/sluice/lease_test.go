@@ -124,3 +124,26 @@ func peekRemaining(t *testing.T, api string) int {
 	n, _ := strconv.Atoi(m[1])
 	return n
 }
+
+// sluice check prints each leased rule's bound: per process, and for a
+// fleet of three.
+func TestCheckPrintsLeaseBound(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "leased.yaml")
+	conf := "rules:\n  - name: provider\n    limit_keys: []\n    algorithm_config:\n      rps: 20000\n      burst: 20000\n      lease: {}\n" +
+		"  - name: small\n    limit_keys: []\n    algorithm_config:\n      rps: 10\n      burst: 10\n      lease: {}\n"
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errs strings.Builder
+	if code := runCheck([]string{cfg}, &out, &errs); code != 0 {
+		t.Fatalf("check exited %d: %s", code, errs.String())
+	}
+	for _, want := range []string{
+		"note: " + cfg + ":7: rules[0].algorithm_config.lease: each process holds at most 60 tokens of a key (the max slice, 0.3% of the capacity 20000): over any interval the fleet admits at most processes x 60 beyond the exact limit (180 for 3 processes, 0.9%)",
+		"note: " + cfg + ":13: rules[1].algorithm_config.lease: the max slice is under 2 tokens: the rule stays exact",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check printed:\n%s\nwant a line with:\n%s", out.String(), want)
+		}
+	}
+}

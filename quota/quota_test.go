@@ -499,3 +499,30 @@ func TestAttackRefundDoesNotMintIntoSlice(t *testing.T) {
 	}
 	_ = admitted
 }
+
+// The cost of the wrapper for a limit that is not leased, against the
+// memory store alone: one atomic load and a map lookup.
+func BenchmarkPassThrough(b *testing.B) {
+	lim := sluice.MustLimit(sluice.Spec{Name: "bench", TokensPerSecond: 1e9, Burst: 1e9})
+	leased := sluice.MustLimit(sluice.Spec{Name: "leased", TokensPerSecond: 1e9, Burst: 1e9})
+	mem := memory.New(memory.Options{})
+	q := quota.New(mem, quota.Options{})
+	if err := q.Configure(map[*sluice.Limit]quota.Settings{leased: {}}); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		store sluice.Store
+		lim   *sluice.Limit
+	}{{"memory", mem, lim}, {"quota-exact", q, lim}, {"quota-leased", q, leased}} {
+		b.Run(c.name, func(b *testing.B) {
+			l := sluice.New(c.store)
+			r := sluice.Request{Limit: c.lim, Key: "k"}
+			for b.Loop() {
+				if _, err := l.Take(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -58,6 +58,7 @@ func fleetCase(t *testing.T, open func(clock sluice.Clock) func() sluice.Store, 
 		lim := sluice.MustLimit(sluice.Spec{Name: uniqueName(t, "fw"), Algorithm: sluice.FixedWindow, Rate: 2000, Period: 100 * time.Millisecond})
 		f := newFleet(t, clock, lim, quota.Settings{MaxShare: 0.01, HotAfter: 1}, 3, open(clock))
 		f.hammer(ctx, "global", steps, 7*time.Millisecond, perProc, nil)
+		f.checkWindows("global")
 		f.checkBound(100*time.Millisecond, 0)
 		f.checkBound(time.Second, 0)
 		f.close(ctx)
@@ -85,6 +86,13 @@ func TestFleetPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleetCase(t, func(clock sluice.Clock) func() sluice.Store { return openPostgres(t, url, clock) }, 100, 40)
+}
+
+// TakeAll stays all-or-nothing with a leased member on Redis.
+func TestTakeAllAllOrNothingRedis(t *testing.T) {
+	url := "redis://" + redistest.Server(t)
+	clock := sluice.NewManualClock(epoch)
+	takeAllCase(t, clock, openRedis(t, url, clock)())
 }
 
 // A process that stops while holding a slice (killed: no Close) takes

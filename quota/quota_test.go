@@ -300,7 +300,10 @@ func TestRefusedSliceFallsBackToExact(t *testing.T) {
 // refuses, the leased member's tokens go back to its slice.
 func TestTakeAllAllOrNothing(t *testing.T) {
 	clock := sluice.NewManualClock(epoch)
-	mem := memory.New(memory.Options{Clock: clock})
+	takeAllCase(t, clock, memory.New(memory.Options{Clock: clock}))
+}
+
+func takeAllCase(t *testing.T, clock *sluice.ManualClock, mem sluice.Store) {
 	leased := limitTB(t, 1000, 1000)
 	exact := limitTB(t, 0.001, 3)
 	q := quota.New(mem, quota.Options{Clock: clock})
@@ -342,19 +345,7 @@ func TestFixedWindowSliceStaysInItsWindow(t *testing.T) {
 	set := quota.Settings{MaxSlice: 40, HotAfter: 1, Term: time.Second}
 	f := newFleet(t, clock, lim, set, 3, func() sluice.Store { return mem })
 	f.hammer(ctx, "w", 400, 3*time.Millisecond, 60, nil)
-	// Window by window: sum the steps inside each of the key's windows.
-	p := lim.Params()
-	off := time.Duration(engine.WindowOffset("w", p.Period)) * time.Microsecond
-	per := map[int64]float64{}
-	for i, at := range f.stamps {
-		w := (at.UnixMicro() - off.Microseconds()) / p.Period
-		per[w] += f.admitted[i]
-	}
-	for w, n := range per {
-		if n > 1000 {
-			t.Errorf("window %d admitted %v, above its capacity 1000", w, n)
-		}
-	}
+	f.checkWindows("w")
 	f.checkBound(100*time.Millisecond, 0)
 	f.close(ctx)
 }

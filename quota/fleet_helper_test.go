@@ -218,3 +218,18 @@ func (f *fleet) checkWindows(key string) {
 		}
 	}
 }
+
+// checkTotal asserts that over the whole run, which began with no slice
+// held, the fleet admitted no more than the exact limit over it (plus
+// extra): slices taken within an interval count against it in the store.
+func (f *fleet) checkTotal(extra float64) {
+	f.t.Helper()
+	var total float64
+	for _, a := range f.admitted {
+		total += a
+	}
+	span := f.stamps[len(f.stamps)-1].Sub(f.stamps[0])
+	if bound := quota.ExactAdmits(f.lim, span) + extra; total > bound+1e-6 {
+		f.t.Errorf("the fleet admitted %v over the run of %v, above the exact limit's %v", total, span, bound)
+	}
+}

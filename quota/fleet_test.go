@@ -50,6 +50,7 @@ func fleetCase(t *testing.T, open func(clock sluice.Clock) func() sluice.Store, 
 		for _, d := range []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, time.Second} {
 			f.checkBound(d, 0)
 		}
+		f.checkTotal(0)
 		f.close(ctx)
 		t.Logf("%d store calls for %d requests", f.storeCalls(), steps*3*perProc)
 	})
@@ -59,6 +60,7 @@ func fleetCase(t *testing.T, open func(clock sluice.Clock) func() sluice.Store, 
 		f := newFleet(t, clock, lim, quota.Settings{MaxShare: 0.01, HotAfter: 1}, 3, open(clock))
 		f.hammer(ctx, "global", steps, 7*time.Millisecond, perProc, nil)
 		f.checkWindows("global")
+		f.checkTotal(0)
 		f.checkBound(100*time.Millisecond, 0)
 		f.checkBound(time.Second, 0)
 		f.close(ctx)
@@ -110,6 +112,7 @@ func TestFleetProcessDroppedHoldingSlice(t *testing.T) {
 	for _, d := range []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, time.Second} {
 		f.checkBound(d, 0)
 	}
+	f.checkTotal(0)
 	for _, q := range f.procs[1:] {
 		if err := q.Close(ctx); err != nil {
 			t.Error(err)
@@ -137,6 +140,7 @@ func TestFleetRedisRestartedEmpty(t *testing.T) {
 	for _, d := range []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, time.Second} {
 		f.checkBound(d, lim.Capacity())
 	}
+	f.checkTotal(lim.Capacity())
 	t.Logf("%d requests failed while Redis restarted", f.errors.Load())
 	f.close(ctx)
 }

@@ -517,3 +517,43 @@ func BenchmarkPassThrough(b *testing.B) {
 		})
 	}
 }
+
+// A slice left over at a window's end is not spent in the next window:
+// there the store's full capacity is all that passes.
+func TestFixedWindowLeftoverNotUsedInNextWindow(t *testing.T) {
+	clock := sluice.NewManualClock(epoch)
+	mem := memory.New(memory.Options{Clock: clock})
+	lim := sluice.MustLimit(sluice.Spec{Name: uniqueName(t, "fw"), Algorithm: sluice.FixedWindow, Rate: 100, Period: time.Second})
+	q := quota.New(mem, quota.Options{Clock: clock})
+	if err := q.Configure(map[*sluice.Limit]quota.Settings{lim: {MaxSlice: 40, HotAfter: 1, Term: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	off := time.Duration(engine.WindowOffset("k", lim.Params().Period)) * time.Microsecond
+	start := epoch.Truncate(time.Second).Add(off).Add(10 * time.Second)
+	take := func() bool {
+		d, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Allowed
+	}
+	// Late in a window: a few requests, leaving part of a slice unused.
+	clock.Set(start.Add(900 * time.Millisecond))
+	for range 9 {
+		take()
+	}
+	if q.Stats()[0].Held == 0 {
+		t.Fatal("no slice left over: the test shows nothing")
+	}
+	// The next window: its capacity, not a token more.
+	clock.Set(start.Add(time.Second))
+	admitted := 0
+	for range 300 {
+		if take() {
+			admitted++
+		}
+	}
+	if admitted > 100 {
+		t.Errorf("the next window admitted %d, above its capacity 100: a slice outlived its window", admitted)
+	}
+}

@@ -147,3 +147,45 @@ func TestCheckPrintsLeaseBound(t *testing.T) {
 		}
 	}
 }
+
+// A reload that drops a rule's lease: section gives its slices back, and
+// the rule is exact from then on.
+func TestServeLeasedReload(t *testing.T) {
+	old := reloadPoll
+	reloadPoll = 10 * time.Millisecond
+	t.Cleanup(func() { reloadPoll = old })
+	addr := redistest.Server(t)
+	cfg := filepath.Join(t.TempDir(), "leased.yaml")
+	conf := fmt.Sprintf(`store:
+  url: redis://%s/0?timeout=10s&dial_timeout=30s&write_timeout=30s
+rules:
+  - name: shared
+    algorithm_config:
+      rate: 1
+      period: 1h
+      capacity: 200
+      lease: {max_slice: 10, hot_after: 1, term: 1m}
+`, addr)
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := startServe(t, "--config", cfg)
+	for range 21 {
+		if d := take(t, l.API, `{"rule":"shared","key":"k"}`); !admittedByRedis(d) {
+			t.Fatalf("take: %v", d)
+		}
+	}
+	if held := metricValue(t, scrape(t, l.API), `sluice_lease_tokens_held{rule="shared"}`); held <= 0 {
+		t.Fatalf("no slice held after 21 requests (%v)", held)
+	}
+	replaceFile(t, cfg, strings.Replace(conf, "      lease: {max_slice: 10, hot_after: 1, term: 1m}\n", "", 1))
+	waitReloads(t, l.API, 1, 0)
+	// Every token not admitted is back in the store: 200 - 21, less the
+	// one a peek answers after.
+	if got := peekRemaining(t, l.API); got < 200-21-1 { // the refill may add to it, never take
+		t.Errorf("after the reload the store has %d left, want %d: the slice was not returned", got, 200-21-1)
+	}
+	if body := scrape(t, l.API); strings.Contains(body, `sluice_lease_tokens_held{rule="shared"}`) {
+		t.Errorf("an exact rule still has lease metrics:\n%s", body)
+	}
+}

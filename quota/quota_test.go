@@ -46,6 +46,17 @@ func TestMaxSlice(t *testing.T) {
 	}
 }
 
+// The defaults keep a hot global key within 1% of its limit at three
+// processes.
+func TestDefaultBoundWithinOnePercent(t *testing.T) {
+	for _, capacity := range []float64{1000, 20_000, 1e6} {
+		lim := sluice.MustLimit(sluice.Spec{Name: "g", TokensPerSecond: capacity, Burst: capacity})
+		if o := quota.Overshoot(lim, quota.Settings{}, 3); o <= 0 || o > 0.01*capacity {
+			t.Errorf("capacity %v: 3 processes may overshoot by %v, want within 1%%", capacity, o)
+		}
+	}
+}
+
 func TestNextSize(t *testing.T) {
 	const term = time.Second
 	for _, c := range []struct {

@@ -141,6 +141,7 @@ func TestCheckPrintsLeaseBound(t *testing.T) {
 	for _, want := range []string{
 		"note: " + cfg + ":7: rules[0].algorithm_config.lease: each process holds at most 60 tokens of a key (the max slice, 0.3% of the capacity 20000): over any interval the fleet admits at most processes x 60 beyond the exact limit (180 for 3 processes, 0.9%)",
 		"note: " + cfg + ":13: rules[1].algorithm_config.lease: the max slice is under 2 tokens: the rule stays exact",
+		"note: " + cfg + ": lease: the memory store decides every request in one process, exactly: nothing is leased",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("check printed:\n%s\nwant a line with:\n%s", out.String(), want)

@@ -63,7 +63,22 @@ func (l *loader) leaseConfig(o *obj, v *variant, alg sluice.Algorithm) bool {
 		return false
 	}
 	v.lease = &set
+	l.leaseNote(n, path, v.limit, set)
 	return true
+}
+
+// leaseNote tells sluice check what a lease: section works out to: the
+// max slice, and the bound it gives one process and a fleet.
+func (l *loader) leaseNote(n *yaml.Node, path string, lim *sluice.Limit, set quota.Settings) {
+	d := set.WithDefaults()
+	per := quota.Overshoot(lim, set, 1)
+	if per == 0 {
+		l.notef(n, path, "the max slice is under %d tokens: the rule stays exact (zero overshoot)", quota.MinSlice)
+		return
+	}
+	limit := lim.Capacity()
+	l.notef(n, path, "each process holds at most %v tokens of a key (the max slice, %.3g%% of the capacity %v): over any interval the fleet admits at most processes x %v beyond the exact limit (%v for 3 processes, %.3g%%); keys seen fewer than %d times per %v in a process stay exact",
+		per, 100*per/limit, limit, per, quota.Overshoot(lim, set, 3), 300*per/limit, d.HotAfter, d.Term)
 }
 
 // maxSlice reads max_slice: tokens (50), or a share of the capacity as a

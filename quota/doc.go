@@ -81,6 +81,21 @@
 // counts, as in exact mode (up to one capacity more), and the slices
 // held at that moment add at most N x max_slice, the same bound.
 //
+// # Choices
+//
+// The policy file's lease: section sits in a rule's algorithm_config,
+// beside the concurrency rule's lease (its slot term, a duration): the
+// same idea, a share of a limit held for a term, read by its shape.
+// Configure returns an error for a limit that cannot be leased or
+// Settings out of range, and changes nothing then. When the store
+// refuses a request of a hot key, the refusal is kept until its
+// retry-after (see the model above): without it a key over its limit
+// would cost one store call per request, as in exact mode. sluice serve
+// leases only over a shared store: over the memory store every decision
+// is already local and exact. A fixed window's slice is dated by the
+// store's own answer (WindowUseBy), not by computing the window from the
+// local clock, which may be skewed from the store's.
+//
 // # Attacks
 //
 // The keys this process follows are bounded (Options.MaxKeys; beyond it

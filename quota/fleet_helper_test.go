@@ -198,3 +198,38 @@ func (f *fleet) close(ctx context.Context) {
 func uniqueName(t *testing.T, base string) string {
 	return fmt.Sprintf("%s-%d", base, rand.Uint32())
 }
+
+// checkWindows asserts that no window of key's fixed window admitted
+// more than its capacity: each slice is used inside the window the store
+// charged it to, and, the clock standing still during every call, each
+// refund lands in the window it was meant for.
+func (f *fleet) checkWindows(key string) {
+	f.t.Helper()
+	p := f.lim.Params()
+	off := engine.WindowOffset(key, p.Period)
+	per := map[int64]float64{}
+	for i, at := range f.stamps {
+		per[(at.UnixMicro()-off)/p.Period] += f.admitted[i]
+	}
+	capacity := f.lim.Capacity()
+	for w, n := range per {
+		if n > capacity+1e-6 {
+			f.t.Errorf("window %d admitted %v, above its capacity %v", w, n, capacity)
+		}
+	}
+}
+
+// checkTotal asserts that over the whole run, which began with no slice
+// held, the fleet admitted no more than the exact limit over it (plus
+// extra): slices taken within an interval count against it in the store.
+func (f *fleet) checkTotal(extra float64) {
+	f.t.Helper()
+	var total float64
+	for _, a := range f.admitted {
+		total += a
+	}
+	span := f.stamps[len(f.stamps)-1].Sub(f.stamps[0])
+	if bound := quota.ExactAdmits(f.lim, span) + extra; total > bound+1e-6 {
+		f.t.Errorf("the fleet admitted %v over the run of %v, above the exact limit's %v", total, span, bound)
+	}
+}

@@ -50,6 +50,7 @@ func fleetCase(t *testing.T, open func(clock sluice.Clock) func() sluice.Store, 
 		for _, d := range []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, time.Second} {
 			f.checkBound(d, 0)
 		}
+		f.checkTotal(0)
 		f.close(ctx)
 		t.Logf("%d store calls for %d requests", f.storeCalls(), steps*3*perProc)
 	})
@@ -58,6 +59,8 @@ func fleetCase(t *testing.T, open func(clock sluice.Clock) func() sluice.Store, 
 		lim := sluice.MustLimit(sluice.Spec{Name: uniqueName(t, "fw"), Algorithm: sluice.FixedWindow, Rate: 2000, Period: 100 * time.Millisecond})
 		f := newFleet(t, clock, lim, quota.Settings{MaxShare: 0.01, HotAfter: 1}, 3, open(clock))
 		f.hammer(ctx, "global", steps, 7*time.Millisecond, perProc, nil)
+		f.checkWindows("global")
+		f.checkTotal(0)
 		f.checkBound(100*time.Millisecond, 0)
 		f.checkBound(time.Second, 0)
 		f.close(ctx)
@@ -87,6 +90,13 @@ func TestFleetPostgres(t *testing.T) {
 	fleetCase(t, func(clock sluice.Clock) func() sluice.Store { return openPostgres(t, url, clock) }, 100, 40)
 }
 
+// TakeAll stays all-or-nothing with a leased member on Redis.
+func TestTakeAllAllOrNothingRedis(t *testing.T) {
+	url := "redis://" + redistest.Server(t)
+	clock := sluice.NewManualClock(epoch)
+	takeAllCase(t, clock, openRedis(t, url, clock)())
+}
+
 // A process that stops while holding a slice (killed: no Close) takes
 // its slice with it: the rest of the fleet admits less, never more.
 func TestFleetProcessDroppedHoldingSlice(t *testing.T) {
@@ -102,6 +112,7 @@ func TestFleetProcessDroppedHoldingSlice(t *testing.T) {
 	for _, d := range []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, time.Second} {
 		f.checkBound(d, 0)
 	}
+	f.checkTotal(0)
 	for _, q := range f.procs[1:] {
 		if err := q.Close(ctx); err != nil {
 			t.Error(err)
@@ -129,6 +140,7 @@ func TestFleetRedisRestartedEmpty(t *testing.T) {
 	for _, d := range []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, time.Second} {
 		f.checkBound(d, lim.Capacity())
 	}
+	f.checkTotal(lim.Capacity())
 	t.Logf("%d requests failed while Redis restarted", f.errors.Load())
 	f.close(ctx)
 }

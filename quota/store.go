@@ -276,7 +276,8 @@ func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, 
 	if op != engine.OpTake || rules == nil || len(*rules) == 0 {
 		return s.inner.TakeAll(ctx, op, rs, dst)
 	}
-	var local []held
+	var buf [4]held // the usual few rules of a request, without an allocation
+	local := buf[:0]
 	var rest []sluice.Request
 	for i, r := range rs {
 		ru := (*rules)[r.Limit]

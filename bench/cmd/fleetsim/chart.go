@@ -81,6 +81,11 @@ func fleetChart(rows []*Result) (*svgplot.Chart, error) {
 		}
 		served.Series = append(served.Series, svgplot.Series{Name: fmt.Sprintf("%s, %d gateways", r.Mode, r.Gateways), Class: "served_" + r.Mode, Kind: svgplot.Line, Color: modeColor[r.Mode], Values: line})
 	}
+	core := make([]float64, n)
+	for i := range core {
+		core[i] = 1
+	}
+	load.Series = append(load.Series, svgplot.Series{Name: "one core", Class: "one_core", Kind: svgplot.Step, Color: "#212121", Dash: true, Values: core})
 	served.Series = append(served.Series, svgplot.Series{Name: "offered", Class: "offered", Kind: svgplot.Step, Color: "#212121", Dash: true, Values: offered})
 	title := fmt.Sprintf("fleetsim: %s decisions/s at the %s door, hot key %v%% of them", group(at.Rate), at.Door, 100*at.HotShare)
 	return &svgplot.Chart{

@@ -19,6 +19,9 @@ func TestLayering(t *testing.T) {
 		"postgres": transports,
 		"httpgate": {"envoyrls"},
 		"envoyrls": {"httpgate"},
+		// Leased quotas wrap any store from outside: the root and the
+		// engine only.
+		"quota": append(append([]string{"policy", "metrics", "insight", "conformance"}, stores...), transports...),
 	}
 	for pkg, bad := range forbid {
 		for imp := range moduleImports(t, "./"+pkg) {

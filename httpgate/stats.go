@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/insight"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/quota"
 )
 
 // Stats is the answer of GET /v1/stats: what the live page shows. Series
@@ -161,6 +162,19 @@ type StatsLimit struct {
 	// WindowS is a fixed window's or sliding log's period in seconds, 0
 	// for the buckets.
 	WindowS float64 `json:"window_s,omitempty"`
+	// Lease is set for a leased limit (a lease: section): each process
+	// answers a hot key from slices of its budget.
+	Lease *StatsLease `json:"lease,omitempty"`
+}
+
+// StatsLease is a leased limit's settings and the bound they give.
+type StatsLease struct {
+	// MaxSlice is the most tokens one process holds of one key: the
+	// fleet admits at most processes x MaxSlice beyond the limit (zero:
+	// the limit stays exact).
+	MaxSlice float64 `json:"max_slice"`
+	TermS    float64 `json:"term_s"`
+	HotAfter int     `json:"hot_after"`
 }
 
 // StatsHot is the hottest keys by rejections and by traffic.
@@ -359,6 +373,7 @@ func statsStore(snap insight.Snapshot) StatsStore {
 // series, then the rules gone from the policy that decided in the window.
 func statsRules(p *policy.Policy, series map[string]insight.RuleCounts) []StatsRule {
 	out := []StatsRule{}
+	leased := p.Leased()
 	seen := map[string]bool{}
 	add := func(r *policy.Rule, alias string) {
 		sr := StatsRule{Name: r.Name, InPolicy: true, Algorithm: r.Algorithm.String(), Mode: r.Mode.String(), OnStoreError: r.OnStoreError.String(), Keys: r.LimitKeys, Source: p.Source, Alias: alias, Limits: []StatsLimit{}}
@@ -369,12 +384,12 @@ func statsRules(p *policy.Policy, series map[string]insight.RuleCounts) []StatsR
 			sr.Source += ":" + strconv.Itoa(r.Line)
 		}
 		if len(r.Tiers) == 0 && r.Limit != nil {
-			sr.Limits = append(sr.Limits, statsLimit(r.Limit, ""))
+			sr.Limits = append(sr.Limits, statsLimit(r.Limit, "", leased))
 		} else if own := p.Limit(r.Name); own != nil {
-			sr.Limits = append(sr.Limits, statsLimit(own, ""))
+			sr.Limits = append(sr.Limits, statsLimit(own, "", leased))
 		}
 		for _, t := range r.Tiers {
-			sr.Limits = append(sr.Limits, statsLimit(t.Limit, t.Name))
+			sr.Limits = append(sr.Limits, statsLimit(t.Limit, t.Name, leased))
 		}
 		fillSeries(&sr, series[r.Name])
 		seen[r.Name] = true
@@ -405,8 +420,12 @@ func fillSeries(sr *StatsRule, rc insight.RuleCounts) {
 	sr.Allowed, sr.Rejected, sr.ShadowRejected, sr.StoreError, sr.NotCharged = rc.Allowed, rc.Rejected, rc.ShadowRejected, rc.StoreError, rc.NotCharged
 }
 
-func statsLimit(l *sluice.Limit, tier string) StatsLimit {
+func statsLimit(l *sluice.Limit, tier string, leased map[*sluice.Limit]quota.Settings) StatsLimit {
 	out := StatsLimit{Name: l.Name(), Tier: tier, RatePerSecond: l.TokensPerSecond(), Capacity: l.Capacity()}
+	if set, ok := leased[l]; ok {
+		d := set.WithDefaults()
+		out.Lease = &StatsLease{MaxSlice: quota.Overshoot(l, set, 1), TermS: d.Term.Seconds(), HotAfter: d.HotAfter}
+	}
 	switch l.Algorithm() {
 	case sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow:
 		out.WindowS = float64(l.Params().Period) / 1e6

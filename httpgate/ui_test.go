@@ -310,7 +310,7 @@ func TestOpenAPIDescribesStats(t *testing.T) {
 		"StatsStore": httpgate.StatsStore{}, "StatsRule": httpgate.StatsRule{}, "StatsLimit": httpgate.StatsLimit{},
 		"StatsHot": httpgate.StatsHot{}, "StatsRanking": httpgate.StatsRanking{}, "StatsHotKey": httpgate.StatsHotKey{},
 		"StatsRequests": httpgate.StatsRequests{}, "StatsFleet": httpgate.StatsFleet{}, "StatsProcess": httpgate.StatsProcess{},
-		"StatsKey": httpgate.StatsKey{}, "StatsBucket": httpgate.StatsBucket{},
+		"StatsKey": httpgate.StatsKey{}, "StatsBucket": httpgate.StatsBucket{}, "StatsLease": httpgate.StatsLease{},
 	} {
 		rt := reflect.TypeOf(v)
 		props := doc.Components.Schemas[schema].Properties

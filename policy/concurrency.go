@@ -38,6 +38,10 @@ func (l *loader) concurrencyConfig(o *obj, path, name string) *variant {
 	case ok:
 		spec.MaxInFlight = n
 	}
+	if ln, ok := o.vals["lease"]; ok && ln.Kind == yaml.MappingNode {
+		l.errf(ln, join(path, "lease"), "on a concurrency rule is the slot term, a duration such as \"30s\"; a lease: section of fields (a leased quota) applies to token_bucket and fixed_window")
+		delete(o.vals, "lease")
+	}
 	if d, dn, ok := o.duration("lease"); ok {
 		if d < sluice.MinLeaseTerm || d > sluice.MaxLeaseTerm {
 			l.errf(dn, join(path, "lease"), "must be from 1ms to 24h (got %q): how long a slot stays held when its holder neither ends nor renews it", dn.Value)

@@ -324,9 +324,9 @@ func (l *loader) matchValues(n *yaml.Node, path string) ([]string, bool) {
 
 var (
 	costFields   = []string{"cost_source", "fixed_cost", "default_cost", "min_cost", "settle_from", "unsettled_cost", "stream_usage"}
-	tbFields     = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "reserve", "max_reserved", "shards", "burst_seconds", "max_queue_delay", "max_queued"}
+	tbFields     = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "reserve", "max_reserved", "shards", "burst_seconds", "max_queue_delay", "max_queued", "lease"}
 	lbFields     = []string{"tokens_per_second", "rps", "rate", "period", "max_delay", "max_queue_delay", "max_queued"}
-	fwFields     = []string{"rate", "period", "capacity", "start", "reserve", "max_reserved", "shards", "max_queued", "timezone"}
+	fwFields     = []string{"rate", "period", "capacity", "start", "reserve", "max_reserved", "shards", "max_queued", "timezone", "lease"}
 	slFields     = []string{"rate", "period", "capacity", "shards"}
 	swFields     = []string{"rate", "period", "capacity", "timezone"}
 	allAlgFields = []string{"tokens_per_second", "rps", "burst", "rate", "period", "capacity", "start", "reserve", "max_reserved", "max_delay", "cost_source", "fixed_cost", "default_cost", "min_cost", "shards", "settle_from", "unsettled_cost", "stream_usage", "burst_seconds", "max_queue_delay", "max_queued", "max_in_flight", "lease", "timezone"}
@@ -402,7 +402,7 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 	}
 	v.limit = lim
 	settleDefault(v)
-	if !l.queueBound(o, v) || !l.usableCosts(o, v, costN) || !l.adaptiveConfig(o, v, rf) {
+	if !l.queueBound(o, v) || !l.usableCosts(o, v, costN) || !l.adaptiveConfig(o, v, rf) || !l.leaseConfig(o, v, alg) {
 		return nil
 	}
 	l.burstNote(o, rf, lim)

@@ -123,7 +123,7 @@ func algorithmConfigCases() []validationCase {
 		{"typo at the top", "listne: \":80\"\nrules:\n  - name: r\n    algorithm_config: {rps: 1, burst: 1}\n",
 			[]string{`c.yaml:1: listne: unknown field (did you mean "listen"?)`}},
 		{"field of another algorithm", rule("    algorithm: fixed_window\n", "      rate: 10\n      period: 1m\n      burst: 20\n"),
-			[]string{"c.yaml:8: rules[0].algorithm_config.burst: does not apply to fixed_window (it takes rate, period, capacity, start, reserve, max_reserved, shards, max_queued, timezone, cost_source, fixed_cost, default_cost, min_cost, settle_from, unsettled_cost, stream_usage)"}},
+			[]string{"c.yaml:8: rules[0].algorithm_config.burst: does not apply to fixed_window (it takes rate, period, capacity, start, reserve, max_reserved, shards, max_queued, timezone, lease, cost_source, fixed_cost, default_cost, min_cost, settle_from, unsettled_cost, stream_usage)"}},
 		{"fixed window without period", rule("    algorithm: fixed_window\n", "      rate: 10\n"),
 			[]string{"c.yaml:6: rules[0].algorithm_config.period: is required with rate for fixed_window (such as \"1m\")"}},
 		{"bad period", rule("", "      rate: 10\n      period: 1 minute\n"),

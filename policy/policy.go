@@ -47,6 +47,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/quota"
 )
 
 // Policy is a loaded, validated configuration.
@@ -315,6 +316,8 @@ type variant struct {
 
 	// adaptive, when set, moves the limit's rate (see package adaptive).
 	adaptive *adaptive.Config
+	// lease, when set, leases the limit (see package quota).
+	lease *quota.Settings
 	// adaptiveLine is where the adaptive block is, for warnings.
 	adaptiveLine int
 	// maxQueued bounds the requests held for this limit's turns in one

@@ -50,6 +50,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		for _, n := range p.Notes {
 			fmt.Fprintln(stdout, "note: "+n)
 		}
+		if k, err := storeKindOf(fileSettings(cf.Server(), p).StoreURL); err == nil && k.schemes[0] == "memory" && len(p.Leased()) > 0 {
+			fmt.Fprintf(stdout, "note: %s: lease: the memory store decides every request in one process, exactly: nothing is leased (leasing needs a shared store: Redis or PostgreSQL)\n", file)
+		}
 	}
 	return code
 }

@@ -48,6 +48,8 @@ type server struct {
 	// Stats feeds the live page (/ui, /v1/stats).
 	Stats  *insight.Collector
 	Logger *slog.Logger
+	// Leases leases the policy's leased rules (package quota).
+	Leases *leasing
 }
 
 // reloadPoll is how often serve checks the config file for changes.
@@ -294,7 +296,6 @@ func newServer(p *policy.Policy, rs runSettings, store sluice.Store, reg *promet
 	// The live page's statistics, fed by every decision and store call.
 	stats := insight.New(insight.Options{Store: redact(rs.StoreURL), Readings: m.Values})
 	m.OnStoreCall(stats.StoreCall)
-	lim := sluice.New(m.InstrumentStore(store))
 	var audit *httpgate.Audit
 	closeAudit := func() {}
 	if rs.pol.AuditLog != "" {
@@ -305,11 +306,21 @@ func newServer(p *policy.Policy, rs runSettings, store sluice.Store, reg *promet
 		closeAudit = func() { f.Close() }
 		audit = httpgate.NewAudit(f)
 	}
+	// Leased quotas wrap the instrumented store: its metrics count the
+	// calls that reach the store, slices included.
+	inst := m.InstrumentStore(store)
+	leases := newLeasing(rs.StoreURL, inst, log)
+	leases.configure(p)
+	if leases.q != nil {
+		m.WatchLeases(leases.q)
+	}
+	lim := sluice.New(leases.store(inst))
+	closeAll := func() { leases.close(); closeAudit() }
 	limits := rs.Server.WithDefaults()
 	gate := httpgate.New(p, lim, httpgate.Options{Ready: rs.ready, Healthy: rs.healthy, Metrics: m, Audit: audit, Logger: log, Delay: httpgate.ReserveDelay(limits.WriteTimeout), Insight: stats})
 	// The deadline of /readyz's own probe.
 	m.WatchReady(gate.Ready, time.Second)
-	return &server{Gate: gate, Limiter: lim, Metrics: m, Stats: stats, Logger: log}, closeAudit, nil
+	return &server{Gate: gate, Limiter: lim, Metrics: m, Stats: stats, Logger: log, Leases: leases}, closeAll, nil
 }
 
 // startHTTP serves the HTTP listeners of lns (bound by bind): forward
@@ -428,7 +439,11 @@ func watchPolicy(ctx context.Context, src policy.Source, s *server, started runS
 	}()
 	go func() {
 		defer wg.Done()
-		policy.Watch(ctx, src, now, s.Gate.SetPolicy, func(r policy.Reload) {
+		install := func(p *policy.Policy) {
+			s.Gate.SetPolicy(p)
+			s.Leases.configure(p)
+		}
+		policy.Watch(ctx, src, now, install, func(r policy.Reload) {
 			if r.Unchanged {
 				// Not a reload: nothing is installed, counted or shown.
 				s.Logger.Info("policy unchanged, nothing to reload", "why", r.Why, "file", file)

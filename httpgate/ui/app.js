@@ -159,6 +159,10 @@
     if (!r.in_policy) badges.push(el('span', { class: 'badge gone' }, 'no longer in the policy'));
     if (r.mode) badges.push(el('span', { class: 'badge ' + r.mode }, r.mode));
     if (r.algorithm) badges.push(el('span', { class: 'badge' }, r.algorithm));
+    // A leased rule: each process answers a hot key from slices of its
+    // budget, within processes x max slice of the exact limit.
+    const leased = r.limits.filter((l) => l.lease);
+    if (leased.length) badges.push(el('span', { class: 'badge leased', title: 'leased quota: each process may admit up to ' + leased.map((l) => l.lease.max_slice).join(' / ') + ' tokens of a key beyond the exact limit (max slice)' }, 'leased'));
     // What the rule is, in one or two lines: its limits, then its keys,
     // its store error handling and where it is defined.
     const limits = el('p', { class: 'meta' }, r.limits.map((l, i) => [i ? ' · ' : '', l.tier ? el('b', {}, l.tier + ' ') : null, rate(l)]));

@@ -130,9 +130,13 @@ func limitTB(t *testing.T, rate, burst float64) *sluice.Limit {
 func TestColdKeyStaysExact(t *testing.T) {
 	clock := sluice.NewManualClock(epoch)
 	mem := memory.New(memory.Options{Clock: clock})
+	coldCase(t, clock, func() sluice.Store { return mem })
+}
+
+func coldCase(t *testing.T, clock *sluice.ManualClock, open func() sluice.Store) {
 	lim := limitTB(t, 10_000, 10_000)
 	set := quota.Settings{MaxSlice: 100, HotAfter: 8}
-	f := newFleet(t, clock, lim, set, 3, func() sluice.Store { return mem })
+	f := newFleet(t, clock, lim, set, 3, open)
 	for range 50 {
 		for _, q := range f.procs {
 			for range 7 {

@@ -90,6 +90,14 @@ func TestFleetPostgres(t *testing.T) {
 	fleetCase(t, func(clock sluice.Clock) func() sluice.Store { return openPostgres(t, url, clock) }, 100, 40)
 }
 
+// A key below hot_after stays exact on Redis: every request is a store
+// call, and no slice is taken.
+func TestColdKeyStaysExactRedis(t *testing.T) {
+	url := "redis://" + redistest.Server(t)
+	clock := sluice.NewManualClock(epoch)
+	coldCase(t, clock, openRedis(t, url, clock))
+}
+
 // TakeAll stays all-or-nothing with a leased member on Redis.
 func TestTakeAllAllOrNothingRedis(t *testing.T) {
 	url := "redis://" + redistest.Server(t)

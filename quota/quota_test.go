@@ -130,9 +130,13 @@ func limitTB(t *testing.T, rate, burst float64) *sluice.Limit {
 func TestColdKeyStaysExact(t *testing.T) {
 	clock := sluice.NewManualClock(epoch)
 	mem := memory.New(memory.Options{Clock: clock})
+	coldCase(t, clock, func() sluice.Store { return mem })
+}
+
+func coldCase(t *testing.T, clock *sluice.ManualClock, open func() sluice.Store) {
 	lim := limitTB(t, 10_000, 10_000)
 	set := quota.Settings{MaxSlice: 100, HotAfter: 8}
-	f := newFleet(t, clock, lim, set, 3, func() sluice.Store { return mem })
+	f := newFleet(t, clock, lim, set, 3, open)
 	for range 50 {
 		for _, q := range f.procs {
 			for range 7 {
@@ -566,5 +570,52 @@ func TestFixedWindowLeftoverNotUsedInNextWindow(t *testing.T) {
 	}
 	if admitted > 100 {
 		t.Errorf("the next window admitted %d, above its capacity 100: a slice outlived its window", admitted)
+	}
+}
+
+// A hot key over its limit is refused here until the store's wait ends,
+// without a store call per request; a refund or a reset ends that.
+func TestRefusalKeptUntilRetryAfter(t *testing.T) {
+	clock := sluice.NewManualClock(epoch)
+	c := &counting{Store: memory.New(memory.Options{Clock: clock})}
+	lim := limitTB(t, 1, 10)
+	q := quota.New(c, quota.Options{Clock: clock})
+	if err := q.Configure(map[*sluice.Limit]quota.Settings{lim: {MaxSlice: 4, HotAfter: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	take := func() sluice.Decision {
+		d, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for range 10 {
+		if !take().Allowed {
+			t.Fatal("refused within the burst")
+		}
+	}
+	d := take()
+	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > time.Second {
+		t.Fatalf("the 11th: %+v, want a refusal for up to a second", d)
+	}
+	calls := c.takes.Load()
+	for range 100 {
+		if take().Allowed {
+			t.Fatal("admitted over the limit with no time passing")
+		}
+	}
+	if n := c.takes.Load() - calls; n != 0 {
+		t.Errorf("%d store calls for 100 refusals the store had already made", n)
+	}
+	if _, err := q.Take(ctx, engine.OpRefund, sluice.Request{Limit: lim, Key: "k", Cost: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if !take().Allowed {
+		t.Error("refused after a refund of 3 tokens")
+	}
+	clock.Advance(time.Second)
+	if !take().Allowed {
+		t.Error("refused a second later, when a token had come")
 	}
 }

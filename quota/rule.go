@@ -265,11 +265,23 @@ func (ru *rule) putBack(key string, cost int64, gen uint64) {
 	}
 }
 
+// forgetRefusal ends the refusal kept for key (see refused).
+func (ru *rule) forgetRefusal(key string) {
+	ru.mu.Lock()
+	defer ru.mu.Unlock()
+	if sl := ru.keys[key]; sl != nil {
+		sl.rejectUntil = time.Time{}
+	}
+}
+
 // drop discards key's slice without returning it (a Reset refills the
-// key anyway).
+// key anyway), and the refusal kept for it.
 func (ru *rule) drop(key string) {
 	ru.mu.Lock()
 	defer ru.mu.Unlock()
+	if sl := ru.keys[key]; sl != nil {
+		sl.rejectUntil = time.Time{}
+	}
 	if sl := ru.keys[key]; sl != nil && sl.tokens > 0 {
 		ru.held.Add(-sl.tokens)
 		sl.tokens = 0

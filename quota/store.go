@@ -222,6 +222,10 @@ func (s *Store) Leased(lim *sluice.Limit) (Settings, bool) {
 // Take implements sluice.Store: a take of a leased limit is answered from
 // the key's slice when it can be, everything else by the wrapped store.
 func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
+	if ru := s.leased(r.Limit); ru != nil && op == engine.OpRefund {
+		// Tokens come back: a refusal kept here may no longer hold.
+		defer ru.forgetRefusal(r.Key)
+	}
 	if ru := s.leased(r.Limit); ru != nil && op == engine.OpTake {
 		if cost, ok := leasedCost(r); ok {
 			if a, ok, err := ru.local(ctx, s, r.Key, cost); ok || err != nil {

@@ -177,8 +177,8 @@ type Options struct {
 	// requests per round trip, more than a processor decides in one, and
 	// more writers than processors only split the waiting calls into
 	// more, smaller script calls, each a write and a read for this process
-	// and a script call for Redis (bench/README.md, "Envoy rate limit
-	// service", measures it with the server on one processor).
+	// and a script call for Redis (bench/results/2026-11-28.md measures it
+	// with the server on one processor).
 	BatchWriters int
 	BatchMaxOps  int
 }

@@ -11,8 +11,13 @@
 // with -addr it drives a server already running (sluice, or the reference
 // server for a comparison).
 //
+// With -addr, -pid and -redis-pid name the server's and Redis's
+// processes: each run then also reports their CPU time per call and the
+// server's read and write system calls per call, over the measured time.
+//
 //	go run ./cmd/envoyload -store memory:// -callers 16,64,256
 //	go run ./cmd/envoyload -store redis://127.0.0.1:16379 -callers 16,64,256
+//	go run ./cmd/envoyload -addr 127.0.0.1:18484 -pid 4242 -redis-pid 4243 -callers 64
 package main
 
 import (

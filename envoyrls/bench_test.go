@@ -15,13 +15,36 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/redis"
 )
 
 // BenchmarkShouldRateLimit is the service's own cost per call, without
 // gRPC: one descriptor over 10,000 values on the memory store.
 func BenchmarkShouldRateLimit(b *testing.B) {
+	benchmarkShouldRateLimit(b, func(b *testing.B) sluice.Store { return memory.New(memory.Options{}) })
+}
+
+// BenchmarkShouldRateLimitRedis is BenchmarkShouldRateLimit on the Redis
+// store, on a redis-server of its own, from 64 callers as in
+// bench/cmd/envoyload, so that the store batches as it does under load:
+// the service's cost per call and the store client's, without gRPC.
+func BenchmarkShouldRateLimitRedis(b *testing.B) {
+	addr := redistest.Server(b)
+	b.SetParallelism(32)
+	benchmarkShouldRateLimit(b, func(b *testing.B) sluice.Store {
+		s, err := redis.Open("redis://"+addr+"?timeout=1s", redis.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return s
+	})
+}
+
+func benchmarkShouldRateLimit(b *testing.B, open func(b *testing.B) sluice.Store) {
 	for _, c := range []struct{ name, yaml string }{
 		{"sluice", "rules:\n  - name: per-user\n    match: {domain: bench}\n    limit_keys: [\"descriptor:user\"]\n    algorithm: token_bucket\n    algorithm_config: {rps: 100, burst: 100}\n"},
 		{"reference", "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 100}\n"},
@@ -37,7 +60,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			s := envoyrls.New(pol, sluice.New(memory.New(memory.Options{})), envoyrls.Options{Logger: slog.New(slog.DiscardHandler)})
+			s := envoyrls.New(pol, sluice.New(open(b)), envoyrls.Options{Logger: slog.New(slog.DiscardHandler)})
 			reqs := make([]*rlspb.RateLimitRequest, 10_000)
 			for i := range reqs {
 				reqs[i] = &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{

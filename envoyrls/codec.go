@@ -3,8 +3,9 @@ package envoyrls
 import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/encoding/proto"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 )
 
 // vtMarshaler is a message with the marshalling code that vtprotobuf
@@ -25,10 +26,11 @@ var vtCompiled = func() bool {
 }()
 
 // codec is grpc-go's proto codec, except that it marshals a message that
-// has generated vtprotobuf code with that code. Everything else (the
-// health and reflection services' messages, and every unmarshalling:
-// go-control-plane generates no unmarshalling code) goes to the proto
-// codec. The bytes are those proto.Marshal writes, but for a message with
+// has generated vtprotobuf code with that code, and decodes a
+// RateLimitRequest of the usual shape itself (decodeRequest).
+// Everything else (the health and reflection services' messages, any
+// other request: go-control-plane generates no unmarshalling code) goes
+// to the proto codec. The bytes are those proto.Marshal writes, but for a message with
 // a oneof set (a Quota, which sluice never sends): the generated code
 // writes it in field-number order, proto where the Go struct declares it.
 //
@@ -38,7 +40,7 @@ var vtCompiled = func() bool {
 // imports this package included.
 type codec struct{ proto encoding.CodecV2 }
 
-func newCodec() codec { return codec{proto: encoding.GetCodecV2(proto.Name)} }
+func newCodec() codec { return codec{proto: encoding.GetCodecV2(grpcproto.Name)} }
 
 // Marshal does what the proto codec does, with the generated code: a
 // message below grpc-go's pooling threshold in a buffer of its own, a
@@ -80,8 +82,22 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
-// Unmarshal is the proto codec's.
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
+// Unmarshal is the proto codec's, except that a RateLimitRequest of the
+// usual shape is decoded by decodeRequest.
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	req, ok := v.(*rlspb.RateLimitRequest)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	b := buf.ReadOnlyData()
+	proto.Reset(req)
+	if decodeRequest(b, req) {
+		return nil
+	}
+	return proto.Unmarshal(b, req)
+}
 
 // Name is the proto codec's: the bytes on the wire are the same.
-func (codec) Name() string { return proto.Name }
+func (codec) Name() string { return grpcproto.Name }

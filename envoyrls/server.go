@@ -209,18 +209,17 @@ func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, in
 // per call starts with a small stack and grows it through gRPC's and the
 // store's frames every time, which cost about a seventh of the CPU of a
 // loaded server. Calls beyond the workers (all busy, e.g. waiting on
-// Redis) still get a goroutine of their own. In a binary built with the
-// build tag vtprotobuf, responses are marshalled with go-control-plane's
-// generated code (see codec), on this server only.
+// Redis) still get a goroutine of their own. Requests are decoded by the
+// server's codec, which reads the usual RateLimitRequest without
+// protobuf's reflection; in a binary built with the build tag
+// vtprotobuf, it also marshals responses with go-control-plane's
+// generated code (see codec). Both on this server only.
 func ServerOptions() []grpc.ServerOption {
-	opts := []grpc.ServerOption{
+	return []grpc.ServerOption{
 		grpc.SharedWriteBuffer(true),
 		grpc.NumStreamWorkers(uint32(max(64, 16*runtime.GOMAXPROCS(0)))),
+		grpc.ForceServerCodecV2(newCodec()),
 	}
-	if vtCompiled {
-		opts = append(opts, grpc.ForceServerCodecV2(newCodec()))
-	}
-	return opts
 }
 
 // descKind says how one descriptor's cost is applied.

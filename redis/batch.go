@@ -48,12 +48,24 @@ type call struct {
 	args []string // groups, without the script's leading TTL padding
 	res  []int64
 	err  error
+	// done is sent one value once the writer is done with the call (see
+	// finish).
 	done chan struct{}
 	// state is waiting until either a writer takes the call into a script
 	// call (sent) or its caller gives up first (abandoned), never both, so
 	// that an abandoned call is certain never to reach Redis.
 	state atomic.Int32
 }
+
+// calls keeps the calls whose callers were answered, for later calls:
+// a call, with its channel, is two allocations per take otherwise. A call
+// whose caller gave up is left to the collector, since the writer may
+// still hold it.
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// finish tells c's caller that the writer is done with c: the writer
+// touches c no more.
+func (c *call) finish() { c.done <- struct{}{} }
 
 const (
 	callWaiting int32 = iota
@@ -102,24 +114,27 @@ func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) 
 		}
 		return res, err
 	}
-	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+	c := calls.Get().(*call)
+	c.ctx, c.keys, c.args = ctx, keys, args
 	select {
 	case b.q <- c:
 	case <-ctx.Done():
+		c.recycle()
 		return nil, fmt.Errorf("%w: %w", errUnsent, ctx.Err())
 	case <-b.stop:
+		c.recycle()
 		return nil, fmt.Errorf("redis store closed")
 	}
 	select {
 	case <-c.done:
-		return c.res, c.err
+		return c.answer()
 	case <-ctx.Done():
 		select {
 		case <-c.done:
 			// Answered as the deadline passed (a goroutine that waited for
 			// a CPU finds both ready, and select picks at random): the
 			// answer stands.
-			return c.res, c.err
+			return c.answer()
 		default:
 		}
 		// The writer may still send the call; like any timed-out write, it
@@ -129,6 +144,21 @@ func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) 
 		}
 		return nil, ctx.Err()
 	}
+}
+
+// answer is the reply of c, which the writer is done with, and gives c
+// back for another call.
+func (c *call) answer() ([]int64, error) {
+	res, err := c.res, c.err
+	c.recycle()
+	return res, err
+}
+
+// recycle gives back c, which no writer holds.
+func (c *call) recycle() {
+	c.ctx, c.keys, c.args, c.res, c.err = nil, nil, nil, nil, nil
+	c.state.Store(callWaiting)
+	calls.Put(c)
 }
 
 func (b *batcher) loop() {
@@ -160,11 +190,11 @@ func (b *batcher) loop() {
 			if err := c.ctx.Err(); err != nil {
 				c.state.CompareAndSwap(callWaiting, callAbandoned)
 				c.err = fmt.Errorf("%w: %w", errUnsent, err)
-				close(c.done)
+				c.finish()
 				continue
 			}
 			if !c.state.CompareAndSwap(callWaiting, callSent) {
-				close(c.done) // its caller gave up and has returned
+				c.finish() // its caller gave up and has returned
 				continue
 			}
 			live = append(live, c)
@@ -200,7 +230,7 @@ func (b *batcher) loop() {
 				c.res = res[off : off+n : off+n]
 				off += n
 			}
-			close(c.done)
+			c.finish()
 		}
 		clear(batch)
 	}
@@ -246,7 +276,7 @@ func (b *batcher) flushSlots(live []*call) {
 				c.res = res[i][off : off+n : off+n]
 				off += n
 			}
-			close(c.done)
+			c.finish()
 		}
 	}
 }

@@ -99,6 +99,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,8 +170,15 @@ type Options struct {
 	BreakerBackoff  time.Duration
 	// NoBatch sends every call as its own script call.
 	NoBatch bool
-	// BatchWriters is the number of batches in flight at once (default 4);
-	// BatchMaxOps bounds the requests in one batch (default 256).
+	// BatchWriters is the number of batches in flight at once (default 4,
+	// or GOMAXPROCS when fewer); BatchMaxOps bounds the requests in one
+	// batch (default 256). A batch in flight per processor is as many as
+	// the processors keep busy: one writer carries up to BatchMaxOps
+	// requests per round trip, more than a processor decides in one, and
+	// more writers than processors only split the waiting calls into
+	// more, smaller script calls, each a write and a read for this process
+	// and a script call for Redis (bench/results/2026-11-28.md measures it
+	// with the server on one processor).
 	BatchWriters int
 	BatchMaxOps  int
 }
@@ -215,7 +223,7 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 		opts.OverLimitCacheSize = 100_000
 	}
 	if opts.BatchWriters <= 0 {
-		opts.BatchWriters = 4
+		opts.BatchWriters = min(4, runtime.GOMAXPROCS(0))
 	}
 	if opts.BatchMaxOps <= 0 {
 		opts.BatchMaxOps = 256
@@ -424,10 +432,13 @@ func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluic
 		}
 		gen = g
 	}
-	args := make([]string, 0, 4)
-	args = appendGroup(args, 1, opOf(op), s.nowArg())
+	// The key and the arguments in one allocation: the group header and a
+	// request's three (four with extra) arguments.
+	ka := new([6]string)
+	ka[0] = key
+	args := appendGroup(ka[1:1], 1, opOf(op), s.nowArg())
 	args = appendRequest(args, &r, ch, s.wallNow())
-	res, err := s.run(ctx, []string{key}, args, true)
+	res, err := s.run(ctx, ka[:1:1], args, true)
 	if op == engine.OpRefund && s.cache != nil {
 		// The key has tokens again: a cached rejection would keep refusing
 		// them. Dropped even after an error, which may hide an applied
@@ -488,7 +499,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 // TakeAll implements sluice.Store. On one Redis it is one script; on a
 // Cluster, one script per slot, charged in slot order and refunded when a
 // later slot rejects (see the package documentation).
-func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
+func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
 	if len(rs) == 0 {
 		return nil, nil
 	}
@@ -499,7 +510,7 @@ func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, 
 		if err != nil {
 			return nil, err
 		}
-		return []sluice.Decision{d}, nil
+		return append(dst[:0], d), nil
 	}
 	chs := make([]engine.Charge, len(rs))
 	keys := make([]string, len(rs))

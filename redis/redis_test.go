@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -312,4 +313,51 @@ func TestBatchWritersFromURL(t *testing.T) {
 	if n := admitted.Load(); n != 50 {
 		t.Fatalf("%d of 160 takes admitted, want the burst of 50", n)
 	}
+}
+
+// Concurrent takes, some of them given up while they wait for a batch,
+// each get the reply to their own request: the batch's calls are reused
+// once answered (batch.go), and a call given up is never handed to
+// another caller. Each caller takes from a key of its own that does not
+// refill, so every answer it gets says fewer tokens than the one before
+// (a take given up may or may not have been applied; it never adds).
+func TestBatchedRepliesReachTheirCallers(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(8_000_000_000_000))
+	s := open(t, standaloneURL(t)+"?batch_writers=2", redis.Options{Clock: clock})
+	lim := uniqueLimit(t, sluice.Spec{Name: "replies", TokensPerSecond: 1, Burst: 10_000})
+	var answered, gaveUp atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := "caller-" + strconv.Itoa(g)
+			last := int64(math.MaxInt64)
+			for i := range 60 {
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if i%3 == 1 {
+					// Given up at once or soon after, wherever the call is.
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(i%4)*time.Microsecond)
+				}
+				d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: key})
+				cancel()
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Error(err)
+						return
+					}
+					gaveUp.Add(1)
+					continue
+				}
+				if d.Remaining >= last {
+					t.Errorf("%s: %d tokens after a take that left %d: another caller's reply", key, d.Remaining, last)
+					return
+				}
+				last = d.Remaining
+				answered.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d takes answered, %d given up", answered.Load(), gaveUp.Load())
 }

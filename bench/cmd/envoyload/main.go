@@ -11,8 +11,13 @@
 // with -addr it drives a server already running (sluice, or the reference
 // server for a comparison).
 //
+// With -addr, -pid and -redis-pid name the server's and Redis's
+// processes: each run then also reports their CPU time per call and the
+// server's read and write system calls per call, over the measured time.
+//
 //	go run ./cmd/envoyload -store memory:// -callers 16,64,256
 //	go run ./cmd/envoyload -store redis://127.0.0.1:16379 -callers 16,64,256
+//	go run ./cmd/envoyload -addr 127.0.0.1:18484 -pid 4242 -redis-pid 4243 -callers 64
 package main
 
 import (
@@ -37,6 +42,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -74,7 +80,10 @@ func main() {
 	skew := flag.Float64("zipf", 1.1, "Zipf exponent of the values (> 1)")
 	rate := flag.Float64("rate", 0, "offered calls per second in all (0: every caller calls again as soon as answered)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole process (callers and in-process server) to this file")
+	memProfile := flag.String("memprofile", "", "write an allocation profile of the whole process to this file when it ends")
 	requestBody := flag.String("request-body", "", "only write one call's gRPC request body (user=user-42) to this file, for an HTTP/2 load tool such as h2load")
+	serverPID := flag.Int("pid", 0, "with -addr, the server's process: report its CPU time per call")
+	redisPID := flag.Int("redis-pid", 0, "the Redis server's process: report its CPU time per call")
 	flag.Parse()
 	if *requestBody != "" {
 		if err := writeRequestBody(*requestBody); err != nil {
@@ -92,6 +101,18 @@ func main() {
 			log.Fatal(err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		defer func() {
+			f, err := os.Create(*memProfile)
+			if err != nil {
+				log.Fatal(err)
+			}
+			defer f.Close()
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				log.Fatal(err)
+			}
+		}()
 	}
 
 	if *serveOnly != "" {
@@ -134,14 +155,15 @@ func main() {
 		mode = fmt.Sprintf("offered %.0f calls/s", *rate)
 	}
 	fmt.Printf("%s; %d connections, %d Zipf(%.2f) values, %s, %v per run\n", target, *conns, *nkeys, *skew, mode, *duration)
-	fmt.Printf("%8s %12s %10s %10s %10s %10s %8s %8s %9s\n", "callers", "req/s", "p50", "p90", "p99", "p99.9", "over%", "errors", "storeerr")
+	pids := cpuPIDs{server: *serverPID, redis: *redisPID}
+	fmt.Printf("%8s %12s %10s %10s %10s %10s %8s %8s %9s%s\n", "callers", "req/s", "p50", "p90", "p99", "p99.9", "over%", "errors", "storeerr", pids.header())
 	for _, f := range strings.Split(*callersFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
 			fmt.Fprintf(os.Stderr, "envoyload: bad -callers value %q\n", f)
 			os.Exit(2)
 		}
-		run(clients, keys, *skew, n, *rate, *warmup, *duration)
+		run(clients, keys, *skew, n, *rate, *warmup, *duration, pids)
 	}
 }
 
@@ -244,7 +266,7 @@ func newServer(addr, storeURL, config string) (*grpc.Server, net.Listener, func(
 // one line of results. With rate > 0 each caller sends at its share of
 // the rate on a fixed schedule and latency counts from the scheduled time,
 // so a slow answer also counts against the calls queued behind it.
-func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, callers int, rate float64, warmup, duration time.Duration) {
+func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, callers int, rate float64, warmup, duration time.Duration, pids cpuPIDs) {
 	var measuring, stop atomic.Bool
 	var storeErrs0 int64
 	var over, errs atomic.Int64
@@ -300,10 +322,12 @@ func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, ca
 	time.Sleep(warmup)
 	storeErrs0 = storeErrors.n.Load()
 	measuring.Store(true)
+	cpu0 := pids.read()
 	began := time.Now()
 	time.Sleep(duration)
 	measuring.Store(false)
 	elapsed := time.Since(began)
+	cpu := pids.read()
 	storeErrs := storeErrors.n.Load() - storeErrs0
 	stop.Store(true)
 	wg.Wait()
@@ -317,10 +341,84 @@ func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, ca
 	}
 	slices.Sort(all)
 	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
-	fmt.Printf("%8d %12.0f %10v %10v %10v %10v %7.1f%% %8d %9d\n", callers, float64(len(all))/elapsed.Seconds(),
+	fmt.Printf("%8d %12.0f %10v %10v %10v %10v %7.1f%% %8d %9d%s\n", callers, float64(len(all))/elapsed.Seconds(),
 		pct(0.50).Round(time.Microsecond), pct(0.90).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(0.999).Round(time.Microsecond),
-		100*float64(over.Load())/float64(len(all)), errs.Load(), storeErrs)
+		100*float64(over.Load())/float64(len(all)), errs.Load(), storeErrs, pids.perCall(cpu0, cpu, len(all)))
 	if storeErrs > 0 {
 		fmt.Printf("%8s %d answers came from on_store_error, not the store: not a measure of the store (for a saturated closed loop, give the store a longer ?timeout=)\n", "", storeErrs)
 	}
+}
+
+// cpuPIDs are the processes whose CPU time a run reports per call: the
+// server's and the Redis server's (0: not reported). A call counts when
+// it is answered within the measured time, as for calls/s.
+type cpuPIDs struct{ server, redis int }
+
+func (p cpuPIDs) header() string {
+	h := ""
+	if p.server != 0 {
+		h += fmt.Sprintf(" %12s %9s", "server-µs", "reads+writes")
+	}
+	if p.redis != 0 {
+		h += fmt.Sprintf(" %12s", "redis-µs")
+	}
+	return h
+}
+
+// cpuReading is the processes' CPU time so far, and the server's read
+// and write system calls.
+type cpuReading struct {
+	cpu      [2]time.Duration
+	syscalls [2]int64
+}
+
+func (p cpuPIDs) read() cpuReading {
+	return cpuReading{cpu: [2]time.Duration{cpuClock(p.server), cpuClock(p.redis)}, syscalls: ioCalls(p.server)}
+}
+
+func (p cpuPIDs) perCall(before, after cpuReading, calls int) string {
+	s := ""
+	for i, pid := range [2]int{p.server, p.redis} {
+		if pid != 0 {
+			s += fmt.Sprintf(" %12.2f", float64((after.cpu[i]-before.cpu[i]).Nanoseconds())/1e3/float64(calls))
+		}
+		if i == 0 && pid != 0 {
+			s += fmt.Sprintf(" %4.2f+%4.2f", float64(after.syscalls[0]-before.syscalls[0])/float64(calls), float64(after.syscalls[1]-before.syscalls[1])/float64(calls))
+		}
+	}
+	return s
+}
+
+// ioCalls is the read and write system calls of process pid so far
+// (syscr and syscw of /proc/PID/io), or 0 where they cannot be read.
+func ioCalls(pid int) (n [2]int64) {
+	if pid == 0 {
+		return n
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+	if err != nil {
+		return n
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		for i, field := range [2]string{"syscr: ", "syscw: "} {
+			if v, ok := strings.CutPrefix(line, field); ok {
+				n[i], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return n
+}
+
+// cpuClock is the CPU time of process pid so far, every thread's, from
+// its CPU-time clock (clock_gettime on the clock id that
+// clock_getcpuclockid(3) makes for pid), to the nanosecond; 0 for pid 0.
+func cpuClock(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(int32((^pid)<<3|2), &ts); err != nil { // CPUCLOCK_SCHED of the whole process
+		log.Fatalf("CPU of process %d: %v", pid, err)
+	}
+	return time.Duration(ts.Nano())
 }

@@ -319,7 +319,7 @@ func (s *Store) TakeOutcome(_ context.Context, op engine.Op, r sluice.Request) (
 	if err != nil || o.RetryAfter <= 0 || s.clock != nil {
 		return o, time.Time{}, err
 	}
-	return o, wallTime(now), nil
+	return o, waitEnds(now, o.RetryAfter), nil
 }
 
 // decideOne applies op to r, returning the outcome and the time it was

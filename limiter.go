@@ -182,12 +182,14 @@ func New(store Store) *Limiter { return NewWithOptions(store, Options{}) }
 // that returns one copies it, a large share of an in-process decision.
 type OutcomeStore interface {
 	Store
-	// TakeOutcome is Take answering in an engine.Outcome, with the
-	// moment its wait ends (the time the store read to decide it plus
-	// the Outcome's RetryAfter) when that reading was the system clock's,
-	// zero otherwise: the Limiter dates Decision.RetryAt from it instead
-	// of reading the clock again.
-	TakeOutcome(ctx context.Context, op engine.Op, r Request) (engine.Outcome, time.Time, error)
+	// TakeOutcome is Take answering in an engine.Outcome. When dated is
+	// set it also answers the moment the Outcome's wait ends (the time
+	// the store read to decide it plus RetryAfter) if that reading was
+	// the system clock's, zero otherwise: the Limiter dates
+	// Decision.RetryAt from it instead of reading the clock again. A
+	// caller that asks only whether the request was admitted (Allow)
+	// leaves dated unset and spares the store dating it.
+	TakeOutcome(ctx context.Context, op engine.Op, r Request, dated bool) (engine.Outcome, time.Time, error)
 }
 
 // Store returns the limiter's store.
@@ -198,7 +200,7 @@ func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
 	if l.outcome == nil || r.Limit == nil || r.Limit.shards != nil || r.Key == "" {
 		return l.take(ctx, r)
 	}
-	o, end, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r)
+	o, end, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r, true)
 	if err != nil {
 		return d, err
 	}
@@ -231,7 +233,7 @@ func (l *Limiter) dateWait(ctx context.Context, d *Decision, r *Request, end tim
 		l.advise(ctx, d, r, time.Time{})
 		return
 	}
-	if !d.Allowed {
+	if !d.Allowed && r.Limit.spec.Jitter > 0 {
 		if j := r.Limit.Jitter(ctx, r.Key); j != 0 {
 			d.RetryAfter += j
 			end = end.Add(j)
@@ -248,7 +250,7 @@ func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
 		return false
 	}
 	if l.outcome != nil && lim != nil && lim.shards == nil {
-		o, _, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r)
+		o, _, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r, false)
 		return err == nil && o.Allowed
 	}
 	d, err := l.one(ctx, engine.OpTake, r)

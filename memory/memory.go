@@ -21,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -72,13 +73,14 @@ func defaultShards() int { return min(256, 16*runtime.GOMAXPROCS(0)) }
 
 // Store is the in-memory Store. The zero value is not usable; use New.
 type Store struct {
-	keys        atomic.Int64 // keys held, across shards
-	maxKeys     int64
-	shards      []shard
-	mask        uint64
-	seed, seed2 maphash.Seed
-	clock       sluice.Clock
-	precise     bool
+	keys     atomic.Int64 // keys held, across shards
+	maxKeys  int64
+	shards   []shard
+	mask     uint64
+	seed     maphash.Seed
+	checkKey [2]uint64 // checkHash's key
+	clock    sluice.Clock
+	precise  bool
 	// earliest[i] is a lower bound on the fullAt of shard i's entries
 	// (see evict.go), one dense array so that an insert checks every shard
 	// for a full key by reading a few cache lines.
@@ -132,7 +134,7 @@ func New(opts Options) *Store {
 		n >>= 1
 	}
 	coarse.once.Do(startCoarse)
-	s := &Store{shards: make([]shard, n), earliest: make([]atomic.Int64, n), mask: uint64(n - 1), seed: maphash.MakeSeed(), seed2: maphash.MakeSeed(), clock: opts.Clock, precise: opts.PreciseClock}
+	s := &Store{shards: make([]shard, n), earliest: make([]atomic.Int64, n), mask: uint64(n - 1), seed: maphash.MakeSeed(), checkKey: [2]uint64{rand.Uint64(), rand.Uint64()}, clock: opts.Clock, precise: opts.PreciseClock}
 	s.maxKeys = int64(opts.MaxKeys)
 	// A shard's table is sized for its share of the keys with room for an
 	// uneven spread; the bound itself is the store-wide count.
@@ -179,7 +181,7 @@ func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
 	if h == 0 {
 		h = 1
 	}
-	return h, maphash.Comparable(s.seed2, key) + n
+	return h, checkHash(&s.checkKey, key) + n
 }
 
 // InProcess reports that the store's calls never leave the process and
@@ -314,9 +316,9 @@ func (s *Store) Supports(*sluice.Limit) error { return nil }
 
 // TakeOutcome implements sluice.OutcomeStore: Take answering in the
 // algorithm's integers, from which sluice.Limiter builds the Decision.
-func (s *Store) TakeOutcome(_ context.Context, op engine.Op, r sluice.Request) (engine.Outcome, time.Time, error) {
+func (s *Store) TakeOutcome(_ context.Context, op engine.Op, r sluice.Request, dated bool) (engine.Outcome, time.Time, error) {
 	o, now, err := s.decideOne(op, r, false)
-	if err != nil || o.RetryAfter <= 0 || s.clock != nil {
+	if err != nil || !dated || o.RetryAfter <= 0 || s.clock != nil {
 		return o, time.Time{}, err
 	}
 	return o, waitEnds(now, o.RetryAfter), nil
@@ -344,7 +346,17 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 	if sh.decideUnlocked(&at, lim, r.Key, ch, h, check, now, early, take) {
 		return at.o, at.now, nil
 	}
-	now, early = at.now, at.early
+	o, now := s.decideLocked(sh, &at, lim, r.Key, ch, h, check, take)
+	return o, now, nil
+}
+
+// decideLocked is decideOne under the shard's lock, after the attempt at
+// (decideUnlocked) did not stand: it writes an admitted take, reusing at
+// when the table is unchanged since it was read. Apart from decideOne, so
+// that a decision that stands without the lock pays for none of its frame.
+func (s *Store) decideLocked(sh *shard, at *attempt, lim *sluice.Limit, key string, ch engine.Charge, h, check uint64, take bool) (engine.Outcome, int64) {
+	p := lim.Params()
+	now, early := at.now, at.early
 	var force bool
 	for {
 		sh.mu.Lock()
@@ -362,11 +374,11 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 			i = sh.t.find(h, check)
 			st = engine.State{}
 			present := sh.load(i, p, &st)
-			o, write = engine.Evaluate(lim.Params(), &st, present, r.Key, now, ch, take)
+			o, write = engine.Evaluate(lim.Params(), &st, present, key, now, ch, take)
 			if early && !o.Allowed && o.RetryAfter <= recheckWithin {
 				// Near the boundary, the precise clock decides (see clock.go).
 				now = preciseNow()
-				o, write = engine.Evaluate(lim.Params(), &st, present, r.Key, now, ch, take)
+				o, write = engine.Evaluate(lim.Params(), &st, present, key, now, ch, take)
 			}
 		}
 		if write && i < 0 {
@@ -383,7 +395,7 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 			sh.store(i, h, check, &st, o, p, now)
 		}
 		sh.mu.Unlock()
-		return o, now, nil
+		return o, now
 	}
 }
 

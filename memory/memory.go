@@ -343,6 +343,36 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 		return o, now, nil
 	}
 	var at attempt
+	if p.Algorithm == engine.TokenBucket || p.Algorithm == engine.LeakyBucket {
+		// The hot path: decideUnlocked's work for a bucket whose state
+		// needs no conversion, written out here, so that a decision that
+		// stands without the lock calls nothing but the arithmetic.
+		seq := sh.seq.Load()
+		entries := *sh.view.Load()
+		i := find(entries, h, check)
+		var st engine.BucketState
+		plain := true
+		if i >= 0 {
+			e := &entries[i]
+			plain = atomic.LoadUint64(&e.shape) == shapeOf(p)
+			st.Scaled, st.Stamp = atomic.LoadInt64(&e.tokens), atomic.LoadInt64(&e.stamp)
+		}
+		if plain {
+			next, o := engine.TakeTokenBucket(p, st, i >= 0, now, ch.Cost, ch.Reserve, ch.MaxReserved)
+			if seq&1 == 0 && sh.seq.Load() == seq {
+				switch {
+				case take && o.Allowed: // to be written, under the lock
+					at = attempt{seq: seq, valid: true, present: i >= 0, i: i, tokens: next.Scaled, stamp: next.Stamp, o: o, now: now, early: early}
+					o, now := s.decideLocked(sh, &at, lim, r.Key, ch, h, check, take)
+					return o, now, nil
+				case o.Allowed || !early || o.RetryAfter > recheckWithin:
+					return o, now, nil
+				}
+				// Near the boundary the precise clock decides (see clock.go).
+				now, early = preciseNow(), false
+			}
+		}
+	}
 	if sh.decideUnlocked(&at, lim, r.Key, ch, h, check, now, early, take) {
 		return at.o, at.now, nil
 	}

@@ -355,7 +355,6 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 		o, now := s.refund(sh, lim, r.Key, ch, h, check)
 		return o, now, nil
 	}
-	var at attempt
 	if bucket {
 		// The hot path: decideUnlocked's work for a bucket whose state
 		// needs no conversion, written out here, so that a decision that
@@ -375,7 +374,7 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 			if seq&1 == 0 && sh.seq.Load() == seq {
 				switch {
 				case take && o.Allowed: // to be written, under the lock
-					at = attempt{seq: seq, valid: true, present: i >= 0, i: i, tokens: next.Scaled, stamp: next.Stamp, o: o, now: now, early: early}
+					at := attempt{seq: seq, valid: true, present: i >= 0, i: i, tokens: next.Scaled, stamp: next.Stamp, o: o, now: now, early: early}
 					o, now := s.decideLocked(sh, &at, lim, r.Key, ch, h, check, take)
 					return o, now, nil
 				case o.Allowed || !early || o.RetryAfter > recheckWithin:
@@ -386,6 +385,7 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 			}
 		}
 	}
+	var at attempt
 	if sh.decideUnlocked(&at, lim, r.Key, ch, h, check, now, early, take) {
 		return at.o, at.now, nil
 	}

@@ -20,7 +20,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -73,14 +72,13 @@ func defaultShards() int { return min(256, 16*runtime.GOMAXPROCS(0)) }
 
 // Store is the in-memory Store. The zero value is not usable; use New.
 type Store struct {
-	keys     atomic.Int64 // keys held, across shards
-	maxKeys  int64
-	shards   []shard
-	mask     uint64
-	seed     maphash.Seed
-	checkKey [2]uint64 // checkHash's key
-	clock    sluice.Clock
-	precise  bool
+	keys    atomic.Int64 // keys held, across shards
+	maxKeys int64
+	shards  []shard
+	mask    uint64
+	hashKey [4]uint64 // keyHashes' key, random
+	clock   sluice.Clock
+	precise bool
 	// earliest[i] is a lower bound on the fullAt of shard i's entries
 	// (see evict.go), one dense array so that an insert checks every shard
 	// for a full key by reading a few cache lines.
@@ -134,7 +132,7 @@ func New(opts Options) *Store {
 		n >>= 1
 	}
 	coarse.once.Do(startCoarse)
-	s := &Store{shards: make([]shard, n), earliest: make([]atomic.Int64, n), mask: uint64(n - 1), seed: maphash.MakeSeed(), checkKey: [2]uint64{rand.Uint64(), rand.Uint64()}, clock: opts.Clock, precise: opts.PreciseClock}
+	s := &Store{shards: make([]shard, n), earliest: make([]atomic.Int64, n), mask: uint64(n - 1), hashKey: [4]uint64{rand.Uint64(), rand.Uint64(), rand.Uint64(), rand.Uint64()}, clock: opts.Clock, precise: opts.PreciseClock}
 	s.maxKeys = int64(opts.MaxKeys)
 	// A shard's table is sized for its share of the keys with room for an
 	// uneven spread; the bound itself is the store-wide count.
@@ -170,18 +168,16 @@ func (s *Store) preciseTime() int64 {
 
 // hashes returns the two hashes that identify (l, key): h places it
 // (shard and table position), check confirms it (see entry). Both mix in
-// the limit's name, so one key under two limits is two buckets.
-// maphash.Comparable, not maphash.String: both end in the runtime's AES
-// hash, which for a short key costs less than the calls that lead to it,
-// and Comparable's way there is the shorter (fewer instructions per
-// one-key Take, counted by callgrind).
+// the limit's name, so one key under two limits is two buckets. The key's
+// are keyHashes', one pass over its bytes for both.
 func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
 	n := l.NameID()
-	h = maphash.Comparable(s.seed, key) ^ n*0x9e3779b97f4a7c15
+	h, check = keyHashes(&s.hashKey, key)
+	h ^= n * 0x9e3779b97f4a7c15
 	if h == 0 {
 		h = 1
 	}
-	return h, checkHash(&s.checkKey, key) + n
+	return h, check + n
 }
 
 // InProcess reports that the store's calls never leave the process and
@@ -345,11 +341,11 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 	}
 	// s.hashes, written out.
 	n := lim.NameID()
-	h := maphash.Comparable(s.seed, r.Key) ^ n*0x9e3779b97f4a7c15
-	if h == 0 {
+	h, check := keyHashes(&s.hashKey, r.Key)
+	if h ^= n * 0x9e3779b97f4a7c15; h == 0 {
 		h = 1
 	}
-	check := checkHash(&s.checkKey, r.Key) + n
+	check += n
 	sh := &s.shards[h&s.mask]
 	if op == engine.OpRefund {
 		o, now := s.refund(sh, lim, r.Key, ch, h, check)

@@ -207,8 +207,12 @@ func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
 	// The Decision is written where it is returned, not built in a
 	// temporary and copied (see OutcomeStore and decideInto).
 	r.Limit.decideInto(&d, o)
-	if o.RetryAfter > 0 {
+	switch {
+	case o.RetryAfter <= 0:
+	case end.IsZero() || l.clock != nil || !o.Allowed && r.Limit.spec.Jitter > 0:
 		l.dateWait(ctx, &d, &r, end)
+	default: // dateWait's usual answer, without its call
+		d.RetryAt = end
 	}
 	return d, nil
 }

@@ -99,6 +99,11 @@ type Limit struct {
 	params engine.Params
 	nameID uint64
 	shards *shardSet // nil unless Spec.Shards > 1
+	// plain is set for a limit of tokens, in one bucket (not sharded),
+	// that holds at least one token: a request for one token of it needs
+	// no judging (Request.Charge).
+	plain bool
+	one   engine.Charge // the charge of one token, when plain
 }
 
 // nameSeed seeds NameID: random per process, so IDs never leave it.
@@ -218,6 +223,7 @@ func newLimit(s Spec, checkName bool) (*Limit, error) {
 	if err := l.initShards(); err != nil {
 		return nil, specErr(s, "", "%v", err)
 	}
+	l.setPlain()
 	return l, nil
 }
 
@@ -411,6 +417,12 @@ func maxReserved(tokens float64, p *engine.Params) (int64, error) {
 		return 0, &costError{why, ErrInvalidCost}
 	}
 	return min(mr, most), nil
+}
+
+// setPlain sets l.plain from l's final parameters.
+func (l *Limit) setPlain() {
+	l.plain = l.params.Algorithm != engine.Concurrency && l.shards == nil && l.params.Capacity >= engine.TokenScale
+	l.one = engine.Charge{Cost: engine.TokenScale, Reserve: l.params.Reserve, MaxReserved: l.params.MaxReserved}
 }
 
 // NameID is a 64-bit hash of the limit's name, the same for every Limit of

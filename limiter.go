@@ -68,6 +68,19 @@ type Request struct {
 //     own replaces the limit's: a valid amount, of which at most engine.MaxDebt
 //     counts.
 func (r Request) Charge(op engine.Op) (engine.Charge, error) {
+	if l := r.Limit; l != nil && l.plain && op <= engine.OpRefund && (r.Cost == 0 || r.Cost == 1) && !r.Reserve && r.MaxReserved == 0 {
+		// The common request, one token of a limit that holds one
+		// (Limit.plain): nothing to convert or validate. Small enough to
+		// be inlined into the stores' hot paths.
+		ch := l.one
+		ch.Reserve = ch.Reserve && !r.NoReserve
+		return ch, nil
+	}
+	return r.charge(op)
+}
+
+// charge is Charge for every request but Charge's common one.
+func (r Request) charge(op engine.Op) (engine.Charge, error) {
 	if r.Limit == nil {
 		return engine.Charge{}, fmt.Errorf("%w: request for key %q has no limit", ErrInvalidLimit, r.Key)
 	}
@@ -81,10 +94,6 @@ func (r Request) Charge(op engine.Op) (engine.Charge, error) {
 		return r.shardedCharge(op)
 	}
 	p := &r.Limit.params
-	if (r.Cost == 0 || r.Cost == 1) && !r.Reserve && r.MaxReserved == 0 && p.Capacity >= engine.TokenScale {
-		// The common request, one token: nothing to convert or validate.
-		return engine.Charge{Cost: engine.TokenScale, Reserve: p.Reserve && !r.NoReserve, MaxReserved: p.MaxReserved}, nil
-	}
 	cost := r.Cost
 	if cost == 0 {
 		cost = 1
@@ -173,11 +182,14 @@ func New(store Store) *Limiter { return NewWithOptions(store, Options{}) }
 // that returns one copies it, a large share of an in-process decision.
 type OutcomeStore interface {
 	Store
-	// TakeOutcome is Take answering in an engine.Outcome, with the time
-	// the store read to decide it when that was the system clock (zero
-	// otherwise): the Limiter dates a wait from it (Decision.RetryAt)
-	// instead of reading the clock again.
-	TakeOutcome(ctx context.Context, op engine.Op, r Request) (engine.Outcome, time.Time, error)
+	// TakeOutcome is Take answering in an engine.Outcome. When dated is
+	// set it also answers the moment the Outcome's wait ends (the time
+	// the store read to decide it plus RetryAfter) if that reading was
+	// the system clock's, zero otherwise: the Limiter dates
+	// Decision.RetryAt from it instead of reading the clock again. A
+	// caller that asks only whether the request was admitted (Allow)
+	// leaves dated unset and spares the store dating it.
+	TakeOutcome(ctx context.Context, op engine.Op, r Request, dated bool) (engine.Outcome, time.Time, error)
 }
 
 // Store returns the limiter's store.
@@ -185,30 +197,53 @@ func (l *Limiter) Store() Store { return l.store }
 
 // Take asks for r.Cost tokens and charges them if admitted.
 func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
-	if r.Key == "" {
-		return d, noKey(r.Limit)
+	if l.outcome == nil || r.Limit == nil || r.Limit.shards != nil || r.Key == "" {
+		return l.take(ctx, r)
 	}
-	if l.outcome == nil || r.Limit == nil || r.Limit.shards != nil {
-		d, err := l.one(ctx, engine.OpTake, r)
-		l.advise(ctx, &d, &r, time.Time{})
-		return d, err
-	}
-	o, at, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r)
+	o, end, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r, true)
 	if err != nil {
 		return d, err
 	}
-	if o.RetryAfter > 0 {
-		d = r.Limit.Decide(o)
-		if l.clock != nil {
-			at = time.Time{} // the Limiter's own clock dates it
-		}
-		l.advise(ctx, &d, &r, at)
-		return d, nil
-	}
-	// Nothing to advise: the Decision is written where it is returned, not
-	// built in a temporary and copied (see OutcomeStore and decideInto).
+	// The Decision is written where it is returned, not built in a
+	// temporary and copied (see OutcomeStore and decideInto).
 	r.Limit.decideInto(&d, o)
+	switch {
+	case o.RetryAfter <= 0:
+	case end.IsZero() || l.clock != nil || !o.Allowed && r.Limit.spec.Jitter > 0:
+		l.dateWait(ctx, &d, &r, end)
+	default: // dateWait's usual answer, without its call
+		d.RetryAt = end
+	}
 	return d, nil
+}
+
+// take is Take through Store.Take: for a store that is no OutcomeStore,
+// a sharded limit, and the errors of a request without a limit or key.
+func (l *Limiter) take(ctx context.Context, r Request) (Decision, error) {
+	if r.Key == "" {
+		return Decision{}, noKey(r.Limit)
+	}
+	d, err := l.one(ctx, engine.OpTake, r)
+	l.advise(ctx, &d, &r, time.Time{})
+	return d, err
+}
+
+// dateWait is advise for a Decision d of r that has a wait, whose end
+// the store dated as end (zero when it did not): a rejection's wait grows
+// by the limit's jitter, and RetryAt is end, or the wait from now on the
+// Limiter's own clock when the Limiter has one.
+func (l *Limiter) dateWait(ctx context.Context, d *Decision, r *Request, end time.Time) {
+	if end.IsZero() || l.clock != nil {
+		l.advise(ctx, d, r, time.Time{})
+		return
+	}
+	if !d.Allowed && r.Limit.spec.Jitter > 0 {
+		if j := r.Limit.Jitter(ctx, r.Key); j != 0 {
+			d.RetryAfter += j
+			end = end.Add(j)
+		}
+	}
+	d.RetryAt = end
 }
 
 // Allow is Take for one token of lim under key, reporting only whether it
@@ -219,7 +254,7 @@ func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
 		return false
 	}
 	if l.outcome != nil && lim != nil && lim.shards == nil {
-		o, _, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r)
+		o, _, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r, false)
 		return err == nil && o.Allowed
 	}
 	d, err := l.one(ctx, engine.OpTake, r)

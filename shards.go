@@ -46,6 +46,7 @@ func (l *Limit) initShards() error {
 	sp.Precompute()
 	shard := &Limit{spec: l.spec, params: sp, nameID: l.nameID}
 	shard.spec.Shards = 0
+	shard.setPlain()
 	l.shards = &shardSet{n: n, lim: shard, tags: shardTags(l.spec.Name, n)}
 	return nil
 }

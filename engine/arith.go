@@ -55,10 +55,11 @@ func divBy(a, d int64, inv uint64) (q, r int64) {
 }
 
 // ceilDivBy is ceilDiv(a, d) for a >= 0, given inv = reciprocal(d), or
-// by division when inv is zero (Params not built by NewLimit).
+// zero (Params not built by NewLimit), when it computes the reciprocal.
+// Small enough to be inlined into every decision's arithmetic.
 func ceilDivBy(a, d int64, inv uint64) int64 {
 	if inv == 0 {
-		return ceilDiv(a, d)
+		inv = math.MaxUint64 / uint64(d)
 	}
 	q, r := divBy(a, d, inv)
 	if r != 0 {

@@ -47,24 +47,33 @@ func TakeTokenBucket(p *Params, st BucketState, present bool, now, cost int64, r
 	tokens, stamp := refillBucket(p, st, present, now)
 	lag := stamp - now // > 0 only when the clock stepped back
 	need := cost * p.RateDen
-	var o Outcome
+	var allowed bool
+	var retry int64
 	switch {
 	case tokens >= need:
-		o.Allowed = true
+		allowed = true
 		tokens -= need
 	case reserve && need-tokens <= maxReserved*p.RateDen:
-		o.Allowed = true
+		allowed = true
 		tokens -= need
-		o.RetryAfter = lag + ceilDivBy(-tokens, p.RateNum, p.rateInv)
+		retry = lag + ceilDivBy(-tokens, p.RateNum, p.rateInv)
 	default:
 		if reserve {
 			// Admitted once the debt it would leave fits within maxReserved.
 			need -= maxReserved * p.RateDen
 		}
-		o.RetryAfter = lag + ceilDivBy(need-tokens, p.RateNum, p.rateInv)
+		retry = lag + ceilDivBy(need-tokens, p.RateNum, p.rateInv)
 	}
-	bucketOutcome(p, tokens, lag, &o)
-	return BucketState{Scaled: tokens, Stamp: stamp}, o
+	// bucketOutcome, written out: the Outcome is built from values in
+	// registers, with no call but a division by a rate denominator.
+	micro, reset := tokens, int64(0)
+	if p.RateDen != 1 {
+		micro = floorDivBy(tokens, p.RateDen, p.denInv)
+	}
+	if full := p.Capacity * p.RateDen; tokens < full {
+		reset = lag + ceilDivBy(full-tokens, p.RateNum, p.rateInv)
+	}
+	return BucketState{Scaled: tokens, Stamp: stamp}, Outcome{Allowed: allowed, Tokens: micro, RetryAfter: retry, ResetAfter: reset}
 }
 
 // refillBucket returns a bucket's scaled tokens and stamp as of now: the
@@ -92,15 +101,17 @@ func refillBucket(p *Params, st BucketState, present bool, now int64) (tokens, s
 	return tokens, stamp
 }
 
-// bucketOutcome fills o's tokens and reset wait from scaled tokens.
-func bucketOutcome(p *Params, tokens, lag int64, o *Outcome) {
-	o.Tokens = tokens
+// bucketOutcome returns an Outcome's tokens (micro-tokens) and reset wait
+// from scaled tokens.
+func bucketOutcome(p *Params, tokens, lag int64) (micro, reset int64) {
+	micro = tokens
 	if p.RateDen != 1 { // whole micro-tokens per µs need no division
-		o.Tokens = floorDivBy(tokens, p.RateDen, p.denInv)
+		micro = floorDivBy(tokens, p.RateDen, p.denInv)
 	}
 	if full := p.Capacity * p.RateDen; tokens < full {
-		o.ResetAfter = lag + ceilDivBy(full-tokens, p.RateNum, p.rateInv)
+		reset = lag + ceilDivBy(full-tokens, p.RateNum, p.rateInv)
 	}
+	return micro, reset
 }
 
 // RefundTokenBucket gives amount micro-tokens back to a token (or leaky)
@@ -120,7 +131,7 @@ func RefundTokenBucket(p *Params, st BucketState, present bool, now, amount int6
 		}
 	}
 	o.Allowed = true
-	bucketOutcome(p, tokens, stamp-now, &o)
+	o.Tokens, o.ResetAfter = bucketOutcome(p, tokens, stamp-now)
 	return BucketState{Scaled: tokens, Stamp: stamp}, o, present
 }
 

@@ -1,9 +1,12 @@
 package memory
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/engine"
 )
 
 // The hot path's clock.
@@ -200,11 +203,18 @@ func monoNow() int64 { return atMicros(time.Since(coarse.epoch)) }
 // atMicros is the time d after the anchor, in µs since the Unix epoch.
 func atMicros(d time.Duration) int64 { return coarse.epochU + int64(d/time.Microsecond) }
 
-// wallTime is the wall-clock time of a reading us of this package's
-// clocks (coarseNow, preciseNow), for a Limiter to date a wait from the
-// reading the decision was made on, without reading the clock again.
-func wallTime(us int64) time.Time {
-	return coarse.epoch.Add(time.Duration(us-coarse.epochU) * time.Microsecond)
+// waitEnds is the wall-clock time (with the anchor's monotonic reading)
+// at which a wait of wait µs from a reading us of this package's clocks
+// (coarseNow, preciseNow) ends, for a Limiter to date a wait from the
+// reading the decision was made on, without reading the clock again: one
+// time.Time.Add, not one for the reading and one for the wait.
+func waitEnds(us, wait int64) time.Time {
+	since := time.Duration(us-coarse.epochU) * time.Microsecond
+	d := engine.Duration(wait)
+	if d > math.MaxInt64-since { // beyond time.Duration: step by step, as Add saturates
+		return coarse.epoch.Add(since).Add(d)
+	}
+	return coarse.epoch.Add(since + d)
 }
 
 // preciseNow reads the monotonic clock. A reader that finds the coarse

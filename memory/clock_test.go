@@ -2,10 +2,12 @@ package memory
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // waitFor polls cond until it holds, failing after a generous deadline:
@@ -148,6 +150,22 @@ func TestRetryAtSystemClock(t *testing.T) {
 			}
 			if dec.Allowed || dec.RetryAt.Before(lo) || dec.RetryAt.After(after.Add(dec.RetryAfter)) {
 				t.Fatalf("system clock, %+v: %+v between %v and %v", opts, dec, before, after)
+			}
+		}
+	}
+}
+
+// waitEnds is the reading plus the wait, as two time.Time.Adds would give
+// it (what the Limiter computed before), the monotonic reading included,
+// for waits up to those beyond time.Duration.
+func TestWaitEndsAsTwoAdds(t *testing.T) {
+	coarse.once.Do(startCoarse)
+	now := preciseNow()
+	for _, wait := range []int64{1, 999, 1_000_000, 86_400_000_000, 1 << 53, math.MaxInt64 / 1000, math.MaxInt64/1000 + 1, math.MaxInt64} {
+		for _, us := range []int64{now, now - 5, coarse.epochU} {
+			want := coarse.epoch.Add(time.Duration(us-coarse.epochU) * time.Microsecond).Add(engine.Duration(wait))
+			if got := waitEnds(us, wait); got != want {
+				t.Errorf("waitEnds(%d, %d) = %v, want %v", us, wait, got, want)
 			}
 		}
 	}

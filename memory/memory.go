@@ -20,7 +20,7 @@ package memory
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -72,13 +72,13 @@ func defaultShards() int { return min(256, 16*runtime.GOMAXPROCS(0)) }
 
 // Store is the in-memory Store. The zero value is not usable; use New.
 type Store struct {
-	keys        atomic.Int64 // keys held, across shards
-	maxKeys     int64
-	shards      []shard
-	mask        uint64
-	seed, seed2 maphash.Seed
-	clock       sluice.Clock
-	precise     bool
+	keys    atomic.Int64 // keys held, across shards
+	maxKeys int64
+	shards  []shard
+	mask    uint64
+	hashKey [4]uint64 // keyHashes' key, random
+	clock   sluice.Clock
+	precise bool
 	// earliest[i] is a lower bound on the fullAt of shard i's entries
 	// (see evict.go), one dense array so that an insert checks every shard
 	// for a full key by reading a few cache lines.
@@ -132,7 +132,7 @@ func New(opts Options) *Store {
 		n >>= 1
 	}
 	coarse.once.Do(startCoarse)
-	s := &Store{shards: make([]shard, n), earliest: make([]atomic.Int64, n), mask: uint64(n - 1), seed: maphash.MakeSeed(), seed2: maphash.MakeSeed(), clock: opts.Clock, precise: opts.PreciseClock}
+	s := &Store{shards: make([]shard, n), earliest: make([]atomic.Int64, n), mask: uint64(n - 1), hashKey: [4]uint64{rand.Uint64(), rand.Uint64(), rand.Uint64(), rand.Uint64()}, clock: opts.Clock, precise: opts.PreciseClock}
 	s.maxKeys = int64(opts.MaxKeys)
 	// A shard's table is sized for its share of the keys with room for an
 	// uneven spread; the bound itself is the store-wide count.
@@ -168,18 +168,16 @@ func (s *Store) preciseTime() int64 {
 
 // hashes returns the two hashes that identify (l, key): h places it
 // (shard and table position), check confirms it (see entry). Both mix in
-// the limit's name, so one key under two limits is two buckets.
-// maphash.Comparable, not maphash.String: both end in the runtime's AES
-// hash, which for a short key costs less than the calls that lead to it,
-// and Comparable's way there is the shorter (fewer instructions per
-// one-key Take, counted by callgrind).
+// the limit's name, so one key under two limits is two buckets. The key's
+// are keyHashes', one pass over its bytes for both.
 func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
 	n := l.NameID()
-	h = maphash.Comparable(s.seed, key) ^ n*0x9e3779b97f4a7c15
+	h, check = keyHashes(&s.hashKey, key)
+	h ^= n * 0x9e3779b97f4a7c15
 	if h == 0 {
 		h = 1
 	}
-	return h, maphash.Comparable(s.seed2, key) + n
+	return h, check + n
 }
 
 // InProcess reports that the store's calls never leave the process and
@@ -318,12 +316,12 @@ func (s *Store) Supports(*sluice.Limit) error { return nil }
 
 // TakeOutcome implements sluice.OutcomeStore: Take answering in the
 // algorithm's integers, from which sluice.Limiter builds the Decision.
-func (s *Store) TakeOutcome(_ context.Context, op engine.Op, r sluice.Request) (engine.Outcome, time.Time, error) {
+func (s *Store) TakeOutcome(_ context.Context, op engine.Op, r sluice.Request, dated bool) (engine.Outcome, time.Time, error) {
 	o, now, err := s.decideOne(op, r, false)
-	if err != nil || o.RetryAfter <= 0 || s.clock != nil {
+	if err != nil || !dated || o.RetryAfter <= 0 || s.clock != nil {
 		return o, time.Time{}, err
 	}
-	return o, wallTime(now), nil
+	return o, waitEnds(now, o.RetryAfter), nil
 }
 
 // decideOne applies op to r, returning the outcome and the time it was
@@ -337,18 +335,71 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 	lim := r.Limit
 	p := lim.Params()
 	take := op == engine.OpTake
-	now, early := s.now(p.Algorithm, precise)
-	h, check := s.hashes(lim, r.Key)
+	bucket := p.Algorithm == engine.TokenBucket || p.Algorithm == engine.LeakyBucket
+	var now int64
+	var early bool
+	if w := coarse.word.Load(); bucket && w&coarseFlags == 0 && !precise && s.clock == nil && !s.precise {
+		now, early = w>>coarseShift, true // s.now's usual answer, without its calls
+	} else {
+		now, early = s.now(p.Algorithm, precise)
+	}
+	// s.hashes, written out.
+	n := lim.NameID()
+	h, check := keyHashes(&s.hashKey, r.Key)
+	if h ^= n * 0x9e3779b97f4a7c15; h == 0 {
+		h = 1
+	}
+	check += n
 	sh := &s.shards[h&s.mask]
 	if op == engine.OpRefund {
 		o, now := s.refund(sh, lim, r.Key, ch, h, check)
 		return o, now, nil
 	}
+	if bucket {
+		// The hot path: decideUnlocked's work for a bucket whose state
+		// needs no conversion, written out here, so that a decision that
+		// stands without the lock calls nothing but the arithmetic.
+		seq := sh.seq.Load()
+		entries := *sh.view.Load()
+		i := find(entries, h, check)
+		var st engine.BucketState
+		plain := true
+		if i >= 0 {
+			e := &entries[i]
+			plain = atomic.LoadUint64(&e.shape) == shapeOf(p)
+			st.Scaled, st.Stamp = atomic.LoadInt64(&e.tokens), atomic.LoadInt64(&e.stamp)
+		}
+		if plain {
+			next, o := engine.TakeTokenBucket(p, st, i >= 0, now, ch.Cost, ch.Reserve, ch.MaxReserved)
+			if seq&1 == 0 && sh.seq.Load() == seq {
+				switch {
+				case take && o.Allowed: // to be written, under the lock
+					at := attempt{seq: seq, valid: true, present: i >= 0, i: i, tokens: next.Scaled, stamp: next.Stamp, o: o, now: now, early: early}
+					o, now := s.decideLocked(sh, &at, lim, r.Key, ch, h, check, take)
+					return o, now, nil
+				case o.Allowed || !early || o.RetryAfter > recheckWithin:
+					return o, now, nil
+				}
+				// Near the boundary the precise clock decides (see clock.go).
+				now, early = preciseNow(), false
+			}
+		}
+	}
 	var at attempt
 	if sh.decideUnlocked(&at, lim, r.Key, ch, h, check, now, early, take) {
 		return at.o, at.now, nil
 	}
-	now, early = at.now, at.early
+	o, now := s.decideLocked(sh, &at, lim, r.Key, ch, h, check, take)
+	return o, now, nil
+}
+
+// decideLocked is decideOne under the shard's lock, after the attempt at
+// (decideUnlocked) did not stand: it writes an admitted take, reusing at
+// when the table is unchanged since it was read. Apart from decideOne, so
+// that a decision that stands without the lock pays for none of its frame.
+func (s *Store) decideLocked(sh *shard, at *attempt, lim *sluice.Limit, key string, ch engine.Charge, h, check uint64, take bool) (engine.Outcome, int64) {
+	p := lim.Params()
+	now, early := at.now, at.early
 	var force bool
 	for {
 		sh.mu.Lock()
@@ -366,11 +417,11 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 			i = sh.t.find(h, check)
 			st = engine.State{}
 			present := sh.load(i, p, &st)
-			o, write = engine.Evaluate(lim.Params(), &st, present, r.Key, now, ch, take)
+			o, write = engine.Evaluate(lim.Params(), &st, present, key, now, ch, take)
 			if early && !o.Allowed && o.RetryAfter <= recheckWithin {
 				// Near the boundary, the precise clock decides (see clock.go).
 				now = preciseNow()
-				o, write = engine.Evaluate(lim.Params(), &st, present, r.Key, now, ch, take)
+				o, write = engine.Evaluate(lim.Params(), &st, present, key, now, ch, take)
 			}
 		}
 		if write && i < 0 {
@@ -387,7 +438,7 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 			sh.store(i, h, check, &st, o, p, now)
 		}
 		sh.mu.Unlock()
-		return o, now, nil
+		return o, now
 	}
 }
 

@@ -254,9 +254,9 @@ func leasedCost(r sluice.Request) (int64, bool) {
 
 // TakeOutcome implements sluice.OutcomeStore: the wrapped store's when it
 // is one and the limit is not leased, so that its fast path stays.
-func (s *Store) TakeOutcome(ctx context.Context, op engine.Op, r sluice.Request) (engine.Outcome, time.Time, error) {
+func (s *Store) TakeOutcome(ctx context.Context, op engine.Op, r sluice.Request, dated bool) (engine.Outcome, time.Time, error) {
 	if s.outcome != nil && (op != engine.OpTake || s.leased(r.Limit) == nil) {
-		return s.outcome.TakeOutcome(ctx, op, r)
+		return s.outcome.TakeOutcome(ctx, op, r, dated)
 	}
 	d, err := s.Take(ctx, op, r)
 	if err != nil {

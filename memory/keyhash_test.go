@@ -1,0 +1,100 @@
+package memory
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
+)
+
+// Every byte of a key, at every length keyHashes reads differently (the
+// short forms, one and two words, and the loop over longer keys), changes
+// both its hashes, and so do the key's length and the store's key: two
+// keys are confused only if both their hashes collide.
+func TestKeyHashesSeeEveryByte(t *testing.T) {
+	k := [4]uint64{0x243f6a8885a308d3, 0x13198a2e03707344, 0xa4093822299f31d0, 0x082efa98ec4e6c89}
+	other := k
+	for i := range other {
+		other[i]++
+	}
+	seenH, seenC := map[uint64]string{}, map[uint64]string{}
+	note := func(key string) {
+		t.Helper()
+		h, c := keyHashes(&k, key)
+		if prev, ok := seenH[h]; ok && prev != key {
+			t.Fatalf("h(%q) = h(%q)", key, prev)
+		}
+		if prev, ok := seenC[c]; ok && prev != key {
+			t.Fatalf("check(%q) = check(%q)", key, prev)
+		}
+		if h == c {
+			t.Fatalf("h(%q) = check(%q): the two hashes are one", key, key)
+		}
+		seenH[h], seenC[c] = key, key
+	}
+	for n := 0; n <= 70; n++ {
+		base := strings.Repeat("a", n)
+		note(base)
+		h, c := keyHashes(&k, base)
+		if oh, oc := keyHashes(&other, base); n > 0 && (oh == h || oc == c) {
+			t.Fatalf("the hashes of %d bytes ignore the store's key", n)
+		}
+		for i := 0; i < n; i++ {
+			for _, b := range []byte{'b', 0, 0xff} {
+				key := []byte(base)
+				key[i] = b
+				note(string(key))
+			}
+		}
+	}
+}
+
+// The hashes decideOne writes out are Store.hashes' (the evictions and
+// TakeAll find a key by the latter).
+func TestDecideOneHashesAsHashes(t *testing.T) {
+	s := New(Options{MaxKeys: 64, Shards: 4})
+	lim := sluice.MustLimit(sluice.Spec{Name: "h", TokensPerSecond: 1, Burst: 2})
+	for _, key := range []string{"a", "user-1", "a longer key than sixteen bytes", strings.Repeat("x", 100)} {
+		r := sluice.Request{Limit: lim, Key: key}
+		if _, _, err := s.decideOne(engine.OpTake, r, false); err != nil {
+			t.Fatal(err)
+		}
+		h, check := s.hashes(lim, key)
+		sh := &s.shards[h&s.mask]
+		if sh.t.find(h, check) < 0 {
+			t.Fatalf("key %q is not where Store.hashes places it", key)
+		}
+	}
+}
+
+// Keys a client chooses without the store's key (numbered, or one byte
+// apart) spread over the shards as random keys do: no shard holds more
+// than twice its share, a bound that a spread as even as chance exceeds
+// with a probability below 1e-15.
+func TestAttackChosenKeysSpreadOverShards(t *testing.T) {
+	s := New(Options{Shards: 16})
+	lim := sluice.MustLimit(sluice.Spec{Name: "spread", TokensPerSecond: 1, Burst: 1})
+	families := map[string]func(i int) string{
+		"numbered":      func(i int) string { return "user-" + strconv.Itoa(i) },
+		"one byte":      func(i int) string { return string([]byte{byte(i), byte(i >> 8)}) },
+		"long, suffix":  func(i int) string { return strings.Repeat("x", 40) + strconv.Itoa(i) },
+		"long, prefix":  func(i int) string { return strconv.Itoa(i) + strings.Repeat("x", 40) },
+		"same length 8": func(i int) string { return fmt.Sprintf("%08d", i) },
+	}
+	const keys = 4096
+	for name, key := range families {
+		var per [16]int
+		for i := range keys {
+			h, _ := s.hashes(lim, key(i))
+			per[h&15]++
+		}
+		for sh, n := range per {
+			if n > 2*keys/16 {
+				t.Errorf("%s: shard %d holds %d of %d keys", name, sh, n, keys)
+			}
+		}
+	}
+}

@@ -73,46 +73,23 @@ func TestServeEnvoyGatewayDeployment(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.cert)
-	snaps := cache.NewSnapshotCache(true, cache.IDHash{}, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+	cp := startControlPlane(t, grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{cpPair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
 	})))
-	discovery.RegisterAggregatedDiscoveryServiceServer(g, xdsserver.NewServer(context.Background(), snaps, nil))
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
 
-	env := envoyGatewayEnv(dir, ln.Addr().String(), redisAddr)
+	env := envoyGatewayEnv(dir, cp.addr, redisAddr)
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
 	addrs, logs := startServeArgs(t, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0")
-	get := func(path string) int {
-		resp, err := http.Get("http://" + addrs.API + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode
-	}
+	get := func(path string) int { code, _ := httpGet(t, addrs.API, path); return code }
 	if code := get("/healthcheck"); code != 200 {
 		t.Fatalf("Envoy Gateway's probe before a snapshot: %d, want 200 (the reference starts healthy with FORCE_START_WITHOUT_INITIAL_CONFIG)\n%s", code, logs.String())
 	}
-	rc := &rlsconf.RateLimitConfig{Name: "default/eg/http", Domain: "default/eg/http", Descriptors: []*rlsconf.RateLimitDescriptor{
+	cp.push(t, "envoy-ratelimit", "1", &rlsconf.RateLimitConfig{Name: "default/eg/http", Domain: "default/eg/http", Descriptors: []*rlsconf.RateLimitDescriptor{
 		{Key: "rule-0-match-0", RateLimit: &rlsconf.RateLimitPolicy{RequestsPerUnit: 2, Unit: rlsconf.RateLimitUnit_HOUR}},
-	}}
-	snap, err := cache.NewSnapshot("1", map[string][]types.Resource{xds.TypeURL: {rc}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := snaps.SetSnapshot(context.Background(), "envoy-ratelimit", snap); err != nil {
-		t.Fatal(err)
-	}
-	waitStatus(t, get, "/readyz", 200, logs.String)
+	}})
+	waitStatus(t, addrs.API, "/readyz", 200, logs.String)
 
 	if _, err := askEnvoy(context.Background(), dialEnvoy(t, addrs.GRPC, insecure.NewCredentials())); err == nil {
 		t.Error("GRPC_SERVER_USE_TLS=true, yet a plaintext call was served")
@@ -135,51 +112,76 @@ func TestServeEnvoyGatewayDeployment(t *testing.T) {
 // health check fails until a first configuration is applied, and so does
 // sluice's /healthcheck.
 func TestServeHealthcheckWaitsForConfig(t *testing.T) {
+	cp := startControlPlane(t)
+	t.Setenv("CONFIG_TYPE", "GRPC_XDS_SOTW")
+	t.Setenv("CONFIG_GRPC_XDS_SERVER_URL", cp.addr)
+	t.Setenv("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit")
+	t.Setenv("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")
+	t.Setenv("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10ms")
+	addrs, logs := startServeArgs(t, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0")
+	if code, _ := httpGet(t, addrs.API, "/healthcheck"); code != 500 {
+		t.Fatalf("/healthcheck before a snapshot: %d, want 500", code)
+	}
+	cp.push(t, "envoy-ratelimit", "1", &rlsconf.RateLimitConfig{Name: "d", Domain: "d", Descriptors: []*rlsconf.RateLimitDescriptor{
+		{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{RequestsPerUnit: 1, Unit: rlsconf.RateLimitUnit_HOUR}},
+	}})
+	waitStatus(t, addrs.API, "/healthcheck", 200, logs.String)
+}
+
+// controlPlane is go-control-plane's xDS server on its snapshot cache, as
+// Envoy Gateway runs it, on a loopback port.
+type controlPlane struct {
+	addr  string
+	snaps cache.SnapshotCache
+}
+
+func startControlPlane(t *testing.T, opts ...grpc.ServerOption) controlPlane {
+	t.Helper()
 	snaps := cache.NewSnapshotCache(true, cache.IDHash{}, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(g, xdsserver.NewServer(context.Background(), snaps, nil))
 	go g.Serve(ln)
 	t.Cleanup(g.Stop)
-	t.Setenv("CONFIG_TYPE", "GRPC_XDS_SOTW")
-	t.Setenv("CONFIG_GRPC_XDS_SERVER_URL", ln.Addr().String())
-	t.Setenv("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit")
-	t.Setenv("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")
-	t.Setenv("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10ms")
-	addrs, logs := startServeArgs(t, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0")
-	get := func(path string) int {
-		resp, err := http.Get("http://" + addrs.API + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode
+	return controlPlane{addr: ln.Addr().String(), snaps: snaps}
+}
+
+// push sets node's snapshot to version, holding rcs.
+func (cp controlPlane) push(t *testing.T, node, version string, rcs ...*rlsconf.RateLimitConfig) {
+	t.Helper()
+	res := make([]types.Resource, len(rcs))
+	for i, rc := range rcs {
+		res[i] = rc
 	}
-	if code := get("/healthcheck"); code != 500 {
-		t.Fatalf("/healthcheck before a snapshot: %d, want 500", code)
-	}
-	rc := &rlsconf.RateLimitConfig{Name: "d", Domain: "d", Descriptors: []*rlsconf.RateLimitDescriptor{
-		{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{RequestsPerUnit: 1, Unit: rlsconf.RateLimitUnit_HOUR}},
-	}}
-	snap, err := cache.NewSnapshot("1", map[string][]types.Resource{xds.TypeURL: {rc}})
+	snap, err := cache.NewSnapshot(version, map[string][]types.Resource{xds.TypeURL: res})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := snaps.SetSnapshot(context.Background(), "envoy-ratelimit", snap); err != nil {
+	if err := cp.snaps.SetSnapshot(context.Background(), node, snap); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, get, "/healthcheck", 200, logs.String)
 }
 
-// waitStatus polls path until it answers want, for up to a minute.
-func waitStatus(t *testing.T, get func(string) int, path string, want int, logs func() string) {
+// httpGet answers GET path on addr: the status and the body.
+func httpGet(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// waitStatus polls path on addr until it answers want, for up to a minute.
+func waitStatus(t *testing.T, addr, path string, want int, logs func() string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for get(path) != want {
+	for code, _ := httpGet(t, addr, path); code != want; code, _ = httpGet(t, addr, path) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s never answered %d:\n%s", path, want, logs())
 		}

@@ -2,21 +2,13 @@ package main
 
 import (
 	"context"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	xdsserver "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -32,56 +24,22 @@ import (
 // Envoy's calls get the snapshot's limits over gRPC, and the xDS metrics
 // say so.
 func TestServeXDSReferenceEnv(t *testing.T) {
-	snaps := cache.NewSnapshotCache(true, cache.IDHash{}, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	discovery.RegisterAggregatedDiscoveryServiceServer(g, xdsserver.NewServer(context.Background(), snaps, nil))
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
-
+	cp := startControlPlane(t)
 	t.Setenv("CONFIG_TYPE", "GRPC_XDS_SOTW")
-	t.Setenv("CONFIG_GRPC_XDS_SERVER_URL", ln.Addr().String())
+	t.Setenv("CONFIG_GRPC_XDS_SERVER_URL", cp.addr)
 	t.Setenv("CONFIG_GRPC_XDS_NODE_ID", "eg-ratelimit")
 	t.Setenv("CONFIG_GRPC_XDS_NODE_METADATA", "cluster=test")
 	t.Setenv("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10ms")
 	t.Setenv("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "100ms")
 	addrs, logs := startServeArgs(t, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0")
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addrs.API + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(path string) (int, string) { return httpGet(t, addrs.API, path) }
 	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "no rate limit configuration") {
 		t.Fatalf("/readyz before a snapshot: %d %s", code, body)
 	}
-	rc := &rlsconf.RateLimitConfig{Name: "default/eg/http", Domain: "default/eg/http", Descriptors: []*rlsconf.RateLimitDescriptor{
+	cp.push(t, "eg-ratelimit", "1", &rlsconf.RateLimitConfig{Name: "default/eg/http", Domain: "default/eg/http", Descriptors: []*rlsconf.RateLimitDescriptor{
 		{Key: "rule-0-match-0", RateLimit: &rlsconf.RateLimitPolicy{RequestsPerUnit: 1, Unit: rlsconf.RateLimitUnit_YEAR}},
-	}}
-	snap, err := cache.NewSnapshot("1", map[string][]types.Resource{xds.TypeURL: {rc}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := snaps.SetSnapshot(context.Background(), "eg-ratelimit", snap); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		code, _ := get("/readyz")
-		if code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never ready:\n%s", logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	}})
+	waitStatus(t, addrs.API, "/readyz", 200, logs.String)
 	conn, err := grpc.NewClient(addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -56,7 +56,9 @@ func newConcurrency(s Spec) (*Limit, error) {
 		Period:    engine.Micros(lease),
 		Offset:    -1,
 	}
-	return &Limit{spec: s, params: p, nameID: maphash.String(nameSeed, s.Name)}, nil
+	l := &Limit{spec: s, params: p, nameID: maphash.String(nameSeed, s.Name)}
+	l.setPlain()
+	return l, nil
 }
 
 // MaxInFlight returns a concurrency limit's number of slots (0 for any

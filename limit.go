@@ -104,6 +104,7 @@ type Limit struct {
 	// no judging (Request.Charge).
 	plain bool
 	one   engine.Charge // the charge of one token, when plain
+	whole int64         // the capacity in whole tokens (Decision.Capacity)
 }
 
 // nameSeed seeds NameID: random per process, so IDs never leave it.
@@ -419,8 +420,10 @@ func maxReserved(tokens float64, p *engine.Params) (int64, error) {
 	return min(mr, most), nil
 }
 
-// setPlain sets l.plain from l's final parameters.
+// setPlain sets l.plain, and what a decision of l derives from its
+// parameters alone, from l's final parameters.
 func (l *Limit) setPlain() {
+	l.whole = l.params.Capacity / engine.TokenScale
 	l.plain = l.params.Algorithm != engine.Concurrency && l.shards == nil && l.params.Capacity >= engine.TokenScale
 	l.one = engine.Charge{Cost: engine.TokenScale, Reserve: l.params.Reserve, MaxReserved: l.params.MaxReserved}
 }

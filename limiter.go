@@ -197,7 +197,8 @@ func (l *Limiter) Store() Store { return l.store }
 
 // Take asks for r.Cost tokens and charges them if admitted.
 func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
-	if l.outcome == nil || r.Limit == nil || r.Limit.shards != nil || r.Key == "" {
+	lim := r.Limit
+	if l.outcome == nil || lim == nil || lim.shards != nil || r.Key == "" {
 		return l.take(ctx, r)
 	}
 	o, end, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r, true)
@@ -205,12 +206,14 @@ func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
 		return d, err
 	}
 	// The Decision is written where it is returned, not built in a
-	// temporary and copied (see OutcomeStore and decideInto).
-	r.Limit.decideInto(&d, o)
+	// temporary and copied (see OutcomeStore and decideInto). r is
+	// passed on by value, never by its address, so that it need not be
+	// kept in this frame's memory for the usual answer.
+	lim.decideInto(&d, o)
 	switch {
 	case o.RetryAfter <= 0:
-	case end.IsZero() || l.clock != nil || !o.Allowed && r.Limit.spec.Jitter > 0:
-		l.dateWait(ctx, &d, &r, end)
+	case end.IsZero() || l.clock != nil || !o.Allowed && lim.spec.Jitter > 0:
+		l.dateWait(ctx, &d, r, end)
 	default: // dateWait's usual answer, without its call
 		d.RetryAt = end
 	}
@@ -232,9 +235,9 @@ func (l *Limiter) take(ctx context.Context, r Request) (Decision, error) {
 // the store dated as end (zero when it did not): a rejection's wait grows
 // by the limit's jitter, and RetryAt is end, or the wait from now on the
 // Limiter's own clock when the Limiter has one.
-func (l *Limiter) dateWait(ctx context.Context, d *Decision, r *Request, end time.Time) {
+func (l *Limiter) dateWait(ctx context.Context, d *Decision, r Request, end time.Time) {
 	if end.IsZero() || l.clock != nil {
-		l.advise(ctx, d, r, time.Time{})
+		l.advise(ctx, d, &r, time.Time{})
 		return
 	}
 	if !d.Allowed && r.Limit.spec.Jitter > 0 {
@@ -375,17 +378,17 @@ func (l *Limit) Decide(o engine.Outcome) (d Decision) {
 	return d
 }
 
-// decideInto writes l's Decision of o into d, field by field. Inlined
+// decideInto writes l's Decision of o into d, a zero Decision, field by
+// field (RetryAt, which the Outcome does not date, is left zero). Inlined
 // (keep it within the inlining budget) where d is the function's result,
 // it writes the result in place: a returned literal is
 // built in a temporary and copied, and the copy's wide loads stall on the
 // fields' narrow stores (store forwarding fails).
 func (l *Limit) decideInto(d *Decision, o engine.Outcome) {
 	d.Allowed = o.Allowed
-	d.Capacity = l.params.Capacity / engine.TokenScale
+	d.Capacity = l.whole
 	d.Remaining = max(o.Tokens, 0) / engine.TokenScale
 	d.RetryAfter = engine.Duration(o.RetryAfter)
-	d.RetryAt = time.Time{}
 	d.ResetAfter = engine.Duration(o.ResetAfter)
 	d.Rule = l.spec.Name
 	d.Tokens = engine.FromMicroTokens(o.Tokens)

@@ -209,6 +209,9 @@ func atMicros(d time.Duration) int64 { return coarse.epochU + int64(d/time.Micro
 // reading the decision was made on, without reading the clock again: one
 // time.Time.Add, not one for the reading and one for the wait.
 func waitEnds(us, wait int64) time.Time {
+	if s := us - coarse.epochU; waitNear(s, wait) {
+		return nearEnd(s, wait)
+	}
 	since := time.Duration(us-coarse.epochU) * time.Microsecond
 	d := engine.Duration(wait)
 	if d > math.MaxInt64-since { // beyond time.Duration: step by step, as Add saturates
@@ -216,6 +219,23 @@ func waitEnds(us, wait int64) time.Time {
 	}
 	return coarse.epoch.Add(since + d)
 }
+
+// waitNear reports whether a reading s µs after the anchor and a wait
+// of wait µs are waitEnds's usual case: both in time.Duration's range,
+// their sum too. Then nearEnd is waitEnds, small enough to be inlined
+// where the store answers.
+func waitNear(s, wait int64) bool {
+	return uint64(s) <= uint64(maxWaitMicros) && uint64(wait) <= uint64(maxWaitMicros-s)
+}
+
+// nearEnd is waitEnds for a reading s µs after the anchor, when
+// waitNear(s, wait).
+func nearEnd(s, wait int64) time.Time {
+	return coarse.epoch.Add(time.Duration(s+wait) * time.Microsecond)
+}
+
+// maxWaitMicros is the longest time.Duration in whole µs.
+const maxWaitMicros = math.MaxInt64 / int64(time.Microsecond)
 
 // preciseNow reads the monotonic clock. A reader that finds the coarse
 // clock more than a tick behind brings it forward, so that a ticker

@@ -161,8 +161,9 @@ func TestRetryAtSystemClock(t *testing.T) {
 func TestWaitEndsAsTwoAdds(t *testing.T) {
 	coarse.once.Do(startCoarse)
 	now := preciseNow()
-	for _, wait := range []int64{1, 999, 1_000_000, 86_400_000_000, 1 << 53, math.MaxInt64 / 1000, math.MaxInt64/1000 + 1, math.MaxInt64} {
-		for _, us := range []int64{now, now - 5, coarse.epochU} {
+	since := now - coarse.epochU
+	for _, wait := range []int64{0, 1, 999, 1_000_000, 86_400_000_000, 1 << 53, math.MaxInt64/1000 - since - 1, math.MaxInt64/1000 - since, math.MaxInt64/1000 - since + 1, math.MaxInt64 / 1000, math.MaxInt64/1000 + 1, math.MaxInt64} {
+		for _, us := range []int64{now, now - 5, now + 5, coarse.epochU, coarse.epochU - 5} {
 			want := coarse.epoch.Add(time.Duration(us-coarse.epochU) * time.Microsecond).Add(engine.Duration(wait))
 			if got := waitEnds(us, wait); got != want {
 				t.Errorf("waitEnds(%d, %d) = %v, want %v", us, wait, got, want)

@@ -321,6 +321,9 @@ func (s *Store) TakeOutcome(_ context.Context, op engine.Op, r sluice.Request, d
 	if err != nil || !dated || o.RetryAfter <= 0 || s.clock != nil {
 		return o, time.Time{}, err
 	}
+	if s := now - coarse.epochU; waitNear(s, o.RetryAfter) { // waitEnds, without its call
+		return o, nearEnd(s, o.RetryAfter), nil
+	}
 	return o, waitEnds(now, o.RetryAfter), nil
 }
 

@@ -364,11 +364,24 @@ func decodeTake(w http.ResponseWriter, r *http.Request) (TakeRequest, bool) {
 // readBody reads r's body, at most maxBody bytes, into buf (a pooled
 // buffer), writing the 4xx itself when it cannot.
 func readBody(w http.ResponseWriter, r *http.Request, buf *[]byte) ([]byte, bool) {
-	data, err := readAll(http.MaxBytesReader(w, r.Body, maxBody), *buf)
+	// A body of a declared length within the bound ends there (the
+	// server reads no further), and the common call needs no reader of
+	// its own; readAll's bound still holds should one send more. A body
+	// of no declared length, or too long a one, is read through
+	// MaxBytesReader, which also has the server close the connection
+	// rather than read on.
+	body := r.Body
+	if r.ContentLength < 0 || r.ContentLength > maxBody {
+		body = http.MaxBytesReader(w, r.Body, maxBody)
+	}
+	data, err := readAll(body, *buf, maxBody)
 	*buf = data
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
+			if body == r.Body { // readAll's bound: the server may not know
+				w.Header().Set("Connection", "close")
+			}
 			badRequest(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
 			return nil, false
 		}
@@ -383,14 +396,23 @@ func readBody(w http.ResponseWriter, r *http.Request, buf *[]byte) ([]byte, bool
 }
 
 // readAll is io.ReadAll reading into b (from its length on), which it
-// grows as needed.
-func readAll(r io.Reader, b []byte) ([]byte, error) {
+// grows as needed, of at most limit bytes: one more is a
+// *http.MaxBytesError, as http.MaxBytesReader reports it.
+func readAll(r io.Reader, b []byte, limit int64) ([]byte, error) {
+	start := len(b)
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
 		}
-		n, err := r.Read(b[len(b):cap(b)])
+		room := b[len(b):cap(b)]
+		if left := limit + 1 - int64(len(b)-start); int64(len(room)) > left {
+			room = room[:left]
+		}
+		n, err := r.Read(room)
 		b = b[:len(b)+n]
+		if int64(len(b)-start) > limit {
+			return b, &http.MaxBytesError{Limit: limit}
+		}
 		if err == io.EOF {
 			return b, nil
 		}

@@ -342,15 +342,15 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 // decodeTake is decodeBody for the body of /v1/take and /v1/peek, read
-// by parseSimpleTake when it can.
-func decodeTake(w http.ResponseWriter, r *http.Request) (TakeRequest, bool) {
+// by parseSimpleTake when it can (with the names of p's limits).
+func decodeTake(w http.ResponseWriter, r *http.Request, p *policy.Policy) (TakeRequest, bool) {
 	buf := getBuf()
 	defer putBuf(buf)
 	data, ok := readBody(w, r, buf)
 	if !ok {
 		return TakeRequest{}, false
 	}
-	if req, ok := parseSimpleTake(data); ok {
+	if req, ok := parseSimpleTake(data, p.LimitName); ok {
 		return req, true
 	}
 	var req TakeRequest
@@ -434,7 +434,8 @@ type inputError struct {
 }
 
 func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op engine.Op) {
-	body, ok := decodeTake(w, r)
+	p := g.Policy()
+	body, ok := decodeTake(w, r, p)
 	if !ok {
 		return
 	}
@@ -458,7 +459,6 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op engine.Op) {
 		badRequest(w, http.StatusBadRequest, fmt.Sprintf("at most %d takes per request, got %d", maxTakes, len(items)))
 		return
 	}
-	p := g.Policy()
 	// The call is over when decide returns (a slot it holds is the
 	// store's, named by its lease): what it decides with is pooled.
 	sc := getScratch()

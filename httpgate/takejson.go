@@ -22,8 +22,10 @@ import (
 // are printable ASCII without escapes, whose cost is a number that
 // float64 holds and whose reserve is true or false. ok is false for any
 // other body, which decodeJSON then reads (and explains what is wrong
-// with); for the ones it reads, req is what decodeJSON decodes.
-func parseSimpleTake(data []byte) (req TakeRequest, ok bool) {
+// with); for the ones it reads, req is what decodeJSON decodes. known,
+// when not nil, returns the rule's name as a string already held (""
+// when it holds none), which spares making one.
+func parseSimpleTake(data []byte, known func([]byte) string) (req TakeRequest, ok bool) {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
 		return req, false
@@ -48,7 +50,13 @@ func parseSimpleTake(data []byte) (req TakeRequest, ok bool) {
 				return req, false
 			}
 			if data[a] == 'r' {
-				f, req.Rule = 0, string(data[s:e])
+				f = 0
+				if known != nil {
+					req.Rule = known(data[s:e])
+				}
+				if req.Rule == "" {
+					req.Rule = string(data[s:e])
+				}
 			} else {
 				f, req.Key = 1, string(data[s:e])
 			}

@@ -489,29 +489,16 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op engine.Op) {
 	if op == engine.OpTake {
 		g.record(ctx, &v, in.ClientIP, r.URL.Path)
 	}
-	var oneEntry [1]DecisionResponse
-	entries := oneEntry[:]
-	if len(v.Results) > 1 {
-		entries = make([]DecisionResponse, len(v.Results))
-	}
-	for i := range v.Results {
-		rr := &v.Results[i]
-		e := DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: rr.Reason(), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
-		fill(&e, rr.Effective(rr.Decision.Allowed), rr.Refused())
-		if op == engine.OpTake && v.Allowed && rr.Match.Settle != nil && rr.Decision.Allowed && rr.StoreErr == nil {
-			e.Settle = g.issueHandle(p, rr.Match.Request)
-		}
-		if rr.Lease.Held() {
-			e.Lease, e.LeaseMs = rr.Lease.ID().String(), ceilMillis(rr.Lease.Limit().LeaseTerm())
-		}
-		entries[i] = e
-	}
 	var out DecisionResponse
 	if single {
-		// One take: the answer is that take's.
-		out = entries[0]
+		// One take: the answer is that take's, without its key.
+		g.entry(&out, p, op, &v, &v.Results[0])
 		out.Key = ""
 	} else {
+		entries := make([]DecisionResponse, len(v.Results))
+		for i := range v.Results {
+			g.entry(&entries[i], p, op, &v, &v.Results[i])
+		}
 		out = DecisionResponse{Allowed: v.Allowed, Reason: v.Reason(), Takes: entries}
 		fill(&out, v.Overall, !v.Allowed)
 	}
@@ -522,11 +509,30 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op engine.Op) {
 		}
 		return now
 	})
+	writeDecision(w, &out)
+}
+
+// entry fills e with the answer of one take of v, decided under p.
+func (g *Gate) entry(e *DecisionResponse, p *policy.Policy, op engine.Op, v *policy.Verdict, rr *policy.Result) {
+	*e = DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: rr.Reason(), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
+	fill(e, rr.Effective(rr.Decision.Allowed), rr.Refused())
+	if op == engine.OpTake && v.Allowed && rr.Match.Settle != nil && rr.Decision.Allowed && rr.StoreErr == nil {
+		e.Settle = g.issueHandle(p, rr.Match.Request)
+	}
+	if rr.Lease.Held() {
+		e.Lease, e.LeaseMs = rr.Lease.ID().String(), ceilMillis(rr.Lease.Limit().LeaseTerm())
+	}
+}
+
+// writeDecision writes out as the decision API's 200. A function of its
+// own, so that decide's deferred calls stay few enough for the compiler
+// to inline them (open-coded defers).
+func writeDecision(w http.ResponseWriter, out *DecisionResponse) {
 	h := w.Header()
 	h["Cache-Control"] = noStore
 	buf := getBuf()
 	defer putBuf(buf)
-	b, ok := appendDecision(*buf, &out)
+	b, ok := appendDecision(*buf, out)
 	if !ok { // what writeJSON answers when json.Marshal fails alike
 		badRequest(w, http.StatusInternalServerError, "the answer could not be encoded")
 		return

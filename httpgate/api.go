@@ -342,15 +342,15 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 // decodeTake is decodeBody for the body of /v1/take and /v1/peek, read
-// by parseSimpleTake when it can.
-func decodeTake(w http.ResponseWriter, r *http.Request) (TakeRequest, bool) {
+// by parseSimpleTake when it can (with the names of p's limits).
+func decodeTake(w http.ResponseWriter, r *http.Request, p *policy.Policy) (TakeRequest, bool) {
 	buf := getBuf()
 	defer putBuf(buf)
 	data, ok := readBody(w, r, buf)
 	if !ok {
 		return TakeRequest{}, false
 	}
-	if req, ok := parseSimpleTake(data); ok {
+	if req, ok := parseSimpleTake(data, p.LimitName); ok {
 		return req, true
 	}
 	var req TakeRequest
@@ -364,11 +364,24 @@ func decodeTake(w http.ResponseWriter, r *http.Request) (TakeRequest, bool) {
 // readBody reads r's body, at most maxBody bytes, into buf (a pooled
 // buffer), writing the 4xx itself when it cannot.
 func readBody(w http.ResponseWriter, r *http.Request, buf *[]byte) ([]byte, bool) {
-	data, err := readAll(http.MaxBytesReader(w, r.Body, maxBody), *buf)
+	// A body of a declared length within the bound ends there (the
+	// server reads no further), and the common call needs no reader of
+	// its own; readAll's bound still holds should one send more. A body
+	// of no declared length, or too long a one, is read through
+	// MaxBytesReader, which also has the server close the connection
+	// rather than read on.
+	body := r.Body
+	if r.ContentLength < 0 || r.ContentLength > maxBody {
+		body = http.MaxBytesReader(w, r.Body, maxBody)
+	}
+	data, err := readAll(body, *buf, maxBody)
 	*buf = data
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
+			if body == r.Body { // readAll's bound: the server may not know
+				w.Header().Set("Connection", "close")
+			}
 			badRequest(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
 			return nil, false
 		}
@@ -383,14 +396,23 @@ func readBody(w http.ResponseWriter, r *http.Request, buf *[]byte) ([]byte, bool
 }
 
 // readAll is io.ReadAll reading into b (from its length on), which it
-// grows as needed.
-func readAll(r io.Reader, b []byte) ([]byte, error) {
+// grows as needed, of at most limit bytes: one more is a
+// *http.MaxBytesError, as http.MaxBytesReader reports it.
+func readAll(r io.Reader, b []byte, limit int64) ([]byte, error) {
+	start := len(b)
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
 		}
-		n, err := r.Read(b[len(b):cap(b)])
+		room := b[len(b):cap(b)]
+		if left := limit + 1 - int64(len(b)-start); int64(len(room)) > left {
+			room = room[:left]
+		}
+		n, err := r.Read(room)
 		b = b[:len(b)+n]
+		if int64(len(b)-start) > limit {
+			return b, &http.MaxBytesError{Limit: limit}
+		}
 		if err == io.EOF {
 			return b, nil
 		}
@@ -412,7 +434,8 @@ type inputError struct {
 }
 
 func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op engine.Op) {
-	body, ok := decodeTake(w, r)
+	p := g.Policy()
+	body, ok := decodeTake(w, r, p)
 	if !ok {
 		return
 	}
@@ -436,7 +459,6 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op engine.Op) {
 		badRequest(w, http.StatusBadRequest, fmt.Sprintf("at most %d takes per request, got %d", maxTakes, len(items)))
 		return
 	}
-	p := g.Policy()
 	// The call is over when decide returns (a slot it holds is the
 	// store's, named by its lease): what it decides with is pooled.
 	sc := getScratch()
@@ -467,29 +489,16 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op engine.Op) {
 	if op == engine.OpTake {
 		g.record(ctx, &v, in.ClientIP, r.URL.Path)
 	}
-	var oneEntry [1]DecisionResponse
-	entries := oneEntry[:]
-	if len(v.Results) > 1 {
-		entries = make([]DecisionResponse, len(v.Results))
-	}
-	for i := range v.Results {
-		rr := &v.Results[i]
-		e := DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: rr.Reason(), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
-		fill(&e, rr.Effective(rr.Decision.Allowed), rr.Refused())
-		if op == engine.OpTake && v.Allowed && rr.Match.Settle != nil && rr.Decision.Allowed && rr.StoreErr == nil {
-			e.Settle = g.issueHandle(p, rr.Match.Request)
-		}
-		if rr.Lease.Held() {
-			e.Lease, e.LeaseMs = rr.Lease.ID().String(), ceilMillis(rr.Lease.Limit().LeaseTerm())
-		}
-		entries[i] = e
-	}
 	var out DecisionResponse
 	if single {
-		// One take: the answer is that take's.
-		out = entries[0]
+		// One take: the answer is that take's, without its key.
+		g.entry(&out, p, op, &v, &v.Results[0])
 		out.Key = ""
 	} else {
+		entries := make([]DecisionResponse, len(v.Results))
+		for i := range v.Results {
+			g.entry(&entries[i], p, op, &v, &v.Results[i])
+		}
 		out = DecisionResponse{Allowed: v.Allowed, Reason: v.Reason(), Takes: entries}
 		fill(&out, v.Overall, !v.Allowed)
 	}
@@ -500,11 +509,30 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op engine.Op) {
 		}
 		return now
 	})
+	writeDecision(w, &out)
+}
+
+// entry fills e with the answer of one take of v, decided under p.
+func (g *Gate) entry(e *DecisionResponse, p *policy.Policy, op engine.Op, v *policy.Verdict, rr *policy.Result) {
+	*e = DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: rr.Reason(), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
+	fill(e, rr.Effective(rr.Decision.Allowed), rr.Refused())
+	if op == engine.OpTake && v.Allowed && rr.Match.Settle != nil && rr.Decision.Allowed && rr.StoreErr == nil {
+		e.Settle = g.issueHandle(p, rr.Match.Request)
+	}
+	if rr.Lease.Held() {
+		e.Lease, e.LeaseMs = rr.Lease.ID().String(), ceilMillis(rr.Lease.Limit().LeaseTerm())
+	}
+}
+
+// writeDecision writes out as the decision API's 200. A function of its
+// own, so that decide's deferred calls stay few enough for the compiler
+// to inline them (open-coded defers).
+func writeDecision(w http.ResponseWriter, out *DecisionResponse) {
 	h := w.Header()
 	h["Cache-Control"] = noStore
 	buf := getBuf()
 	defer putBuf(buf)
-	b, ok := appendDecision(*buf, &out)
+	b, ok := appendDecision(*buf, out)
 	if !ok { // what writeJSON answers when json.Marshal fails alike
 		badRequest(w, http.StatusInternalServerError, "the answer could not be encoded")
 		return

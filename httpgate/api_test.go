@@ -195,6 +195,37 @@ func TestTakeBadInput(t *testing.T) {
 	}
 }
 
+// Attack: a body that runs past the length it declared, or declares
+// none, is read no further than the bound either way: a handler that
+// trusts the declared length to skip its own reader still stops at the
+// bound, answers 413 and has the connection closed.
+func TestAttackTakeBodyPastItsLength(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	huge := `{"rule":"per-user","key":"u","x":"` + strings.Repeat("a", 70<<10) + `"}`
+	r := httptest.NewRequest("POST", "/v1/take", strings.NewReader(huge))
+	r.ContentLength = 30 // a lie: the server would have cut it there
+	w := httptest.NewRecorder()
+	e.gate.Handler().ServeHTTP(w, r)
+	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "larger than 65536 bytes") {
+		t.Errorf("declared short: %d %s", w.Code, w.Body)
+	}
+	if c := w.Header().Get("Connection"); c != "close" {
+		t.Errorf("declared short: Connection %q, want close", c)
+	}
+	// No declared length (chunked), through the server.
+	req, err := http.NewRequest("POST", e.srv.URL+"/v1/take", io.MultiReader(strings.NewReader(huge)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, m := e.do(req)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(fmt.Sprint(m["detail"]), "larger than 65536 bytes") {
+		t.Errorf("chunked: %d %v", resp.StatusCode, m)
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Errorf("refused takes created %d keys", n)
+	}
+}
+
 // wantNoInternals fails when a problem's detail speaks of the server's
 // code (Go types, encoding/json) rather than of the request.
 func wantNoInternals(t *testing.T, detail string) {

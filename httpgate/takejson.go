@@ -22,8 +22,10 @@ import (
 // are printable ASCII without escapes, whose cost is a number that
 // float64 holds and whose reserve is true or false. ok is false for any
 // other body, which decodeJSON then reads (and explains what is wrong
-// with); for the ones it reads, req is what decodeJSON decodes.
-func parseSimpleTake(data []byte) (req TakeRequest, ok bool) {
+// with); for the ones it reads, req is what decodeJSON decodes. known,
+// when not nil, returns the rule's name as a string already held (""
+// when it holds none), which spares making one.
+func parseSimpleTake(data []byte, known func([]byte) string) (req TakeRequest, ok bool) {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
 		return req, false
@@ -48,7 +50,13 @@ func parseSimpleTake(data []byte) (req TakeRequest, ok bool) {
 				return req, false
 			}
 			if data[a] == 'r' {
-				f, req.Rule = 0, string(data[s:e])
+				f = 0
+				if known != nil {
+					req.Rule = known(data[s:e])
+				}
+				if req.Rule == "" {
+					req.Rule = string(data[s:e])
+				}
 			} else {
 				f, req.Key = 1, string(data[s:e])
 			}
@@ -110,15 +118,27 @@ func plainString(data []byte, i int) (a, b int, ok bool) {
 		return 0, 0, false
 	}
 	for j := i + 1; j < len(data); j++ {
-		switch c := data[j]; {
-		case c == '"':
-			return i + 1, j, true
-		case c < 0x20 || c > 0x7e || c == '\\':
+		if c := data[j]; !plainByte[c] {
+			if c == '"' {
+				return i + 1, j, true
+			}
 			return 0, 0, false
 		}
 	}
 	return 0, 0, false
 }
+
+// plainByte and asIsByte are the bytes plainString reads within a string
+// (printable ASCII but the quote and the backslash) and the ones
+// appendString writes as they are (those, less what encoding/json escapes
+// for HTML: <, >, &), looked up rather than compared one by one.
+var plainByte, asIsByte = func() (plain, asIs [256]bool) {
+	for c := 0x20; c <= 0x7e; c++ {
+		plain[c] = c != '"' && c != '\\'
+		asIs[c] = plain[c] && c != '<' && c != '>' && c != '&'
+	}
+	return plain, asIs
+}()
 
 // jsonNumber returns the end of the JSON number at data[i], -1 when there
 // is none: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
@@ -252,7 +272,7 @@ func appendFloat(b []byte, f float64) ([]byte, bool) {
 // through encoding/json itself.
 func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if !asIsByte[s[i]] {
 			// A copy: s itself then stays off the heap, and so does
 			// what holds it (the answer being written).
 			q, _ := json.Marshal(strings.Clone(s)) // a string always encodes

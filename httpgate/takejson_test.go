@@ -34,7 +34,7 @@ func FuzzSimpleTake(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, ok := parseSimpleTake(data)
+		got, ok := parseSimpleTake(data, knownR)
 		if !ok {
 			return
 		}
@@ -96,8 +96,16 @@ func TestSimpleTakeReadsTheUsualBodies(t *testing.T) {
 		`{"rule":"per-user","key":"u1","cost":2}`,
 		` { "key" : "u1" , "rule" : "per-user" , "cost" : 2.5e-3 , "reserve" : true } ` + "\n",
 	} {
-		if _, ok := parseSimpleTake([]byte(s)); !ok {
+		if _, ok := parseSimpleTake([]byte(s), nil); !ok {
 			t.Errorf("%s: not read", s)
 		}
 	}
+}
+
+// knownR is a parseSimpleTake's known that holds the name "r".
+func knownR(b []byte) string {
+	if string(b) == "r" {
+		return "r"
+	}
+	return ""
 }

@@ -43,6 +43,16 @@ func NameOnly(source string, settings Settings, rules []NamedRule) *Policy {
 // may have thousands, and the error goes to a client.
 const maxListed = 20
 
+// LimitName returns name as the policy holds it when it names a rule's
+// own limit or a tier's (FindLimit's first reading), or "" otherwise: a
+// caller holding the name as bytes gets the string without making one.
+func (p *Policy) LimitName(name []byte) string {
+	if lim := p.limits[string(name)]; lim != nil && lim.Name() == string(name) {
+		return lim.Name()
+	}
+	return ""
+}
+
 // FindLimit resolves a limit's name as the decision API, reset and sluice
 // simulate take it: a rule's own limit ("per-ip"), a tier's ("RULE.TIER"),
 // or a name-only rule's name or alias (see NameOnly). It returns the rule

@@ -48,6 +48,13 @@ rules:
 			t.Errorf("%s: %v %v %v", name, r, lim, err)
 		}
 	}
+	// LimitName knows the limits FindLimit finds first, and no other
+	// name (a rule with tiers, an alias: FindLimit explains those).
+	for name, want := range map[string]string{"per-ip": "per-ip", "api.v1.gold": "api.v1.gold", "api.v1": "", "per-i": "", "": ""} {
+		if got := p.LimitName([]byte(name)); got != want {
+			t.Errorf("LimitName(%q) = %q, want %q", name, got, want)
+		}
+	}
 	if _, _, err := p.FindLimit("api.v1"); err == nil || !strings.Contains(err.Error(), "name a tier (api.v1.gold, api.v1.free)") {
 		t.Errorf("api.v1: %v", err)
 	}
@@ -64,6 +71,9 @@ rules:
 		if r, l, err := q.FindLimit(name); err != nil || r != want || l != want.Limit {
 			t.Errorf("%s: %v %v", name, r, err)
 		}
+	}
+	if got := q.LimitName([]byte("per-address")); got != "" {
+		t.Errorf("LimitName(per-address) = %q, an alias", got)
 	}
 	if _, _, err := q.FindLimit("dup"); err == nil || !strings.Contains(err.Error(), `"dup" names 2 limits of the file: name one of envoy.x.1, envoy.x.2`) {
 		t.Errorf("dup: %v", err)

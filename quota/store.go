@@ -131,13 +131,7 @@ func (s *Store) closeRule(ctx context.Context, ru *rule) error {
 		s.keys.Add(-1)
 	}
 	ru.mu.Unlock()
-	var first error
-	for key, back := range backs {
-		if err := s.giveBack(ctx, ru, key, back); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
+	return s.giveBackAll(ctx, ru, backs)
 }
 
 // Sweep ends the slices whose term or window is over, returning their
@@ -176,6 +170,12 @@ func (s *Store) sweepRule(ctx context.Context, ru *rule) error {
 		}
 	}
 	ru.mu.Unlock()
+	return s.giveBackAll(ctx, ru, backs)
+}
+
+// giveBackAll gives back every key's ended slice in backs, reporting the
+// first failure.
+func (s *Store) giveBackAll(ctx context.Context, ru *rule, backs map[string]int64) error {
 	var first error
 	for key, back := range backs {
 		if err := s.giveBack(ctx, ru, key, back); err != nil && first == nil {
@@ -222,11 +222,12 @@ func (s *Store) Leased(lim *sluice.Limit) (Settings, bool) {
 // Take implements sluice.Store: a take of a leased limit is answered from
 // the key's slice when it can be, everything else by the wrapped store.
 func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
-	if ru := s.leased(r.Limit); ru != nil && op == engine.OpRefund {
+	ru := s.leased(r.Limit)
+	if ru != nil && op == engine.OpRefund {
 		// Tokens come back: a refusal kept here may no longer hold.
 		defer ru.forgetRefusal(r.Key)
 	}
-	if ru := s.leased(r.Limit); ru != nil && op == engine.OpTake {
+	if ru != nil && op == engine.OpTake {
 		if cost, ok := leasedCost(r); ok {
 			if a, ok, err := ru.local(ctx, s, r.Key, cost); ok || err != nil {
 				return a.Decision, err

@@ -2,15 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -25,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/internal/testcert"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/serverconf"
 )
@@ -153,68 +148,14 @@ func TestAttackGRPCListensBeyondLoopbackAPI(t *testing.T) {
 	}
 }
 
-// pemCA is a throwaway certificate authority.
-type pemCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T, name string) *pemCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &pemCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue signs a certificate for 127.0.0.1 (a server, a client or both,
-// as usage says), and returns it and its key as PEM.
-func (ca *pemCA) issue(t *testing.T, serial int64, usage ...x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: usage,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
-}
-
 // startTLSEnvoy writes a CA and a server certificate next to a config
 // whose grpc_tls names them by relative paths, and runs serve on it.
-func startTLSEnvoy(t *testing.T, mutual bool) (addr string, ca *pemCA) {
+func startTLSEnvoy(t *testing.T, mutual bool) (addr string, ca *testcert.CA) {
 	t.Helper()
 	dir := t.TempDir()
-	ca = newCA(t, "sluice test CA")
-	cert, key := ca.issue(t, 2, x509.ExtKeyUsageServerAuth)
-	files := map[string][]byte{"tls/server.pem": cert, "tls/server-key.pem": key, "tls/clients-ca.pem": ca.pem}
+	ca = testcert.New(t, "sluice test CA")
+	cert, key := ca.Issue(t, 2, "127.0.0.1", x509.ExtKeyUsageServerAuth)
+	files := map[string][]byte{"tls/server.pem": cert, "tls/server-key.pem": key, "tls/clients-ca.PEM": ca.PEM}
 	for name, data := range files {
 		p := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
@@ -226,7 +167,7 @@ func startTLSEnvoy(t *testing.T, mutual bool) (addr string, ca *pemCA) {
 	}
 	tlsYAML := "grpc_tls: {cert_file: tls/server.pem, key_file: tls/server-key.pem}\n"
 	if mutual {
-		tlsYAML = "grpc_tls: {cert_file: tls/server.pem, key_file: tls/server-key.pem, client_ca_file: tls/clients-ca.pem}\n"
+		tlsYAML = "grpc_tls: {cert_file: tls/server.pem, key_file: tls/server-key.pem, client_ca_file: tls/clients-ca.PEM}\n"
 	}
 	cfg := filepath.Join(dir, "envoy.yaml")
 	if err := os.WriteFile(cfg, []byte("grpc_listen: \"127.0.0.1:0\"\n"+tlsYAML+envoyRule), 0o600); err != nil {
@@ -247,10 +188,10 @@ func dialEnvoy(t *testing.T, addr string, creds credentials.TransportCredentials
 	return cc
 }
 
-func clientTLS(t *testing.T, trust *pemCA, cert, key []byte) credentials.TransportCredentials {
+func clientTLS(t *testing.T, trust *testcert.CA, cert, key []byte) credentials.TransportCredentials {
 	t.Helper()
 	pool := x509.NewCertPool()
-	pool.AddCert(trust.cert)
+	pool.AddCert(trust.Cert)
 	c := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	if cert != nil {
 		pair, err := tls.X509KeyPair(cert, key)
@@ -276,12 +217,12 @@ func TestAttackGRPCMutualTLSWithoutClientCert(t *testing.T) {
 	if _, err := askEnvoy(ctx, dialEnvoy(t, addr, clientTLS(t, ca, nil, nil))); err == nil {
 		t.Error("a client without a certificate was served under mutual TLS")
 	}
-	stranger := newCA(t, "another CA")
-	sc, sk := stranger.issue(t, 3, x509.ExtKeyUsageClientAuth)
+	stranger := testcert.New(t, "another CA")
+	sc, sk := stranger.Issue(t, 3, "127.0.0.1", x509.ExtKeyUsageClientAuth)
 	if _, err := askEnvoy(ctx, dialEnvoy(t, addr, clientTLS(t, ca, sc, sk))); err == nil {
 		t.Error("a client certificate from another CA was accepted")
 	}
-	cc, ck := ca.issue(t, 4, x509.ExtKeyUsageClientAuth)
+	cc, ck := ca.Issue(t, 4, "127.0.0.1", x509.ExtKeyUsageClientAuth)
 	resp, err := askEnvoy(ctx, dialEnvoy(t, addr, clientTLS(t, ca, cc, ck)))
 	if err != nil {
 		t.Fatalf("a client with a certificate from client_ca_file was refused: %v", err)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluicehq/sluice/envoyrls/xds"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testcert"
 )
 
 // envoyGatewayEnv is the environment Envoy Gateway's rate limit
@@ -57,22 +58,22 @@ func envoyGatewayEnv(dir, xdsAddr, redisAddr string) map[string]string {
 func TestServeEnvoyGatewayDeployment(t *testing.T) {
 	redisAddr := redistest.Server(t)
 	dir := t.TempDir()
-	ca := newCA(t, "envoy-gateway CA")
+	ca := testcert.New(t, "envoy-gateway CA")
 	// Envoy Gateway's one certificate serves gRPC and is the control
 	// plane's client certificate.
-	cert, key := ca.issue(t, 2, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
-	for name, data := range map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.pem} {
+	cert, key := ca.Issue(t, 2, "127.0.0.1", x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+	for name, data := range map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.PEM} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cpCert, cpKey := ca.issue(t, 3, x509.ExtKeyUsageServerAuth)
+	cpCert, cpKey := ca.Issue(t, 3, "127.0.0.1", x509.ExtKeyUsageServerAuth)
 	cpPair, err := tls.X509KeyPair(cpCert, cpKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AddCert(ca.Cert)
 	cp := startControlPlane(t, grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{cpPair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
 	})))

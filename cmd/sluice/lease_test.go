@@ -31,7 +31,7 @@ rules:
       rate: 1
       period: 1h
       capacity: 200
-      lease: {max_slice: 10, hot_after: 1, term: 1m}
+      lease: {max_slice: 10, hot_after: 1, term: 1h}
 `, addr)
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)

@@ -62,8 +62,15 @@ func newSluice() allower {
 
 // newSluiceTake asks through Limiter.Take, which also answers the
 // remaining tokens, the waits, RetryAt and the rule: an 88-byte Decision.
-func newSluiceTake() allower {
-	lim := sluice.New(memory.New(memory.Options{}))
+func newSluiceTake() allower { return sluiceTake(memory.Options{}) }
+
+// newSluiceTakePrecise is newSluiceTake on a store that reads the precise
+// clock for every decision (memory.Options.PreciseClock): the rows that
+// say what the coarse clock (memory/clock.go) gains the library's Take.
+func newSluiceTakePrecise() allower { return sluiceTake(memory.Options{PreciseClock: true}) }
+
+func sluiceTake(opts memory.Options) allower {
+	lim := sluice.New(memory.New(opts))
 	l := sluice.MustLimit(sluice.Spec{Name: "bench", TokensPerSecond: ratePerSec, Burst: burst})
 	ctx := context.Background()
 	return func(key string) bool {
@@ -123,6 +130,7 @@ var limiters = []struct {
 }{
 	{"sluice", newSluice},
 	{"sluice-take", newSluiceTake},
+	{"sluice-take-precise", newSluiceTakePrecise},
 	{"xrate", newXrate},
 	{"sethvargo", newSethvargo},
 	{"throttled", newThrottled},

@@ -120,7 +120,7 @@ func TestFollowsPolicySource(t *testing.T) {
 	var current atomic.Pointer[policy.Policy]
 	current.Store(one)
 	clock := sluice.NewManualClock(t0)
-	s := envoyrls.New(one, sluice.New(memory.New(memory.Options{Clock: clock})), envoyrls.Options{Clock: clock, Source: current.Load})
+	s := envoyrls.New(one, sluice.NewWithOptions(memory.New(memory.Options{Clock: clock}), sluice.Options{Clock: clock}), envoyrls.Options{Source: current.Load})
 	ask := func() *rlspb.RateLimitResponse {
 		resp, err := s.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{desc("client", "c")}})
 		if err != nil {

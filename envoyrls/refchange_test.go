@@ -52,7 +52,7 @@ func changedReferenceLimit(t *testing.T, store sluice.Store, clock *sluice.Manua
 		current.Store(p)
 	}
 	reload(3)
-	s := envoyrls.New(current.Load(), sluice.New(store), envoyrls.Options{Clock: clock, StoreTimeout: time.Minute, Source: current.Load})
+	s := envoyrls.New(current.Load(), sluice.NewWithOptions(store, sluice.Options{Clock: clock}), envoyrls.Options{StoreTimeout: time.Minute, Source: current.Load})
 	admits := func(user string, n int) int {
 		t.Helper()
 		ok := 0
@@ -122,7 +122,7 @@ func TestAttackLoweredReferenceLimitStopsWindow(t *testing.T) {
 		current.Store(p)
 	}
 	load(5)
-	s := envoyrls.New(current.Load(), sluice.New(store), envoyrls.Options{Clock: clock, Source: current.Load})
+	s := envoyrls.New(current.Load(), sluice.NewWithOptions(store, sluice.Options{Clock: clock}), envoyrls.Options{Source: current.Load})
 	ask := func() rlspb.RateLimitResponse_Code {
 		resp, err := s.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "abuser")}})
 		if err != nil {

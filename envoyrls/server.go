@@ -49,10 +49,6 @@ type Options struct {
 	// deadline, when shorter, applies too. A call that runs out of time is
 	// a store failure, decided by each rule's on_store_error.
 	StoreTimeout time.Duration
-	// Clock tells the time for the reference format's window boundaries
-	// (duration_until_reset); it must be the store's clock. Default: the
-	// system clock.
-	Clock sluice.Clock
 	// Logger receives store failures (default slog.Default()).
 	Logger *slog.Logger
 	// Observer, when set, is told every rule's decision (metrics).
@@ -79,7 +75,6 @@ type Server struct {
 	loaded  atomic.Pointer[loaded]
 	timeout time.Duration
 	maxReq  int
-	clock   sluice.Clock
 	log     *slog.Logger
 	obs     policy.Observer
 	source  func() *policy.Policy
@@ -116,7 +111,7 @@ func New(pol *policy.Policy, lim *sluice.Limiter, opts Options) *Server {
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = serverconf.DefaultGRPCLimits.MaxRecvBytes
 	}
-	s := &Server{lim: lim, timeout: opts.StoreTimeout, maxReq: opts.MaxRequestBytes, clock: opts.Clock, log: opts.Logger, obs: opts.Observer, source: opts.Source}
+	s := &Server{lim: lim, timeout: opts.StoreTimeout, maxReq: opts.MaxRequestBytes, log: opts.Logger, obs: opts.Observer, source: opts.Source}
 	s.SetPolicy(pol)
 	return s
 }
@@ -654,7 +649,7 @@ func ceilSecond(d time.Duration) time.Duration {
 	return (d + time.Second - 1) / time.Second * time.Second
 }
 
-// reading is the store's clock, read once for a response, and only if
+// reading is the Limiter's clock, read once for a response, and only if
 // the response needs it (a window's boundary): a bucket's answer does not,
 // and a clock read is a good part of a call's own cost on some hosts.
 type reading struct {
@@ -670,13 +665,9 @@ func (r *reading) get() time.Time {
 	return r.t
 }
 
-// now is the time of the store's clock (Options.Clock).
-func (s *Server) now() time.Time {
-	if s.clock != nil {
-		return s.clock.Now()
-	}
-	return time.Now()
-}
+// now is the time of the Limiter's clock (sluice.Options.Clock), the one
+// clock a decision is dated by: a window's boundary is read from it too.
+func (s *Server) now() time.Time { return s.lim.Now() }
 
 // limitOf is inferLimit, computed once per limit: with e for the
 // policy's own limits, else on first use. The messages are shared by

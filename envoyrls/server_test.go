@@ -75,7 +75,7 @@ func startWith(t *testing.T, pol *policy.Policy, st sluice.Store, clock sluice.C
 	// A store deadline far beyond any call's duration on a loaded machine:
 	// these tests check answers, and a call past the default 250ms would be
 	// answered by on_store_error instead.
-	envoyrls.New(pol, sluice.New(store), envoyrls.Options{Clock: clock, Logger: slog.New(slog.NewTextHandler(logs, nil)), StoreTimeout: time.Minute}).Register(g)
+	envoyrls.New(pol, sluice.NewWithOptions(store, sluice.Options{Clock: clock}), envoyrls.Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), StoreTimeout: time.Minute}).Register(g)
 	go g.Serve(ln)
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -174,7 +174,7 @@ func startRig(t *testing.T, cp *controlPlane, store sluice.Store, clock sluice.C
 		t.Fatal(err)
 	}
 	g := grpc.NewServer(envoyrls.ServerOptions()...)
-	envoyrls.New(init, sluice.New(store), envoyrls.Options{Clock: clock, Logger: log, StoreTimeout: time.Minute, Source: r.pol.Load}).Register(g)
+	envoyrls.New(init, sluice.NewWithOptions(store, sluice.Options{Clock: clock}), envoyrls.Options{Logger: log, StoreTimeout: time.Minute, Source: r.pol.Load}).Register(g)
 	go g.Serve(ln)
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

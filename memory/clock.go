@@ -13,7 +13,11 @@ import (
 //
 // Reading the clock is a large part of a limiter's cost: one monotonic read
 // (BenchmarkMonotonic in the bench module), or one time.Now
-// (BenchmarkClock), costs as much as the whole rest of a Take. So the memory
+// (BenchmarkClock), costs as much as the whole rest of a Take (the bench
+// module's BenchmarkMemory compares sluice-take with sluice-take-precise,
+// a store with PreciseClock set: that difference is why this file is kept,
+// for Limiter.Take and Allow; the doors' TakeAll reads the precise clock,
+// where a read is a small part of a request). So the memory
 // store reads a coarse clock, a process-wide atomic that one goroutine
 // advances every coarseTick, for the decisions where a slightly early time
 // is harmless, and the precise monotonic clock where it is not:

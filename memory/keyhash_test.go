@@ -74,6 +74,35 @@ func TestDecideOneHashesAsHashes(t *testing.T) {
 // apart) spread over the shards as random keys do: no shard holds more
 // than twice its share, a bound that a spread as even as chance exceeds
 // with a probability below 1e-15.
+// A client that could compute the store's hashes could choose keys that
+// all land in one shard (one lock, one table: a probe run as long as the
+// flood). It cannot, because each store hashes under a key of its own: keys
+// chosen to share a shard in one store, as if the hash's key were fixed
+// and known, spread over the shards of another.
+func TestAttackKeysChosenForOneStoreSpreadInAnother(t *testing.T) {
+	known := New(Options{Shards: 16})
+	target := New(Options{Shards: 16})
+	lim := sluice.MustLimit(sluice.Spec{Name: "spread", TokensPerSecond: 1, Burst: 1})
+	const keys = 2048
+	chosen := make([]string, 0, keys)
+	for i := 0; len(chosen) < keys; i++ {
+		k := "user-" + strconv.Itoa(i)
+		if h, _ := known.hashes(lim, k); h&15 == 0 {
+			chosen = append(chosen, k)
+		}
+	}
+	var per [16]int
+	for _, k := range chosen {
+		h, _ := target.hashes(lim, k)
+		per[h&15]++
+	}
+	for sh, n := range per {
+		if n > 2*keys/16 {
+			t.Errorf("shard %d of the other store holds %d of the %d keys chosen for one shard of the first", sh, n, keys)
+		}
+	}
+}
+
 func TestAttackChosenKeysSpreadOverShards(t *testing.T) {
 	s := New(Options{Shards: 16})
 	lim := sluice.MustLimit(sluice.Spec{Name: "spread", TokensPerSecond: 1, Burst: 1})

@@ -1,6 +1,9 @@
 // Command charts draws bench/README.md's measurements as SVG charts:
 // throughput and p99 latency against the number of callers, sluice beside
-// the other limiters. It reads the figures from results/benchmarks.json,
+// the other limiters, and a chart per door of sluice serve (each HTTP
+// door against a bare handler, the Envoy service against the reference
+// server). Each chart's subtitle names the machine, the pinning and the
+// command, its title the day. It reads the figures from results/benchmarks.json,
 // which holds the numbers of bench/README.md's tables (a test checks that
 // they agree), and writes one SVG per table next to it:
 //
@@ -30,12 +33,20 @@ type Data struct {
 	Redis    Section[RedisRow]    `json:"redis"`
 	Envoy    Section[EnvoyRow]    `json:"envoy"`
 	Postgres Section[PostgresRow] `json:"postgres"`
+	// Wrk is the wrk pairs of "Memory store and HTTP doors on AMD": one
+	// chart per HTTP door.
+	Wrk Section[WrkRow] `json:"wrk"`
+	// EnvoyRedis is "Envoy rate limit service"'s rounds on Redis with
+	// the server on a core of its own, sluice beside the reference server.
+	EnvoyRedis Section[EnvoyRedisRow] `json:"envoy_redis"`
 }
 
-// Section is one table's rows and where they were measured.
+// Section is one table's rows and where they were measured: the day, the
+// machine, which cores ran what, and the command.
 type Section[R any] struct {
 	Date    string `json:"date"`
 	Machine string `json:"machine"`
+	Pinning string `json:"pinning"`
 	Command string `json:"command"`
 	Rows    []R    `json:"rows"`
 }
@@ -79,6 +90,26 @@ type PostgresRow struct {
 	TakesPerS         float64 `json:"takes_per_s"`
 	P50us             float64 `json:"p50_us"`
 	P99us             float64 `json:"p99_us"`
+}
+
+// WrkRow is one run of one door in the wrk pairs: sluice's requests per
+// second over the bare handler's, the median pair and the extremes.
+type WrkRow struct {
+	Door   string  `json:"door"`
+	Run    int     `json:"run"`
+	Median float64 `json:"median"`
+	Low    float64 `json:"low"`
+	High   float64 `json:"high"`
+}
+
+// EnvoyRedisRow is one server in one round of the Envoy service on Redis.
+type EnvoyRedisRow struct {
+	Round       int     `json:"round"`
+	Server      string  `json:"server"`
+	CallsPerS   float64 `json:"calls_per_s"`
+	P99ms       float64 `json:"p99_ms"`
+	ServerCPUus float64 `json:"server_cpu_us"`
+	RedisCPUus  float64 `json:"redis_cpu_us"`
 }
 
 func main() {
@@ -129,6 +160,9 @@ func charts(d *Data) []named {
 		{"redis.svg", redisChart(d.Redis)},
 		{"envoy.svg", envoyChart(d.Envoy)},
 		{"postgres.svg", postgresChart(d.Postgres)},
+		{"door-auth.svg", wrkChart(d.Wrk, "auth", "HTTP forward auth (GET /v1/auth)")},
+		{"door-take.svg", wrkChart(d.Wrk, "take", "Decision API (POST /v1/take)")},
+		{"door-envoy-redis.svg", envoyRedisChart(d.EnvoyRedis)},
 	}
 }
 
@@ -143,6 +177,11 @@ var colors = map[string]string{
 	"sethvargo":              "#ef6c00",
 	"throttled":              "#6d4c41",
 	"redis_rate":             "#c62828",
+	"sluice serve":           "#1565c0",
+	"reference server":       "#2e7d32",
+	"lowest pair":            "#90caf9",
+	"median pair":            "#1565c0",
+	"highest pair":           "#0d47a1",
 }
 
 var palette = []string{"#1565c0", "#42a5f5", "#2e7d32", "#81c784", "#0d47a1", "#c62828", "#6d4c41", "#ef6c00"}
@@ -161,7 +200,7 @@ func title[R any](what string, s Section[R], shows string) string {
 }
 
 func subtitle[R any](s Section[R]) []string {
-	return []string{"measured on " + s.Machine, s.Command}
+	return []string{"measured on " + s.Machine, "pinning: " + s.Pinning, s.Command}
 }
 
 // order returns the distinct keys of rows in their first order.
@@ -273,6 +312,64 @@ func envoyChart(s Section[EnvoyRow]) *svgplot.Chart {
 		Panels: []svgplot.Panel{
 			{Title: "throughput (higher is better)", X: x, Y: svgplot.Axis{Label: "calls per second"}, Series: tp},
 			{Title: "p99 latency (lower is better)", X: x, Y: svgplot.Axis{Label: "p99 latency (ms)"}, Series: lat},
+		},
+	}
+}
+
+// wrkChart is one HTTP door's wrk pairs: sluice's requests per second over
+// the bare handler's in each run, the median pair beside the lowest and
+// the highest.
+func wrkChart(s Section[WrkRow], door, name string) *svgplot.Chart {
+	var runs []string
+	var low, median, high []float64
+	for _, r := range s.Rows {
+		if r.Door != door {
+			continue
+		}
+		runs = append(runs, "run "+strconv.Itoa(r.Run))
+		low, median, high = append(low, r.Low), append(median, r.Median), append(high, r.High)
+	}
+	var series []svgplot.Series
+	for i, v := range []struct {
+		name   string
+		values []float64
+	}{{"lowest pair", low}, {"median pair", median}, {"highest pair", high}} {
+		series = append(series, svgplot.Series{Name: v.name, Kind: svgplot.Bar, Stack: v.name, Color: color(v.name, i), Values: v.values})
+	}
+	return &svgplot.Chart{
+		Title:    title(name, s, "sluice's requests per second over a bare net/http handler's, by wrk"),
+		Subtitle: subtitle(s),
+		Desc:     "The ratio of sluice serve's requests per second to a bare net/http handler's on the " + name + " door, measured by wrk in alternating pairs: per run, the median pair, the lowest and the highest.",
+		Panels: []svgplot.Panel{{
+			X:      svgplot.Bands{Label: "run of 10 alternating pairs of 4 s", Names: runs},
+			Y:      svgplot.Axis{Label: "sluice / bare handler (higher is better)"},
+			Series: series,
+		}},
+	}
+}
+
+// envoyRedisChart is the Envoy service on Redis in rounds: the server's
+// CPU per call and the calls per second, sluice serve beside the reference
+// server.
+func envoyRedisChart(s Section[EnvoyRedisRow]) *svgplot.Chart {
+	r := func(r EnvoyRedisRow) string { return "round " + strconv.Itoa(r.Round) }
+	l := func(r EnvoyRedisRow) string { return r.Server }
+	bands, names := order(s.Rows, r), order(s.Rows, l)
+	cpu := grid(s.Rows, names, bands, l, r, func(r EnvoyRedisRow) float64 { return r.ServerCPUus })
+	calls := grid(s.Rows, names, bands, l, r, func(r EnvoyRedisRow) float64 { return r.CallsPerS })
+	var cs, tp []svgplot.Series
+	for i, n := range names {
+		cs = append(cs, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: cpu[n]})
+		tp = append(tp, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: calls[n]})
+	}
+	x := svgplot.Bands{Label: "round (each runs both servers in turn), 64 callers", Names: bands}
+	return &svgplot.Chart{
+		Title:    title("Envoy service on Redis", s, "sluice serve beside envoyproxy/ratelimit"),
+		Subtitle: subtitle(s),
+		Desc:     "The server's CPU time per ShouldRateLimit call and the calls per second at 64 callers, in five rounds, of sluice serve and of envoyproxy/ratelimit, each a process of its own on the same Redis and reference-format file.",
+		Panels: []svgplot.Panel{
+			{Title: "server CPU per call (lower is better)", X: x, Y: svgplot.Axis{Label: "server CPU µs per call"}, Series: cs},
+			{Title: "throughput (higher is better)", X: x, Y: svgplot.Axis{Label: "calls per second"}, Series: tp},
 		},
 	}
 }

@@ -84,12 +84,13 @@ func TestChartsShowFigures(t *testing.T) {
 	}
 	// And the values are the figures: spot checks from each table.
 	want := map[string]map[string][]float64{
-		"redis.svg":     {"sluice": {68877, 160402, 234817, 251871}, "redis_rate": {61852, 63889, 65093, 56256}},
-		"postgres.svg":  {"onekey, synchronous_commit=off": {12279, 12520, 5441}},
-		"memory.svg":    {"sluice": {42.3, 25.5, 35.2}},
-		"envoy.svg":     {"reference server (own process)": {8387, 7963, 8887}},
-		"door-auth.svg": {"median pair": {0.919, 0.885}, "lowest pair": {0.845, 0.790}},
-		"door-take.svg": {"median pair": {0.863, 0.850}, "highest pair": {1.009, 0.955}},
+		"redis.svg":       {"sluice": {68877, 160402, 234817, 251871}, "redis_rate": {61852, 63889, 65093, 56256}},
+		"postgres.svg":    {"onekey, synchronous_commit=off": {12279, 12520, 5441}},
+		"memory.svg":      {"sluice": {42.3, 25.5, 35.2}},
+		"envoy.svg":       {"reference server (own process)": {8387, 7963, 8887}},
+		"door-auth.svg":   {"median pair": {0.919, 0.885}, "lowest pair": {0.845, 0.790}},
+		"door-take.svg":   {"median pair": {0.863, 0.850}, "highest pair": {1.009, 0.955}},
+		"door-floors.svg": {"median over the runs": {0.68, 0.62, 2.40}, "highest run": {0.82, 1.11, 2.66}},
 		"door-envoy-redis.svg": {"sluice serve": {23.22, 23.73, 23.32, 29.23, 30.35},
 			"reference server": {53.04, 57.89, 74.19, 76.84, 57.64}},
 	}
@@ -246,6 +247,15 @@ func TestFiguresAreTheTables(t *testing.T) {
 		expectCells(t, "envoy on redis "+r.Server, rows[i], strconv.Itoa(r.Round), r.Server, one(r.CallsPerS), one(r.P99ms), one(r.ServerCPUus), one(r.RedisCPUus))
 	}
 
+	_, rows = table(t, md, "| door | floor CPU µs/call |")
+	if len(rows) != len(d.FrontDoors.Rows) {
+		t.Fatalf("front doors: %d rows in bench/README.md, %d in the figures", len(rows), len(d.FrontDoors.Rows))
+	}
+	for i, r := range d.FrontDoors.Rows {
+		expectCells(t, "front doors "+r.Door, rows[i], r.Door, one(r.FloorUsLow, r.FloorUsHigh), one(r.ExtraUs, r.ExtraUsLow, r.ExtraUsHigh),
+			one(r.CPURatioLow, r.CPURatioHigh), one(r.CallsRatioLow, r.CallsRatioHigh))
+	}
+
 	for _, s := range []struct{ name, date, machine, pinning, command string }{
 		{"memory", d.Memory.Date, d.Memory.Machine, d.Memory.Pinning, d.Memory.Command},
 		{"redis", d.Redis.Date, d.Redis.Machine, d.Redis.Pinning, d.Redis.Command},
@@ -253,6 +263,7 @@ func TestFiguresAreTheTables(t *testing.T) {
 		{"postgres", d.Postgres.Date, d.Postgres.Machine, d.Postgres.Pinning, d.Postgres.Command},
 		{"wrk", d.Wrk.Date, d.Wrk.Machine, d.Wrk.Pinning, d.Wrk.Command},
 		{"envoy_redis", d.EnvoyRedis.Date, d.EnvoyRedis.Machine, d.EnvoyRedis.Pinning, d.EnvoyRedis.Command},
+		{"front_doors", d.FrontDoors.Date, d.FrontDoors.Machine, d.FrontDoors.Pinning, d.FrontDoors.Command},
 	} {
 		if !regexp.MustCompile(`^20\d\d-\d\d-\d\d$`).MatchString(s.date) {
 			t.Errorf("%s: date %q, want YYYY-MM-DD", s.name, s.date)
@@ -280,6 +291,7 @@ func TestBenchmarksShowsCharts(t *testing.T) {
 		"door-auth.svg":        "| door | run | sluice's requests/s",
 		"door-take.svg":        "| door | run | sluice's requests/s",
 		"door-envoy-redis.svg": "| round | server | calls/s |",
+		"door-floors.svg":      "| door | floor CPU µs/call |",
 	} {
 		tbl := strings.Index(md, "\n"+header)
 		img := -1

@@ -39,6 +39,10 @@ type Data struct {
 	// EnvoyRedis is "Envoy rate limit service"'s rounds on Redis with
 	// the server on a core of its own, sluice beside the reference server.
 	EnvoyRedis Section[EnvoyRedisRow] `json:"envoy_redis"`
+	// FrontDoors is "Front doors against their floors": each door of
+	// sluice serve against a server that answers the same and decides
+	// nothing.
+	FrontDoors Section[FrontDoorRow] `json:"front_doors"`
 }
 
 // Section is one table's rows and where they were measured: the day, the
@@ -112,6 +116,22 @@ type EnvoyRedisRow struct {
 	RedisCPUus  float64 `json:"redis_cpu_us"`
 }
 
+// FrontDoorRow is one door against its floor: the floor's CPU per call,
+// sluice's extra over it (the median over the runs and the runs' extremes)
+// and the ratios of the runs.
+type FrontDoorRow struct {
+	Door           string  `json:"door"`
+	FloorUsLow     float64 `json:"floor_us_low"`
+	FloorUsHigh    float64 `json:"floor_us_high"`
+	ExtraUs        float64 `json:"extra_us"`
+	ExtraUsLow     float64 `json:"extra_us_low"`
+	ExtraUsHigh    float64 `json:"extra_us_high"`
+	CPURatioLow    float64 `json:"cpu_ratio_low"`
+	CPURatioHigh   float64 `json:"cpu_ratio_high"`
+	CallsRatioLow  float64 `json:"calls_ratio_low"`
+	CallsRatioHigh float64 `json:"calls_ratio_high"`
+}
+
 func main() {
 	data := flag.String("data", "results/benchmarks.json", "the figures")
 	out := flag.String("out", "results", "the directory the charts are written to")
@@ -163,6 +183,7 @@ func charts(d *Data) []named {
 		{"door-auth.svg", wrkChart(d.Wrk, "auth", "HTTP forward auth (GET /v1/auth)")},
 		{"door-take.svg", wrkChart(d.Wrk, "take", "Decision API (POST /v1/take)")},
 		{"door-envoy-redis.svg", envoyRedisChart(d.EnvoyRedis)},
+		{"door-floors.svg", frontDoorsChart(d.FrontDoors)},
 	}
 }
 
@@ -182,6 +203,13 @@ var colors = map[string]string{
 	"lowest pair":            "#90caf9",
 	"median pair":            "#1565c0",
 	"highest pair":           "#0d47a1",
+	"lowest run":             "#90caf9",
+	"median over the runs":   "#1565c0",
+	"highest run":            "#0d47a1",
+	"cpu ratio, lowest run":  "#a5d6a7",
+	"cpu ratio, highest run": "#2e7d32",
+	"calls/s ratio, lowest":  "#ffcc80",
+	"calls/s ratio, highest": "#ef6c00",
 }
 
 var palette = []string{"#1565c0", "#42a5f5", "#2e7d32", "#81c784", "#0d47a1", "#c62828", "#6d4c41", "#ef6c00"}
@@ -370,6 +398,39 @@ func envoyRedisChart(s Section[EnvoyRedisRow]) *svgplot.Chart {
 		Panels: []svgplot.Panel{
 			{Title: "server CPU per call (lower is better)", X: x, Y: svgplot.Axis{Label: "server CPU µs per call"}, Series: cs},
 			{Title: "throughput (higher is better)", X: x, Y: svgplot.Axis{Label: "calls per second"}, Series: tp},
+		},
+	}
+}
+
+// frontDoorsChart is each door against its floor: sluice's extra CPU per
+// call, the floor's CPU per call over sluice's (cpu ratio) and sluice's
+// calls per second over the floor's (calls/s ratio), the runs' extremes.
+func frontDoorsChart(s Section[FrontDoorRow]) *svgplot.Chart {
+	var doors []string
+	cols := map[string][]float64{}
+	names := []string{"lowest run", "median over the runs", "highest run",
+		"cpu ratio, lowest run", "cpu ratio, highest run", "calls/s ratio, lowest", "calls/s ratio, highest"}
+	for _, r := range s.Rows {
+		doors = append(doors, r.Door)
+		for i, v := range []float64{r.ExtraUsLow, r.ExtraUs, r.ExtraUsHigh, r.CPURatioLow, r.CPURatioHigh, r.CallsRatioLow, r.CallsRatioHigh} {
+			cols[names[i]] = append(cols[names[i]], v)
+		}
+	}
+	bars := func(names []string) []svgplot.Series {
+		var out []svgplot.Series
+		for i, n := range names {
+			out = append(out, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: cols[n]})
+		}
+		return out
+	}
+	x := svgplot.Bands{Label: "door: forward auth (GET /v1/auth), decision API (POST /v1/take), Envoy service (gRPC)", Names: doors}
+	return &svgplot.Chart{
+		Title:    title("Front doors against their floors", s, "what sluice's own work costs per call"),
+		Subtitle: subtitle(s),
+		Desc:     "Each door of sluice serve on the memory store against a server that answers the same and decides nothing (a bare net/http handler, a no-op Envoy rate limit service), in six runs of 20 alternating pairs on fresh servers: sluice's extra CPU per call over the floor's (the median over the runs, the lowest and the highest run), the floor's CPU per call over sluice's (cpu ratio) and sluice's calls per second over the floor's (calls/s ratio), the lowest and the highest run.",
+		Panels: []svgplot.Panel{
+			{Title: "sluice's extra CPU per call over the floor (lower is better)", X: x, Y: svgplot.Axis{Label: "extra CPU µs per call"}, Series: bars(names[:3])},
+			{Title: "cpu ratio (floor's CPU/call over sluice's), calls/s ratio (sluice's over floor's)", X: x, Y: svgplot.Axis{Label: "ratio (higher is better)"}, Series: bars(names[3:])},
 		},
 	}
 }

@@ -84,10 +84,15 @@ func TestChartsShowFigures(t *testing.T) {
 	}
 	// And the values are the figures: spot checks from each table.
 	want := map[string]map[string][]float64{
-		"redis.svg":    {"sluice": {68877, 160402, 234817, 251871}, "redis_rate": {61852, 63889, 65093, 56256}},
-		"postgres.svg": {"onekey, synchronous_commit=off": {12279, 12520, 5441}},
-		"memory.svg":   {"sluice": {42.3, 25.5, 35.2}},
-		"envoy.svg":    {"reference server (own process)": {8387, 7963, 8887}},
+		"redis.svg":       {"sluice": {68877, 160402, 234817, 251871}, "redis_rate": {61852, 63889, 65093, 56256}},
+		"postgres.svg":    {"onekey, synchronous_commit=off": {12279, 12520, 5441}},
+		"memory.svg":      {"sluice": {42.3, 25.5, 35.2}},
+		"envoy.svg":       {"reference server (own process)": {8387, 7963, 8887}},
+		"door-auth.svg":   {"median pair": {0.919, 0.885}, "lowest pair": {0.845, 0.790}},
+		"door-take.svg":   {"median pair": {0.863, 0.850}, "highest pair": {1.009, 0.955}},
+		"door-floors.svg": {"median over the runs": {0.68, 0.62, 2.40}, "highest run": {0.82, 1.11, 2.66}},
+		"door-envoy-redis.svg": {"sluice serve": {23.22, 23.73, 23.32, 29.23, 30.35},
+			"reference server": {53.04, 57.89, 74.19, 76.84, 57.64}},
 	}
 	for _, c := range charts(d) {
 		for name, vals := range want[c.file] {
@@ -223,15 +228,55 @@ func TestFiguresAreTheTables(t *testing.T) {
 		col := map[string]int{"on": 2, "off": 4}[r.SynchronousCommit]
 		expectCells(t, "postgres "+r.Workload+" "+r.SynchronousCommit, rows[k][col:col+2], one(r.TakesPerS), one(r.P50us, r.P99us))
 	}
-	for _, s := range []struct{ name, date string }{{"memory", d.Memory.Date}, {"redis", d.Redis.Date}, {"envoy", d.Envoy.Date}, {"postgres", d.Postgres.Date}} {
+	_, rows = table(t, md, "| door | run | sluice's requests/s over the bare handler's")
+	if len(rows) != len(d.Wrk.Rows) {
+		t.Fatalf("wrk: %d rows in bench/README.md, %d in the figures", len(rows), len(d.Wrk.Rows))
+	}
+	for i, r := range d.Wrk.Rows {
+		if !strings.Contains(rows[i][0], "/v1/"+r.Door+"`") {
+			t.Errorf("wrk row %d: door %q, the figures' %q", i, rows[i][0], r.Door)
+		}
+		expectCells(t, "wrk "+r.Door, rows[i][1:], strconv.Itoa(r.Run), one(r.Median, r.Low, r.High))
+	}
+
+	_, rows = table(t, md, "| round | server | calls/s |")
+	if len(rows) != len(d.EnvoyRedis.Rows) {
+		t.Fatalf("envoy on redis: %d rows in bench/README.md, %d in the figures", len(rows), len(d.EnvoyRedis.Rows))
+	}
+	for i, r := range d.EnvoyRedis.Rows {
+		expectCells(t, "envoy on redis "+r.Server, rows[i], strconv.Itoa(r.Round), r.Server, one(r.CallsPerS), one(r.P99ms), one(r.ServerCPUus), one(r.RedisCPUus))
+	}
+
+	_, rows = table(t, md, "| door | floor CPU µs/call |")
+	if len(rows) != len(d.FrontDoors.Rows) {
+		t.Fatalf("front doors: %d rows in bench/README.md, %d in the figures", len(rows), len(d.FrontDoors.Rows))
+	}
+	for i, r := range d.FrontDoors.Rows {
+		expectCells(t, "front doors "+r.Door, rows[i], r.Door, one(r.FloorUsLow, r.FloorUsHigh), one(r.ExtraUs, r.ExtraUsLow, r.ExtraUsHigh),
+			one(r.CPURatioLow, r.CPURatioHigh), one(r.CallsRatioLow, r.CallsRatioHigh))
+	}
+
+	for _, s := range []struct{ name, date, machine, pinning, command string }{
+		{"memory", d.Memory.Date, d.Memory.Machine, d.Memory.Pinning, d.Memory.Command},
+		{"redis", d.Redis.Date, d.Redis.Machine, d.Redis.Pinning, d.Redis.Command},
+		{"envoy", d.Envoy.Date, d.Envoy.Machine, d.Envoy.Pinning, d.Envoy.Command},
+		{"postgres", d.Postgres.Date, d.Postgres.Machine, d.Postgres.Pinning, d.Postgres.Command},
+		{"wrk", d.Wrk.Date, d.Wrk.Machine, d.Wrk.Pinning, d.Wrk.Command},
+		{"envoy_redis", d.EnvoyRedis.Date, d.EnvoyRedis.Machine, d.EnvoyRedis.Pinning, d.EnvoyRedis.Command},
+		{"front_doors", d.FrontDoors.Date, d.FrontDoors.Machine, d.FrontDoors.Pinning, d.FrontDoors.Command},
+	} {
 		if !regexp.MustCompile(`^20\d\d-\d\d-\d\d$`).MatchString(s.date) {
 			t.Errorf("%s: date %q, want YYYY-MM-DD", s.name, s.date)
+		}
+		if s.machine == "" || s.pinning == "" || s.command == "" {
+			t.Errorf("%s: the machine, the pinning or the command is missing", s.name)
 		}
 	}
 }
 
-// bench/README.md shows each chart above the table it draws, and says
-// where the charts come from.
+// bench/README.md shows each chart above the table it draws, captioned
+// by the table's machine, pinning and day, and says where the charts come
+// from.
 func TestBenchmarksShowsCharts(t *testing.T) {
 	b, err := os.ReadFile(benchmarksFile)
 	if err != nil {
@@ -239,24 +284,103 @@ func TestBenchmarksShowsCharts(t *testing.T) {
 	}
 	md := string(b)
 	for file, header := range map[string]string{
-		"memory.svg":   "| limiter | serial ns/op |",
-		"redis.svg":    "| limiter | g | checks/s |",
-		"envoy.svg":    "| round | memory store |",
-		"postgres.svg": "| workload | goroutines |",
+		"memory.svg":           "| limiter | serial ns/op |",
+		"redis.svg":            "| limiter | g | checks/s |",
+		"envoy.svg":            "| round | memory store |",
+		"postgres.svg":         "| workload | goroutines |",
+		"door-auth.svg":        "| door | run | sluice's requests/s",
+		"door-take.svg":        "| door | run | sluice's requests/s",
+		"door-envoy-redis.svg": "| round | server | calls/s |",
+		"door-floors.svg":      "| door | floor CPU µs/call |",
 	} {
-		img := strings.Index(md, "](results/"+file+")")
 		tbl := strings.Index(md, "\n"+header)
-		if img < 0 || tbl < 0 || img > tbl {
+		img := -1
+		if tbl >= 0 {
+			img = strings.LastIndex(md[:tbl], "](results/"+file+")")
+		}
+		if img < 0 || !strings.HasPrefix(md[strings.LastIndex(md[:img], "\n")+1:], "![") {
 			t.Errorf("bench/README.md does not show results/%s above its table", file)
 			continue
 		}
-		if between := md[img:tbl]; strings.Contains(between, "\n|") {
+		between := md[img:tbl]
+		if strings.Contains(between, "\n|") {
 			t.Errorf("another table stands between results/%s and its own", file)
+		}
+		if !strings.Contains(between, "\nMachine: ") {
+			t.Errorf("results/%s has no caption naming the machine, the pinning and the day between it and its table", file)
 		}
 	}
 	for _, want := range []string{"results/benchmarks.json", "go run ./cmd/charts"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("bench/README.md does not mention %s", want)
+		}
+	}
+}
+
+// whereAndHow is the paragraph right above every table of the benchmark
+// pages: the machine, which cores ran what, the day and the commands.
+var whereAndHow = regexp.MustCompile(`^Machine: (.+?); pinning: (.+?); day: (.+?); commands: (.+)$`)
+
+// Every table of bench/README.md and of the root's benchmark page says
+// in the paragraph right above it on what machine (processor and cores),
+// with which cores running what, on what day and by what commands its
+// figures were measured: a fact nobody wrote down is "not recorded".
+func TestEveryTableSaysWhereAndHow(t *testing.T) {
+	day := regexp.MustCompile(`20\d\d-\d\d-\d\d`)
+	machine := regexp.MustCompile(`\d+-core (Intel|AMD)`)
+	for _, file := range []string{benchmarksFile, "../../../BENCHMARKS.md"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(b), "\n")
+		heading := 0
+		for i, line := range lines {
+			if strings.HasPrefix(line, "#") {
+				heading = i
+			}
+			if !strings.HasPrefix(line, "|") || (i > 0 && strings.HasPrefix(lines[i-1], "|")) {
+				continue
+			}
+			where := map[string]string{benchmarksFile: "bench/README.md"}[file]
+			if where == "" {
+				where = "BENCHMARKS.md"
+			}
+			where += ":" + strconv.Itoa(i+1)
+			end := i - 1
+			for end >= 0 && strings.TrimSpace(lines[end]) == "" {
+				end--
+			}
+			start := end
+			for start > 0 && strings.TrimSpace(lines[start-1]) != "" {
+				start--
+			}
+			para := strings.Join(lines[start:end+1], " ")
+			m := whereAndHow.FindStringSubmatch(para)
+			if m == nil {
+				t.Errorf("%s: the paragraph above the table is not \"Machine: ...; pinning: ...; day: ...; commands: ...\": %q", where, para)
+				continue
+			}
+			head := strings.ToLower(line)
+			column := func(v, name string) bool { return strings.Contains(v, "column") && strings.Contains(head, name) }
+			if !machine.MatchString(m[1]) && !strings.Contains(m[1], "not recorded") {
+				t.Errorf("%s: machine %q names no processor and cores", where, m[1])
+			}
+			if strings.TrimSpace(m[2]) == "" {
+				t.Errorf("%s: no pinning", where)
+			}
+			if !day.MatchString(m[3]) && !strings.Contains(m[3], "not recorded") && !column(m[3], "day") {
+				t.Errorf("%s: day %q is no date", where, m[3])
+			}
+			code := false
+			for _, l := range lines[heading:i] {
+				code = code || (strings.HasPrefix(l, "    ") && strings.TrimSpace(l) != "")
+			}
+			cmd := m[4]
+			if !strings.Contains(cmd, "`") && !strings.Contains(cmd, "not recorded") && !column(cmd, "command") &&
+				!column(cmd, "benchmark") && !(strings.Contains(cmd, "above") && code) {
+				t.Errorf("%s: commands %q: neither quoted, nor a column of the table, nor a command block above it in its section", where, cmd)
+			}
 		}
 	}
 }

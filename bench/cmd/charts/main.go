@@ -1,6 +1,9 @@
 // Command charts draws bench/README.md's measurements as SVG charts:
 // throughput and p99 latency against the number of callers, sluice beside
-// the other limiters. It reads the figures from results/benchmarks.json,
+// the other limiters, and a chart per door of sluice serve (each HTTP
+// door against a bare handler, the Envoy service against the reference
+// server). Each chart's subtitle names the machine, the pinning and the
+// command, its title the day. It reads the figures from results/benchmarks.json,
 // which holds the numbers of bench/README.md's tables (a test checks that
 // they agree), and writes one SVG per table next to it:
 //
@@ -30,12 +33,24 @@ type Data struct {
 	Redis    Section[RedisRow]    `json:"redis"`
 	Envoy    Section[EnvoyRow]    `json:"envoy"`
 	Postgres Section[PostgresRow] `json:"postgres"`
+	// Wrk is the wrk pairs of "Memory store and HTTP doors on AMD": one
+	// chart per HTTP door.
+	Wrk Section[WrkRow] `json:"wrk"`
+	// EnvoyRedis is "Envoy rate limit service"'s rounds on Redis with
+	// the server on a core of its own, sluice beside the reference server.
+	EnvoyRedis Section[EnvoyRedisRow] `json:"envoy_redis"`
+	// FrontDoors is "Front doors against their floors": each door of
+	// sluice serve against a server that answers the same and decides
+	// nothing.
+	FrontDoors Section[FrontDoorRow] `json:"front_doors"`
 }
 
-// Section is one table's rows and where they were measured.
+// Section is one table's rows and where they were measured: the day, the
+// machine, which cores ran what, and the command.
 type Section[R any] struct {
 	Date    string `json:"date"`
 	Machine string `json:"machine"`
+	Pinning string `json:"pinning"`
 	Command string `json:"command"`
 	Rows    []R    `json:"rows"`
 }
@@ -79,6 +94,42 @@ type PostgresRow struct {
 	TakesPerS         float64 `json:"takes_per_s"`
 	P50us             float64 `json:"p50_us"`
 	P99us             float64 `json:"p99_us"`
+}
+
+// WrkRow is one run of one door in the wrk pairs: sluice's requests per
+// second over the bare handler's, the median pair and the extremes.
+type WrkRow struct {
+	Door   string  `json:"door"`
+	Run    int     `json:"run"`
+	Median float64 `json:"median"`
+	Low    float64 `json:"low"`
+	High   float64 `json:"high"`
+}
+
+// EnvoyRedisRow is one server in one round of the Envoy service on Redis.
+type EnvoyRedisRow struct {
+	Round       int     `json:"round"`
+	Server      string  `json:"server"`
+	CallsPerS   float64 `json:"calls_per_s"`
+	P99ms       float64 `json:"p99_ms"`
+	ServerCPUus float64 `json:"server_cpu_us"`
+	RedisCPUus  float64 `json:"redis_cpu_us"`
+}
+
+// FrontDoorRow is one door against its floor: the floor's CPU per call,
+// sluice's extra over it (the median over the runs and the runs' extremes)
+// and the ratios of the runs.
+type FrontDoorRow struct {
+	Door           string  `json:"door"`
+	FloorUsLow     float64 `json:"floor_us_low"`
+	FloorUsHigh    float64 `json:"floor_us_high"`
+	ExtraUs        float64 `json:"extra_us"`
+	ExtraUsLow     float64 `json:"extra_us_low"`
+	ExtraUsHigh    float64 `json:"extra_us_high"`
+	CPURatioLow    float64 `json:"cpu_ratio_low"`
+	CPURatioHigh   float64 `json:"cpu_ratio_high"`
+	CallsRatioLow  float64 `json:"calls_ratio_low"`
+	CallsRatioHigh float64 `json:"calls_ratio_high"`
 }
 
 func main() {
@@ -129,6 +180,10 @@ func charts(d *Data) []named {
 		{"redis.svg", redisChart(d.Redis)},
 		{"envoy.svg", envoyChart(d.Envoy)},
 		{"postgres.svg", postgresChart(d.Postgres)},
+		{"door-auth.svg", wrkChart(d.Wrk, "auth", "HTTP forward auth (GET /v1/auth)")},
+		{"door-take.svg", wrkChart(d.Wrk, "take", "Decision API (POST /v1/take)")},
+		{"door-envoy-redis.svg", envoyRedisChart(d.EnvoyRedis)},
+		{"door-floors.svg", frontDoorsChart(d.FrontDoors)},
 	}
 }
 
@@ -143,6 +198,18 @@ var colors = map[string]string{
 	"sethvargo":              "#ef6c00",
 	"throttled":              "#6d4c41",
 	"redis_rate":             "#c62828",
+	"sluice serve":           "#1565c0",
+	"reference server":       "#2e7d32",
+	"lowest pair":            "#90caf9",
+	"median pair":            "#1565c0",
+	"highest pair":           "#0d47a1",
+	"lowest run":             "#90caf9",
+	"median over the runs":   "#1565c0",
+	"highest run":            "#0d47a1",
+	"cpu ratio, lowest run":  "#a5d6a7",
+	"cpu ratio, highest run": "#2e7d32",
+	"calls/s ratio, lowest":  "#ffcc80",
+	"calls/s ratio, highest": "#ef6c00",
 }
 
 var palette = []string{"#1565c0", "#42a5f5", "#2e7d32", "#81c784", "#0d47a1", "#c62828", "#6d4c41", "#ef6c00"}
@@ -161,7 +228,7 @@ func title[R any](what string, s Section[R], shows string) string {
 }
 
 func subtitle[R any](s Section[R]) []string {
-	return []string{"measured on " + s.Machine, s.Command}
+	return []string{"measured on " + s.Machine, "pinning: " + s.Pinning, s.Command}
 }
 
 // order returns the distinct keys of rows in their first order.
@@ -273,6 +340,97 @@ func envoyChart(s Section[EnvoyRow]) *svgplot.Chart {
 		Panels: []svgplot.Panel{
 			{Title: "throughput (higher is better)", X: x, Y: svgplot.Axis{Label: "calls per second"}, Series: tp},
 			{Title: "p99 latency (lower is better)", X: x, Y: svgplot.Axis{Label: "p99 latency (ms)"}, Series: lat},
+		},
+	}
+}
+
+// wrkChart is one HTTP door's wrk pairs: sluice's requests per second over
+// the bare handler's in each run, the median pair beside the lowest and
+// the highest.
+func wrkChart(s Section[WrkRow], door, name string) *svgplot.Chart {
+	var runs []string
+	var low, median, high []float64
+	for _, r := range s.Rows {
+		if r.Door != door {
+			continue
+		}
+		runs = append(runs, "run "+strconv.Itoa(r.Run))
+		low, median, high = append(low, r.Low), append(median, r.Median), append(high, r.High)
+	}
+	var series []svgplot.Series
+	for i, v := range []struct {
+		name   string
+		values []float64
+	}{{"lowest pair", low}, {"median pair", median}, {"highest pair", high}} {
+		series = append(series, svgplot.Series{Name: v.name, Kind: svgplot.Bar, Stack: v.name, Color: color(v.name, i), Values: v.values})
+	}
+	return &svgplot.Chart{
+		Title:    title(name, s, "sluice's requests per second over a bare net/http handler's, by wrk"),
+		Subtitle: subtitle(s),
+		Desc:     "The ratio of sluice serve's requests per second to a bare net/http handler's on the " + name + " door, measured by wrk in alternating pairs: per run, the median pair, the lowest and the highest.",
+		Panels: []svgplot.Panel{{
+			X:      svgplot.Bands{Label: "run of 10 alternating pairs of 4 s", Names: runs},
+			Y:      svgplot.Axis{Label: "sluice / bare handler (higher is better)"},
+			Series: series,
+		}},
+	}
+}
+
+// envoyRedisChart is the Envoy service on Redis in rounds: the server's
+// CPU per call and the calls per second, sluice serve beside the reference
+// server.
+func envoyRedisChart(s Section[EnvoyRedisRow]) *svgplot.Chart {
+	r := func(r EnvoyRedisRow) string { return "round " + strconv.Itoa(r.Round) }
+	l := func(r EnvoyRedisRow) string { return r.Server }
+	bands, names := order(s.Rows, r), order(s.Rows, l)
+	cpu := grid(s.Rows, names, bands, l, r, func(r EnvoyRedisRow) float64 { return r.ServerCPUus })
+	calls := grid(s.Rows, names, bands, l, r, func(r EnvoyRedisRow) float64 { return r.CallsPerS })
+	var cs, tp []svgplot.Series
+	for i, n := range names {
+		cs = append(cs, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: cpu[n]})
+		tp = append(tp, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: calls[n]})
+	}
+	x := svgplot.Bands{Label: "round (each runs both servers in turn), 64 callers", Names: bands}
+	return &svgplot.Chart{
+		Title:    title("Envoy service on Redis", s, "sluice serve beside envoyproxy/ratelimit"),
+		Subtitle: subtitle(s),
+		Desc:     "The server's CPU time per ShouldRateLimit call and the calls per second at 64 callers, in five rounds, of sluice serve and of envoyproxy/ratelimit, each a process of its own on the same Redis and reference-format file.",
+		Panels: []svgplot.Panel{
+			{Title: "server CPU per call (lower is better)", X: x, Y: svgplot.Axis{Label: "server CPU µs per call"}, Series: cs},
+			{Title: "throughput (higher is better)", X: x, Y: svgplot.Axis{Label: "calls per second"}, Series: tp},
+		},
+	}
+}
+
+// frontDoorsChart is each door against its floor: sluice's extra CPU per
+// call, the floor's CPU per call over sluice's (cpu ratio) and sluice's
+// calls per second over the floor's (calls/s ratio), the runs' extremes.
+func frontDoorsChart(s Section[FrontDoorRow]) *svgplot.Chart {
+	var doors []string
+	cols := map[string][]float64{}
+	names := []string{"lowest run", "median over the runs", "highest run",
+		"cpu ratio, lowest run", "cpu ratio, highest run", "calls/s ratio, lowest", "calls/s ratio, highest"}
+	for _, r := range s.Rows {
+		doors = append(doors, r.Door)
+		for i, v := range []float64{r.ExtraUsLow, r.ExtraUs, r.ExtraUsHigh, r.CPURatioLow, r.CPURatioHigh, r.CallsRatioLow, r.CallsRatioHigh} {
+			cols[names[i]] = append(cols[names[i]], v)
+		}
+	}
+	bars := func(names []string) []svgplot.Series {
+		var out []svgplot.Series
+		for i, n := range names {
+			out = append(out, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: cols[n]})
+		}
+		return out
+	}
+	x := svgplot.Bands{Label: "door: forward auth (GET /v1/auth), decision API (POST /v1/take), Envoy service (gRPC)", Names: doors}
+	return &svgplot.Chart{
+		Title:    title("Front doors against their floors", s, "what sluice's own work costs per call"),
+		Subtitle: subtitle(s),
+		Desc:     "Each door of sluice serve on the memory store against a server that answers the same and decides nothing (a bare net/http handler, a no-op Envoy rate limit service), in six runs of 20 alternating pairs on fresh servers: sluice's extra CPU per call over the floor's (the median over the runs, the lowest and the highest run), the floor's CPU per call over sluice's (cpu ratio) and sluice's calls per second over the floor's (calls/s ratio), the lowest and the highest run.",
+		Panels: []svgplot.Panel{
+			{Title: "sluice's extra CPU per call over the floor (lower is better)", X: x, Y: svgplot.Axis{Label: "extra CPU µs per call"}, Series: bars(names[:3])},
+			{Title: "cpu ratio (floor's CPU/call over sluice's), calls/s ratio (sluice's over floor's)", X: x, Y: svgplot.Axis{Label: "ratio (higher is better)"}, Series: bars(names[3:])},
 		},
 	}
 }

@@ -6,6 +6,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -415,7 +416,7 @@ func (l *loader) dropInapplicable(o *obj, alg sluice.Algorithm) {
 	allowed := algFields(alg)
 	for i := 0; i+1 < len(o.n.Content); i += 2 {
 		k := deref(o.n.Content[i])
-		if _, ok := o.vals[k.Value]; ok && !contains(allowed, k.Value) && !contains(commonAlgFields, k.Value) {
+		if _, ok := o.vals[k.Value]; ok && !slices.Contains(allowed, k.Value) && !slices.Contains(commonAlgFields, k.Value) {
 			l.errf(k, join(o.path, k.Value), "does not apply to %s (it takes %s)", alg, strings.Join(allowed, ", "))
 			delete(o.vals, k.Value)
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -91,7 +92,7 @@ func (l *loader) object(n *yaml.Node, path string, allowed []string) *obj {
 			l.errf(k, join(path, name), "appears twice")
 			continue
 		}
-		if allowed != nil && !contains(allowed, name) {
+		if allowed != nil && !slices.Contains(allowed, name) {
 			msg := "unknown field"
 			if s := suggest(name, allowed); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
@@ -266,15 +267,6 @@ func clip(s string) string {
 		return s[:40] + "..."
 	}
 	return s
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // suggest returns the allowed name closest to a typo, if close enough.

@@ -219,8 +219,8 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	l.headers(o, s)
 	l.denyStatus(o, s)
 	l.auditLog(o, s)
-	l.ipv6Prefix(o, s)
-	l.defaultMissingKey(o, s)
+	o.intIn("ipv6_prefix", 1, 128, &s.IPv6Prefix)
+	either(o, "missing_key", missingKeyNames, &s.MissingKey) // every rule's default
 	if n, ok := o.vals["grpc_tls"]; ok {
 		srv.GRPCTLS = l.grpcTLS(n, "grpc_tls")
 	}
@@ -364,34 +364,6 @@ func (l *loader) auditLog(o *obj, s *Settings) {
 		}
 		s.AuditLog = v
 	}
-}
-
-func (l *loader) ipv6Prefix(o *obj, s *Settings) {
-	if v, n, ok := o.integer("ipv6_prefix"); ok {
-		if v < 1 || v > 128 {
-			l.errf(n, "ipv6_prefix", "must be between 1 and 128 (got %d)", v)
-		} else {
-			s.IPv6Prefix = v
-		}
-	}
-}
-
-// defaultMissingKey reads the top-level missing_key, every rule's default.
-func (l *loader) defaultMissingKey(o *obj, s *Settings) {
-	if v, n, ok := o.str("missing_key"); ok {
-		s.MissingKey, _ = l.missingKey(v, n, "missing_key")
-	}
-}
-
-func (l *loader) missingKey(v string, n *yaml.Node, path string) (MissingKey, bool) {
-	switch v {
-	case "shared":
-		return MissingShared, true
-	case "skip":
-		return MissingSkip, true
-	}
-	l.errf(n, path, "must be shared or skip (got %q)", v)
-	return MissingShared, false
 }
 
 // noteJWT remembers the first place that reads a JWT claim, for needJWT.

@@ -109,30 +109,9 @@ func (l *loader) rule(n *yaml.Node, path string, missing MissingKey) *Rule {
 // behaviour reads mode, on_store_error and missing_key: whether the rule
 // enforces, and what it does when the store fails or a key is missing.
 func (l *loader) behaviour(o *obj, r *Rule) {
-	path := o.path
-	if v, mn, ok := o.str("mode"); ok {
-		switch v {
-		case "enforce":
-			r.Mode = EnforceMode
-		case "shadow":
-			r.Mode = Shadow
-		default:
-			l.errf(mn, join(path, "mode"), "must be enforce or shadow (got %q)", v)
-		}
-	}
-	if v, en, ok := o.str("on_store_error"); ok {
-		switch v {
-		case "allow":
-			r.OnStoreError = AllowOnError
-		case "deny":
-			r.OnStoreError = DenyOnError
-		default:
-			l.errf(en, join(path, "on_store_error"), "must be allow or deny (got %q)", v)
-		}
-	}
-	if v, mn, ok := o.str("missing_key"); ok {
-		r.MissingKey, _ = l.missingKey(v, mn, join(path, "missing_key"))
-	}
+	either(o, "mode", modeNames, &r.Mode)
+	either(o, "on_store_error", onStoreErrorNames, &r.OnStoreError)
+	either(o, "missing_key", missingKeyNames, &r.MissingKey)
 }
 
 // limitKeys reads limit_keys: the request attributes that make up the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/insight"
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // The fleet on the live page. Every process of a fleet that shares a
@@ -100,10 +101,8 @@ func (g *Gate) RunFleet(ctx context.Context) {
 	if g.opts.Insight == nil || g.fleetValues() == nil {
 		return
 	}
-	t := time.NewTicker(FleetInterval)
-	defer t.Stop()
 	failing := false
-	for {
+	publish := func() {
 		err := g.PublishFleet(ctx)
 		switch {
 		case err != nil && !failing:
@@ -112,12 +111,9 @@ func (g *Gate) RunFleet(ctx context.Context) {
 			g.opts.Logger.Info("live page: this process's statistics reach the fleet again")
 		}
 		failing = err != nil
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
+	publish()
+	tick.Every(ctx, FleetInterval, publish)
 }
 
 // PublishFleet publishes this process's statistics now: its report, and

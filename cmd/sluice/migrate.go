@@ -45,12 +45,8 @@ func runMigrate(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("migrate", "usage: sluice migrate [--url postgres://...] [--timeout 1m]\n\nCreates or upgrades sluice's tables in PostgreSQL; running it again changes\nnothing. serve can do the same at start with sluice_migrate=true on the\nstore URL.", stderr)
 	rawURL := fs.String("url", "", "PostgreSQL URL (default $SLUICE_POSTGRES_URL)")
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlags(fs, args, false); !ok {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice migrate: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	}
 	ctx, conn, done, code := connectPostgres("migrate", *rawURL, *timeout, stderr)
 	if conn == nil {

@@ -29,12 +29,8 @@ func runViolations(args []string, stdout, stderr io.Writer) int {
 	key := fs.String("key", "", "only buckets keyed by this value of a limit_keys source (alice for X-User: alice), or this whole bucket key")
 	ip := fs.String("ip", "", "only this client IP's violations")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlags(fs, args, false); !ok {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice violations: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	}
 	now := time.Now()
 	from := since.from(now)

@@ -218,18 +218,16 @@ type StatsHotKey struct {
 // buckets a refresh of the page peeks at: 2*hotKeysShown.
 const hotKeysShown = 10
 
+// uiTokenNeeded is the 401 of the live page's data.
+const uiTokenNeeded = "a valid admin token is required: Authorization: Bearer <token>, or log in at /ui"
+
 // peekTimeout bounds the peeks of one refresh.
 const peekTimeout = time.Second
 
 func (g *Gate) stats(w http.ResponseWriter, r *http.Request) {
 	if ok, wait := g.uiAuthorized(r); !ok {
 		uiHeaders(w.Header())
-		if wait > 0 {
-			tooManyGuesses(w, wait)
-			return
-		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-		badRequest(w, http.StatusUnauthorized, "a valid admin token is required: Authorization: Bearer <token>, or log in at /ui")
+		refuseToken(w, wait, uiTokenNeeded)
 		return
 	}
 	p := g.Policy()
@@ -529,12 +527,7 @@ const maxSearchLimits = 64
 func (g *Gate) statsKey(w http.ResponseWriter, r *http.Request) {
 	uiHeaders(w.Header())
 	if ok, wait := g.uiAuthorized(r); !ok {
-		if wait > 0 {
-			tooManyGuesses(w, wait)
-			return
-		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-		badRequest(w, http.StatusUnauthorized, "a valid admin token is required: Authorization: Bearer <token>, or log in at /ui")
+		refuseToken(w, wait, uiTokenNeeded)
 		return
 	}
 	key := r.URL.Query().Get("key")

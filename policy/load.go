@@ -15,7 +15,6 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/serverconf"
 )
 
@@ -181,7 +180,7 @@ var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "t
 // newPolicy returns a policy holding the default of every top-level
 // setting: what a file that gives only rules gets.
 func newPolicy(file string) *Policy {
-	p := &Policy{Source: file, byName: map[string]*Rule{}, limits: map[string]*sluice.Limit{}}
+	p := &Policy{Source: file, byName: map[string]*Rule{}, limits: map[string]namedLimit{}}
 	s := &p.Settings
 	s.Headers = []string{"draft", "trio"}
 	s.DenyStatus, s.IPv6Prefix = 429, 64

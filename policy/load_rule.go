@@ -55,7 +55,7 @@ func (l *loader) indexLimits(p *Policy) {
 				l.errf(&yaml.Node{Line: r.Line}, "rules."+r.Name, "limit name %q is used twice (a rule named like another rule's tier); rename one, as their buckets would be shared", lim.Name())
 				return
 			}
-			p.limits[lim.Name()] = lim
+			p.limits[lim.Name()] = namedLimit{lim, r}
 		}
 		if r.own != nil {
 			add(r.own.limit)

@@ -76,7 +76,7 @@ type Policy struct {
 
 	jwt    claimsVerifier
 	byName map[string]*Rule
-	limits map[string]*sluice.Limit
+	limits map[string]namedLimit
 
 	// Rules reachable by name only (NameOnly), by name and by alias.
 	named   []NamedRule
@@ -343,7 +343,14 @@ func (p *Policy) Rule(name string) *Rule { return p.byName[name] }
 // Limit resolves a limit name: a rule's name for its Rule.Limit
 // ("per-ip"), or "RULE.TIER" for a tier's limit ("api.enterprise"). It
 // returns nil when there is no such limit.
-func (p *Policy) Limit(name string) *sluice.Limit { return p.limits[name] }
+func (p *Policy) Limit(name string) *sluice.Limit { return p.limits[name].lim }
+
+// namedLimit is a limit of the policy's rules, own or a tier's, and the
+// rule it belongs to.
+type namedLimit struct {
+	lim  *sluice.Limit
+	rule *Rule
+}
 
 // Limits returns every compiled limit, the rules' own and their tiers', in
 // file order.

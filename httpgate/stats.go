@@ -3,6 +3,7 @@ package httpgate
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -399,14 +400,10 @@ func statsRules(p *policy.Policy, series map[string]insight.RuleCounts) []StatsR
 	for _, nr := range p.NamedRules() {
 		add(nr.Rule, nr.Alias)
 	}
-	var gone []string
-	for name := range series {
-		if !seen[name] {
-			gone = append(gone, name)
+	for _, name := range slices.Sorted(maps.Keys(series)) {
+		if seen[name] {
+			continue // in the policy: listed above
 		}
-	}
-	slices.Sort(gone)
-	for _, name := range gone {
 		sr := StatsRule{Name: name, Keys: []string{}, Limits: []StatsLimit{}}
 		fillSeries(&sr, series[name])
 		out = append(out, sr)

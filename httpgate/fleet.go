@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -211,13 +212,8 @@ func (g *Gate) fleetReports(ctx context.Context, v adaptive.Values) ([]insight.R
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
 		return nil, fmt.Errorf("fleet roster: %w", err)
 	}
-	ids := make([]string, 0, len(r))
-	for id := range r {
-		if id != g.fleet.id {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
+	delete(r, g.fleet.id)
+	ids := slices.Sorted(maps.Keys(r))
 	if len(ids) > MaxFleet-1 {
 		ids = ids[:MaxFleet-1]
 	}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -10,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -128,23 +129,26 @@ func parse(filename string, data []byte, getenv func(string) string, readFile fu
 	}}
 	p := l.load(data)
 	if len(l.errs) > 0 {
-		sort.SliceStable(l.errs, func(i, j int) bool { return l.errs[i].Line < l.errs[j].Line })
-		es := &Errors{List: make([]error, len(l.errs))}
-		for i, e := range l.errs {
-			es.List[i] = e
+		es := &Errors{}
+		for _, e := range byLine(l.errs) {
+			es.List = append(es.List, e)
 		}
 		return nil, serverconf.Settings{}, es
 	}
-	sort.SliceStable(l.warns, func(i, j int) bool { return l.warns[i].Line < l.warns[j].Line })
-	for _, w := range l.warns {
+	for _, w := range byLine(l.warns) {
 		p.Warnings = append(p.Warnings, w.Error())
 	}
-	sort.SliceStable(l.notes, func(i, j int) bool { return l.notes[i].Line < l.notes[j].Line })
-	for _, n := range l.notes {
+	for _, n := range byLine(l.notes) {
 		p.Notes = append(p.Notes, n.Error())
 	}
 	h.Sum(p.digest[:0])
 	return p, l.server, nil
+}
+
+// byLine sorts es by line, those of one line in the order found.
+func byLine(es []*Error) []*Error {
+	slices.SortStableFunc(es, func(a, b *Error) int { return cmp.Compare(a.Line, b.Line) })
+	return es
 }
 
 func (l *loader) load(data []byte) *Policy {

@@ -209,12 +209,15 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	addrs := map[string]string{} // each listener's address by field, for checkDistinct
 	l.listen(o, srv, addrs)
 	l.store(o, srv)
-	l.adminTokenEnv(o, s)
-	l.settleSecretEnv(o, s)
+	l.secretEnv(o, "admin_token_env", "token", minToken, false, &s.AdminTokenEnv)
+	// The key settlement handles are signed with must be there now, so
+	// that a forgotten export stops serve (and check) rather than leaving
+	// each server of a fleet refusing the others' handles.
+	l.secretEnv(o, "settle_secret_env", "key", MinSettleSecret, true, &s.SettleSecretEnv)
 	l.trustedProxies(o, s)
 	l.proxy(o, srv, addrs)
 	l.apiListen(o, srv, addrs)
-	l.apiTokenEnv(o, s)
+	l.secretEnv(o, "api_token_env", "token", minToken, true, &s.APITokenEnv)
 	if n, ok := o.vals["server"]; ok {
 		l.serverLimits(n, &srv.Server)
 	}
@@ -265,12 +268,6 @@ func (l *loader) ui(n *yaml.Node, s *Settings) {
 	}
 }
 
-func (l *loader) adminTokenEnv(o *obj, s *Settings) {
-	if v, n, ok := o.str("admin_token_env"); ok {
-		s.AdminTokenEnv = l.tokenEnv("admin_token_env", v, n, false)
-	}
-}
-
 func (l *loader) trustedProxies(o *obj, s *Settings) {
 	if vals, nodes, ok := o.strList("trusted_proxies"); ok {
 		for i, v := range vals {
@@ -284,38 +281,33 @@ func (l *loader) trustedProxies(o *obj, s *Settings) {
 	}
 }
 
-// apiTokenEnv reads api_token_env, the decision API's token.
-func (l *loader) apiTokenEnv(o *obj, s *Settings) {
-	if v, n, ok := o.str("api_token_env"); ok {
-		s.APITokenEnv = l.tokenEnv("api_token_env", v, n, true)
-	}
-}
-
 // minToken is the shortest token accepted in api_token_env and
 // admin_token_env: a token is the only thing between the network and
 // what it opens (every bucket; resets and the live page), and guesses
 // cost nothing.
 const minToken = 16
 
-// tokenEnv checks field, which names the environment variable name
-// holding a token: the token there must be minToken bytes or more.
-// required: the variable must hold a token now (api_token_env: a
-// forgotten export stops serve, and check, instead of serving the
-// decision API open or refusing every call); otherwise an unset variable
-// leaves what the token opens disabled (admin_token_env). It returns
-// name, or "" when refused.
-func (l *loader) tokenEnv(field, name string, n *yaml.Node, required bool) string {
-	switch tok := l.getenv(name); {
+// secretEnv reads field, the name of the environment variable holding a
+// secret (what: a token, a key) of least bytes or more, into *dst.
+// required: the variable must hold one now (api_token_env: a forgotten
+// export stops serve, and check, instead of serving the decision API open
+// or refusing every call); otherwise an unset variable leaves what the
+// secret opens disabled (admin_token_env).
+func (l *loader) secretEnv(o *obj, field, what string, least int, required bool, dst *string) {
+	name, n, ok := o.str(field)
+	if !ok {
+		return
+	}
+	switch secret := l.getenv(name); {
 	case !envName.MatchString(name):
 		l.errf(n, field, "must be the name of an environment variable, such as %s (got %q)", "SLUICE_"+strings.ToUpper(strings.TrimSuffix(field, "_env")), name)
-	case tok == "" && required:
+	case secret == "" && required:
 		l.errf(n, field, "environment variable %s is not set or empty", name)
-	case tok != "" && len(tok) < minToken:
-		l.errf(n, field, "the token in %s is %d bytes; use at least %d (random, such as: openssl rand -hex 32)", name, len(tok), minToken)
+	case secret != "" && len(secret) < least:
+		l.errf(n, field, "the %s in %s is %d bytes; use at least %d (random, such as: openssl rand -hex 32)", what, name, len(secret), least)
 	default:
-		return name
+		*dst = name
 	}
-	return ""
 }
 
 func (l *loader) headers(o *obj, s *Settings) {

@@ -47,19 +47,26 @@ func (l *loader) listen(o *obj, s *serverconf.Settings, addrs map[string]string)
 }
 
 func (l *loader) store(o *obj, s *serverconf.Settings) {
-	n, ok := o.vals["store"]
-	if !ok {
-		return
-	}
-	if so := l.object(n, "store", []string{"url"}); so != nil {
-		if v, n, ok := so.str("url"); ok {
-			if msg := serverconf.CheckStoreURL(v); msg != "" {
-				l.errf(n, "store.url", "%s", msg)
-			} else {
-				s.StoreURL = v
-			}
+	if n, ok := o.vals["store"]; ok {
+		if so := l.object(n, "store", []string{"url"}); so != nil {
+			so.checked("url", serverconf.CheckStoreURL, &s.StoreURL)
 		}
 	}
+}
+
+// checked reads a string field into *dst when check (serverconf's)
+// finds nothing wrong with it. It reports whether the field is a string.
+func (o *obj) checked(name string, check func(string) string, dst *string) bool {
+	v, n, ok := o.str(name)
+	if !ok {
+		return false
+	}
+	if msg := check(v); msg != "" {
+		o.l.errf(n, join(o.path, name), "%s", msg)
+	} else {
+		*dst = v
+	}
+	return true
 }
 
 // proxy reads the reverse proxy's section: listen and upstream, both or
@@ -73,22 +80,10 @@ func (l *loader) proxy(o *obj, s *serverconf.Settings, addrs map[string]string) 
 	if po == nil {
 		return
 	}
-	up, upN, upOK := po.str("upstream")
-	ls, lsN, lsOK := po.str("listen")
-	if upOK {
-		if msg := serverconf.CheckUpstream(up); msg != "" {
-			l.errf(upN, "proxy.upstream", "%s", msg)
-		} else {
-			s.ProxyUpstream = up
-		}
-	}
-	if lsOK {
-		if msg := serverconf.CheckListen(ls); msg != "" {
-			l.errf(lsN, "proxy.listen", "%s", msg)
-		} else {
-			s.ProxyListen = ls
-			addrs["proxy.listen"] = ls
-		}
+	upOK := po.checked("upstream", serverconf.CheckUpstream, &s.ProxyUpstream)
+	lsOK := po.checked("listen", serverconf.CheckListen, &s.ProxyListen)
+	if lsOK && s.ProxyListen != "" {
+		addrs["proxy.listen"] = s.ProxyListen
 	}
 	if upOK && !po.has("listen") {
 		l.errf(po.n, "proxy.listen", "is required with proxy.upstream (the address the proxy serves on, such as \":8000\")")

@@ -466,29 +466,41 @@ func (g *Gate) peekHot(ctx context.Context, p *policy.Policy, hot *StatsHot) str
 			where = append(where, []at{{rank, i}})
 		}
 	}
+	tokens, retry, problem := g.peekBuckets(ctx, "sluice-ui-peek", reqs)
+	ranks := []*StatsRanking{&hot.ByRejections, &hot.ByTraffic}
+	for j := range tokens {
+		for _, a := range where[j] {
+			k := &ranks[a.rank].Keys[a.i]
+			k.Tokens, k.RetryAfterMs = &tokens[j], &retry[j]
+		}
+	}
+	return problem
+}
+
+// peekBuckets reads the buckets of reqs in one store call that changes
+// nothing: the tokens each holds (before the request, as a take finds
+// them) and the wait for it. problem says why they could not be read
+// ("" when they were); what names the call in the log.
+func (g *Gate) peekBuckets(ctx context.Context, what string, reqs []sluice.Request) (tokens []float64, retryMs []int64, problem string) {
 	if len(reqs) == 0 {
-		return ""
+		return nil, nil, ""
 	}
 	ctx, cancel := context.WithTimeout(ctx, min(peekTimeout, g.opts.StoreTimeout))
 	defer cancel()
 	_, ds, err := g.lim.PeekAll(ctx, reqs...)
 	if err != nil {
-		g.storeLog.Log(g.opts.Logger, "sluice-ui-peek", "", err, false)
-		return "the store did not answer (the error is in the server's log)"
+		g.storeLog.Log(g.opts.Logger, what, "", err, false)
+		return nil, nil, "the store did not answer (the error is in the server's log)"
 	}
-	ranks := []*StatsRanking{&hot.ByRejections, &hot.ByTraffic}
-	for j, d := range ds {
+	tokens, retryMs = make([]float64, len(ds)), make([]int64, len(ds))
+	for i, d := range ds {
 		// An admitting peek reports the tokens a take would leave.
-		tokens, retry := d.Tokens, ceilMillis(d.RetryAfter)
+		tokens[i], retryMs[i] = d.Tokens, ceilMillis(d.RetryAfter)
 		if d.Allowed {
-			tokens += reqs[j].Cost
-		}
-		for _, a := range where[j] {
-			k := &ranks[a.rank].Keys[a.i]
-			k.Tokens, k.RetryAfterMs = &tokens, &retry
+			tokens[i] += reqs[i].Cost
 		}
 	}
-	return ""
+	return tokens, retryMs, ""
 }
 
 // StatsKey is the answer of GET /v1/stats/key?key=KEY: the key's bucket
@@ -562,22 +574,10 @@ func (g *Gate) statsKey(w http.ResponseWriter, r *http.Request) {
 		reqs = append(reqs, req)
 		out.Buckets = append(out.Buckets, b)
 	}
-	if len(reqs) > 0 {
-		ctx, cancel := context.WithTimeout(r.Context(), min(peekTimeout, g.opts.StoreTimeout))
-		defer cancel()
-		_, ds, err := g.lim.PeekAll(ctx, reqs...)
-		if err != nil {
-			g.storeLog.Log(g.opts.Logger, "sluice-ui-search", "", err, false)
-			out.PeekError = "the store did not answer (the error is in the server's log)"
-		} else {
-			for i, d := range ds {
-				tokens, retry := d.Tokens, ceilMillis(d.RetryAfter)
-				if d.Allowed {
-					tokens += reqs[i].Cost
-				}
-				out.Buckets[i].Tokens, out.Buckets[i].RetryAfterMs = &tokens, &retry
-			}
-		}
+	tokens, retry, problem := g.peekBuckets(r.Context(), "sluice-ui-search", reqs)
+	for i := range tokens {
+		out.Buckets[i].Tokens, out.Buckets[i].RetryAfterMs = &tokens[i], &retry[i]
 	}
+	out.PeekError = problem
 	writeJSON(w, http.StatusOK, out)
 }

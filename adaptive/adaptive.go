@@ -282,18 +282,6 @@ func (c *Config) JudgeKeys(t Tally) Health {
 	return Idle
 }
 
-// Percentile is the p-th percentile (0 < p <= 100) of samples by the
-// nearest-rank method: the smallest sample at or above p percent of
-// them. It sorts samples in place; zero when there are none.
-func Percentile(samples []time.Duration, p float64) time.Duration {
-	if len(samples) == 0 {
-		return 0
-	}
-	slices.Sort(samples)
-	rank := int(math.Ceil(p / 100 * float64(len(samples))))
-	return samples[min(max(rank, 1), len(samples))-1]
-}
-
 // State is an adaptive limit's rate and when it last moved.
 type State struct {
 	// Rate is the current rate, in tokens per Config.Per.

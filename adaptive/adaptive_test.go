@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -138,28 +139,34 @@ func TestJudge(t *testing.T) {
 	}
 }
 
-func TestPercentile(t *testing.T) {
-	ms := func(v ...int) []time.Duration {
-		out := make([]time.Duration, len(v))
-		for i, x := range v {
-			out[i] = time.Duration(x) * time.Millisecond
-		}
-		return out
+// Judge counts the slow responses and keeps no latency: its verdict is
+// that of the nearest-rank percentile of the latencies themselves.
+func TestJudgeIsNearestRankPercentile(t *testing.T) {
+	nearestRank := func(samples []time.Duration, p float64) time.Duration {
+		slices.Sort(samples)
+		rank := int(math.Ceil(p / 100 * float64(len(samples))))
+		return samples[min(max(rank, 1), len(samples))-1]
 	}
-	for _, tc := range []struct {
-		s    []time.Duration
-		p    float64
-		want time.Duration
-	}{
-		{nil, 90, 0},
-		{ms(5), 90, 5 * time.Millisecond},
-		{ms(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), 90, 9 * time.Millisecond},
-		{ms(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), 50, 5 * time.Millisecond},
-		{ms(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), 100, 10 * time.Millisecond},
-		{ms(10, 1, 9, 2, 8, 3, 7, 4, 6, 5), 1, time.Millisecond},
-	} {
-		if got := adaptive.Percentile(tc.s, tc.p); got != tc.want {
-			t.Errorf("Percentile(%v, %v) = %v, want %v", tc.s, tc.p, got, tc.want)
+	c := testConfig()
+	for _, p := range []float64{1, 50, 90, 99, 100} {
+		c.Percentile = p
+		for n := 1; n <= 20; n++ {
+			for slow := 0; slow <= n; slow++ {
+				lat := make([]time.Duration, n)
+				for i := range lat {
+					lat[i] = c.TargetLatency / 2
+					if i < slow {
+						lat[i] = 2 * c.TargetLatency
+					}
+				}
+				want := adaptive.Healthy
+				if nearestRank(lat, p) > c.TargetLatency {
+					want = adaptive.Unhealthy
+				}
+				if got := c.Judge(adaptive.Window{Responses: n, Slow: slow}); got != want {
+					t.Errorf("p%v, %d of %d slow: %v, want %v", p, slow, n, got, want)
+				}
+			}
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -145,7 +144,7 @@ func TestAdaptiveRateFollowsUpstream(t *testing.T) {
 		t.Fatalf("rate path\n got %v\nwant %v", path, want)
 	}
 	if m := e.metrics(); !strings.Contains(m, `sluice_adaptive_rate{rule="upstream"} 3.75`) {
-		t.Fatalf("metric: %s", grepLines(m, "sluice_adaptive_rate"))
+		t.Fatalf("metric: %s", grep(m, "sluice_adaptive_rate"))
 	}
 
 	// Back to min: a burst of one second of the rate in force holds one
@@ -166,16 +165,6 @@ func TestAdaptiveRateFollowsUpstream(t *testing.T) {
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("second request at min: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-}
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // A fleet on Redis moves one rate: what one process measures reaches the
@@ -345,18 +334,7 @@ func TestAdaptiveProxyStreamsAndUpgrades(t *testing.T) {
 	}
 	<-proxy.done
 
-	conn, err := net.Dial("tcp", strings.TrimPrefix(proxy.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-	cr := bufio.NewReader(conn)
-	r, err := http.ReadResponse(cr, nil)
-	if err != nil || r.StatusCode != 101 {
-		t.Fatalf("upgrade: %v %v", r, err)
-	}
+	conn, cr, _ := upgradeTo(t, proxy.URL)
 	fmt.Fprint(conn, "ping\n")
 	if echo, err := cr.ReadString('\n'); err != nil || echo != "ping\n" {
 		t.Errorf("echo %q %v", echo, err)

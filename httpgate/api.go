@@ -211,16 +211,11 @@ func (g *Gate) RequireToken(from string, h http.Handler) http.Handler {
 			got = strings.TrimSpace(r.Header.Get(from))
 		}
 		if ok, wait := g.checkServiceToken(r, got, g.opts.Getenv(env)); !ok {
-			if wait > 0 {
-				tooManyGuesses(w, wait)
-				return
-			}
 			how := "Authorization: Bearer <token>"
 			if from != BearerSource {
 				how = from + ": <token>"
 			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-			badRequest(w, http.StatusUnauthorized, "a valid API token is required: "+how+" (the token of api_token_env)")
+			refuseToken(w, wait, "a valid API token is required: "+how+" (the token of api_token_env)")
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -696,12 +691,7 @@ func (g *Gate) admin(w http.ResponseWriter, r *http.Request, p *policy.Policy) b
 		return false
 	}
 	if ok, wait := g.checkToken(r, jwtauth.BearerToken(r.Header), want); !ok {
-		if wait > 0 {
-			tooManyGuesses(w, wait)
-			return false
-		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-		badRequest(w, http.StatusUnauthorized, "a valid admin token is required: Authorization: Bearer <token>")
+		refuseToken(w, wait, "a valid admin token is required: Authorization: Bearer <token>")
 		return false
 	}
 	return true

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/insight"
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // The fleet on the live page. Every process of a fleet that shares a
@@ -100,10 +102,8 @@ func (g *Gate) RunFleet(ctx context.Context) {
 	if g.opts.Insight == nil || g.fleetValues() == nil {
 		return
 	}
-	t := time.NewTicker(FleetInterval)
-	defer t.Stop()
 	failing := false
-	for {
+	publish := func() {
 		err := g.PublishFleet(ctx)
 		switch {
 		case err != nil && !failing:
@@ -112,12 +112,9 @@ func (g *Gate) RunFleet(ctx context.Context) {
 			g.opts.Logger.Info("live page: this process's statistics reach the fleet again")
 		}
 		failing = err != nil
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
+	publish()
+	tick.Every(ctx, FleetInterval, publish)
 }
 
 // PublishFleet publishes this process's statistics now: its report, and
@@ -215,13 +212,8 @@ func (g *Gate) fleetReports(ctx context.Context, v adaptive.Values) ([]insight.R
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
 		return nil, fmt.Errorf("fleet roster: %w", err)
 	}
-	ids := make([]string, 0, len(r))
-	for id := range r {
-		if id != g.fleet.id {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
+	delete(r, g.fleet.id)
+	ids := slices.Sorted(maps.Keys(r))
 	if len(ids) > MaxFleet-1 {
 		ids = ids[:MaxFleet-1]
 	}

@@ -119,3 +119,14 @@ func tooManyGuesses(w http.ResponseWriter, wait time.Duration) {
 		RetryAfter: secs,
 	})
 }
+
+// refuseToken answers a request whose token was refused: tooManyGuesses
+// after wait, else 401 saying need.
+func refuseToken(w http.ResponseWriter, wait time.Duration, need string) {
+	if wait > 0 {
+		tooManyGuesses(w, wait)
+		return
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+	badRequest(w, http.StatusUnauthorized, need)
+}

@@ -169,18 +169,7 @@ rules:
 	}
 
 	// An Upgrade passes through and the connection becomes a byte pipe.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(proxy.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-	cr := bufio.NewReader(conn)
-	r, err := http.ReadResponse(cr, nil)
-	if err != nil || r.StatusCode != 101 {
-		t.Fatalf("upgrade: %v %v", r, err)
-	}
+	conn, cr, r := upgradeTo(t, proxy.URL)
 	if r.Header.Get("RateLimit") == "" {
 		t.Errorf("upgrade response without RateLimit: %v", r.Header)
 	}
@@ -417,4 +406,24 @@ func TestAttackProxyForwardsSessionCookie(t *testing.T) {
 	if strings.Join(got, "; ") != "app=1; theme=dark" {
 		t.Errorf("the upstream got cookies %q", got)
 	}
+}
+
+// upgradeTo asks the proxy at url for /ws with an Upgrade that the
+// upstream echoes, and returns the connection, its reader past the 101
+// and the 101.
+func upgradeTo(t *testing.T, url string) (net.Conn, *bufio.Reader, *http.Response) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	cr := bufio.NewReader(conn)
+	r, err := http.ReadResponse(cr, nil)
+	if err != nil || r.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", r, err)
+	}
+	return conn, cr, r
 }

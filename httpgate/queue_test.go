@@ -87,7 +87,7 @@ func (h *holding) metric(t *testing.T, name string) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	h.m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	return grepLines(rec.Body.String(), name)
+	return grep(rec.Body.String(), name)
 }
 
 // wait takes the next wait the gate was asked to hold for.

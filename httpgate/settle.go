@@ -416,9 +416,7 @@ type settleWriter struct {
 	rs []*policy.Result
 
 	wroteHeader bool
-	noBody      bool     // a status that has no body (HEAD answers too)
-	headerVals  []string // per result: the header value sent, for header sources
-	headerOK    []bool
+	noBody      bool            // a status that has no body (HEAD answers too)
 	announced   map[string]bool // trailers announced in the Trailer header
 
 	wantBody bool

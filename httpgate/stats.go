@@ -3,6 +3,7 @@ package httpgate
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -218,18 +219,16 @@ type StatsHotKey struct {
 // buckets a refresh of the page peeks at: 2*hotKeysShown.
 const hotKeysShown = 10
 
+// uiTokenNeeded is the 401 of the live page's data.
+const uiTokenNeeded = "a valid admin token is required: Authorization: Bearer <token>, or log in at /ui"
+
 // peekTimeout bounds the peeks of one refresh.
 const peekTimeout = time.Second
 
 func (g *Gate) stats(w http.ResponseWriter, r *http.Request) {
 	if ok, wait := g.uiAuthorized(r); !ok {
 		uiHeaders(w.Header())
-		if wait > 0 {
-			tooManyGuesses(w, wait)
-			return
-		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-		badRequest(w, http.StatusUnauthorized, "a valid admin token is required: Authorization: Bearer <token>, or log in at /ui")
+		refuseToken(w, wait, uiTokenNeeded)
 		return
 	}
 	p := g.Policy()
@@ -401,14 +400,10 @@ func statsRules(p *policy.Policy, series map[string]insight.RuleCounts) []StatsR
 	for _, nr := range p.NamedRules() {
 		add(nr.Rule, nr.Alias)
 	}
-	var gone []string
-	for name := range series {
-		if !seen[name] {
-			gone = append(gone, name)
+	for _, name := range slices.Sorted(maps.Keys(series)) {
+		if seen[name] {
+			continue // in the policy: listed above
 		}
-	}
-	slices.Sort(gone)
-	for _, name := range gone {
 		sr := StatsRule{Name: name, Keys: []string{}, Limits: []StatsLimit{}}
 		fillSeries(&sr, series[name])
 		out = append(out, sr)
@@ -471,29 +466,41 @@ func (g *Gate) peekHot(ctx context.Context, p *policy.Policy, hot *StatsHot) str
 			where = append(where, []at{{rank, i}})
 		}
 	}
+	tokens, retry, problem := g.peekBuckets(ctx, "sluice-ui-peek", reqs)
+	ranks := []*StatsRanking{&hot.ByRejections, &hot.ByTraffic}
+	for j := range tokens {
+		for _, a := range where[j] {
+			k := &ranks[a.rank].Keys[a.i]
+			k.Tokens, k.RetryAfterMs = &tokens[j], &retry[j]
+		}
+	}
+	return problem
+}
+
+// peekBuckets reads the buckets of reqs in one store call that changes
+// nothing: the tokens each holds (before the request, as a take finds
+// them) and the wait for it. problem says why they could not be read
+// ("" when they were); what names the call in the log.
+func (g *Gate) peekBuckets(ctx context.Context, what string, reqs []sluice.Request) (tokens []float64, retryMs []int64, problem string) {
 	if len(reqs) == 0 {
-		return ""
+		return nil, nil, ""
 	}
 	ctx, cancel := context.WithTimeout(ctx, min(peekTimeout, g.opts.StoreTimeout))
 	defer cancel()
 	_, ds, err := g.lim.PeekAll(ctx, reqs...)
 	if err != nil {
-		g.storeLog.Log(g.opts.Logger, "sluice-ui-peek", "", err, false)
-		return "the store did not answer (the error is in the server's log)"
+		g.storeLog.Log(g.opts.Logger, what, "", err, false)
+		return nil, nil, "the store did not answer (the error is in the server's log)"
 	}
-	ranks := []*StatsRanking{&hot.ByRejections, &hot.ByTraffic}
-	for j, d := range ds {
+	tokens, retryMs = make([]float64, len(ds)), make([]int64, len(ds))
+	for i, d := range ds {
 		// An admitting peek reports the tokens a take would leave.
-		tokens, retry := d.Tokens, ceilMillis(d.RetryAfter)
+		tokens[i], retryMs[i] = d.Tokens, ceilMillis(d.RetryAfter)
 		if d.Allowed {
-			tokens += reqs[j].Cost
-		}
-		for _, a := range where[j] {
-			k := &ranks[a.rank].Keys[a.i]
-			k.Tokens, k.RetryAfterMs = &tokens, &retry
+			tokens[i] += reqs[i].Cost
 		}
 	}
-	return ""
+	return tokens, retryMs, ""
 }
 
 // StatsKey is the answer of GET /v1/stats/key?key=KEY: the key's bucket
@@ -529,12 +536,7 @@ const maxSearchLimits = 64
 func (g *Gate) statsKey(w http.ResponseWriter, r *http.Request) {
 	uiHeaders(w.Header())
 	if ok, wait := g.uiAuthorized(r); !ok {
-		if wait > 0 {
-			tooManyGuesses(w, wait)
-			return
-		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-		badRequest(w, http.StatusUnauthorized, "a valid admin token is required: Authorization: Bearer <token>, or log in at /ui")
+		refuseToken(w, wait, uiTokenNeeded)
 		return
 	}
 	key := r.URL.Query().Get("key")
@@ -572,22 +574,10 @@ func (g *Gate) statsKey(w http.ResponseWriter, r *http.Request) {
 		reqs = append(reqs, req)
 		out.Buckets = append(out.Buckets, b)
 	}
-	if len(reqs) > 0 {
-		ctx, cancel := context.WithTimeout(r.Context(), min(peekTimeout, g.opts.StoreTimeout))
-		defer cancel()
-		_, ds, err := g.lim.PeekAll(ctx, reqs...)
-		if err != nil {
-			g.storeLog.Log(g.opts.Logger, "sluice-ui-search", "", err, false)
-			out.PeekError = "the store did not answer (the error is in the server's log)"
-		} else {
-			for i, d := range ds {
-				tokens, retry := d.Tokens, ceilMillis(d.RetryAfter)
-				if d.Allowed {
-					tokens += reqs[i].Cost
-				}
-				out.Buckets[i].Tokens, out.Buckets[i].RetryAfterMs = &tokens, &retry
-			}
-		}
+	tokens, retry, problem := g.peekBuckets(r.Context(), "sluice-ui-search", reqs)
+	for i := range tokens {
+		out.Buckets[i].Tokens, out.Buckets[i].RetryAfterMs = &tokens[i], &retry[i]
 	}
+	out.PeekError = problem
 	writeJSON(w, http.StatusOK, out)
 }

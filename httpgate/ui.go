@@ -188,29 +188,25 @@ func (g *Gate) startSession(w http.ResponseWriter, r *http.Request, token, to st
 }
 
 func (g *Gate) uiPage(w http.ResponseWriter, r *http.Request) {
+	ok, wait, why := false, time.Duration(0), ""
 	if _, given := r.URL.Query()["token"]; given {
 		// The token once, in the address: trade it for a cookie and
 		// leave the address at once.
-		ok, wait := g.checkToken(r, r.URL.Query().Get("token"), g.adminToken())
-		if ok {
+		if ok, wait = g.checkToken(r, r.URL.Query().Get("token"), g.adminToken()); ok {
 			g.startSession(w, r, g.adminToken(), "ui")
 			return
 		}
-		if wait > 0 {
-			uiHeaders(w.Header())
-			tooManyGuesses(w, wait)
-			return
-		}
-		g.loginForm(w, r, http.StatusUnauthorized, "That is not the admin token.")
-		return
+		why = "That is not the admin token."
+	} else {
+		ok, wait = g.uiAuthorized(r)
 	}
-	if ok, wait := g.uiAuthorized(r); !ok {
-		if wait > 0 {
-			uiHeaders(w.Header())
-			tooManyGuesses(w, wait)
-			return
-		}
-		g.loginForm(w, r, http.StatusUnauthorized, "")
+	switch {
+	case !ok && wait > 0:
+		uiHeaders(w.Header())
+		tooManyGuesses(w, wait)
+		return
+	case !ok:
+		g.loginForm(w, r, http.StatusUnauthorized, why)
 		return
 	}
 	if jwtauth.BearerToken(r.Header) != "" {

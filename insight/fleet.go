@@ -1,9 +1,11 @@
 package insight
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -67,12 +69,7 @@ type ReportKey struct {
 func NewReport(id, host string, s Snapshot) Report {
 	r := Report{ID: id, Host: host, At: s.Now.UnixMilli(), Started: s.Started.UnixMilli(), From: s.From,
 		Requests: [2][]uint64{s.Requests.Admitted, s.Requests.Rejected}, Rules: map[string][5][]uint64{}}
-	names := make([]string, 0, len(s.Rules))
-	for name := range s.Rules {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for i, name := range names {
+	for i, name := range slices.Sorted(maps.Keys(s.Rules)) {
 		if i == MaxReportRules {
 			r.Truncated = true
 			break
@@ -110,11 +107,7 @@ func (r Report) Encode() (string, error) {
 		if len(r.Rules) == 0 {
 			return "", fmt.Errorf("the fleet report takes %d bytes, more than %d even without its rules", len(b), MaxReportBytes)
 		}
-		names := make([]string, 0, len(r.Rules))
-		for name := range r.Rules {
-			names = append(names, name)
-		}
-		slices.Sort(names)
+		names := slices.Sorted(maps.Keys(r.Rules))
 		rules := make(map[string][5][]uint64, len(names)/2)
 		for _, name := range names[:len(names)/2] {
 			rules[name] = r.Rules[name]
@@ -195,10 +188,7 @@ func MergeRanking(rks []ReportRanking, n int) ReportRanking {
 		out.Bound += rk.Bound
 		unlisted[p] = rk.Bound
 		if len(rk.Keys) >= MaxReportKeys {
-			unlisted[p] = rk.Keys[len(rk.Keys)-1].Count
-			for _, k := range rk.Keys {
-				unlisted[p] = min(unlisted[p], k.Count)
-			}
+			unlisted[p] = slices.MinFunc(rk.Keys, func(a, b ReportKey) int { return cmp.Compare(a.Count, b.Count) }).Count
 		}
 		for _, k := range rk.Keys {
 			it := item{k.Limit, k.Key}
@@ -222,23 +212,7 @@ func MergeRanking(rks []ReportRanking, n int) ReportRanking {
 		out.Bound = max(out.Bound, out.Keys[i].Error)
 	}
 	slices.SortStableFunc(out.Keys, func(a, b ReportKey) int {
-		switch {
-		case a.Count != b.Count:
-			if a.Count > b.Count {
-				return -1
-			}
-			return 1
-		case a.Limit != b.Limit:
-			if a.Limit < b.Limit {
-				return -1
-			}
-			return 1
-		case a.Key < b.Key:
-			return -1
-		case a.Key > b.Key:
-			return 1
-		}
-		return 0
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Limit, b.Limit), cmp.Compare(a.Key, b.Key))
 	})
 	if len(out.Keys) > n {
 		out.Keys = out.Keys[:n]

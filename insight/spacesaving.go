@@ -327,12 +327,6 @@ func merged(a, b *spaceSaving, n int) []HotKey {
 // key, so that equal counts list the same way every time.
 func sortHot(hs []HotKey) {
 	slices.SortFunc(hs, func(x, y HotKey) int {
-		if c := cmp.Compare(y.Count, x.Count); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(x.Limit, y.Limit); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.Key, y.Key)
+		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Limit, y.Limit), cmp.Compare(x.Key, y.Key))
 	})
 }

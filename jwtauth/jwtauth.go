@@ -105,14 +105,16 @@ func (v *Verifier) keyFor(t *jwt.Token) (any, error) {
 	case *jwt.SigningMethodRSA, *jwt.SigningMethodRSAPSS:
 		set.Keys = pick(v.rsa, kid, nil)
 	case *jwt.SigningMethodECDSA:
-		curve := map[string]elliptic.Curve{"ES256": elliptic.P256(), "ES384": elliptic.P384(), "ES512": elliptic.P521()}[t.Method.Alg()]
-		set.Keys = pick(v.ec, kid, curve)
+		set.Keys = pick(v.ec, kid, esCurves[t.Method.Alg()])
 	}
 	if len(set.Keys) == 0 {
 		return nil, fmt.Errorf("no key for %s", t.Method.Alg())
 	}
 	return set, nil
 }
+
+// esCurves are the ECDSA signing algorithms' curves.
+var esCurves = map[string]elliptic.Curve{"ES256": elliptic.P256(), "ES384": elliptic.P384(), "ES512": elliptic.P521()}
 
 // pick returns the keys with the token's kid when some key has it, else
 // every key (of the curve, for ECDSA).
@@ -209,7 +211,7 @@ func (v *Verifier) setMethods() {
 	if len(v.rsa) > 0 {
 		v.methods = append(v.methods, "RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
 	}
-	for alg, curve := range map[string]elliptic.Curve{"ES256": elliptic.P256(), "ES384": elliptic.P384(), "ES512": elliptic.P521()} {
+	for alg, curve := range esCurves {
 		for _, k := range v.ec {
 			if k.key.(*ecdsa.PublicKey).Curve == curve {
 				v.methods = append(v.methods, alg)

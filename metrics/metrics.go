@@ -12,6 +12,7 @@ package metrics
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -158,10 +159,7 @@ func (m *Metrics) ruleCounters(rule string) *[len(ruleResults)]lazyCounter {
 	for k := range c {
 		c[k] = lazyCounter{vec: m.decisions, labels: [2]string{rule, ruleResults[k]}}
 	}
-	next := make(map[string]*[len(ruleResults)]lazyCounter, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
+	next := maps.Clone(old)
 	next[rule] = c
 	m.byRule.Store(&next)
 	return c

@@ -27,7 +27,8 @@ func NewViolationLogCollector(v ViolationCounts) prometheus.Collector {
 	}
 }
 
-// collectors is several collectors registered as one.
+// collectors is several collectors registered as one (the observers'
+// Describe and Collect).
 type collectors []prometheus.Collector
 
 func (cs collectors) Describe(ch chan<- *prometheus.Desc) {
@@ -48,6 +49,7 @@ func (cs collectors) Collect(ch chan<- prometheus.Metric) {
 // server's registry. One store per observer: a registry takes one of
 // them.
 type PostgresObserver struct {
+	collectors
 	errors       prometheus.Counter
 	breakerOpens prometheus.Counter
 	breakerState prometheus.Gauge
@@ -55,7 +57,7 @@ type PostgresObserver struct {
 
 // NewPostgresObserver returns a PostgresObserver with every count at zero.
 func NewPostgresObserver() *PostgresObserver {
-	return &PostgresObserver{
+	o := &PostgresObserver{
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_postgres_store_errors_total",
 			Help: "Calls to PostgreSQL that failed (errors, timeouts, lock waits past lock_timeout, or refused by the open circuit breaker).",
@@ -69,6 +71,8 @@ func NewPostgresObserver() *PostgresObserver {
 			Help: "The PostgreSQL store's circuit breaker state: 0 closed, 1 open, 2 probing.",
 		}),
 	}
+	o.collectors = collectors{o.errors, o.breakerOpens, o.breakerState}
+	return o
 }
 
 // StoreError implements postgres.Observer.
@@ -81,15 +85,5 @@ func (o *PostgresObserver) BreakerChanged(state int32, opened bool) {
 		o.breakerOpens.Inc()
 	}
 }
-
-func (o *PostgresObserver) all() collectors {
-	return collectors{o.errors, o.breakerOpens, o.breakerState}
-}
-
-// Describe implements prometheus.Collector.
-func (o *PostgresObserver) Describe(ch chan<- *prometheus.Desc) { o.all().Describe(ch) }
-
-// Collect implements prometheus.Collector.
-func (o *PostgresObserver) Collect(ch chan<- prometheus.Metric) { o.all().Collect(ch) }
 
 var _ prometheus.Collector = (*PostgresObserver)(nil)

@@ -9,6 +9,7 @@ import (
 // prometheus.Collector of those counts, to register on the server's
 // registry. One store per observer: a registry takes one of them.
 type RedisObserver struct {
+	collectors
 	errors         prometheus.Counter
 	breakerOpens   *prometheus.CounterVec
 	breakerState   *prometheus.GaugeVec
@@ -20,7 +21,7 @@ type RedisObserver struct {
 
 // NewRedisObserver returns a RedisObserver with every count at zero.
 func NewRedisObserver() *RedisObserver {
-	return &RedisObserver{
+	o := &RedisObserver{
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_redis_store_errors_total",
 			Help: "Calls to Redis that failed (errors, timeouts, or refused by the open circuit breaker).",
@@ -51,6 +52,8 @@ func NewRedisObserver() *RedisObserver {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 9),
 		}),
 	}
+	o.collectors = collectors{o.errors, o.breakerOpens, o.breakerState, o.cacheHits, o.refundFailures, o.dropsLost, o.batchSize}
+	return o
 }
 
 // StoreError implements redis.Observer.
@@ -84,15 +87,5 @@ func (o *RedisObserver) DropsLost() { o.dropsLost.Inc() }
 
 // Batch implements redis.Observer.
 func (o *RedisObserver) Batch(n int) { o.batchSize.Observe(float64(n)) }
-
-func (o *RedisObserver) all() collectors {
-	return collectors{o.errors, o.breakerOpens, o.breakerState, o.cacheHits, o.refundFailures, o.dropsLost, o.batchSize}
-}
-
-// Describe implements prometheus.Collector.
-func (o *RedisObserver) Describe(ch chan<- *prometheus.Desc) { o.all().Describe(ch) }
-
-// Collect implements prometheus.Collector.
-func (o *RedisObserver) Collect(ch chan<- prometheus.Metric) { o.all().Collect(ch) }
 
 var _ prometheus.Collector = (*RedisObserver)(nil)

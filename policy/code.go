@@ -104,7 +104,7 @@ func FromRules(s Settings, rules ...CodeRule) (*Policy, error) {
 		}
 		r.own = &variant{limit: cr.Limit, cost: costSpec{fixed: 1, def: 1, min: 1}}
 		p.byName[name] = r
-		p.limits[name] = cr.Limit
+		p.limits[name] = namedLimit{cr.Limit, r}
 		p.Rules = append(p.Rules, r)
 	}
 	if len(errs) > 0 {

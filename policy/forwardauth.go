@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -154,7 +155,7 @@ func (l *loader) forwardAuth(n *yaml.Node, s *Settings) {
 	if !ok {
 		return
 	}
-	if !contains(ForwardAuthProxies, name) {
+	if !slices.Contains(ForwardAuthProxies, name) {
 		msg := fmt.Sprintf("unknown proxy %q", name)
 		if sg := suggest(name, ForwardAuthProxies); sg != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", sg)

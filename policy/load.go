@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -10,12 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/serverconf"
 )
 
@@ -129,23 +129,26 @@ func parse(filename string, data []byte, getenv func(string) string, readFile fu
 	}}
 	p := l.load(data)
 	if len(l.errs) > 0 {
-		sort.SliceStable(l.errs, func(i, j int) bool { return l.errs[i].Line < l.errs[j].Line })
-		es := &Errors{List: make([]error, len(l.errs))}
-		for i, e := range l.errs {
-			es.List[i] = e
+		es := &Errors{}
+		for _, e := range byLine(l.errs) {
+			es.List = append(es.List, e)
 		}
 		return nil, serverconf.Settings{}, es
 	}
-	sort.SliceStable(l.warns, func(i, j int) bool { return l.warns[i].Line < l.warns[j].Line })
-	for _, w := range l.warns {
+	for _, w := range byLine(l.warns) {
 		p.Warnings = append(p.Warnings, w.Error())
 	}
-	sort.SliceStable(l.notes, func(i, j int) bool { return l.notes[i].Line < l.notes[j].Line })
-	for _, n := range l.notes {
+	for _, n := range byLine(l.notes) {
 		p.Notes = append(p.Notes, n.Error())
 	}
 	h.Sum(p.digest[:0])
 	return p, l.server, nil
+}
+
+// byLine sorts es by line, those of one line in the order found.
+func byLine(es []*Error) []*Error {
+	slices.SortStableFunc(es, func(a, b *Error) int { return cmp.Compare(a.Line, b.Line) })
+	return es
 }
 
 func (l *loader) load(data []byte) *Policy {
@@ -181,7 +184,7 @@ var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "t
 // newPolicy returns a policy holding the default of every top-level
 // setting: what a file that gives only rules gets.
 func newPolicy(file string) *Policy {
-	p := &Policy{Source: file, byName: map[string]*Rule{}, limits: map[string]*sluice.Limit{}}
+	p := &Policy{Source: file, byName: map[string]*Rule{}, limits: map[string]namedLimit{}}
 	s := &p.Settings
 	s.Headers = []string{"draft", "trio"}
 	s.DenyStatus, s.IPv6Prefix = 429, 64
@@ -206,12 +209,15 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	addrs := map[string]string{} // each listener's address by field, for checkDistinct
 	l.listen(o, srv, addrs)
 	l.store(o, srv)
-	l.adminTokenEnv(o, s)
-	l.settleSecretEnv(o, s)
+	l.secretEnv(o, "admin_token_env", "token", minToken, false, &s.AdminTokenEnv)
+	// The key settlement handles are signed with must be there now, so
+	// that a forgotten export stops serve (and check) rather than leaving
+	// each server of a fleet refusing the others' handles.
+	l.secretEnv(o, "settle_secret_env", "key", MinSettleSecret, true, &s.SettleSecretEnv)
 	l.trustedProxies(o, s)
 	l.proxy(o, srv, addrs)
 	l.apiListen(o, srv, addrs)
-	l.apiTokenEnv(o, s)
+	l.secretEnv(o, "api_token_env", "token", minToken, true, &s.APITokenEnv)
 	if n, ok := o.vals["server"]; ok {
 		l.serverLimits(n, &srv.Server)
 	}
@@ -219,8 +225,8 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	l.headers(o, s)
 	l.denyStatus(o, s)
 	l.auditLog(o, s)
-	l.ipv6Prefix(o, s)
-	l.defaultMissingKey(o, s)
+	o.intIn("ipv6_prefix", 1, 128, &s.IPv6Prefix)
+	either(o, "missing_key", missingKeyNames, &s.MissingKey) // every rule's default
 	if n, ok := o.vals["grpc_tls"]; ok {
 		srv.GRPCTLS = l.grpcTLS(n, "grpc_tls")
 	}
@@ -262,12 +268,6 @@ func (l *loader) ui(n *yaml.Node, s *Settings) {
 	}
 }
 
-func (l *loader) adminTokenEnv(o *obj, s *Settings) {
-	if v, n, ok := o.str("admin_token_env"); ok {
-		s.AdminTokenEnv = l.tokenEnv("admin_token_env", v, n, false)
-	}
-}
-
 func (l *loader) trustedProxies(o *obj, s *Settings) {
 	if vals, nodes, ok := o.strList("trusted_proxies"); ok {
 		for i, v := range vals {
@@ -281,38 +281,33 @@ func (l *loader) trustedProxies(o *obj, s *Settings) {
 	}
 }
 
-// apiTokenEnv reads api_token_env, the decision API's token.
-func (l *loader) apiTokenEnv(o *obj, s *Settings) {
-	if v, n, ok := o.str("api_token_env"); ok {
-		s.APITokenEnv = l.tokenEnv("api_token_env", v, n, true)
-	}
-}
-
 // minToken is the shortest token accepted in api_token_env and
 // admin_token_env: a token is the only thing between the network and
 // what it opens (every bucket; resets and the live page), and guesses
 // cost nothing.
 const minToken = 16
 
-// tokenEnv checks field, which names the environment variable name
-// holding a token: the token there must be minToken bytes or more.
-// required: the variable must hold a token now (api_token_env: a
-// forgotten export stops serve, and check, instead of serving the
-// decision API open or refusing every call); otherwise an unset variable
-// leaves what the token opens disabled (admin_token_env). It returns
-// name, or "" when refused.
-func (l *loader) tokenEnv(field, name string, n *yaml.Node, required bool) string {
-	switch tok := l.getenv(name); {
+// secretEnv reads field, the name of the environment variable holding a
+// secret (what: a token, a key) of least bytes or more, into *dst.
+// required: the variable must hold one now (api_token_env: a forgotten
+// export stops serve, and check, instead of serving the decision API open
+// or refusing every call); otherwise an unset variable leaves what the
+// secret opens disabled (admin_token_env).
+func (l *loader) secretEnv(o *obj, field, what string, least int, required bool, dst *string) {
+	name, n, ok := o.str(field)
+	if !ok {
+		return
+	}
+	switch secret := l.getenv(name); {
 	case !envName.MatchString(name):
 		l.errf(n, field, "must be the name of an environment variable, such as %s (got %q)", "SLUICE_"+strings.ToUpper(strings.TrimSuffix(field, "_env")), name)
-	case tok == "" && required:
+	case secret == "" && required:
 		l.errf(n, field, "environment variable %s is not set or empty", name)
-	case tok != "" && len(tok) < minToken:
-		l.errf(n, field, "the token in %s is %d bytes; use at least %d (random, such as: openssl rand -hex 32)", name, len(tok), minToken)
+	case secret != "" && len(secret) < least:
+		l.errf(n, field, "the %s in %s is %d bytes; use at least %d (random, such as: openssl rand -hex 32)", what, name, len(secret), least)
 	default:
-		return name
+		*dst = name
 	}
-	return ""
 }
 
 func (l *loader) headers(o *obj, s *Settings) {
@@ -364,34 +359,6 @@ func (l *loader) auditLog(o *obj, s *Settings) {
 		}
 		s.AuditLog = v
 	}
-}
-
-func (l *loader) ipv6Prefix(o *obj, s *Settings) {
-	if v, n, ok := o.integer("ipv6_prefix"); ok {
-		if v < 1 || v > 128 {
-			l.errf(n, "ipv6_prefix", "must be between 1 and 128 (got %d)", v)
-		} else {
-			s.IPv6Prefix = v
-		}
-	}
-}
-
-// defaultMissingKey reads the top-level missing_key, every rule's default.
-func (l *loader) defaultMissingKey(o *obj, s *Settings) {
-	if v, n, ok := o.str("missing_key"); ok {
-		s.MissingKey, _ = l.missingKey(v, n, "missing_key")
-	}
-}
-
-func (l *loader) missingKey(v string, n *yaml.Node, path string) (MissingKey, bool) {
-	switch v {
-	case "shared":
-		return MissingShared, true
-	case "skip":
-		return MissingSkip, true
-	}
-	l.errf(n, path, "must be shared or skip (got %q)", v)
-	return MissingShared, false
 }
 
 // noteJWT remembers the first place that reads a JWT claim, for needJWT.

@@ -6,6 +6,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,7 +55,7 @@ func (l *loader) indexLimits(p *Policy) {
 				l.errf(&yaml.Node{Line: r.Line}, "rules."+r.Name, "limit name %q is used twice (a rule named like another rule's tier); rename one, as their buckets would be shared", lim.Name())
 				return
 			}
-			p.limits[lim.Name()] = lim
+			p.limits[lim.Name()] = namedLimit{lim, r}
 		}
 		if r.own != nil {
 			add(r.own.limit)
@@ -108,30 +109,9 @@ func (l *loader) rule(n *yaml.Node, path string, missing MissingKey) *Rule {
 // behaviour reads mode, on_store_error and missing_key: whether the rule
 // enforces, and what it does when the store fails or a key is missing.
 func (l *loader) behaviour(o *obj, r *Rule) {
-	path := o.path
-	if v, mn, ok := o.str("mode"); ok {
-		switch v {
-		case "enforce":
-			r.Mode = EnforceMode
-		case "shadow":
-			r.Mode = Shadow
-		default:
-			l.errf(mn, join(path, "mode"), "must be enforce or shadow (got %q)", v)
-		}
-	}
-	if v, en, ok := o.str("on_store_error"); ok {
-		switch v {
-		case "allow":
-			r.OnStoreError = AllowOnError
-		case "deny":
-			r.OnStoreError = DenyOnError
-		default:
-			l.errf(en, join(path, "on_store_error"), "must be allow or deny (got %q)", v)
-		}
-	}
-	if v, mn, ok := o.str("missing_key"); ok {
-		r.MissingKey, _ = l.missingKey(v, mn, join(path, "missing_key"))
-	}
+	either(o, "mode", modeNames, &r.Mode)
+	either(o, "on_store_error", onStoreErrorNames, &r.OnStoreError)
+	either(o, "missing_key", missingKeyNames, &r.MissingKey)
 }
 
 // limitKeys reads limit_keys: the request attributes that make up the
@@ -415,7 +395,7 @@ func (l *loader) dropInapplicable(o *obj, alg sluice.Algorithm) {
 	allowed := algFields(alg)
 	for i := 0; i+1 < len(o.n.Content); i += 2 {
 		k := deref(o.n.Content[i])
-		if _, ok := o.vals[k.Value]; ok && !contains(allowed, k.Value) && !contains(commonAlgFields, k.Value) {
+		if _, ok := o.vals[k.Value]; ok && !slices.Contains(allowed, k.Value) && !slices.Contains(commonAlgFields, k.Value) {
 			l.errf(k, join(o.path, k.Value), "does not apply to %s (it takes %s)", alg, strings.Join(allowed, ", "))
 			delete(o.vals, k.Value)
 		}

@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"net"
-	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -48,19 +47,26 @@ func (l *loader) listen(o *obj, s *serverconf.Settings, addrs map[string]string)
 }
 
 func (l *loader) store(o *obj, s *serverconf.Settings) {
-	n, ok := o.vals["store"]
-	if !ok {
-		return
-	}
-	if so := l.object(n, "store", []string{"url"}); so != nil {
-		if v, n, ok := so.str("url"); ok {
-			if msg := serverconf.CheckStoreURL(v); msg != "" {
-				l.errf(n, "store.url", "%s", msg)
-			} else {
-				s.StoreURL = v
-			}
+	if n, ok := o.vals["store"]; ok {
+		if so := l.object(n, "store", []string{"url"}); so != nil {
+			so.checked("url", serverconf.CheckStoreURL, &s.StoreURL)
 		}
 	}
+}
+
+// checked reads a string field into *dst when check (serverconf's)
+// finds nothing wrong with it. It reports whether the field is a string.
+func (o *obj) checked(name string, check func(string) string, dst *string) bool {
+	v, n, ok := o.str(name)
+	if !ok {
+		return false
+	}
+	if msg := check(v); msg != "" {
+		o.l.errf(n, join(o.path, name), "%s", msg)
+	} else {
+		*dst = v
+	}
+	return true
 }
 
 // proxy reads the reverse proxy's section: listen and upstream, both or
@@ -74,22 +80,10 @@ func (l *loader) proxy(o *obj, s *serverconf.Settings, addrs map[string]string) 
 	if po == nil {
 		return
 	}
-	up, upN, upOK := po.str("upstream")
-	ls, lsN, lsOK := po.str("listen")
-	if upOK {
-		if msg := serverconf.CheckUpstream(up); msg != "" {
-			l.errf(upN, "proxy.upstream", "%s", msg)
-		} else {
-			s.ProxyUpstream = up
-		}
-	}
-	if lsOK {
-		if msg := serverconf.CheckListen(ls); msg != "" {
-			l.errf(lsN, "proxy.listen", "%s", msg)
-		} else {
-			s.ProxyListen = ls
-			addrs["proxy.listen"] = ls
-		}
+	upOK := po.checked("upstream", serverconf.CheckUpstream, &s.ProxyUpstream)
+	lsOK := po.checked("listen", serverconf.CheckListen, &s.ProxyListen)
+	if lsOK && s.ProxyListen != "" {
+		addrs["proxy.listen"] = s.ProxyListen
 	}
 	if upOK && !po.has("listen") {
 		l.errf(po.n, "proxy.listen", "is required with proxy.upstream (the address the proxy serves on, such as \":8000\")")
@@ -160,31 +154,12 @@ func (l *loader) serverLimits(n *yaml.Node, s *serverconf.ServerLimits) {
 	if o == nil {
 		return
 	}
-	for _, f := range []struct {
-		name string
-		dst  *time.Duration
-	}{
-		{"read_header_timeout", &s.ReadHeaderTimeout},
-		{"read_timeout", &s.ReadTimeout},
-		{"write_timeout", &s.WriteTimeout},
-		{"idle_timeout", &s.IdleTimeout},
-	} {
-		d, dn, ok := o.duration(f.name)
-		switch {
-		case !ok:
-		case d <= 0:
-			l.errf(dn, "server."+f.name, "must be > 0 (got %q): a listener without this deadline can be held by a client that never finishes", dn.Value)
-		default:
-			*f.dst = d
-		}
-	}
-	if v, vn, ok := o.integer("max_header_bytes"); ok {
-		if v < 4<<10 || v > 16<<20 {
-			l.errf(vn, "server.max_header_bytes", "must be between 4096 and 16777216 (got %d)", v)
-		} else {
-			s.MaxHeaderBytes = v
-		}
-	}
+	const held = ": a listener without this deadline can be held by a client that never finishes"
+	o.positiveDuration("read_header_timeout", held, &s.ReadHeaderTimeout)
+	o.positiveDuration("read_timeout", held, &s.ReadTimeout)
+	o.positiveDuration("write_timeout", held, &s.WriteTimeout)
+	o.positiveDuration("idle_timeout", held, &s.IdleTimeout)
+	o.intIn("max_header_bytes", 4<<10, 16<<20, &s.MaxHeaderBytes)
 	if d, dn, ok := o.duration("shutdown_drain"); ok {
 		if d < 0 || d > serverconf.MaxShutdownDrain {
 			l.errf(dn, "server.shutdown_drain", "must be between 0s (no drain) and %v (got %q)", serverconf.MaxShutdownDrain, dn.Value)
@@ -192,13 +167,7 @@ func (l *loader) serverLimits(n *yaml.Node, s *serverconf.ServerLimits) {
 			s.ShutdownDrain = d
 		}
 	}
-	if v, vn, ok := o.integer("max_conns"); ok {
-		if v < 1 || v > 1<<20 {
-			l.errf(vn, "server.max_conns", "must be between 1 and 1048576 (got %d)", v)
-		} else {
-			s.MaxConns = v
-		}
-	}
+	o.intIn("max_conns", 1, 1<<20, &s.MaxConns)
 }
 
 var grpcFields = []string{"max_conns", "max_concurrent_streams", "max_recv_bytes", "max_in_flight", "keepalive_min_time", "max_connection_idle"}
@@ -209,41 +178,13 @@ func (l *loader) grpcLimits(n *yaml.Node, g *serverconf.GRPCLimits) {
 	if o == nil {
 		return
 	}
-	for _, f := range []struct {
-		name     string
-		dst      *int
-		min, max int
-	}{
-		{"max_conns", &g.MaxConns, 1, 1 << 20},
-		{"max_concurrent_streams", &g.MaxConcurrentStreams, 1, 10000},
-		// grpc-go's own default is the top: beyond it a call is no Envoy's.
-		{"max_recv_bytes", &g.MaxRecvBytes, 4 << 10, 4 << 20},
-		{"max_in_flight", &g.MaxInFlight, 1, 1 << 20},
-	} {
-		if v, vn, ok := o.integer(f.name); ok {
-			if v < f.min || v > f.max {
-				l.errf(vn, "grpc."+f.name, "must be between %d and %d (got %d)", f.min, f.max, v)
-			} else {
-				*f.dst = v
-			}
-		}
-	}
-	for _, f := range []struct {
-		name string
-		dst  *time.Duration
-	}{
-		{"keepalive_min_time", &g.KeepaliveMinTime},
-		{"max_connection_idle", &g.MaxConnectionIdle},
-	} {
-		d, dn, ok := o.duration(f.name)
-		switch {
-		case !ok:
-		case d <= 0:
-			l.errf(dn, "grpc."+f.name, "must be > 0 (got %q)", dn.Value)
-		default:
-			*f.dst = d
-		}
-	}
+	o.intIn("max_conns", 1, 1<<20, &g.MaxConns)
+	o.intIn("max_concurrent_streams", 1, 10000, &g.MaxConcurrentStreams)
+	// grpc-go's own default is the top: beyond it a call is no Envoy's.
+	o.intIn("max_recv_bytes", 4<<10, 4<<20, &g.MaxRecvBytes)
+	o.intIn("max_in_flight", 1, 1<<20, &g.MaxInFlight)
+	o.positiveDuration("keepalive_min_time", "", &g.KeepaliveMinTime)
+	o.positiveDuration("max_connection_idle", "", &g.MaxConnectionIdle)
 }
 
 // grpcTLS reads the grpc_tls section: {cert_file, key_file,

@@ -47,7 +47,7 @@ const maxListed = 20
 // own limit or a tier's (FindLimit's first reading), or "" otherwise: a
 // caller holding the name as bytes gets the string without making one.
 func (p *Policy) LimitName(name []byte) string {
-	if lim := p.limits[string(name)]; lim != nil && lim.Name() == string(name) {
+	if lim := p.limits[string(name)].lim; lim != nil && lim.Name() == string(name) {
 		return lim.Name()
 	}
 	return ""
@@ -59,8 +59,8 @@ func (p *Policy) LimitName(name []byte) string {
 // that owns the limit. An unknown name's error suggests the closest name
 // and lists the first of them (see ListLimits).
 func (p *Policy) FindLimit(name string) (*Rule, *sluice.Limit, error) {
-	if lim := p.limits[name]; lim != nil {
-		return p.ownerOf(name, lim), lim, nil
+	if nl := p.limits[name]; nl.lim != nil {
+		return nl.rule, nl.lim, nil
 	}
 	if r := p.byName[name]; r != nil && len(r.Tiers) > 0 {
 		names := make([]string, len(r.Tiers))
@@ -90,26 +90,6 @@ func (p *Policy) FindLimit(name string) (*Rule, *sluice.Limit, error) {
 		return nil, nil, fmt.Errorf("%s; the limits are: %s", msg, list)
 	}
 	return nil, nil, fmt.Errorf("%s: the policy has no limits", msg)
-}
-
-// ownerOf finds the rule whose own limit or tier lim is.
-func (p *Policy) ownerOf(name string, lim *sluice.Limit) *Rule {
-	if r := p.byName[name]; r != nil {
-		return r
-	}
-	// A tier's limit is "RULE.TIER", and rule names may hold dots.
-	for i := strings.LastIndexByte(name, '.'); i > 0; i = strings.LastIndexByte(name[:i], '.') {
-		if r := p.byName[name[:i]]; r != nil {
-			for _, t := range r.Tiers {
-				if t.Limit == lim {
-					return r
-				}
-			}
-		}
-	}
-	// Unreachable for a loaded policy; a synthetic rule keeps Enforce's
-	// defaults (enforce mode, allow on store errors).
-	return &Rule{Name: name, Limit: lim}
 }
 
 // NamedRules returns the name-only rules (see NameOnly), in file order.

@@ -76,7 +76,7 @@ type Policy struct {
 
 	jwt    claimsVerifier
 	byName map[string]*Rule
-	limits map[string]*sluice.Limit
+	limits map[string]namedLimit
 
 	// Rules reachable by name only (NameOnly), by name and by alias.
 	named   []NamedRule
@@ -198,6 +198,23 @@ var forwardAuthProxies = map[string]ForwardAuth{
 // ForwardAuthProxies lists the values forward_auth.proxy takes.
 var ForwardAuthProxies = []string{"nginx", "traefik", "caddy", "envoy", "custom"}
 
+// nameOf is the name of v, a setting of two values: names[1] for the
+// second, names[0] for any other.
+func nameOf[T ~uint8](names [2]string, v T) string {
+	if v == 1 {
+		return names[1]
+	}
+	return names[0]
+}
+
+// The names of the two-valued settings' values in the policy file, by
+// value: what String writes and the loader reads.
+var (
+	modeNames         = [2]string{"enforce", "shadow"}
+	onStoreErrorNames = [2]string{"allow", "deny"}
+	missingKeyNames   = [2]string{"shared", "skip"}
+)
+
 // Mode says whether a rule's rejections are enforced.
 type Mode uint8
 
@@ -211,12 +228,7 @@ const (
 	Shadow
 )
 
-func (m Mode) String() string {
-	if m == Shadow {
-		return "shadow"
-	}
-	return "enforce"
-}
+func (m Mode) String() string { return nameOf(modeNames, m) }
 
 // OnStoreError is what a rule does when the store fails.
 type OnStoreError uint8
@@ -230,12 +242,7 @@ const (
 	DenyOnError
 )
 
-func (o OnStoreError) String() string {
-	if o == DenyOnError {
-		return "deny"
-	}
-	return "allow"
-}
+func (o OnStoreError) String() string { return nameOf(onStoreErrorNames, o) }
 
 // MissingKey is what a rule does with a request whose limit_keys source is
 // absent (no such header, no verified JWT claim, ...).
@@ -251,12 +258,7 @@ const (
 	MissingSkip
 )
 
-func (m MissingKey) String() string {
-	if m == MissingSkip {
-		return "skip"
-	}
-	return "shared"
-}
+func (m MissingKey) String() string { return nameOf(missingKeyNames, m) }
 
 // AbsentMarker is the key component of an absent source under
 // missing_key: shared.
@@ -341,7 +343,14 @@ func (p *Policy) Rule(name string) *Rule { return p.byName[name] }
 // Limit resolves a limit name: a rule's name for its Rule.Limit
 // ("per-ip"), or "RULE.TIER" for a tier's limit ("api.enterprise"). It
 // returns nil when there is no such limit.
-func (p *Policy) Limit(name string) *sluice.Limit { return p.limits[name] }
+func (p *Policy) Limit(name string) *sluice.Limit { return p.limits[name].lim }
+
+// namedLimit is a limit of the policy's rules, own or a tier's, and the
+// rule it belongs to.
+type namedLimit struct {
+	lim  *sluice.Limit
+	rule *Rule
+}
 
 // Limits returns every compiled limit, the rules' own and their tiers', in
 // file order.

@@ -291,10 +291,8 @@ func parseSource(s string, match bool) (source, string) {
 	if match {
 		want += ", domain or path_prefix"
 	}
-	return src, "unknown source " + strconvQuote(s) + " (want " + want + ")"
+	return src, "unknown source " + strconv.Quote(s) + " (want " + want + ")"
 }
-
-func strconvQuote(s string) string { return strconv.Quote(s) }
 
 // eval evaluates one request against one policy, caching what is costly
 // to compute (the client address, the verified claims).

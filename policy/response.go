@@ -351,10 +351,7 @@ func pickSets(sets []string) (draft, trio, legacy bool) {
 // is never earlier than the wait. The offset is engine.Spread's, the one
 // jitter of sluice.
 func RetryAfterSeconds(wait time.Duration, identity, path string) int64 {
-	base := ceilSeconds(wait)
-	if base < 1 {
-		base = 1
-	}
+	base := max(ceilSeconds(wait), 1)
 	return base + int64(engine.Spread(uint64(base/2), identity, path))
 }
 
@@ -405,14 +402,7 @@ func windowSeconds(l *sluice.Limit) int64 {
 	if rate <= 0 {
 		return 1
 	}
-	w := math.Ceil(l.Capacity()/rate - 1e-9)
-	if w < 1 {
-		return 1
-	}
-	if w > math.MaxInt32 {
-		return math.MaxInt32
-	}
-	return int64(w)
+	return int64(min(max(math.Ceil(l.Capacity()/rate-1e-9), 1), math.MaxInt32))
 }
 
 func ceilSeconds(d time.Duration) int64 {

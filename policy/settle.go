@@ -210,27 +210,6 @@ func settleDefault(v *variant) {
 // knows it can mint handles that refund any key.
 const MinSettleSecret = 32
 
-// settleSecretEnv reads settle_secret_env: the environment variable that
-// holds the key settlement handles are signed with. It must hold one now,
-// so that a forgotten export stops serve (and check) rather than leaving
-// each server of a fleet refusing the others' handles.
-func (l *loader) settleSecretEnv(o *obj, s *Settings) {
-	v, n, ok := o.str("settle_secret_env")
-	if !ok {
-		return
-	}
-	switch key := l.getenv(v); {
-	case !envName.MatchString(v):
-		l.errf(n, "settle_secret_env", "must be the name of an environment variable, such as SLUICE_SETTLE_SECRET (got %q)", v)
-	case key == "":
-		l.errf(n, "settle_secret_env", "environment variable %s is not set or empty", v)
-	case len(key) < MinSettleSecret:
-		l.errf(n, "settle_secret_env", "the key in %s is %d bytes; use at least %d (random, such as: openssl rand -hex 32)", v, len(key), MinSettleSecret)
-	default:
-		s.SettleSecretEnv = v
-	}
-}
-
 // SettleFrom returns where the actual cost of a request charged to lim,
 // r's own limit or one of its tiers', is found: nil when lim does not
 // settle. r may be nil.

@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // Source is where a policy comes from and how it learns that it may have
@@ -182,14 +184,5 @@ func (f *File) Watch(ctx context.Context, changed func(why string)) {
 	if poll <= 0 {
 		poll = time.Second
 	}
-	t := time.NewTicker(poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			changed("file changed")
-		}
-	}
+	tick.Every(ctx, poll, func() { changed("file changed") })
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -91,7 +92,7 @@ func (l *loader) object(n *yaml.Node, path string, allowed []string) *obj {
 			l.errf(k, join(path, name), "appears twice")
 			continue
 		}
-		if allowed != nil && !contains(allowed, name) {
+		if allowed != nil && !slices.Contains(allowed, name) {
 			msg := "unknown field"
 			if s := suggest(name, allowed); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
@@ -169,6 +170,31 @@ func (o *obj) integer(name string) (int, *yaml.Node, bool) {
 	return int(f), n, true
 }
 
+// either reads a setting of two values, names[0] the zero one, into *dst.
+func either[T ~uint8](o *obj, name string, names [2]string, dst *T) {
+	v, n, ok := o.str(name)
+	if !ok {
+		return
+	}
+	i := slices.Index(names[:], v)
+	if i < 0 {
+		o.l.errf(n, join(o.path, name), "must be %s or %s (got %q)", names[0], names[1], v)
+		return
+	}
+	*dst = T(i)
+}
+
+// intIn reads a whole number from lo to hi into *dst.
+func (o *obj) intIn(name string, lo, hi int, dst *int) {
+	if v, n, ok := o.integer(name); ok {
+		if v < lo || v > hi {
+			o.l.errf(n, join(o.path, name), "must be between %d and %d (got %d)", lo, hi, v)
+		} else {
+			*dst = v
+		}
+	}
+}
+
 func (o *obj) boolean(name string) (bool, *yaml.Node, bool) {
 	n, ok := o.vals[name]
 	if !ok {
@@ -201,6 +227,19 @@ func (o *obj) duration(name string) (time.Duration, *yaml.Node, bool) {
 		return 0, n, false
 	}
 	return d, n, true
+}
+
+// positiveDuration reads a duration that must be > 0 into *dst; why, if
+// any, follows the error.
+func (o *obj) positiveDuration(name, why string, dst *time.Duration) {
+	d, n, ok := o.duration(name)
+	switch {
+	case !ok:
+	case d <= 0:
+		o.l.errf(n, join(o.path, name), "must be > 0 (got %q)%s", n.Value, why)
+	default:
+		*dst = d
+	}
 }
 
 // list returns the items of a sequence field.
@@ -266,15 +305,6 @@ func clip(s string) string {
 		return s[:40] + "..."
 	}
 	return s
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // suggest returns the allowed name closest to a typo, if close enough.

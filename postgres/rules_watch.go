@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/internal/tick"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -270,16 +271,7 @@ func (s *PolicySource) Watch(ctx context.Context, changed func(why string)) {
 		go func() { defer wg.Done(); f.Watch(ctx, changed) }()
 	}
 	defer wg.Wait()
-	t := time.NewTicker(s.opts.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			table("rules table timer")
-		}
-	}
+	tick.Every(ctx, s.opts.Interval, func() { table("rules table timer") })
 }
 
 // Close stops the watcher NewPolicySource started, and closes the pool

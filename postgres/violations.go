@@ -212,7 +212,7 @@ func (v *ViolationLog) write(batch []Violation) []Violation {
 	for i, x := range batch {
 		// Client-supplied text must not fail the whole batch: the columns
 		// take valid UTF-8 without NUL, and two have a length limit.
-		rows[i] = []any{clean(x.BucketKey, 256), nullString(clean(x.UserID, 0)), nullAddr(x.IP), nullString(clean(x.Endpoint, 255)), x.At, x.Tokens, clean(x.Rule, 0), nullID(x.RuleID)}
+		rows[i] = []any{clean(x.BucketKey, 256), orNull(clean(x.UserID, 0)), orNull(x.IP), orNull(clean(x.Endpoint, 255)), x.At, x.Tokens, clean(x.Rule, 0), orNull(x.RuleID)}
 	}
 	n, err := v.pool.CopyFrom(ctx, pgx.Identifier{"sluice_violations"}, violationColumns, pgx.CopyFromRows(rows))
 	if err != nil {
@@ -240,25 +240,12 @@ func clean(s string, max int) string {
 	return s
 }
 
-func nullString(s string) any {
-	if s == "" {
+// orNull is v, or SQL NULL for v's zero value (an invalid address).
+func orNull[T comparable](v T) any {
+	if v == *new(T) {
 		return nil
 	}
-	return s
-}
-
-func nullAddr(a netip.Addr) any {
-	if !a.IsValid() {
-		return nil
-	}
-	return a
-}
-
-func nullID(id int64) any {
-	if id == 0 {
-		return nil
-	}
-	return id
+	return v
 }
 
 // ViolationQuery selects violations for ListViolations.

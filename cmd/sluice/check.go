@@ -17,7 +17,7 @@ func init() {
 // fixing.
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("check", "usage: sluice check FILE...\n\nValidates sluice configuration files (YAML or JSON), and envoyproxy/ratelimit's\nYAML, as serve loads them, and what serve checks before it starts: listener\naddresses, the store URL (without connecting) and that the audit log can be\nwritten (without creating it). Exits 0 when all are valid, 1 when any is not\n(every problem is printed as FILE:LINE: path: message), 2 on a usage error.\nSettings that are valid but let clients pick their own limits are printed\nas \"warning: FILE:LINE: path: message\" and do not change the exit code.\nWhat settings work out to (the burst that burst_seconds gives, the bounds\nand steps of an adaptive rate) follows a file's ok line as\n\"note: FILE:LINE: path: message\".", stderr)
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlags(fs, args, true); !ok {
 		return code
 	}
 	if fs.NArg() == 0 {

@@ -21,11 +21,13 @@ import (
 // brings the file's descriptor lookup with it (envoyrls.ParseReferenceConfig
 // keeps it for the policy), which the service uses in place of rules.
 // The grpc section bounds it (envoyrls.LimitOptions), and the listener
-// holds at most grpcMaxConns connections.
+// holds at most the grpc section's max_conns connections.
 func startEnvoy(s *server, set runSettings, ln net.Listener) (addr string, stop func()) {
 	bounds := set.GRPC.WithDefaults()
 	gopts := append(envoyrls.ServerOptions(), envoyrls.LimitOptions(bounds, set.Server)...)
-	conns := grpcMaxConns(bounds.MaxConns, openFileLimit())
+	// An eighth of the open file limit at most, within the quarter the
+	// HTTP listeners leave (maxConns).
+	conns := connCap(bounds.MaxConns, serverconf.DefaultGRPCMaxConns, openFileLimit(), 1, 8)
 	ln = connlimit.New(ln, conns)
 	security := "plaintext"
 	if t := set.GRPCTLS; t != nil {
@@ -56,19 +58,4 @@ func startEnvoy(s *server, set runSettings, ln net.Listener) (addr string, stop 
 			g.Stop()
 		}
 	}
-}
-
-// grpcMaxConns is the gRPC listener's connection cap: set (the grpc
-// section's max_conns) when given, else serverconf.DefaultGRPCMaxConns lowered
-// to an eighth of the open file limit, within the quarter the HTTP
-// listeners leave (maxConns).
-func grpcMaxConns(set int, nofile uint64) int {
-	if set > 0 {
-		return set
-	}
-	auto := uint64(serverconf.DefaultGRPCMaxConns)
-	if nofile > 0 {
-		auto = min(auto, nofile/8)
-	}
-	return int(max(auto, 16))
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +23,6 @@ import (
 // rule (serve's cap on a decision, 2s, still applies).
 func TestServeRedisFleet(t *testing.T) {
 	addr := redistest.Server(t)
-	cfg := filepath.Join(t.TempDir(), "fleet.yaml")
 	t.Setenv("SLUICE_FLEET_ADMIN", "fleet-admin-token")
 	conf := fmt.Sprintf(`store:
   url: redis://%s/0?timeout=10s&dial_timeout=30s&write_timeout=30s
@@ -34,9 +31,7 @@ rules:
   - name: shared
     algorithm_config: {rate: 1, period: 1h, capacity: 5}
 `, addr)
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writePolicy(t, conf)
 	a, _ := startServe(t, "--config", cfg)
 	b, _ := startServe(t, "--config", cfg)
 	admitted, storeErrors := 0, 0

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/tick"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/quota"
 )
@@ -41,20 +42,13 @@ func newLeasing(storeURL string, store sluice.Store, log *slog.Logger) *leasing 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(leaseSweep)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				sctx, done := context.WithTimeout(ctx, time.Second)
-				if err := l.q.Sweep(sctx); err != nil {
-					l.log.Warn("returning ended slices of leased rules", "err", err)
-				}
-				done()
+		tick.Every(ctx, leaseSweep, func() {
+			sctx, done := context.WithTimeout(ctx, time.Second)
+			if err := l.q.Sweep(sctx); err != nil {
+				l.log.Warn("returning ended slices of leased rules", "err", err)
 			}
-		}
+			done()
+		})
 	}()
 	l.stop = func() { cancel(); wg.Wait() }
 	return l

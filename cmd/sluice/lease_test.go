@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -22,8 +20,7 @@ import (
 // left of its slice back to the store.
 func TestServeLeasedRedis(t *testing.T) {
 	addr := redistest.Server(t)
-	cfg := filepath.Join(t.TempDir(), "leased.yaml")
-	conf := fmt.Sprintf(`store:
+	cfg := writePolicy(t, fmt.Sprintf(`store:
   url: redis://%s/0?timeout=10s&dial_timeout=30s&write_timeout=30s
 rules:
   - name: shared
@@ -32,10 +29,7 @@ rules:
       period: 1h
       capacity: 200
       lease: {max_slice: 10, hot_after: 1, term: 1h}
-`, addr)
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`, addr))
 	ctx, stopA := context.WithCancel(context.Background())
 	defer stopA()
 	readyA, exitedA, logsA := make(chan listening, 1), make(chan int, 1), &lockedbuf.Buffer{}
@@ -111,29 +105,19 @@ func metricValue(t *testing.T, body, series string) float64 {
 
 func peekRemaining(t *testing.T, api string) int {
 	t.Helper()
-	resp, err := http.Post("http://"+api+"/v1/peek", "application/json", strings.NewReader(`{"rule":"shared","key":"k"}`))
-	if err != nil {
-		t.Fatal(err)
+	d := peek(t, api, `{"rule":"shared","key":"k"}`)
+	n, ok := d["remaining"].(float64)
+	if !ok {
+		t.Fatalf("peek: %v", d)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`"remaining":\s*(-?\d+)`).FindStringSubmatch(string(body))
-	if m == nil {
-		t.Fatalf("peek: %s", body)
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
+	return int(n)
 }
 
 // sluice check prints each leased rule's bound: per process, and for a
 // fleet of three.
 func TestCheckPrintsLeaseBound(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "leased.yaml")
-	conf := "rules:\n  - name: provider\n    limit_keys: []\n    algorithm_config:\n      rps: 20000\n      burst: 20000\n      lease: {}\n" +
-		"  - name: small\n    limit_keys: []\n    algorithm_config:\n      rps: 10\n      burst: 10\n      lease: {}\n"
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writePolicy(t, "rules:\n  - name: provider\n    limit_keys: []\n    algorithm_config:\n      rps: 20000\n      burst: 20000\n      lease: {}\n"+
+		"  - name: small\n    limit_keys: []\n    algorithm_config:\n      rps: 10\n      burst: 10\n      lease: {}\n")
 	var out, errs strings.Builder
 	if code := runCheck([]string{cfg}, &out, &errs); code != 0 {
 		t.Fatalf("check exited %d: %s", code, errs.String())
@@ -156,7 +140,6 @@ func TestServeLeasedReload(t *testing.T) {
 	reloadPoll = 10 * time.Millisecond
 	t.Cleanup(func() { reloadPoll = old })
 	addr := redistest.Server(t)
-	cfg := filepath.Join(t.TempDir(), "leased.yaml")
 	conf := fmt.Sprintf(`store:
   url: redis://%s/0?timeout=10s&dial_timeout=30s&write_timeout=30s
 rules:
@@ -167,9 +150,7 @@ rules:
       capacity: 200
       lease: {max_slice: 10, hot_after: 1, term: 1m}
 `, addr)
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writePolicy(t, conf)
 	l, _ := startServe(t, "--config", cfg)
 	for range 21 {
 		if d := take(t, l.API, `{"rule":"shared","key":"k"}`); !admittedByRedis(d) {

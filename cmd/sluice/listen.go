@@ -106,15 +106,19 @@ func (w *idleWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // three quarters of the open file limit, leaving the rest to the store's
 // connections, the gRPC listener and files.
 func maxConns(set int, nofile uint64, n int) int {
+	return connCap(set, serverconf.DefaultMaxConns, nofile, 3, 4*uint64(max(n, 1)))
+}
+
+// connCap is a listener's connection cap: set when given, else def
+// lowered to num/den of the open file limit nofile (0: unknown), and 16
+// at least.
+func connCap(set, def int, nofile, num, den uint64) int {
 	if set > 0 {
 		return set
 	}
-	if n < 1 {
-		n = 1
-	}
-	auto := uint64(serverconf.DefaultMaxConns)
+	auto := uint64(def)
 	if nofile > 0 {
-		auto = min(auto, nofile*3/4/uint64(n))
+		auto = min(auto, nofile*num/den)
 	}
 	return int(max(auto, 16))
 }

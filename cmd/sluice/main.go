@@ -13,10 +13,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"runtime/debug"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -105,12 +106,7 @@ usage: sluice <command> [flags] [arguments]
 
 commands:
 `)
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(commands)) {
 		fmt.Fprintf(w, "  %-11s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprint(w, `
@@ -140,12 +136,16 @@ func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses a command's arguments. When ok is false the command
-// is over and returns code: 0 after -h/--help (help printed), 2 after a
-// bad flag (the error and the help printed on stderr).
-func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+// parseFlags parses a command's arguments, which are flags alone unless
+// the command takesArgs. When ok is false the command is over and returns
+// code: 0 after -h/--help (help printed), 2 after a bad flag (the error
+// and the help printed on stderr) or an unexpected argument.
+func parseFlags(fs *flag.FlagSet, args []string, takesArgs bool) (code int, ok bool) {
 	err := fs.Parse(args)
 	switch {
+	case err == nil && !takesArgs && fs.NArg() > 0:
+		fmt.Fprintf(fs.Output(), "sluice %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2, false
 	case err == nil:
 		return 0, true
 	case errors.Is(err, flag.ErrHelp):
@@ -157,12 +157,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
 
 func runVersion(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("version", "usage: sluice version", stderr)
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlags(fs, args, false); !ok {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice version: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	}
 	info, _ := debug.ReadBuildInfo()
 	fmt.Fprintf(stdout, "sluice %s (%s, %s/%s)\n", buildVersion(version, info), runtime.Version(), runtime.GOOS, runtime.GOARCH)

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,44 +17,42 @@ func init() {
 	commands["migrate"] = command{"apply the PostgreSQL schema migrations (--url or $SLUICE_POSTGRES_URL)", runMigrate}
 }
 
-// postgresURL picks the database URL of the postgres commands: the flag,
-// else $SLUICE_POSTGRES_URL. sluice's own URL parameters are removed.
-func postgresURL(flagURL string) (string, error) {
-	raw := flagURL
+// connectPostgres connects the postgres command cmd to the database that
+// flagURL names, else $SLUICE_POSTGRES_URL (sluice's own URL parameters
+// removed), for at most timeout. When it cannot, it writes why to stderr
+// and conn is nil, with code the exit code; done closes the connection.
+func connectPostgres(cmd, flagURL string, timeout time.Duration, stderr io.Writer) (ctx context.Context, conn *pgx.Conn, done func(), code int) {
+	raw := cmp.Or(flagURL, os.Getenv("SLUICE_POSTGRES_URL"))
 	if raw == "" {
-		raw = os.Getenv("SLUICE_POSTGRES_URL")
-	}
-	if raw == "" {
-		return "", errors.New("no database: give --url postgres://... or set SLUICE_POSTGRES_URL")
+		fmt.Fprintf(stderr, "sluice %s: no database: give --url postgres://... or set SLUICE_POSTGRES_URL\n", cmd)
+		return nil, nil, nil, 2
 	}
 	u, _, err := postgres.SplitURL(raw)
-	return u, err
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice %s: %v\n", cmd, err)
+		return nil, nil, nil, 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	if conn, err = pgx.Connect(ctx, u); err != nil {
+		cancel()
+		fmt.Fprintf(stderr, "sluice %s: connect: %v\n", cmd, err)
+		return nil, nil, nil, 1
+	}
+	return ctx, conn, func() { conn.Close(context.WithoutCancel(ctx)); cancel() }, 0
 }
 
 func runMigrate(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("migrate", "usage: sluice migrate [--url postgres://...] [--timeout 1m]\n\nCreates or upgrades sluice's tables in PostgreSQL; running it again changes\nnothing. serve can do the same at start with sluice_migrate=true on the\nstore URL.", stderr)
 	rawURL := fs.String("url", "", "PostgreSQL URL (default $SLUICE_POSTGRES_URL)")
 	timeout := fs.Duration("timeout", time.Minute, "give up after this long")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlags(fs, args, false); !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice migrate: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	ctx, conn, done, code := connectPostgres("migrate", *rawURL, *timeout, stderr)
+	if conn == nil {
+		return code
 	}
-	u, err := postgresURL(*rawURL)
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice migrate: %v\n", err)
-		return 2
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, u)
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice migrate: connect: %v\n", err)
-		return 1
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer done()
 	res, err := postgres.Migrate(ctx, conn)
 	for _, m := range res.Applied {
 		fmt.Fprintf(stdout, "applied %04d_%s\n", m.Version, m.Name)

@@ -11,7 +11,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -614,7 +613,7 @@ func TestRecipeLLMGateway(t *testing.T) {
 	}
 	// The settlement lands after the response: wait for it (bounded).
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		d := peekJSON(t, l.API, `{"rule":"tokens-per-key","key":"key-2"}`)
+		d := peek(t, l.API, `{"rule":"tokens-per-key","key":"key-2"}`)
 		if r, _ := d["remaining"].(float64); r >= 99000 {
 			break
 		}
@@ -629,20 +628,6 @@ func TestRecipeLLMGateway(t *testing.T) {
 	if hits.Load() != 3 {
 		t.Errorf("the upstream saw %d requests, want the 3 admitted", hits.Load())
 	}
-}
-
-func peekJSON(t *testing.T, addr, body string) map[string]any {
-	t.Helper()
-	resp, err := http.Post("http://"+addr+"/v1/peek", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var m map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m
 }
 
 // TestRecipeLogin runs the login recipe (sluice as the reverse proxy):

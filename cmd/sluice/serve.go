@@ -173,12 +173,8 @@ func parseServeFlags(args []string, stderr io.Writer) (f serveFlags, code int, o
 	fs.StringVar(&f.grpcListen, "grpc-listen", "", "Envoy rate limit service address (overrides grpc_listen; \"off\" disables it)")
 	fs.DurationVar(&f.shutdownDrain, "shutdown-drain", 0, "how long /readyz answers 503 before the listeners close on SIGTERM (overrides server.shutdown_drain; 0: none)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (at shutdown), for go tool pprof")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlags(fs, args, false); !ok {
 		return f, code, false
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
-		return f, 2, false
 	}
 	fs.Visit(func(fl *flag.Flag) { f.drainSet = f.drainSet || fl.Name == "shutdown-drain" })
 	if f.shutdownDrain < 0 || f.shutdownDrain > serverconf.MaxShutdownDrain {

@@ -70,9 +70,14 @@ func startServeArgs(t *testing.T, args ...string) (listening, *lockedbuf.Buffer)
 	return listening{}, nil
 }
 
-func take(t *testing.T, addr, body string) map[string]any {
+func take(t *testing.T, addr, body string) map[string]any { return decide(t, addr, "take", body) }
+
+func peek(t *testing.T, addr, body string) map[string]any { return decide(t, addr, "peek", body) }
+
+// decide posts body to the decision API's /v1/OP and decodes the answer.
+func decide(t *testing.T, addr, op, body string) map[string]any {
 	t.Helper()
-	resp, err := http.Post("http://"+addr+"/v1/take", "application/json", strings.NewReader(body))
+	resp, err := http.Post("http://"+addr+"/v1/"+op, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,12 +55,8 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	csvFile := fs.String("csv", "", `write the series as CSV to this file ("-": stdout, instead of the table)`)
 	jsonFile := fs.String("json", "", `write the series as JSON to this file ("-": stdout, instead of the table)`)
 	svgFile := fs.String("svg", "", `draw the series as an SVG chart in this file ("-": stdout, instead of the table)`)
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlags(fs, args, false); !ok {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice simulate: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	}
 	costGiven := false
 	fs.Visit(func(f *flag.Flag) { costGiven = costGiven || f.Name == "cost" })

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,22 +72,7 @@ func checkStoreURL(rawURL string) error {
 	return k.check(storeURLOrDefault(rawURL))
 }
 
-func storeURLOrDefault(rawURL string) string {
-	if rawURL == "" {
-		return "memory://"
-	}
-	return rawURL
-}
-
-// openStore opens the store that rawURL names ("memory://" by default),
-// registering its metrics with reg when not nil.
-func openStore(ctx context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error) {
-	k, err := storeKindOf(rawURL)
-	if err != nil {
-		return nil, nil, fmt.Errorf("store url %q: %w", rawURL, err)
-	}
-	return k.open(ctx, storeURLOrDefault(rawURL), reg)
-}
+func storeURLOrDefault(rawURL string) string { return cmp.Or(rawURL, "memory://") }
 
 // openMemory opens memory://[?max_keys=N], registering the eviction
 // counters with reg.
@@ -198,7 +184,7 @@ var (
 	storeOpenTimeout = 30 * time.Second
 )
 
-// connectStore is openStore for serve, which starts whether or not the
+// connectStore opens the store for serve, which starts whether or not the
 // store answers: a store that cannot be opened (not yet up, unreachable)
 // is stood in for by one whose every call fails, so that each rule's
 // on_store_error decides and /readyz fails, as during a later outage,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,8 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicehq/sluice/postgres"
 )
@@ -32,12 +29,8 @@ func runViolations(args []string, stdout, stderr io.Writer) int {
 	key := fs.String("key", "", "only buckets keyed by this value of a limit_keys source (alice for X-User: alice), or this whole bucket key")
 	ip := fs.String("ip", "", "only this client IP's violations")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlags(fs, args, false); !ok {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sluice violations: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	}
 	now := time.Now()
 	from := since.from(now)
@@ -58,19 +51,11 @@ func runViolations(args []string, stdout, stderr io.Writer) int {
 		}
 		q.IP = a
 	}
-	u, err := postgresURL(*rawURL)
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice violations: %v\n", err)
-		return 2
+	ctx, conn, done, code := connectPostgres("violations", *rawURL, *timeout, stderr)
+	if conn == nil {
+		return code
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, u)
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice violations: connect: %v\n", err)
-		return 1
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer done()
 	vs, err := postgres.ListViolations(ctx, conn, q)
 	if errors.Is(err, postgres.ErrNotMigrated) {
 		migrate := "sluice migrate --url ..."

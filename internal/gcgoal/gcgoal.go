@@ -14,11 +14,14 @@
 package gcgoal
 
 import (
+	"context"
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/tick"
 )
 
 // ServeFloor is sluice serve's floor: a server's few megabytes of live
@@ -111,22 +114,14 @@ func run(floor uint64, period time.Duration) func() {
 		return debug.SetGCPercent(Percent(live, stack+globals, floor))
 	}
 	was := adjust()
-	done, ended := make(chan struct{}), make(chan struct{})
+	ctx, stop := context.WithCancel(context.Background())
+	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
-		t := time.NewTicker(period)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				adjust()
-			}
-		}
+		tick.Every(ctx, period, func() { adjust() })
 	}()
 	return func() {
-		close(done)
+		stop()
 		<-ended
 		debug.SetGCPercent(was)
 	}

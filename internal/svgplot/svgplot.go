@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -628,7 +629,7 @@ func (w *svg) drawBars(g plotArea) {
 	p, left, band, n := g.p, g.left, g.band, g.n
 	var stacks []string
 	for _, s := range p.Series {
-		if s.Kind == Bar && !contains(stacks, s.Stack) {
+		if s.Kind == Bar && !slices.Contains(stacks, s.Stack) {
 			stacks = append(stacks, s.Stack)
 		}
 	}
@@ -638,7 +639,7 @@ func (w *svg) drawBars(g plotArea) {
 			continue
 		}
 		sc := g.scaleOf(s)
-		slot := indexOf(stacks, s.Stack)
+		slot := slices.Index(stacks, s.Stack)
 		gap := band * 0.2
 		if band < 4 {
 			gap = 0
@@ -776,15 +777,4 @@ func everyNth(need, band float64) int {
 			return p
 		}
 	}
-}
-
-func contains(l []string, s string) bool { return indexOf(l, s) >= 0 }
-
-func indexOf(l []string, s string) int {
-	for i, x := range l {
-		if x == s {
-			return i
-		}
-	}
-	return -1
 }

@@ -12,12 +12,14 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -271,12 +273,8 @@ func (r *report) finish(elapsed time.Duration) int {
 		}
 	}
 	if len(byReason) > 0 {
-		reasons := make([]string, 0, len(byReason))
-		for reason := range byReason {
-			reasons = append(reasons, reason)
-		}
-		sort.Slice(reasons, func(i, j int) bool {
-			return len(byReason[reasons[i]]) > len(byReason[reasons[j]]) || len(byReason[reasons[i]]) == len(byReason[reasons[j]]) && reasons[i] < reasons[j]
+		reasons := slices.SortedFunc(maps.Keys(byReason), func(a, b string) int {
+			return cmp.Or(cmp.Compare(len(byReason[b]), len(byReason[a])), cmp.Compare(a, b))
 		})
 		fmt.Fprintf(r.out, "\nSkipped (%d):\n", skipped)
 		for _, reason := range reasons {

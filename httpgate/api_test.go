@@ -562,7 +562,7 @@ func TestReferenceFileNames(t *testing.T) {
 	_, m = e.post("/v1/take", `{"rule":"tenant-trial","key":"t"}`)
 	wantFields(t, m, map[string]any{"allowed": true, "shadow": true, "rule": "envoy.edge.tenant.15d4be1e"})
 
-	srv := envoyrls.New(p, e.gate.Limiter(), envoyrls.Options{Clock: e.clk})
+	srv := envoyrls.New(p, e.gate.Limiter(), envoyrls.Options{})
 	out, err := srv.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{
 		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "198.51.100.8"}}},
 	}})

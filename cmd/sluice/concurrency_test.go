@@ -2,15 +2,11 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,8 +43,7 @@ func testFleetConcurrency(t *testing.T, storeURL string) {
 	}))
 	t.Cleanup(app.Close)
 	const n, lease = 3, time.Second
-	cfg := filepath.Join(t.TempDir(), "cc.yaml")
-	conf := fmt.Sprintf(`store:
+	cfg := writePolicy(t, fmt.Sprintf(`store:
   url: %s
 proxy:
   listen: 127.0.0.1:0
@@ -58,10 +53,7 @@ rules:
     algorithm: concurrency
     limit_keys: ["header:x-api-key"]
     algorithm_config: {max_in_flight: %d, lease: %v}
-`, strconv.Quote(storeURL), app.URL, n, lease)
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`, strconv.Quote(storeURL), app.URL, n, lease))
 	a, _ := startServe(t, "--config", cfg)
 	b, _ := startServe(t, "--config", cfg)
 	get := func(proxy string) (int, string) {
@@ -76,13 +68,7 @@ rules:
 		return resp.StatusCode, resp.Header.Get("X-Sluice-Reason")
 	}
 	free := func() float64 { // the slots free, as a peek on a sees them
-		resp, err := http.Post("http://"+a.API+"/v1/peek", "application/json", strings.NewReader(`{"rule":"inflight","key":"k1"}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var m map[string]any
-		json.NewDecoder(resp.Body).Decode(&m)
+		m := peek(t, a.API, `{"rule":"inflight","key":"k1"}`)
 		if m["allowed"] != true {
 			return 0
 		}

@@ -89,11 +89,3 @@ func FloorDiv(a, b int64) int64 {
 	}
 	return q
 }
-
-// satAdd returns a+b for b >= 0, saturating at math.MaxInt64.
-func satAdd(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
-}

@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"github.com/sluicehq/sluice/conformance"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -104,7 +105,7 @@ func TestTakeAllOfOneAnswersAsTake(t *testing.T) {
 		}
 		op := ops[rng.IntN(len(ops))]
 		ds, errAll := all.TakeAll(bg, op, []sluice.Request{r}, nil)
-		d, errOne := one.Take(bg, op, r)
+		d, errOne := conformance.Take(bg, one, op, r)
 		if (errAll == nil) != (errOne == nil) {
 			t.Fatalf("step %d (%v %+v): TakeAll error %v, Take error %v", step, op, r, errAll, errOne)
 		}
@@ -185,7 +186,7 @@ func TestTakeAllKeepsWhatDstHeld(t *testing.T) {
 	first := sluice.Decision{Rule: "earlier", Capacity: 7}
 	for _, n := range []int{1, 2} {
 		rs := []sluice.Request{{Limit: lim, Key: "a", Cost: 1}, {Limit: lim, Key: "b", Cost: 1}}[:n]
-		ds, err := s.TakeAll(context.Background(), engine.OpTake, rs, []sluice.Decision{first})
+		ds, err := conformance.TakeAll(context.Background(), s, engine.OpTake, rs, []sluice.Decision{first})
 		if err != nil {
 			t.Fatal(err)
 		}

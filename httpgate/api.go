@@ -600,7 +600,7 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 		}
 		return policy.Match{Rule: rule, Request: req, Identity: it.Key}, nil
 	}
-	if _, err := req.Charge(engine.OpTake); err != nil {
+	if _, err := req.Charged(engine.OpTake); err != nil {
 		// Request.Charge's rule and words: a cost above the most the
 		// limit can charge (1e308 included) can never succeed.
 		if errors.Is(err, sluice.ErrCostExceedsLimit) {

@@ -2,13 +2,13 @@ package memory_test
 
 import (
 	"context"
-	"github.com/sluicehq/sluice/conformance"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/metrics"
@@ -104,7 +104,7 @@ func TestTakeAllOfOneAnswersAsTake(t *testing.T) {
 			r.Cost = 1e9 // never fits: an error from both
 		}
 		op := ops[rng.IntN(len(ops))]
-		ds, errAll := all.TakeAll(bg, op, []sluice.Request{r}, nil)
+		ds, errAll := conformance.TakeAll(bg, all, op, []sluice.Request{r}, nil)
 		d, errOne := conformance.Take(bg, one, op, r)
 		if (errAll == nil) != (errOne == nil) {
 			t.Fatalf("step %d (%v %+v): TakeAll error %v, Take error %v", step, op, r, errAll, errOne)

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"github.com/sluicehq/sluice/conformance"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 )
 

@@ -2,11 +2,11 @@ package memory_test
 
 import (
 	"context"
-	"github.com/sluicehq/sluice/conformance"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 )

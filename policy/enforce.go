@@ -44,12 +44,20 @@ type Match struct {
 // CostExceedsLimit reports whether a take of m's request, as it stands,
 // asks more than its limit can ever hold (sluice.Request.Charged's rule),
 // for a caller that decides such a request apart (the Envoy service). It
-// keeps what it found in m, so that Enforce, taking m unchanged, does not
-// compute the charge again.
+// keeps what it found in m, as Judge does.
 func (m *Match) CostExceedsLimit() bool {
+	return errors.Is(m.Judge(), sluice.ErrCostExceedsLimit)
+}
+
+// Judge charges a take of m's request as it stands
+// (sluice.Request.Charged) and returns the charge's error, for a caller
+// that answers a request it cannot charge apart (the decision API's
+// 400 and 422). It keeps the charge in m, so that Enforce, taking m
+// unchanged, hands it to the Limiter rather than computing it again.
+func (m *Match) Judge() error {
 	c, err := m.Request.Charged(engine.OpTake)
 	m.judged, m.judgedCharged, m.judgedErr = m.Request, c, err
-	return errors.Is(err, sluice.ErrCostExceedsLimit)
+	return err
 }
 
 // Match returns the limits that apply to in, in rule order: for every rule
@@ -195,13 +203,14 @@ type Result struct {
 	// the zero Lease when none is held. Verdict.Release frees it.
 	Lease sluice.Lease
 
-	impossible  bool           // the cost exceeds the limit's capacity
-	refusal     error          // why, when impossible: the charge's error
-	notCharged  bool           // it had room, but another limit rejected the request
-	cost        int64          // the cost in micro-tokens, as sluice.Request.Charged judged it
-	charged     sluice.Charged // the request as judge charged it, for the Limiter
-	chargeErr   error          // why judge could not charge it, if it could not
-	unsupported bool           // a concurrency rule on a path that cannot hold its slot
+	impossible  bool  // the cost exceeds the limit's capacity
+	refusal     error // why, when impossible: the charge's error
+	notCharged  bool  // it had room, but another limit rejected the request
+	unsupported bool  // a concurrency rule on a path that cannot hold its slot
+
+	// charged is the request as judge charged it, for the Limiter (its
+	// Cost the cost in micro-tokens); zero when it could not be charged.
+	charged sluice.Charged
 }
 
 // Observer is told every decision; package metrics implements it with
@@ -393,7 +402,7 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 			continue
 		}
 		cs = append(cs, r.charged)
-		uncharged = uncharged || r.chargeErr != nil
+		uncharged = uncharged || r.charged.Limit == nil
 		idx = append(idx, i)
 	}
 	// Slots first: a lease is given back exactly when the rate rules
@@ -448,7 +457,7 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 		if op == engine.OpPeek || !v.Allowed {
 			ask = engine.OpPeek
 		}
-		if ds, err := decideCharged(ctx, lim, ask, decBuf, []sluice.Charged{r.charged}, v.Results, []int{i}, r.chargeErr != nil); err != nil {
+		if ds, err := decideCharged(ctx, lim, ask, decBuf, []sluice.Charged{r.charged}, v.Results, []int{i}, r.charged.Limit == nil); err != nil {
 			r.storeFailed(err)
 		} else {
 			r.Decision = ds[0]
@@ -577,7 +586,6 @@ func (r *Result) judge(op engine.Op) bool {
 	} else {
 		r.charged, err = m.Request.Charged(op)
 	}
-	r.cost, r.chargeErr = r.charged.Cost, err
 	if !errors.Is(err, sluice.ErrCostExceedsLimit) {
 		return false
 	}

@@ -86,14 +86,32 @@ type Charged struct {
 //     own replaces the limit's: a valid amount, of which at most engine.MaxDebt
 //     counts.
 func (r Request) Charged(op engine.Op) (Charged, error) {
-	if l := r.Limit; l != nil && l.plain && op <= engine.OpRefund && (r.Cost == 0 || r.Cost == 1) && !r.Reserve && r.MaxReserved == 0 {
-		// The common request, one token of a limit that holds one
-		// (Limit.plain): nothing to convert or validate.
-		c := Charged{Limit: l, Key: r.Key, Charge: l.one}
-		c.Reserve = c.Reserve && !r.NoReserve
+	if r.Limit != nil && op <= engine.OpRefund && r.one() {
+		var c Charged
+		r.chargeOne(&c)
 		return c, nil
 	}
 	return r.charged(op)
+}
+
+// one reports whether r is the common request: one token of a limit
+// that holds one (Limit.plain), with no reservation of its own, whose
+// charge needs nothing converted or validated (oneCharged). r.Limit is
+// not nil. The Limiter's hot paths ask it inline, rather than call
+// Charged: a Charged returned with an error is copied through memory,
+// with wide loads of what was just stored narrow (store forwarding
+// fails), where chargeOne writes it in place.
+func (r *Request) one() bool {
+	return r.Limit.plain && (r.Cost == 0 || r.Cost == 1) && !r.Reserve && r.MaxReserved == 0
+}
+
+// chargeOne writes the charge of r, a request for which one holds, into
+// c, a zero Charged, field by field: the limit's precomputed one-token
+// charge.
+func (r *Request) chargeOne(c *Charged) {
+	l := r.Limit
+	c.Limit, c.Key = l, r.Key
+	c.Cost, c.Reserve, c.MaxReserved = l.one.Cost, l.one.Reserve && !r.NoReserve, l.one.MaxReserved
 }
 
 // charged is Charged for every request but Charged's common one.
@@ -221,14 +239,16 @@ func New(store Store) *Limiter { return NewWithOptions(store, Options{}) }
 // that returns one copies it, a large share of an in-process decision.
 type OutcomeStore interface {
 	Store
-	// TakeOutcome is Take answering in an engine.Outcome. When dated is
+	// TakeOutcome is Take of engine.OpTake (the one a Limiter asks this
+	// way) answering in an engine.Outcome. Its parameters are few enough
+	// for the charged request to pass in registers. When dated is
 	// set it also answers the moment the Outcome's wait ends (the time
 	// the store read to decide it plus RetryAfter) if that reading was
 	// the system clock's, zero otherwise: the Limiter dates
 	// Decision.RetryAt from it instead of reading the clock again. A
 	// caller that asks only whether the request was admitted (Allow)
 	// leaves dated unset and spares the store dating it.
-	TakeOutcome(ctx context.Context, op engine.Op, c Charged, dated bool) (engine.Outcome, time.Time, error)
+	TakeOutcome(ctx context.Context, c Charged, dated bool) (engine.Outcome, time.Time, error)
 }
 
 // Store returns the limiter's store.
@@ -240,11 +260,13 @@ func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
 	if l.outcome == nil || lim == nil || lim.shards != nil || r.Key == "" {
 		return l.take(ctx, r)
 	}
-	c, err := r.Charged(engine.OpTake)
-	if err != nil {
+	var c Charged
+	if r.one() {
+		r.chargeOne(&c)
+	} else if c, err = r.Charged(engine.OpTake); err != nil {
 		return d, err
 	}
-	o, end, err := l.outcome.TakeOutcome(ctx, engine.OpTake, c, true)
+	o, end, err := l.outcome.TakeOutcome(ctx, c, true)
 	if err != nil {
 		return d, err
 	}
@@ -300,11 +322,16 @@ func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
 		return false
 	}
 	if l.outcome != nil && lim != nil && lim.shards == nil {
-		c, err := r.Charged(engine.OpTake)
-		if err != nil {
-			return false
+		var c Charged
+		if lim.plain { // one token, no reservation of its own
+			r.chargeOne(&c)
+		} else {
+			var err error
+			if c, err = r.Charged(engine.OpTake); err != nil {
+				return false
+			}
 		}
-		o, _, err := l.outcome.TakeOutcome(ctx, engine.OpTake, c, false)
+		o, _, err := l.outcome.TakeOutcome(ctx, c, false)
 		return err == nil && o.Allowed
 	}
 	d, err := l.one(ctx, engine.OpTake, r)

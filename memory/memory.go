@@ -313,8 +313,8 @@ func (s *Store) Supports(*sluice.Limit) error { return nil }
 
 // TakeOutcome implements sluice.OutcomeStore: Take answering in the
 // algorithm's integers, from which sluice.Limiter builds the Decision.
-func (s *Store) TakeOutcome(_ context.Context, op engine.Op, c sluice.Charged, dated bool) (engine.Outcome, time.Time, error) {
-	o, now := s.decideOne(op, c, false)
+func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (engine.Outcome, time.Time, error) {
+	o, now := s.decideOne(engine.OpTake, c, false)
 	if !dated || o.RetryAfter <= 0 || s.clock != nil {
 		return o, time.Time{}, nil
 	}

@@ -254,11 +254,11 @@ func leasedCost(r sluice.Charged) (int64, bool) {
 
 // TakeOutcome implements sluice.OutcomeStore: the wrapped store's when it
 // is one and the limit is not leased, so that its fast path stays.
-func (s *Store) TakeOutcome(ctx context.Context, op engine.Op, r sluice.Charged, dated bool) (engine.Outcome, time.Time, error) {
-	if s.outcome != nil && (op != engine.OpTake || s.leased(r.Limit) == nil) {
-		return s.outcome.TakeOutcome(ctx, op, r, dated)
+func (s *Store) TakeOutcome(ctx context.Context, r sluice.Charged, dated bool) (engine.Outcome, time.Time, error) {
+	if s.outcome != nil && s.leased(r.Limit) == nil {
+		return s.outcome.TakeOutcome(ctx, r, dated)
 	}
-	d, err := s.Take(ctx, op, r)
+	d, err := s.Take(ctx, engine.OpTake, r)
 	if err != nil {
 		return engine.Outcome{}, time.Time{}, err
 	}

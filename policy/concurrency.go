@@ -116,7 +116,7 @@ func (v *Verdict) slots(ctx context.Context, lim *sluice.Limiter, op engine.Op, 
 	all := true
 	for _, i := range conc {
 		r := &v.Results[i]
-		r.charged.Cost = engine.TokenScale
+		r.cost = engine.TokenScale
 		req := r.Match.Request
 		switch {
 		case op == engine.OpTake && !hold:

@@ -33,9 +33,10 @@ type Match struct {
 	queueFull bool          // QueueFull: no place in the rule's queue
 	queueRoom time.Duration // QueueFull: until the queue has room
 
-	// judged is the request that CostExceedsLimit charged as a take, with
-	// its charge and error: Enforce's take of that very request hands that
-	// charge to the Limiter rather than charging it again.
+	// judged is the request that Judge (or Enforce) charged as a take,
+	// with its charge and error: Enforce's take of that very request hands
+	// that charge to the Limiter rather than charging it again. A Result
+	// keeps its request's charge here too, for the Limiter.
 	judged        sluice.Request
 	judgedCharged sluice.Charged
 	judgedErr     error
@@ -208,9 +209,7 @@ type Result struct {
 	notCharged  bool  // it had room, but another limit rejected the request
 	unsupported bool  // a concurrency rule on a path that cannot hold its slot
 
-	// charged is the request as judge charged it, for the Limiter (its
-	// Cost the cost in micro-tokens); zero when it could not be charged.
-	charged sluice.Charged
+	cost int64 // the cost in micro-tokens, as sluice.Request.Charged judged it
 }
 
 // Observer is told every decision; package metrics implements it with
@@ -397,12 +396,12 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 			conc = append(conc, i)
 			continue
 		}
-		if r.judge(op) {
+		if r.judge() {
 			impossible = true
 			continue
 		}
-		cs = append(cs, r.charged)
-		uncharged = uncharged || r.charged.Limit == nil
+		cs = append(cs, r.Match.judgedCharged)
+		uncharged = uncharged || r.Match.judgedErr != nil
 		idx = append(idx, i)
 	}
 	// Slots first: a lease is given back exactly when the rate rules
@@ -447,7 +446,7 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 			v.slots(ctx, lim, op, []int{i}, true, v.Allowed && hold)
 			continue
 		}
-		if r.judge(op) {
+		if r.judge() {
 			continue
 		}
 		// Asked as the enforced limits are (TakeAll), on the precise clock:
@@ -457,7 +456,7 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 		if op == engine.OpPeek || !v.Allowed {
 			ask = engine.OpPeek
 		}
-		if ds, err := decideCharged(ctx, lim, ask, decBuf, []sluice.Charged{r.charged}, v.Results, []int{i}, r.charged.Limit == nil); err != nil {
+		if ds, err := decideCharged(ctx, lim, ask, decBuf, []sluice.Charged{r.Match.judgedCharged}, v.Results, []int{i}, r.Match.judgedErr != nil); err != nil {
 			r.storeFailed(err)
 		} else {
 			r.Decision = ds[0]
@@ -575,21 +574,21 @@ func (r *Result) storeFailed(err error) {
 	r.Decision = d
 }
 
-// judge charges r's request under op (sluice.Request.Charged), once: the
-// charge goes to the Limiter as it stands. A cost the limit can never
-// admit is decided here, as a rejection, and judge reports true; any
-// other problem is left for the Limiter to report (decideCharged).
-func (r *Result) judge(op engine.Op) bool {
-	var err error
-	if m := &r.Match; op == engine.OpTake && m.judged.Limit != nil && m.judged == m.Request {
-		r.charged, err = m.judgedCharged, m.judgedErr
-	} else {
-		r.charged, err = m.Request.Charged(op)
+// judge charges r's request (sluice.Request.Charged) once, as a take: a
+// peek is charged alike. The charge, kept in r.Match (see Match.Judge),
+// goes to the Limiter as it stands. A cost the limit can never admit is
+// decided here, as a rejection, and judge reports true; any other problem
+// is left for the Limiter to report (decideCharged).
+func (r *Result) judge() bool {
+	if m := &r.Match; m.judged.Limit == nil || m.judged != m.Request {
+		m.Judge()
 	}
+	err := r.Match.judgedErr
+	r.cost = r.Match.judgedCharged.Cost
 	if !errors.Is(err, sluice.ErrCostExceedsLimit) {
 		return false
 	}
-	if r.queueRefuse(op) {
+	if r.queueRefuse(engine.OpTake) {
 		return true
 	}
 	r.refuse(err)

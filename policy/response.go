@@ -94,7 +94,7 @@ func (r *Result) Effective(taken bool) sluice.Decision {
 	if taken || r.Violated || r.StoreErr != nil || lim == nil {
 		return d
 	}
-	cost := engine.FromMicroTokens(r.charged.Cost)
+	cost := engine.FromMicroTokens(r.cost)
 	d.Tokens += cost / r.Match.Scale() // in the rule's units, as unscale reports them
 	d.Remaining = min(int64(math.Floor(math.Max(0, d.Tokens)+1e-9)), d.Capacity)
 	// A bucket refills continuously: it is full cost/rate sooner than the

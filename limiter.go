@@ -96,7 +96,7 @@ func (r Request) Charged(op engine.Op) (Charged, error) {
 
 // one reports whether r is the common request: one token of a limit
 // that holds one (Limit.plain), with no reservation of its own, whose
-// charge needs nothing converted or validated (oneCharged). r.Limit is
+// charge needs nothing converted or validated (chargeOne). r.Limit is
 // not nil. The Limiter's hot paths ask it inline, rather than call
 // Charged: a Charged returned with an error is copied through memory,
 // with wide loads of what was just stored narrow (store forwarding

@@ -13,7 +13,6 @@ import (
 
 // work is one request of a TakeAll with its tentative state.
 type work struct {
-	ch       engine.Charge
 	h, check uint64
 	shard    int
 	present  bool
@@ -54,7 +53,7 @@ func (s *Store) takeMany(op engine.Op, rs []sluice.Charged, dst []sluice.Decisio
 	ws, out = ws[:len(rs)], out[:len(rs)]
 	for i, r := range rs {
 		h, check := s.hashes(r.Limit, r.Key)
-		ws[i] = work{ch: r.Charge, h: h, check: check, shard: int(h & s.mask), same: -1}
+		ws[i] = work{h: h, check: check, shard: int(h & s.mask), same: -1}
 		for j := 0; j < i; j++ {
 			if ws[j].h == h && ws[j].check == check {
 				ws[i].same = j
@@ -115,9 +114,9 @@ func (s *Store) decideAll(op engine.Op, rs []sluice.Charged, ws []work, out []en
 		}
 		var written bool
 		if op == engine.OpRefund {
-			out[i], written = engine.Refund(rs[i].Limit.Params(), &w.st, w.present, rs[i].Key, now, w.ch)
+			out[i], written = engine.Refund(rs[i].Limit.Params(), &w.st, w.present, rs[i].Key, now, rs[i].Charge)
 		} else {
-			out[i], written = engine.Evaluate(rs[i].Limit.Params(), &w.st, w.present, rs[i].Key, now, w.ch, true)
+			out[i], written = engine.Evaluate(rs[i].Limit.Params(), &w.st, w.present, rs[i].Key, now, rs[i].Charge, true)
 		}
 		w.present = w.present || written
 		all = all && out[i].Allowed

@@ -161,7 +161,7 @@ func (s Lease) Reacquire(ctx context.Context) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	s.l.advise(ctx, &d, &r, time.Time{})
+	s.l.advise(ctx, &d, r.Limit, r.Key, time.Time{})
 	return d, nil
 }
 
@@ -186,7 +186,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (Lease, Decision, erro
 	if err != nil {
 		return Lease{}, Decision{}, err
 	}
-	l.advise(ctx, &d, &r, time.Time{})
+	l.advise(ctx, &d, r.Limit, r.Key, time.Time{})
 	if !d.Allowed {
 		return Lease{}, d, nil
 	}
@@ -228,7 +228,7 @@ func (l *Limiter) peekSlot(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, err
 	}
 	d, err := l.store.Lease(ctx, engine.OpPeek, r, engine.LeaseID{})
-	l.advise(ctx, &d, &r, time.Time{})
+	l.advise(ctx, &d, r.Limit, r.Key, time.Time{})
 	return d, err
 }
 

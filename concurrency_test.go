@@ -93,7 +93,7 @@ func TestConcurrencyNeedsLease(t *testing.T) {
 	}
 	// OpRenew is a call on leases alone: a take of it is refused before
 	// any state is read.
-	if _, err := (sluice.Request{Limit: tb, Key: "k"}).Charge(engine.OpRenew); err == nil || !strings.Contains(err.Error(), "Store.Lease") {
+	if _, err := (sluice.Request{Limit: tb, Key: "k"}).Charged(engine.OpRenew); err == nil || !strings.Contains(err.Error(), "Store.Lease") {
 		t.Errorf("a take with OpRenew: %v", err)
 	}
 	var zero sluice.Lease

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 )
 
@@ -42,7 +43,7 @@ func FuzzLimitAndCost(f *testing.F) {
 			if i == 2 {
 				op = engine.OpRefund // refunds never lift a bucket above its capacity
 			}
-			d, err := store.Take(context.Background(), op, sluice.Request{Limit: lim, Key: "k", Cost: c, Reserve: reserve})
+			d, err := conformance.Take(context.Background(), store, op, sluice.Request{Limit: lim, Key: "k", Cost: c, Reserve: reserve})
 			if err != nil {
 				if !sluice.IsInputError(err) {
 					t.Fatalf("cost %v: an input problem reported as %v", c, err)

@@ -101,7 +101,7 @@ type Limit struct {
 	shards *shardSet // nil unless Spec.Shards > 1
 	// plain is set for a limit of tokens, in one bucket (not sharded),
 	// that holds at least one token: a request for one token of it needs
-	// no judging (Request.Charge).
+	// no judging (Request.Charged).
 	plain bool
 	one   engine.Charge // the charge of one token, when plain
 	whole int64         // the capacity in whole tokens (Decision.Capacity)
@@ -414,7 +414,7 @@ func maxReserved(tokens float64, p *engine.Params) (int64, error) {
 	mr, why := amountReason(tokens)
 	if why != "" {
 		// ErrInvalidCost: a request's own max_reserved is part of its
-		// charge (Request.Charge).
+		// charge (Request.Charged).
 		return 0, &costError{why, ErrInvalidCost}
 	}
 	return min(mr, most), nil
@@ -467,7 +467,7 @@ func (l *Limit) TokensPerSecond() float64 {
 	return float64(l.params.WindowRate) / float64(l.params.Period)
 }
 
-// cost is the cost half of Request.Charge's rule (see there): most is the
+// cost is the cost half of Request.Charged's rule (see there): most is the
 // most one request can be charged, in micro-tokens.
 func (l *Limit) cost(op engine.Op, cost float64, most int64) (int64, error) {
 	if l.shards != nil && op != engine.OpRefund {

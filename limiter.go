@@ -3,6 +3,7 @@ package sluice
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
@@ -36,11 +37,28 @@ type Request struct {
 	NoReserve bool
 }
 
-// Charge decides what r asks of its limit under op, in the integer form
-// the algorithms take. It is the one place where a request's cost is
-// judged: every store calls it, so every store refuses the same input
-// with the same error, and policy.Enforce calls it to tell an impossible
-// request from one that is merely short of tokens.
+// Charged is a request that Request.Charged has validated: its limit and
+// key, and what it asks of the limit in the engine's integers. It is what
+// a Store is handed: the Limiter computes each request's charge once, and
+// a store applies it as it stands, judging nothing again. A Charged made
+// for engine.OpTake serves engine.OpPeek as well (the rule is the same);
+// one for engine.OpRefund is a refund's.
+type Charged struct {
+	Limit *Limit
+	Key   string
+	engine.Charge
+
+	// A sharded limit's request as given, which the Limiter spreads over
+	// the shards (see Limit.Shards); zero for any other limit.
+	cost, maxReserved float64
+}
+
+// Charged validates r under op and computes its charge, in the integer
+// form the algorithms take. It is the one place where a request's cost is
+// judged: the Limiter calls it once per request and hands the store the
+// result, so every store decides the same input alike, and policy.Enforce
+// calls it to tell an impossible request from one that is merely short of
+// tokens (and hands what it computed to Limiter.AppendCharged).
 //
 // The rule:
 //
@@ -67,19 +85,55 @@ type Request struct {
 //     leaky bucket or fixed window, else ErrReserveUnsupported. A MaxReserved of the request's
 //     own replaces the limit's: a valid amount, of which at most engine.MaxDebt
 //     counts.
-func (r Request) Charge(op engine.Op) (engine.Charge, error) {
-	if l := r.Limit; l != nil && l.plain && op <= engine.OpRefund && (r.Cost == 0 || r.Cost == 1) && !r.Reserve && r.MaxReserved == 0 {
-		// The common request, one token of a limit that holds one
-		// (Limit.plain): nothing to convert or validate. Small enough to
-		// be inlined into the stores' hot paths.
-		ch := l.one
-		ch.Reserve = ch.Reserve && !r.NoReserve
-		return ch, nil
+func (r Request) Charged(op engine.Op) (Charged, error) {
+	if r.Limit != nil && op <= engine.OpRefund && r.one() {
+		var c Charged
+		r.chargeOne(&c)
+		return c, nil
 	}
-	return r.charge(op)
+	return r.charged(op)
 }
 
-// charge is Charge for every request but Charge's common one.
+// one reports whether r is the common request: one token of a limit
+// that holds one (Limit.plain), with no reservation of its own, whose
+// charge needs nothing converted or validated (chargeOne). r.Limit is
+// not nil. The Limiter's hot paths ask it inline, rather than call
+// Charged: a Charged returned with an error is copied through memory,
+// with wide loads of what was just stored narrow (store forwarding
+// fails), where chargeOne writes it in place.
+func (r *Request) one() bool {
+	return r.Limit.plain && (r.Cost == 0 || r.Cost == 1) && !r.Reserve && r.MaxReserved == 0
+}
+
+// chargeOne writes the charge of r, a request for which one holds, into
+// c, a zero Charged, field by field: the limit's precomputed one-token
+// charge.
+func (r *Request) chargeOne(c *Charged) {
+	l := r.Limit
+	c.Limit, c.Key = l, r.Key
+	c.Cost, c.Reserve, c.MaxReserved = l.one.Cost, l.one.Reserve && !r.NoReserve, l.one.MaxReserved
+}
+
+// charged is Charged for every request but Charged's common one.
+func (r Request) charged(op engine.Op) (Charged, error) {
+	ch, err := r.charge(op)
+	if err != nil {
+		return Charged{}, err
+	}
+	c := Charged{Limit: r.Limit, Key: r.Key, Charge: ch}
+	if r.Limit.shards != nil {
+		c.cost, c.maxReserved = r.Cost, r.MaxReserved
+	}
+	return c, nil
+}
+
+// request is the request c was charged for, as far as a sharded limit's
+// expansion needs it.
+func (c *Charged) request() Request {
+	return Request{Limit: c.Limit, Key: c.Key, Cost: c.cost, Reserve: c.Reserve, MaxReserved: c.maxReserved}
+}
+
+// charge is the integer charge of r under op (Charged's rule).
 func (r Request) charge(op engine.Op) (engine.Charge, error) {
 	if r.Limit == nil {
 		return engine.Charge{}, fmt.Errorf("%w: request for key %q has no limit", ErrInvalidLimit, r.Key)
@@ -125,17 +179,20 @@ func (r Request) charge(op engine.Op) (engine.Charge, error) {
 // engine (memory, redis, postgres) implements it with the same arithmetic,
 // checked by the conformance vectors in package conformance.
 type Store interface {
-	// Take decides one request. With engine.OpTake an admitted request
-	// is charged atomically; a rejected one changes nothing.
-	// engine.OpRefund gives its cost back. The Decision's RetryAt is
-	// left zero: the Limiter dates it.
-	Take(ctx context.Context, op engine.Op, r Request) (Decision, error)
-	// TakeAll decides several requests all-or-nothing: they are charged
-	// only if every one is admitted, and a rejection charges none of them.
-	// The decisions are in the order of rs. engine.OpRefund refunds
-	// every one. dst, when not nil, is memory the caller lends for them: a store
-	// may write them from dst[:0], or return a slice of its own.
-	TakeAll(ctx context.Context, op engine.Op, rs []Request, dst []Decision) ([]Decision, error)
+	// Take decides one request, charged by the Limiter (see Charged): the
+	// store applies c as it stands, validating nothing again. With
+	// engine.OpTake an admitted request is charged atomically; a
+	// rejected one changes nothing. engine.OpRefund gives its cost back.
+	// The Decision's RetryAt is left zero: the Limiter dates it.
+	Take(ctx context.Context, op engine.Op, c Charged) (Decision, error)
+	// TakeAll decides several charged requests all-or-nothing: they are
+	// charged only if every one is admitted, and a rejection charges none
+	// of them. The decisions are in the order of cs. engine.OpRefund
+	// refunds every one. cs is the caller's memory, lent for the call
+	// alone. dst, when not nil, is memory the caller lends for the
+	// decisions: a store may write them from dst[:0], or return a slice of
+	// its own.
+	TakeAll(ctx context.Context, op engine.Op, cs []Charged, dst []Decision) ([]Decision, error)
 	// Reset forgets the state of key under l: the bucket is full again.
 	Reset(ctx context.Context, l *Limit, key string) error
 	// Lease applies op to lease id of r.Key under r.Limit, a concurrency
@@ -182,14 +239,16 @@ func New(store Store) *Limiter { return NewWithOptions(store, Options{}) }
 // that returns one copies it, a large share of an in-process decision.
 type OutcomeStore interface {
 	Store
-	// TakeOutcome is Take answering in an engine.Outcome. When dated is
+	// TakeOutcome is Take of engine.OpTake (the one a Limiter asks this
+	// way) answering in an engine.Outcome. Its parameters are few enough
+	// for the charged request to pass in registers. When dated is
 	// set it also answers the moment the Outcome's wait ends (the time
 	// the store read to decide it plus RetryAfter) if that reading was
 	// the system clock's, zero otherwise: the Limiter dates
 	// Decision.RetryAt from it instead of reading the clock again. A
 	// caller that asks only whether the request was admitted (Allow)
 	// leaves dated unset and spares the store dating it.
-	TakeOutcome(ctx context.Context, op engine.Op, r Request, dated bool) (engine.Outcome, time.Time, error)
+	TakeOutcome(ctx context.Context, c Charged, dated bool) (engine.Outcome, time.Time, error)
 }
 
 // Store returns the limiter's store.
@@ -201,7 +260,13 @@ func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
 	if l.outcome == nil || lim == nil || lim.shards != nil || r.Key == "" {
 		return l.take(ctx, r)
 	}
-	o, end, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r, true)
+	var c Charged
+	if r.one() {
+		r.chargeOne(&c)
+	} else if c, err = r.Charged(engine.OpTake); err != nil {
+		return d, err
+	}
+	o, end, err := l.outcome.TakeOutcome(ctx, c, true)
 	if err != nil {
 		return d, err
 	}
@@ -227,7 +292,7 @@ func (l *Limiter) take(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, noKey(r.Limit)
 	}
 	d, err := l.one(ctx, engine.OpTake, r)
-	l.advise(ctx, &d, &r, time.Time{})
+	l.advise(ctx, &d, r.Limit, r.Key, time.Time{})
 	return d, err
 }
 
@@ -237,7 +302,7 @@ func (l *Limiter) take(ctx context.Context, r Request) (Decision, error) {
 // Limiter's own clock when the Limiter has one.
 func (l *Limiter) dateWait(ctx context.Context, d *Decision, r Request, end time.Time) {
 	if end.IsZero() || l.clock != nil {
-		l.advise(ctx, d, &r, time.Time{})
+		l.advise(ctx, d, r.Limit, r.Key, time.Time{})
 		return
 	}
 	if !d.Allowed && r.Limit.spec.Jitter > 0 {
@@ -257,7 +322,16 @@ func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
 		return false
 	}
 	if l.outcome != nil && lim != nil && lim.shards == nil {
-		o, _, err := l.outcome.TakeOutcome(ctx, engine.OpTake, r, false)
+		var c Charged
+		if lim.plain { // one token, no reservation of its own
+			r.chargeOne(&c)
+		} else {
+			var err error
+			if c, err = r.Charged(engine.OpTake); err != nil {
+				return false
+			}
+		}
+		o, _, err := l.outcome.TakeOutcome(ctx, c, false)
 		return err == nil && o.Allowed
 	}
 	d, err := l.one(ctx, engine.OpTake, r)
@@ -271,7 +345,7 @@ func (l *Limiter) Peek(ctx context.Context, r Request) (Decision, error) {
 		return l.peekSlot(ctx, r)
 	}
 	d, err := l.one(ctx, engine.OpPeek, r)
-	l.advise(ctx, &d, &r, time.Time{})
+	l.advise(ctx, &d, r.Limit, r.Key, time.Time{})
 	return d, err
 }
 
@@ -308,13 +382,78 @@ func (l *Limiter) AppendAll(ctx context.Context, op engine.Op, dst []Decision, r
 	return l.allInto(ctx, op, dst, rs)
 }
 
-func (l *Limiter) allInto(ctx context.Context, op engine.Op, dst []Decision, rs []Request) ([]Decision, error) {
-	ds, err := l.all(ctx, op, rs, dst[:0])
+// AppendCharged is AppendAll of requests the caller has charged already
+// with Request.Charged (for engine.OpTake), so that a caller that judges
+// its requests before deciding them (policy.Enforce) does not have them
+// judged twice. cs is lent for the call alone.
+func (l *Limiter) AppendCharged(ctx context.Context, op engine.Op, dst []Decision, cs ...Charged) ([]Decision, error) {
+	if op != engine.OpTake && op != engine.OpPeek {
+		return nil, fmt.Errorf("sluice: AppendCharged takes or peeks, not %v", op)
+	}
+	for i, c := range cs {
+		switch {
+		case c.Limit == nil:
+			return nil, fmt.Errorf("take %d of %d: %w: a Charged without a limit (see Request.Charged)", i+1, len(cs), ErrInvalidLimit)
+		case c.Key == "":
+			return nil, noKey(c.Limit)
+		}
+	}
+	ds, err := l.allCharged(ctx, op, cs, dst[:0])
 	if err != nil {
 		return nil, err
 	}
-	l.adviseAll(ctx, ds, rs)
+	l.adviseAll(ctx, ds, cs)
 	return ds, nil
+}
+
+func (l *Limiter) allInto(ctx context.Context, op engine.Op, dst []Decision, rs []Request) ([]Decision, error) {
+	buf, err := chargeAll(op, rs)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := l.allCharged(ctx, op, *buf, dst[:0])
+	if err == nil {
+		l.adviseAll(ctx, ds, *buf)
+	}
+	putCharged(buf)
+	return ds, err
+}
+
+// chargedPool holds the memory in which a Limiter charges the requests of
+// a TakeAll: it is handed to the store through an interface, so it would
+// escape from the Limiter's frame, and a server deciding request after
+// request would allocate it each time.
+var chargedPool = sync.Pool{New: func() any { return new([]Charged) }}
+
+// chargeAll charges every request of rs under op, in memory from
+// chargedPool that the caller gives back with putCharged. A request
+// without a key, or one that Request.Charged refuses, is an error.
+func chargeAll(op engine.Op, rs []Request) (*[]Charged, error) {
+	for _, r := range rs {
+		if r.Key == "" {
+			return nil, noKey(r.Limit)
+		}
+	}
+	buf := chargedPool.Get().(*[]Charged)
+	cs := (*buf)[:0]
+	for i, r := range rs {
+		c, err := r.Charged(op)
+		if err != nil {
+			*buf = cs
+			putCharged(buf)
+			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
+		}
+		cs = append(cs, c)
+	}
+	*buf = cs
+	return buf, nil
+}
+
+// putCharged gives buf back to chargedPool, keeping no limit or key alive.
+func putCharged(buf *[]Charged) {
+	clear(*buf)
+	*buf = (*buf)[:0]
+	chargedPool.Put(buf)
 }
 
 // Refund gives r.Cost tokens back to r's bucket, never above its capacity.
@@ -325,7 +464,13 @@ func (l *Limiter) Refund(ctx context.Context, r Request) (Decision, error) {
 // RefundAll refunds several requests at once; each decision describes its
 // bucket after the refund.
 func (l *Limiter) RefundAll(ctx context.Context, rs ...Request) ([]Decision, error) {
-	return l.all(ctx, engine.OpRefund, rs, nil)
+	buf, err := chargeAll(engine.OpRefund, rs)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := l.allCharged(ctx, engine.OpRefund, *buf, nil)
+	putCharged(buf)
+	return ds, err
 }
 
 // Reset refills key's bucket under lim.

@@ -37,15 +37,15 @@ func (l *Limiter) Now() time.Time {
 // is the one place a decision is dated: stores answer waits, never
 // moments. Nothing is read for a decision without a wait, the common
 // admit.
-func (l *Limiter) advise(ctx context.Context, d *Decision, r *Request, now time.Time) time.Time {
+func (l *Limiter) advise(ctx context.Context, d *Decision, lim *Limit, key string, now time.Time) time.Time {
 	if d.RetryAfter <= 0 {
 		if !d.RetryAt.IsZero() { // no write on the common admit: see Limiter.Take
 			d.RetryAt = time.Time{}
 		}
 		return now
 	}
-	if !d.Allowed && r.Limit != nil {
-		d.RetryAfter += r.Limit.Jitter(ctx, r.Key)
+	if !d.Allowed && lim != nil {
+		d.RetryAfter += lim.Jitter(ctx, key)
 	}
 	if now.IsZero() {
 		now = l.Now()
@@ -54,13 +54,13 @@ func (l *Limiter) advise(ctx context.Context, d *Decision, r *Request, now time.
 	return now
 }
 
-// adviseAll is advise for the decisions ds of rs, with one reading of the
+// adviseAll is advise for the decisions ds of cs, with one reading of the
 // clock.
-func (l *Limiter) adviseAll(ctx context.Context, ds []Decision, rs []Request) {
+func (l *Limiter) adviseAll(ctx context.Context, ds []Decision, cs []Charged) {
 	var now time.Time
 	for i := range ds {
-		if i < len(rs) {
-			now = l.advise(ctx, &ds[i], &rs[i], now)
+		if i < len(cs) {
+			now = l.advise(ctx, &ds[i], cs[i].Limit, cs[i].Key, now)
 		}
 	}
 }

@@ -64,7 +64,7 @@ const settleTries = 4
 // no cost or an actual that is not a finite number >= 0.
 func (l *Limiter) Settle(ctx context.Context, r Request, charged, actual float64) (Settlement, error) {
 	if r.Limit == nil {
-		_, err := r.Charge(engine.OpRefund) // names the missing limit
+		_, err := r.Charged(engine.OpRefund) // names the missing limit
 		return Settlement{}, err
 	}
 	if r.Key == "" {

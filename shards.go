@@ -193,7 +193,7 @@ func (r Request) shardRequest(i int, cost int64, reserve bool) Request {
 	return sr
 }
 
-// shardJudge is Request.Charge's rule for a sharded limit's take or peek:
+// shardJudge is Request.Charged's rule for a sharded limit's take or peek:
 // the cost, and whether a reservation can be taken from one shard. A
 // reservation is taken from one shard, so it is bounded by what one
 // shard may reserve; a cost above that (or a request without Reserve)
@@ -206,7 +206,7 @@ func (r Request) shardJudge(op engine.Op) (cost int64, reservable bool, err erro
 	}
 	sr := r.shardRequest(0, 0, true)
 	sr.Cost = c
-	_, serr := sr.Charge(op)
+	_, serr := sr.charge(op)
 	switch {
 	case serr == nil:
 		if err != nil { // beyond two shards' tokens, within one shard's credit
@@ -220,7 +220,7 @@ func (r Request) shardJudge(op engine.Op) (cost int64, reservable bool, err erro
 	return 0, false, serr // no reservations on this algorithm, or a bad max_reserved
 }
 
-// shardedCharge is Request.Charge for a sharded limit (see shardJudge).
+// shardedCharge is Request.Charged's charge for a sharded limit (see shardJudge).
 func (r Request) shardedCharge(op engine.Op) (engine.Charge, error) {
 	if op == engine.OpRefund {
 		c, err := r.Limit.cost(op, r.costOrOne(), r.Limit.params.Capacity+r.Limit.params.MaxReserved)
@@ -333,30 +333,29 @@ func (l *Limiter) one(ctx context.Context, op engine.Op, r Request) (Decision, e
 	if r.Key == "" {
 		return Decision{}, noKey(r.Limit)
 	}
-	if r.Limit == nil || r.Limit.shards == nil {
-		return l.store.Take(ctx, op, r)
+	c, err := r.Charged(op)
+	if err != nil {
+		return Decision{}, err
 	}
-	ds, err := l.sharded(ctx, op, []Request{r})
+	if r.Limit.shards == nil {
+		return l.store.Take(ctx, op, c)
+	}
+	ds, err := l.sharded(ctx, op, []Charged{c})
 	if err != nil {
 		return Decision{}, err
 	}
 	return ds[0], nil
 }
 
-// all decides rs together with op, expanding sharded limits; the
+// allCharged decides cs together with op, expanding sharded limits; the
 // decisions are appended to dst when it is not nil and the store can.
-func (l *Limiter) all(ctx context.Context, op engine.Op, rs []Request, dst []Decision) ([]Decision, error) {
-	sharded := false
-	for _, r := range rs {
-		if r.Key == "" {
-			return nil, noKey(r.Limit)
+func (l *Limiter) allCharged(ctx context.Context, op engine.Op, cs []Charged, dst []Decision) ([]Decision, error) {
+	for _, c := range cs {
+		if c.Limit.shards != nil {
+			return l.sharded(ctx, op, cs)
 		}
-		sharded = sharded || (r.Limit != nil && r.Limit.shards != nil)
 	}
-	if sharded {
-		return l.sharded(ctx, op, rs)
-	}
-	return l.store.TakeAll(ctx, op, rs, dst)
+	return l.store.TakeAll(ctx, op, cs, dst)
 }
 
 // reset clears key under lim: every shard of a sharded limit.
@@ -404,7 +403,7 @@ type expansion struct {
 // as TakeAll always is) charges the unsharded requests and the shards'
 // parts together. A take rejected only because a shard it expected to
 // hold its share no longer did is decided once more on fresh shards.
-func (l *Limiter) sharded(ctx context.Context, op engine.Op, rs []Request) ([]Decision, error) {
+func (l *Limiter) sharded(ctx context.Context, op engine.Op, rs []Charged) ([]Decision, error) {
 	ds, raced, err := l.shardedOnce(ctx, op, rs)
 	if err == nil && raced {
 		ds, _, err = l.shardedOnce(ctx, op, rs)
@@ -412,7 +411,7 @@ func (l *Limiter) sharded(ctx context.Context, op engine.Op, rs []Request) ([]De
 	return ds, err
 }
 
-func (l *Limiter) shardedOnce(ctx context.Context, op engine.Op, rs []Request) ([]Decision, bool, error) {
+func (l *Limiter) shardedOnce(ctx context.Context, op engine.Op, rs []Charged) ([]Decision, bool, error) {
 	exps, probes, err := l.expandSharded(op, rs)
 	if err != nil {
 		return nil, false, err
@@ -421,7 +420,10 @@ func (l *Limiter) shardedOnce(ctx context.Context, op engine.Op, rs []Request) (
 	if err != nil {
 		return nil, false, err
 	}
-	final := planSharded(op, rs, exps, states)
+	final, err := planSharded(op, rs, exps, states)
+	if err != nil {
+		return nil, false, err
+	}
 	fds, err := l.takeFinal(ctx, op, final)
 	if err != nil {
 		return nil, false, err
@@ -433,24 +435,19 @@ func (l *Limiter) shardedOnce(ctx context.Context, op engine.Op, rs []Request) (
 // expandSharded judges each sharded request of rs and picks the shards it
 // samples (every shard for a peek), returning the expansions in the
 // caller's order and the probes that read the sampled shards.
-func (l *Limiter) expandSharded(op engine.Op, rs []Request) ([]expansion, []Request, error) {
+func (l *Limiter) expandSharded(op engine.Op, rs []Charged) ([]expansion, []Charged, error) {
 	exps := make([]expansion, 0, len(rs))
-	var probes []Request
-	for i, r := range rs {
-		if r.Limit == nil || r.Limit.shards == nil {
+	var probes []Charged
+	for i := range rs {
+		if rs[i].Limit.shards == nil {
 			continue
 		}
-		e := expansion{req: i}
-		var err error
-		if op == engine.OpRefund {
-			var ch engine.Charge
-			ch, err = r.shardedCharge(op)
-			e.cost = ch.Cost
-		} else {
-			e.cost, e.reservable, err = r.shardJudge(op)
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
+		r := rs[i].request()
+		e := expansion{req: i, cost: rs[i].Cost}
+		if op != engine.OpRefund && r.Reserve {
+			// The charge stands (Request.Charged judged it); whether one
+			// shard can take it on credit is the shard's own judgement.
+			_, e.reservable, _ = r.shardJudge(op)
 		}
 		n := r.Limit.shards.n
 		if op == engine.OpPeek {
@@ -467,10 +464,14 @@ func (l *Limiter) expandSharded(op engine.Op, rs []Request) ([]expansion, []Requ
 		for k, s := range e.sampled {
 			// A shard that an earlier request of the call reads too is read
 			// once: the store would otherwise see the same bucket twice.
-			j := sameProbe(rs, exps, r, s)
+			j := sameProbe(rs, exps, &rs[i], s)
 			if j < 0 {
 				j = len(probes)
-				probes = append(probes, r.shardRequest(s, full, false))
+				pc, err := r.shardRequest(s, full, false).Charged(engine.OpPeek)
+				if err != nil {
+					return nil, nil, fmt.Errorf("take %d of %d: shard %d: %w", i+1, len(rs), s, err)
+				}
+				probes = append(probes, pc)
 			}
 			e.probes[k] = j
 		}
@@ -480,7 +481,7 @@ func (l *Limiter) expandSharded(op engine.Op, rs []Request) ([]expansion, []Requ
 }
 
 // probeShards reads the probed shards in one store call.
-func (l *Limiter) probeShards(ctx context.Context, probes []Request) ([]shardState, error) {
+func (l *Limiter) probeShards(ctx context.Context, probes []Charged) ([]shardState, error) {
 	pds, err := l.store.TakeAll(ctx, engine.OpPeek, probes, nil)
 	if err != nil {
 		return nil, err
@@ -502,15 +503,16 @@ func (l *Limiter) probeShards(ctx context.Context, probes []Request) ([]shardSta
 // planSharded plans each sharded request on what the ones before it
 // leave (recording the parts in its expansion), then lays out the store's
 // requests in the caller's order.
-func planSharded(op engine.Op, rs []Request, exps []expansion, states []shardState) []Request {
+func planSharded(op engine.Op, rs []Charged, exps []expansion, states []shardState) ([]Charged, error) {
 	work := append([]shardState(nil), states...)
-	var final []Request
+	var final []Charged
 	ei := 0
-	for i, r := range rs {
+	for i := range rs {
 		if ei >= len(exps) || exps[ei].req != i {
-			final = append(final, r)
+			final = append(final, rs[i])
 			continue
 		}
+		r := rs[i].request()
 		e := &exps[ei]
 		ei++
 		cs := r.Limit.shards.lim.params.Capacity
@@ -529,7 +531,11 @@ func planSharded(op engine.Op, rs []Request, exps []expansion, states []shardSta
 		}
 		e.first = len(final)
 		for _, p := range e.parts {
-			final = append(final, r.shardRequest(p.shard, p.cost, p.reserve))
+			pc, err := r.shardRequest(p.shard, p.cost, p.reserve).Charged(op)
+			if err != nil {
+				return nil, fmt.Errorf("take %d of %d: shard %d: %w", i+1, len(rs), p.shard, err)
+			}
+			final = append(final, pc)
 			j := e.probes[indexOf(e.sampled, p.shard)]
 			if op == engine.OpRefund {
 				work[j].tokens = min(cs, work[j].tokens+p.cost)
@@ -538,12 +544,12 @@ func planSharded(op engine.Op, rs []Request, exps []expansion, states []shardSta
 			}
 		}
 	}
-	return final
+	return final, nil
 }
 
 // takeFinal sends the planned requests in one store call (none for an
 // empty plan).
-func (l *Limiter) takeFinal(ctx context.Context, op engine.Op, final []Request) ([]Decision, error) {
+func (l *Limiter) takeFinal(ctx context.Context, op engine.Op, final []Charged) ([]Decision, error) {
 	switch len(final) {
 	case 0:
 		return nil, nil
@@ -561,7 +567,7 @@ func (l *Limiter) takeFinal(ctx context.Context, op engine.Op, final []Request) 
 // foldSharded folds the store's decisions back into one per request of
 // rs, and reports whether an admission the plan expected was refused by
 // a shard that another caller drained meanwhile.
-func foldSharded(op engine.Op, rs []Request, exps []expansion, states []shardState, fds []Decision) ([]Decision, bool) {
+func foldSharded(op engine.Op, rs []Charged, exps []expansion, states []shardState, fds []Decision) ([]Decision, bool) {
 	out := make([]Decision, len(rs))
 	raced := false
 	ei, fi := 0, 0
@@ -694,7 +700,7 @@ func fullestTwo(ts []int64) (int, int) {
 
 // sameProbe returns the probe of shard s of r's limit and key that one
 // of exps reads already, or -1.
-func sameProbe(rs []Request, exps []expansion, r Request, s int) int {
+func sameProbe(rs []Charged, exps []expansion, r *Charged, s int) int {
 	for _, f := range exps {
 		if o := rs[f.req]; o.Limit == r.Limit && o.Key == r.Key {
 			if k := indexOf(f.sampled, s); k >= 0 {

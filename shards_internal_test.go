@@ -131,7 +131,7 @@ func TestShardedCharge(t *testing.T) {
 		{1000, false, engine.OpRefund, nil}, // a refund is clamped, never an error
 		{-1, false, engine.OpTake, ErrInvalidCost},
 	} {
-		_, err := Request{Limit: l, Key: "k", Cost: c.cost, Reserve: c.reserve}.Charge(c.op)
+		_, err := Request{Limit: l, Key: "k", Cost: c.cost, Reserve: c.reserve}.Charged(c.op)
 		if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
 			t.Errorf("cost %v reserve %v %s: got %v, want %v", c.cost, c.reserve, c.op, err, c.want)
 		}
@@ -141,11 +141,11 @@ func TestShardedCharge(t *testing.T) {
 	}
 	// Fixed windows reserve, sharded or not; sliding logs never do.
 	fw := MustLimit(Spec{Name: "w", Algorithm: FixedWindow, Rate: 10, Period: time.Second, Shards: 2})
-	if _, err := (Request{Limit: fw, Key: "k", Cost: 1, Reserve: true}).Charge(engine.OpTake); err != nil {
+	if _, err := (Request{Limit: fw, Key: "k", Cost: 1, Reserve: true}).Charged(engine.OpTake); err != nil {
 		t.Fatalf("reserving on a sharded fixed window: %v", err)
 	}
 	sl := MustLimit(Spec{Name: "s", Algorithm: SlidingLog, Rate: 10, Period: time.Second, Shards: 2})
-	if _, err := (Request{Limit: sl, Key: "k", Cost: 1, Reserve: true}).Charge(engine.OpTake); !errors.Is(err, ErrReserveUnsupported) {
+	if _, err := (Request{Limit: sl, Key: "k", Cost: 1, Reserve: true}).Charged(engine.OpTake); !errors.Is(err, ErrReserveUnsupported) {
 		t.Fatalf("reserving on a sharded sliding log: %v, want ErrReserveUnsupported", err)
 	}
 }
@@ -273,7 +273,7 @@ type takeCounter struct {
 	peeked  int
 }
 
-func (c *takeCounter) note(op engine.Op, rs []Request) {
+func (c *takeCounter) note(op engine.Op, rs []Charged) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range rs {
@@ -285,8 +285,8 @@ func (c *takeCounter) note(op engine.Op, rs []Request) {
 	}
 }
 
-func (c *takeCounter) Take(ctx context.Context, op engine.Op, r Request) (Decision, error) {
-	ds, err := c.TakeAll(ctx, op, []Request{r}, nil)
+func (c *takeCounter) Take(ctx context.Context, op engine.Op, r Charged) (Decision, error) {
+	ds, err := c.TakeAll(ctx, op, []Charged{r}, nil)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -295,13 +295,10 @@ func (c *takeCounter) Take(ctx context.Context, op engine.Op, r Request) (Decisi
 
 func (c *takeCounter) Supports(*Limit) error { return nil }
 
-func (c *takeCounter) TakeAll(_ context.Context, op engine.Op, rs []Request, _ []Decision) ([]Decision, error) {
+func (c *takeCounter) TakeAll(_ context.Context, op engine.Op, rs []Charged, _ []Decision) ([]Decision, error) {
 	c.note(op, rs)
 	ds := make([]Decision, len(rs))
 	for i, r := range rs {
-		if _, err := r.Charge(op); err != nil {
-			return nil, err
-		}
 		ds[i] = r.Limit.Decide(engine.Outcome{Allowed: true, Tokens: r.Limit.params.Capacity})
 	}
 	return ds, nil

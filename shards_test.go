@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 )
 
@@ -19,7 +20,7 @@ func setShards(t *testing.T, st sluice.Store, lim *sluice.Limit, key string, tok
 	sh := sluice.ShardLimit(lim)
 	for i, left := range tokens {
 		if take := sh.Capacity() - left; take > 0 {
-			d, err := st.Take(context.Background(), engine.OpTake, sluice.Request{Limit: sh, Key: lim.ShardKey(key, i), Cost: take})
+			d, err := conformance.Take(context.Background(), st, engine.OpTake, sluice.Request{Limit: sh, Key: lim.ShardKey(key, i), Cost: take})
 			if err != nil || !d.Allowed {
 				t.Fatalf("draining shard %d: %v %+v", i, err, d)
 			}
@@ -33,7 +34,7 @@ func shardTokens(t *testing.T, st sluice.Store, lim *sluice.Limit, key string) [
 	sh := sluice.ShardLimit(lim)
 	out := make([]float64, lim.Shards())
 	for i := range out {
-		d, err := st.Take(context.Background(), engine.OpPeek, sluice.Request{Limit: sh, Key: lim.ShardKey(key, i), Cost: sh.Capacity()})
+		d, err := conformance.Take(context.Background(), st, engine.OpPeek, sluice.Request{Limit: sh, Key: lim.ShardKey(key, i), Cost: sh.Capacity()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,10 +52,10 @@ type spyStore struct {
 	mu    sync.Mutex
 	calls [][]string // "op key cost" per request, per call
 	// before, when set, runs before each take with the requests.
-	before func(op engine.Op, rs []sluice.Request)
+	before func(op engine.Op, rs []sluice.Charged)
 }
 
-func (s *spyStore) record(op engine.Op, rs []sluice.Request) {
+func (s *spyStore) record(op engine.Op, rs []sluice.Charged) {
 	if s.before != nil {
 		s.before(op, rs)
 	}
@@ -62,17 +63,17 @@ func (s *spyStore) record(op engine.Op, rs []sluice.Request) {
 	defer s.mu.Unlock()
 	var call []string
 	for _, r := range rs {
-		call = append(call, fmt.Sprintf("%s %s %v", op, r.Key, r.Cost))
+		call = append(call, fmt.Sprintf("%s %s %v", op, r.Key, engine.FromMicroTokens(r.Cost)))
 	}
 	s.calls = append(s.calls, call)
 }
 
-func (s *spyStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
-	s.record(op, []sluice.Request{r})
+func (s *spyStore) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {
+	s.record(op, []sluice.Charged{r})
 	return s.Store.Take(ctx, op, r)
 }
 
-func (s *spyStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
+func (s *spyStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, _ []sluice.Decision) ([]sluice.Decision, error) {
 	s.record(op, rs)
 	return s.Store.TakeAll(ctx, op, rs, nil)
 }
@@ -135,13 +136,13 @@ func TestShardsRaceIsRetriedOnce(t *testing.T) {
 	lim := sluice.MustLimit(sluice.Spec{Name: "race", Rate: 1, Period: time.Hour, Capacity: 8, Shards: 4})
 	spy := &spyStore{Store: st}
 	raced := false
-	spy.before = func(op engine.Op, rs []sluice.Request) {
+	spy.before = func(op engine.Op, rs []sluice.Charged) {
 		if op != engine.OpTake || raced {
 			return
 		}
 		raced = true
 		for _, r := range rs { // another caller empties the shard first
-			if _, err := st.Take(context.Background(), engine.OpTake, sluice.Request{Limit: r.Limit, Key: r.Key, Cost: r.Limit.Capacity()}); err != nil {
+			if _, err := conformance.Take(context.Background(), st, engine.OpTake, sluice.Request{Limit: r.Limit, Key: r.Key, Cost: r.Limit.Capacity()}); err != nil {
 				t.Error(err)
 			}
 		}

@@ -23,7 +23,7 @@
 // middleware in one line, and policy.Load reads limits from a
 // configuration file (httpgate.Middleware serves them).
 //
-// NewLimit is the one rule for what a limit may be and Request.Charge the
+// NewLimit is the one rule for what a limit may be and Request.Charged the
 // one rule for what a request may cost, for every store and every
 // transport.
 //
@@ -44,7 +44,7 @@ import (
 // wrapped with detail; test with errors.Is.
 var (
 	// ErrInvalidCost is a cost that is no amount of tokens: negative, NaN,
-	// or below one micro-token (see Request.Charge; a Request's zero Cost
+	// or below one micro-token (see Request.Charged; a Request's zero Cost
 	// means one token). A cost too large to count is not one: it is
 	// ErrCostExceedsLimit.
 	ErrInvalidCost = engine.ErrInvalidCost

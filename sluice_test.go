@@ -26,8 +26,8 @@ type mapStore struct {
 	dens, caps map[string]int64
 }
 
-func (s *mapStore) Take(_ context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
-	ds, err := s.TakeAll(context.Background(), op, []sluice.Request{r}, nil)
+func (s *mapStore) Take(_ context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {
+	ds, err := s.TakeAll(context.Background(), op, []sluice.Charged{r}, nil)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
@@ -36,7 +36,7 @@ func (s *mapStore) Take(_ context.Context, op engine.Op, r sluice.Request) (slui
 
 func (s *mapStore) Supports(*sluice.Limit) error { return nil }
 
-func (s *mapStore) TakeAll(_ context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
+func (s *mapStore) TakeAll(_ context.Context, op engine.Op, rs []sluice.Charged, _ []sluice.Decision) ([]sluice.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now().UnixMicro()
@@ -44,10 +44,7 @@ func (s *mapStore) TakeAll(_ context.Context, op engine.Op, rs []sluice.Request,
 	out := make([]engine.Outcome, len(rs))
 	all := true
 	for i, r := range rs {
-		ch, err := r.Charge(op)
-		if err != nil {
-			return nil, err
-		}
+		ch := r.Charge
 		k := r.Limit.StorageKey(r.Key)
 		st, present := scratch[k]
 		if !present {
@@ -172,21 +169,21 @@ func TestWorkedExample(t *testing.T) {
 func TestBadCosts(t *testing.T) {
 	l := sluice.MustLimit(sluice.Spec{Name: "c", TokensPerSecond: 10, Burst: 5})
 	for _, c := range []float64{-1, math.NaN(), math.Inf(-1), 1e-9, -0.5} {
-		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(engine.OpTake); !errors.Is(err, sluice.ErrInvalidCost) {
+		if _, err := (sluice.Request{Limit: l, Cost: c}).Charged(engine.OpTake); !errors.Is(err, sluice.ErrInvalidCost) {
 			t.Errorf("cost %v: got %v, want ErrInvalidCost", c, err)
 		}
 	}
-	if _, err := (sluice.Request{Limit: l, Cost: 5.000001}).Charge(engine.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+	if _, err := (sluice.Request{Limit: l, Cost: 5.000001}).Charged(engine.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
 		t.Errorf("cost above burst: got %v", err)
 	}
-	if ch, err := (sluice.Request{Limit: l, Cost: 0.5}).Charge(engine.OpTake); err != nil || ch.Cost != 500000 {
+	if ch, err := (sluice.Request{Limit: l, Cost: 0.5}).Charged(engine.OpTake); err != nil || ch.Cost != 500000 {
 		t.Errorf("cost 0.5: %+v %v", ch, err)
 	}
 	sl := sluice.MustLimit(sluice.Spec{Name: "sl", Algorithm: sluice.SlidingLog, Rate: 5})
-	if _, err := (sluice.Request{Limit: sl, Reserve: true}).Charge(engine.OpTake); !errors.Is(err, sluice.ErrReserveUnsupported) {
+	if _, err := (sluice.Request{Limit: sl, Reserve: true}).Charged(engine.OpTake); !errors.Is(err, sluice.ErrReserveUnsupported) {
 		t.Errorf("reserve on a sliding log: %v", err)
 	}
-	if _, err := (sluice.Request{Limit: l, Reserve: true, MaxReserved: math.NaN()}).Charge(engine.OpTake); err == nil {
+	if _, err := (sluice.Request{Limit: l, Reserve: true, MaxReserved: math.NaN()}).Charged(engine.OpTake); err == nil {
 		t.Error("NaN max_reserved accepted")
 	}
 	if sluice.IsInputError(errors.New("connection refused")) || !sluice.IsInputError(sluice.ErrCostExceedsLimit) {
@@ -307,32 +304,32 @@ func TestFixedWindowRefillRange(t *testing.T) {
 func TestChargeRefundClampsToMostCharge(t *testing.T) {
 	l := sluice.MustLimit(sluice.Spec{Name: "c", TokensPerSecond: 10, Burst: 5, MaxReserved: 2})
 	for _, c := range []float64{7.000001, 8, 1e12, 1e300, math.Inf(1)} {
-		ch, err := (sluice.Request{Limit: l, Cost: c}).Charge(engine.OpRefund)
+		ch, err := (sluice.Request{Limit: l, Cost: c}).Charged(engine.OpRefund)
 		if err != nil || ch.Cost != 7*engine.TokenScale {
 			t.Errorf("refund of %v: %+v, %v; want the capacity plus max_reserved, 7 tokens", c, ch, err)
 		}
-		if _, err := (sluice.Request{Limit: l, Cost: c, Reserve: true}).Charge(engine.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+		if _, err := (sluice.Request{Limit: l, Cost: c, Reserve: true}).Charged(engine.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
 			t.Errorf("reserved take of %v: %v, want ErrCostExceedsLimit", c, err)
 		}
 	}
 	for _, c := range []float64{5.000001, 7} {
-		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(engine.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+		if _, err := (sluice.Request{Limit: l, Cost: c}).Charged(engine.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
 			t.Errorf("take of %v without reserving: %v, want ErrCostExceedsLimit", c, err)
 		}
-		if ch, err := (sluice.Request{Limit: l, Cost: c, Reserve: true}).Charge(engine.OpTake); err != nil || !ch.Reserve {
+		if ch, err := (sluice.Request{Limit: l, Cost: c, Reserve: true}).Charged(engine.OpTake); err != nil || !ch.Reserve {
 			t.Errorf("reserved take of %v: %+v, %v; want a reservation", c, ch, err)
 		}
 	}
 	sl := sluice.MustLimit(sluice.Spec{Name: "sl", Algorithm: sluice.SlidingLog, Rate: 5})
-	if ch, err := (sluice.Request{Limit: sl, Cost: 1e12}).Charge(engine.OpRefund); err != nil || ch.Cost != 5*engine.TokenScale {
+	if ch, err := (sluice.Request{Limit: sl, Cost: 1e12}).Charged(engine.OpRefund); err != nil || ch.Cost != 5*engine.TokenScale {
 		t.Errorf("sliding log refund of 1e12: %+v, %v; want the capacity, 5 tokens", ch, err)
 	}
 	for _, c := range []float64{-1, math.NaN(), math.Inf(-1), 1e-9} {
-		if _, err := (sluice.Request{Limit: l, Cost: c}).Charge(engine.OpRefund); !errors.Is(err, sluice.ErrInvalidCost) {
+		if _, err := (sluice.Request{Limit: l, Cost: c}).Charged(engine.OpRefund); !errors.Is(err, sluice.ErrInvalidCost) {
 			t.Errorf("refund of %v: %v, want ErrInvalidCost", c, err)
 		}
 	}
-	if ch, err := (sluice.Request{Limit: l}).Charge(engine.OpRefund); err != nil || ch.Cost != engine.TokenScale {
+	if ch, err := (sluice.Request{Limit: l}).Charged(engine.OpRefund); err != nil || ch.Cost != engine.TokenScale {
 		t.Errorf("refund of cost 0 (one token): %+v, %v", ch, err)
 	}
 }
@@ -342,14 +339,14 @@ func TestChargeRefundClampsToMostCharge(t *testing.T) {
 // nothing.
 func TestChargeNoReserve(t *testing.T) {
 	lb := sluice.MustLimit(sluice.Spec{Name: "lb", Algorithm: sluice.LeakyBucket, TokensPerSecond: 10})
-	if ch, err := (sluice.Request{Limit: lb, NoReserve: true}).Charge(engine.OpTake); err != nil || ch.Reserve {
+	if ch, err := (sluice.Request{Limit: lb, NoReserve: true}).Charged(engine.OpTake); err != nil || ch.Reserve {
 		t.Errorf("leaky bucket with NoReserve: %+v, %v", ch, err)
 	}
-	if ch, err := (sluice.Request{Limit: lb}).Charge(engine.OpTake); err != nil || !ch.Reserve {
+	if ch, err := (sluice.Request{Limit: lb}).Charged(engine.OpTake); err != nil || !ch.Reserve {
 		t.Errorf("leaky bucket: %+v, %v; want a reservation", ch, err)
 	}
 	zero := sluice.MustLimit(sluice.Spec{Name: "zero", TokensPerSecond: 10, Capacity: sluice.ZeroCapacity, Reserve: true})
-	if _, err := (sluice.Request{Limit: zero, NoReserve: true}).Charge(engine.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+	if _, err := (sluice.Request{Limit: zero, NoReserve: true}).Charged(engine.OpTake); !errors.Is(err, sluice.ErrCostExceedsLimit) {
 		t.Errorf("capacity 0 with NoReserve: %v, want ErrCostExceedsLimit", err)
 	}
 }

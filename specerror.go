@@ -54,7 +54,7 @@ func amountReason(v float64) (int64, string) {
 	return 0, fmt.Sprintf("must be at least 0.000001 (one micro-token, the least every store counts), got %v", v)
 }
 
-// costError is a cost that Request.Charge refuses. Its message says what
+// costError is a cost that Request.Charged refuses. Its message says what
 // is wrong with the cost, and only that; it matches its sentinel
 // (ErrInvalidCost or ErrCostExceedsLimit) with errors.Is.
 type costError struct {

@@ -21,18 +21,18 @@ func TestHugeCostIsAboveTheCapacity(t *testing.T) {
 		math.Inf(1): `limit "c": cost +Inf is above the capacity (5): it can never succeed`,
 		6:           `limit "c": cost 6 is above the capacity (5): it can never succeed`,
 	} {
-		_, err := (sluice.Request{Limit: l, Cost: c}).Charge(engine.OpTake)
+		_, err := (sluice.Request{Limit: l, Cost: c}).Charged(engine.OpTake)
 		if !errors.Is(err, sluice.ErrCostExceedsLimit) || errors.Is(err, sluice.ErrInvalidCost) || err.Error() != want {
 			t.Errorf("cost %v: %v, want ErrCostExceedsLimit alone: %s", c, err, want)
 		}
 	}
 	r := sluice.MustLimit(sluice.Spec{Name: "r", TokensPerSecond: 10, Burst: 5, Reserve: true, MaxReserved: 2})
-	_, err := (sluice.Request{Limit: r, Cost: 1e300}).Charge(engine.OpTake)
+	_, err := (sluice.Request{Limit: r, Cost: 1e300}).Charged(engine.OpTake)
 	if want := `limit "r": cost 1e+300 is above the capacity (5) plus max_reserved (2): it can never succeed`; err == nil || err.Error() != want {
 		t.Errorf("reservation: %v, want %s", err, want)
 	}
 	s := sluice.MustLimit(sluice.Spec{Name: "s", TokensPerSecond: 10, Burst: 8, Shards: 4})
-	_, err = (sluice.Request{Limit: s, Cost: 1e300}).Charge(engine.OpTake)
+	_, err = (sluice.Request{Limit: s, Cost: 1e300}).Charged(engine.OpTake)
 	if want := `limit "s": cost 1e+300 is above what two of its 4 shards hold together (4: 2 x capacity 8 / 4): it can never succeed`; !errors.Is(err, sluice.ErrCostExceedsLimit) || err.Error() != want {
 		t.Errorf("sharded: %v, want %s", err, want)
 	}
@@ -40,13 +40,13 @@ func TestHugeCostIsAboveTheCapacity(t *testing.T) {
 		-1:   `limit "c": cost -1 must be a number > 0`,
 		1e-9: `limit "c": cost 1e-09 is below one micro-token (0.000001), the least every store counts`,
 	} {
-		_, err := (sluice.Request{Limit: l, Cost: c}).Charge(engine.OpTake)
+		_, err := (sluice.Request{Limit: l, Cost: c}).Charged(engine.OpTake)
 		if !errors.Is(err, sluice.ErrInvalidCost) || err.Error() != want {
 			t.Errorf("cost %v: %v, want %s", c, err, want)
 		}
 	}
 	// The zero value of Request asks for one token.
-	if ch, err := (sluice.Request{Limit: l}).Charge(engine.OpTake); err != nil || ch.Cost != engine.TokenScale {
+	if ch, err := (sluice.Request{Limit: l}).Charged(engine.OpTake); err != nil || ch.Cost != engine.TokenScale {
 		t.Errorf("cost 0: %+v %v, want one token", ch, err)
 	}
 }

@@ -52,7 +52,7 @@ func (l *Limiter) Wait(ctx context.Context, r Request) error {
 		return err
 	}
 	if r.Limit == nil {
-		_, err := r.Charge(engine.OpTake) // names the missing limit
+		_, err := r.Charged(engine.OpTake) // names the missing limit
 		return err
 	}
 	if r.Key == "" {
@@ -104,7 +104,7 @@ func (l *Limiter) waitReserved(ctx context.Context, r Request) error {
 		if hasDeadline && errors.Is(err, ErrCostExceedsLimit) {
 			// Above what a debt this short admits, though not above what
 			// the limit admits with a longer deadline: the deadline is why.
-			if _, cerr := (Request{Limit: r.Limit, Key: r.Key, Cost: r.Cost, Reserve: true, MaxReserved: r.MaxReserved}).Charge(engine.OpTake); cerr == nil {
+			if _, cerr := (Request{Limit: r.Limit, Key: r.Key, Cost: r.Cost, Reserve: true, MaxReserved: r.MaxReserved}).Charged(engine.OpTake); cerr == nil {
 				return &LimitedError{Rule: r.Limit.Name(), Key: r.Key, cause: ErrBeyondDeadline}
 			}
 		}

@@ -73,7 +73,7 @@ func TestAttackWaitDeadlineChargesNothing(t *testing.T) {
 	inner := e.Limiter.Store()
 	var honest []sluice.Decision
 	hooked := &hookStore{Store: inner, after: func() {
-		dec, err := inner.Take(bg, engine.OpTake, r)
+		dec, err := conformance.Take(bg, inner, engine.OpTake, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func TestAttackWaitDeadlineChargesNothing(t *testing.T) {
 	}}
 	attacker := sluice.NewWithOptions(hooked, sluice.Options{Clock: e.Clock})
 	for round := range 3 {
-		if _, err := inner.Take(bg, engine.OpTake, r); err != nil { // 1 token left
+		if _, err := conformance.Take(bg, inner, engine.OpTake, r); err != nil { // 1 token left
 			t.Fatal(err)
 		}
 		err := attacker.Wait(e.Within(d/2), sluice.Request{Limit: l, Key: "k", Cost: 2}) // a turn d away
@@ -104,7 +104,7 @@ type hookStore struct {
 	after func()
 }
 
-func (h *hookStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
+func (h *hookStore) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {
 	d, err := h.Store.Take(ctx, op, r)
 	if op == engine.OpTake {
 		h.after()

@@ -193,7 +193,7 @@ func Run(t *testing.T, newStore NewStore) {
 				case "refund":
 					op = engine.OpRefund
 				}
-				d, err := store.Take(ctx, op, sluice.Request{Limit: lim, Key: c.Key, Cost: s.Cost, Reserve: s.Reserve, MaxReserved: s.MaxReserved})
+				d, err := Take(ctx, store, op, sluice.Request{Limit: lim, Key: c.Key, Cost: s.Cost, Reserve: s.Reserve, MaxReserved: s.MaxReserved})
 				if s.WantError != "" {
 					if !matchesError(err, s.WantError) {
 						t.Fatalf("step %d (t=%dus): want error %s, got %v (decision %+v)", i, s.TUs, s.WantError, err, d)

@@ -22,19 +22,19 @@ type FaultyStore struct {
 }
 
 // Take implements sluice.Store.
-func (f *FaultyStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
+func (f *FaultyStore) Take(ctx context.Context, op engine.Op, c sluice.Charged) (sluice.Decision, error) {
 	if f.Down.Load() {
 		return sluice.Decision{}, ErrStoreDown
 	}
-	return f.Store.Take(ctx, op, r)
+	return f.Store.Take(ctx, op, c)
 }
 
 // TakeAll implements sluice.Store.
-func (f *FaultyStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
+func (f *FaultyStore) TakeAll(ctx context.Context, op engine.Op, cs []sluice.Charged, dst []sluice.Decision) ([]sluice.Decision, error) {
 	if f.Down.Load() {
 		return nil, ErrStoreDown
 	}
-	return f.Store.TakeAll(ctx, op, rs, dst)
+	return f.Store.TakeAll(ctx, op, cs, dst)
 }
 
 // Reset implements sluice.Store.

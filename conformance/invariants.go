@@ -81,7 +81,7 @@ func RunInvariants(t *testing.T, newStore NewStore, opts InvariantOptions) {
 				rng := rand.New(rand.NewPCG(opts.Seed, uint64(g)))
 				clock := sluice.NewManualClock(time.UnixMicro(1_000_000_000_000))
 				store := newStore(t, clock)
-				rounds := runStream(t, store, clock, rng, opts.Rounds, g, func(r *rand.Rand) []sluice.Request {
+				rounds := runStream(t, storeRequester{store}, clock, rng, opts.Rounds, g, func(r *rand.Rand) []sluice.Request {
 					return []sluice.Request{randomRequest(r, lim, "k")}
 				})
 				checkBound(t, lim, rounds[0])
@@ -112,7 +112,7 @@ func randomRequest(r *rand.Rand, lim *sluice.Limit, key string) sluice.Request {
 // runStream advances the clock by random steps; at each step g goroutines
 // send the requests gen returns, as TakeAll when there are several. It
 // returns, per request position, the cost admitted at each step.
-func runStream(t *testing.T, store sluice.Store, clock *sluice.ManualClock, rng *rand.Rand, rounds, g int, gen func(*rand.Rand) []sluice.Request) [][]admission {
+func runStream(t *testing.T, store requester, clock *sluice.ManualClock, rng *rand.Rand, rounds, g int, gen func(*rand.Rand) []sluice.Request) [][]admission {
 	t.Helper()
 	ctx := context.Background()
 	var out [][]admission
@@ -146,7 +146,7 @@ func runStream(t *testing.T, store sluice.Store, clock *sluice.ManualClock, rng 
 						d, err = store.Take(ctx, engine.OpTake, rs[0])
 						ds = []sluice.Decision{d}
 					} else {
-						ds, err = store.TakeAll(ctx, engine.OpTake, rs, nil)
+						ds, err = store.TakeAll(ctx, engine.OpTake, rs)
 					}
 					if err != nil {
 						errs <- err
@@ -309,7 +309,7 @@ func runTakeAll(t *testing.T, newStore NewStore, opts InvariantOptions, g int) {
 	clock := sluice.NewManualClock(time.UnixMicro(2_000_000_000_000))
 	store := newStore(t, clock)
 	// One user key so that its bucket sees the whole stream.
-	rounds := runStream(t, store, clock, rng, opts.Rounds, g, func(r *rand.Rand) []sluice.Request {
+	rounds := runStream(t, storeRequester{store}, clock, rng, opts.Rounds, g, func(r *rand.Rand) []sluice.Request {
 		cost := []float64{1, 1, 2}[r.IntN(3)]
 		return []sluice.Request{
 			{Limit: user, Key: "u1", Cost: cost},
@@ -330,7 +330,7 @@ func runRejectedTakeAll(t *testing.T, newStore NewStore, opts InvariantOptions) 
 	c := sluice.MustLimit(sluice.Spec{Name: "rej-c", Algorithm: sluice.SlidingLog, Rate: 5, Period: time.Second})
 	rng := rand.New(rand.NewPCG(opts.Seed, 7))
 	clock := sluice.NewManualClock(time.UnixMicro(3_000_000_000_000))
-	checkRejectedTakeAll(t, newStore(t, clock), clock, rng, opts.Rounds*2, func(r *rand.Rand) []sluice.Request {
+	checkRejectedTakeAll(t, storeRequester{newStore(t, clock)}, clock, rng, opts.Rounds*2, func(r *rand.Rand) []sluice.Request {
 		return []sluice.Request{
 			{Limit: a, Key: "x", Cost: float64(1 + r.IntN(3))},
 			{Limit: b, Key: "x", Cost: float64(1 + r.IntN(3))},
@@ -342,7 +342,7 @@ func runRejectedTakeAll(t *testing.T, newStore NewStore, opts InvariantOptions) 
 // checkRejectedTakeAll sends rounds TakeAlls of next's requests to store,
 // moving clock now and then, and checks that every rejected one left each
 // bucket as a peek before it found it and reports none of them allowed.
-func checkRejectedTakeAll(t *testing.T, store sluice.Store, clock *sluice.ManualClock, rng *rand.Rand, rounds int, next func(*rand.Rand) []sluice.Request) {
+func checkRejectedTakeAll(t *testing.T, store requester, clock *sluice.ManualClock, rng *rand.Rand, rounds int, next func(*rand.Rand) []sluice.Request) {
 	t.Helper()
 	ctx := context.Background()
 	rejected := 0
@@ -351,15 +351,15 @@ func checkRejectedTakeAll(t *testing.T, store sluice.Store, clock *sluice.Manual
 			clock.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
 		}
 		reqs := next(rng)
-		before, err := store.TakeAll(ctx, engine.OpPeek, reqs, nil)
+		before, err := store.TakeAll(ctx, engine.OpPeek, reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ds, err := store.TakeAll(ctx, engine.OpTake, reqs, nil)
+		ds, err := store.TakeAll(ctx, engine.OpTake, reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		after, err := store.TakeAll(ctx, engine.OpPeek, reqs, nil)
+		after, err := store.TakeAll(ctx, engine.OpPeek, reqs)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// limiterStore presents a Limiter as a Store, so that the streams of
+// limiterStore presents a Limiter as a requester, so that the streams of
 // runStream go through the Limiter, which expands sharded limits.
 type limiterStore struct{ l *sluice.Limiter }
 
@@ -26,7 +26,7 @@ func (s limiterStore) Take(ctx context.Context, op engine.Op, r sluice.Request) 
 	return s.l.Take(ctx, r)
 }
 
-func (s limiterStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
+func (s limiterStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request) ([]sluice.Decision, error) {
 	var ds []sluice.Decision
 	var err error
 	switch op {
@@ -38,16 +38,6 @@ func (s limiterStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Req
 		_, ds, err = s.l.TakeAll(ctx, rs...)
 	}
 	return ds, err
-}
-
-func (s limiterStore) Supports(l *sluice.Limit) error { return s.l.Store().Supports(l) }
-
-func (s limiterStore) Reset(ctx context.Context, l *sluice.Limit, key string) error {
-	return s.l.Reset(ctx, l, key)
-}
-
-func (s limiterStore) Lease(ctx context.Context, op engine.Op, r sluice.Request, id engine.LeaseID) (sluice.Decision, error) {
-	return s.l.Store().Lease(ctx, op, r, id)
 }
 
 // shardGoroutines are the concurrency levels of the sharded streams,

@@ -22,7 +22,7 @@
 // A limit's Params are its integer form (sluice.Limit.Params). Each step
 // takes the key's state (absent when the key has none: a full bucket),
 // the time, and a Charge, the integer form of a request that
-// sluice.Request.Charge has already validated, and answers an Outcome:
+// sluice.Request.Charged has already validated, and answers an Outcome:
 //
 //   - TakeTokenBucket / RefundTokenBucket over a BucketState (token and
 //     leaky buckets);
@@ -37,6 +37,14 @@
 //   - Evaluate and Refund dispatch to all but StepLease over a State, for a
 //     store that keeps every algorithm's state in one shape (the memory
 //     store).
+//
+// A store is handed each request charged (a sluice.Charged: the limit,
+// the key and this Charge), by the sluice.Limiter, which validated it
+// and computed its charge once: a store applies the charge as it stands
+// and judges nothing again, so that every store refuses the same input
+// with the same error, before any server is asked. Code that drives a
+// store directly charges its requests with sluice.Request.Charged too
+// (conformance.Take and conformance.TakeAll do).
 //
 // A take that is rejected changes nothing: the store must not write the
 // state. MaxDebt bounds a reservation's debt so that every value stays

@@ -88,12 +88,12 @@ func (s *heldStore) wait(ctx context.Context) {
 	}
 }
 
-func (s *heldStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
+func (s *heldStore) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {
 	s.wait(ctx)
 	return s.Store.Take(ctx, op, r)
 }
 
-func (s *heldStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
+func (s *heldStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, _ []sluice.Decision) ([]sluice.Decision, error) {
 	s.wait(ctx)
 	return s.Store.TakeAll(ctx, op, rs, nil)
 }

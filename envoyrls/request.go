@@ -102,7 +102,7 @@ func tooBig(ms []policy.Match, cost float64) bool {
 		}
 		if asGiven == m.Request {
 			big = true
-		} else if _, err := asGiven.Charge(engine.OpTake); errors.Is(err, sluice.ErrCostExceedsLimit) {
+		} else if _, err := asGiven.Charged(engine.OpTake); errors.Is(err, sluice.ErrCostExceedsLimit) {
 			big = true
 		}
 	}

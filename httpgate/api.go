@@ -595,15 +595,16 @@ func matchFor(p *policy.Policy, it TakeItem) (policy.Match, *inputError) {
 		}
 		return policy.Match{Rule: rule, Request: req, Identity: it.Key}, nil
 	}
-	if _, err := req.Charge(engine.OpTake); err != nil {
-		// Request.Charge's rule and words: a cost above the most the
+	m := policy.Match{Rule: rule, Request: req, Identity: it.Key, Settle: rule.SettleFrom(lim)}
+	if err := m.Judge(); err != nil {
+		// Request.Charged's rule and words: a cost above the most the
 		// limit can charge (1e308 included) can never succeed.
 		if errors.Is(err, sluice.ErrCostExceedsLimit) {
 			return policy.Match{}, &inputError{http.StatusUnprocessableEntity, err.Error()}
 		}
 		return policy.Match{}, &inputError{http.StatusBadRequest, err.Error()}
 	}
-	return policy.Match{Rule: rule, Request: req, Identity: it.Key, Settle: rule.SettleFrom(lim)}, nil
+	return m, nil
 }
 
 // fill copies d into out; a limit that rejected has nothing remaining.

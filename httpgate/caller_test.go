@@ -24,12 +24,12 @@ func (s *callerSpy) keep(ctx context.Context) {
 	s.mu.Unlock()
 }
 
-func (s *callerSpy) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
+func (s *callerSpy) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {
 	s.keep(ctx)
 	return s.Store.Take(ctx, op, r)
 }
 
-func (s *callerSpy) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
+func (s *callerSpy) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, _ []sluice.Decision) ([]sluice.Decision, error) {
 	s.keep(ctx)
 	return s.Store.TakeAll(ctx, op, rs, nil)
 }

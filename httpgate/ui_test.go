@@ -565,7 +565,7 @@ type peekCounter struct {
 	record func(n int)
 }
 
-func (p *peekCounter) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
+func (p *peekCounter) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, dst []sluice.Decision) ([]sluice.Decision, error) {
 	if op == engine.OpPeek {
 		p.record(len(rs))
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 )
 
@@ -109,11 +110,11 @@ func TestEvictionNeverPartialWhileFullExists(t *testing.T) {
 		var err error
 		switch {
 		case kind < 14:
-			_, err = s.Take(ctx, engine.OpTake, rs[0])
+			_, err = conformance.Take(ctx, s, engine.OpTake, rs[0])
 		case kind < 18:
-			_, err = s.TakeAll(ctx, engine.OpTake, rs, nil)
+			_, err = conformance.TakeAll(ctx, s, engine.OpTake, rs, nil)
 		case kind < 19:
-			_, err = s.Take(ctx, engine.OpRefund, rs[0])
+			_, err = conformance.Take(ctx, s, engine.OpRefund, rs[0])
 		default:
 			err = s.Reset(ctx, rs[0].Limit, rs[0].Key)
 		}
@@ -173,13 +174,13 @@ func TestEvictsFullKeyOfAnotherShard(t *testing.T) {
 		s := New(Options{Clock: clock, MaxKeys: 64, Shards: 4})
 		i := 0
 		for s.Len() < 63 {
-			s.Take(ctx, engine.OpTake, sluice.Request{Limit: slow, Key: "p" + strconv.Itoa(i)})
+			conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: slow, Key: "p" + strconv.Itoa(i)})
 			i++
 		}
-		s.Take(ctx, engine.OpTake, sluice.Request{Limit: fast, Key: "f"})
+		conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: fast, Key: "f"})
 		clock.Advance(2 * time.Millisecond) // "f" is full again
 		fh, fc := s.hashes(fast, "f")
-		s.Take(ctx, engine.OpTake, sluice.Request{Limit: slow, Key: "new" + strconv.Itoa(trial)})
+		conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: slow, Key: "new" + strconv.Itoa(trial)})
 		if full, partial := s.Evictions(); full != 1 || partial != 0 {
 			t.Fatalf("trial %d: evictions %d full, %d partial; want the full key alone", trial, full, partial)
 		}
@@ -198,16 +199,16 @@ func TestTakeAllAtBoundKeepsItsKeys(t *testing.T) {
 	slow := sluice.MustLimit(sluice.Spec{Name: "slow", Rate: 1, Period: time.Hour, Capacity: 2})
 	ctx := context.Background()
 	s := New(Options{Clock: clock, MaxKeys: 32, Shards: 2})
-	s.Take(ctx, engine.OpTake, sluice.Request{Limit: slow, Key: "x"}) // closest to full of all
+	conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: slow, Key: "x"}) // closest to full of all
 	for i := 0; s.Len() < 32; i++ {
 		clock.Advance(time.Millisecond)
-		s.Take(ctx, engine.OpTake, sluice.Request{Limit: slow, Key: "p" + strconv.Itoa(i)})
+		conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: slow, Key: "p" + strconv.Itoa(i)})
 	}
-	ds, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: slow, Key: "x"}, {Limit: slow, Key: "y"}}, nil)
+	ds, err := conformance.TakeAll(ctx, s, engine.OpTake, []sluice.Request{{Limit: slow, Key: "x"}, {Limit: slow, Key: "y"}}, nil)
 	if err != nil || !sluice.Combine(ds).Allowed {
 		t.Fatalf("TakeAll: %v %+v", err, ds)
 	}
-	if d, _ := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: slow, Key: "x"}); d.Allowed {
+	if d, _ := conformance.Take(ctx, s, engine.OpPeek, sluice.Request{Limit: slow, Key: "x"}); d.Allowed {
 		t.Fatalf("x was evicted to make room for y: %+v", d)
 	}
 	if n := s.Len(); n != 32 {
@@ -219,14 +220,14 @@ func TestTakeAllAtBoundKeepsItsKeys(t *testing.T) {
 	for i := range rs {
 		rs[i] = sluice.Request{Limit: slow, Key: "k" + strconv.Itoa(i)}
 	}
-	if ds, err := small.TakeAll(ctx, engine.OpTake, rs, nil); err != nil || !sluice.Combine(ds).Allowed {
+	if ds, err := conformance.TakeAll(ctx, small, engine.OpTake, rs, nil); err != nil || !sluice.Combine(ds).Allowed {
 		t.Fatalf("TakeAll of 20 new keys into a store of 16: %v %+v", err, ds)
 	}
 	if n := small.Len(); n != 20 {
 		t.Fatalf("%d keys held after a TakeAll of 20 new keys", n)
 	}
 	for i := range rs {
-		if d, _ := small.Take(ctx, engine.OpPeek, rs[i]); !d.Allowed || d.Remaining != 0 { // one token left
+		if d, _ := conformance.Take(ctx, small, engine.OpPeek, rs[i]); !d.Allowed || d.Remaining != 0 { // one token left
 			t.Fatalf("key %d: %+v", i, d)
 		}
 	}
@@ -254,12 +255,12 @@ func TestEvictionConcurrent(t *testing.T) {
 			for range 3000 {
 				switch rng.IntN(10) {
 				case 0:
-					s.TakeAll(ctx, engine.OpTake, []sluice.Request{req(), req(), req()}, nil)
+					conformance.TakeAll(ctx, s, engine.OpTake, []sluice.Request{req(), req(), req()}, nil)
 				case 1:
 					r := req()
 					s.Reset(ctx, r.Limit, r.Key)
 				default:
-					s.Take(ctx, engine.OpTake, req())
+					conformance.Take(ctx, s, engine.OpTake, req())
 				}
 				if n := s.Len(); n > 64 {
 					t.Errorf("%d keys held, bound 64", n)
@@ -324,7 +325,7 @@ func TestAttackKeyFloodKeepsDrainedBucket(t *testing.T) {
 	start := clock.Now()
 	admitted := 0
 	take := func(r sluice.Request) sluice.Decision {
-		d, err := s.Take(ctx, engine.OpTake, r)
+		d, err := conformance.Take(ctx, s, engine.OpTake, r)
 		if err != nil {
 			t.Fatalf("take %q: %v", r.Key, err)
 		}
@@ -364,7 +365,7 @@ func TestAttackKeyFloodKeepsDrainedBucket(t *testing.T) {
 	if admitted > bound {
 		t.Fatalf("the drained client was admitted %d times in %v, bound burst 5 + 1/s = %d: its bucket was evicted and refilled", admitted, elapsed, bound)
 	}
-	if d, _ := s.Take(ctx, engine.OpPeek, abuser); d.Remaining >= 1 {
+	if d, _ := conformance.Take(ctx, s, engine.OpPeek, abuser); d.Remaining >= 1 {
 		t.Fatalf("after the flood the drained key has %d tokens", d.Remaining)
 	}
 	if n := s.Len(); n > maxKeys {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/metrics"
@@ -103,8 +104,8 @@ func TestTakeAllOfOneAnswersAsTake(t *testing.T) {
 			r.Cost = 1e9 // never fits: an error from both
 		}
 		op := ops[rng.IntN(len(ops))]
-		ds, errAll := all.TakeAll(bg, op, []sluice.Request{r}, nil)
-		d, errOne := one.Take(bg, op, r)
+		ds, errAll := conformance.TakeAll(bg, all, op, []sluice.Request{r}, nil)
+		d, errOne := conformance.Take(bg, one, op, r)
 		if (errAll == nil) != (errOne == nil) {
 			t.Fatalf("step %d (%v %+v): TakeAll error %v, Take error %v", step, op, r, errAll, errOne)
 		}
@@ -185,7 +186,7 @@ func TestTakeAllKeepsWhatDstHeld(t *testing.T) {
 	first := sluice.Decision{Rule: "earlier", Capacity: 7}
 	for _, n := range []int{1, 2} {
 		rs := []sluice.Request{{Limit: lim, Key: "a", Cost: 1}, {Limit: lim, Key: "b", Cost: 1}}[:n]
-		ds, err := s.TakeAll(context.Background(), engine.OpTake, rs, []sluice.Decision{first})
+		ds, err := conformance.TakeAll(context.Background(), s, engine.OpTake, rs, []sluice.Decision{first})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -58,10 +58,11 @@ func TestDecideOneHashesAsHashes(t *testing.T) {
 	s := New(Options{MaxKeys: 64, Shards: 4})
 	lim := sluice.MustLimit(sluice.Spec{Name: "h", TokensPerSecond: 1, Burst: 2})
 	for _, key := range []string{"a", "user-1", "a longer key than sixteen bytes", strings.Repeat("x", 100)} {
-		r := sluice.Request{Limit: lim, Key: key}
-		if _, _, err := s.decideOne(engine.OpTake, r, false); err != nil {
+		c, err := sluice.Request{Limit: lim, Key: key}.Charged(engine.OpTake)
+		if err != nil {
 			t.Fatal(err)
 		}
+		s.decideOne(engine.OpTake, c, false)
 		h, check := s.hashes(lim, key)
 		sh := &s.shards[h&s.mask]
 		if sh.t.find(h, check) < 0 {

@@ -297,17 +297,14 @@ func (sh *shard) decideUnlocked(at *attempt, lim *sluice.Limit, key string, ch e
 }
 
 // Take implements sluice.Store.
-func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (d sluice.Decision, err error) {
-	return s.take(op, r, false)
+func (s *Store) Take(ctx context.Context, op engine.Op, c sluice.Charged) (sluice.Decision, error) {
+	return s.take(op, c, false), nil
 }
 
 // take is Take, on the precise clock when precise is set.
-func (s *Store) take(op engine.Op, r sluice.Request, precise bool) (d sluice.Decision, err error) {
-	o, _, err := s.decideOne(op, r, precise)
-	if err != nil {
-		return d, err
-	}
-	return r.Limit.Decide(o), nil
+func (s *Store) take(op engine.Op, c sluice.Charged, precise bool) sluice.Decision {
+	o, _ := s.decideOne(op, c, precise)
+	return c.Limit.Decide(o)
 }
 
 // Supports implements sluice.Store: the store computes in 64-bit
@@ -316,10 +313,10 @@ func (s *Store) Supports(*sluice.Limit) error { return nil }
 
 // TakeOutcome implements sluice.OutcomeStore: Take answering in the
 // algorithm's integers, from which sluice.Limiter builds the Decision.
-func (s *Store) TakeOutcome(_ context.Context, op engine.Op, r sluice.Request, dated bool) (engine.Outcome, time.Time, error) {
-	o, now, err := s.decideOne(op, r, false)
-	if err != nil || !dated || o.RetryAfter <= 0 || s.clock != nil {
-		return o, time.Time{}, err
+func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (engine.Outcome, time.Time, error) {
+	o, now := s.decideOne(engine.OpTake, c, false)
+	if !dated || o.RetryAfter <= 0 || s.clock != nil {
+		return o, time.Time{}, nil
 	}
 	if s := now - coarse.epochU; waitNear(s, o.RetryAfter) { // waitEnds, without its call
 		return o, nearEnd(s, o.RetryAfter), nil
@@ -327,15 +324,12 @@ func (s *Store) TakeOutcome(_ context.Context, op engine.Op, r sluice.Request, d
 	return o, waitEnds(now, o.RetryAfter), nil
 }
 
-// decideOne applies op to r, returning the outcome and the time it was
+// decideOne applies op to c, returning the outcome and the time it was
 // decided at, on the precise clock when precise is set. Its results fit
 // in registers, where a Decision would be returned through memory.
-func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.Outcome, int64, error) {
-	ch, err := r.Charge(op)
-	if err != nil {
-		return engine.Outcome{}, 0, err
-	}
-	lim := r.Limit
+func (s *Store) decideOne(op engine.Op, c sluice.Charged, precise bool) (engine.Outcome, int64) {
+	ch, key := c.Charge, c.Key
+	lim := c.Limit
 	p := lim.Params()
 	take := op == engine.OpTake
 	bucket := p.Algorithm == engine.TokenBucket || p.Algorithm == engine.LeakyBucket
@@ -348,15 +342,15 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 	}
 	// s.hashes, written out.
 	n := lim.NameID()
-	h, check := keyHashes(&s.hashKey, r.Key)
+	h, check := keyHashes(&s.hashKey, key)
 	if h ^= n * 0x9e3779b97f4a7c15; h == 0 {
 		h = 1
 	}
 	check += n
 	sh := &s.shards[h&s.mask]
 	if op == engine.OpRefund {
-		o, now := s.refund(sh, lim, r.Key, ch, h, check)
-		return o, now, nil
+		o, now := s.refund(sh, lim, key, ch, h, check)
+		return o, now
 	}
 	if bucket {
 		// The hot path: decideUnlocked's work for a bucket whose state
@@ -378,10 +372,10 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 				switch {
 				case take && o.Allowed: // to be written, under the lock
 					at := attempt{seq: seq, valid: true, present: i >= 0, i: i, tokens: next.Scaled, stamp: next.Stamp, o: o, now: now, early: early}
-					o, now := s.decideLocked(sh, &at, lim, r.Key, ch, h, check, take)
-					return o, now, nil
+					o, now := s.decideLocked(sh, &at, lim, key, ch, h, check, take)
+					return o, now
 				case o.Allowed || !early || o.RetryAfter > recheckWithin:
-					return o, now, nil
+					return o, now
 				}
 				// Near the boundary the precise clock decides (see clock.go).
 				now, early = preciseNow(), false
@@ -389,11 +383,11 @@ func (s *Store) decideOne(op engine.Op, r sluice.Request, precise bool) (engine.
 		}
 	}
 	var at attempt
-	if sh.decideUnlocked(&at, lim, r.Key, ch, h, check, now, early, take) {
-		return at.o, at.now, nil
+	if sh.decideUnlocked(&at, lim, key, ch, h, check, now, early, take) {
+		return at.o, at.now
 	}
-	o, now := s.decideLocked(sh, &at, lim, r.Key, ch, h, check, take)
-	return o, now, nil
+	o, now := s.decideLocked(sh, &at, lim, key, ch, h, check, take)
+	return o, now
 }
 
 // decideLocked is decideOne under the shard's lock, after the attempt at

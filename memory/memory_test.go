@@ -43,7 +43,7 @@ func TestMaxKeysBound(t *testing.T) {
 	lim := sluice.MustLimit(sluice.Spec{Name: "bound", TokensPerSecond: 1, Burst: 5})
 	for i := 0; i < 20000; i++ {
 		clock.Advance(time.Microsecond)
-		if _, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: strconv.Itoa(i)}); err != nil {
+		if _, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: strconv.Itoa(i)}); err != nil {
 			t.Fatal(err)
 		}
 		if n := s.Len(); n > 1000 {
@@ -60,13 +60,13 @@ func TestEvictsFullBucketsFirst(t *testing.T) {
 	slow := sluice.MustLimit(sluice.Spec{Name: "slow", Rate: 1, Period: time.Hour, Capacity: 3})
 	fast := sluice.MustLimit(sluice.Spec{Name: "fast", TokensPerSecond: 1000, Burst: 1})
 	for i := 0; i < 3; i++ {
-		s.Take(ctx, engine.OpTake, sluice.Request{Limit: slow, Key: "hot"})
+		conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: slow, Key: "hot"})
 	}
 	for i := 0; i < 5000; i++ {
 		clock.Advance(2 * time.Millisecond) // every fast bucket is full again by the next take
-		s.Take(ctx, engine.OpTake, sluice.Request{Limit: fast, Key: strconv.Itoa(i)})
+		conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: fast, Key: strconv.Itoa(i)})
 	}
-	d, _ := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: slow, Key: "hot"})
+	d, _ := conformance.Take(ctx, s, engine.OpPeek, sluice.Request{Limit: slow, Key: "hot"})
 	if d.Allowed {
 		t.Fatalf("the drained key was evicted while full buckets were available: %+v", d)
 	}
@@ -83,11 +83,11 @@ func TestEvictsClosestToFull(t *testing.T) {
 	survivors := 0
 	for i := 0; i < 2000; i++ {
 		clock.Advance(time.Millisecond)
-		s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: strconv.Itoa(i)})
+		conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: strconv.Itoa(i)})
 		// Key "keep" asks every round: drained after two, rejected since.
-		s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "keep", Reserve: false})
+		conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "keep", Reserve: false})
 	}
-	d, _ := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: "keep"})
+	d, _ := conformance.Take(ctx, s, engine.OpPeek, sluice.Request{Limit: lim, Key: "keep"})
 	if d.Allowed {
 		t.Fatalf("the drained key was evicted")
 	}
@@ -95,13 +95,13 @@ func TestEvictsClosestToFull(t *testing.T) {
 	// surviving key has one token left, so a peek of one leaves none; an
 	// evicted one is full again.
 	for i := 1900; i < 2000; i++ {
-		if d, _ := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: strconv.Itoa(i)}); d.Remaining == 0 {
+		if d, _ := conformance.Take(ctx, s, engine.OpPeek, sluice.Request{Limit: lim, Key: strconv.Itoa(i)}); d.Remaining == 0 {
 			survivors++
 		}
 	}
 	old := 0
 	for i := 0; i < 100; i++ {
-		if d, _ := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: strconv.Itoa(i)}); d.Remaining == 0 {
+		if d, _ := conformance.Take(ctx, s, engine.OpPeek, sluice.Request{Limit: lim, Key: strconv.Itoa(i)}); d.Remaining == 0 {
 			old++
 		}
 	}
@@ -115,25 +115,25 @@ func TestResetAndLimitChange(t *testing.T) {
 	s := memory.New(memory.Options{Clock: clock})
 	a := sluice.MustLimit(sluice.Spec{Name: "r", TokensPerSecond: 1, Burst: 2})
 	for i := 0; i < 2; i++ {
-		s.Take(ctx, engine.OpTake, sluice.Request{Limit: a, Key: "k"})
+		conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: a, Key: "k"})
 	}
-	if d, _ := s.Take(ctx, engine.OpTake, sluice.Request{Limit: a, Key: "k"}); d.Allowed {
+	if d, _ := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: a, Key: "k"}); d.Allowed {
 		t.Fatal("drained bucket admitted")
 	}
 	// A reloaded limit of the same name and shape keeps its state...
 	a2 := sluice.MustLimit(sluice.Spec{Name: "r", TokensPerSecond: 1, Burst: 3})
-	if d, _ := s.Take(ctx, engine.OpTake, sluice.Request{Limit: a2, Key: "k"}); d.Allowed {
+	if d, _ := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: a2, Key: "k"}); d.Allowed {
 		t.Fatal("state was lost across a reload of an unchanged-rate limit")
 	}
 	// ...a different algorithm under the same name starts afresh.
 	b := sluice.MustLimit(sluice.Spec{Name: "r", Algorithm: sluice.SlidingLog, Rate: 2})
-	if d, _ := s.Take(ctx, engine.OpTake, sluice.Request{Limit: b, Key: "k"}); !d.Allowed {
+	if d, _ := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: b, Key: "k"}); !d.Allowed {
 		t.Fatal("sliding log read token-bucket state")
 	}
 	if err := s.Reset(ctx, a, "k"); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := s.Take(ctx, engine.OpTake, sluice.Request{Limit: a, Key: "k", Cost: 2}); !d.Allowed {
+	if d, _ := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: a, Key: "k", Cost: 2}); !d.Allowed {
 		t.Fatal("reset did not refill")
 	}
 }
@@ -143,7 +143,7 @@ func TestTakeAllSameBucketTwice(t *testing.T) {
 	s := memory.New(memory.Options{Clock: clock})
 	a := sluice.MustLimit(sluice.Spec{Name: "twice", TokensPerSecond: 1, Burst: 3})
 	r := sluice.Request{Limit: a, Key: "k", Cost: 2}
-	ds, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{r, r}, nil)
+	ds, err := conformance.TakeAll(ctx, s, engine.OpTake, []sluice.Request{r, r}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestTakeAllSameBucketTwice(t *testing.T) {
 		t.Fatal("two takes of 2 from a bucket of 3 were both admitted")
 	}
 	r.Cost = 1.5
-	ds, _ = s.TakeAll(ctx, engine.OpTake, []sluice.Request{r, r}, nil)
+	ds, _ = conformance.TakeAll(ctx, s, engine.OpTake, []sluice.Request{r, r}, nil)
 	if !sluice.Combine(ds).Allowed || ds[1].Remaining != 0 {
 		t.Fatalf("1.5 + 1.5 from 3: %+v", ds)
 	}
@@ -177,7 +177,7 @@ func TestTakeAllNoDeadlock(t *testing.T) {
 				for j := range rs {
 					rs[j] = sluice.Request{Limit: lims[r.IntN(3)], Key: strconv.Itoa(r.IntN(8))}
 				}
-				if _, err := s.TakeAll(ctx, engine.OpTake, rs, nil); err != nil {
+				if _, err := conformance.TakeAll(ctx, s, engine.OpTake, rs, nil); err != nil {
 					t.Error(err)
 					return
 				}
@@ -198,14 +198,14 @@ func TestBadInputLeavesStateAlone(t *testing.T) {
 	s := memory.New(memory.Options{Clock: clock})
 	a := sluice.MustLimit(sluice.Spec{Name: "bad", TokensPerSecond: 1, Burst: 3})
 	for _, c := range []float64{-1, 4, 1e300} {
-		if _, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: a, Key: "k", Cost: c}); err == nil {
+		if _, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: a, Key: "k", Cost: c}); err == nil {
 			t.Fatalf("cost %v accepted", c)
 		}
 	}
-	if _, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: a, Key: "k", Cost: 1}, {Limit: a, Key: "k", Cost: -2}}, nil); err == nil {
+	if _, err := conformance.TakeAll(ctx, s, engine.OpTake, []sluice.Request{{Limit: a, Key: "k", Cost: 1}, {Limit: a, Key: "k", Cost: -2}}, nil); err == nil {
 		t.Fatal("TakeAll with a negative cost accepted")
 	}
-	if d, _ := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: a, Key: "k", Cost: 3}); !d.Allowed {
+	if d, _ := conformance.Take(ctx, s, engine.OpPeek, sluice.Request{Limit: a, Key: "k", Cost: 3}); !d.Allowed {
 		t.Fatalf("bad input changed state: %+v", d)
 	}
 }
@@ -219,7 +219,7 @@ func TestRealClockBound(t *testing.T) {
 	admitted, takes := 0, 0
 	for time.Since(start) < 50*time.Millisecond {
 		takes++
-		if d, _ := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); d.Allowed {
+		if d, _ := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); d.Allowed {
 			admitted++
 		}
 	}
@@ -239,7 +239,7 @@ func BenchmarkTakeOneKey(b *testing.B) {
 	r := sluice.Request{Limit: sluice.MustLimit(sluice.Spec{Name: "one", TokensPerSecond: 100, Burst: 100}), Key: "user-1"}
 	b.ReportAllocs()
 	for b.Loop() {
-		sink, _ = s.Take(ctx, engine.OpTake, r)
+		sink, _ = conformance.Take(ctx, s, engine.OpTake, r)
 	}
 }
 
@@ -254,7 +254,7 @@ func BenchmarkTakeManyKeysParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := rand.IntN(len(keys))
 		for pb.Next() {
-			s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: keys[i&(len(keys)-1)]})
+			conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: keys[i&(len(keys)-1)]})
 			i++
 		}
 	})
@@ -269,7 +269,7 @@ func BenchmarkTakeAllThree(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		s.TakeAll(ctx, engine.OpTake, rs, nil)
+		conformance.TakeAll(ctx, s, engine.OpTake, rs, nil)
 	}
 }
 
@@ -288,7 +288,7 @@ func BenchmarkBytesPerKey(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		s := memory.New(memory.Options{MaxKeys: n})
 		for _, k := range keys {
-			s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: k})
+			conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: k})
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
@@ -321,7 +321,7 @@ func TestLockFreeReadsUnderChurn(t *testing.T) {
 				default:
 				}
 				k := strconv.Itoa(g*1_000_000 + i)
-				s.Take(ctx, engine.OpTake, sluice.Request{Limit: churn, Key: k})
+				conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: churn, Key: k})
 				if i%3 == 0 {
 					s.Reset(ctx, churn, k) // a removal shifts later entries back
 				}
@@ -335,7 +335,7 @@ func TestLockFreeReadsUnderChurn(t *testing.T) {
 		go func() {
 			defer pw.Done()
 			for i := 0; i < 3000; i++ {
-				if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: probe, Key: "p" + strconv.Itoa(g)}); err == nil && d.Allowed {
+				if d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: probe, Key: "p" + strconv.Itoa(g)}); err == nil && d.Allowed {
 					counts[g]++
 				}
 			}
@@ -371,12 +371,12 @@ func BenchmarkTakeNewKeyAtBound(b *testing.B) {
 			s := memory.New(memory.Options{MaxKeys: 100_000})
 			lim := sluice.MustLimit(bc.spec)
 			for i := range 100_000 {
-				s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: keys[len(keys)-1-i]})
+				conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: keys[len(keys)-1-i]})
 			}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				sink, _ = s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: keys[i&(len(keys)-1)]})
+				sink, _ = conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: keys[i&(len(keys)-1)]})
 				i++
 			}
 		})

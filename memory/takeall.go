@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/sluicehq/sluice"
@@ -14,7 +13,6 @@ import (
 
 // work is one request of a TakeAll with its tentative state.
 type work struct {
-	ch       engine.Charge
 	h, check uint64
 	shard    int
 	present  bool
@@ -27,18 +25,14 @@ type work struct {
 // are written back only if every request was admitted.
 // The decisions are appended to dst, so that a caller deciding request
 // after request (sluice.Limiter.AppendAll) allocates none.
-func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
+func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, dst []sluice.Decision) ([]sluice.Decision, error) {
 	if len(rs) == 1 {
 		// One limit (what a call of one descriptor or one rule asks):
 		// Take's way, without the locks and the stack that several
 		// buckets at once need. On the precise clock, as TakeAll always
 		// is: the coarse one's ticker costs a server more than it saves
 		// but at a very high rate of decisions (see clock.go).
-		d, err := s.take(op, rs[0], true)
-		if err != nil {
-			return nil, fmt.Errorf("take 1 of 1: %w", err)
-		}
-		return append(dst, d), nil
+		return append(dst, s.take(op, rs[0], true)), nil
 	}
 	return s.takeMany(op, rs, dst)
 }
@@ -47,7 +41,7 @@ func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, 
 // that TakeAll of one (the usual) does not reserve its buffers' stack: a
 // goroutine whose stack the collector shrank between calls (a server's
 // idle worker) would grow and copy it again for them.
-func (s *Store) takeMany(op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
+func (s *Store) takeMany(op engine.Op, rs []sluice.Charged, dst []sluice.Decision) ([]sluice.Decision, error) {
 	// Small requests (the usual three or four limits) work on the stack.
 	var wsBuf [8]work
 	var outBuf [8]engine.Outcome
@@ -58,12 +52,8 @@ func (s *Store) takeMany(op engine.Op, rs []sluice.Request, dst []sluice.Decisio
 	}
 	ws, out = ws[:len(rs)], out[:len(rs)]
 	for i, r := range rs {
-		ch, err := r.Charge(op)
-		if err != nil {
-			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
-		}
 		h, check := s.hashes(r.Limit, r.Key)
-		ws[i] = work{ch: ch, h: h, check: check, shard: int(h & s.mask), same: -1}
+		ws[i] = work{h: h, check: check, shard: int(h & s.mask), same: -1}
 		for j := 0; j < i; j++ {
 			if ws[j].h == h && ws[j].check == check {
 				ws[i].same = j
@@ -105,7 +95,7 @@ func (s *Store) takeMany(op engine.Op, rs []sluice.Request, dst []sluice.Decisio
 // decideAll decides every request of a TakeAll on scratch copies of the
 // buckets' states, under the shards' locks, and appends the decisions to
 // dst.
-func (s *Store) decideAll(op engine.Op, rs []sluice.Request, ws []work, out []engine.Outcome, now int64, dst []sluice.Decision) ([]sluice.Decision, bool) {
+func (s *Store) decideAll(op engine.Op, rs []sluice.Charged, ws []work, out []engine.Outcome, now int64, dst []sluice.Decision) ([]sluice.Decision, bool) {
 	all := true
 	for i := range ws {
 		w := &ws[i]
@@ -124,9 +114,9 @@ func (s *Store) decideAll(op engine.Op, rs []sluice.Request, ws []work, out []en
 		}
 		var written bool
 		if op == engine.OpRefund {
-			out[i], written = engine.Refund(rs[i].Limit.Params(), &w.st, w.present, rs[i].Key, now, w.ch)
+			out[i], written = engine.Refund(rs[i].Limit.Params(), &w.st, w.present, rs[i].Key, now, rs[i].Charge)
 		} else {
-			out[i], written = engine.Evaluate(rs[i].Limit.Params(), &w.st, w.present, rs[i].Key, now, w.ch, true)
+			out[i], written = engine.Evaluate(rs[i].Limit.Params(), &w.st, w.present, rs[i].Key, now, rs[i].Charge, true)
 		}
 		w.present = w.present || written
 		all = all && out[i].Allowed

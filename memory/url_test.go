@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 )
@@ -19,7 +20,7 @@ func TestOpenURL(t *testing.T) {
 	}
 	lim := sluice.MustLimit(sluice.Spec{Name: "u", TokensPerSecond: 1, Burst: 2})
 	for i := range 40 {
-		st.Take(context.Background(), engine.OpTake, sluice.Request{Limit: lim, Key: string(rune('a' + i))})
+		conformance.Take(context.Background(), st, engine.OpTake, sluice.Request{Limit: lim, Key: string(rune('a' + i))})
 	}
 	if n := st.Len(); n != 16 {
 		t.Fatalf("max_keys=16 holds %d keys", n)

@@ -435,14 +435,14 @@ func labelsAre(got []*dto.LabelPair, want map[string]string, exact bool) bool {
 // process (see sluice.WithStoreTimeout).
 func (i *instrumented) InProcess() bool { return i.inProcess }
 
-func (i *instrumented) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
+func (i *instrumented) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {
 	start := sinceStart()
 	d, err := i.s.Take(ctx, op, r)
 	i.observe(i.opOf(op, false), start, err)
 	return d, err
 }
 
-func (i *instrumented) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
+func (i *instrumented) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, dst []sluice.Decision) ([]sluice.Decision, error) {
 	start := sinceStart()
 	ds, err := i.s.TakeAll(ctx, op, rs, dst)
 	i.observe(i.opOf(op, true), start, err)

@@ -261,7 +261,7 @@ func (l *loader) adaptiveConfig(o *obj, v *variant, rf rateFields) bool {
 		field string
 		cost  float64
 	}{{"fixed_cost", v.cost.fixed}, {"default_cost", v.cost.def}} {
-		if _, err := (sluice.Request{Limit: v.limit, Cost: cc.cost * scale, Reserve: v.reserve, MaxReserved: v.queueDebt}).Charge(engine.OpTake); err != nil {
+		if _, err := (sluice.Request{Limit: v.limit, Cost: cc.cost * scale, Reserve: v.reserve, MaxReserved: v.queueDebt}).Charged(engine.OpTake); err != nil {
 			at := ao.vals["min"]
 			l.errf(at, join(path, "min"), "at min each request weighs %s/min = %v times its %s (%v): %v tokens, above what the limit holds (%v), so no request could pass; raise min, or the burst (burst, burst_seconds or capacity)", strconv.FormatFloat(c.Start, 'g', -1, 64), scale, cc.field, cc.cost, cc.cost*scale, v.limit.Capacity())
 			return false
@@ -372,7 +372,7 @@ func (r *Result) queueRefuse(op engine.Op) bool {
 	}
 	turn := m.Request
 	turn.NoReserve = false
-	if _, err := turn.Charge(op); err != nil {
+	if _, err := turn.Charged(op); err != nil {
 		return false
 	}
 	r.Decision = sluice.Decision{Allowed: false, RetryAfter: max(m.queueRoom, time.Millisecond)}

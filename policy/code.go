@@ -98,7 +98,7 @@ func FromRules(s Settings, rules ...CodeRule) (*Policy, error) {
 		}
 		// The cost every request of the rule is charged: one token, which
 		// a limit below one token could never admit.
-		if _, err := (sluice.Request{Limit: cr.Limit, Cost: 1}).Charge(engine.OpTake); err != nil {
+		if _, err := (sluice.Request{Limit: cr.Limit, Cost: 1}).Charged(engine.OpTake); err != nil {
 			bad(path, "a request costs 1 token: %v", err)
 			continue
 		}

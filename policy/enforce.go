@@ -33,23 +33,32 @@ type Match struct {
 	queueFull bool          // QueueFull: no place in the rule's queue
 	queueRoom time.Duration // QueueFull: until the queue has room
 
-	// judged is the request that CostExceedsLimit judged as a take, with
-	// its cost in micro-tokens and its error: Enforce's take of that very
-	// request uses them rather than judging it again.
-	judged     sluice.Request
-	judgedCost int64
-	judgedErr  error
+	// judged is the request that Judge (or Enforce) charged as a take,
+	// with its charge and error: Enforce's take of that very request hands
+	// that charge to the Limiter rather than charging it again. A Result
+	// keeps its request's charge here too, for the Limiter.
+	judged        sluice.Request
+	judgedCharged sluice.Charged
+	judgedErr     error
 }
 
 // CostExceedsLimit reports whether a take of m's request, as it stands,
-// asks more than its limit can ever hold (sluice.Request.Charge's rule),
+// asks more than its limit can ever hold (sluice.Request.Charged's rule),
 // for a caller that decides such a request apart (the Envoy service). It
-// keeps what it found in m, so that Enforce, taking m unchanged, does not
-// compute the charge again.
+// keeps what it found in m, as Judge does.
 func (m *Match) CostExceedsLimit() bool {
-	ch, err := m.Request.Charge(engine.OpTake)
-	m.judged, m.judgedCost, m.judgedErr = m.Request, ch.Cost, err
-	return errors.Is(err, sluice.ErrCostExceedsLimit)
+	return errors.Is(m.Judge(), sluice.ErrCostExceedsLimit)
+}
+
+// Judge charges a take of m's request as it stands
+// (sluice.Request.Charged) and returns the charge's error, for a caller
+// that answers a request it cannot charge apart (the decision API's
+// 400 and 422). It keeps the charge in m, so that Enforce, taking m
+// unchanged, hands it to the Limiter rather than computing it again.
+func (m *Match) Judge() error {
+	c, err := m.Request.Charged(engine.OpTake)
+	m.judged, m.judgedCharged, m.judgedErr = m.Request, c, err
+	return err
 }
 
 // Match returns the limits that apply to in, in rule order: for every rule
@@ -198,8 +207,9 @@ type Result struct {
 	impossible  bool  // the cost exceeds the limit's capacity
 	refusal     error // why, when impossible: the charge's error
 	notCharged  bool  // it had room, but another limit rejected the request
-	cost        int64 // the cost in micro-tokens, as sluice.Request.Charge judged it
 	unsupported bool  // a concurrency rule on a path that cannot hold its slot
+
+	cost int64 // the cost in micro-tokens, as sluice.Request.Charged judged it
 }
 
 // Observer is told every decision; package metrics implements it with
@@ -332,13 +342,13 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options) Ve
 	if s == nil {
 		return decide(ctx, lim, ms, o, nil, nil, nil)
 	}
-	if cap(s.reqs) < len(ms) {
-		s.reqs = make([]sluice.Request, 0, len(ms))
+	if cap(s.charged) < len(ms) {
+		s.charged = make([]sluice.Charged, 0, len(ms))
 	}
 	if cap(s.decisions) < len(ms) {
 		s.decisions = make([]sluice.Decision, 0, len(ms))
 	}
-	v := decide(ctx, lim, ms, o, s.results, s.reqs, s.decisions)
+	v := decide(ctx, lim, ms, o, s.results, s.charged, s.decisions)
 	if cap(v.Results) > cap(s.results) {
 		s.results = v.Results[:0]
 	}
@@ -353,9 +363,9 @@ func resultsFor(buf []Result, n int) []Result {
 	return make([]Result, n)
 }
 
-// decide is Enforce with the verdict's Results, the store's requests and
-// its decisions in buf, reqBuf and decBuf when they have room for them.
-func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf []Result, reqBuf []sluice.Request, decBuf []sluice.Decision) Verdict {
+// decide is Enforce with the verdict's Results, the charged requests and
+// their decisions in buf, csBuf and decBuf when they have room for them.
+func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf []Result, csBuf []sluice.Charged, decBuf []sluice.Decision) Verdict {
 	op, obs, hold := o.Op, o.Observer, o.Hold
 	if op == engine.OpRefund {
 		return refund(ctx, lim, ms, buf)
@@ -373,11 +383,11 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 		}
 	}
 
-	reqs := reqBuf[:0]
-	if cap(reqBuf) < len(enf) {
-		reqs = make([]sluice.Request, 0, len(enf))
+	cs := csBuf[:0]
+	if cap(csBuf) < len(enf) {
+		cs = make([]sluice.Charged, 0, len(enf))
 	}
-	impossible := false
+	impossible, uncharged := false, false
 	var concBuf [8]int
 	conc := concBuf[:0]
 	for _, i := range enf {
@@ -386,22 +396,23 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 			conc = append(conc, i)
 			continue
 		}
-		if r.judge(op) {
+		if r.judge() {
 			impossible = true
 			continue
 		}
-		reqs = append(reqs, r.Match.Request)
+		cs = append(cs, r.Match.judgedCharged)
+		uncharged = uncharged || r.Match.judgedErr != nil
 		idx = append(idx, i)
 	}
 	// Slots first: a lease is given back exactly when the rate rules
 	// then reject (see Enforce, Holding slots).
 	slotted := len(conc) == 0 || v.slots(ctx, lim, op, conc, hold, !impossible)
-	if len(reqs) > 0 {
+	if len(cs) > 0 {
 		ask := engine.OpTake
 		if op == engine.OpPeek || impossible || !slotted {
 			ask = engine.OpPeek
 		}
-		ds, err := lim.AppendAll(ctx, ask, decBuf, reqs...)
+		ds, err := decideCharged(ctx, lim, ask, decBuf, cs, v.Results, idx, uncharged)
 		for k, i := range idx {
 			if err == nil {
 				v.Results[i].Decision = ds[k]
@@ -435,7 +446,7 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 			v.slots(ctx, lim, op, []int{i}, true, v.Allowed && hold)
 			continue
 		}
-		if r.judge(op) {
+		if r.judge() {
 			continue
 		}
 		// Asked as the enforced limits are (TakeAll), on the precise clock:
@@ -445,7 +456,7 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 		if op == engine.OpPeek || !v.Allowed {
 			ask = engine.OpPeek
 		}
-		if ds, err := lim.AppendAll(ctx, ask, decBuf, r.Match.Request); err != nil {
+		if ds, err := decideCharged(ctx, lim, ask, decBuf, []sluice.Charged{r.Match.judgedCharged}, v.Results, []int{i}, r.Match.judgedErr != nil); err != nil {
 			r.storeFailed(err)
 		} else {
 			r.Decision = ds[0]
@@ -563,27 +574,40 @@ func (r *Result) storeFailed(err error) {
 	r.Decision = d
 }
 
-// judge applies sluice.Request.Charge's rule to r's request under op and
-// keeps its cost. A cost the limit can never admit is decided here, as a
-// rejection, and judge reports true; any other problem is left for the
-// store to report.
-func (r *Result) judge(op engine.Op) bool {
-	var err error
-	if m := &r.Match; op == engine.OpTake && m.judged.Limit != nil && m.judged == m.Request {
-		r.cost, err = m.judgedCost, m.judgedErr
-	} else {
-		var ch engine.Charge
-		ch, err = m.Request.Charge(op)
-		r.cost = ch.Cost
+// judge charges r's request (sluice.Request.Charged) once, as a take: a
+// peek is charged alike. The charge, kept in r.Match (see Match.Judge),
+// goes to the Limiter as it stands. A cost the limit can never admit is
+// decided here, as a rejection, and judge reports true; any other problem
+// is left for the Limiter to report (decideCharged).
+func (r *Result) judge() bool {
+	if m := &r.Match; m.judged.Limit == nil || m.judged != m.Request {
+		m.Judge()
 	}
+	err := r.Match.judgedErr
+	r.cost = r.Match.judgedCharged.Cost
 	if !errors.Is(err, sluice.ErrCostExceedsLimit) {
 		return false
 	}
-	if r.queueRefuse(op) {
+	if r.queueRefuse(engine.OpTake) {
 		return true
 	}
 	r.refuse(err)
 	return true
+}
+
+// decideCharged asks lim for the charged requests cs, those of
+// results[idx] in order, appending their decisions to dst. When one of
+// them could not be charged (uncharged), the requests go to the Limiter
+// as they are, for the error it reports for such a batch.
+func decideCharged(ctx context.Context, lim *sluice.Limiter, op engine.Op, dst []sluice.Decision, cs []sluice.Charged, results []Result, idx []int, uncharged bool) ([]sluice.Decision, error) {
+	if !uncharged {
+		return lim.AppendCharged(ctx, op, dst, cs...)
+	}
+	reqs := make([]sluice.Request, len(idx))
+	for k, i := range idx {
+		reqs[k] = results[i].Match.Request
+	}
+	return lim.AppendAll(ctx, op, dst, reqs...)
 }
 
 // refuse rejects r as a request that can never succeed, charging nothing;

@@ -598,7 +598,7 @@ func (l *loader) usableCosts(o *obj, v *variant, costN map[string]*yaml.Node) bo
 		}{"min_cost", v.cost.min})
 	}
 	for _, c := range checks {
-		if _, err := (sluice.Request{Limit: lim, Cost: c.cost, Reserve: v.reserve, MaxReserved: v.queueDebt}).Charge(engine.OpTake); err != nil {
+		if _, err := (sluice.Request{Limit: lim, Cost: c.cost, Reserve: v.reserve, MaxReserved: v.queueDebt}).Charged(engine.OpTake); err != nil {
 			at := costN[c.field]
 			if at == nil {
 				at = o.n

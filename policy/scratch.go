@@ -16,7 +16,7 @@ type Scratch struct {
 	in        Input
 	matches   []Match
 	results   []Result
-	reqs      []sluice.Request
+	charged   []sluice.Charged
 	decisions []sluice.Decision
 }
 
@@ -58,6 +58,6 @@ func (s *Scratch) Clear() {
 	s.matches = s.matches[:0]
 	clear(s.results[:cap(s.results)])
 	s.results = s.results[:0]
-	clear(s.reqs[:cap(s.reqs)])
+	clear(s.charged[:cap(s.charged)])
 	clear(s.decisions[:cap(s.decisions)])
 }

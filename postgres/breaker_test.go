@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/postgres"
 )
@@ -27,7 +28,7 @@ func TestBreaker(t *testing.T) {
 	lim := sluice.MustLimit(sluice.Spec{Name: fmt.Sprintf("breaker-%d", time.Now().UnixNano()), TokensPerSecond: 1e6, Burst: 1e6})
 	take := func() (time.Duration, error) {
 		start := time.Now()
-		_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		return time.Since(start), err
 	}
 	if _, err := take(); err != nil {
@@ -79,7 +80,7 @@ func TestBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx2.Rollback(ctx)
-	if _, err := s.WithTx(tx2).Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+	if _, err := conformance.Take(ctx, s.WithTx(tx2), engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/postgres"
 )
@@ -72,7 +73,7 @@ func TestConcurrentOneKeyServerClock(t *testing.T) {
 	lim := sluice.MustLimit(sluice.Spec{Name: "hot", TokensPerSecond: 100, Burst: 100})
 	s := newStoreOpts(t, postgres.Options{})
 	admitted, takes, span := hammer(t, s, 2*time.Second, func(ctx context.Context) (bool, error) {
-		d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		return d.Allowed, err
 	})
 	bound := 100 + span*100/1_000_000
@@ -104,7 +105,7 @@ func TestConcurrentCallerTransactionsRollBack(t *testing.T) {
 			return false, err
 		}
 		defer tx.Rollback(ctx)
-		d, err := s.WithTx(tx).Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		d, err := conformance.Take(ctx, s.WithTx(tx), engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		if err != nil {
 			return false, err
 		}
@@ -161,7 +162,7 @@ func TestCallerTransaction(t *testing.T) {
 	ctx := context.Background()
 	lim := sluice.MustLimit(sluice.Spec{Name: "tx", TokensPerSecond: 1, Burst: 3})
 	tokens := func() float64 {
-		d, err := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"})
+		d, err := conformance.Take(ctx, s, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,11 +175,11 @@ func TestCallerTransaction(t *testing.T) {
 	}
 	st := s.WithTx(tx)
 	for i := 0; i < 3; i++ {
-		if d, err := st.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
+		if d, err := conformance.Take(ctx, st, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
 			t.Fatalf("take %d in tx: %+v %v", i, d, err)
 		}
 	}
-	if d, _ := st.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); d.Allowed {
+	if d, _ := conformance.Take(ctx, st, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); d.Allowed {
 		t.Fatal("fourth take in tx admitted")
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -194,10 +195,10 @@ func TestCallerTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = s.WithTx(tx)
-	if _, err := st.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+	if _, err := conformance.Take(ctx, st, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := st.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k"}, {Limit: other, Key: "k", Cost: 1}, {Limit: other, Key: "k", Cost: 1}}, nil)
+	ds, err := conformance.TakeAll(ctx, st, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k"}, {Limit: other, Key: "k", Cost: 1}, {Limit: other, Key: "k", Cost: 1}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +232,7 @@ func TestTakeAllNoDeadlock(t *testing.T) {
 				if (g+i)%2 == 0 {
 					rs[0], rs[1] = rs[1], rs[0]
 				}
-				ds, err := s.TakeAll(ctx, engine.OpTake, rs, nil)
+				ds, err := conformance.TakeAll(ctx, s, engine.OpTake, rs, nil)
 				if err == nil && !sluice.Combine(ds).Allowed {
 					err = errors.New("rejected with a million tokens")
 				}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/postgres"
 	"github.com/sluicehq/sluice/postgres/pgtest"
@@ -59,7 +60,7 @@ func TestAttackLockedRowFailsAtLockTimeout(t *testing.T) {
 	lim := sluice.MustLimit(sluice.Spec{Name: "locked", Rate: 1, Period: time.Hour, Capacity: 100})
 	take := func() (time.Duration, error) {
 		start := time.Now()
-		_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		return time.Since(start), err
 	}
 	if _, err := take(); err != nil {
@@ -102,7 +103,7 @@ func TestAttackLockedRowFailsAtLockTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer peeker.Close()
-	d, err := peeker.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"})
+	d, err := conformance.Take(ctx, peeker, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"})
 	// One token taken before the lock; the peek reports what would remain
 	// after its own cost of 1.
 	if err != nil || d.Remaining != 98 {
@@ -130,7 +131,7 @@ func TestStoppedServerOpensBreaker(t *testing.T) {
 	defer s.Close()
 	lim := sluice.MustLimit(sluice.Spec{Name: "stopped", TokensPerSecond: 1e6, Burst: 1e6})
 	req := sluice.Request{Limit: lim, Key: "k"}
-	if _, err := s.Take(ctx, engine.OpTake, req); err != nil {
+	if _, err := conformance.Take(ctx, s, engine.OpTake, req); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Halt(); err != nil {
@@ -140,7 +141,7 @@ func TestStoppedServerOpensBreaker(t *testing.T) {
 	// for a window that forgot the success on a slow machine.
 	var failed int
 	for failed = 1; failed <= 10; failed++ {
-		_, err := s.Take(ctx, engine.OpTake, req)
+		_, err := conformance.Take(ctx, s, engine.OpTake, req)
 		if errors.Is(err, postgres.ErrBreakerOpen) {
 			break
 		}

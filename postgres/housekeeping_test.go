@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/postgres"
 )
@@ -24,7 +25,7 @@ func flood(t *testing.T, s *postgres.Store, round, n int, lims ...*sluice.Limit)
 			defer wg.Done()
 			for i := g; i < n; i += 16 {
 				for _, l := range lims {
-					if _, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: l, Key: fmt.Sprintf("r%d-k%d", round, i)}); err != nil {
+					if _, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: l, Key: fmt.Sprintf("r%d-k%d", round, i)}); err != nil {
 						errs <- err
 						return
 					}
@@ -89,19 +90,19 @@ func TestHousekeepingChangesNoAnswer(t *testing.T) {
 	lim := sluice.MustLimit(sluice.Spec{Name: "hk-same", TokensPerSecond: 4, Burst: 2})
 	req := sluice.Request{Limit: lim, Key: "k"}
 	for i := 0; i < 2; i++ {
-		if _, err := s.Take(ctx, engine.OpTake, req); err != nil {
+		if _, err := conformance.Take(ctx, s, engine.OpTake, req); err != nil {
 			t.Fatal(err)
 		}
 	}
 	clock.Advance(500 * time.Millisecond) // exactly refilled
-	before, err := s.Take(ctx, engine.OpPeek, req)
+	before, err := conformance.Take(ctx, s, engine.OpPeek, req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.Housekeep(ctx); err != nil || n != 1 {
 		t.Fatalf("housekeeping deleted %d rows (%v), want the one full bucket", n, err)
 	}
-	after, err := s.Take(ctx, engine.OpPeek, req)
+	after, err := conformance.Take(ctx, s, engine.OpPeek, req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/postgres"
 )
@@ -72,7 +73,7 @@ func TestMigrations(t *testing.T) {
 	}
 	defer s.Close()
 	lim := sluice.MustLimit(sluice.Spec{Name: "m", TokensPerSecond: 1, Burst: 1})
-	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
 		t.Fatalf("take after migrate: %+v %v", d, err)
 	}
 

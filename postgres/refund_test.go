@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/postgres"
@@ -19,7 +20,7 @@ import (
 // reports what would be left after it, or, when rejected, what there is.
 func level(t *testing.T, s sluice.Store, lim *sluice.Limit, key string) float64 {
 	t.Helper()
-	d, err := s.Take(context.Background(), engine.OpPeek, sluice.Request{Limit: lim, Key: key})
+	d, err := conformance.Take(context.Background(), s, engine.OpPeek, sluice.Request{Limit: lim, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func TestRefundRollsBackWithTx(t *testing.T) {
 	s := newStoreOpts(t, postgres.Options{Clock: clock})
 	ctx := context.Background()
 	lim := sluice.MustLimit(sluice.Spec{Name: "refund-tx", TokensPerSecond: 1, Burst: 5})
-	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 5}); err != nil || !d.Allowed {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 5}); err != nil || !d.Allowed {
 		t.Fatalf("take: %+v %v", d, err)
 	}
 
@@ -46,11 +47,11 @@ func TestRefundRollsBackWithTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := s.WithTx(tx)
-	d, err := st.Take(ctx, engine.OpRefund, sluice.Request{Limit: lim, Key: "k", Cost: 3})
+	d, err := conformance.Take(ctx, st, engine.OpRefund, sluice.Request{Limit: lim, Key: "k", Cost: 3})
 	if err != nil || !d.Allowed || d.Tokens != 3 {
 		t.Fatalf("refund in tx: %+v %v, want allowed with 3 tokens", d, err)
 	}
-	ds, err := st.TakeAll(ctx, engine.OpRefund, []sluice.Request{{Limit: lim, Key: "k"}, {Limit: lim, Key: "absent"}}, nil)
+	ds, err := conformance.TakeAll(ctx, st, engine.OpRefund, []sluice.Request{{Limit: lim, Key: "k"}, {Limit: lim, Key: "absent"}}, nil)
 	if err != nil || len(ds) != 2 || !ds[0].Allowed || ds[0].Tokens != 4 || !ds[1].Allowed || ds[1].Tokens != 5 {
 		t.Fatalf("refund all in tx: %+v %v, want 4 and 5 (full) tokens", ds, err)
 	}
@@ -74,7 +75,7 @@ func TestRefundRollsBackWithTx(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.WithTx(tx).Take(ctx, engine.OpRefund, sluice.Request{Limit: lim, Key: "k", Cost: 2}); err != nil {
+	if _, err := conformance.Take(ctx, s.WithTx(tx), engine.OpRefund, sluice.Request{Limit: lim, Key: "k", Cost: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -83,7 +84,7 @@ func TestRefundRollsBackWithTx(t *testing.T) {
 	if got := level(t, s, lim, "k"); got != 2 {
 		t.Fatalf("after commit the bucket holds %v tokens, want 2", got)
 	}
-	if _, err := s.Take(ctx, engine.OpRefund, sluice.Request{Limit: lim, Key: "absent"}); err != nil {
+	if _, err := conformance.Take(ctx, s, engine.OpRefund, sluice.Request{Limit: lim, Key: "absent"}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.Len(ctx); err != nil || n != 1 {
@@ -105,17 +106,17 @@ func TestRefundHousekeeping(t *testing.T) {
 	}
 	for _, l := range lims {
 		for _, key := range []string{"full", "part"} {
-			if _, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: l, Key: key, Cost: 2}); err != nil {
+			if _, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: l, Key: key, Cost: 2}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	clock.Advance(100 * time.Millisecond)
 	for _, l := range lims {
-		if d, err := s.Take(ctx, engine.OpRefund, sluice.Request{Limit: l, Key: "full", Cost: 4}); err != nil || d.ResetAfter != 0 {
+		if d, err := conformance.Take(ctx, s, engine.OpRefund, sluice.Request{Limit: l, Key: "full", Cost: 4}); err != nil || d.ResetAfter != 0 {
 			t.Fatalf("%s: refund to full: %+v %v", l.Name(), d, err)
 		}
-		if d, err := s.Take(ctx, engine.OpRefund, sluice.Request{Limit: l, Key: "part", Cost: 1}); err != nil || d.ResetAfter == 0 {
+		if d, err := conformance.Take(ctx, s, engine.OpRefund, sluice.Request{Limit: l, Key: "part", Cost: 1}); err != nil || d.ResetAfter == 0 {
 			t.Fatalf("%s: partial refund: %+v %v", l.Name(), d, err)
 		}
 	}
@@ -142,7 +143,7 @@ func TestRefundConcurrent(t *testing.T) {
 		sluice.MustLimit(sluice.Spec{Name: "rc-sl", Algorithm: sluice.SlidingLog, Rate: 100, Period: time.Hour}),
 	}
 	for _, l := range lims {
-		if _, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: l, Key: "k", Cost: 50}); err != nil {
+		if _, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: l, Key: "k", Cost: 50}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,12 +155,12 @@ func TestRefundConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 25; i++ {
 				rs := []sluice.Request{{Limit: lims[0], Key: "k"}, {Limit: lims[1], Key: "k"}}
-				if ds, err := s.TakeAll(ctx, engine.OpTake, rs, nil); err != nil || !sluice.Combine(ds).Allowed {
+				if ds, err := conformance.TakeAll(ctx, s, engine.OpTake, rs, nil); err != nil || !sluice.Combine(ds).Allowed {
 					errs <- fmt.Errorf("take: %+v %v", ds, err)
 					return
 				}
 				for _, r := range rs {
-					if _, err := s.Take(ctx, engine.OpRefund, r); err != nil {
+					if _, err := conformance.Take(ctx, s, engine.OpRefund, r); err != nil {
 						errs <- err
 						return
 					}
@@ -225,8 +226,8 @@ func TestRefundMatchesMemory(t *testing.T) {
 				op := []engine.Op{engine.OpTake, engine.OpPeek, engine.OpRefund}[rng.IntN(3)]
 				if rng.IntN(4) == 0 {
 					rs := []sluice.Request{req(), req(), req()}
-					want, werr := mem.TakeAll(ctx, op, rs, nil)
-					got, gerr := pg.TakeAll(ctx, op, rs, nil)
+					want, werr := conformance.TakeAll(ctx, mem, op, rs, nil)
+					got, gerr := conformance.TakeAll(ctx, pg, op, rs, nil)
 					if (werr != nil) != (gerr != nil) {
 						t.Fatalf("%s: TakeAll op %d %+v: memory err %v, postgres err %v", where, op, rs, werr, gerr)
 					}
@@ -238,8 +239,8 @@ func TestRefundMatchesMemory(t *testing.T) {
 					continue
 				}
 				r := req()
-				want, werr := mem.Take(ctx, op, r)
-				got, gerr := pg.Take(ctx, op, r)
+				want, werr := conformance.Take(ctx, mem, op, r)
+				got, gerr := conformance.Take(ctx, pg, op, r)
 				if (werr != nil) != (gerr != nil) {
 					t.Fatalf("%s: op %d %+v: memory err %v, postgres err %v", where, op, r, werr, gerr)
 				}

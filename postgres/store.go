@@ -375,10 +375,11 @@ func (s *Store) now() any {
 }
 
 // args are the statement parameters of one request.
-func (s *Store) args(r sluice.Request, ch engine.Charge, now any) []any {
+func (s *Store) args(r sluice.Charged, now any) []any {
 	if r.Limit.Params().Windowed() {
-		return s.windowArgs(r, ch, now)
+		return s.windowArgs(r, now)
 	}
+	ch := r.Charge
 	p := r.Limit.Params()
 	var off int64
 	if p.Algorithm == engine.FixedWindow {
@@ -448,16 +449,12 @@ func (s *Store) guarded(ctx context.Context, call func(context.Context) error) e
 }
 
 // Take implements sluice.Store.
-func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
-	ch, err := r.Charge(op)
-	if err != nil {
-		return sluice.Decision{}, err
-	}
-	args := s.args(r, ch, s.now())
+func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {
+	args := s.args(r, s.now())
 	sql, params := opSQL(op)
 	sql, params = forWindow(r.Limit, sql, params)
 	var o engine.Outcome
-	err = s.guarded(ctx, func(ctx context.Context) error {
+	err := s.guarded(ctx, func(ctx context.Context) error {
 		return s.q.QueryRow(ctx, sql, args[:params]...).Scan(&o.Allowed, &o.Tokens, &o.RetryAfter, &o.ResetAfter)
 	})
 	if err != nil {
@@ -479,24 +476,14 @@ func (s *Store) Supports(*sluice.Limit) error { return nil }
 // storage keys, which is the order every TakeAll locks rows in; when any
 // rejects, the transaction is rolled back and nothing is charged. Refunds
 // run the same way and always commit.
-func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, _ []sluice.Decision) ([]sluice.Decision, error) {
+func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, _ []sluice.Decision) ([]sluice.Decision, error) {
 	if len(rs) == 0 {
 		return []sluice.Decision{}, nil
-	}
-	// Input errors are found before the server is asked, so that they never
-	// count toward the breaker.
-	chs := make([]engine.Charge, len(rs))
-	for i, r := range rs {
-		ch, err := r.Charge(op)
-		if err != nil {
-			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
-		}
-		chs[i] = ch
 	}
 	var ds []sluice.Decision
 	err := s.guarded(ctx, func(ctx context.Context) error {
 		var err error
-		ds, err = s.takeAll(ctx, op, rs, chs)
+		ds, err = s.takeAll(ctx, op, rs)
 		return err
 	})
 	if errors.Is(err, ErrBreakerOpen) {
@@ -505,8 +492,8 @@ func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, 
 	return ds, err
 }
 
-// takeAll is TakeAll of rs, whose charges are chs, under the breaker.
-func (s *Store) takeAll(ctx context.Context, op engine.Op, rs []sluice.Request, chs []engine.Charge) ([]sluice.Decision, error) {
+// takeAll is TakeAll of rs under the breaker.
+func (s *Store) takeAll(ctx context.Context, op engine.Op, rs []sluice.Charged) ([]sluice.Decision, error) {
 	type item struct {
 		i    int
 		args []any
@@ -514,7 +501,7 @@ func (s *Store) takeAll(ctx context.Context, op engine.Op, rs []sluice.Request, 
 	now := s.now()
 	items := make([]item, len(rs))
 	for i, r := range rs {
-		items[i] = item{i: i, args: s.args(r, chs[i], now)}
+		items[i] = item{i: i, args: s.args(r, now)}
 	}
 	// Stable: the same bucket twice keeps its requests' order.
 	slices.SortStableFunc(items, func(a, b item) int {

@@ -32,11 +32,11 @@ func TestAttackReloadSlowerRateKeepsDrainedKey(t *testing.T) {
 	ctx := context.Background()
 	old := sluice.MustLimit(sluice.Spec{Name: "reload-per-user", Rate: 30, Period: time.Minute})
 	slower := sluice.MustLimit(sluice.Spec{Name: old.Name(), Rate: 10, Period: time.Minute, Capacity: 30})
-	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: old, Key: "u", Cost: 30}); err != nil || !d.Allowed {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: old, Key: "u", Cost: 30}); err != nil || !d.Allowed {
 		t.Fatalf("drain: %v %+v", err, d)
 	}
 	clock.Advance(time.Second)
-	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: slower, Key: "u"}); err != nil || d.Allowed {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: slower, Key: "u"}); err != nil || d.Allowed {
 		t.Fatalf("after the reload the drained key got %+v (%v), want a rejection", d, err)
 	}
 	// 61 s after the drain: full under the old limit, a sixth under the new.
@@ -44,7 +44,7 @@ func TestAttackReloadSlowerRateKeepsDrainedKey(t *testing.T) {
 	if n, err := s.Housekeep(ctx); err != nil || n != 0 {
 		t.Fatalf("housekeeping deleted %d rows (%v) at the old limit's time to full", n, err)
 	}
-	d, err := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: slower, Key: "u"})
+	d, err := conformance.Take(ctx, s, engine.OpPeek, sluice.Request{Limit: slower, Key: "u"})
 	if err != nil || d.Tokens > 61.0/6 {
 		t.Fatalf("61 s after the drain at 10/min: %+v (%v), want at most 10.17 tokens", d, err)
 	}
@@ -59,7 +59,7 @@ func TestFixedWindowRowWithoutCapacity(t *testing.T) {
 	ctx := context.Background()
 	start := time.Duration(0)
 	lim := sluice.MustLimit(sluice.Spec{Name: fmt.Sprintf("legacy-fw-%d", time.Now().UnixNano()), Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Minute, Start: &start})
-	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
 		t.Fatalf("first take: %+v (%v)", d, err)
 	}
 	key := []byte(lim.StorageKey("k"))
@@ -69,7 +69,7 @@ func TestFixedWindowRowWithoutCapacity(t *testing.T) {
 		t.Fatalf("update: %v (%d rows)", err, tag.RowsAffected())
 	}
 	for i, want := range []bool{true, false} {
-		d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		if err != nil || d.Allowed != want || d.Remaining != 0 {
 			t.Fatalf("take %d: %+v (%v), want allowed %v with none left", i+1, d, err, want)
 		}

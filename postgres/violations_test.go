@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
@@ -178,9 +179,9 @@ func TestStoreRecordsRejections(t *testing.T) {
 	s := newStoreOpts(t, postgres.Options{Clock: clock, Violations: vl})
 	lim := sluice.MustLimit(sluice.Spec{Name: "rec", TokensPerSecond: 1, Burst: 2})
 	for i := 0; i < 3; i++ {
-		s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "someone", Cost: 0.75})
+		conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "someone", Cost: 0.75})
 	}
-	if _, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "other"}, {Limit: lim, Key: "someone"}}, nil); err != nil {
+	if _, err := conformance.TakeAll(ctx, s, engine.OpTake, []sluice.Request{{Limit: lim, Key: "other"}, {Limit: lim, Key: "someone"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := vl.Flush(ctx); err != nil {
@@ -202,10 +203,10 @@ func TestStoreRecordsRejections(t *testing.T) {
 	before := vl.Written()
 	for _, key := range []string{"bad\xff\x00key", strings.Repeat("long", 500)} {
 		req := sluice.Request{Limit: lim, Key: key, Cost: 2}
-		if d, err := s.Take(ctx, engine.OpTake, req); err != nil || !d.Allowed {
+		if d, err := conformance.Take(ctx, s, engine.OpTake, req); err != nil || !d.Allowed {
 			t.Fatalf("first take of %q: %+v %v", key[:8], d, err)
 		}
-		if d, err := s.Take(ctx, engine.OpTake, req); err != nil || d.Allowed {
+		if d, err := conformance.Take(ctx, s, engine.OpTake, req); err != nil || d.Allowed {
 			t.Fatalf("second take of %q: %+v %v", key[:8], d, err)
 		}
 	}
@@ -231,7 +232,7 @@ func TestStoreRecordsCaller(t *testing.T) {
 	lim := sluice.MustLimit(sluice.Spec{Name: "who", TokensPerSecond: 1, Burst: 1})
 	cctx := sluice.WithCaller(ctx, sluice.Caller{User: "alice", IP: netip.MustParseAddr("2001:db8::7"), Endpoint: "/search"})
 	for i := 0; i < 2; i++ {
-		if _, err := s.Take(cctx, engine.OpTake, sluice.Request{Limit: lim, Key: "alice"}); err != nil {
+		if _, err := conformance.Take(cctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "alice"}); err != nil {
 			t.Fatal(err)
 		}
 	}

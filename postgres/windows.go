@@ -70,8 +70,8 @@ CROSS JOIN LATERAL sluice_window_step(coalesce(t.alg = $2::smallint, false), $2:
 
 // windowArgs are the statement parameters of a request to a sliding or
 // calendar window (see windowStep).
-func (s *Store) windowArgs(r sluice.Request, ch engine.Charge, now any) []any {
-	p := r.Limit.Params()
+func (s *Store) windowArgs(r sluice.Charged, now any) []any {
+	p, ch := r.Limit.Params(), r.Charge
 	var bounds any
 	if p.Calendar != 0 {
 		at := time.Now().UnixMicro()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/quota"
 )
@@ -26,7 +27,7 @@ type counting struct {
 	started          chan struct{}
 }
 
-func (c *counting) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
+func (c *counting) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {
 	switch op {
 	case engine.OpTake:
 		c.takes.Add(1)
@@ -44,11 +45,7 @@ func (c *counting) Take(ctx context.Context, op engine.Op, r sluice.Request) (sl
 		}
 	case engine.OpRefund:
 		c.refunds.Add(1)
-		cost := r.Cost
-		if cost == 0 {
-			cost = 1
-		}
-		c.refundedMicro.Add(int64(cost * engine.TokenScale))
+		c.refundedMicro.Add(r.Cost) // micro-tokens, as charged
 	}
 	return c.Store.Take(ctx, op, r)
 }
@@ -106,7 +103,7 @@ func (f *fleet) step(ctx context.Context, key string, perProc int, cost float64,
 			go func() {
 				defer wg.Done()
 				for range n {
-					d, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: f.lim, Key: key, Cost: cost})
+					d, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: f.lim, Key: key, Cost: cost})
 					if err != nil && f.faults {
 						f.errors.Add(1)
 						continue

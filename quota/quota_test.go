@@ -109,7 +109,7 @@ func TestWindowUseBy(t *testing.T) {
 			// Move to into past a window start of the key.
 			base := epoch.Truncate(time.Second).Add(off).Add(10 * time.Second)
 			clock.Set(base.Add(into))
-			d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: fw, Key: key, Cost: spent})
+			d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: fw, Key: key, Cost: spent})
 			if err != nil || !d.Allowed {
 				t.Fatalf("take: %+v %v", d, err)
 			}
@@ -140,7 +140,7 @@ func coldCase(t *testing.T, clock *sluice.ManualClock, open func() sluice.Store)
 	for range 50 {
 		for _, q := range f.procs {
 			for range 7 {
-				if d, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "cold"}); err != nil || !d.Allowed {
+				if d, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: "cold"}); err != nil || !d.Allowed {
 					t.Fatalf("%+v %v", d, err)
 				}
 			}
@@ -190,7 +190,7 @@ func TestCloseReturnsSlices(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 20 {
-		if _, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+		if _, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -199,7 +199,7 @@ func TestCloseReturnsSlices(t *testing.T) {
 		t.Fatalf("stats %+v: want slices taken and 0 < held <= 50", st)
 	}
 	peek := func() float64 {
-		d, err := mem.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"})
+		d, err := conformance.Take(ctx, mem, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +216,7 @@ func TestCloseReturnsSlices(t *testing.T) {
 		t.Errorf("after Close the store holds %v, want 980: every unused token returned", after)
 	}
 	// Closed: exact from then on.
-	if _, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+	if _, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	if after := peek(); after != 979 {
@@ -235,7 +235,7 @@ func TestSliceExpiresAndReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if _, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+		if _, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -269,7 +269,7 @@ func TestOneTakeInFlightPerKey(t *testing.T) {
 	done := make(chan error, 16)
 	for range 16 {
 		go func() {
-			_, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+			_, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 			done <- err
 		}()
 	}
@@ -296,7 +296,7 @@ func TestRefusedSliceFallsBackToExact(t *testing.T) {
 	}
 	admitted := 0
 	for range 30 {
-		d, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		d, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +327,7 @@ func takeAllCase(t *testing.T, clock *sluice.ManualClock, mem sluice.Store) {
 	}
 	rs := []sluice.Request{{Limit: leased, Key: "g"}, {Limit: exact, Key: "u"}}
 	for i := range 10 {
-		ds, err := q.TakeAll(ctx, engine.OpTake, rs, nil)
+		ds, err := conformance.TakeAll(ctx, q, engine.OpTake, rs, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +339,7 @@ func takeAllCase(t *testing.T, clock *sluice.ManualClock, mem sluice.Store) {
 		}
 	}
 	st := q.Stats()[0]
-	d, err := mem.Take(ctx, engine.OpPeek, sluice.Request{Limit: leased, Key: "g"})
+	d, err := conformance.Take(ctx, mem, engine.OpPeek, sluice.Request{Limit: leased, Key: "g"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,14 +399,14 @@ func TestConfigureReturnsOldSlices(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 5 {
-		if _, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+		if _, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := q.Configure(nil); err != nil {
 		t.Fatal(err)
 	}
-	d, err := mem.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"})
+	d, err := conformance.Take(ctx, mem, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"})
 	if err != nil || d.Tokens+1 != 995 { // a peek answers after a take of one
 		t.Errorf("after a reload that leases nothing the store holds %v (%v), want 995", d.Tokens, err)
 	}
@@ -426,7 +426,7 @@ func TestAttackManyKeysBoundSlices(t *testing.T) {
 	for i := range 5000 {
 		key := "made-up-" + strconv.Itoa(i)
 		for range 3 {
-			d, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: key})
+			d, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: key})
 			if err != nil || !d.Allowed {
 				t.Fatalf("%+v %v", d, err)
 			}
@@ -451,7 +451,7 @@ func TestAttackHugeCostStaysExact(t *testing.T) {
 	}
 	for range 4 {
 		for _, cost := range []float64{1, 4000} {
-			if _, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: cost}); err != nil {
+			if _, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: cost}); err != nil {
 				t.Fatal(err)
 			}
 			if st := q.Stats()[0]; st.Held > 30 {
@@ -459,7 +459,7 @@ func TestAttackHugeCostStaysExact(t *testing.T) {
 			}
 		}
 	}
-	d, err := c.Store.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"})
+	d, err := conformance.Take(ctx, c.Store, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +483,7 @@ func TestAttackRefundDoesNotMintIntoSlice(t *testing.T) {
 	}
 	admitted := 0
 	for range 200 {
-		d, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		d, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -493,7 +493,7 @@ func TestAttackRefundDoesNotMintIntoSlice(t *testing.T) {
 		before := q.Stats()[0].Held
 		// Refund far more than was taken: the store caps it at the
 		// capacity; the slice must not grow.
-		if _, err := q.Take(ctx, engine.OpRefund, sluice.Request{Limit: lim, Key: "k", Cost: 50}); err != nil {
+		if _, err := conformance.Take(ctx, q, engine.OpRefund, sluice.Request{Limit: lim, Key: "k", Cost: 50}); err != nil {
 			t.Fatal(err)
 		}
 		if after := q.Stats()[0].Held; after > before {
@@ -546,7 +546,7 @@ func TestFixedWindowLeftoverNotUsedInNextWindow(t *testing.T) {
 	off := time.Duration(engine.WindowOffset("k", lim.Params().Period)) * time.Microsecond
 	start := epoch.Truncate(time.Second).Add(off).Add(10 * time.Second)
 	take := func() bool {
-		d, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		d, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -584,7 +584,7 @@ func TestRefusalKeptUntilRetryAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	take := func() sluice.Decision {
-		d, err := q.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		d, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -608,7 +608,7 @@ func TestRefusalKeptUntilRetryAfter(t *testing.T) {
 	if n := c.takes.Load() - calls; n != 0 {
 		t.Errorf("%d store calls for 100 refusals the store had already made", n)
 	}
-	if _, err := q.Take(ctx, engine.OpRefund, sluice.Request{Limit: lim, Key: "k", Cost: 3}); err != nil {
+	if _, err := conformance.Take(ctx, q, engine.OpRefund, sluice.Request{Limit: lim, Key: "k", Cost: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if !take().Allowed {

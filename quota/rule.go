@@ -171,7 +171,11 @@ func (ru *rule) topUp(sl *slot, now time.Time, cost int64) int64 {
 // request of cost from it; a refused slice sends the request to the
 // exact path (ok false) and shrinks the key's slices.
 func (ru *rule) fetch(ctx context.Context, s *Store, key string, sl *slot, c chan struct{}, sent time.Time, take, cost int64) (a answered, ok bool, err error) {
-	d, err := s.inner.Take(ctx, engine.OpTake, sluice.Request{Limit: ru.lim, Key: key, Cost: engine.FromMicroTokens(take), NoReserve: true})
+	ch, err := sluice.Request{Limit: ru.lim, Key: key, Cost: engine.FromMicroTokens(take), NoReserve: true}.Charged(engine.OpTake)
+	var d sluice.Decision
+	if err == nil {
+		d, err = s.inner.Take(ctx, engine.OpTake, ch)
+	}
 	ru.mu.Lock()
 	defer ru.mu.Unlock()
 	sl.fetch = nil

@@ -192,7 +192,10 @@ func (s *Store) giveBack(ctx context.Context, ru *rule, key string, back int64) 
 	if back <= 0 {
 		return nil
 	}
-	_, err := s.inner.Take(ctx, engine.OpRefund, sluice.Request{Limit: ru.lim, Key: key, Cost: engine.FromMicroTokens(back)})
+	c, err := sluice.Request{Limit: ru.lim, Key: key, Cost: engine.FromMicroTokens(back)}.Charged(engine.OpRefund)
+	if err == nil {
+		_, err = s.inner.Take(ctx, engine.OpRefund, c)
+	}
 	if err != nil {
 		ru.returned.Add(-1)
 		ru.dropped.Add(1)
@@ -221,7 +224,7 @@ func (s *Store) Leased(lim *sluice.Limit) (Settings, bool) {
 
 // Take implements sluice.Store: a take of a leased limit is answered from
 // the key's slice when it can be, everything else by the wrapped store.
-func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
+func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {
 	ru := s.leased(r.Limit)
 	if ru != nil && op == engine.OpRefund {
 		// Tokens come back: a refusal kept here may no longer hold.
@@ -244,22 +247,18 @@ func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluic
 }
 
 // leasedCost is r's cost in micro-tokens when a slice may answer it: a
-// valid take that does not reserve.
-func leasedCost(r sluice.Request) (int64, bool) {
-	ch, err := r.Charge(engine.OpTake)
-	if err != nil || ch.Reserve {
-		return 0, false
-	}
-	return ch.Cost, true
+// take that does not reserve.
+func leasedCost(r sluice.Charged) (int64, bool) {
+	return r.Cost, !r.Reserve
 }
 
 // TakeOutcome implements sluice.OutcomeStore: the wrapped store's when it
 // is one and the limit is not leased, so that its fast path stays.
-func (s *Store) TakeOutcome(ctx context.Context, op engine.Op, r sluice.Request, dated bool) (engine.Outcome, time.Time, error) {
-	if s.outcome != nil && (op != engine.OpTake || s.leased(r.Limit) == nil) {
-		return s.outcome.TakeOutcome(ctx, op, r, dated)
+func (s *Store) TakeOutcome(ctx context.Context, r sluice.Charged, dated bool) (engine.Outcome, time.Time, error) {
+	if s.outcome != nil && s.leased(r.Limit) == nil {
+		return s.outcome.TakeOutcome(ctx, r, dated)
 	}
-	d, err := s.Take(ctx, op, r)
+	d, err := s.Take(ctx, engine.OpTake, r)
 	if err != nil {
 		return engine.Outcome{}, time.Time{}, err
 	}
@@ -276,14 +275,14 @@ func (s *Store) TakeOutcome(ctx context.Context, op engine.Op, r sluice.Request,
 // go to the wrapped store; if it refuses them, the local tokens are put
 // back. When a leased member's slice cannot answer, the whole batch goes
 // to the wrapped store, exactly.
-func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
+func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, dst []sluice.Decision) ([]sluice.Decision, error) {
 	rules := s.rules.Load()
 	if op != engine.OpTake || rules == nil || len(*rules) == 0 {
 		return s.inner.TakeAll(ctx, op, rs, dst)
 	}
 	var buf [4]held // the usual few rules of a request, without an allocation
 	local := buf[:0]
-	var rest []sluice.Request
+	var rest []sluice.Charged
 	for i, r := range rs {
 		ru := (*rules)[r.Limit]
 		if ru == nil {
@@ -307,7 +306,7 @@ func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, 
 		return s.inner.TakeAll(ctx, op, rs, dst)
 	}
 	if len(local) < len(rs) {
-		rest = make([]sluice.Request, 0, len(rs)-len(local))
+		rest = make([]sluice.Charged, 0, len(rs)-len(local))
 		j := 0
 		for i, r := range rs {
 			if j < len(local) && local[j].i == i {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redis"
@@ -59,11 +60,11 @@ func TestClusterTakeAllRefund(t *testing.T) {
 		t.Skipf("keys fell in %d slots; the test needs several", len(slots))
 	}
 	// Some state in every bucket, then drain the one charged last.
-	if ds, err := s.TakeAll(ctx, engine.OpTake, reqs, nil); err != nil || !sluice.Combine(ds).Allowed {
+	if ds, err := conformance.TakeAll(ctx, s, engine.OpTake, reqs, nil); err != nil || !sluice.Combine(ds).Allowed {
 		t.Fatalf("first TakeAll: %v %+v", err, ds)
 	}
 	for {
-		d, err := s.Take(ctx, engine.OpTake, reqs[last])
+		d, err := conformance.Take(ctx, s, engine.OpTake, reqs[last])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,12 +83,12 @@ func TestClusterTakeAllRefund(t *testing.T) {
 		}
 		return out
 	}
-	before, err := s.TakeAll(ctx, engine.OpPeek, reqs, nil)
+	before, err := conformance.TakeAll(ctx, s, engine.OpPeek, reqs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rawBefore := raw()
-	ds, err := s.TakeAll(ctx, engine.OpTake, reqs, nil)
+	ds, err := conformance.TakeAll(ctx, s, engine.OpTake, reqs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestClusterTakeAllRefund(t *testing.T) {
 			t.Fatalf("decision %d of a rejected TakeAll is allowed", i)
 		}
 	}
-	after, err := s.TakeAll(ctx, engine.OpPeek, reqs, nil)
+	after, err := conformance.TakeAll(ctx, s, engine.OpPeek, reqs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
 	}
 	take := func(lim *sluice.Limit, k string, cost float64, reserve bool) sluice.Decision {
 		t.Helper()
-		d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: k, Cost: cost, Reserve: reserve})
+		d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: k, Cost: cost, Reserve: reserve})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +161,7 @@ func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
 
 	var between sluice.Decision
 	redis.SetBeforeRollback(s, func() { between = take(turns, key, 1, true) })
-	ds, err := s.TakeAll(ctx, engine.OpTake, both, nil)
+	ds, err := conformance.TakeAll(ctx, s, engine.OpTake, both, nil)
 	if err != nil || sluice.Combine(ds).Allowed {
 		t.Fatalf("TakeAll past an empty gate: %+v, %v; want rejected", ds, err)
 	}
@@ -176,14 +177,14 @@ func TestClusterRollbackKeepsReservationTurns(t *testing.T) {
 	// first, so that each refund finds the bucket where its charge left it).
 	redis.SetBeforeRollback(s, nil)
 	for _, rs := range [][]sluice.Request{both, {both[0], both[0], both[1]}} {
-		before, err := s.TakeAll(ctx, engine.OpPeek, both[:1], nil)
+		before, err := conformance.TakeAll(ctx, s, engine.OpPeek, both[:1], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ds, err := s.TakeAll(ctx, engine.OpTake, rs, nil); err != nil || sluice.Combine(ds).Allowed {
+		if ds, err := conformance.TakeAll(ctx, s, engine.OpTake, rs, nil); err != nil || sluice.Combine(ds).Allowed {
 			t.Fatalf("TakeAll past an empty gate: %+v, %v; want rejected", ds, err)
 		}
-		after, err := s.TakeAll(ctx, engine.OpPeek, both[:1], nil)
+		after, err := conformance.TakeAll(ctx, s, engine.OpPeek, both[:1], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +286,7 @@ func TestClusterBreakerPerNode(t *testing.T) {
 		}
 	}
 	take := func(k string) error {
-		_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: k})
+		_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: k})
 		return err
 	}
 	takeLive := func(when string) {
@@ -459,7 +460,7 @@ func takeThroughFailover(t *testing.T, s *redis.Store, lim *sluice.Limit, victim
 					return
 				default:
 				}
-				_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+				_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 				if err != nil {
 					if sluice.IsInputError(err) {
 						t.Errorf("store failure reported as input error: %v", err)
@@ -497,7 +498,7 @@ func takeThroughFailover(t *testing.T, s *redis.Store, lim *sluice.Limit, victim
 	close(stop)
 	wg.Wait()
 	if !recovered {
-		_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		t.Logf("last error: %v; slot now served by %s", err, nodeForSlot(addrs, slotOf(t, s.Client(), key)))
 		for _, a := range addrs {
 			out, err := redistest.CLI(a, "CLUSTER", "NODES")
@@ -523,7 +524,7 @@ func checkCountingAfterFailover(t *testing.T, url string) {
 	exact := uniqueLimit(t, sluice.Spec{Name: "after-failover", TokensPerSecond: 1, Burst: 5})
 	admitted := 0
 	for range 8 {
-		d, err := s2.Take(ctx, engine.OpTake, sluice.Request{Limit: exact, Key: "k"})
+		d, err := conformance.Take(ctx, s2, engine.OpTake, sluice.Request{Limit: exact, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -559,7 +560,7 @@ func TestBatchingExact(t *testing.T) {
 					defer wg.Done()
 					for i := range 20 {
 						k := (w + i) % len(keys)
-						d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: keys[k]})
+						d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: keys[k]})
 						if err != nil {
 							t.Error(err)
 							return

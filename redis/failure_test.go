@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/metrics"
@@ -62,7 +63,7 @@ func TestRestartUnderLoad(t *testing.T) {
 				default:
 				}
 				start := time.Now()
-				_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+				_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 				lat := time.Since(start)
 				switch {
 				case err == nil && phase.Load() == 0:
@@ -203,7 +204,7 @@ func TestNoOverAdmissionAcrossClients(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for time.Now().Before(end) {
-					d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "one"})
+					d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "one"})
 					takes.Add(1)
 					if err != nil {
 						if errs.Add(1) == 1 {
@@ -241,7 +242,7 @@ func TestOverLimitCache(t *testing.T) {
 	lim := uniqueLimit(t, sluice.Spec{Name: "cache", TokensPerSecond: 1, Burst: 2})
 	take := func(cost float64) sluice.Decision {
 		t.Helper()
-		d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: cost})
+		d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: cost})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +270,7 @@ func TestOverLimitCache(t *testing.T) {
 	// A TakeAll of one request (every Envoy descriptor with one limit) is
 	// answered from the cache too; one of two is not, since the other
 	// limit's decision needs Redis.
-	ds, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k", Cost: 1}}, nil)
+	ds, err := conformance.TakeAll(ctx, s, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k", Cost: 1}}, nil)
 	if err != nil || len(ds) != 1 || ds[0].Allowed || ds[0].RetryAfter != 600*time.Millisecond {
 		t.Fatalf("TakeAll of one, cached: %+v, %v", ds, err)
 	}
@@ -279,14 +280,14 @@ func TestOverLimitCache(t *testing.T) {
 	// A reload makes a new limit under the same name (the same key): its
 	// takes are not answered by the old limit's rejection.
 	reloaded := sluice.MustLimit(sluice.Spec{Name: lim.Name(), TokensPerSecond: 1, Burst: 4})
-	if _, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: reloaded, Key: "k"}); err != nil {
+	if _, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: reloaded, Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	if hits := metricValue(t, reg, "sluice_redis_overlimit_cache_hits_total"); hits != 2 {
 		t.Fatalf("cache hits %v after a take of the reloaded limit, want still 2", hits)
 	}
 	other := uniqueLimit(t, sluice.Spec{Name: "cache-other", TokensPerSecond: 1, Burst: 2})
-	if _, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k", Cost: 1}, {Limit: other, Key: "k"}}, nil); err != nil {
+	if _, err := conformance.TakeAll(ctx, s, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k", Cost: 1}, {Limit: other, Key: "k"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if hits := metricValue(t, reg, "sluice_redis_overlimit_cache_hits_total"); hits != 2 {
@@ -315,7 +316,7 @@ func TestOverLimitCache(t *testing.T) {
 	reg2 := prometheus.NewRegistry()
 	off := open(t, standaloneURL(t)+"?overlimit_cache=0", redis.Options{Clock: clock, Observer: observed(reg2)})
 	for range 3 {
-		if _, err := off.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 2}); err != nil {
+		if _, err := conformance.Take(ctx, off, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 2}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -330,19 +331,19 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "breaker", TokensPerSecond: 10, Burst: 10})
 	req := sluice.Request{Limit: lim, Key: "k"}
-	if _, err := s.Take(ctx, engine.OpTake, req); err != nil {
+	if _, err := conformance.Take(ctx, s, engine.OpTake, req); err != nil {
 		t.Fatal(err)
 	}
 	srv.Stop()
 	for range 3 {
-		if _, err := s.Take(ctx, engine.OpTake, req); err == nil {
+		if _, err := conformance.Take(ctx, s, engine.OpTake, req); err == nil {
 			t.Fatal("take succeeded against a stopped server")
 		}
 	}
 	// ErrBreakerOpen is the breaker's own answer, given without a call to
 	// Redis (which would fail with a connection error): that, not how soon
 	// a loaded machine returns it, shows the call was refused at once.
-	_, err := s.Take(ctx, engine.OpTake, req)
+	_, err := conformance.Take(ctx, s, engine.OpTake, req)
 	if !errors.Is(err, redis.ErrBreakerOpen) {
 		t.Fatalf("want ErrBreakerOpen, got %v", err)
 	}
@@ -351,7 +352,7 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if _, err = s.Take(ctx, engine.OpTake, req); err == nil {
+		if _, err = conformance.Take(ctx, s, engine.OpTake, req); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -516,7 +517,7 @@ func TestHungRedis(t *testing.T) {
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "hung", TokensPerSecond: 1e6, Burst: 1e6})
 	req := sluice.Request{Limit: lim, Key: "k"}
-	if _, err := s.Take(ctx, engine.OpTake, req); err != nil {
+	if _, err := conformance.Take(ctx, s, engine.OpTake, req); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Signal(syscall.SIGSTOP); err != nil {
@@ -532,7 +533,7 @@ func TestHungRedis(t *testing.T) {
 	var breakerOpen int
 	for range 30 {
 		start := time.Now()
-		_, err := s.Take(ctx, engine.OpTake, req)
+		_, err := conformance.Take(ctx, s, engine.OpTake, req)
 		slowest = max(slowest, time.Since(start))
 		if err == nil {
 			t.Fatal("a take succeeded against a stopped server")
@@ -552,7 +553,7 @@ func TestHungRedis(t *testing.T) {
 	resumed = true
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if _, err := s.Take(ctx, engine.OpTake, req); err == nil {
+		if _, err := conformance.Take(ctx, s, engine.OpTake, req); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("no recovery after SIGCONT: %v", err)
@@ -570,7 +571,7 @@ func TestHungRedisConcurrentCallers(t *testing.T) {
 	s := open(t, withQuery("redis://"+srv.Addr(), slowClientTimeouts), redis.Options{Timeout: timeout, NoOverLimitCache: true})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "hung-many", TokensPerSecond: 1e6, Burst: 1e6})
-	if _, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+	if _, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Signal(syscall.SIGSTOP); err != nil {
@@ -585,7 +586,7 @@ func TestHungRedisConcurrentCallers(t *testing.T) {
 			defer wg.Done()
 			for i := range 4 {
 				start := time.Now()
-				_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: fmt.Sprint(g, "-", i)})
+				_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: fmt.Sprint(g, "-", i)})
 				if err == nil {
 					t.Error("a take succeeded against a stopped server")
 				}
@@ -652,7 +653,7 @@ func loadedTakes(t *testing.T, url string) (failed int64, opens float64, last an
 	defer s.Close()
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "loaded", TokensPerSecond: 1e6, Burst: 1e6})
-	if _, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "warm"}); err != nil {
+	if _, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "warm"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -677,7 +678,7 @@ func loadedTakes(t *testing.T, url string) (failed int64, opens float64, last an
 			defer callers.Done()
 			for i := range 20 {
 				start := time.Now()
-				_, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k" + string(rune('a'+c)) + string(rune('a'+i))})
+				_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k" + string(rune('a'+c)) + string(rune('a'+i))})
 				if d := int64(time.Since(start)); d > slowestNs.Load() {
 					slowestNs.Store(d)
 				}
@@ -713,7 +714,7 @@ func TestOverLimitCacheFleet(t *testing.T) {
 			lim := uniqueLimit(t, sluice.Spec{Name: "fleet", TokensPerSecond: 1.0 / 3600, Burst: 2})
 			take := func() sluice.Decision {
 				t.Helper()
-				ds, err := a.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k"}}, nil)
+				ds, err := conformance.TakeAll(ctx, a, engine.OpTake, []sluice.Request{{Limit: lim, Key: "k"}}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -745,7 +746,7 @@ func TestOverLimitCacheFleet(t *testing.T) {
 			untilAllowed("a Reset")
 
 			exhaust()
-			if _, err := b.Take(ctx, engine.OpRefund, sluice.Request{Limit: lim, Key: "k", Cost: 1}); err != nil {
+			if _, err := conformance.Take(ctx, b, engine.OpRefund, sluice.Request{Limit: lim, Key: "k", Cost: 1}); err != nil {
 				t.Fatal(err)
 			}
 			untilAllowed("a refund")
@@ -772,7 +773,7 @@ func TestOverLimitCacheBeforeFirstSubscription(t *testing.T) {
 	lim := uniqueLimit(t, sluice.Spec{Name: "early", TokensPerSecond: 1.0 / 3600, Burst: 1})
 	take := func() sluice.Decision {
 		t.Helper()
-		d, err := a.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		d, err := conformance.Take(ctx, a, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -807,7 +808,7 @@ func TestOverLimitCacheClearedOnResubscribe(t *testing.T) {
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "resub", TokensPerSecond: 1.0 / 3600, Burst: 1})
 	take := func() (sluice.Decision, error) {
-		return s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		return conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 	}
 	take()
 	if d, err := take(); err != nil || d.Allowed {
@@ -840,7 +841,7 @@ func TestOverLimitDropsRefusedByACL(t *testing.T) {
 	s := open(t, "redis://nochan:pw@"+srv.Addr(), redis.Options{Observer: observed(reg)})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "acl", TokensPerSecond: 1, Burst: 1})
-	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
 		t.Fatalf("take: %+v, %v", d, err)
 	}
 	if err := s.Reset(ctx, lim, "k"); err != nil {

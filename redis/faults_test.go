@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redis"
@@ -34,7 +35,7 @@ func TestTimedOutTakesMayBeChargedOnResume(t *testing.T) {
 	// The first call opens the connection: on a loaded machine it may
 	// miss the short deadline, so it is retried until it answers.
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		_, err := s.Take(ctx, engine.OpPeek, req)
+		_, err := conformance.Take(ctx, s, engine.OpPeek, req)
 		if err == nil {
 			break
 		} else if time.Now().After(deadline) {
@@ -52,7 +53,7 @@ func TestTimedOutTakesMayBeChargedOnResume(t *testing.T) {
 		}
 	}()
 	for i := range takes {
-		if _, err := s.Take(ctx, engine.OpTake, req); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := conformance.Take(ctx, s, engine.OpTake, req); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("take %d against a hung Redis: %v, want its deadline", i+1, err)
 		}
 	}
@@ -61,7 +62,7 @@ func TestTimedOutTakesMayBeChargedOnResume(t *testing.T) {
 	var d sluice.Decision
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		var err error
-		if d, err = s.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"}); err == nil {
+		if d, err = conformance.Take(ctx, s, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"}); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("Redis did not answer after SIGCONT: %v", err)
@@ -92,7 +93,7 @@ func TestEmptyRestartGivesOneFreshBucket(t *testing.T) {
 	admit := func() int {
 		n, answered := 0, 0
 		for range 10 * burst {
-			d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+			d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 			if err != nil {
 				time.Sleep(20 * time.Millisecond) // waiting for the server, not for tokens
 				continue
@@ -116,7 +117,7 @@ func TestEmptyRestartGivesOneFreshBucket(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		// The first calls after the restart may find the old connection
 		// closed (or the breaker open): retried until the store answers.
-		if _, err := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"}); err == nil {
+		if _, err := conformance.Take(ctx, s, engine.OpPeek, sluice.Request{Limit: lim, Key: "k"}); err == nil {
 			after = admit()
 			break
 		} else if time.Now().After(deadline) {
@@ -177,7 +178,7 @@ func TestFailoverLosesOnlyUnreplicatedCharges(t *testing.T) {
 		admit := func(s *redis.Store) int {
 			n := 0
 			for range 2 * burst {
-				d, err := s.Take(context.Background(), engine.OpTake, req)
+				d, err := conformance.Take(context.Background(), s, engine.OpTake, req)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -411,11 +411,8 @@ func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) 
 }
 
 // Take implements sluice.Store.
-func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
-	ch, err := r.Charge(op)
-	if err != nil {
-		return sluice.Decision{}, err
-	}
+func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {
+	ch := r.Charge
 	if err := fits(r.Limit, max(r.Limit.Params().MaxReserved, ch.MaxReserved)); err != nil {
 		return sluice.Decision{}, err
 	}
@@ -437,7 +434,7 @@ func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluic
 	ka := new([6]string)
 	ka[0] = key
 	args := appendGroup(ka[1:1], 1, opOf(op), s.nowArg())
-	args = appendRequest(args, &r, ch, s.wallNow())
+	args = appendRequest(args, &r, s.wallNow())
 	res, err := s.run(ctx, ka[:1:1], args, true)
 	if op == engine.OpRefund && s.cache != nil {
 		// The key has tokens again: a cached rejection would keep refusing
@@ -499,7 +496,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 // TakeAll implements sluice.Store. On one Redis it is one script; on a
 // Cluster, one script per slot, charged in slot order and refunded when a
 // later slot rejects (see the package documentation).
-func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
+func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, dst []sluice.Decision) ([]sluice.Decision, error) {
 	if len(rs) == 0 {
 		return nil, nil
 	}
@@ -512,17 +509,12 @@ func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, 
 		}
 		return append(dst[:0], d), nil
 	}
-	chs := make([]engine.Charge, len(rs))
 	keys := make([]string, len(rs))
 	for i := range rs {
-		ch, err := rs[i].Charge(op)
-		if err == nil {
-			err = fits(rs[i].Limit, max(rs[i].Limit.Params().MaxReserved, ch.MaxReserved))
-		}
-		if err != nil {
+		if err := fits(rs[i].Limit, max(rs[i].Limit.Params().MaxReserved, rs[i].MaxReserved)); err != nil {
 			return nil, fmt.Errorf("take %d of %d: %w", i+1, len(rs), err)
 		}
-		chs[i], keys[i] = ch, s.prefix+rs[i].Limit.StorageKey(rs[i].Key)
+		keys[i] = s.prefix + rs[i].Limit.StorageKey(rs[i].Key)
 	}
 	if op == engine.OpRefund && s.cache != nil {
 		defer func() {
@@ -532,7 +524,7 @@ func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, 
 		}()
 	}
 	if !s.cluster {
-		res, err := s.runGroup(ctx, rs, chs, keys, allIndexes(len(rs)), opOf(op), s.nowArg())
+		res, err := s.runGroup(ctx, rs, keys, allIndexes(len(rs)), opOf(op), s.nowArg())
 		if err != nil {
 			return nil, fmt.Errorf("redis %s all %q: %w", op, keys, err)
 		}
@@ -542,23 +534,23 @@ func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, 
 		return s.decide(rs, res), nil
 	}
 	if op == engine.OpRefund {
-		ds, err := s.refundAllCluster(ctx, rs, chs, keys)
+		ds, err := s.refundAllCluster(ctx, rs, keys)
 		s.publishDrops(ctx, keys...) // even after an error: some slots may have been refunded
 		return ds, err
 	}
-	return s.takeAllCluster(ctx, op, rs, chs, keys)
+	return s.takeAllCluster(ctx, op, rs, keys)
 }
 
 // refundAllCluster refunds rs one slot at a time. A refund never rejects,
 // so the slots need no all-or-nothing: every slot is tried even when
 // another fails (a refund left undone is capacity lost until the bucket
 // refills), and the errors are returned together.
-func (s *Store) refundAllCluster(ctx context.Context, rs []sluice.Request, chs []engine.Charge, keys []string) ([]sluice.Decision, error) {
+func (s *Store) refundAllCluster(ctx context.Context, rs []sluice.Charged, keys []string) ([]sluice.Decision, error) {
 	res := make([]int64, replyWidth*len(rs))
 	now := s.nowArg()
 	var errs []error
 	for _, g := range s.slotGroups(keys) {
-		gres, err := s.runGroup(ctx, rs, chs, keys, g.ix, opRefund, now)
+		gres, err := s.runGroup(ctx, rs, keys, g.ix, opRefund, now)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("slot %d: %w", g.slot, err))
 			continue
@@ -583,19 +575,19 @@ func allIndexes(n int) []int {
 
 // runGroup runs the requests ix of rs as one all-or-nothing group and
 // returns their replies in the order of ix.
-func (s *Store) runGroup(ctx context.Context, rs []sluice.Request, chs []engine.Charge, keys []string, ix []int, op, now string) ([]int64, error) {
+func (s *Store) runGroup(ctx context.Context, rs []sluice.Charged, keys []string, ix []int, op, now string) ([]int64, error) {
 	gk := make([]string, len(ix))
 	args := make([]string, 0, 1+3*len(ix))
 	args = appendGroup(args, len(ix), op, now)
 	for j, i := range ix {
 		gk[j] = keys[i]
-		args = appendRequest(args, &rs[i], chs[i], s.wallNow())
+		args = appendRequest(args, &rs[i], s.wallNow())
 	}
 	return s.run(ctx, gk, args, true)
 }
 
 // decide turns replies (in the order of rs) into decisions.
-func (s *Store) decide(rs []sluice.Request, res []int64) []sluice.Decision {
+func (s *Store) decide(rs []sluice.Charged, res []int64) []sluice.Decision {
 	ds := make([]sluice.Decision, len(rs))
 	for i := range rs {
 		ds[i] = rs[i].Limit.Decide(outcome(res[replyWidth*i:]))
@@ -625,7 +617,7 @@ func (s *Store) slotGroups(keys []string) []*slotGroup {
 	return gs
 }
 
-func (s *Store) takeAllCluster(ctx context.Context, op engine.Op, rs []sluice.Request, chs []engine.Charge, keys []string) ([]sluice.Decision, error) {
+func (s *Store) takeAllCluster(ctx context.Context, op engine.Op, rs []sluice.Charged, keys []string) ([]sluice.Decision, error) {
 	gs := s.slotGroups(keys)
 	res := make([]int64, replyWidth*len(rs))
 	place := func(g *slotGroup) {
@@ -643,7 +635,7 @@ func (s *Store) takeAllCluster(ctx context.Context, op engine.Op, rs []sluice.Re
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				g.res, errs[i] = s.runGroup(ctx, rs, chs, keys, g.ix, opPeek, now)
+				g.res, errs[i] = s.runGroup(ctx, rs, keys, g.ix, opPeek, now)
 			}()
 		}
 		wg.Wait()
@@ -657,11 +649,11 @@ func (s *Store) takeAllCluster(ctx context.Context, op engine.Op, rs []sluice.Re
 	}
 	for n, g := range gs {
 		var err error
-		g.res, err = s.runGroup(ctx, rs, chs, keys, g.ix, opTake, now)
+		g.res, err = s.runGroup(ctx, rs, keys, g.ix, opTake, now)
 		if err != nil {
 			// The earlier slots were charged; this one may or may not have
 			// been (a timeout says nothing). Give back what is known.
-			rerr := s.rollback(ctx, rs, chs, keys, gs[:n])
+			rerr := s.rollback(ctx, rs, keys, gs[:n])
 			return nil, errors.Join(fmt.Errorf("redis take all %q: %w", keys, err), rerr)
 		}
 		place(g)
@@ -673,11 +665,11 @@ func (s *Store) takeAllCluster(ctx context.Context, op engine.Op, rs []sluice.Re
 		if s.beforeRollback != nil {
 			s.beforeRollback()
 		}
-		if err := s.rollback(ctx, rs, chs, keys, gs[:n]); err != nil {
+		if err := s.rollback(ctx, rs, keys, gs[:n]); err != nil {
 			return nil, fmt.Errorf("redis take all %q: rejected, and the refund failed: %w", keys, err)
 		}
 		for _, g := range gs[n+1:] {
-			if g.res, err = s.runGroup(ctx, rs, chs, keys, g.ix, opPeek, now); err != nil {
+			if g.res, err = s.runGroup(ctx, rs, keys, g.ix, opPeek, now); err != nil {
 				return nil, fmt.Errorf("redis take all %q: %w", keys, err)
 			}
 			place(g)
@@ -695,7 +687,7 @@ func (s *Store) takeAllCluster(ctx context.Context, op engine.Op, rs []sluice.Re
 // exactly the sliding-log entries those takes appended). It runs with its
 // own deadline even when the caller's has passed: a refund left undone is
 // a charge nobody was admitted for.
-func (s *Store) rollback(ctx context.Context, rs []sluice.Request, chs []engine.Charge, keys []string, gs []*slotGroup) error {
+func (s *Store) rollback(ctx context.Context, rs []sluice.Charged, keys []string, gs []*slotGroup) error {
 	var errs []error
 	for _, g := range gs {
 		n := len(g.ix)
@@ -717,7 +709,7 @@ func (s *Store) rollback(ctx context.Context, rs []sluice.Request, chs []engine.
 			default: // a bucket ("tb"): where the take left it
 				extra = strconv.FormatInt(reply[4], 10) + ":" + strconv.FormatInt(reply[1], 10)
 			}
-			args = appendRequestExtra(args, &rs[i], chs[i], extra, s.wallNow())
+			args = appendRequestExtra(args, &rs[i], extra, s.wallNow())
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.timeout)
 		_, err := s.exec(rctx, gk, args)

@@ -118,7 +118,7 @@ func TestScaledCapacityBeyondLuaRefused(t *testing.T) {
 	if err := s.Supports(uniqueLimit(t, sluice.Spec{Name: "fine", Rate: 1, Period: 3 * time.Second, Capacity: 2e6})); err != nil {
 		t.Fatalf("Supports refuses a limit the script computes exactly: %v", err)
 	}
-	_, err := s.Take(context.Background(), engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+	_, err := conformance.Take(context.Background(), s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 	if !errors.Is(err, sluice.ErrInvalidLimit) || !sluice.IsInputError(err) {
 		t.Fatalf("want an input error wrapping ErrInvalidLimit, got %v", err)
 	}
@@ -128,7 +128,7 @@ func TestScaledCapacityBeyondLuaRefused(t *testing.T) {
 	if err := redis.Supports(fw); !errors.Is(err, sluice.ErrInvalidLimit) {
 		t.Fatalf("Supports: want ErrInvalidLimit for a 210-year refill, got %v", err)
 	}
-	if _, err := s.Take(context.Background(), engine.OpTake, sluice.Request{Limit: fw, Key: "k"}); !errors.Is(err, sluice.ErrInvalidLimit) {
+	if _, err := conformance.Take(context.Background(), s, engine.OpTake, sluice.Request{Limit: fw, Key: "k"}); !errors.Is(err, sluice.ErrInvalidLimit) {
 		t.Fatalf("want ErrInvalidLimit for a 210-year refill, got %v", err)
 	}
 }
@@ -138,7 +138,7 @@ func TestTTLIsTimeToFull(t *testing.T) {
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "ttl", TokensPerSecond: 10, Burst: 50})
 	start := time.Now()
-	d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 20})
+	d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 20})
 	if err != nil || !d.Allowed {
 		t.Fatalf("take: %v %+v", err, d)
 	}
@@ -160,7 +160,7 @@ func TestTTLIsTimeToFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Millisecond)
-	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 40}); err != nil || d.Allowed {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k", Cost: 40}); err != nil || d.Allowed {
 		t.Fatalf("want a rejection: %v %+v", err, d)
 	}
 	if after, _ := c.Do(ctx, c.B().Get().Key(key).Build()).ToString(); after != before {
@@ -168,7 +168,7 @@ func TestTTLIsTimeToFull(t *testing.T) {
 	}
 	// Peeks write nothing either.
 	other := lim.StorageKey("peeked")
-	if _, err := s.Take(ctx, engine.OpPeek, sluice.Request{Limit: lim, Key: "peeked"}); err != nil {
+	if _, err := conformance.Take(ctx, s, engine.OpPeek, sluice.Request{Limit: lim, Key: "peeked"}); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := c.Do(ctx, c.B().Exists().Key(other).Build()).AsInt64(); n != 0 {
@@ -187,10 +187,10 @@ func TestAttackReloadSlowerRateKeepsDrainedKey(t *testing.T) {
 	old := uniqueLimit(t, sluice.Spec{Name: "per-user", Rate: 30, Period: time.Minute})
 	slower := sluice.MustLimit(sluice.Spec{Name: old.Name(), Rate: 10, Period: time.Minute, Capacity: 30})
 	start := time.Now()
-	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: old, Key: "u", Cost: 30}); err != nil || !d.Allowed {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: old, Key: "u", Cost: 30}); err != nil || !d.Allowed {
 		t.Fatalf("drain: %v %+v", err, d)
 	}
-	d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: slower, Key: "u"})
+	d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: slower, Key: "u"})
 	if err != nil || d.Allowed || d.Tokens >= 1 {
 		t.Fatalf("after the reload the drained key got %+v (%v), want a rejection", d, err)
 	}
@@ -222,7 +222,7 @@ func TestForeignValueAtKey(t *testing.T) {
 	if err := c.Do(ctx, c.B().Set().Key(sl.StorageKey("k")).Value("garbage").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := s.TakeAll(ctx, engine.OpTake, []sluice.Request{{Limit: tb, Key: "k"}, {Limit: sl, Key: "k"}}, nil)
+	ds, err := conformance.TakeAll(ctx, s, engine.OpTake, []sluice.Request{{Limit: tb, Key: "k"}, {Limit: sl, Key: "k"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestFixedWindowStateWithoutCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []bool{true, false} {
-		d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		if err != nil || d.Allowed != want || d.Remaining != 0 {
 			t.Fatalf("take %d: %+v (%v), want allowed %v with none left", i+1, d, err, want)
 		}
@@ -267,7 +267,7 @@ func TestKeyPrefix(t *testing.T) {
 	s := open(t, standaloneURL(t)+"?key_prefix=app1:", redis.Options{})
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "prefix", TokensPerSecond: 1, Burst: 2})
-	if _, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+	if _, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	c := s.Client()
@@ -298,7 +298,7 @@ func TestBatchWritersFromURL(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 5 {
-				d, err := s.Take(context.Background(), engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+				d, err := conformance.Take(context.Background(), s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 				if err != nil {
 					t.Error(err)
 					return
@@ -339,7 +339,7 @@ func TestBatchedRepliesReachTheirCallers(t *testing.T) {
 					// Given up at once or soon after, wherever the call is.
 					ctx, cancel = context.WithTimeout(ctx, time.Duration(i%4)*time.Microsecond)
 				}
-				d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: key})
+				d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: key})
 				cancel()
 				if err != nil {
 					if ctx.Err() == nil {

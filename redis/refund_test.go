@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/redis"
 )
@@ -19,30 +20,30 @@ func TestRefundClearsOverLimitCache(t *testing.T) {
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "refund-cache", TokensPerSecond: 1, Burst: 2})
 	req := func(cost float64) sluice.Request { return sluice.Request{Limit: lim, Key: "k", Cost: cost} }
-	if d, err := s.Take(ctx, engine.OpTake, req(2)); err != nil || !d.Allowed {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, req(2)); err != nil || !d.Allowed {
 		t.Fatalf("take 2: %v %+v", err, d)
 	}
-	if d, err := s.Take(ctx, engine.OpTake, req(1)); err != nil || d.Allowed || d.RetryAfter != time.Second {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, req(1)); err != nil || d.Allowed || d.RetryAfter != time.Second {
 		t.Fatalf("want a rejection for 1s: %v %+v", err, d)
 	}
-	d, err := s.Take(ctx, engine.OpRefund, req(1))
+	d, err := conformance.Take(ctx, s, engine.OpRefund, req(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !d.Allowed || d.Remaining != 1 || d.Tokens != 1 || d.ResetAfter != time.Second {
 		t.Fatalf("refund decision %+v, want allowed with 1 token, full in 1s", d)
 	}
-	if d, err := s.Take(ctx, engine.OpTake, req(1)); err != nil || !d.Allowed || d.Remaining != 0 {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, req(1)); err != nil || !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("take after the refund: %v %+v, want admitted (the cached rejection must be gone)", err, d)
 	}
 	// The same through TakeAll.
-	if d, err := s.Take(ctx, engine.OpTake, req(1)); err != nil || d.Allowed {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, req(1)); err != nil || d.Allowed {
 		t.Fatalf("want a rejection: %v %+v", err, d)
 	}
-	if _, err := s.TakeAll(ctx, engine.OpRefund, []sluice.Request{req(1)}, nil); err != nil {
+	if _, err := conformance.TakeAll(ctx, s, engine.OpRefund, []sluice.Request{req(1)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := s.Take(ctx, engine.OpTake, req(1)); err != nil || !d.Allowed {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, req(1)); err != nil || !d.Allowed {
 		t.Fatalf("take after TakeAll's refund: %v %+v", err, d)
 	}
 }
@@ -72,21 +73,21 @@ func TestRefundState(t *testing.T) {
 	for _, lim := range limits {
 		key := lim.StorageKey("k")
 		req := func(cost float64) sluice.Request { return sluice.Request{Limit: lim, Key: "k", Cost: cost} }
-		d, err := s.Take(ctx, engine.OpRefund, req(1))
+		d, err := conformance.Take(ctx, s, engine.OpRefund, req(1))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !d.Allowed || d.Tokens != lim.Capacity() || d.ResetAfter != 0 || exists(key) {
 			t.Fatalf("%s: refund of an absent key: %+v, key written: %v", lim.Name(), d, exists(key))
 		}
-		if _, err := s.TakeAll(ctx, engine.OpRefund, []sluice.Request{req(1), req(2)}, nil); err != nil || exists(key) {
+		if _, err := conformance.TakeAll(ctx, s, engine.OpRefund, []sluice.Request{req(1), req(2)}, nil); err != nil || exists(key) {
 			t.Fatalf("%s: TakeAll refund of an absent key: %v, key written: %v", lim.Name(), err, exists(key))
 		}
-		if d, err := s.Take(ctx, engine.OpTake, req(3)); err != nil || !d.Allowed {
+		if d, err := conformance.Take(ctx, s, engine.OpTake, req(3)); err != nil || !d.Allowed {
 			t.Fatalf("%s: take: %v %+v", lim.Name(), err, d)
 		}
 		refunded := time.Now()
-		d, err = s.Take(ctx, engine.OpRefund, req(1))
+		d, err = conformance.Take(ctx, s, engine.OpRefund, req(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +104,7 @@ func TestRefundState(t *testing.T) {
 		if passed := time.Since(refunded).Milliseconds(); pttl > want+1 || pttl < want-passed-1 {
 			t.Fatalf("%s: PTTL %dms %dms after the refund, want %d less that (reset after %v)", lim.Name(), pttl, passed, want, d.ResetAfter)
 		}
-		if d, err := s.Take(ctx, engine.OpRefund, req(5)); err != nil || d.Tokens != lim.Capacity() || d.ResetAfter != 0 {
+		if d, err := conformance.Take(ctx, s, engine.OpRefund, req(5)); err != nil || d.Tokens != lim.Capacity() || d.ResetAfter != 0 {
 			t.Fatalf("%s: refund to full: %v %+v", lim.Name(), err, d)
 		}
 		if exists(key) {
@@ -138,10 +139,10 @@ func TestRefundAll(t *testing.T) {
 				}
 				return rs
 			}
-			if ds, err := s.TakeAll(ctx, engine.OpTake, reqs(5), nil); err != nil || !sluice.Combine(ds).Allowed {
+			if ds, err := conformance.TakeAll(ctx, s, engine.OpTake, reqs(5), nil); err != nil || !sluice.Combine(ds).Allowed {
 				t.Fatalf("take all: %v %+v", err, ds)
 			}
-			ds, err := s.TakeAll(ctx, engine.OpRefund, reqs(2), nil)
+			ds, err := conformance.TakeAll(ctx, s, engine.OpRefund, reqs(2), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,7 +151,7 @@ func TestRefundAll(t *testing.T) {
 					t.Fatalf("refund %d: %+v, want allowed with 17 tokens", i, d)
 				}
 			}
-			peek, err := s.TakeAll(ctx, engine.OpPeek, reqs(1), nil)
+			peek, err := conformance.TakeAll(ctx, s, engine.OpPeek, reqs(1), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -169,7 +170,7 @@ func TestRefundAll(t *testing.T) {
 					defer wg.Done()
 					for range 10 {
 						for _, r := range reqs(1) {
-							d, err := s.Take(ctx, engine.OpTake, r)
+							d, err := conformance.Take(ctx, s, engine.OpTake, r)
 							if err != nil {
 								t.Error(err)
 								return
@@ -177,7 +178,7 @@ func TestRefundAll(t *testing.T) {
 							if !d.Allowed {
 								continue
 							}
-							if d, err := s.Take(ctx, engine.OpRefund, r); err != nil || !d.Allowed {
+							if d, err := conformance.Take(ctx, s, engine.OpRefund, r); err != nil || !d.Allowed {
 								t.Errorf("refund: %v %+v", err, d)
 								return
 							}
@@ -186,10 +187,10 @@ func TestRefundAll(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			if _, err := s.TakeAll(ctx, engine.OpRefund, reqs(3), nil); err != nil {
+			if _, err := conformance.TakeAll(ctx, s, engine.OpRefund, reqs(3), nil); err != nil {
 				t.Fatal(err)
 			}
-			end, err := s.TakeAll(ctx, engine.OpPeek, reqs(1), nil)
+			end, err := conformance.TakeAll(ctx, s, engine.OpPeek, reqs(1), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -105,14 +105,14 @@ func appendGroup(args []string, n int, op, now string) []string {
 // ("" unless a fixed window hashes its offset from the key, or a calendar
 // window needs its bounds, computed for now, this process's time in
 // microseconds).
-func appendRequest(args []string, r *sluice.Request, ch engine.Charge, now int64) []string {
-	return appendRequestExtra(args, r, ch, "", now)
+func appendRequest(args []string, r *sluice.Charged, now int64) []string {
+	return appendRequestExtra(args, r, "", now)
 }
 
-func appendRequestExtra(args []string, r *sluice.Request, ch engine.Charge, extra string, now int64) []string {
-	p := r.Limit.Params()
+func appendRequestExtra(args []string, r *sluice.Charged, extra string, now int64) []string {
+	p, ch := r.Limit.Params(), r.Charge
 	if p.Windowed() {
-		return appendWindow(args, r, ch, now)
+		return appendWindow(args, r, now)
 	}
 	var b []byte
 	switch p.Algorithm {
@@ -162,7 +162,8 @@ func ScriptSource() string { return scriptSource }
 // request: "sw capacity period" or "cw capacity 0", the cost, and for a
 // calendar the five bounds of engine.Windows around now, which the script
 // picks from by its own clock (engine.Bounds.Pick).
-func appendWindow(args []string, r *sluice.Request, ch engine.Charge, now int64) []string {
+func appendWindow(args []string, r *sluice.Charged, now int64) []string {
+	ch := r.Charge
 	p := r.Limit.Params()
 	var b []byte
 	if p.Algorithm == engine.SlidingWindow {

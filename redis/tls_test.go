@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/realserver"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -82,13 +83,13 @@ func TestTLS(t *testing.T) {
 	url := "rediss://127.0.0.1:" + strconv.Itoa(ports[1])
 	s := open(t, url, redis.Options{TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
 	lim := uniqueLimit(t, sluice.Spec{Name: "tls", TokensPerSecond: 1, Burst: 1})
-	if d, err := s.Take(context.Background(), engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
+	if d, err := conformance.Take(context.Background(), s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
 		t.Fatalf("take over TLS: %v %+v", err, d)
 	}
 	// Without the CA, the server's certificate is not trusted.
 	if bad, err := redis.Open(url, redis.Options{Timeout: time.Second}); err == nil {
 		defer bad.Close()
-		if _, err := bad.Take(context.Background(), engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err == nil {
+		if _, err := conformance.Take(context.Background(), bad, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err == nil {
 			t.Fatal("TLS with an untrusted certificate succeeded")
 		}
 	}

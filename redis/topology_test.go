@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redis"
@@ -19,7 +20,7 @@ func TestACLUser(t *testing.T) {
 	lim := uniqueLimit(t, sluice.Spec{Name: "acl", TokensPerSecond: 1, Burst: 1})
 	ctx := context.Background()
 	s := open(t, "redis://app:s3cret@"+srv.Addr()+"/3", redis.Options{})
-	if d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
+	if d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil || !d.Allowed {
 		t.Fatalf("take as app: %v %+v", err, d)
 	}
 	// The key went to database 3.
@@ -28,7 +29,7 @@ func TestACLUser(t *testing.T) {
 	}
 	if bad, err := redis.Open("redis://app:wrong@"+srv.Addr(), redis.Options{}); err == nil {
 		defer bad.Close()
-		if _, err := bad.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err == nil {
+		if _, err := conformance.Take(ctx, bad, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err == nil {
 			t.Fatal("take with a wrong password succeeded")
 		}
 	}
@@ -43,7 +44,7 @@ func TestSentinel(t *testing.T) {
 	ctx := context.Background()
 	var allowed int
 	for range 3 {
-		d, err := s.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -119,7 +119,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	}
 	// The rule every store applies: a reservation may cost up to the
 	// capacity plus max_reserved.
-	if _, err := m.Request.Charge(engine.OpTake); err != nil {
+	if err := m.Judge(); err != nil {
 		fmt.Fprintf(stderr, "sluice simulate: a cost of %v: %v\n", m.Request.Cost, err)
 		return 2
 	}

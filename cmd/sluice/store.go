@@ -240,7 +240,7 @@ func (p *pendingStore) opened() (sluice.Store, error) {
 	return nil, fmt.Errorf("%w: %w", errStoreNotOpen, *p.err.Load())
 }
 
-func (p *pendingStore) Take(ctx context.Context, op engine.Op, r sluice.Request) (sluice.Decision, error) {
+func (p *pendingStore) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {
 	s, err := p.opened()
 	if err != nil {
 		return sluice.Decision{}, err
@@ -248,7 +248,7 @@ func (p *pendingStore) Take(ctx context.Context, op engine.Op, r sluice.Request)
 	return s.Take(ctx, op, r)
 }
 
-func (p *pendingStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Request, dst []sluice.Decision) ([]sluice.Decision, error) {
+func (p *pendingStore) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, dst []sluice.Decision) ([]sluice.Decision, error) {
 	s, err := p.opened()
 	if err != nil {
 		return nil, err

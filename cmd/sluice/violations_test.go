@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/postgres"
@@ -27,7 +28,7 @@ func testViolationsCommand(t *testing.T, u string) {
 	defer closeStore()
 	lim := sluice.MustLimit(sluice.Spec{Name: "per-user", TokensPerSecond: 1, Burst: 1})
 	for i := 0; i < 3; i++ {
-		if _, err := store.Take(ctx, engine.OpTake, sluice.Request{Limit: lim, Key: "user-42"}); err != nil {
+		if _, err := conformance.Take(ctx, store, engine.OpTake, sluice.Request{Limit: lim, Key: "user-42"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -93,7 +94,7 @@ func testViolationsCommand(t *testing.T, u string) {
 	}
 	ms, _ := p.Match(&policy.Input{Method: "GET", Path: "/api/x", Header: http.Header{"X-User": {"alice"}}})
 	for i := 0; i < 2; i++ {
-		if _, err := store.Take(ctx, engine.OpTake, ms[0].Request); err != nil {
+		if _, err := conformance.Take(ctx, store, engine.OpTake, ms[0].Request); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -24,10 +24,6 @@ const (
 	CalendarYear  = engine.CalendarYear  // from January 1's local midnight
 )
 
-// ParseCalendar reads a calendar period's name: day, week, month or year.
-// ok is false for any other string (a duration, say).
-func ParseCalendar(s string) (Calendar, bool) { return engine.ParseCalendar(s) }
-
 // Location returns the zone a calendar window follows (UTC when
 // Spec.Timezone is empty); nil for a limit without a calendar.
 func (l *Limit) Location() *time.Location { return l.params.Loc }

@@ -27,8 +27,8 @@ type LimitedError struct {
 	cause error // ErrBeyondDeadline from Wait, else nil
 }
 
-// Limited returns the *LimitedError of d, a rejection of r.
-func Limited(r Request, d Decision) *LimitedError {
+// limited returns the *LimitedError of d, a rejection of r.
+func limited(r Request, d Decision) *LimitedError {
 	return &LimitedError{Rule: d.Rule, Key: r.Key, RetryAfter: d.RetryAfter, RetryAt: d.RetryAt}
 }
 
@@ -67,7 +67,7 @@ const RetryAtLayout = "2006-01-02T15:04:05.000Z07:00"
 func (l *Limiter) TakeOrError(ctx context.Context, r Request) (Decision, error) {
 	d, err := l.Take(ctx, r)
 	if err == nil && !d.Allowed {
-		return d, Limited(r, d)
+		return d, limited(r, d)
 	}
 	return d, err
 }

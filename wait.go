@@ -111,7 +111,7 @@ func (l *Limiter) waitReserved(ctx context.Context, r Request) error {
 		return err
 	}
 	if !d.Allowed {
-		le := Limited(r, d)
+		le := limited(r, d)
 		if hasDeadline {
 			le.cause = ErrBeyondDeadline
 		}
@@ -153,7 +153,7 @@ func (l *Limiter) waitRetrying(ctx context.Context, r Request) error {
 			return nil
 		}
 		if hasDeadline && d.RetryAt.After(deadline) {
-			le := Limited(r, d)
+			le := limited(r, d)
 			le.cause = ErrBeyondDeadline
 			return le
 		}

@@ -128,7 +128,7 @@ func (c Case) Compile() (*sluice.Limit, error) {
 	}
 	if c.Limit.Calendar != "" {
 		var ok bool
-		if s.Calendar, ok = sluice.ParseCalendar(c.Limit.Calendar); !ok {
+		if s.Calendar, ok = engine.ParseCalendar(c.Limit.Calendar); !ok {
 			return nil, fmt.Errorf("unknown calendar period %q", c.Limit.Calendar)
 		}
 		s.Timezone = c.Limit.Timezone

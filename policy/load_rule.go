@@ -432,7 +432,7 @@ func (l *loader) rate(o *obj, alg sluice.Algorithm) rateFields {
 	r.rate, _, r.rateOK = o.positive("rate")
 	var periodN *yaml.Node
 	if pn, ok := o.vals["period"]; ok && pn.Kind == yaml.ScalarNode {
-		r.calendar, _ = sluice.ParseCalendar(pn.Value)
+		r.calendar, _ = engine.ParseCalendar(pn.Value)
 	}
 	if r.calendar == 0 {
 		r.period, periodN, r.periodOK = o.duration("period")

@@ -74,17 +74,20 @@ type response struct {
 	blocks   [1]statusBlock
 }
 
-// admittedFields is how many RateLimit headers the default sets (draft
-// and trio) give an admitted call.
-const admittedFields = 5
+// limitedFields is how many RateLimit headers the default sets (draft
+// and trio) give a call: five to an admitted one, and a rejected one
+// three more (Retry-After, X-Sluice-Reason, Cache-Control), so that a
+// rejection, as common as an admission under load, needs no allocation
+// of its own for them either.
+const limitedFields = 5 + 3
 
-// limitedResponse is a response with room for the headers of an admitted
-// call under the default sets, for a call that finds limits: the headers
-// come in the same allocation.
+// limitedResponse is a response with room for the headers of a call
+// under the default sets, for a call that finds limits: the headers come
+// in the same allocation.
 type limitedResponse struct {
 	response
-	headers [admittedFields]*corev3.HeaderValue
-	values  [admittedFields]corev3.HeaderValue
+	headers [limitedFields]*corev3.HeaderValue
+	values  [limitedFields]corev3.HeaderValue
 }
 
 // recycled is a response to a call of one descriptor whose memory goes
@@ -95,6 +98,9 @@ type limitedResponse struct {
 type recycled struct {
 	*rlspb.RateLimitResponse
 	mem limitedResponse
+	// req is the call's request, decoded into the same memory: nothing
+	// reads it once the call is answered.
+	req rlspb.RateLimitRequest
 }
 
 var recycledPool = sync.Pool{New: func() any { return new(recycled) }}

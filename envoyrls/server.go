@@ -382,8 +382,8 @@ func plan(req *rlspb.RateLimitRequest, found []Found, dsBuf *[]descState, msBuf 
 // charges every descriptor that is not over its limit, in one
 // all-or-nothing take (see charge).
 func (s *Server) decide(ctx context.Context, c *call, sc *scratch) {
-	ctx, cancel := sluice.WithStoreTimeout(ctx, s.lim.Store(), s.timeout)
-	defer cancel()
+	ctx, deadline := storeContext(ctx, s.lim.Store(), s.timeout)
+	defer deadline.end()
 	take, peek, refund := &c.groups[kindTake], &c.groups[kindPeek], &c.groups[kindRefund]
 	peek.op, take.op, refund.op = engine.OpPeek, engine.OpTake, engine.OpRefund
 	s.apply(ctx, peek, &sc.groups[kindPeek])

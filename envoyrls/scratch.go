@@ -74,20 +74,31 @@ type response struct {
 	blocks   [1]statusBlock
 }
 
-// limitedFields is how many RateLimit headers the default sets (draft
-// and trio) give a call: five to an admitted one, and a rejected one
-// three more (Retry-After, X-Sluice-Reason, Cache-Control), so that a
-// rejection, as common as an admission under load, needs no allocation
-// of its own for them either.
-const limitedFields = 5 + 3
+// admittedFields is how many RateLimit headers the default sets (draft
+// and trio) give an admitted call; a rejected one gets three more
+// (Retry-After, X-Sluice-Reason, Cache-Control).
+const (
+	admittedFields = 5
+	rejectedFields = admittedFields + 3
+)
 
-// limitedResponse is a response with room for the headers of a call
-// under the default sets, for a call that finds limits: the headers come
-// in the same allocation.
+// limitedResponse is a response with room for the headers of an admitted
+// call under the default sets, for a call that finds limits: the headers
+// come in the same allocation.
 type limitedResponse struct {
 	response
-	headers [limitedFields]*corev3.HeaderValue
-	values  [limitedFields]corev3.HeaderValue
+	headers [admittedFields]*corev3.HeaderValue
+	values  [admittedFields]corev3.HeaderValue
+}
+
+// recycledResponse is a limitedResponse with room for a rejected call's
+// headers too: recycled memory, allocated once for many calls, so that a
+// rejection, as common as an admission under load, needs no allocation
+// of its own for them either.
+type recycledResponse struct {
+	response
+	headers [rejectedFields]*corev3.HeaderValue
+	values  [rejectedFields]corev3.HeaderValue
 }
 
 // recycled is a response to a call of one descriptor whose memory goes
@@ -97,7 +108,7 @@ type limitedResponse struct {
 // it embeds.
 type recycled struct {
 	*rlspb.RateLimitResponse
-	mem limitedResponse
+	mem recycledResponse
 	// req is the call's request, decoded into the same memory: nothing
 	// reads it once the call is answered.
 	req rlspb.RateLimitRequest
@@ -126,10 +137,10 @@ func newResponse(n int, limited bool, into *recycled) (_ *rlspb.RateLimitRespons
 	var r *response
 	switch {
 	case into != nil:
-		lr := &into.mem
-		*lr = limitedResponse{} // a message's state included: nothing of the last call's
-		into.RateLimitResponse = &lr.resp
-		r, room = &lr.response, lr.room()
+		rr := &into.mem
+		*rr = recycledResponse{} // a message's state included: nothing of the last call's
+		into.RateLimitResponse = &rr.resp
+		r, room = &rr.response, headerRoom{ptrs: rr.headers[:0], values: rr.values[:0]}
 	case limited:
 		lr := &limitedResponse{}
 		r, room = &lr.response, lr.room()

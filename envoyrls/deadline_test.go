@@ -53,6 +53,13 @@ func TestStoreContextAnswersAsWithTimeout(t *testing.T) {
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatalf("past the deadline, unarmed: Err = %v", ctx.Err())
 	}
+	cparent, ccancel := context.WithCancel(parent)
+	defer ccancel()
+	cctx, cdl := storeContext(cparent, nil, -time.Second)
+	if c := context.Cause(cctx); !errors.Is(c, context.DeadlineExceeded) {
+		t.Fatalf("past the deadline, under a cancellable parent: Cause = %v", c)
+	}
+	cdl.end()
 	<-ctx.Done()
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatalf("past the deadline, armed: Err = %v", ctx.Err())

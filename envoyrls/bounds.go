@@ -30,7 +30,7 @@ import (
 // listener's: see sluice serve.
 func LimitOptions(g serverconf.GRPCLimits, s serverconf.ServerLimits) []grpc.ServerOption {
 	g, s = g.WithDefaults(), s.WithDefaults()
-	f := &inFlight{sem: make(chan struct{}, g.MaxInFlight)}
+	f := newInFlight(g.MaxInFlight)
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(g.MaxConcurrentStreams)),
 		grpc.MaxRecvMsgSize(g.MaxRecvBytes),
@@ -56,7 +56,18 @@ var healthCheck = "/" + healthpb.Health_ServiceDesc.ServiceName + "/Check"
 
 // inFlight counts the calls of a server being decided, over all its
 // connections.
-type inFlight struct{ sem chan struct{} }
+type inFlight struct {
+	sem chan struct{}
+	// release gives a place back: one func for every call, rather than a
+	// closure allocated per call.
+	release func()
+}
+
+func newInFlight(n int) *inFlight {
+	f := &inFlight{sem: make(chan struct{}, n)}
+	f.release = func() { <-f.sem }
+	return f
+}
 
 // admit is the server's InTapHandle: it takes a place for the call, given
 // back when grpc-go ends the call's stream (which cancels its context,
@@ -69,7 +80,7 @@ func (f *inFlight) admit(ctx context.Context, info *tap.Info) (context.Context, 
 	}
 	select {
 	case f.sem <- struct{}{}:
-		context.AfterFunc(ctx, func() { <-f.sem })
+		context.AfterFunc(ctx, f.release)
 		return ctx, nil
 	default:
 		return ctx, status.Error(codes.ResourceExhausted, fmt.Sprintf("the rate limit service is deciding %d calls, its max_in_flight (grpc section): retry later", cap(f.sem)))

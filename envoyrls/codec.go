@@ -1,6 +1,8 @@
 package envoyrls
 
 import (
+	"sync"
+
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
@@ -42,10 +44,11 @@ type codec struct{ proto encoding.CodecV2 }
 
 func newCodec() codec { return codec{proto: encoding.GetCodecV2(grpcproto.Name)} }
 
-// Marshal does what the proto codec does, with the generated code: a
-// message below grpc-go's pooling threshold in a buffer of its own, a
-// larger one in a buffer from mem.DefaultBufferPool, which grpc-go gives
-// back once it is written.
+// Marshal does what the proto codec does, with the generated code, in a
+// buffer that grpc-go gives back to its pool once it is written: from
+// mem.DefaultBufferPool for a large message, from smallBuffers for one
+// below grpc-go's pooling threshold (every response of one descriptor),
+// which the proto codec would allocate, with its wrapping, per call.
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	if r, ok := v.(*recycled); ok {
 		// Once marshalled, nothing reads it (handleShouldRateLimit).
@@ -58,15 +61,10 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		return c.proto.Marshal(v)
 	}
 	size := m.SizeVT()
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		buf := make([]byte, size)
-		n, err := m.MarshalToSizedBufferVTStrict(buf)
-		if err != nil {
-			return nil, err
-		}
-		return mem.BufferSlice{mem.SliceBuffer(buf[size-n:])}, nil
+	var pool mem.BufferPool = mem.DefaultBufferPool()
+	if size <= smallBufferCap && mem.IsBelowBufferPoolingThreshold(size) {
+		pool = smallBuffers
 	}
-	pool := mem.DefaultBufferPool()
 	buf := pool.Get(size)
 	n, err := m.MarshalToSizedBufferVTStrict((*buf)[:size])
 	if err != nil {
@@ -101,3 +99,35 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // Name is the proto codec's: the bytes on the wire are the same.
 func (codec) Name() string { return grpcproto.Name }
+
+// smallBufferCap is the capacity of smallBuffers' buffers: above
+// grpc-go's pooling threshold, so that mem.NewBuffer pools them rather
+// than treating them as slices of their own, and large enough for a
+// response of a few descriptors with their headers.
+const smallBufferCap = 2 << 10
+
+// smallBuffers is the pool of the buffers of messages below grpc-go's
+// pooling threshold.
+var smallBuffers = &smallBufferPool{p: sync.Pool{New: func() any {
+	b := make([]byte, 0, smallBufferCap)
+	return &b
+}}}
+
+// smallBufferPool is a mem.BufferPool of buffers of smallBufferCap.
+type smallBufferPool struct{ p sync.Pool }
+
+// Get returns a buffer of length n, which must be at most
+// smallBufferCap.
+func (sp *smallBufferPool) Get(n int) *[]byte {
+	b := sp.p.Get().(*[]byte)
+	*b = (*b)[:n]
+	return b
+}
+
+// Put takes back a buffer that Get returned; any other is left to the
+// collector.
+func (sp *smallBufferPool) Put(b *[]byte) {
+	if cap(*b) == smallBufferCap {
+		sp.p.Put(b)
+	}
+}

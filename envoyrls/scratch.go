@@ -75,8 +75,12 @@ type response struct {
 }
 
 // admittedFields is how many RateLimit headers the default sets (draft
-// and trio) give an admitted call.
-const admittedFields = 5
+// and trio) give an admitted call; a rejected one gets three more
+// (Retry-After, X-Sluice-Reason, Cache-Control).
+const (
+	admittedFields = 5
+	rejectedFields = admittedFields + 3
+)
 
 // limitedResponse is a response with room for the headers of an admitted
 // call under the default sets, for a call that finds limits: the headers
@@ -87,6 +91,16 @@ type limitedResponse struct {
 	values  [admittedFields]corev3.HeaderValue
 }
 
+// recycledResponse is a limitedResponse with room for a rejected call's
+// headers too: recycled memory, allocated once for many calls, so that a
+// rejection, as common as an admission under load, needs no allocation
+// of its own for them either.
+type recycledResponse struct {
+	response
+	headers [rejectedFields]*corev3.HeaderValue
+	values  [rejectedFields]corev3.HeaderValue
+}
+
 // recycled is a response to a call of one descriptor whose memory goes
 // back to recycledPool once codec.Marshal has marshalled it: the server's
 // own handler (see Register) answers with one where nothing can see the
@@ -94,7 +108,10 @@ type limitedResponse struct {
 // it embeds.
 type recycled struct {
 	*rlspb.RateLimitResponse
-	mem limitedResponse
+	mem recycledResponse
+	// req is the call's request, decoded into the same memory: nothing
+	// reads it once the call is answered.
+	req rlspb.RateLimitRequest
 }
 
 var recycledPool = sync.Pool{New: func() any { return new(recycled) }}
@@ -120,10 +137,10 @@ func newResponse(n int, limited bool, into *recycled) (_ *rlspb.RateLimitRespons
 	var r *response
 	switch {
 	case into != nil:
-		lr := &into.mem
-		*lr = limitedResponse{} // a message's state included: nothing of the last call's
-		into.RateLimitResponse = &lr.resp
-		r, room = &lr.response, lr.room()
+		rr := &into.mem
+		*rr = recycledResponse{} // a message's state included: nothing of the last call's
+		into.RateLimitResponse = &rr.resp
+		r, room = &rr.response, headerRoom{ptrs: rr.headers[:0], values: rr.values[:0]}
 	case limited:
 		lr := &limitedResponse{}
 		r, room = &lr.response, lr.room()

@@ -139,10 +139,11 @@ func (s *Server) setPolicy(pol *policy.Policy) *loaded {
 // Register adds the rate limit service, the standard health service
 // (reporting SERVING for "" and ServiceName) and server reflection to g.
 // On a server with ServerOptions (in a binary built with -tags
-// vtprotobuf), a call's response is marshalled by the codec and its
-// memory reused for a later call, unless the server has an interceptor or
-// grpc-go's binary log is on: a stats handler on such a server must not
-// keep OutPayload.Payload past HandleRPC (grpc-go's own rule for it).
+// vtprotobuf), a call's request and response are held in memory reused
+// for a later call once the response is marshalled by the codec, unless
+// the server has an interceptor or grpc-go's binary log is on: a stats
+// handler on such a server must not keep InPayload.Payload or
+// OutPayload.Payload past HandleRPC (grpc-go's own rule for them).
 func (s *Server) Register(g *grpc.Server) *health.Server {
 	g.RegisterService(&serviceDesc, s)
 	h := health.NewServer()
@@ -175,20 +176,21 @@ var serviceDesc = func() grpc.ServiceDesc {
 // reads a response after sending it, must be off.
 var recycling = vtCompiled && os.Getenv("GRPC_BINARY_LOG_FILTER") == ""
 
-// handleShouldRateLimit is the generated handler, except that a call of
-// one descriptor (the usual) is answered in recycled memory when nothing
-// but the codec sees the response: no interceptor stands between the
-// handler and grpc-go.
+// handleShouldRateLimit is the generated handler, except that the request
+// is decoded, and a call of one descriptor (the usual) answered, in
+// recycled memory when nothing but the codec sees the response: no
+// interceptor stands between the handler and grpc-go.
 func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor, generated grpc.MethodHandler) (any, error) {
 	s, ok := srv.(*Server)
 	if !ok || interceptor != nil || !recycling {
 		return generated(srv, ctx, dec, interceptor)
 	}
-	req := new(rlspb.RateLimitRequest)
+	r := recycledPool.Get().(*recycled)
+	req := &r.req // decoding resets it
 	if err := dec(req); err != nil {
+		r.release()
 		return nil, err
 	}
-	r := recycledPool.Get().(*recycled)
 	resp, err := s.answer(ctx, req, r)
 	if err != nil || resp != r.RateLimitResponse { // not one descriptor
 		r.release()
@@ -375,8 +377,8 @@ func plan(req *rlspb.RateLimitRequest, found []Found, dsBuf *[]descState, msBuf 
 // charges every descriptor that is not over its limit, in one
 // all-or-nothing take (see charge).
 func (s *Server) decide(ctx context.Context, c *call, sc *scratch) {
-	ctx, cancel := sluice.WithStoreTimeout(ctx, s.lim.Store(), s.timeout)
-	defer cancel()
+	ctx, deadline := storeContext(ctx, s.lim.Store(), s.timeout)
+	defer deadline.end()
 	take, peek, refund := &c.groups[kindTake], &c.groups[kindPeek], &c.groups[kindRefund]
 	peek.op, take.op, refund.op = engine.OpPeek, engine.OpTake, engine.OpRefund
 	s.apply(ctx, peek, &sc.groups[kindPeek])

@@ -371,6 +371,15 @@ func (s *Store) wallNow() int64 {
 	return time.Now().UnixMicro()
 }
 
+// wallNowFor is wallNow when a request of l needs it (needsNow), else 0:
+// a clock read saved for every other request.
+func (s *Store) wallNowFor(l *sluice.Limit) int64 {
+	if !needsNow(l) {
+		return 0
+	}
+	return s.wallNow()
+}
+
 // localNow is this process's time in microseconds, for the over-limit
 // cache: monotonic, or the test clock.
 func (s *Store) localNow() int64 {
@@ -434,7 +443,7 @@ func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluic
 	ka := new([6]string)
 	ka[0] = key
 	args := appendGroup(ka[1:1], 1, opOf(op), s.nowArg())
-	args = appendRequest(args, &r, s.wallNow())
+	args = appendRequest(args, &r, s.wallNowFor(r.Limit))
 	res, err := s.run(ctx, ka[:1:1], args, true)
 	if op == engine.OpRefund && s.cache != nil {
 		// The key has tokens again: a cached rejection would keep refusing
@@ -581,7 +590,7 @@ func (s *Store) runGroup(ctx context.Context, rs []sluice.Charged, keys []string
 	args = appendGroup(args, len(ix), op, now)
 	for j, i := range ix {
 		gk[j] = keys[i]
-		args = appendRequest(args, &rs[i], s.wallNow())
+		args = appendRequest(args, &rs[i], s.wallNowFor(rs[i].Limit))
 	}
 	return s.run(ctx, gk, args, true)
 }
@@ -709,7 +718,7 @@ func (s *Store) rollback(ctx context.Context, rs []sluice.Charged, keys []string
 			default: // a bucket ("tb"): where the take left it
 				extra = strconv.FormatInt(reply[4], 10) + ":" + strconv.FormatInt(reply[1], 10)
 			}
-			args = appendRequestExtra(args, &rs[i], extra, s.wallNow())
+			args = appendRequestExtra(args, &rs[i], extra, s.wallNowFor(rs[i].Limit))
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.timeout)
 		_, err := s.exec(rctx, gk, args)

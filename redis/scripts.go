@@ -93,12 +93,34 @@ func fits(l *sluice.Limit, res int64) error {
 // appendGroup writes a group header: op, n requests and the time (""
 // for the server's clock).
 func appendGroup(args []string, n int, op, now string) []string {
+	if now == "" && n < len(groupHeads[0]) {
+		switch op {
+		case opTake:
+			return append(args, groupHeads[0][n])
+		case opPeek:
+			return append(args, groupHeads[1][n])
+		case opRefund:
+			return append(args, groupHeads[2][n])
+		}
+	}
 	h := op + strconv.Itoa(n)
 	if now != "" {
 		h += ":" + now
 	}
 	return append(args, h)
 }
+
+// groupHeads are the headers of groups of a few requests on the server's
+// clock, by op (take, peek, refund) and size: the usual headers, made
+// once rather than per call.
+var groupHeads = func() (h [3][17]string) {
+	for i, op := range []string{opTake, opPeek, opRefund} {
+		for n := range h[i] {
+			h[i][n] = op + strconv.Itoa(n)
+		}
+	}
+	return h
+}()
 
 // appendRequest writes one request's arguments (see lua/main.lua): the
 // limit, the cost (with the debt it may leave when it reserves), and extra
@@ -114,7 +136,8 @@ func appendRequestExtra(args []string, r *sluice.Charged, extra string, now int6
 	if p.Windowed() {
 		return appendWindow(args, r, now)
 	}
-	var b []byte
+	var buf [128]byte
+	b := buf[:0]
 	switch p.Algorithm {
 	case engine.FixedWindow:
 		b = append(b, "fw "...)
@@ -141,11 +164,21 @@ func appendRequestExtra(args []string, r *sluice.Charged, extra string, now int6
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, p.RateDen, 10)
 	}
-	cost := strconv.FormatInt(ch.Cost, 10)
+	n := len(b)
+	b = strconv.AppendInt(b, ch.Cost, 10)
 	if ch.Reserve && p.Algorithm != engine.SlidingLog {
-		cost += "r" + strconv.FormatInt(ch.MaxReserved, 10)
+		b = strconv.AppendInt(append(b, 'r'), ch.MaxReserved, 10)
 	}
-	return append(args, string(b), cost, extra)
+	// The limit and the cost cut from one string: one allocation for both.
+	lc := string(b)
+	return append(args, lc[:n], lc[n:], extra)
+}
+
+// needsNow reports whether appendRequest reads its now for l: only a
+// calendar window's bounds do, so that other requests skip the clock.
+func needsNow(l *sluice.Limit) bool {
+	p := l.Params()
+	return p.Windowed() && p.Calendar != 0
 }
 
 // outcome reads one request's reply.

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/deadline"
 )
 
-// storeContext is sluice.WithStoreTimeout(ctx, st, d), except that the
+// storeContext is deadline.ForStore(ctx, st, d), except that the
 // deadline's timer is armed only when something waits for it (Done): a
 // call the store answers without leaving the process, as the Redis store
 // answers a key its over-limit cache knows to be short, arms none, where
@@ -20,20 +21,16 @@ import (
 // The context is ended with end (a nil *lazyDeadline, when ctx is returned
 // as it is, ends nothing): a method value would be an allocation more.
 func storeContext(ctx context.Context, st sluice.Store, d time.Duration) (context.Context, *lazyDeadline) {
-	if p, ok := st.(inProcess); ok && p.InProcess() {
+	if p, ok := st.(deadline.InProcess); ok && p.InProcess() {
 		return ctx, nil
 	}
-	deadline := time.Now().Add(d)
-	if dl, ok := ctx.Deadline(); ok && !dl.After(deadline) {
+	end := time.Now().Add(d)
+	if dl, ok := ctx.Deadline(); ok && !dl.After(end) {
 		return ctx, nil
 	}
-	c := &lazyDeadline{parent: ctx, deadline: deadline}
+	c := &lazyDeadline{parent: ctx, deadline: end}
 	return c, c
 }
-
-// inProcess is a store whose calls never leave the process and never wait
-// (see sluice.WithStoreTimeout).
-type inProcess interface{ InProcess() bool }
 
 const (
 	lazyIdle  int32 = iota // no timer yet

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/internal/deadline"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -194,7 +195,7 @@ func (g *Gate) serveMeasured(next http.Handler, w http.ResponseWriter, r *http.R
 		}
 	}
 	latency := lt.latency(at)
-	ctx, cancel := sluice.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
+	ctx, cancel := deadline.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
 	defer cancel()
 	now := g.lim.Now()
 	for _, m := range ms {

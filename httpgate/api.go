@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/deadline"
 	"github.com/sluicehq/sluice/jwtauth"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -472,7 +473,7 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op engine.Op) {
 		ms[i] = m
 	}
 	in := sc.FromHTTP(p, r)
-	ctx, cancel := sluice.WithStoreTimeout(withCaller(r.Context(), ms, in.ClientIP, r.URL.Path), g.lim.Store(), g.opts.StoreTimeout)
+	ctx, cancel := deadline.ForStore(withCaller(r.Context(), ms, in.ClientIP, r.URL.Path), g.lim.Store(), g.opts.StoreTimeout)
 	defer cancel()
 	var obs policy.Observer
 	if op == engine.OpTake {
@@ -667,7 +668,7 @@ func (g *Gate) resetBucket(w http.ResponseWriter, r *http.Request, p *policy.Pol
 		badRequest(w, http.StatusBadRequest, keyRequired)
 		return
 	}
-	ctx, cancel := sluice.WithTimeout(r.Context(), g.opts.StoreTimeout)
+	ctx, cancel := deadline.WithTimeout(r.Context(), g.opts.StoreTimeout)
 	defer cancel()
 	if err := g.lim.Reset(ctx, lim, body.Key); err != nil {
 		// The store's error names its address: it goes to the log.

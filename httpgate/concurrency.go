@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/deadline"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -44,7 +45,7 @@ func (g *Gate) holdSlots(r *http.Request, v *policy.Verdict) func() {
 // be done already (a client that went away): the release runs on one of
 // its own, bounded by the store timeout, keeping r's values.
 func (g *Gate) releaseSlots(r *http.Request, v *policy.Verdict) {
-	ctx, cancel := sluice.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
+	ctx, cancel := deadline.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
 	defer cancel()
 	if err := v.Release(ctx); err != nil {
 		g.storeLog.Log(g.opts.Logger, "concurrency", "", fmt.Errorf("releasing concurrency slots (each is freed when its lease ends): %w", err), false)
@@ -134,7 +135,7 @@ func (g *Gate) leaseCall(w http.ResponseWriter, r *http.Request, what string, ca
 		badRequest(w, http.StatusBadRequest, `"lease" must be the 32 hexadecimal digits /v1/take returned with the slot`)
 		return nil, d, false
 	}
-	ctx, cancel := sluice.WithTimeout(r.Context(), g.opts.StoreTimeout)
+	ctx, cancel := deadline.WithTimeout(r.Context(), g.opts.StoreTimeout)
 	defer cancel()
 	d, err = call(ctx, m.Request, id)
 	if err != nil {

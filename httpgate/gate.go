@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/insight"
+	"github.com/sluicehq/sluice/internal/deadline"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -260,7 +261,7 @@ func (g *Gate) checkHeld(ctx context.Context, p *policy.Policy, in *policy.Input
 	if err != nil {
 		return policy.Verdict{}, nil, fmt.Errorf("match %s %s: %w", in.Method, in.Path, err)
 	}
-	ctx, cancel := sluice.WithStoreTimeout(withCaller(ctx, ms, in.ClientIP, in.Path), g.lim.Store(), g.opts.StoreTimeout)
+	ctx, cancel := deadline.ForStore(withCaller(ctx, ms, in.ClientIP, in.Path), g.lim.Store(), g.opts.StoreTimeout)
 	defer cancel()
 	g.adapt(ctx, ms)
 	q := g.enqueue(ms)
@@ -344,7 +345,7 @@ func (g *Gate) giveBack(r *http.Request, v *policy.Verdict) {
 	if len(ms) == 0 {
 		return
 	}
-	ctx, cancel := sluice.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
+	ctx, cancel := deadline.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
 	defer cancel()
 	back := policy.Enforce(ctx, g.lim, ms, policy.Options{Op: engine.OpRefund})
 	for i := range back.Results {

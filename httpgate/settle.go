@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/deadline"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -229,7 +230,7 @@ func (g *Gate) serveSettled(next http.Handler, w http.ResponseWriter, r *http.Re
 
 // settleAll settles each of rs at what sw read of the response.
 func (g *Gate) settleAll(r *http.Request, rs []*policy.Result, sw *settleWriter) {
-	ctx, cancel := sluice.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
+	ctx, cancel := deadline.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
 	defer cancel()
 	for i, res := range rs {
 		// An adaptive rate charges in scaled units (policy.Match.Scale):

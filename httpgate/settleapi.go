@@ -29,6 +29,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/deadline"
 	"github.com/sluicehq/sluice/internal/reserved"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -200,7 +201,7 @@ func (g *Gate) settleAPI(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, http.StatusConflict, fmt.Sprintf("limit %q no longer settles (the policy changed since the take): the take stays charged as it was", h.rule))
 		return
 	}
-	ctx, cancel := sluice.WithTimeout(r.Context(), g.opts.StoreTimeout)
+	ctx, cancel := deadline.WithTimeout(r.Context(), g.opts.StoreTimeout)
 	defer cancel()
 	spent, err := g.lim.Take(ctx, sluice.Request{Limit: g.settle.nonces, Key: hex.EncodeToString(h.nonce[:])})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/deadline"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -209,7 +210,7 @@ func (g *Gate) refund(r *http.Request) {
 	if err != nil || len(ms) == 0 {
 		return
 	}
-	ctx, cancel := sluice.WithStoreTimeout(context.WithoutCancel(r.Context()), g.lim.Store(), g.opts.StoreTimeout)
+	ctx, cancel := deadline.ForStore(context.WithoutCancel(r.Context()), g.lim.Store(), g.opts.StoreTimeout)
 	defer cancel()
 	v := policy.Enforce(ctx, g.lim, ms, policy.Options{Op: engine.OpRefund})
 	for i := range v.Results {

@@ -182,7 +182,7 @@ func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
 
 // InProcess reports that the store's calls never leave the process and
 // never wait on anything but its own locks, so callers need not arm a
-// deadline for them (see sluice.WithStoreTimeout).
+// deadline for them (see deadline.ForStore).
 func (s *Store) InProcess() bool { return true }
 
 // Len returns the number of keys held.

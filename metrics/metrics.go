@@ -432,7 +432,7 @@ func labelsAre(got []*dto.LabelPair, want map[string]string, exact bool) bool {
 }
 
 // InProcess passes on whether the wrapped store's calls stay in the
-// process (see sluice.WithStoreTimeout).
+// process (see deadline.ForStore).
 func (i *instrumented) InProcess() bool { return i.inProcess }
 
 func (i *instrumented) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {

@@ -43,6 +43,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/deadline"
 )
 
 // Options configures a Store.
@@ -428,7 +429,7 @@ func (s *Store) guarded(ctx context.Context, call func(context.Context) error) e
 		s.opts.Observer.StoreError()
 		return ErrBreakerOpen
 	}
-	cctx, cancel := sluice.WithTimeout(ctx, s.opts.Timeout)
+	cctx, cancel := deadline.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	err := call(cctx)
 	switch {

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/deadline"
 )
 
 // batcher carries several waiting calls in one script call. Callers
@@ -105,7 +105,7 @@ func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) 
 		b.sizes(len(keys))
 		full := make([]string, 0, len(args)+1)
 		full = append(append(full, b.pad), args...)
-		cctx, cancel := sluice.WithTimeout(ctx, b.timeout)
+		cctx, cancel := deadline.WithTimeout(ctx, b.timeout)
 		res, err := b.exec(cctx, keys, full)
 		cancel()
 		b.active.Add(-1)

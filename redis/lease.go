@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/deadline"
 )
 
 // The concurrency script: one key, a sorted set of leases (see
@@ -42,7 +43,7 @@ func (s *Store) Lease(ctx context.Context, op engine.Op, r sluice.Request, id en
 	if err := s.allow(n); err != nil {
 		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op.LeaseString(), key, err)
 	}
-	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
+	cctx, cancel := deadline.WithTimeout(ctx, s.timeout)
 	res, err := leaseScript.Exec(cctx, s.client, []string{key}, args).AsIntSlice()
 	cancel()
 	if err == nil && len(res) != 4 {

@@ -110,6 +110,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/deadline"
 )
 
 // DefaultTimeout is Options.Timeout's default.
@@ -403,7 +404,7 @@ func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) 
 	} else {
 		args := make([]string, 0, len(groups)+1)
 		args = append(append(args, s.pad), groups...)
-		cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
+		cctx, cancel := deadline.WithTimeout(ctx, s.timeout)
 		res, err = s.exec(cctx, keys, args)
 		cancel()
 		if err == nil && len(res) != replyWidth*len(keys) {
@@ -491,7 +492,7 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 	if err := s.allow(n); err != nil {
 		return fmt.Errorf("redis reset %q: %w", k, err)
 	}
-	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
+	cctx, cancel := deadline.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	err := s.client.Do(cctx, s.client.B().Del().Key(k).Build()).Error()
 	s.done(ctx, n, err)

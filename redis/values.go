@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/deadline"
 )
 
 // Small values every process of a fleet shares besides bucket state: the
@@ -36,7 +36,7 @@ func (s *Store) LoadValue(ctx context.Context, key string) (string, bool, error)
 	if err := s.allow(n); err != nil {
 		return "", false, fmt.Errorf("redis get %q: %w", k, err)
 	}
-	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
+	cctx, cancel := deadline.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	v, err := s.client.Do(cctx, s.client.B().Get().Key(k).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
@@ -61,7 +61,7 @@ func (s *Store) CompareAndSwapValue(ctx context.Context, key, old, value string,
 	if err := s.allow(nd); err != nil {
 		return false, fmt.Errorf("redis compare-and-swap %q: %w", k, err)
 	}
-	cctx, cancel := sluice.WithTimeout(ctx, s.timeout)
+	cctx, cancel := deadline.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	ms := strconv.FormatInt(max(1, ttl.Milliseconds()), 10)
 	n, err := casScript.Exec(cctx, s.client, []string{k}, []string{old, value, ms}).AsInt64()

@@ -1,4 +1,4 @@
-package sluice
+package deadline
 
 import (
 	"context"

@@ -1,4 +1,7 @@
-package sluice
+// Package deadline bounds the calls that leave the process: a store call
+// gets a deadline of its own unless its caller's ends sooner, and none at
+// all when the store answers in the process without waiting.
+package deadline
 
 import (
 	"context"
@@ -17,21 +20,21 @@ func WithTimeout(ctx context.Context, d time.Duration) (context.Context, context
 	return context.WithTimeout(ctx, d)
 }
 
-// WithStoreTimeout is WithTimeout for a call on s, except that a store
+// ForStore is WithTimeout for a call on s, a store, except that a store
 // whose calls never leave the process and never wait (one with an
 // InProcess method that says so, as the memory store has) gets ctx as it
 // is: a deadline cannot cut such a call short, and the timer it arms
 // costs more than the call.
-func WithStoreTimeout(ctx context.Context, s Store, d time.Duration) (context.Context, context.CancelFunc) {
-	if p, ok := s.(inProcess); ok && p.InProcess() {
+func ForStore(ctx context.Context, s any, d time.Duration) (context.Context, context.CancelFunc) {
+	if p, ok := s.(InProcess); ok && p.InProcess() {
 		return ctx, func() {}
 	}
 	return WithTimeout(ctx, d)
 }
 
-// inProcess is a store that can say its calls never leave the process
+// InProcess is a store that can say its calls never leave the process
 // and never wait (the memory store, and wrappers that forward the
 // answer of the store they wrap).
-type inProcess interface {
+type InProcess interface {
 	InProcess() bool
 }

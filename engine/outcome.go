@@ -55,7 +55,7 @@ const (
 	// OpRefund gives Cost tokens back, never above the capacity, for a
 	// request that was charged but not carried out (Envoy's negative
 	// hits). A refund larger than one request can be charged gives back
-	// that much (see Request.Charge). A key with no state is full and
+	// that much (see sluice.Request.Charged). A key with no state is full and
 	// stays so. Its Decision is allowed and describes the bucket after the
 	// refund.
 	OpRefund

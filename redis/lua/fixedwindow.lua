@@ -1,7 +1,7 @@
 -- Fixed window with rollover: sluice.TakeFixedWindow, line for line.
 -- State: micro-tokens left, the start of the window they count in, and
 -- the capacity they were counted under; in the scripts the table {tokens,
--- start}: sluice.State's Tokens and Stamp, the capacity kept beside it as
+-- start}: engine.State's Tokens and Stamp, the capacity kept beside it as
 -- a token bucket's den is. Calendar windows (cw) store the same.
 
 -- fw_load returns the state and the capacity it was written under: 0 for

@@ -1,7 +1,7 @@
 -- Token (and leaky) bucket: sluice.TakeTokenBucket, line for line.
 -- State: tokens in units of 1/(1e6*den) token, the stamp refill is
 -- counted to, and den. In the scripts a state is the table {tokens,
--- stamp}: sluice.State's Tokens and Stamp.
+-- stamp}: engine.State's Tokens and Stamp.
 
 -- sluice.ConvertBucket: tokens written under rate denominator from, in
 -- units of den (a limit reloaded with another rate keeps its buckets):

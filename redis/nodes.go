@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/deadline"
 )
 
 // clusterSlots is the number of Redis Cluster hash slots.
@@ -131,15 +133,7 @@ func (ns *nodes) refresh() error {
 			}
 		}
 	}
-	slices.SortFunc(t.primaries, func(a, b *node) int {
-		if a.addr < b.addr {
-			return -1
-		}
-		if a.addr > b.addr {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(t.primaries, func(a, b *node) int { return cmp.Compare(a.addr, b.addr) })
 	ns.table.Store(t)
 	for addr := range known {
 		if _, ok := groups[addr]; !ok {
@@ -228,6 +222,20 @@ func (s *Store) allow(n *node) error {
 		return ErrBreakerOpen
 	}
 	return fmt.Errorf("node %s: %w", n.addr, ErrBreakerOpen)
+}
+
+// call runs f, with the store's deadline, on the node serving key
+// through its breaker, and records its error there (see done).
+func (s *Store) call(ctx context.Context, key string, f func(ctx context.Context) error) error {
+	n := s.breakerOf(key)
+	if err := s.allow(n); err != nil {
+		return err
+	}
+	cctx, cancel := deadline.WithTimeout(ctx, s.timeout)
+	err := f(cctx)
+	cancel()
+	s.done(ctx, n, err)
+	return err
 }
 
 // done records a call to n that went through allow: err nil is a

@@ -1,11 +1,13 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -202,11 +204,8 @@ func ruleGroups(rows []RuleRow) [][]RuleRow {
 // groupName is the name of a pattern's rule: NamePrefix and the smallest
 // rule_id of its rows, which stays while plans are added and removed.
 func groupName(group []RuleRow, o RulesOptions) string {
-	minID := group[0].ID
-	for _, r := range group {
-		minID = min(minID, r.ID)
-	}
-	return o.NamePrefix + strconv.FormatInt(minID, 10)
+	first := slices.MinFunc(group, func(a, b RuleRow) int { return cmp.Compare(a.ID, b.ID) })
+	return o.NamePrefix + strconv.FormatInt(first.ID, 10)
 }
 
 // tierName is the tier a row becomes: its plan, or allPlansTier for the

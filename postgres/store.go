@@ -367,6 +367,14 @@ func (s *Store) WithTx(tx pgx.Tx) *Store {
 	return v
 }
 
+// wallNow is this process's time, or the test clock's.
+func (s *Store) wallNow() time.Time {
+	if s.opts.Clock != nil {
+		return s.opts.Clock.Now()
+	}
+	return time.Now()
+}
+
 // now returns the test clock's time, or nil for the server's clock.
 func (s *Store) now() any {
 	if s.opts.Clock == nil {
@@ -595,11 +603,7 @@ func (s *Store) recordViolation(ctx context.Context, key []byte, d sluice.Decisi
 	if s.opts.Violations == nil {
 		return
 	}
-	at := time.Now()
-	if s.opts.Clock != nil {
-		at = s.opts.Clock.Now()
-	}
-	v := Violation{BucketKey: string(key), Rule: d.Rule, Tokens: d.Tokens, At: at}
+	v := Violation{BucketKey: string(key), Rule: d.Rule, Tokens: d.Tokens, At: s.wallNow()}
 	if c, ok := sluice.CallerFrom(ctx); ok {
 		v.UserID, v.IP, v.Endpoint = c.User, c.IP, c.Endpoint
 	}
@@ -637,21 +641,30 @@ func hasPrefix(p string) string {
 // returns the number of rows deleted. Expired shared values (LoadValue)
 // go the same way.
 func (s *Store) Housekeep(ctx context.Context) (int64, error) {
+	total, err := s.deleteBatches(ctx, housekeepSQL, "housekeeping")
+	if err != nil {
+		return total, err
+	}
+	n, err := s.deleteBatches(ctx, housekeepValuesSQL, "housekeeping values")
+	return total + n, err
+}
+
+// deleteBatches runs sql, a delete of one batch of rows under the store's
+// prefix (housekeepSQL, housekeepValuesSQL), until a batch comes back
+// short, and returns the number of rows deleted.
+func (s *Store) deleteBatches(ctx context.Context, sql, what string) (int64, error) {
 	var total int64
 	for {
-		tag, err := s.q.Exec(ctx, housekeepSQL, s.now(), []byte(s.opts.KeyPrefix), s.opts.HousekeepingBatch)
+		tag, err := s.q.Exec(ctx, sql, s.now(), []byte(s.opts.KeyPrefix), s.opts.HousekeepingBatch)
 		if err != nil {
-			return total, fmt.Errorf("postgres housekeeping: %w", err)
+			return total, fmt.Errorf("postgres %s: %w", what, err)
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(s.opts.HousekeepingBatch) {
-			n, err := s.housekeepValues(ctx)
-			return total + n, err
+			return total, nil
 		}
-		select {
-		case <-ctx.Done():
-			return total, ctx.Err()
-		default:
+		if err := ctx.Err(); err != nil {
+			return total, err
 		}
 	}
 }

@@ -170,6 +170,14 @@ func (v *ViolationLog) run() {
 			}
 		}
 	}
+	writeAll := func() {
+		for {
+			drain()
+			if batch = v.write(batch); len(v.queue) == 0 {
+				return
+			}
+		}
+	}
 	for {
 		select {
 		case x := <-v.queue:
@@ -181,22 +189,11 @@ func (v *ViolationLog) run() {
 		case <-t.C:
 			batch = v.write(batch)
 		case ack := <-v.flushed:
-			for {
-				drain()
-				batch = v.write(batch)
-				if len(v.queue) == 0 {
-					break
-				}
-			}
+			writeAll()
 			close(ack)
 		case <-v.stop:
-			for {
-				drain()
-				batch = v.write(batch)
-				if len(v.queue) == 0 {
-					return
-				}
-			}
+			writeAll()
+			return
 		}
 	}
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
@@ -74,11 +73,7 @@ func (s *Store) windowArgs(r sluice.Charged, now any) []any {
 	p, ch := r.Limit.Params(), r.Charge
 	var bounds any
 	if p.Calendar != 0 {
-		at := time.Now().UnixMicro()
-		if s.opts.Clock != nil {
-			at = s.opts.Clock.Now().UnixMicro()
-		}
-		b := engine.Windows(p, at)
+		b := engine.Windows(p, s.wallNow().UnixMicro())
 		bounds = b[:]
 	}
 	return []any{

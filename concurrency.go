@@ -245,24 +245,11 @@ func (s Lease) Keep(lost func(Decision, error)) (stop func()) {
 		return func() {}
 	}
 	every := s.lim.LeaseTerm() / 2
-	done, finished := make(chan struct{}), make(chan struct{})
+	stopped, stopKeep := context.WithCancel(context.Background())
+	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		for {
-			var tick <-chan time.Time
-			var stopTimer func() bool
-			if tc, ok := s.l.clock.(TimerClock); ok {
-				tick, stopTimer = tc.NewTimer(every)
-			} else {
-				t := time.NewTimer(every)
-				tick, stopTimer = t.C, t.Stop
-			}
-			select {
-			case <-done:
-				stopTimer()
-				return
-			case <-tick:
-			}
+		for s.l.sleep(stopped, every) == nil {
 			// A renewal that takes longer than half a lease is too late
 			// anyway; bounding it keeps stop from waiting on a hung store.
 			ctx, cancel := context.WithTimeout(context.Background(), every)
@@ -276,7 +263,7 @@ func (s Lease) Keep(lost func(Decision, error)) (stop func()) {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			close(done)
+			stopKeep()
 			<-finished
 		})
 	}

@@ -282,9 +282,6 @@ func normalize(s Spec, calPeriod time.Duration) (normal, error) {
 			// about bursts that the writer should make.
 			return n, specErr(s, "burst", "is required with tokens_per_second (the bucket size: how many requests may pass at once)")
 		}
-		if s.Burst > 0 && s.Capacity != 0 && s.Burst != s.Capacity {
-			return n, specErr(s, "", "burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
-		}
 		if s.Burst > 0 {
 			n.capacity = s.Burst
 		}
@@ -292,14 +289,14 @@ func normalize(s Spec, calPeriod time.Duration) (normal, error) {
 		if n.period == 0 {
 			n.period = time.Second
 		}
-		if s.Burst > 0 && s.Capacity != 0 && s.Burst != s.Capacity {
-			return n, specErr(s, "", "burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
-		}
 		if n.capacity == 0 {
 			n.capacity = s.Burst
 		}
 	default:
 		return n, specErr(s, "", "a rate is required: tokens_per_second (rps) or rate, > 0")
+	}
+	if s.Burst > 0 && s.Capacity != 0 && s.Burst != s.Capacity {
+		return n, specErr(s, "", "burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
 	}
 	if n.period%time.Microsecond != 0 {
 		return n, specErr(s, "period", "must be a whole number of microseconds (the resolution of every store), got %v", n.period)

@@ -99,7 +99,7 @@ func (l *refLimit) currentLimit() *rlspb.RateLimitResponse_RateLimit {
 	l.clOnce.Do(func() {
 		l.cl = &rlspb.RateLimitResponse_RateLimit{Name: l.name, RequestsPerUnit: l.rpu, Unit: l.unit}
 		if l.multiplier > 1 {
-			l.cl.UnitMultiplier = wrapU32(l.multiplier)
+			l.cl.UnitMultiplier = wrapperspb.UInt32(l.multiplier)
 		}
 	})
 	return l.cl
@@ -411,15 +411,11 @@ var ruleUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 // a limit name's bounds and free of the characters domains may hold.
 func limitID(domain, chain string) string {
 	d := ruleUnsafe.ReplaceAllString(domain, "_")
-	if len(d) > 20 {
-		d = d[:20]
-	}
+	d = d[:min(len(d), 20)]
 	// The last key names the limit for a reader ("remote_address").
 	last := chain[strings.LastIndexByte(chain, 0)+1:]
 	k := ruleUnsafe.ReplaceAllString(last, "_")
-	if len(k) > 24 {
-		k = k[:24]
-	}
+	k = k[:min(len(k), 24)]
 	sum := sha256.Sum256([]byte(domain + chain))
 	return "envoy." + d + "." + k + "." + hex.EncodeToString(sum[:4])
 }
@@ -465,15 +461,5 @@ func (cfg *Reference) lookup(domain string, entries []entry) *refLimit {
 
 type entry struct{ key, value string }
 
-func wrapU32(v uint32) *wrapperspb.UInt32Value { return wrapperspb.UInt32(v) }
-
 // clampU32 converts a count to the protocol's uint32, saturating.
-func clampU32(v int64) uint32 {
-	if v <= 0 {
-		return 0
-	}
-	if v > math.MaxUint32 {
-		return math.MaxUint32
-	}
-	return uint32(v)
-}
+func clampU32(v int64) uint32 { return uint32(min(max(v, 0), math.MaxUint32)) }

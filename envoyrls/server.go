@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -662,14 +661,10 @@ type reading struct {
 
 func (r *reading) get() time.Time {
 	if !r.done {
-		r.t, r.done = r.s.now(), true
+		r.t, r.done = r.s.lim.Now(), true // the clock decisions are dated by
 	}
 	return r.t
 }
-
-// now is the time of the Limiter's clock (sluice.Options.Clock), the one
-// clock a decision is dated by: a window's boundary is read from it too.
-func (s *Server) now() time.Time { return s.lim.Now() }
 
 // limitOf is inferLimit, computed once per limit: with e for the
 // policy's own limits, else on first use. The messages are shared by
@@ -701,5 +696,3 @@ func untilBoundary(now time.Time, period time.Duration, offset int64) time.Durat
 	}
 	return engine.Duration(p - into)
 }
-
-func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
 )
@@ -48,7 +49,7 @@ func inferLimit(name string, l *sluice.Limit) *rlspb.RateLimitResponse_RateLimit
 			if period%u.d == 0 {
 				out.Unit, out.RequestsPerUnit = u.unit, clampU32(int64(rate))
 				if m := int64(period / u.d); m > 1 {
-					out.UnitMultiplier = wrapU32(clampU32(m))
+					out.UnitMultiplier = wrapperspb.UInt32(clampU32(m))
 				}
 				return out
 			}

@@ -122,11 +122,6 @@ func (r *recycled) release() {
 	recycledPool.Put(r)
 }
 
-// room is lr's room for headers.
-func (lr *limitedResponse) room() headerRoom {
-	return headerRoom{ptrs: lr.headers[:0], values: lr.values[:0]}
-}
-
 // newResponse returns an OK response for n descriptors, with room for
 // each one's status in blocks and, when limited (headers are likely), for
 // a few headers in room: in into's memory when it is given and n is 1.
@@ -143,7 +138,7 @@ func newResponse(n int, limited bool, into *recycled) (_ *rlspb.RateLimitRespons
 		r, room = &rr.response, headerRoom{ptrs: rr.headers[:0], values: rr.values[:0]}
 	case limited:
 		lr := &limitedResponse{}
-		r, room = &lr.response, lr.room()
+		r, room = &lr.response, headerRoom{ptrs: lr.headers[:0], values: lr.values[:0]}
 	default:
 		r = &response{}
 	}

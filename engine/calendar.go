@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -58,12 +59,8 @@ func (c Calendar) Longest() time.Duration {
 // ParseCalendar reads a calendar period's name: day, week, month or year.
 // ok is false for any other string (a duration, say).
 func ParseCalendar(s string) (c Calendar, ok bool) {
-	for i, n := range calendarNames[1:] {
-		if n == s {
-			return Calendar(i + 1), true
-		}
-	}
-	return 0, false
+	i := slices.Index(calendarNames[1:], s)
+	return Calendar(i + 1), i >= 0
 }
 
 // Bounds are five consecutive window boundaries, in microseconds since

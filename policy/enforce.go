@@ -542,10 +542,6 @@ func refund(ctx context.Context, lim *sluice.Limiter, ms []Match, buf []Result) 
 // "rejected", "not_charged", "shadow_rejected" or "store_error".
 func (r *Result) Outcome() string { return r.result() }
 
-// NotCharged reports whether r's limit had room but was not charged,
-// because another limit of the all-or-nothing request rejected it.
-func (r *Result) NotCharged() bool { return r.notCharged }
-
 // result names r for the Observer. A limit that would have admitted the
 // request but was not charged because another refused is "not_charged":
 // neither a rejection of its own nor traffic it let through.

@@ -22,10 +22,6 @@ var (
 	leaseScript    = rueidis.NewLuaScript(luaConcurrency)
 )
 
-// LeaseScriptSource returns the concurrency script, for tools that drive
-// it directly (its arguments are documented at its top).
-func LeaseScriptSource() string { return luaConcurrency }
-
 // Lease implements sluice.Store for concurrency limits: one script call
 // on the key's sorted set of leases, on the server's clock (TIME) unless
 // Options.Clock is set. On a Cluster the key is one slot like any other.

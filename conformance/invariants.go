@@ -135,9 +135,7 @@ func runStream(t *testing.T, store requester, clock *sluice.ManualClock, rng *ra
 			for i := range reqs {
 				reqs[i] = gen(rng)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for _, rs := range reqs {
 					var ds []sluice.Decision
 					var err error
@@ -174,7 +172,7 @@ func runStream(t *testing.T, store requester, clock *sluice.ManualClock, rng *ra
 						mu.Unlock()
 					}
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		close(errs)

@@ -122,9 +122,7 @@ func settleConcurrent(t *testing.T, newStore NewStore, lim *sluice.Limit, opts S
 	var errs []error
 	var wg sync.WaitGroup
 	for g := range opts.Goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(20261121, uint64(g)))
 			for range opts.PerCaller {
 				est := 1 + rng.IntN(10)
@@ -155,7 +153,7 @@ func settleConcurrent(t *testing.T, newStore NewStore, lim *sluice.Limit, opts S
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if len(errs) > 0 {

@@ -263,12 +263,10 @@ func (s *PolicySource) Watch(ctx context.Context, changed func(why string)) {
 	}
 	var wg sync.WaitGroup
 	if !s.opts.NoListen {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.listen(ctx, table) }()
+		wg.Go(func() { s.listen(ctx, table) })
 	}
 	if f := s.opts.File; f != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); f.Watch(ctx, changed) }()
+		wg.Go(func() { f.Watch(ctx, changed) })
 	}
 	defer wg.Wait()
 	tick.Every(ctx, s.opts.Interval, func() { table("rules table timer") })

@@ -82,8 +82,7 @@ var errUnsent = errors.New("redis store: deadline passed before the call was sen
 func newBatcher(writers, maxOps int, timeout time.Duration, pad string, exec func(context.Context, []string, []string) ([]int64, error), sizes func(n int)) *batcher {
 	b := &batcher{q: make(chan *call, 4*maxOps), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{}), sizes: sizes}
 	for range writers {
-		b.wg.Add(1)
-		go b.loop()
+		b.wg.Go(b.loop)
 	}
 	return b
 }
@@ -162,7 +161,6 @@ func (c *call) recycle() {
 }
 
 func (b *batcher) loop() {
-	defer b.wg.Done()
 	batch := make([]*call, 0, 64)
 	var keys, args []string
 	for {

@@ -92,12 +92,10 @@ func (ns *nodes) suspect() {
 	if l := ns.last.Load(); t-l < ns.gap || !ns.last.CompareAndSwap(l, t) || !ns.busy.CompareAndSwap(false, true) {
 		return
 	}
-	ns.wg.Add(1)
-	go func() {
-		defer ns.wg.Done()
+	ns.wg.Go(func() {
 		defer ns.busy.Store(false)
 		ns.refresh() // a failed read leaves the table as it was; the next failure retries
-	}()
+	})
 }
 
 // refresh reads the slot owners and installs them, keeping the breaker of
@@ -284,9 +282,7 @@ func (s *Store) Ready(ctx context.Context) error {
 		if errs[i] = s.allow(n); errs[i] != nil {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, s.timeout)
 			err := c.Do(cctx, c.B().Ping().Build()).Error()
 			cancel()
@@ -295,7 +291,7 @@ func (s *Store) Ready(ctx context.Context) error {
 				err = fmt.Errorf("node %s: %w", n.addr, err)
 			}
 			errs[i] = err
-		}()
+		})
 	}
 	wg.Wait()
 	if slices.Contains(errs, nil) {

@@ -632,11 +632,9 @@ func (s *Store) takeAllCluster(ctx context.Context, op engine.Op, rs []sluice.Ch
 		errs := make([]error, len(gs))
 		var wg sync.WaitGroup
 		for i, g := range gs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				g.res, errs[i] = s.runGroup(ctx, rs, keys, g.ix, opPeek, now)
-			}()
+			})
 		}
 		wg.Wait()
 		for i, g := range gs {

@@ -103,9 +103,7 @@ func randomRequest(r *rand.Rand, lim *sluice.Limit, key string) sluice.Request {
 	if lim.Algorithm() == sluice.TokenBucket && r.IntN(4) == 0 {
 		req.Reserve = true
 	}
-	if req.Cost > lim.Capacity() {
-		req.Cost = lim.Capacity()
-	}
+	req.Cost = min(req.Cost, lim.Capacity())
 	return req
 }
 

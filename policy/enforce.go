@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -236,12 +237,7 @@ type ResultsObserver interface {
 // Observers combines observers into one that tells each of them every
 // decision (nil ones are left out); nil when none is left.
 func Observers(obs ...Observer) Observer {
-	var out tee
-	for _, o := range obs {
-		if o != nil {
-			out = append(out, o)
-		}
-	}
+	out := tee(slices.DeleteFunc(slices.Clone(obs), func(o Observer) bool { return o == nil }))
 	switch len(out) {
 	case 0:
 		return nil

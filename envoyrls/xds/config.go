@@ -91,9 +91,7 @@ func (c Config) WithDefaults() Config {
 	if c.Backoff.Max <= 0 {
 		c.Backoff.Max = 60 * time.Second
 	}
-	if c.Backoff.Max < c.Backoff.Initial {
-		c.Backoff.Max = c.Backoff.Initial
-	}
+	c.Backoff.Max = max(c.Backoff.Max, c.Backoff.Initial)
 	if c.MaxRecvBytes <= 0 {
 		c.MaxRecvBytes = DefaultMaxRecvBytes
 	}

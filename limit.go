@@ -188,7 +188,7 @@ func newLimit(s Spec, checkName bool) (*Limit, error) {
 	if checkName && !validLimitName(s.Name) {
 		return nil, specErr(s, "name", "must be 1 to %d of A-Z a-z 0-9 _ . - (or RULE.TIER, two such names), as in a policy file", MaxNameLen)
 	}
-	if int(s.Algorithm) >= len(algorithmNames) {
+	if int(s.Algorithm) >= len(algorithmPrefixes) {
 		return nil, specErr(s, "", "unknown algorithm %d", s.Algorithm)
 	}
 	if s.Algorithm == Concurrency || s.MaxInFlight != 0 || s.LeaseTerm != 0 {

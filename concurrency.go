@@ -13,6 +13,7 @@ package sluice
 // holder that runs longer renews its lease before it ends.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/maphash"
@@ -43,10 +44,7 @@ func newConcurrency(s Spec) (*Limit, error) {
 	case s.Jitter < 0:
 		return bad("jitter must not be negative")
 	}
-	lease := s.LeaseTerm
-	if lease == 0 {
-		lease = DefaultLeaseTerm
-	}
+	lease := cmp.Or(s.LeaseTerm, DefaultLeaseTerm)
 	if lease < MinLeaseTerm || lease > MaxLeaseTerm {
 		return bad("lease must be from %v to %v (got %v)", MinLeaseTerm, MaxLeaseTerm, s.LeaseTerm)
 	}

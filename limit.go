@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"cmp"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -286,12 +287,8 @@ func normalize(s Spec, calPeriod time.Duration) (normal, error) {
 			n.capacity = s.Burst
 		}
 	case s.Rate > 0:
-		if n.period == 0 {
-			n.period = time.Second
-		}
-		if n.capacity == 0 {
-			n.capacity = s.Burst
-		}
+		n.period = cmp.Or(n.period, time.Second)
+		n.capacity = cmp.Or(n.capacity, s.Burst)
 	default:
 		return n, specErr(s, "", "a rate is required: tokens_per_second (rps) or rate, > 0")
 	}
@@ -364,9 +361,7 @@ func (n *normal) bucketParams(s Spec, p *engine.Params) error {
 	if s.Algorithm == LeakyBucket {
 		p.Reserve = true
 		delay := s.MaxDelay
-		if delay == 0 {
-			delay = time.Second
-		}
+		delay = cmp.Or(delay, time.Second)
 		// The debt that drains in exactly delay.
 		p.MaxReserved = min(engine.MulDiv(engine.Micros(delay), p.RateNum, p.RateDen), engine.MaxDebt(p))
 	} else if p.MaxReserved, err = maxReserved(s.MaxReserved, p); err != nil {

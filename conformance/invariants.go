@@ -23,15 +23,11 @@ type InvariantOptions struct {
 }
 
 func (o *InvariantOptions) defaults() {
-	if o.Rounds == 0 {
-		o.Rounds = 150
-	}
+	o.Rounds = cmp.Or(o.Rounds, 150)
 	if len(o.Goroutines) == 0 {
 		o.Goroutines = []int{1, 8, 64}
 	}
-	if o.Seed == 0 {
-		o.Seed = 20261121
-	}
+	o.Seed = cmp.Or(o.Seed, 20261121)
 }
 
 // admission is what one clock round admitted of one bucket, in micro-tokens.

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"sync"
@@ -25,12 +26,8 @@ type SettleOptions struct {
 // forgiven) over the admitted requests. A settlement that lost or doubled
 // a charge, a refund that raced an extra charge, shows as a difference.
 func RunSettle(t *testing.T, newStore NewStore, opts SettleOptions) {
-	if opts.Goroutines == 0 {
-		opts.Goroutines = 8
-	}
-	if opts.PerCaller == 0 {
-		opts.PerCaller = 25
-	}
+	opts.Goroutines = cmp.Or(opts.Goroutines, 8)
+	opts.PerCaller = cmp.Or(opts.PerCaller, 25)
 	start := engine.Duration(0)
 	specs := []sluice.Spec{
 		{Name: "settle-tb", TokensPerSecond: 1, Burst: 100},

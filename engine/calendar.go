@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -112,9 +113,7 @@ func UniformBounds(period, now int64) Bounds {
 // change at 00:00), the day starts at the first instant that exists,
 // the end of the skipped hour.
 func CalendarBounds(c Calendar, loc *time.Location, now int64) Bounds {
-	if loc == nil {
-		loc = time.UTC
-	}
+	loc = cmp.Or(loc, time.UTC)
 	t := time.UnixMicro(now).In(loc)
 	y, m, d := t.Date()
 	switch c {

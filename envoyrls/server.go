@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"math"
@@ -104,9 +105,7 @@ func New(pol *policy.Policy, lim *sluice.Limiter, opts Options) *Server {
 	if opts.StoreTimeout <= 0 {
 		opts.StoreTimeout = 250 * time.Millisecond
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = serverconf.DefaultGRPCLimits.MaxRecvBytes
 	}

@@ -103,9 +103,7 @@ type RulesOptions struct {
 }
 
 func (o *RulesOptions) defaults() {
-	if o.NamePrefix == "" {
-		o.NamePrefix = "db-"
-	}
+	o.NamePrefix = cmp.Or(o.NamePrefix, "db-")
 }
 
 // allPlansTier names the tier of a NULL-plan row.
@@ -357,9 +355,7 @@ func compile(filename string, base []byte, rows []RuleRow, o RulesOptions) (*pol
 		return nil, nil, fmt.Errorf("postgres rules: %w", err)
 	}
 	name := filename
-	if name == "" {
-		name = "sluice_rules"
-	}
+	name = cmp.Or(name, "sluice_rules")
 	p, err := policy.Parse(name+" + sluice_rules", merged)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres rules: %w", err)

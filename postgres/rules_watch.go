@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,9 +89,7 @@ func NewRulesSource(pool *pgxpool.Pool, opts PolicySourceOptions) *PolicySource 
 	if opts.Interval <= 0 {
 		opts.Interval = 30 * time.Second
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	return &PolicySource{pool: pool, opts: opts, name: opts.Filename, config: opts.Config}
 }
 

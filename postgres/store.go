@@ -29,6 +29,7 @@ package postgres
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -245,15 +246,11 @@ CROSS JOIN LATERAL sluice_step(coalesce(t.alg = $2::smallint, false), $2::smalli
 // New returns a Store over pool, which the caller keeps and closes after
 // Close. It applies the migrations first when opts.Migrate is set.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
-	if opts.HousekeepingInterval == 0 {
-		opts.HousekeepingInterval = time.Minute
-	}
+	opts.HousekeepingInterval = cmp.Or(opts.HousekeepingInterval, time.Minute)
 	if opts.HousekeepingBatch <= 0 {
 		opts.HousekeepingBatch = 1000
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
 	}
@@ -263,12 +260,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	if opts.BreakerBackoff <= 0 {
 		opts.BreakerBackoff = 500 * time.Millisecond
 	}
-	if opts.LockTimeout == 0 {
-		opts.LockTimeout = opts.Timeout / 4
-	}
-	if opts.Observer == nil {
-		opts.Observer = noObserver{}
-	}
+	opts.LockTimeout = cmp.Or(opts.LockTimeout, opts.Timeout/4)
+	opts.Observer = cmp.Or[Observer](opts.Observer, noObserver{})
 	if opts.Migrate {
 		if _, err := MigratePool(ctx, pool); err != nil {
 			return nil, err

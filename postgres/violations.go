@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,9 +82,7 @@ func NewViolationLog(pool *pgxpool.Pool, opts ViolationOptions) (*ViolationLog, 
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = time.Second
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	v := &ViolationLog{
 		pool: pool, opts: opts,
 		queue:   make(chan Violation, opts.QueueSize),

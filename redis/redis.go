@@ -233,9 +233,7 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("redis store: key prefix %q: braces would make a hash tag", opts.KeyPrefix)
 	}
 	obs := opts.Observer
-	if obs == nil {
-		obs = noObserver{}
-	}
+	obs = cmp.Or[Observer](obs, noObserver{})
 	s := &Store{
 		client:  client,
 		prefix:  opts.KeyPrefix,

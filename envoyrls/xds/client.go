@@ -2,6 +2,7 @@ package xds
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -74,9 +75,7 @@ type Status struct {
 // settings (the file's or the environment's: the listeners and the store
 // are bound at start and a snapshot cannot change them).
 func New(cfg Config, settings policy.Settings, log *slog.Logger) *Client {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
 	cfg = cfg.WithDefaults()
 	parse := func(source string, cfgs []*rlsconf.RateLimitConfig) (*policy.Policy, error) {
 		p, err := envoyrls.ParseReferenceResources(source, cfgs)

@@ -56,19 +56,6 @@ type refReplace struct {
 	Name string `yaml:"name"`
 }
 
-// unitSeconds is the length of each unit as the reference server counts it:
-// a month is 30 days and a year 365, and windows are aligned to multiples
-// of the unit since the Unix epoch.
-var unitSeconds = map[rlspb.RateLimitResponse_RateLimit_Unit]int64{
-	rlspb.RateLimitResponse_RateLimit_SECOND: 1,
-	rlspb.RateLimitResponse_RateLimit_MINUTE: 60,
-	rlspb.RateLimitResponse_RateLimit_HOUR:   3600,
-	rlspb.RateLimitResponse_RateLimit_DAY:    86400,
-	rlspb.RateLimitResponse_RateLimit_WEEK:   7 * 86400,
-	rlspb.RateLimitResponse_RateLimit_MONTH:  30 * 86400,
-	rlspb.RateLimitResponse_RateLimit_YEAR:   365 * 86400,
-}
-
 // refLimit is one rate_limit of the file, compiled.
 type refLimit struct {
 	rule       string // the sluice rule that enforces it ("" when unlimited or zero)
@@ -90,7 +77,7 @@ type refLimit struct {
 }
 
 func (l *refLimit) period() time.Duration {
-	return time.Duration(unitSeconds[l.unit]*int64(max(l.multiplier, 1))) * time.Second
+	return unitLength(l.unit) * time.Duration(max(l.multiplier, 1))
 }
 
 // currentLimit is the limit as the reference server reports it, made

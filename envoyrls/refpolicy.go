@@ -271,7 +271,7 @@ func keyComponent(s string) string {
 // which the reference server applies instead of the configured one.
 func (cfg *Reference) override(domain string, o *rlv3.RateLimitDescriptor_RateLimitOverride) *refLimit {
 	unit := rlspb.RateLimitResponse_RateLimit_Unit(o.Unit)
-	if _, ok := unitSeconds[unit]; !ok || cfg.domains[domain] == nil {
+	if unitLength(unit) == 0 || cfg.domains[domain] == nil {
 		return nil
 	}
 	k := overrideKey{o.RequestsPerUnit, unit}

@@ -222,26 +222,40 @@ RETURNING o_allowed, o_tokens, o_retry, o_reset`
 	// update waits for a concurrent take's lock and then refunds the newest
 	// row version. When it updates nothing, the second branch answers for
 	// the absent key. The clock is read once, in the CTE c.
-	refundSQL = `WITH c AS MATERIALIZED (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now),
+	refundSQL = refundOf(`sluice_refund(true, t.alg, `+convertSQL+`, t.b, t.log_at, t.log_cost, c.now, `+refundArgs+`)`,
+		`sluice_refund(false, $2::smallint, 0, 0, NULL, NULL, c.now, `+refundArgs+`)`)
+
+	peekSQL = peekOf(`sluice_step`, convertSQL+`, t.b, t.log_at, t.log_cost, c.now, `+fmt.Sprintf(stepArgs, "false"))
+)
+
+// refundOf is a refund statement (see refundSQL): step on an existing
+// row of the request's algorithm, which it updates, else absent, the
+// answer for a key without one.
+func refundOf(step, absent string) string {
+	return `WITH c AS MATERIALIZED (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now),
 u AS (
     UPDATE sluice_buckets AS t SET
         (den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset) = (
         SELECT $3::bigint, s.a, s.b, s.log_at, s.log_cost, c.now + s.reset, c.now, s.allowed, s.tokens, s.retry, s.reset
-        FROM c CROSS JOIN LATERAL sluice_refund(true, t.alg, ` + convertSQL + `, t.b, t.log_at, t.log_cost, c.now, ` + refundArgs + `) s)
+        FROM c CROSS JOIN LATERAL ` + step + ` s)
     WHERE t.key = $1::bytea AND t.alg = $2::smallint
     RETURNING t.o_allowed, t.o_tokens, t.o_retry, t.o_reset)
 SELECT o_allowed, o_tokens, o_retry, o_reset FROM u
 UNION ALL
 SELECT s.allowed, s.tokens, s.retry, s.reset
-FROM c CROSS JOIN LATERAL sluice_refund(false, $2::smallint, 0, 0, NULL, NULL, c.now, ` + refundArgs + `) s
+FROM c CROSS JOIN LATERAL ` + absent + ` s
 WHERE NOT EXISTS (SELECT FROM u)`
+}
 
-	peekSQL = `SELECT s.allowed, s.tokens, s.retry, s.reset
+// peekOf is a peek statement: fn on the key's row, or on nothing, with
+// the arguments that follow the row's presence and algorithm.
+func peekOf(fn, args string) string {
+	return `SELECT s.allowed, s.tokens, s.retry, s.reset
 FROM (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now) c
 LEFT JOIN sluice_buckets t ON t.key = $1::bytea
-CROSS JOIN LATERAL sluice_step(coalesce(t.alg = $2::smallint, false), $2::smallint,
-    ` + convertSQL + `, t.b, t.log_at, t.log_cost, c.now, ` + fmt.Sprintf(stepArgs, "false") + `) s`
-)
+CROSS JOIN LATERAL ` + fn + `(coalesce(t.alg = $2::smallint, false), $2::smallint,
+    ` + args + `) s`
+}
 
 // New returns a Store over pool, which the caller keeps and closes after
 // Close. It applies the migrations first when opts.Migrate is set.

@@ -338,12 +338,7 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options) Ve
 	if s == nil {
 		return decide(ctx, lim, ms, o, nil, nil, nil)
 	}
-	if cap(s.charged) < len(ms) {
-		s.charged = make([]sluice.Charged, 0, len(ms))
-	}
-	if cap(s.decisions) < len(ms) {
-		s.decisions = make([]sluice.Decision, 0, len(ms))
-	}
+	s.charged, s.decisions = slices.Grow(s.charged[:0], len(ms)), slices.Grow(s.decisions[:0], len(ms))
 	v := decide(ctx, lim, ms, o, s.results, s.charged, s.decisions)
 	if cap(v.Results) > cap(s.results) {
 		s.results = v.Results[:0]
@@ -352,12 +347,7 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options) Ve
 }
 
 // resultsFor is room for n results: buf's when it has it.
-func resultsFor(buf []Result, n int) []Result {
-	if cap(buf) >= n {
-		return buf[:n]
-	}
-	return make([]Result, n)
-}
+func resultsFor(buf []Result, n int) []Result { return slices.Grow(buf[:0], n)[:n] }
 
 // decide is Enforce with the verdict's Results, the charged requests and
 // their decisions in buf, csBuf and decBuf when they have room for them.
@@ -379,10 +369,7 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 		}
 	}
 
-	cs := csBuf[:0]
-	if cap(csBuf) < len(enf) {
-		cs = make([]sluice.Charged, 0, len(enf))
-	}
+	cs := slices.Grow(csBuf[:0], len(enf))
 	impossible, uncharged := false, false
 	var concBuf [8]int
 	conc := concBuf[:0]

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"slices"
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -32,10 +33,7 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // getScratch returns a scratch with found sized for n descriptors.
 func getScratch(n int) *scratch {
 	sc := scratchPool.Get().(*scratch)
-	if cap(sc.found) < n {
-		sc.found = make([]Found, n)
-	}
-	sc.found = sc.found[:n]
+	sc.found = slices.Grow(sc.found[:0], n)[:n]
 	return sc
 }
 

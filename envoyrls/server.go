@@ -327,11 +327,7 @@ func refusedRefund(pol *policy.Policy, req *rlspb.RateLimitRequest) error {
 // kept grown for the next call).
 func plan(req *rlspb.RateLimitRequest, found []Found, dsBuf *[]descState, msBuf *[]policy.Match) (groups [3]group) {
 	ds, ms := *dsBuf, *msBuf
-	if n := len(req.Descriptors); n <= cap(ds) {
-		ds = ds[:n]
-	} else {
-		ds = make([]descState, n)
-	}
+	ds = slices.Grow(ds[:0], len(req.Descriptors))[:len(req.Descriptors)]
 	// Each group's limits are contiguous: count them, then lay the groups
 	// out one after another in ms.
 	var counts [3]int
@@ -346,9 +342,7 @@ func plan(req *rlspb.RateLimitRequest, found []Found, dsBuf *[]descState, msBuf 
 		}
 		counts[st.kind] += len(f.Limits)
 	}
-	if total := counts[0] + counts[1] + counts[2]; total > cap(ms) {
-		ms = make([]policy.Match, 0, total)
-	}
+	ms = slices.Grow(ms[:0], counts[0]+counts[1]+counts[2])
 	*dsBuf, *msBuf = ds, ms[:0]
 	off := 0
 	for k := range groups {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -123,10 +124,7 @@ func ReferenceLimits(pol *policy.Policy) (domains []string, limits []*sluice.Lim
 	if cfg == nil {
 		return nil, nil, false
 	}
-	for d := range cfg.domains {
-		domains = append(domains, d)
-	}
-	slices.Sort(domains)
+	domains = slices.Sorted(maps.Keys(cfg.domains))
 	for _, l := range cfg.limits {
 		limits = append(limits, l.policyRule.Limit)
 	}

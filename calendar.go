@@ -32,38 +32,35 @@ func (l *Limit) Location() *time.Location { return l.params.Loc }
 // and kept by the Limit, and the nominal period that stands for the
 // calendar unit in the checks that follow.
 func (s *Spec) calendarWindow() (*time.Location, time.Duration, error) {
-	bad := func(field, format string, a ...any) (*time.Location, time.Duration, error) {
-		return nil, 0, &SpecError{Limit: s.Name, Field: field, Reason: fmt.Sprintf(format, a...)}
-	}
 	if s.Calendar == 0 {
 		if s.Timezone != "" {
-			return bad("timezone", "applies to calendar periods only (period: day, week, month or year)")
+			return nil, 0, specErr(*s, "timezone", "applies to calendar periods only (period: day, week, month or year)")
 		}
 		if s.Algorithm == SlidingWindow && s.Shards > 1 {
-			return bad("shards", "do not apply to a sliding window: its estimate needs one key's two counts")
+			return nil, 0, specErr(*s, "shards", "do not apply to a sliding window: its estimate needs one key's two counts")
 		}
 		return nil, 0, nil
 	}
 	if !s.Calendar.Valid() {
-		return bad("period", "unknown calendar period %d", s.Calendar)
+		return nil, 0, specErr(*s, "period", "unknown calendar period %d", s.Calendar)
 	}
 	switch {
 	case s.Algorithm != FixedWindow && s.Algorithm != SlidingWindow:
-		return bad("period", "a calendar period (%s) needs a fixed_window or sliding_window, not %s", s.Calendar, s.Algorithm)
+		return nil, 0, specErr(*s, "period", "a calendar period (%s) needs a fixed_window or sliding_window, not %s", s.Calendar, s.Algorithm)
 	case s.Period != 0:
-		return bad("period", "give a calendar period or a duration, not both")
+		return nil, 0, specErr(*s, "period", "give a calendar period or a duration, not both")
 	case s.TokensPerSecond > 0:
-		return bad("tokens_per_second", "is per second; a calendar period needs rate")
+		return nil, 0, specErr(*s, "tokens_per_second", "is per second; a calendar period needs rate")
 	case s.Shards > 1:
-		return bad("shards", "do not apply to a calendar period")
+		return nil, 0, specErr(*s, "shards", "do not apply to a calendar period")
 	case s.Start != nil:
-		return bad("start", "a calendar period starts at the calendar's boundaries")
+		return nil, 0, specErr(*s, "start", "a calendar period starts at the calendar's boundaries")
 	}
 	loc := time.UTC
 	if s.Timezone != "" {
 		var err error
 		if loc, err = time.LoadLocation(s.Timezone); err != nil || s.Timezone == "Local" {
-			return bad("timezone", "%q is not an IANA time zone name (such as Europe/Berlin or UTC)", s.Timezone)
+			return nil, 0, specErr(*s, "timezone", "%q is not an IANA time zone name (such as Europe/Berlin or UTC)", s.Timezone)
 		}
 	}
 	return loc, s.Calendar.Longest(), nil

@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -79,14 +80,13 @@ func (c *ManualClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) 
 	return t.c, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		for i, o := range c.timers {
-			if o == t {
-				c.timers = append(c.timers[:i], c.timers[i+1:]...)
-				c.notify()
-				return true
-			}
+		i := slices.Index(c.timers, t)
+		if i < 0 {
+			return false
 		}
-		return false
+		c.timers = slices.Delete(c.timers, i, i+1)
+		c.notify()
+		return true
 	}
 }
 

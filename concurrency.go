@@ -13,6 +13,7 @@ package sluice
 // holder that runs longer renews its lease before it ends.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/maphash"
@@ -43,10 +44,7 @@ func newConcurrency(s Spec) (*Limit, error) {
 	case s.Jitter < 0:
 		return bad("jitter must not be negative")
 	}
-	lease := s.LeaseTerm
-	if lease == 0 {
-		lease = DefaultLeaseTerm
-	}
+	lease := cmp.Or(s.LeaseTerm, DefaultLeaseTerm)
 	if lease < MinLeaseTerm || lease > MaxLeaseTerm {
 		return bad("lease must be from %v to %v (got %v)", MinLeaseTerm, MaxLeaseTerm, s.LeaseTerm)
 	}
@@ -245,24 +243,11 @@ func (s Lease) Keep(lost func(Decision, error)) (stop func()) {
 		return func() {}
 	}
 	every := s.lim.LeaseTerm() / 2
-	done, finished := make(chan struct{}), make(chan struct{})
+	stopped, stopKeep := context.WithCancel(context.Background())
+	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		for {
-			var tick <-chan time.Time
-			var stopTimer func() bool
-			if tc, ok := s.l.clock.(TimerClock); ok {
-				tick, stopTimer = tc.NewTimer(every)
-			} else {
-				t := time.NewTimer(every)
-				tick, stopTimer = t.C, t.Stop
-			}
-			select {
-			case <-done:
-				stopTimer()
-				return
-			case <-tick:
-			}
+		for s.l.sleep(stopped, every) == nil {
 			// A renewal that takes longer than half a lease is too late
 			// anyway; bounding it keeps stop from waiting on a hung store.
 			ctx, cancel := context.WithTimeout(context.Background(), every)
@@ -276,7 +261,7 @@ func (s Lease) Keep(lost func(Decision, error)) (stop func()) {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			close(done)
+			stopKeep()
 			<-finished
 		})
 	}

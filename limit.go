@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"cmp"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -188,7 +189,7 @@ func newLimit(s Spec, checkName bool) (*Limit, error) {
 	if checkName && !validLimitName(s.Name) {
 		return nil, specErr(s, "name", "must be 1 to %d of A-Z a-z 0-9 _ . - (or RULE.TIER, two such names), as in a policy file", MaxNameLen)
 	}
-	if int(s.Algorithm) >= len(algorithmNames) {
+	if int(s.Algorithm) >= len(algorithmPrefixes) {
 		return nil, specErr(s, "", "unknown algorithm %d", s.Algorithm)
 	}
 	if s.Algorithm == Concurrency || s.MaxInFlight != 0 || s.LeaseTerm != 0 {
@@ -282,24 +283,17 @@ func normalize(s Spec, calPeriod time.Duration) (normal, error) {
 			// about bursts that the writer should make.
 			return n, specErr(s, "burst", "is required with tokens_per_second (the bucket size: how many requests may pass at once)")
 		}
-		if s.Burst > 0 && s.Capacity != 0 && s.Burst != s.Capacity {
-			return n, specErr(s, "", "burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
-		}
 		if s.Burst > 0 {
 			n.capacity = s.Burst
 		}
 	case s.Rate > 0:
-		if n.period == 0 {
-			n.period = time.Second
-		}
-		if s.Burst > 0 && s.Capacity != 0 && s.Burst != s.Capacity {
-			return n, specErr(s, "", "burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
-		}
-		if n.capacity == 0 {
-			n.capacity = s.Burst
-		}
+		n.period = cmp.Or(n.period, time.Second)
+		n.capacity = cmp.Or(n.capacity, s.Burst)
 	default:
 		return n, specErr(s, "", "a rate is required: tokens_per_second (rps) or rate, > 0")
+	}
+	if s.Burst > 0 && s.Capacity != 0 && s.Burst != s.Capacity {
+		return n, specErr(s, "", "burst and capacity disagree (%v vs %v)", s.Burst, s.Capacity)
 	}
 	if n.period%time.Microsecond != 0 {
 		return n, specErr(s, "period", "must be a whole number of microseconds (the resolution of every store), got %v", n.period)
@@ -367,9 +361,7 @@ func (n *normal) bucketParams(s Spec, p *engine.Params) error {
 	if s.Algorithm == LeakyBucket {
 		p.Reserve = true
 		delay := s.MaxDelay
-		if delay == 0 {
-			delay = time.Second
-		}
+		delay = cmp.Or(delay, time.Second)
 		// The debt that drains in exactly delay.
 		p.MaxReserved = min(engine.MulDiv(engine.Micros(delay), p.RateNum, p.RateDen), engine.MaxDebt(p))
 	} else if p.MaxReserved, err = maxReserved(s.MaxReserved, p); err != nil {

@@ -58,9 +58,7 @@ func (l *Limiter) advise(ctx context.Context, d *Decision, lim *Limit, key strin
 // clock.
 func (l *Limiter) adviseAll(ctx context.Context, ds []Decision, cs []Charged) {
 	var now time.Time
-	for i := range ds {
-		if i < len(cs) {
-			now = l.advise(ctx, &ds[i], cs[i].Limit, cs[i].Key, now)
-		}
+	for i := range min(len(ds), len(cs)) {
+		now = l.advise(ctx, &ds[i], cs[i].Limit, cs[i].Key, now)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -350,10 +351,8 @@ func (l *Limiter) one(ctx context.Context, op engine.Op, r Request) (Decision, e
 // allCharged decides cs together with op, expanding sharded limits; the
 // decisions are appended to dst when it is not nil and the store can.
 func (l *Limiter) allCharged(ctx context.Context, op engine.Op, cs []Charged, dst []Decision) ([]Decision, error) {
-	for _, c := range cs {
-		if c.Limit.shards != nil {
-			return l.sharded(ctx, op, cs)
-		}
+	if slices.ContainsFunc(cs, func(c Charged) bool { return c.Limit.shards != nil }) {
+		return l.sharded(ctx, op, cs)
 	}
 	return l.store.TakeAll(ctx, op, cs, dst)
 }
@@ -536,7 +535,7 @@ func planSharded(op engine.Op, rs []Charged, exps []expansion, states []shardSta
 				return nil, fmt.Errorf("take %d of %d: shard %d: %w", i+1, len(rs), p.shard, err)
 			}
 			final = append(final, pc)
-			j := e.probes[indexOf(e.sampled, p.shard)]
+			j := e.probes[slices.Index(e.sampled, p.shard)]
 			if op == engine.OpRefund {
 				work[j].tokens = min(cs, work[j].tokens+p.cost)
 			} else {
@@ -583,9 +582,7 @@ func foldSharded(op engine.Op, rs []Charged, exps []expansion, states []shardSta
 		fi += len(e.parts)
 		out[i] = foldShards(r.Limit, e, states, pds)
 		if op == engine.OpTake && e.admit {
-			for _, d := range pds {
-				raced = raced || (!d.Allowed && d.RetryAfter > 0)
-			}
+			raced = raced || slices.ContainsFunc(pds, func(d Decision) bool { return !d.Allowed && d.RetryAfter > 0 })
 		}
 	}
 	return out, raced
@@ -600,11 +597,7 @@ func foldShards(lim *Limit, e *expansion, states []shardState, pds []Decision) D
 	o := engine.Outcome{Allowed: true}
 	var reset, retry time.Duration
 	for k, s := range e.sampled {
-		charged := false
-		for _, p := range e.parts {
-			charged = charged || p.shard == s
-		}
-		if !charged {
+		if !slices.ContainsFunc(e.parts, func(p shardPart) bool { return p.shard == s }) {
 			st := states[e.probes[k]]
 			o.Tokens += st.tokens
 			reset = max(reset, st.reset)
@@ -703,18 +696,9 @@ func fullestTwo(ts []int64) (int, int) {
 func sameProbe(rs []Charged, exps []expansion, r *Charged, s int) int {
 	for _, f := range exps {
 		if o := rs[f.req]; o.Limit == r.Limit && o.Key == r.Key {
-			if k := indexOf(f.sampled, s); k >= 0 {
+			if k := slices.Index(f.sampled, s); k >= 0 {
 				return f.probes[k]
 			}
-		}
-	}
-	return -1
-}
-
-func indexOf(xs []int, x int) int {
-	for i, v := range xs {
-		if v == x {
-			return i
 		}
 	}
 	return -1

@@ -107,7 +107,6 @@ const (
 	SlidingWindow
 )
 
-var algorithmNames = [...]string{"token_bucket", "fixed_window", "sliding_log", "leaky_bucket", "concurrency", "sliding_window"}
 var algorithmPrefixes = [...]string{"tb", "fw", "sl", "lb", "cc", "sw"}
 
 // String returns the configuration name of a, such as "token_bucket".
@@ -123,9 +122,9 @@ func (a Algorithm) KeyPrefix() string {
 
 // ParseAlgorithm reads a configuration name such as "token_bucket".
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for i, n := range algorithmNames {
-		if n == s {
-			return Algorithm(i), nil
+	for a := range Algorithm(len(algorithmPrefixes)) {
+		if a.String() == s {
+			return a, nil
 		}
 	}
 	return 0, fmt.Errorf("%w: unknown algorithm %q (want token_bucket, fixed_window, sliding_log, sliding_window, leaky_bucket or concurrency)", ErrInvalidLimit, s)

@@ -124,17 +124,10 @@ func (l *Limiter) waitReserved(ctx context.Context, r Request) error {
 		// Only when the store's answer took longer to come back than the
 		// deadline left beyond the turn (or for the leaky bucket's
 		// smallest debt above): the turn is past the deadline after all.
-		le := &LimitedError{Rule: d.Rule, Key: r.Key, RetryAfter: d.RetryAfter, RetryAt: d.RetryAt, cause: ErrBeyondDeadline}
-		if gerr := l.giveBack(ctx, req); gerr != nil {
-			return errors.Join(le, gerr)
-		}
-		return le
+		return l.giveBack(ctx, req, &LimitedError{Rule: d.Rule, Key: r.Key, RetryAfter: d.RetryAfter, RetryAt: d.RetryAt, cause: ErrBeyondDeadline})
 	}
 	if err := l.sleep(ctx, d.RetryAfter); err != nil {
-		if gerr := l.giveBack(ctx, req); gerr != nil {
-			return errors.Join(err, gerr)
-		}
-		return err
+		return l.giveBack(ctx, req, err)
 	}
 	return nil
 }
@@ -184,17 +177,18 @@ func (l *Limiter) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// giveBack refunds a reservation whose waiter gave up. The waiter's
-// context may be done, so the refund runs on one of its own, which keeps
-// the waiter's values (the Caller) and bounds the call.
-func (l *Limiter) giveBack(ctx context.Context, r Request) error {
+// giveBack refunds a reservation whose waiter gave up with err, and
+// returns err, joined with the refund's failure when it fails. The
+// waiter's context may be done, so the refund runs on one of its own,
+// which keeps the waiter's values (the Caller) and bounds the call.
+func (l *Limiter) giveBack(ctx context.Context, r Request, err error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
 	defer cancel()
 	r.Reserve, r.MaxReserved = false, 0
-	if _, err := l.Refund(ctx, r); err != nil {
-		return fmt.Errorf("sluice: giving back the reservation of %q for key %q: %w", r.Limit.Name(), r.Key, err)
+	if _, gerr := l.Refund(ctx, r); gerr != nil {
+		return errors.Join(err, fmt.Errorf("sluice: giving back the reservation of %q for key %q: %w", r.Limit.Name(), r.Key, gerr))
 	}
-	return nil
+	return err
 }
 
 // maxWaitDebt is the largest debt, in micro-tokens, that Wait asks a

@@ -23,15 +23,11 @@ type InvariantOptions struct {
 }
 
 func (o *InvariantOptions) defaults() {
-	if o.Rounds == 0 {
-		o.Rounds = 150
-	}
+	o.Rounds = cmp.Or(o.Rounds, 150)
 	if len(o.Goroutines) == 0 {
 		o.Goroutines = []int{1, 8, 64}
 	}
-	if o.Seed == 0 {
-		o.Seed = 20261121
-	}
+	o.Seed = cmp.Or(o.Seed, 20261121)
 }
 
 // admission is what one clock round admitted of one bucket, in micro-tokens.
@@ -103,9 +99,7 @@ func randomRequest(r *rand.Rand, lim *sluice.Limit, key string) sluice.Request {
 	if lim.Algorithm() == sluice.TokenBucket && r.IntN(4) == 0 {
 		req.Reserve = true
 	}
-	if req.Cost > lim.Capacity() {
-		req.Cost = lim.Capacity()
-	}
+	req.Cost = min(req.Cost, lim.Capacity())
 	return req
 }
 
@@ -135,9 +129,7 @@ func runStream(t *testing.T, store requester, clock *sluice.ManualClock, rng *ra
 			for i := range reqs {
 				reqs[i] = gen(rng)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for _, rs := range reqs {
 					var ds []sluice.Decision
 					var err error
@@ -174,7 +166,7 @@ func runStream(t *testing.T, store requester, clock *sluice.ManualClock, rng *ra
 						mu.Unlock()
 					}
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		close(errs)

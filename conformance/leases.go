@@ -129,9 +129,7 @@ func (r leaseRun) churn(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, r.opts.Goroutines)
 	for g := 0; g < r.opts.Goroutines; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for range r.opts.Rounds {
 				ls, d, err := lim.Acquire(ctx, sluice.Request{Limit: l, Key: "k"})
 				if err != nil {
@@ -156,7 +154,7 @@ func (r leaseRun) churn(t *testing.T) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
@@ -238,9 +236,7 @@ func raceAcquire(t *testing.T, lim *sluice.Limiter, l *sluice.Limit, key string,
 	start := make(chan struct{})
 	errs := make(chan error, callers)
 	for range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-start
 			ls, d, err := lim.Acquire(context.Background(), sluice.Request{Limit: l, Key: key})
 			switch {
@@ -253,7 +249,7 @@ func raceAcquire(t *testing.T, lim *sluice.Limiter, l *sluice.Limit, key string,
 				got = append(got, ls)
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()

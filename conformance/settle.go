@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"sync"
@@ -25,12 +26,8 @@ type SettleOptions struct {
 // forgiven) over the admitted requests. A settlement that lost or doubled
 // a charge, a refund that raced an extra charge, shows as a difference.
 func RunSettle(t *testing.T, newStore NewStore, opts SettleOptions) {
-	if opts.Goroutines == 0 {
-		opts.Goroutines = 8
-	}
-	if opts.PerCaller == 0 {
-		opts.PerCaller = 25
-	}
+	opts.Goroutines = cmp.Or(opts.Goroutines, 8)
+	opts.PerCaller = cmp.Or(opts.PerCaller, 25)
 	start := engine.Duration(0)
 	specs := []sluice.Spec{
 		{Name: "settle-tb", TokensPerSecond: 1, Burst: 100},
@@ -122,9 +119,7 @@ func settleConcurrent(t *testing.T, newStore NewStore, lim *sluice.Limit, opts S
 	var errs []error
 	var wg sync.WaitGroup
 	for g := range opts.Goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(20261121, uint64(g)))
 			for range opts.PerCaller {
 				est := 1 + rng.IntN(10)
@@ -155,7 +150,7 @@ func settleConcurrent(t *testing.T, newStore NewStore, lim *sluice.Limit, opts S
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if len(errs) > 0 {

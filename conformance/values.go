@@ -49,16 +49,14 @@ func ConcurrentSwaps(t *testing.T, s adaptive.Values, key, old, label string, tt
 	var wg sync.WaitGroup
 	won := make(chan string, 16)
 	for i := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			v := fmt.Sprintf("%s%d", label, i)
 			if ok, err := s.CompareAndSwapValue(context.Background(), key, old, v, ttl); err != nil {
 				t.Error(err)
 			} else if ok {
 				won <- v
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(won)

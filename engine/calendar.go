@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -58,12 +60,8 @@ func (c Calendar) Longest() time.Duration {
 // ParseCalendar reads a calendar period's name: day, week, month or year.
 // ok is false for any other string (a duration, say).
 func ParseCalendar(s string) (c Calendar, ok bool) {
-	for i, n := range calendarNames[1:] {
-		if n == s {
-			return Calendar(i + 1), true
-		}
-	}
-	return 0, false
+	i := slices.Index(calendarNames[1:], s)
+	return Calendar(i + 1), i >= 0
 }
 
 // Bounds are five consecutive window boundaries, in microseconds since
@@ -115,9 +113,7 @@ func UniformBounds(period, now int64) Bounds {
 // change at 00:00), the day starts at the first instant that exists,
 // the end of the skipped hour.
 func CalendarBounds(c Calendar, loc *time.Location, now int64) Bounds {
-	if loc == nil {
-		loc = time.UTC
-	}
+	loc = cmp.Or(loc, time.UTC)
 	t := time.UnixMicro(now).In(loc)
 	y, m, d := t.Date()
 	switch c {

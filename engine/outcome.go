@@ -15,17 +15,8 @@ type Op uint8
 // String returns "take", "peek", "refund", "renew" or "release": the
 // name of op in metrics and errors.
 func (op Op) String() string {
-	switch op {
-	case OpTake:
-		return "take"
-	case OpPeek:
-		return "peek"
-	case OpRefund:
-		return "refund"
-	case OpRenew:
-		return "renew"
-	case OpRelease:
-		return "release"
+	if int(op) < len(opNames) {
+		return opNames[op]
 	}
 	return fmt.Sprintf("op(%d)", uint8(op))
 }
@@ -34,18 +25,17 @@ func (op Op) String() string {
 // (Store.Lease): "acquire", "lease_peek", "release" or "renew", in
 // metrics and errors.
 func (op Op) LeaseString() string {
-	switch op {
-	case OpTake:
-		return "acquire"
-	case OpPeek:
-		return "lease_peek"
-	case OpRelease:
-		return "release"
-	case OpRenew:
-		return "renew"
+	if int(op) < len(leaseOpNames) && leaseOpNames[op] != "" {
+		return leaseOpNames[op]
 	}
 	return fmt.Sprintf("lease_op(%d)", uint8(op))
 }
+
+// The names of the ops, in their order; a refund is no lease call.
+var (
+	opNames      = [...]string{"take", "peek", "refund", "renew", "release"}
+	leaseOpNames = [...]string{"acquire", "lease_peek", "", "renew", "release"}
+)
 
 const (
 	// OpTake charges admitted requests.

@@ -21,14 +21,7 @@ type LogEntry struct {
 // (a peek) log is left untouched. A rejected request gets RetryAfter = the
 // wait until enough entries expire.
 func TakeSlidingLog(p *Params, log []LogEntry, now, cost int64, take bool) ([]LogEntry, Outcome) {
-	eff := now
-	if n := len(log); n > 0 && log[n-1].Stamp > eff {
-		eff = log[n-1].Stamp
-	}
-	first := 0
-	for first < len(log) && log[first].Stamp <= eff-p.Period {
-		first++
-	}
+	eff, first := logStart(p, log, now)
 	var used int64
 	for _, e := range log[first:] {
 		used += e.Cost
@@ -67,14 +60,7 @@ func TakeSlidingLog(p *Params, log []LogEntry, now, cost int64, take bool) ([]Lo
 // its cost), after dropping the expired ones. The log is changed in place
 // and the returned slice is the log to store.
 func RefundSlidingLog(p *Params, log []LogEntry, now, amount int64) ([]LogEntry, Outcome) {
-	eff := now
-	if n := len(log); n > 0 && log[n-1].Stamp > eff {
-		eff = log[n-1].Stamp
-	}
-	first := 0
-	for first < len(log) && log[first].Stamp <= eff-p.Period {
-		first++
-	}
+	_, first := logStart(p, log, now)
 	log = log[:copy(log, log[first:])]
 	for len(log) > 0 && amount > 0 {
 		last := &log[len(log)-1]
@@ -94,4 +80,18 @@ func RefundSlidingLog(p *Params, log []LogEntry, now, amount int64) ([]LogEntry,
 		o.ResetAfter = log[n-1].Stamp + p.Period - now
 	}
 	return log, o
+}
+
+// logStart is the time log is decided at, now or its newest entry's when
+// the clock stepped back, and the index of its first entry not expired
+// then.
+func logStart(p *Params, log []LogEntry, now int64) (eff int64, first int) {
+	eff = now
+	if n := len(log); n > 0 && log[n-1].Stamp > eff {
+		eff = log[n-1].Stamp
+	}
+	for first < len(log) && log[first].Stamp <= eff-p.Period {
+		first++
+	}
+	return eff, first
 }

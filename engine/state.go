@@ -38,11 +38,7 @@ func Evaluate(p *Params, st *State, present bool, key string, now int64, ch Char
 	}
 	switch p.Algorithm {
 	case FixedWindow:
-		offset := p.Offset
-		if offset < 0 && !present {
-			offset = WindowOffset(key, p.Period)
-		}
-		next, o := TakeFixedWindow(p, st.Window(), present, now, ch.Cost, offset, ch.Reserve, ch.MaxReserved)
+		next, o := TakeFixedWindow(p, st.Window(), present, now, ch.Cost, windowOffset(p, present, key), ch.Reserve, ch.MaxReserved)
 		if take && o.Allowed {
 			st.Tokens, st.Stamp = next.Tokens, next.Start
 			return o, true
@@ -78,11 +74,7 @@ func Refund(p *Params, st *State, present bool, key string, now int64, ch Charge
 	}
 	switch p.Algorithm {
 	case FixedWindow:
-		offset := p.Offset
-		if offset < 0 && !present {
-			offset = WindowOffset(key, p.Period)
-		}
-		next, o, write := RefundFixedWindow(p, st.Window(), present, now, ch.Cost, offset)
+		next, o, write := RefundFixedWindow(p, st.Window(), present, now, ch.Cost, windowOffset(p, present, key))
 		st.Tokens, st.Stamp = next.Tokens, next.Start
 		return o, write
 	case SlidingLog:
@@ -135,4 +127,13 @@ func refundWindow(p *Params, st *State, present bool, now int64, ch Charge) (Out
 	next, o, write := RefundCalendarWindow(p, st.Window(), present, now, ch.Cost, b)
 	st.Tokens, st.Stamp = next.Tokens, next.Start
 	return o, write
+}
+
+// windowOffset is the offset of a fixed window of key: p's, or the key's
+// own (WindowOffset) for a window that has none and a key without state.
+func windowOffset(p *Params, present bool, key string) int64 {
+	if p.Offset < 0 && !present {
+		return WindowOffset(key, p.Period)
+	}
+	return p.Offset
 }

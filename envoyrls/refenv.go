@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -174,9 +175,7 @@ func headerSet(getenv func(string) string) (string, error) {
 	trio := [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
 	legacy := [3]string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
 	for i := range names {
-		if names[i] == "" {
-			names[i] = trio[i] // the reference's defaults
-		}
+		names[i] = cmp.Or(names[i], trio[i]) // the reference's defaults
 	}
 	is := func(want [3]string) bool {
 		return strings.EqualFold(names[0], want[0]) && strings.EqualFold(names[1], want[1]) && strings.EqualFold(names[2], want[2])

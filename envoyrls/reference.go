@@ -56,19 +56,6 @@ type refReplace struct {
 	Name string `yaml:"name"`
 }
 
-// unitSeconds is the length of each unit as the reference server counts it:
-// a month is 30 days and a year 365, and windows are aligned to multiples
-// of the unit since the Unix epoch.
-var unitSeconds = map[rlspb.RateLimitResponse_RateLimit_Unit]int64{
-	rlspb.RateLimitResponse_RateLimit_SECOND: 1,
-	rlspb.RateLimitResponse_RateLimit_MINUTE: 60,
-	rlspb.RateLimitResponse_RateLimit_HOUR:   3600,
-	rlspb.RateLimitResponse_RateLimit_DAY:    86400,
-	rlspb.RateLimitResponse_RateLimit_WEEK:   7 * 86400,
-	rlspb.RateLimitResponse_RateLimit_MONTH:  30 * 86400,
-	rlspb.RateLimitResponse_RateLimit_YEAR:   365 * 86400,
-}
-
 // refLimit is one rate_limit of the file, compiled.
 type refLimit struct {
 	rule       string // the sluice rule that enforces it ("" when unlimited or zero)
@@ -90,7 +77,7 @@ type refLimit struct {
 }
 
 func (l *refLimit) period() time.Duration {
-	return time.Duration(unitSeconds[l.unit]*int64(max(l.multiplier, 1))) * time.Second
+	return unitLength(l.unit) * time.Duration(max(l.multiplier, 1))
 }
 
 // currentLimit is the limit as the reference server reports it, made
@@ -99,7 +86,7 @@ func (l *refLimit) currentLimit() *rlspb.RateLimitResponse_RateLimit {
 	l.clOnce.Do(func() {
 		l.cl = &rlspb.RateLimitResponse_RateLimit{Name: l.name, RequestsPerUnit: l.rpu, Unit: l.unit}
 		if l.multiplier > 1 {
-			l.cl.UnitMultiplier = wrapU32(l.multiplier)
+			l.cl.UnitMultiplier = wrapperspb.UInt32(l.multiplier)
 		}
 	})
 	return l.cl
@@ -411,15 +398,11 @@ var ruleUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 // a limit name's bounds and free of the characters domains may hold.
 func limitID(domain, chain string) string {
 	d := ruleUnsafe.ReplaceAllString(domain, "_")
-	if len(d) > 20 {
-		d = d[:20]
-	}
+	d = d[:min(len(d), 20)]
 	// The last key names the limit for a reader ("remote_address").
 	last := chain[strings.LastIndexByte(chain, 0)+1:]
 	k := ruleUnsafe.ReplaceAllString(last, "_")
-	if len(k) > 24 {
-		k = k[:24]
-	}
+	k = k[:min(len(k), 24)]
 	sum := sha256.Sum256([]byte(domain + chain))
 	return "envoy." + d + "." + k + "." + hex.EncodeToString(sum[:4])
 }
@@ -465,15 +448,5 @@ func (cfg *Reference) lookup(domain string, entries []entry) *refLimit {
 
 type entry struct{ key, value string }
 
-func wrapU32(v uint32) *wrapperspb.UInt32Value { return wrapperspb.UInt32(v) }
-
 // clampU32 converts a count to the protocol's uint32, saturating.
-func clampU32(v int64) uint32 {
-	if v <= 0 {
-		return 0
-	}
-	if v > math.MaxUint32 {
-		return math.MaxUint32
-	}
-	return uint32(v)
-}
+func clampU32(v int64) uint32 { return uint32(min(max(v, 0), math.MaxUint32)) }

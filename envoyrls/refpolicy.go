@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -123,10 +124,7 @@ func ReferenceLimits(pol *policy.Policy) (domains []string, limits []*sluice.Lim
 	if cfg == nil {
 		return nil, nil, false
 	}
-	for d := range cfg.domains {
-		domains = append(domains, d)
-	}
-	slices.Sort(domains)
+	domains = slices.Sorted(maps.Keys(cfg.domains))
 	for _, l := range cfg.limits {
 		limits = append(limits, l.policyRule.Limit)
 	}
@@ -271,7 +269,7 @@ func keyComponent(s string) string {
 // which the reference server applies instead of the configured one.
 func (cfg *Reference) override(domain string, o *rlv3.RateLimitDescriptor_RateLimitOverride) *refLimit {
 	unit := rlspb.RateLimitResponse_RateLimit_Unit(o.Unit)
-	if _, ok := unitSeconds[unit]; !ok || cfg.domains[domain] == nil {
+	if unitLength(unit) == 0 || cfg.domains[domain] == nil {
 		return nil
 	}
 	k := overrideKey{o.RequestsPerUnit, unit}

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"cmp"
 	"strconv"
 	"strings"
 
@@ -25,10 +26,7 @@ func ParseReferenceResources(source string, cfgs []*rlsconf.RateLimitConfig) (*p
 	e := &refError{file: source}
 	cfg := &Reference{domains: map[string]*refNode{}, overrides: map[overrideKey]*refLimit{}}
 	for i, c := range cfgs {
-		name := c.GetName()
-		if name == "" {
-			name = c.GetDomain()
-		}
+		name := cmp.Or(c.GetName(), c.GetDomain())
 		before := len(e.list)
 		cfg.addDomain(e, refRoot{Domain: c.GetDomain(), Descriptors: protoDescriptors(c.GetDescriptors())}, 0, nil)
 		for j := before; j < len(e.list); j++ {

@@ -100,11 +100,8 @@ func tooBig(ms []policy.Match, cost float64) bool {
 		if big || m.Rule.Mode == policy.Shadow || !m.CostExceedsLimit() {
 			continue
 		}
-		if asGiven == m.Request {
-			big = true
-		} else if _, err := asGiven.Charged(engine.OpTake); errors.Is(err, sluice.ErrCostExceedsLimit) {
-			big = true
-		}
+		_, err := asGiven.Charged(engine.OpTake)
+		big = asGiven == m.Request || errors.Is(err, sluice.ErrCostExceedsLimit)
 	}
 	return big
 }

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"slices"
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -32,10 +33,7 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // getScratch returns a scratch with found sized for n descriptors.
 func getScratch(n int) *scratch {
 	sc := scratchPool.Get().(*scratch)
-	if cap(sc.found) < n {
-		sc.found = make([]Found, n)
-	}
-	sc.found = sc.found[:n]
+	sc.found = slices.Grow(sc.found[:0], n)[:n]
 	return sc
 }
 
@@ -122,11 +120,6 @@ func (r *recycled) release() {
 	recycledPool.Put(r)
 }
 
-// room is lr's room for headers.
-func (lr *limitedResponse) room() headerRoom {
-	return headerRoom{ptrs: lr.headers[:0], values: lr.values[:0]}
-}
-
 // newResponse returns an OK response for n descriptors, with room for
 // each one's status in blocks and, when limited (headers are likely), for
 // a few headers in room: in into's memory when it is given and n is 1.
@@ -143,7 +136,7 @@ func newResponse(n int, limited bool, into *recycled) (_ *rlspb.RateLimitRespons
 		r, room = &rr.response, headerRoom{ptrs: rr.headers[:0], values: rr.values[:0]}
 	case limited:
 		lr := &limitedResponse{}
-		r, room = &lr.response, lr.room()
+		r, room = &lr.response, headerRoom{ptrs: lr.headers[:0], values: lr.values[:0]}
 	default:
 		r = &response{}
 	}

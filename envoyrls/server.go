@@ -1,13 +1,13 @@
 package envoyrls
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"math"
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,9 +105,7 @@ func New(pol *policy.Policy, lim *sluice.Limiter, opts Options) *Server {
 	if opts.StoreTimeout <= 0 {
 		opts.StoreTimeout = 250 * time.Millisecond
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = serverconf.DefaultGRPCLimits.MaxRecvBytes
 	}
@@ -329,11 +327,7 @@ func refusedRefund(pol *policy.Policy, req *rlspb.RateLimitRequest) error {
 // kept grown for the next call).
 func plan(req *rlspb.RateLimitRequest, found []Found, dsBuf *[]descState, msBuf *[]policy.Match) (groups [3]group) {
 	ds, ms := *dsBuf, *msBuf
-	if n := len(req.Descriptors); n <= cap(ds) {
-		ds = ds[:n]
-	} else {
-		ds = make([]descState, n)
-	}
+	ds = slices.Grow(ds[:0], len(req.Descriptors))[:len(req.Descriptors)]
 	// Each group's limits are contiguous: count them, then lay the groups
 	// out one after another in ms.
 	var counts [3]int
@@ -348,9 +342,7 @@ func plan(req *rlspb.RateLimitRequest, found []Found, dsBuf *[]descState, msBuf 
 		}
 		counts[st.kind] += len(f.Limits)
 	}
-	if total := counts[0] + counts[1] + counts[2]; total > cap(ms) {
-		ms = make([]policy.Match, 0, total)
-	}
+	ms = slices.Grow(ms[:0], counts[0]+counts[1]+counts[2])
 	*dsBuf, *msBuf = ds, ms[:0]
 	off := 0
 	for k := range groups {
@@ -662,14 +654,10 @@ type reading struct {
 
 func (r *reading) get() time.Time {
 	if !r.done {
-		r.t, r.done = r.s.now(), true
+		r.t, r.done = r.s.lim.Now(), true // the clock decisions are dated by
 	}
 	return r.t
 }
-
-// now is the time of the Limiter's clock (sluice.Options.Clock), the one
-// clock a decision is dated by: a window's boundary is read from it too.
-func (s *Server) now() time.Time { return s.lim.Now() }
 
 // limitOf is inferLimit, computed once per limit: with e for the
 // policy's own limits, else on first use. The messages are shared by
@@ -701,5 +689,3 @@ func untilBoundary(now time.Time, period time.Duration, offset int64) time.Durat
 	}
 	return engine.Duration(p - into)
 }
-
-func itoa(v int64) string { return strconv.FormatInt(v, 10) }

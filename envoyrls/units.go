@@ -5,11 +5,14 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
 )
 
-// units in ascending length, as the protocol can name them.
+// units in ascending length, as the protocol can name them and the
+// reference server counts them: a month is 30 days and a year 365, and
+// windows are aligned to multiples of the unit since the Unix epoch.
 var units = []struct {
 	unit rlspb.RateLimitResponse_RateLimit_Unit
 	d    time.Duration
@@ -21,6 +24,17 @@ var units = []struct {
 	{rlspb.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
 	{rlspb.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
 	{rlspb.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
+}
+
+// unitLength is the length of unit, 0 for one the protocol has no length
+// for.
+func unitLength(unit rlspb.RateLimitResponse_RateLimit_Unit) time.Duration {
+	for _, u := range units {
+		if u.unit == unit {
+			return u.d
+		}
+	}
+	return 0
 }
 
 // inferLimit describes a sluice limit in the protocol's terms: requests
@@ -48,7 +62,7 @@ func inferLimit(name string, l *sluice.Limit) *rlspb.RateLimitResponse_RateLimit
 			if period%u.d == 0 {
 				out.Unit, out.RequestsPerUnit = u.unit, clampU32(int64(rate))
 				if m := int64(period / u.d); m > 1 {
-					out.UnitMultiplier = wrapU32(clampU32(m))
+					out.UnitMultiplier = wrapperspb.UInt32(clampU32(m))
 				}
 				return out
 			}

@@ -138,18 +138,14 @@ func (sh *shard) add(c candidate) {
 		n--
 		sh.cand = sh.cand[:n]
 	}
-	lo, hi := 0, n // first record later than c: equal fullAt keep their order
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if sh.cand[m].fullAt <= c.fullAt {
-			lo = m + 1
-		} else {
-			hi = m
+	// After every record not later than c: equal fullAt keep their order.
+	at, _ := slices.BinarySearchFunc(sh.cand, c.fullAt, func(x candidate, t int64) int {
+		if x.fullAt <= t {
+			return -1
 		}
-	}
-	sh.cand = sh.cand[:n+1]
-	copy(sh.cand[lo+1:], sh.cand[lo:n])
-	sh.cand[lo] = c
+		return 1
+	})
+	sh.cand = slices.Insert(sh.cand, at, c)
 }
 
 // drop removes record j from cand.
@@ -161,12 +157,7 @@ func (sh *shard) drop(j int) {
 // kept reports whether (h, check) is one of the keys a TakeAll in progress
 // is deciding: those are about to be written and are never evicted by it.
 func kept(keep []work, h, check uint64) bool {
-	for k := range keep {
-		if keep[k].h == h && keep[k].check == check {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(keep, func(w work) bool { return w.h == h && w.check == check })
 }
 
 // head returns the record index and table index of the entry with the

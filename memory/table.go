@@ -96,23 +96,25 @@ func (t *table) insert(h, check uint64, limit int) int {
 	if (t.count+1)*8 > len(t.entries)*maxLoad {
 		t.grow(limit)
 	}
-	n := len(t.entries)
-	i := t.home(h)
-	for t.entries[i].h != 0 {
-		if i++; i == n {
-			i = 0
-		}
-	}
+	i := t.free(h)
 	t.entries[i].set(&entry{h: h, check: check})
 	t.count++
 	return i
 }
 
-func (t *table) grow(limit int) {
-	size := len(t.entries) * 2
-	if size < 16 {
-		size = 16
+// free is the first empty entry of h's probe run.
+func (t *table) free(h uint64) int {
+	i := t.home(h)
+	for t.entries[i].h != 0 {
+		if i++; i == len(t.entries) {
+			i = 0
+		}
 	}
+	return i
+}
+
+func (t *table) grow(limit int) {
+	size := max(len(t.entries)*2, 16)
 	if ceiling := limit*8/maxLoad + 2; size > ceiling && ceiling > len(t.entries) {
 		size = ceiling
 	}
@@ -120,13 +122,7 @@ func (t *table) grow(limit int) {
 	t.entries = make([]entry, size) // published by the shard after the write
 	for i := range old {
 		if e := &old[i]; e.h != 0 {
-			j := t.home(e.h)
-			for t.entries[j].h != 0 {
-				if j++; j == size {
-					j = 0
-				}
-			}
-			t.entries[j] = *e
+			t.entries[t.free(e.h)] = *e
 		}
 	}
 }

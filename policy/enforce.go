@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -236,12 +237,7 @@ type ResultsObserver interface {
 // Observers combines observers into one that tells each of them every
 // decision (nil ones are left out); nil when none is left.
 func Observers(obs ...Observer) Observer {
-	var out tee
-	for _, o := range obs {
-		if o != nil {
-			out = append(out, o)
-		}
-	}
+	out := tee(slices.DeleteFunc(slices.Clone(obs), func(o Observer) bool { return o == nil }))
 	switch len(out) {
 	case 0:
 		return nil
@@ -342,12 +338,7 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options) Ve
 	if s == nil {
 		return decide(ctx, lim, ms, o, nil, nil, nil)
 	}
-	if cap(s.charged) < len(ms) {
-		s.charged = make([]sluice.Charged, 0, len(ms))
-	}
-	if cap(s.decisions) < len(ms) {
-		s.decisions = make([]sluice.Decision, 0, len(ms))
-	}
+	s.charged, s.decisions = slices.Grow(s.charged[:0], len(ms)), slices.Grow(s.decisions[:0], len(ms))
 	v := decide(ctx, lim, ms, o, s.results, s.charged, s.decisions)
 	if cap(v.Results) > cap(s.results) {
 		s.results = v.Results[:0]
@@ -356,12 +347,7 @@ func Enforce(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options) Ve
 }
 
 // resultsFor is room for n results: buf's when it has it.
-func resultsFor(buf []Result, n int) []Result {
-	if cap(buf) >= n {
-		return buf[:n]
-	}
-	return make([]Result, n)
-}
+func resultsFor(buf []Result, n int) []Result { return slices.Grow(buf[:0], n)[:n] }
 
 // decide is Enforce with the verdict's Results, the charged requests and
 // their decisions in buf, csBuf and decBuf when they have room for them.
@@ -383,10 +369,7 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 		}
 	}
 
-	cs := csBuf[:0]
-	if cap(csBuf) < len(enf) {
-		cs = make([]sluice.Charged, 0, len(enf))
-	}
+	cs := slices.Grow(csBuf[:0], len(enf))
 	impossible, uncharged := false, false
 	var concBuf [8]int
 	conc := concBuf[:0]
@@ -541,10 +524,6 @@ func refund(ctx context.Context, lim *sluice.Limiter, ms []Match, buf []Result) 
 // Outcome names r's result as an Observer is told it: "allowed",
 // "rejected", "not_charged", "shadow_rejected" or "store_error".
 func (r *Result) Outcome() string { return r.result() }
-
-// NotCharged reports whether r's limit had room but was not charged,
-// because another limit of the all-or-nothing request rejected it.
-func (r *Result) NotCharged() bool { return r.notCharged }
 
 // result names r for the Observer. A limit that would have admitted the
 // request but was not charged because another refused is "not_charged":

@@ -1,11 +1,13 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,9 +103,7 @@ type RulesOptions struct {
 }
 
 func (o *RulesOptions) defaults() {
-	if o.NamePrefix == "" {
-		o.NamePrefix = "db-"
-	}
+	o.NamePrefix = cmp.Or(o.NamePrefix, "db-")
 }
 
 // allPlansTier names the tier of a NULL-plan row.
@@ -202,11 +202,8 @@ func ruleGroups(rows []RuleRow) [][]RuleRow {
 // groupName is the name of a pattern's rule: NamePrefix and the smallest
 // rule_id of its rows, which stays while plans are added and removed.
 func groupName(group []RuleRow, o RulesOptions) string {
-	minID := group[0].ID
-	for _, r := range group {
-		minID = min(minID, r.ID)
-	}
-	return o.NamePrefix + strconv.FormatInt(minID, 10)
+	first := slices.MinFunc(group, func(a, b RuleRow) int { return cmp.Compare(a.ID, b.ID) })
+	return o.NamePrefix + strconv.FormatInt(first.ID, 10)
 }
 
 // tierName is the tier a row becomes: its plan, or allPlansTier for the
@@ -358,9 +355,7 @@ func compile(filename string, base []byte, rows []RuleRow, o RulesOptions) (*pol
 		return nil, nil, fmt.Errorf("postgres rules: %w", err)
 	}
 	name := filename
-	if name == "" {
-		name = "sluice_rules"
-	}
+	name = cmp.Or(name, "sluice_rules")
 	p, err := policy.Parse(name+" + sluice_rules", merged)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres rules: %w", err)

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,9 +89,7 @@ func NewRulesSource(pool *pgxpool.Pool, opts PolicySourceOptions) *PolicySource 
 	if opts.Interval <= 0 {
 		opts.Interval = 30 * time.Second
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	return &PolicySource{pool: pool, opts: opts, name: opts.Filename, config: opts.Config}
 }
 
@@ -263,12 +262,10 @@ func (s *PolicySource) Watch(ctx context.Context, changed func(why string)) {
 	}
 	var wg sync.WaitGroup
 	if !s.opts.NoListen {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.listen(ctx, table) }()
+		wg.Go(func() { s.listen(ctx, table) })
 	}
 	if f := s.opts.File; f != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); f.Watch(ctx, changed) }()
+		wg.Go(func() { f.Watch(ctx, changed) })
 	}
 	defer wg.Wait()
 	tick.Every(ctx, s.opts.Interval, func() { table("rules table timer") })

@@ -29,6 +29,7 @@ package postgres
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -221,39 +222,49 @@ RETURNING o_allowed, o_tokens, o_retry, o_reset`
 	// update waits for a concurrent take's lock and then refunds the newest
 	// row version. When it updates nothing, the second branch answers for
 	// the absent key. The clock is read once, in the CTE c.
-	refundSQL = `WITH c AS MATERIALIZED (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now),
+	refundSQL = refundOf(`sluice_refund(true, t.alg, `+convertSQL+`, t.b, t.log_at, t.log_cost, c.now, `+refundArgs+`)`,
+		`sluice_refund(false, $2::smallint, 0, 0, NULL, NULL, c.now, `+refundArgs+`)`)
+
+	peekSQL = peekOf(`sluice_step`, convertSQL+`, t.b, t.log_at, t.log_cost, c.now, `+fmt.Sprintf(stepArgs, "false"))
+)
+
+// refundOf is a refund statement (see refundSQL): step on an existing
+// row of the request's algorithm, which it updates, else absent, the
+// answer for a key without one.
+func refundOf(step, absent string) string {
+	return `WITH c AS MATERIALIZED (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now),
 u AS (
     UPDATE sluice_buckets AS t SET
         (den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset) = (
         SELECT $3::bigint, s.a, s.b, s.log_at, s.log_cost, c.now + s.reset, c.now, s.allowed, s.tokens, s.retry, s.reset
-        FROM c CROSS JOIN LATERAL sluice_refund(true, t.alg, ` + convertSQL + `, t.b, t.log_at, t.log_cost, c.now, ` + refundArgs + `) s)
+        FROM c CROSS JOIN LATERAL ` + step + ` s)
     WHERE t.key = $1::bytea AND t.alg = $2::smallint
     RETURNING t.o_allowed, t.o_tokens, t.o_retry, t.o_reset)
 SELECT o_allowed, o_tokens, o_retry, o_reset FROM u
 UNION ALL
 SELECT s.allowed, s.tokens, s.retry, s.reset
-FROM c CROSS JOIN LATERAL sluice_refund(false, $2::smallint, 0, 0, NULL, NULL, c.now, ` + refundArgs + `) s
+FROM c CROSS JOIN LATERAL ` + absent + ` s
 WHERE NOT EXISTS (SELECT FROM u)`
+}
 
-	peekSQL = `SELECT s.allowed, s.tokens, s.retry, s.reset
+// peekOf is a peek statement: fn on the key's row, or on nothing, with
+// the arguments that follow the row's presence and algorithm.
+func peekOf(fn, args string) string {
+	return `SELECT s.allowed, s.tokens, s.retry, s.reset
 FROM (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now) c
 LEFT JOIN sluice_buckets t ON t.key = $1::bytea
-CROSS JOIN LATERAL sluice_step(coalesce(t.alg = $2::smallint, false), $2::smallint,
-    ` + convertSQL + `, t.b, t.log_at, t.log_cost, c.now, ` + fmt.Sprintf(stepArgs, "false") + `) s`
-)
+CROSS JOIN LATERAL ` + fn + `(coalesce(t.alg = $2::smallint, false), $2::smallint,
+    ` + args + `) s`
+}
 
 // New returns a Store over pool, which the caller keeps and closes after
 // Close. It applies the migrations first when opts.Migrate is set.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
-	if opts.HousekeepingInterval == 0 {
-		opts.HousekeepingInterval = time.Minute
-	}
+	opts.HousekeepingInterval = cmp.Or(opts.HousekeepingInterval, time.Minute)
 	if opts.HousekeepingBatch <= 0 {
 		opts.HousekeepingBatch = 1000
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
 	}
@@ -263,12 +274,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	if opts.BreakerBackoff <= 0 {
 		opts.BreakerBackoff = 500 * time.Millisecond
 	}
-	if opts.LockTimeout == 0 {
-		opts.LockTimeout = opts.Timeout / 4
-	}
-	if opts.Observer == nil {
-		opts.Observer = noObserver{}
-	}
+	opts.LockTimeout = cmp.Or(opts.LockTimeout, opts.Timeout/4)
+	opts.Observer = cmp.Or[Observer](opts.Observer, noObserver{})
 	if opts.Migrate {
 		if _, err := MigratePool(ctx, pool); err != nil {
 			return nil, err
@@ -365,6 +372,14 @@ func (s *Store) WithTx(tx pgx.Tx) *Store {
 	v := &Store{pool: s.pool, q: tx, opts: s.opts, ownsLog: false, stop: make(chan struct{}), done: make(chan struct{})}
 	close(v.done)
 	return v
+}
+
+// wallNow is this process's time, or the test clock's.
+func (s *Store) wallNow() time.Time {
+	if s.opts.Clock != nil {
+		return s.opts.Clock.Now()
+	}
+	return time.Now()
 }
 
 // now returns the test clock's time, or nil for the server's clock.
@@ -595,11 +610,7 @@ func (s *Store) recordViolation(ctx context.Context, key []byte, d sluice.Decisi
 	if s.opts.Violations == nil {
 		return
 	}
-	at := time.Now()
-	if s.opts.Clock != nil {
-		at = s.opts.Clock.Now()
-	}
-	v := Violation{BucketKey: string(key), Rule: d.Rule, Tokens: d.Tokens, At: at}
+	v := Violation{BucketKey: string(key), Rule: d.Rule, Tokens: d.Tokens, At: s.wallNow()}
 	if c, ok := sluice.CallerFrom(ctx); ok {
 		v.UserID, v.IP, v.Endpoint = c.User, c.IP, c.Endpoint
 	}
@@ -637,21 +648,30 @@ func hasPrefix(p string) string {
 // returns the number of rows deleted. Expired shared values (LoadValue)
 // go the same way.
 func (s *Store) Housekeep(ctx context.Context) (int64, error) {
+	total, err := s.deleteBatches(ctx, housekeepSQL, "housekeeping")
+	if err != nil {
+		return total, err
+	}
+	n, err := s.deleteBatches(ctx, housekeepValuesSQL, "housekeeping values")
+	return total + n, err
+}
+
+// deleteBatches runs sql, a delete of one batch of rows under the store's
+// prefix (housekeepSQL, housekeepValuesSQL), until a batch comes back
+// short, and returns the number of rows deleted.
+func (s *Store) deleteBatches(ctx context.Context, sql, what string) (int64, error) {
 	var total int64
 	for {
-		tag, err := s.q.Exec(ctx, housekeepSQL, s.now(), []byte(s.opts.KeyPrefix), s.opts.HousekeepingBatch)
+		tag, err := s.q.Exec(ctx, sql, s.now(), []byte(s.opts.KeyPrefix), s.opts.HousekeepingBatch)
 		if err != nil {
-			return total, fmt.Errorf("postgres housekeeping: %w", err)
+			return total, fmt.Errorf("postgres %s: %w", what, err)
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(s.opts.HousekeepingBatch) {
-			n, err := s.housekeepValues(ctx)
-			return total + n, err
+			return total, nil
 		}
-		select {
-		case <-ctx.Done():
-			return total, ctx.Err()
-		default:
+		if err := ctx.Err(); err != nil {
+			return total, err
 		}
 	}
 }

@@ -43,25 +43,15 @@ func SplitURL(raw string) (string, URLOptions, error) {
 		return "", o, fmt.Errorf("postgres url: scheme %q, want postgres or postgresql", u.Scheme)
 	}
 	q := u.Query()
-	boolParam := func(name string) (bool, error) {
-		v := q.Get(name)
-		if v == "" {
-			return false, nil
+	for _, b := range []struct {
+		name string
+		dst  *bool
+	}{{paramMigrate, &o.Migrate}, {paramViolations, &o.LogViolations}, {paramRules, &o.Rules}} {
+		if v := q.Get(b.name); v != "" {
+			if *b.dst, err = strconv.ParseBool(v); err != nil {
+				return "", o, fmt.Errorf("postgres url: %s=%q is not true or false", b.name, v)
+			}
 		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return false, fmt.Errorf("postgres url: %s=%q is not true or false", name, v)
-		}
-		return b, nil
-	}
-	if o.Migrate, err = boolParam(paramMigrate); err != nil {
-		return "", o, err
-	}
-	if o.LogViolations, err = boolParam(paramViolations); err != nil {
-		return "", o, err
-	}
-	if o.Rules, err = boolParam(paramRules); err != nil {
-		return "", o, err
 	}
 	o.KeyPrefix = q.Get(paramKeyPrefix)
 	if v := q.Get(paramHousekeeping); v != "" {

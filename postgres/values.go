@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicehq/sluice/adaptive"
 )
@@ -74,44 +75,19 @@ func (s *Store) CompareAndSwapValue(ctx context.Context, key, old, value string,
 	if value == "" {
 		return false, errors.New("postgres compare-and-swap: an empty value reads as no value")
 	}
-	us := max(1, ttl.Microseconds())
-	var n int64
-	err := s.guarded(ctx, func(ctx context.Context) error {
-		var err error
-		if old == "" {
-			tag, e := s.q.Exec(ctx, createValueSQL, []byte(k), value, us, s.now())
-			n, err = tag.RowsAffected(), e
-		} else {
-			tag, e := s.q.Exec(ctx, swapValueSQL, []byte(k), value, us, s.now(), old)
-			n, err = tag.RowsAffected(), e
-		}
+	sql, args := createValueSQL, []any{[]byte(k), value, max(1, ttl.Microseconds()), s.now()}
+	if old != "" {
+		sql, args = swapValueSQL, append(args, old)
+	}
+	var tag pgconn.CommandTag
+	err := s.guarded(ctx, func(ctx context.Context) (err error) {
+		tag, err = s.q.Exec(ctx, sql, args...)
 		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("postgres compare-and-swap %q: %w", k, err)
 	}
-	return n == 1, nil
-}
-
-// housekeepValues deletes expired values under the store's prefix, one
-// batch per statement, until a batch comes back short.
-func (s *Store) housekeepValues(ctx context.Context) (int64, error) {
-	var total int64
-	for {
-		tag, err := s.q.Exec(ctx, housekeepValuesSQL, s.now(), []byte(s.opts.KeyPrefix), s.opts.HousekeepingBatch)
-		if err != nil {
-			return total, fmt.Errorf("postgres housekeeping values: %w", err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(s.opts.HousekeepingBatch) {
-			return total, nil
-		}
-		select {
-		case <-ctx.Done():
-			return total, ctx.Err()
-		default:
-		}
-	}
+	return tag.RowsAffected() == 1, nil
 }
 
 var _ adaptive.Values = (*Store)(nil)

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,9 +82,7 @@ func NewViolationLog(pool *pgxpool.Pool, opts ViolationOptions) (*ViolationLog, 
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = time.Second
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	v := &ViolationLog{
 		pool: pool, opts: opts,
 		queue:   make(chan Violation, opts.QueueSize),
@@ -170,6 +169,14 @@ func (v *ViolationLog) run() {
 			}
 		}
 	}
+	writeAll := func() {
+		for {
+			drain()
+			if batch = v.write(batch); len(v.queue) == 0 {
+				return
+			}
+		}
+	}
 	for {
 		select {
 		case x := <-v.queue:
@@ -181,22 +188,11 @@ func (v *ViolationLog) run() {
 		case <-t.C:
 			batch = v.write(batch)
 		case ack := <-v.flushed:
-			for {
-				drain()
-				batch = v.write(batch)
-				if len(v.queue) == 0 {
-					break
-				}
-			}
+			writeAll()
 			close(ack)
 		case <-v.stop:
-			for {
-				drain()
-				batch = v.write(batch)
-				if len(v.queue) == 0 {
-					return
-				}
-			}
+			writeAll()
+			return
 		}
 	}
 }

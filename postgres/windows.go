@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
@@ -47,25 +46,10 @@ ON CONFLICT (key) DO UPDATE SET
     FROM sluice_window_step(t.alg = EXCLUDED.alg, EXCLUDED.alg, ` + calendarConvertSQL + `, t.b, t.log_cost, EXCLUDED.at, ` + fmt.Sprintf(windowStep, "true, false") + `) s)
 RETURNING o_allowed, o_tokens, o_retry, o_reset`
 
-	refundWindowSQL = `WITH c AS MATERIALIZED (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now),
-u AS (
-    UPDATE sluice_buckets AS t SET
-        (den, a, b, log_at, log_cost, full_at, at, o_allowed, o_tokens, o_retry, o_reset) = (
-        SELECT $3::bigint, s.a, s.b, s.log_at, s.log_cost, c.now + s.reset, c.now, s.allowed, s.tokens, s.retry, s.reset
-        FROM c CROSS JOIN LATERAL sluice_window_step(true, t.alg, ` + calendarConvertSQL + `, t.b, t.log_cost, c.now, ` + fmt.Sprintf(windowStep, "true, true") + `) s)
-    WHERE t.key = $1::bytea AND t.alg = $2::smallint
-    RETURNING t.o_allowed, t.o_tokens, t.o_retry, t.o_reset)
-SELECT o_allowed, o_tokens, o_retry, o_reset FROM u
-UNION ALL
-SELECT s.allowed, s.tokens, s.retry, s.reset
-FROM c CROSS JOIN LATERAL sluice_window_step(false, $2::smallint, 0, 0, NULL, c.now, ` + fmt.Sprintf(windowStep, "true, true") + `) s
-WHERE NOT EXISTS (SELECT FROM u)`
+	refundWindowSQL = refundOf(`sluice_window_step(true, t.alg, `+calendarConvertSQL+`, t.b, t.log_cost, c.now, `+fmt.Sprintf(windowStep, "true, true")+`)`,
+		`sluice_window_step(false, $2::smallint, 0, 0, NULL, c.now, `+fmt.Sprintf(windowStep, "true, true")+`)`)
 
-	peekWindowSQL = `SELECT s.allowed, s.tokens, s.retry, s.reset
-FROM (SELECT coalesce($4::bigint, ` + clockSQL + `) AS now) c
-LEFT JOIN sluice_buckets t ON t.key = $1::bytea
-CROSS JOIN LATERAL sluice_window_step(coalesce(t.alg = $2::smallint, false), $2::smallint,
-    ` + calendarConvertSQL + `, t.b, t.log_cost, c.now, ` + fmt.Sprintf(windowStep, "false, false") + `) s`
+	peekWindowSQL = peekOf(`sluice_window_step`, calendarConvertSQL+`, t.b, t.log_cost, c.now, `+fmt.Sprintf(windowStep, "false, false"))
 )
 
 // windowArgs are the statement parameters of a request to a sliding or
@@ -74,11 +58,7 @@ func (s *Store) windowArgs(r sluice.Charged, now any) []any {
 	p, ch := r.Limit.Params(), r.Charge
 	var bounds any
 	if p.Calendar != 0 {
-		at := time.Now().UnixMicro()
-		if s.opts.Clock != nil {
-			at = s.opts.Clock.Now().UnixMicro()
-		}
-		b := engine.Windows(p, at)
+		b := engine.Windows(p, s.wallNow().UnixMicro())
 		bounds = b[:]
 	}
 	return []any{

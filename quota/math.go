@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -79,12 +80,8 @@ func (s Settings) WithDefaults() Settings {
 	if s.MaxSlice == 0 && s.MaxShare == 0 {
 		s.MaxShare = DefaultMaxShare
 	}
-	if s.Term == 0 {
-		s.Term = DefaultTerm
-	}
-	if s.HotAfter == 0 {
-		s.HotAfter = DefaultHotAfter
-	}
+	s.Term = cmp.Or(s.Term, DefaultTerm)
+	s.HotAfter = cmp.Or(s.HotAfter, DefaultHotAfter)
 	return s
 }
 

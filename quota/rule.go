@@ -156,12 +156,10 @@ func (ru *rule) topUp(sl *slot, now time.Time, cost int64) int64 {
 		// The slice ran short: it was used up, in so much of its term.
 		sl.size = NextSize(sl.size, 0, ru.least, ru.most, now.Sub(sl.takenAt), ru.set.Term)
 	}
-	if ru.window && sl.tokens > 0 {
+	if ru.window {
 		// Leftovers of a window's slice are not carried into a slice that
 		// the store may charge to the next window: dropped.
-		ru.held.Add(-sl.tokens)
-		sl.tokens = 0
-		ru.dropped.Add(1)
+		ru.discard(sl)
 	}
 	want := min(max(sl.size, cost), ru.most)
 	return want - sl.tokens
@@ -210,11 +208,7 @@ func (ru *rule) fetch(ctx context.Context, s *Store, key string, sl *slot, c cha
 	if now := s.now(); ru.closed || ru.keys[key] != sl || !now.Before(sl.usableUntil()) {
 		// The slice ended while it was on its way (a reload, a reset,
 		// a window's end): what is left is dropped, never kept.
-		if sl.tokens > 0 {
-			ru.held.Add(-sl.tokens)
-			sl.tokens = 0
-			ru.dropped.Add(1)
-		}
+		ru.discard(sl)
 	}
 	return a, true, nil
 }
@@ -285,13 +279,22 @@ func (ru *rule) drop(key string) {
 	defer ru.mu.Unlock()
 	if sl := ru.keys[key]; sl != nil {
 		sl.rejectUntil = time.Time{}
+		if ru.discard(sl) {
+			sl.gen++
+		}
 	}
-	if sl := ru.keys[key]; sl != nil && sl.tokens > 0 {
-		ru.held.Add(-sl.tokens)
-		sl.tokens = 0
-		sl.gen++
-		ru.dropped.Add(1)
+}
+
+// discard drops what is left in sl, not returned to the store, and
+// reports whether there was any.
+func (ru *rule) discard(sl *slot) bool {
+	if sl.tokens <= 0 {
+		return false
 	}
+	ru.held.Add(-sl.tokens)
+	sl.tokens = 0
+	ru.dropped.Add(1)
+	return true
 }
 
 // refused records the store's refusal d of a request of key costing

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -323,11 +324,8 @@ func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, 
 			s.putBack(local)
 			return nil, err
 		}
-		for _, d := range ds {
-			if !d.Allowed {
-				s.putBack(local)
-				break
-			}
+		if slices.ContainsFunc(ds, func(d sluice.Decision) bool { return !d.Allowed }) {
+			s.putBack(local)
 		}
 	}
 	out := dst[:0]

@@ -82,8 +82,7 @@ var errUnsent = errors.New("redis store: deadline passed before the call was sen
 func newBatcher(writers, maxOps int, timeout time.Duration, pad string, exec func(context.Context, []string, []string) ([]int64, error), sizes func(n int)) *batcher {
 	b := &batcher{q: make(chan *call, 4*maxOps), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{}), sizes: sizes}
 	for range writers {
-		b.wg.Add(1)
-		go b.loop()
+		b.wg.Go(b.loop)
 	}
 	return b
 }
@@ -162,7 +161,6 @@ func (c *call) recycle() {
 }
 
 func (b *batcher) loop() {
-	defer b.wg.Done()
 	batch := make([]*call, 0, 64)
 	var keys, args []string
 	for {
@@ -218,20 +216,7 @@ func (b *batcher) loop() {
 		res, err := b.exec(ctx, keys, args)
 		b.active.Add(-1)
 		cancel()
-		if err == nil && len(res) != replyWidth*len(keys) {
-			err = fmt.Errorf("redis store: script returned %d values for %d keys", len(res), len(keys))
-		}
-		off := 0
-		for _, c := range live {
-			if err != nil {
-				c.err = err
-			} else {
-				n := replyWidth * len(c.keys)
-				c.res = res[off : off+n : off+n]
-				off += n
-			}
-			c.finish()
-		}
+		deliver(live, len(keys), res, err)
 		clear(batch)
 	}
 }
@@ -263,20 +248,25 @@ func (b *batcher) flushSlots(live []*call) {
 	b.active.Add(-1)
 	cancel()
 	for i, slot := range slots {
-		err := errs[i]
-		if err == nil && len(res[i]) != replyWidth*len(keys[i]) {
-			err = fmt.Errorf("redis store: script returned %d values for %d keys", len(res[i]), len(keys[i]))
+		deliver(bySlot[slot], len(keys[i]), res[i], errs[i])
+	}
+}
+
+// deliver hands each of calls its part of res, the replies of one script
+// call over n keys, or the call's error.
+func deliver(calls []*call, n int, res []int64, err error) {
+	if err == nil && len(res) != replyWidth*n {
+		err = fmt.Errorf("redis store: script returned %d values for %d keys", len(res), n)
+	}
+	off := 0
+	for _, c := range calls {
+		if err != nil {
+			c.err = err
+		} else {
+			w := replyWidth * len(c.keys)
+			c.res = res[off : off+w : off+w]
+			off += w
 		}
-		off := 0
-		for _, c := range bySlot[slot] {
-			if err != nil {
-				c.err = err
-			} else {
-				n := replyWidth * len(c.keys)
-				c.res = res[i][off : off+n : off+n]
-				off += n
-			}
-			c.finish()
-		}
+		c.finish()
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/internal/deadline"
 )
 
 // The concurrency script: one key, a sorted set of leases (see
@@ -23,10 +22,6 @@ var (
 	leaseScript    = rueidis.NewLuaScript(luaConcurrency)
 )
 
-// LeaseScriptSource returns the concurrency script, for tools that drive
-// it directly (its arguments are documented at its top).
-func LeaseScriptSource() string { return luaConcurrency }
-
 // Lease implements sluice.Store for concurrency limits: one script call
 // on the key's sorted set of leases, on the server's clock (TIME) unless
 // Options.Clock is set. On a Cluster the key is one slot like any other.
@@ -39,17 +34,14 @@ func (s *Store) Lease(ctx context.Context, op engine.Op, r sluice.Request, id en
 	p := r.Limit.Params()
 	key := s.prefix + r.Limit.StorageKey(r.Key)
 	args := []string{leaseOp(op), id.String(), strconv.FormatInt(p.Capacity/engine.TokenScale, 10), strconv.FormatInt(p.Period, 10), s.nowArg(), s.pad}
-	n := s.breakerOf(key)
-	if err := s.allow(n); err != nil {
-		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op.LeaseString(), key, err)
-	}
-	cctx, cancel := deadline.WithTimeout(ctx, s.timeout)
-	res, err := leaseScript.Exec(cctx, s.client, []string{key}, args).AsIntSlice()
-	cancel()
-	if err == nil && len(res) != 4 {
-		err = fmt.Errorf("script returned %d values, want 4", len(res))
-	}
-	s.done(ctx, n, err) // the caller's own cancellation says nothing of Redis
+	var res []int64
+	err := s.call(ctx, key, func(ctx context.Context) (err error) {
+		res, err = leaseScript.Exec(ctx, s.client, []string{key}, args).AsIntSlice()
+		if err == nil && len(res) != 4 {
+			err = fmt.Errorf("script returned %d values, want 4", len(res))
+		}
+		return err
+	})
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("redis %s %q: %w", op.LeaseString(), key, err)
 	}

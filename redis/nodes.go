@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/deadline"
 )
 
 // clusterSlots is the number of Redis Cluster hash slots.
@@ -90,12 +92,10 @@ func (ns *nodes) suspect() {
 	if l := ns.last.Load(); t-l < ns.gap || !ns.last.CompareAndSwap(l, t) || !ns.busy.CompareAndSwap(false, true) {
 		return
 	}
-	ns.wg.Add(1)
-	go func() {
-		defer ns.wg.Done()
+	ns.wg.Go(func() {
 		defer ns.busy.Store(false)
 		ns.refresh() // a failed read leaves the table as it was; the next failure retries
-	}()
+	})
 }
 
 // refresh reads the slot owners and installs them, keeping the breaker of
@@ -131,15 +131,7 @@ func (ns *nodes) refresh() error {
 			}
 		}
 	}
-	slices.SortFunc(t.primaries, func(a, b *node) int {
-		if a.addr < b.addr {
-			return -1
-		}
-		if a.addr > b.addr {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(t.primaries, func(a, b *node) int { return cmp.Compare(a.addr, b.addr) })
 	ns.table.Store(t)
 	for addr := range known {
 		if _, ok := groups[addr]; !ok {
@@ -230,6 +222,20 @@ func (s *Store) allow(n *node) error {
 	return fmt.Errorf("node %s: %w", n.addr, ErrBreakerOpen)
 }
 
+// call runs f, with the store's deadline, on the node serving key
+// through its breaker, and records its error there (see done).
+func (s *Store) call(ctx context.Context, key string, f func(ctx context.Context) error) error {
+	n := s.breakerOf(key)
+	if err := s.allow(n); err != nil {
+		return err
+	}
+	cctx, cancel := deadline.WithTimeout(ctx, s.timeout)
+	err := f(cctx)
+	cancel()
+	s.done(ctx, n, err)
+	return err
+}
+
 // done records a call to n that went through allow: err nil is a
 // success; an error counts against n unless ctx's own end (the caller gave
 // up) or a call that never left this process caused it.
@@ -276,9 +282,7 @@ func (s *Store) Ready(ctx context.Context) error {
 		if errs[i] = s.allow(n); errs[i] != nil {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, s.timeout)
 			err := c.Do(cctx, c.B().Ping().Build()).Error()
 			cancel()
@@ -287,7 +291,7 @@ func (s *Store) Ready(ctx context.Context) error {
 				err = fmt.Errorf("node %s: %w", n.addr, err)
 			}
 			errs[i] = err
-		}()
+		})
 	}
 	wg.Wait()
 	if slices.Contains(errs, nil) {

@@ -115,14 +115,19 @@ func (c *overLimit) put(key string, lim *sluice.Limit, gen uint64, cost, at, unt
 	sh.mu.Unlock()
 }
 
-// drop forgets key's entry, and keeps rejections decided before from
-// being put after (see put).
-func (c *overLimit) drop(key string) {
-	sh := c.shard(key)
-	sh.mu.Lock()
-	sh.gen++
-	delete(sh.m, key)
-	sh.mu.Unlock()
+// drop forgets the entries of keys, and keeps rejections decided before
+// from being put after (see put). A store without a cache has nil.
+func (c *overLimit) drop(keys ...string) {
+	if c == nil {
+		return
+	}
+	for _, key := range keys {
+		sh := c.shard(key)
+		sh.mu.Lock()
+		sh.gen++
+		delete(sh.m, key)
+		sh.mu.Unlock()
+	}
 }
 
 // clear forgets every entry, as if each had been dropped.

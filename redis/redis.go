@@ -233,9 +233,7 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("redis store: key prefix %q: braces would make a hash tag", opts.KeyPrefix)
 	}
 	obs := opts.Observer
-	if obs == nil {
-		obs = noObserver{}
-	}
+	obs = cmp.Or[Observer](obs, noObserver{})
 	s := &Store{
 		client:  client,
 		prefix:  opts.KeyPrefix,
@@ -446,7 +444,7 @@ func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluic
 	args := appendGroup(ka[1:1], 1, opOf(op), s.nowArg())
 	args = appendRequest(args, &r, s.wallNowFor(r.Limit))
 	res, err := s.run(ctx, ka[:1:1], args, true)
-	if op == engine.OpRefund && s.cache != nil {
+	if op == engine.OpRefund {
 		// The key has tokens again: a cached rejection would keep refusing
 		// them. Dropped even after an error, which may hide an applied
 		// refund; a needless drop only costs a round trip.
@@ -482,20 +480,13 @@ func (s *Store) Reset(ctx context.Context, l *sluice.Limit, key string) error {
 		return fmt.Errorf("redis reset %q: %w", key, sluice.ErrInvalidLimit)
 	}
 	k := s.prefix + l.StorageKey(key)
-	if s.cache != nil {
-		// Dropped again once the key is deleted, so that no rejection
-		// decided before the DEL is cached after it (see overLimit.put).
-		defer s.cache.drop(k)
-		s.cache.drop(k)
-	}
-	n := s.breakerOf(k)
-	if err := s.allow(n); err != nil {
-		return fmt.Errorf("redis reset %q: %w", k, err)
-	}
-	cctx, cancel := deadline.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	err := s.client.Do(cctx, s.client.B().Del().Key(k).Build()).Error()
-	s.done(ctx, n, err)
+	// Dropped again once the key is deleted, so that no rejection decided
+	// before the DEL is cached after it (see overLimit.put).
+	defer s.cache.drop(k)
+	s.cache.drop(k)
+	err := s.call(ctx, k, func(ctx context.Context) error {
+		return s.client.Do(ctx, s.client.B().Del().Key(k).Build()).Error()
+	})
 	if err != nil {
 		return fmt.Errorf("redis reset %q: %w", k, err)
 	}
@@ -526,12 +517,8 @@ func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, 
 		}
 		keys[i] = s.prefix + rs[i].Limit.StorageKey(rs[i].Key)
 	}
-	if op == engine.OpRefund && s.cache != nil {
-		defer func() {
-			for _, k := range keys {
-				s.cache.drop(k) // see Take
-			}
-		}()
+	if op == engine.OpRefund {
+		defer s.cache.drop(keys...) // see Take
 	}
 	if !s.cluster {
 		res, err := s.runGroup(ctx, rs, keys, allIndexes(len(rs)), opOf(op), s.nowArg())
@@ -560,14 +547,12 @@ func (s *Store) refundAllCluster(ctx context.Context, rs []sluice.Charged, keys 
 	now := s.nowArg()
 	var errs []error
 	for _, g := range s.slotGroups(keys) {
-		gres, err := s.runGroup(ctx, rs, keys, g.ix, opRefund, now)
-		if err != nil {
+		var err error
+		if g.res, err = s.runGroup(ctx, rs, keys, g.ix, opRefund, now); err != nil {
 			errs = append(errs, fmt.Errorf("slot %d: %w", g.slot, err))
 			continue
 		}
-		for j, i := range g.ix {
-			copy(res[replyWidth*i:replyWidth*(i+1)], gres[replyWidth*j:])
-		}
+		g.place(res)
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("redis refund all %q: %w", keys, errors.Join(errs...))
@@ -612,6 +597,14 @@ type slotGroup struct {
 	res  []int64
 }
 
+// place copies g's replies into res, which is in the order of the call's
+// requests.
+func (g *slotGroup) place(res []int64) {
+	for j, i := range g.ix {
+		copy(res[replyWidth*i:replyWidth*(i+1)], g.res[replyWidth*j:])
+	}
+}
+
 func (s *Store) slotGroups(keys []string) []*slotGroup {
 	var gs []*slotGroup
 	for i, k := range keys {
@@ -630,11 +623,6 @@ func (s *Store) slotGroups(keys []string) []*slotGroup {
 func (s *Store) takeAllCluster(ctx context.Context, op engine.Op, rs []sluice.Charged, keys []string) ([]sluice.Decision, error) {
 	gs := s.slotGroups(keys)
 	res := make([]int64, replyWidth*len(rs))
-	place := func(g *slotGroup) {
-		for j, i := range g.ix {
-			copy(res[replyWidth*i:replyWidth*(i+1)], g.res[replyWidth*j:])
-		}
-	}
 	now := s.nowArg()
 	if op == engine.OpPeek {
 		// Peeks change nothing, so the slots are asked at once (a sharded
@@ -642,18 +630,16 @@ func (s *Store) takeAllCluster(ctx context.Context, op engine.Op, rs []sluice.Ch
 		errs := make([]error, len(gs))
 		var wg sync.WaitGroup
 		for i, g := range gs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				g.res, errs[i] = s.runGroup(ctx, rs, keys, g.ix, opPeek, now)
-			}()
+			})
 		}
 		wg.Wait()
 		for i, g := range gs {
 			if errs[i] != nil {
 				return nil, fmt.Errorf("redis peek all %q: %w", keys, errs[i])
 			}
-			place(g)
+			g.place(res)
 		}
 		return s.decide(rs, res), nil
 	}
@@ -666,7 +652,7 @@ func (s *Store) takeAllCluster(ctx context.Context, op engine.Op, rs []sluice.Ch
 			rerr := s.rollback(ctx, rs, keys, gs[:n])
 			return nil, errors.Join(fmt.Errorf("redis take all %q: %w", keys, err), rerr)
 		}
-		place(g)
+		g.place(res)
 		if g.res[0] == 1 {
 			continue
 		}
@@ -682,7 +668,7 @@ func (s *Store) takeAllCluster(ctx context.Context, op engine.Op, rs []sluice.Ch
 			if g.res, err = s.runGroup(ctx, rs, keys, g.ix, opPeek, now); err != nil {
 				return nil, fmt.Errorf("redis take all %q: %w", keys, err)
 			}
-			place(g)
+			g.place(res)
 		}
 		ds := s.decide(rs, res)
 		for i := range ds {
@@ -730,11 +716,7 @@ func (s *Store) rollback(ctx context.Context, rs []sluice.Charged, keys []string
 			continue
 		}
 		// The tokens are back: no cache may keep rejecting these keys.
-		if s.cache != nil {
-			for _, k := range gk {
-				s.cache.drop(k)
-			}
-		}
+		s.cache.drop(gk...)
 		s.publishDrops(ctx, gk...)
 	}
 	return errors.Join(errs...)

@@ -140,29 +140,14 @@ func appendRequestExtra(args []string, r *sluice.Charged, extra string, now int6
 	b := buf[:0]
 	switch p.Algorithm {
 	case engine.FixedWindow:
-		b = append(b, "fw "...)
-		b = strconv.AppendInt(b, p.Capacity, 10)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, p.WindowRate, 10)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, p.Period, 10)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, p.Offset, 10)
+		b = appendInts(b, "fw", p.Capacity, p.WindowRate, p.Period, p.Offset)
 		if p.Offset < 0 && extra == "" {
 			extra = r.Key
 		}
 	case engine.SlidingLog:
-		b = append(b, "sl "...)
-		b = strconv.AppendInt(b, p.Capacity, 10)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, p.Period, 10)
+		b = appendInts(b, "sl", p.Capacity, p.Period)
 	default:
-		b = append(b, "tb "...)
-		b = strconv.AppendInt(b, p.Capacity, 10)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, p.RateNum, 10)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, p.RateDen, 10)
+		b = appendInts(b, "tb", p.Capacity, p.RateNum, p.RateDen)
 	}
 	n := len(b)
 	b = strconv.AppendInt(b, ch.Cost, 10)
@@ -198,19 +183,13 @@ func ScriptSource() string { return scriptSource }
 func appendWindow(args []string, r *sluice.Charged, now int64) []string {
 	ch := r.Charge
 	p := r.Limit.Params()
-	var b []byte
+	tag, period := "cw", p.Period
 	if p.Algorithm == engine.SlidingWindow {
-		b = append(b, "sw "...)
-	} else {
-		b = append(b, "cw "...)
+		tag = "sw"
 	}
-	b = strconv.AppendInt(b, p.Capacity, 10)
-	b = append(b, ' ')
 	var extra []byte
-	if p.Calendar == 0 {
-		b = strconv.AppendInt(b, p.Period, 10)
-	} else {
-		b = append(b, '0')
+	if p.Calendar != 0 {
+		period = 0
 		for i, v := range engine.Windows(p, now) {
 			if i > 0 {
 				extra = append(extra, ' ')
@@ -218,5 +197,15 @@ func appendWindow(args []string, r *sluice.Charged, now int64) []string {
 			extra = strconv.AppendInt(extra, v, 10)
 		}
 	}
+	b := appendInts(nil, tag, p.Capacity, period)
 	return append(args, string(b), strconv.FormatInt(ch.Cost, 10), string(extra))
+}
+
+// appendInts appends tag and each of vs after a space.
+func appendInts(b []byte, tag string, vs ...int64) []byte {
+	b = append(b, tag...)
+	for _, v := range vs {
+		b = strconv.AppendInt(append(b, ' '), v, 10)
+	}
+	return b
 }

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/url"
@@ -40,9 +41,7 @@ func Open(rawURL string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("redis store url %s: Options.TLSConfig needs a rediss:// URL", redact(rawURL))
 		}
 		cfg := opts.TLSConfig.Clone()
-		if cfg.ServerName == "" {
-			cfg.ServerName = co.TLSConfig.ServerName
-		}
+		cfg.ServerName = cmp.Or(cfg.ServerName, co.TLSConfig.ServerName)
 		co.TLSConfig = cfg
 	}
 	client, err := rueidis.NewClient(co)
@@ -156,9 +155,7 @@ func ParseURL(rawURL string) (rueidis.ClientOption, time.Duration, error) {
 	}
 	// Client-side caching is of no use to scripts that write on every call.
 	co.DisableCache = true
-	if co.Dialer.Timeout == 0 {
-		co.Dialer.Timeout = time.Second
-	}
+	co.Dialer.Timeout = cmp.Or(co.Dialer.Timeout, time.Second)
 	if co.ConnWriteTimeout == 0 {
 		// Also how long a silent connection (a dead primary) takes to be
 		// given up on.

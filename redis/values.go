@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-
-	"github.com/sluicehq/sluice/internal/deadline"
 )
 
 // Small values every process of a fleet shares besides bucket state: the
@@ -32,22 +30,20 @@ return 0
 // ok is false when there is none.
 func (s *Store) LoadValue(ctx context.Context, key string) (string, bool, error) {
 	k := s.prefix + key
-	n := s.breakerOf(k)
-	if err := s.allow(n); err != nil {
-		return "", false, fmt.Errorf("redis get %q: %w", k, err)
-	}
-	cctx, cancel := deadline.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	v, err := s.client.Do(cctx, s.client.B().Get().Key(k).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		s.done(ctx, n, nil)
-		return "", false, nil
-	}
-	s.done(ctx, n, err)
+	var v string
+	found := true
+	err := s.call(ctx, k, func(ctx context.Context) (err error) {
+		v, err = s.client.Do(ctx, s.client.B().Get().Key(k).Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			found = false
+			return nil
+		}
+		return err
+	})
 	if err != nil {
 		return "", false, fmt.Errorf("redis get %q: %w", k, err)
 	}
-	return v, true, nil
+	return v, found, nil
 }
 
 // CompareAndSwapValue stores value under key, to expire after ttl, if
@@ -57,15 +53,12 @@ func (s *Store) CompareAndSwapValue(ctx context.Context, key, old, value string,
 	if value == "" {
 		return false, errors.New("redis compare-and-swap: an empty value reads as no value")
 	}
-	nd := s.breakerOf(k)
-	if err := s.allow(nd); err != nil {
-		return false, fmt.Errorf("redis compare-and-swap %q: %w", k, err)
-	}
-	cctx, cancel := deadline.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	ms := strconv.FormatInt(max(1, ttl.Milliseconds()), 10)
-	n, err := casScript.Exec(cctx, s.client, []string{k}, []string{old, value, ms}).AsInt64()
-	s.done(ctx, nd, err)
+	var n int64
+	err := s.call(ctx, k, func(ctx context.Context) (err error) {
+		n, err = casScript.Exec(ctx, s.client, []string{k}, []string{old, value, ms}).AsInt64()
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("redis compare-and-swap %q: %w", k, err)
 	}

@@ -1,11 +1,14 @@
 package xds
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,9 +75,7 @@ type Status struct {
 // settings (the file's or the environment's: the listeners and the store
 // are bound at start and a snapshot cannot change them).
 func New(cfg Config, settings policy.Settings, log *slog.Logger) *Client {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
 	cfg = cfg.WithDefaults()
 	parse := func(source string, cfgs []*rlsconf.RateLimitConfig) (*policy.Policy, error) {
 		p, err := envoyrls.ParseReferenceResources(source, cfgs)
@@ -323,18 +324,12 @@ func snapshotSum(resp *discovery.DiscoveryResponse) [32]byte {
 		sums = append(sums, sha256.Sum256(b))
 	}
 	// Order-free: sum the sorted sums.
-	for i := 1; i < len(sums); i++ {
-		for j := i; j > 0 && string(sums[j][:]) < string(sums[j-1][:]); j-- {
-			sums[j], sums[j-1] = sums[j-1], sums[j]
-		}
-	}
+	slices.SortFunc(sums, func(a, b [32]byte) int { return bytes.Compare(a[:], b[:]) })
 	h := sha256.New()
 	for _, s := range sums {
 		h.Write(s[:])
 	}
-	var out [32]byte
-	copy(out[:], h.Sum(nil))
-	return out
+	return [32]byte(h.Sum(nil))
 }
 
 // apply compiles resp and, when it compiles, makes it the pending policy;

@@ -8,6 +8,7 @@ package xds
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -79,9 +80,7 @@ const DefaultMaxRecvBytes = 16 << 20
 // WithDefaults fills what c leaves unset with the reference server's
 // defaults.
 func (c Config) WithDefaults() Config {
-	if c.NodeID == "" {
-		c.NodeID = "default"
-	}
+	c.NodeID = cmp.Or(c.NodeID, "default")
 	if c.ConnectRetryInterval <= 0 {
 		c.ConnectRetryInterval = 3 * time.Second
 	}
@@ -91,9 +90,7 @@ func (c Config) WithDefaults() Config {
 	if c.Backoff.Max <= 0 {
 		c.Backoff.Max = 60 * time.Second
 	}
-	if c.Backoff.Max < c.Backoff.Initial {
-		c.Backoff.Max = c.Backoff.Initial
-	}
+	c.Backoff.Max = max(c.Backoff.Max, c.Backoff.Initial)
 	if c.MaxRecvBytes <= 0 {
 		c.MaxRecvBytes = DefaultMaxRecvBytes
 	}
@@ -160,9 +157,7 @@ func FromEnv(getenv func(string) string) (c Config, ok bool, err error) {
 		}
 	}
 	c.Server = getenv("CONFIG_GRPC_XDS_SERVER_URL")
-	if c.Server == "" {
-		c.Server = "localhost:18000" // the reference server's default
-	}
+	c.Server = cmp.Or(c.Server, "localhost:18000") // the reference server's default
 	c.NodeID = getenv("CONFIG_GRPC_XDS_NODE_ID")
 	c.NodeMetadata = pairs(getenv("CONFIG_GRPC_XDS_NODE_METADATA"), "=")
 	c.Headers = pairs(getenv("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"), ":")

@@ -256,33 +256,44 @@ func (l *Limiter) Store() Store { return l.store }
 
 // Take asks for r.Cost tokens and charges them if admitted.
 func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
+	// Inlined (keep it within the inlining budget), Take leaves d in the
+	// caller's frame, where takeInto writes it: a Decision returned from
+	// a call is written to the call's result area and copied out of it.
+	err = l.takeInto(ctx, &d, &r)
+	return d, err
+}
+
+// takeInto is Take, writing the Decision into d, a zero Decision, which
+// it leaves zero on an error.
+func (l *Limiter) takeInto(ctx context.Context, d *Decision, r *Request) error {
 	lim := r.Limit
 	if l.outcome == nil || lim == nil || lim.shards != nil || r.Key == "" {
-		return l.take(ctx, r)
+		var err error
+		*d, err = l.take(ctx, *r)
+		return err
 	}
 	var c Charged
 	if r.one() {
 		r.chargeOne(&c)
-	} else if c, err = r.Charged(engine.OpTake); err != nil {
-		return d, err
+	} else {
+		var err error
+		if c, err = r.Charged(engine.OpTake); err != nil {
+			return err
+		}
 	}
 	o, end, err := l.outcome.TakeOutcome(ctx, c, true)
 	if err != nil {
-		return d, err
+		return err
 	}
-	// The Decision is written where it is returned, not built in a
-	// temporary and copied (see OutcomeStore and decideInto). r is
-	// passed on by value, never by its address, so that it need not be
-	// kept in this frame's memory for the usual answer.
-	lim.decideInto(&d, o)
+	lim.decideInto(d, o)
 	switch {
 	case o.RetryAfter <= 0:
 	case end.IsZero() || l.clock != nil || !o.Allowed && lim.spec.Jitter > 0:
-		l.dateWait(ctx, &d, r, end)
+		l.dateWait(ctx, d, *r, end)
 	default: // dateWait's usual answer, without its call
 		d.RetryAt = end
 	}
-	return d, nil
+	return nil
 }
 
 // take is Take through Store.Take: for a store that is no OutcomeStore,

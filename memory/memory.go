@@ -314,7 +314,7 @@ func (s *Store) Supports(*sluice.Limit) error { return nil }
 // TakeOutcome implements sluice.OutcomeStore: Take answering in the
 // algorithm's integers, from which sluice.Limiter builds the Decision.
 func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (engine.Outcome, time.Time, error) {
-	o, now := s.decideOne(engine.OpTake, c, false)
+	o, now := s.decide(engine.OpTake, &c, false)
 	if !dated || o.RetryAfter <= 0 || s.clock != nil {
 		return o, time.Time{}, nil
 	}
@@ -328,10 +328,15 @@ func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (en
 // decided at, on the precise clock when precise is set. Its results fit
 // in registers, where a Decision would be returned through memory.
 func (s *Store) decideOne(op engine.Op, c sluice.Charged, precise bool) (engine.Outcome, int64) {
-	ch, key := c.Charge, c.Key
+	return s.decide(op, &c, precise)
+}
+
+// decide is decideOne of the Charged at c: a Charged is too large to
+// be kept in registers, so a function handed one by value stores it in
+// its frame, and a caller that holds one already (TakeOutcome) lends it.
+func (s *Store) decide(op engine.Op, c *sluice.Charged, precise bool) (engine.Outcome, int64) {
 	lim := c.Limit
 	p := lim.Params()
-	take := op == engine.OpTake
 	bucket := p.Algorithm == engine.TokenBucket || p.Algorithm == engine.LeakyBucket
 	var now int64
 	var early bool
@@ -342,14 +347,14 @@ func (s *Store) decideOne(op engine.Op, c sluice.Charged, precise bool) (engine.
 	}
 	// s.hashes, written out.
 	n := lim.NameID()
-	h, check := keyHashes(&s.hashKey, key)
+	h, check := keyHashes(&s.hashKey, c.Key)
 	if h ^= n * 0x9e3779b97f4a7c15; h == 0 {
 		h = 1
 	}
 	check += n
 	sh := &s.shards[h&s.mask]
 	if op == engine.OpRefund {
-		o, now := s.refund(sh, lim, key, ch, h, check)
+		o, now := s.refund(sh, lim, c.Key, c.Charge, h, check)
 		return o, now
 	}
 	if bucket {
@@ -367,12 +372,12 @@ func (s *Store) decideOne(op engine.Op, c sluice.Charged, precise bool) (engine.
 			st.Scaled, st.Stamp = atomic.LoadInt64(&e.tokens), atomic.LoadInt64(&e.stamp)
 		}
 		if plain {
-			next, o := engine.TakeTokenBucket(p, st, i >= 0, now, ch.Cost, ch.Reserve, ch.MaxReserved)
+			next, o := engine.TakeTokenBucket(p, st, i >= 0, now, c.Cost, c.Reserve, c.MaxReserved)
 			if seq&1 == 0 && sh.seq.Load() == seq {
 				switch {
-				case take && o.Allowed: // to be written, under the lock
+				case op == engine.OpTake && o.Allowed: // to be written, under the lock
 					at := attempt{seq: seq, valid: true, present: i >= 0, i: i, tokens: next.Scaled, stamp: next.Stamp, o: o, now: now, early: early}
-					o, now := s.decideLocked(sh, &at, lim, key, ch, h, check, take)
+					o, now := s.decideLocked(sh, &at, lim, c.Key, c.Charge, h, check, true)
 					return o, now
 				case o.Allowed || !early || o.RetryAfter > recheckWithin:
 					return o, now
@@ -382,11 +387,12 @@ func (s *Store) decideOne(op engine.Op, c sluice.Charged, precise bool) (engine.
 			}
 		}
 	}
+	take := op == engine.OpTake
 	var at attempt
-	if sh.decideUnlocked(&at, lim, key, ch, h, check, now, early, take) {
+	if sh.decideUnlocked(&at, lim, c.Key, c.Charge, h, check, now, early, take) {
 		return at.o, at.now
 	}
-	o, now := s.decideLocked(sh, &at, lim, key, ch, h, check, take)
+	o, now := s.decideLocked(sh, &at, lim, c.Key, c.Charge, h, check, take)
 	return o, now
 }
 

@@ -272,16 +272,21 @@ func (l *Limiter) takeInto(ctx context.Context, d *Decision, r *Request) error {
 		*d, err = l.take(ctx, *r)
 		return err
 	}
-	var c Charged
+	var o engine.Outcome
+	var end time.Time
+	var err error
 	if r.one() {
-		r.chargeOne(&c)
+		// chargeOne's Charged, every field given, so that it is built
+		// where the call reads it without being cleared first.
+		one := &lim.one
+		o, end, err = l.outcome.TakeOutcome(ctx, Charged{Limit: lim, Key: r.Key, Charge: engine.Charge{Cost: one.Cost, Reserve: one.Reserve && !r.NoReserve, MaxReserved: one.MaxReserved}, cost: 0, maxReserved: 0}, true)
 	} else {
-		var err error
-		if c, err = r.Charged(engine.OpTake); err != nil {
+		c, err := r.Charged(engine.OpTake)
+		if err != nil {
 			return err
 		}
+		o, end, err = l.outcome.TakeOutcome(ctx, c, true)
 	}
-	o, end, err := l.outcome.TakeOutcome(ctx, c, true)
 	if err != nil {
 		return err
 	}

@@ -313,8 +313,53 @@ func (s *Store) Supports(*sluice.Limit) error { return nil }
 
 // TakeOutcome implements sluice.OutcomeStore: Take answering in the
 // algorithm's integers, from which sluice.Limiter builds the Decision.
+// Its usual case, a token or leaky bucket on the coarse clock, is
+// decide's hot path written out once more, so that the Limiter's call
+// reaches the arithmetic through no frame but this one; every other case
+// is decide's, and what the hot path does not settle is decideRest's, as
+// in decide.
 func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (engine.Outcome, time.Time, error) {
-	o, now := s.decide(engine.OpTake, &c, false)
+	var o engine.Outcome
+	var now int64
+	lim := c.Limit
+	p := lim.Params()
+	if w := coarse.word.Load(); (p.Algorithm != engine.TokenBucket && p.Algorithm != engine.LeakyBucket) || w&coarseFlags != 0 || s.clock != nil || s.precise {
+		o, now = s.decide(engine.OpTake, &c, false)
+	} else {
+		now = w >> coarseShift
+		// s.hashes, written out.
+		n := lim.NameID()
+		h, check := keyHashes(&s.hashKey, c.Key)
+		if h ^= n * 0x9e3779b97f4a7c15; h == 0 {
+			h = 1
+		}
+		check += n
+		sh := &s.shards[h&s.mask]
+		seq := sh.seq.Load()
+		entries := *sh.view.Load()
+		i := find(entries, h, check)
+		var st engine.BucketState
+		plain := true
+		if i >= 0 {
+			e := &entries[i]
+			plain = atomic.LoadUint64(&e.shape) == shapeOf(p)
+			st.Scaled, st.Stamp = atomic.LoadInt64(&e.tokens), atomic.LoadInt64(&e.stamp)
+		}
+		var next engine.BucketState
+		if plain {
+			next, o = engine.TakeTokenBucket(p, st, i >= 0, now, c.Cost, c.Reserve, c.MaxReserved)
+		}
+		switch {
+		case !plain || seq&1 != 0 || sh.seq.Load() != seq:
+			o, now = s.decideRest(sh, &c, h, check, now, true, true)
+		case o.Allowed: // to be written, under the lock
+			at := attempt{seq: seq, valid: true, present: i >= 0, i: i, tokens: next.Scaled, stamp: next.Stamp, o: o, now: now, early: true}
+			o, now = s.decideLocked(sh, &at, lim, c.Key, c.Charge, h, check, true)
+		case o.RetryAfter <= recheckWithin:
+			// Near the boundary the precise clock decides (see clock.go).
+			o, now = s.decideRest(sh, &c, h, check, preciseNow(), false, true)
+		}
+	}
 	if !dated || o.RetryAfter <= 0 || s.clock != nil {
 		return o, time.Time{}, nil
 	}
@@ -387,12 +432,19 @@ func (s *Store) decide(op engine.Op, c *sluice.Charged, precise bool) (engine.Ou
 			}
 		}
 	}
-	take := op == engine.OpTake
+	o, now := s.decideRest(sh, c, h, check, now, early, op == engine.OpTake)
+	return o, now
+}
+
+// decideRest is decide for the key (h, check) of sh at now after its hot
+// path: the decision without the lock (decideUnlocked), and under it
+// when that does not stand.
+func (s *Store) decideRest(sh *shard, c *sluice.Charged, h, check uint64, now int64, early, take bool) (engine.Outcome, int64) {
 	var at attempt
-	if sh.decideUnlocked(&at, lim, c.Key, c.Charge, h, check, now, early, take) {
+	if sh.decideUnlocked(&at, c.Limit, c.Key, c.Charge, h, check, now, early, take) {
 		return at.o, at.now
 	}
-	o, now := s.decideLocked(sh, &at, lim, c.Key, c.Charge, h, check, take)
+	o, now := s.decideLocked(sh, &at, c.Limit, c.Key, c.Charge, h, check, take)
 	return o, now
 }
 

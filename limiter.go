@@ -333,24 +333,24 @@ func (l *Limiter) dateWait(ctx context.Context, d *Decision, r Request, end time
 // Allow is Take for one token of lim under key, reporting only whether it
 // was admitted. Errors count as not admitted.
 func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
-	r := Request{Limit: lim, Key: key, Cost: 1}
 	if key == "" {
 		return false
 	}
 	if l.outcome != nil && lim != nil && lim.shards == nil {
-		var c Charged
-		if lim.plain { // one token, no reservation of its own
-			r.chargeOne(&c)
-		} else {
-			var err error
-			if c, err = r.Charged(engine.OpTake); err != nil {
-				return false
-			}
+		if lim.plain {
+			// chargeOne's Charged of a request with no NoReserve, built
+			// as takeInto builds it.
+			o, _, err := l.outcome.TakeOutcome(ctx, Charged{Limit: lim, Key: key, Charge: lim.one, cost: 0, maxReserved: 0}, false)
+			return err == nil && o.Allowed
+		}
+		c, err := Request{Limit: lim, Key: key, Cost: 1}.Charged(engine.OpTake)
+		if err != nil {
+			return false
 		}
 		o, _, err := l.outcome.TakeOutcome(ctx, c, false)
 		return err == nil && o.Allowed
 	}
-	d, err := l.one(ctx, engine.OpTake, r)
+	d, err := l.one(ctx, engine.OpTake, Request{Limit: lim, Key: key, Cost: 1})
 	return err == nil && d.Allowed
 }
 

@@ -353,7 +353,11 @@ func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (en
 		case !plain || seq&1 != 0 || sh.seq.Load() != seq:
 			o, now = s.decideRest(sh, &c, h, check, now, true, true)
 		case o.Allowed: // to be written, under the lock
-			at := attempt{seq: seq, valid: true, present: i >= 0, i: i, tokens: next.Scaled, stamp: next.Stamp, o: o, now: now, early: true}
+			// Field by field: a literal of the attempt is copied from a
+			// zero one in static memory before its fields are written.
+			var at attempt
+			at.seq, at.valid, at.present, at.i = seq, true, i >= 0, i
+			at.tokens, at.stamp, at.o, at.now, at.early = next.Scaled, next.Stamp, o, now, true
 			o, now = s.decideLocked(sh, &at, lim, c.Key, c.Charge, h, check, true)
 		case o.RetryAfter <= recheckWithin:
 			// Near the boundary the precise clock decides (see clock.go).

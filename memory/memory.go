@@ -654,7 +654,6 @@ func (s *Store) reclaim(now int64, need, id int, keep []work) bool {
 // an insert uses the key room reserved.
 func (sh *shard) store(i int, h, check uint64, st *engine.State, o engine.Outcome, p *engine.Params, now int64) {
 	sh.seq.Add(1) // odd: lock-free readers retry under the lock
-	defer sh.seq.Add(1)
 	if i < 0 {
 		n := len(sh.t.entries)
 		i = sh.t.insert(h, check, sh.max)
@@ -684,6 +683,9 @@ func (sh *shard) store(i int, h, check uint64, st *engine.State, o engine.Outcom
 		delete(sh.logs, [2]uint64{h, check}) // the limit was a sliding log before
 	}
 	sh.storeLeases(h, check, p, st.Leases)
+	// Even again, at the end rather than deferred: a panic here leaves
+	// the shard's mutex held, which no even sequence would undo.
+	sh.seq.Add(1)
 }
 
 func (sh *shard) remove(i int) {

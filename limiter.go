@@ -256,33 +256,49 @@ func (l *Limiter) Store() Store { return l.store }
 
 // Take asks for r.Cost tokens and charges them if admitted.
 func (l *Limiter) Take(ctx context.Context, r Request) (d Decision, err error) {
+	// Inlined (keep it within the inlining budget), Take leaves d in the
+	// caller's frame, where takeInto writes it: a Decision returned from
+	// a call is written to the call's result area and copied out of it.
+	err = l.takeInto(ctx, &d, &r)
+	return d, err
+}
+
+// takeInto is Take, writing the Decision into d, a zero Decision, which
+// it leaves zero on an error.
+func (l *Limiter) takeInto(ctx context.Context, d *Decision, r *Request) error {
 	lim := r.Limit
 	if l.outcome == nil || lim == nil || lim.shards != nil || r.Key == "" {
-		return l.take(ctx, r)
+		var err error
+		*d, err = l.take(ctx, *r)
+		return err
 	}
-	var c Charged
+	var o engine.Outcome
+	var end time.Time
+	var err error
 	if r.one() {
-		r.chargeOne(&c)
-	} else if c, err = r.Charged(engine.OpTake); err != nil {
-		return d, err
+		// chargeOne's Charged, every field given, so that it is built
+		// where the call reads it without being cleared first.
+		one := &lim.one
+		o, end, err = l.outcome.TakeOutcome(ctx, Charged{Limit: lim, Key: r.Key, Charge: engine.Charge{Cost: one.Cost, Reserve: one.Reserve && !r.NoReserve, MaxReserved: one.MaxReserved}, cost: 0, maxReserved: 0}, true)
+	} else {
+		c, err := r.Charged(engine.OpTake)
+		if err != nil {
+			return err
+		}
+		o, end, err = l.outcome.TakeOutcome(ctx, c, true)
 	}
-	o, end, err := l.outcome.TakeOutcome(ctx, c, true)
 	if err != nil {
-		return d, err
+		return err
 	}
-	// The Decision is written where it is returned, not built in a
-	// temporary and copied (see OutcomeStore and decideInto). r is
-	// passed on by value, never by its address, so that it need not be
-	// kept in this frame's memory for the usual answer.
-	lim.decideInto(&d, o)
+	lim.decideInto(d, o)
 	switch {
 	case o.RetryAfter <= 0:
 	case end.IsZero() || l.clock != nil || !o.Allowed && lim.spec.Jitter > 0:
-		l.dateWait(ctx, &d, r, end)
+		l.dateWait(ctx, d, *r, end)
 	default: // dateWait's usual answer, without its call
 		d.RetryAt = end
 	}
-	return d, nil
+	return nil
 }
 
 // take is Take through Store.Take: for a store that is no OutcomeStore,
@@ -317,24 +333,24 @@ func (l *Limiter) dateWait(ctx context.Context, d *Decision, r Request, end time
 // Allow is Take for one token of lim under key, reporting only whether it
 // was admitted. Errors count as not admitted.
 func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
-	r := Request{Limit: lim, Key: key, Cost: 1}
 	if key == "" {
 		return false
 	}
 	if l.outcome != nil && lim != nil && lim.shards == nil {
-		var c Charged
-		if lim.plain { // one token, no reservation of its own
-			r.chargeOne(&c)
-		} else {
-			var err error
-			if c, err = r.Charged(engine.OpTake); err != nil {
-				return false
-			}
+		if lim.plain {
+			// chargeOne's Charged of a request with no NoReserve, built
+			// as takeInto builds it.
+			o, _, err := l.outcome.TakeOutcome(ctx, Charged{Limit: lim, Key: key, Charge: lim.one, cost: 0, maxReserved: 0}, false)
+			return err == nil && o.Allowed
+		}
+		c, err := Request{Limit: lim, Key: key, Cost: 1}.Charged(engine.OpTake)
+		if err != nil {
+			return false
 		}
 		o, _, err := l.outcome.TakeOutcome(ctx, c, false)
 		return err == nil && o.Allowed
 	}
-	d, err := l.one(ctx, engine.OpTake, r)
+	d, err := l.one(ctx, engine.OpTake, Request{Limit: lim, Key: key, Cost: 1})
 	return err == nil && d.Allowed
 }
 

@@ -313,8 +313,57 @@ func (s *Store) Supports(*sluice.Limit) error { return nil }
 
 // TakeOutcome implements sluice.OutcomeStore: Take answering in the
 // algorithm's integers, from which sluice.Limiter builds the Decision.
+// Its usual case, a token or leaky bucket on the coarse clock, is
+// decide's hot path written out once more, so that the Limiter's call
+// reaches the arithmetic through no frame but this one; every other case
+// is decide's, and what the hot path does not settle is decideRest's, as
+// in decide.
 func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (engine.Outcome, time.Time, error) {
-	o, now := s.decideOne(engine.OpTake, c, false)
+	var o engine.Outcome
+	var now int64
+	lim := c.Limit
+	p := lim.Params()
+	if w := coarse.word.Load(); (p.Algorithm != engine.TokenBucket && p.Algorithm != engine.LeakyBucket) || w&coarseFlags != 0 || s.clock != nil || s.precise {
+		o, now = s.decide(engine.OpTake, &c, false)
+	} else {
+		now = w >> coarseShift
+		// s.hashes, written out.
+		n := lim.NameID()
+		h, check := keyHashes(&s.hashKey, c.Key)
+		if h ^= n * 0x9e3779b97f4a7c15; h == 0 {
+			h = 1
+		}
+		check += n
+		sh := &s.shards[h&s.mask]
+		seq := sh.seq.Load()
+		entries := *sh.view.Load()
+		i := find(entries, h, check)
+		var st engine.BucketState
+		plain := true
+		if i >= 0 {
+			e := &entries[i]
+			plain = atomic.LoadUint64(&e.shape) == shapeOf(p)
+			st.Scaled, st.Stamp = atomic.LoadInt64(&e.tokens), atomic.LoadInt64(&e.stamp)
+		}
+		var next engine.BucketState
+		if plain {
+			next, o = engine.TakeTokenBucket(p, st, i >= 0, now, c.Cost, c.Reserve, c.MaxReserved)
+		}
+		switch {
+		case !plain || seq&1 != 0 || sh.seq.Load() != seq:
+			o, now = s.decideRest(sh, &c, h, check, now, true, true)
+		case o.Allowed: // to be written, under the lock
+			// Field by field: a literal of the attempt is copied from a
+			// zero one in static memory before its fields are written.
+			var at attempt
+			at.seq, at.valid, at.present, at.i = seq, true, i >= 0, i
+			at.tokens, at.stamp, at.o, at.now, at.early = next.Scaled, next.Stamp, o, now, true
+			o, now = s.decideLocked(sh, &at, lim, c.Key, c.Charge, h, check, true)
+		case o.RetryAfter <= recheckWithin:
+			// Near the boundary the precise clock decides (see clock.go).
+			o, now = s.decideRest(sh, &c, h, check, preciseNow(), false, true)
+		}
+	}
 	if !dated || o.RetryAfter <= 0 || s.clock != nil {
 		return o, time.Time{}, nil
 	}
@@ -328,10 +377,15 @@ func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (en
 // decided at, on the precise clock when precise is set. Its results fit
 // in registers, where a Decision would be returned through memory.
 func (s *Store) decideOne(op engine.Op, c sluice.Charged, precise bool) (engine.Outcome, int64) {
-	ch, key := c.Charge, c.Key
+	return s.decide(op, &c, precise)
+}
+
+// decide is decideOne of the Charged at c: a Charged is too large to
+// be kept in registers, so a function handed one by value stores it in
+// its frame, and a caller that holds one already (TakeOutcome) lends it.
+func (s *Store) decide(op engine.Op, c *sluice.Charged, precise bool) (engine.Outcome, int64) {
 	lim := c.Limit
 	p := lim.Params()
-	take := op == engine.OpTake
 	bucket := p.Algorithm == engine.TokenBucket || p.Algorithm == engine.LeakyBucket
 	var now int64
 	var early bool
@@ -342,14 +396,14 @@ func (s *Store) decideOne(op engine.Op, c sluice.Charged, precise bool) (engine.
 	}
 	// s.hashes, written out.
 	n := lim.NameID()
-	h, check := keyHashes(&s.hashKey, key)
+	h, check := keyHashes(&s.hashKey, c.Key)
 	if h ^= n * 0x9e3779b97f4a7c15; h == 0 {
 		h = 1
 	}
 	check += n
 	sh := &s.shards[h&s.mask]
 	if op == engine.OpRefund {
-		o, now := s.refund(sh, lim, key, ch, h, check)
+		o, now := s.refund(sh, lim, c.Key, c.Charge, h, check)
 		return o, now
 	}
 	if bucket {
@@ -367,12 +421,12 @@ func (s *Store) decideOne(op engine.Op, c sluice.Charged, precise bool) (engine.
 			st.Scaled, st.Stamp = atomic.LoadInt64(&e.tokens), atomic.LoadInt64(&e.stamp)
 		}
 		if plain {
-			next, o := engine.TakeTokenBucket(p, st, i >= 0, now, ch.Cost, ch.Reserve, ch.MaxReserved)
+			next, o := engine.TakeTokenBucket(p, st, i >= 0, now, c.Cost, c.Reserve, c.MaxReserved)
 			if seq&1 == 0 && sh.seq.Load() == seq {
 				switch {
-				case take && o.Allowed: // to be written, under the lock
+				case op == engine.OpTake && o.Allowed: // to be written, under the lock
 					at := attempt{seq: seq, valid: true, present: i >= 0, i: i, tokens: next.Scaled, stamp: next.Stamp, o: o, now: now, early: early}
-					o, now := s.decideLocked(sh, &at, lim, key, ch, h, check, take)
+					o, now := s.decideLocked(sh, &at, lim, c.Key, c.Charge, h, check, true)
 					return o, now
 				case o.Allowed || !early || o.RetryAfter > recheckWithin:
 					return o, now
@@ -382,11 +436,19 @@ func (s *Store) decideOne(op engine.Op, c sluice.Charged, precise bool) (engine.
 			}
 		}
 	}
+	o, now := s.decideRest(sh, c, h, check, now, early, op == engine.OpTake)
+	return o, now
+}
+
+// decideRest is decide for the key (h, check) of sh at now after its hot
+// path: the decision without the lock (decideUnlocked), and under it
+// when that does not stand.
+func (s *Store) decideRest(sh *shard, c *sluice.Charged, h, check uint64, now int64, early, take bool) (engine.Outcome, int64) {
 	var at attempt
-	if sh.decideUnlocked(&at, lim, key, ch, h, check, now, early, take) {
+	if sh.decideUnlocked(&at, c.Limit, c.Key, c.Charge, h, check, now, early, take) {
 		return at.o, at.now
 	}
-	o, now := s.decideLocked(sh, &at, lim, key, ch, h, check, take)
+	o, now := s.decideLocked(sh, &at, c.Limit, c.Key, c.Charge, h, check, take)
 	return o, now
 }
 
@@ -592,7 +654,6 @@ func (s *Store) reclaim(now int64, need, id int, keep []work) bool {
 // an insert uses the key room reserved.
 func (sh *shard) store(i int, h, check uint64, st *engine.State, o engine.Outcome, p *engine.Params, now int64) {
 	sh.seq.Add(1) // odd: lock-free readers retry under the lock
-	defer sh.seq.Add(1)
 	if i < 0 {
 		n := len(sh.t.entries)
 		i = sh.t.insert(h, check, sh.max)
@@ -622,6 +683,9 @@ func (sh *shard) store(i int, h, check uint64, st *engine.State, o engine.Outcom
 		delete(sh.logs, [2]uint64{h, check}) // the limit was a sliding log before
 	}
 	sh.storeLeases(h, check, p, st.Leases)
+	// Even again, at the end rather than deferred: a panic here leaves
+	// the shard's mutex held, which no even sequence would undo.
+	sh.seq.Add(1)
 }
 
 func (sh *shard) remove(i int) {

@@ -21,7 +21,7 @@ import (
 // first, filtered by user or IP.
 func testViolationsCommand(t *testing.T, u string) {
 	ctx := context.Background()
-	store, closeStore, err := openStore(ctx, withParams(u, "sluice_migrate=true&sluice_violations=true&sluice_housekeeping=0"), nil)
+	store, closeStore, err := openStore(ctx, withParams(u, "sluice_migrate=true&sluice_violations=true&sluice_housekeeping=0&sluice_timeout=1m"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,10 @@ package bench
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -64,6 +67,29 @@ func BareServer(h http.Handler) *http.Server {
 	srv := httpgate.APIServer(h, serverconf.DefaultServerLimits, nil)
 	srv.ConnState, srv.ConnContext = nil, nil
 	return srv
+}
+
+// BareProxy is the floor of sluice's reverse proxy door: a Go reverse
+// proxy to upstream that decides nothing, with the transport settings and
+// the forwarding headers of sluice's own (httpgate's proxy), so that the
+// difference is the door's work, not the connection pooling's.
+func BareProxy(upstream *url.URL) http.Handler {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.SetXForwarded()
+		},
+		Transport:     tr,
+		FlushInterval: -1,
+	}
 }
 
 // GRPCPolicy is the front-door policy of the Envoy rate limit service:

@@ -7,6 +7,7 @@
 //
 //	frontdoor bare -listen 127.0.0.1:18490   # net/http answering /v1/auth and /v1/take as sluice does
 //	frontdoor noop -listen 127.0.0.1:18491   # a RateLimitService answering OK, on sluice's gRPC server options
+//	frontdoor bareproxy -listen 127.0.0.1:18493 -upstream http://127.0.0.1:18490   # a Go reverse proxy deciding nothing
 //	frontdoor load -door auth -addr 127.0.0.1:18490 -pid PID -conns 64 -duration 10s [-rate 20000]
 //	frontdoor pair -door auth -floor 127.0.0.1:18490 -floor-pid PID -addr 127.0.0.1:18492 -pid PID -slice 250ms -pairs 40
 //	frontdoor medians -door auth -- 0.8 -0.1 0.6 ...   # the extras of pair runs on servers started afresh for each
@@ -37,6 +38,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -61,10 +63,11 @@ import (
 func main() {
 	log.SetFlags(0)
 	if len(os.Args) < 2 {
-		log.Fatal("usage: frontdoor bare|noop|load|pair|medians [flags]")
+		log.Fatal("usage: frontdoor bare|noop|bareproxy|load|pair|medians [flags]")
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
-	listen := fs.String("listen", "127.0.0.1:0", "address to serve on (bare, noop)")
+	listen := fs.String("listen", "127.0.0.1:0", "address to serve on (bare, noop, bareproxy)")
+	upstream := fs.String("upstream", "", "where bareproxy sends every request")
 	door := fs.String("door", "auth", "what load drives: auth (GET /v1/auth), take (POST /v1/take) or grpc (ShouldRateLimit)")
 	addr := fs.String("addr", "", "server to drive (load)")
 	pid := fs.Int("pid", 0, "the server's process, whose CPU load reports (load)")
@@ -88,7 +91,7 @@ func main() {
 			os.Exit(0)
 		}()
 	}
-	if os.Args[1] == "bare" || os.Args[1] == "noop" {
+	if os.Args[1] == "bare" || os.Args[1] == "noop" || os.Args[1] == "bareproxy" {
 		// The floors collect garbage as sluice serve does, so that the
 		// difference is the door's own work.
 		defer gcgoal.Start(gcgoal.ServeFloor, time.Second)()
@@ -120,6 +123,13 @@ func main() {
 			bench.BareAuth(w, r)
 		}))
 		log.Fatal(srv.Serve(ln))
+	case "bareproxy":
+		up, err := url.Parse(*upstream)
+		if err != nil || up.Host == "" {
+			log.Fatalf("bareproxy: -upstream %q is not a URL with a host", *upstream)
+		}
+		ln := mustListen(*listen)
+		log.Fatal(bench.BareServer(bench.BareProxy(up)).Serve(ln))
 	case "noop":
 		ln := mustListen(*listen)
 		pol, err := policy.Parse("frontdoor", []byte(bench.GRPCPolicy))

@@ -571,7 +571,7 @@ func (sw *settleWriter) finish(aborted bool) {
 		case policy.SettleBody:
 			switch {
 			case sw.sse != nil:
-				sw.actuals[i], sw.found[i] = sw.sse.value(k)
+				sw.actuals[i], sw.found[i] = sw.sse.vals[k], sw.sse.found[k]
 				sw.whole[i] = sw.sse.done
 			case body != nil:
 				// A JSON document that parses was read to its end.
@@ -652,8 +652,6 @@ type sseReader struct {
 func newSSEReader(paths []*policy.SettleFrom) *sseReader {
 	return &sseReader{paths: paths, vals: make([]float64, len(paths)), found: make([]bool, len(paths))}
 }
-
-func (s *sseReader) value(i int) (float64, bool) { return s.vals[i], s.found[i] }
 
 // Write reads b, a piece of the stream.
 func (s *sseReader) Write(b []byte) {

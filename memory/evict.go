@@ -185,17 +185,23 @@ func (sh *shard) head(keep []work) (j, i int) {
 	return -1, -1
 }
 
-// evictFull removes the full entry of the shard (fullAt <= now) that the
-// index finds first, kept ones aside, and reports whether there was one.
-// One eviction per insert, from the inserting shard when it can, keeps
-// the shards' tables near their share of the keys.
-func (sh *shard) evictFull(now int64, keep []work) bool {
+// evict removes the entry of the shard that the index finds first, kept
+// ones aside, and reports whether there was one. Without partial that is
+// a full entry (fullAt <= now) or none; with it, for a caller that found
+// no full entry anywhere, the entry that becomes full soonest. One
+// eviction per insert, from the inserting shard when it can, keeps the
+// shards' tables near their share of the keys.
+func (sh *shard) evict(now int64, keep []work, partial bool) bool {
 	sh.seq.Add(1) // odd: lock-free readers retry under the lock
 	defer sh.seq.Add(1)
 	defer sh.publish()
+	if partial {
+		now = math.MaxInt64 // any entry will do
+	}
 	j, i := sh.head(keep)
-	if (j < 0 || sh.cand[j].fullAt > now) && sh.floor <= now {
-		// An entry without a record may be full: rebuild the index.
+	if (j < 0 || sh.cand[j].fullAt > now) && sh.floor <= now && (!partial || sh.t.count > 0) {
+		// An entry without a record may be full, or the index ran dry:
+		// rebuild it.
 		sh.sweep()
 		j, i = sh.head(keep)
 	}
@@ -206,28 +212,11 @@ func (sh *shard) evictFull(now int64, keep []work) bool {
 	}
 	sh.drop(j)
 	sh.remove(i)
-	sh.evictions.full.Add(1)
-	return true
-}
-
-// evictPartial removes the entry that becomes full soonest, kept ones
-// aside, for a caller that found no full entry anywhere; false if the
-// shard has none to remove.
-func (sh *shard) evictPartial(keep []work) bool {
-	sh.seq.Add(1)
-	defer sh.seq.Add(1)
-	defer sh.publish()
-	j, i := sh.head(keep)
-	if j < 0 && sh.t.count > 0 {
-		sh.sweep() // the index ran dry: rebuild it
-		j, i = sh.head(keep)
+	if partial {
+		sh.evictions.partial.Add(1)
+	} else {
+		sh.evictions.full.Add(1)
 	}
-	if j < 0 {
-		return false
-	}
-	sh.drop(j)
-	sh.remove(i)
-	sh.evictions.partial.Add(1)
 	return true
 }
 

@@ -553,35 +553,30 @@ func (s *Store) roomKeep(sh *shard, now int64, held []int, keep []work, force bo
 			}
 			continue
 		}
-		if sh.evictFull(now, keep) {
-			continue
-		}
-		freed := false
-		for _, id := range held {
-			if o := &s.shards[id]; o != sh && o.evictFull(now, keep) {
-				freed = true
-				break
-			}
-		}
-		if freed {
+		if s.evictHeld(sh, now, held, keep, false) {
 			continue
 		}
 		if s.fullElsewhere(now, sh.id, held) {
 			return roomFull
 		}
-		if sh.evictPartial(keep) {
-			continue
-		}
-		for _, id := range held {
-			if o := &s.shards[id]; o != sh && o.evictPartial(keep) {
-				freed = true
-				break
-			}
-		}
-		if !freed {
+		if !s.evictHeld(sh, now, held, keep, true) {
 			return roomElsewhere
 		}
 	}
+}
+
+// evictHeld evicts a key (see shard.evict) of sh or, failing that, of
+// another shard of held.
+func (s *Store) evictHeld(sh *shard, now int64, held []int, keep []work, partial bool) bool {
+	if sh.evict(now, keep, partial) {
+		return true
+	}
+	for _, id := range held {
+		if o := &s.shards[id]; o != sh && o.evict(now, keep, partial) {
+			return true
+		}
+	}
+	return false
 }
 
 // fullElsewhere reports whether a shard other than id and held may hold a
@@ -619,7 +614,7 @@ func (s *Store) reclaim(now int64, need, id int, keep []work) bool {
 		}
 		o := &s.shards[j]
 		o.mu.Lock()
-		freed := o.evictFull(now, keep)
+		freed := o.evict(now, keep, false)
 		o.mu.Unlock()
 		if freed {
 			return true
@@ -642,7 +637,7 @@ func (s *Store) reclaim(now int64, need, id int, keep []work) bool {
 		tried[best] = true
 		o := &s.shards[best]
 		o.mu.Lock()
-		freed := o.evictFull(now, keep) || o.evictPartial(keep)
+		freed := o.evict(now, keep, false) || o.evict(now, keep, true)
 		o.mu.Unlock()
 		if freed {
 			return true

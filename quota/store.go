@@ -105,13 +105,18 @@ func (s *Store) Configure(set map[*sluice.Limit]Settings) error {
 func (s *Store) Close(ctx context.Context) error {
 	s.cfg.Lock()
 	defer s.cfg.Unlock()
-	old := s.rules.Swap(nil)
-	if old == nil {
+	return eachRule(ctx, s.rules.Swap(nil), s.closeRule)
+}
+
+// eachRule calls f on every rule of rules (none when nil), reporting the
+// first failure.
+func eachRule(ctx context.Context, rules *map[*sluice.Limit]*rule, f func(context.Context, *rule) error) error {
+	if rules == nil {
 		return nil
 	}
 	var first error
-	for _, ru := range *old {
-		if err := s.closeRule(ctx, ru); err != nil && first == nil {
+	for _, ru := range *rules {
+		if err := f(ctx, ru); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -139,17 +144,7 @@ func (s *Store) closeRule(ctx context.Context, ru *rule) error {
 // unused tokens, and forgets the keys idle for two terms. sluice serve
 // calls it periodically; requests end their own key's slice too.
 func (s *Store) Sweep(ctx context.Context) error {
-	rules := s.rules.Load()
-	if rules == nil {
-		return nil
-	}
-	var first error
-	for _, ru := range *rules {
-		if err := s.sweepRule(ctx, ru); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
+	return eachRule(ctx, s.rules.Load(), s.sweepRule)
 }
 
 func (s *Store) sweepRule(ctx context.Context, ru *rule) error {

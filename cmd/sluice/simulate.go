@@ -468,21 +468,20 @@ func writeOutput(name string, stdout io.Writer, write func(io.Writer) error) err
 		return write(stdout)
 	}
 	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
+	if err == nil {
+		defer os.Remove(f.Name())
+		err = write(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Chmod(f.Name(), 0o644)
+		}
+		if err == nil {
+			err = os.Rename(f.Name(), name)
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	defer os.Remove(f.Name())
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := os.Rename(f.Name(), name); err != nil {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
 	return nil
@@ -490,13 +489,14 @@ func writeOutput(name string, stdout io.Writer, write func(io.Writer) error) err
 
 // describeLimit says what a limit allows, in the terms of the config.
 func describeLimit(l *sluice.Limit) string {
+	d := describeAlgorithm(l)
 	if n := l.Shards(); n > 1 {
-		return fmt.Sprintf("%s, in %d shards of which each request reads two", describeUnsharded(l), n)
+		d = fmt.Sprintf("%s, in %d shards of which each request reads two", d, n)
 	}
-	return describeUnsharded(l)
+	return d
 }
 
-func describeUnsharded(l *sluice.Limit) string {
+func describeAlgorithm(l *sluice.Limit) string {
 	p := l.Params()
 	capacity := strconv.FormatFloat(l.Capacity(), 'f', -1, 64)
 	per := shortDuration(engine.Duration(p.Period))
@@ -520,24 +520,18 @@ func describeUnsharded(l *sluice.Limit) string {
 // names the decision API takes (policy.FindLimit): a file in the
 // reference server's format has no rules of its own, and its limits go
 // by their rule names or the file's own names for them.
-func pickLimit(p *policy.Policy, name string) (*sluice.Limit, error) {
-	lim, err := pickAnyLimit(p, name)
+func pickLimit(p *policy.Policy, name string) (lim *sluice.Limit, err error) {
+	if name != "" {
+		_, lim, err = p.FindLimit(name)
+	} else if all := p.NamedLimits(); len(all) == 1 {
+		lim = all[0]
+	} else {
+		return nil, fmt.Errorf("the policy has %d limits: name one with --limit (%s)", len(all), p.ListLimits())
+	}
 	if err == nil && lim.Algorithm() == sluice.Concurrency {
 		// Arrivals alone say nothing of how many are in flight.
 		return nil, fmt.Errorf("limit %q is a concurrency limit: simulate replays arrivals, not how long each request runs, so it cannot say how many are in flight", lim.Name())
 	}
-	return lim, err
-}
-
-func pickAnyLimit(p *policy.Policy, name string) (*sluice.Limit, error) {
-	if name == "" {
-		all := p.NamedLimits()
-		if len(all) == 1 {
-			return all[0], nil
-		}
-		return nil, fmt.Errorf("the policy has %d limits: name one with --limit (%s)", len(all), p.ListLimits())
-	}
-	_, lim, err := p.FindLimit(name)
 	return lim, err
 }
 

@@ -180,8 +180,9 @@ func charts(d *Data) []named {
 		{"redis.svg", redisChart(d.Redis)},
 		{"envoy.svg", envoyChart(d.Envoy)},
 		{"postgres.svg", postgresChart(d.Postgres)},
-		{"door-auth.svg", wrkChart(d.Wrk, "auth", "HTTP forward auth (GET /v1/auth)")},
-		{"door-take.svg", wrkChart(d.Wrk, "take", "Decision API (POST /v1/take)")},
+		{"door-auth.svg", wrkChart(d.Wrk, "auth", "HTTP forward auth (GET /v1/auth)", bareHandler)},
+		{"door-take.svg", wrkChart(d.Wrk, "take", "Decision API (POST /v1/take)", bareHandler)},
+		{"door-proxy.svg", wrkChart(d.Wrk, "proxy", "Reverse proxy (GET /v1/auth, proxied)", bareProxy)},
 		{"door-envoy-redis.svg", envoyRedisChart(d.EnvoyRedis)},
 		{"door-floors.svg", frontDoorsChart(d.FrontDoors)},
 	}
@@ -344,10 +345,17 @@ func envoyChart(s Section[EnvoyRow]) *svgplot.Chart {
 	}
 }
 
+// The floors of the HTTP doors' wrk pairs: what sluice's door is compared
+// with, deciding nothing.
+const (
+	bareHandler = "a bare net/http handler"
+	bareProxy   = "a bare Go reverse proxy"
+)
+
 // wrkChart is one HTTP door's wrk pairs: sluice's requests per second over
-// the bare handler's in each run, the median pair beside the lowest and
-// the highest.
-func wrkChart(s Section[WrkRow], door, name string) *svgplot.Chart {
+// its floor's in each run, the median pair beside the lowest and the
+// highest.
+func wrkChart(s Section[WrkRow], door, name, floor string) *svgplot.Chart {
 	var runs []string
 	var low, median, high []float64
 	for _, r := range s.Rows {
@@ -365,12 +373,12 @@ func wrkChart(s Section[WrkRow], door, name string) *svgplot.Chart {
 		series = append(series, svgplot.Series{Name: v.name, Kind: svgplot.Bar, Stack: v.name, Color: color(v.name, i), Values: v.values})
 	}
 	return &svgplot.Chart{
-		Title:    title(name, s, "sluice's requests per second over a bare net/http handler's, by wrk"),
+		Title:    title(name, s, "sluice's requests per second over "+floor+"'s, by wrk"),
 		Subtitle: subtitle(s),
-		Desc:     "The ratio of sluice serve's requests per second to a bare net/http handler's on the " + name + " door, measured by wrk in alternating pairs: per run, the median pair, the lowest and the highest.",
+		Desc:     "The ratio of sluice serve's requests per second to " + floor + "'s on the " + name + " door, measured by wrk in alternating pairs: per run, the median pair, the lowest and the highest.",
 		Panels: []svgplot.Panel{{
 			X:      svgplot.Bands{Label: "run of 10 alternating pairs of 4 s", Names: runs},
-			Y:      svgplot.Axis{Label: "sluice / bare handler (higher is better)"},
+			Y:      svgplot.Axis{Label: "sluice / floor (higher is better)"},
 			Series: series,
 		}},
 	}

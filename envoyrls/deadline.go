@@ -90,10 +90,13 @@ func (c *lazyDeadline) arm() context.Context {
 	defer c.mu.Unlock()
 	if c.ctx == nil {
 		c.ctx, c.cancel = context.WithDeadline(c.parent, c.deadline)
-		if c.state.Load() == lazyEnded {
-			c.cancel()
+		// One step from idle to armed: an end that lands between a check
+		// of the state and a store of it would be overwritten, and the
+		// context would never end (TestStoreContextConcurrent).
+		if !c.state.CompareAndSwap(lazyIdle, lazyArmed) {
+			c.cancel() // ended before, or while, it was armed
+			c.state.Store(lazyArmed)
 		}
-		c.state.Store(lazyArmed)
 	}
 	return c.ctx
 }

@@ -3,6 +3,7 @@ package sluice
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -226,6 +227,7 @@ func (l *Limit) StorageKey(key string) string {
 type Limiter struct {
 	store   Store
 	outcome OutcomeStore // store, when it is one; else nil
+	epoch   time.Time    // outcome's Epoch
 	clock   Clock        // nil: the system clock (see Options)
 	rng     *lockedRand  // the choice of shards; nil draws from math/rand/v2
 }
@@ -241,14 +243,17 @@ type OutcomeStore interface {
 	Store
 	// TakeOutcome is Take of engine.OpTake (the one a Limiter asks this
 	// way) answering in an engine.Outcome. Its parameters are few enough
-	// for the charged request to pass in registers. When dated is
-	// set it also answers the moment the Outcome's wait ends (the time
-	// the store read to decide it plus RetryAfter) if that reading was
-	// the system clock's, zero otherwise: the Limiter dates
-	// Decision.RetryAt from it instead of reading the clock again. A
-	// caller that asks only whether the request was admitted (Allow)
-	// leaves dated unset and spares the store dating it.
-	TakeOutcome(ctx context.Context, c Charged, dated bool) (engine.Outcome, time.Time, error)
+	// for the charged request to pass in registers. When dated is set
+	// and the Outcome has a wait, it also answers when the store read
+	// the clock it decided by, as the time since Epoch, if that was the
+	// system clock, and a negative duration otherwise: the Limiter dates
+	// Decision.RetryAt from that reading (one time.Time.Add, the only
+	// one) instead of reading the clock again. A caller that asks only
+	// whether the request was admitted (Allow) leaves dated unset.
+	TakeOutcome(ctx context.Context, c Charged, dated bool) (engine.Outcome, time.Duration, error)
+	// Epoch is the moment TakeOutcome's readings count from, with the
+	// process's monotonic reading, the same for every call.
+	Epoch() time.Time
 }
 
 // Store returns the limiter's store.
@@ -273,19 +278,19 @@ func (l *Limiter) takeInto(ctx context.Context, d *Decision, r *Request) error {
 		return err
 	}
 	var o engine.Outcome
-	var end time.Time
+	var at time.Duration
 	var err error
 	if r.one() {
 		// chargeOne's Charged, every field given, so that it is built
 		// where the call reads it without being cleared first.
 		one := &lim.one
-		o, end, err = l.outcome.TakeOutcome(ctx, Charged{Limit: lim, Key: r.Key, Charge: engine.Charge{Cost: one.Cost, Reserve: one.Reserve && !r.NoReserve, MaxReserved: one.MaxReserved}, cost: 0, maxReserved: 0}, true)
+		o, at, err = l.outcome.TakeOutcome(ctx, Charged{Limit: lim, Key: r.Key, Charge: engine.Charge{Cost: one.Cost, Reserve: one.Reserve && !r.NoReserve, MaxReserved: one.MaxReserved}, cost: 0, maxReserved: 0}, true)
 	} else {
 		c, err := r.Charged(engine.OpTake)
 		if err != nil {
 			return err
 		}
-		o, end, err = l.outcome.TakeOutcome(ctx, c, true)
+		o, at, err = l.outcome.TakeOutcome(ctx, c, true)
 	}
 	if err != nil {
 		return err
@@ -293,10 +298,12 @@ func (l *Limiter) takeInto(ctx context.Context, d *Decision, r *Request) error {
 	lim.decideInto(d, o)
 	switch {
 	case o.RetryAfter <= 0:
-	case end.IsZero() || l.clock != nil || !o.Allowed && lim.spec.Jitter > 0:
-		l.dateWait(ctx, d, *r, end)
-	default: // dateWait's usual answer, without its call
-		d.RetryAt = end
+	case at < 0 || l.clock != nil || !o.Allowed && lim.spec.Jitter > 0:
+		l.dateWait(ctx, d, *r, at)
+	case d.RetryAfter <= math.MaxInt64-at: // dateWait's usual answer, without its calls
+		d.RetryAt = l.epoch.Add(at + d.RetryAfter)
+	default:
+		d.RetryAt = l.waitEnds(at, d.RetryAfter)
 	}
 	return nil
 }
@@ -312,22 +319,31 @@ func (l *Limiter) take(ctx context.Context, r Request) (Decision, error) {
 	return d, err
 }
 
-// dateWait is advise for a Decision d of r that has a wait, whose end
-// the store dated as end (zero when it did not): a rejection's wait grows
-// by the limit's jitter, and RetryAt is end, or the wait from now on the
+// dateWait is advise for a Decision d of r that has a wait, decided on
+// the store's reading at past its Epoch (negative when the store read
+// no system clock): a rejection's wait grows by the limit's jitter, and
+// RetryAt is the reading plus the wait, or the wait from now on the
 // Limiter's own clock when the Limiter has one.
-func (l *Limiter) dateWait(ctx context.Context, d *Decision, r Request, end time.Time) {
-	if end.IsZero() || l.clock != nil {
+func (l *Limiter) dateWait(ctx context.Context, d *Decision, r Request, at time.Duration) {
+	if at < 0 || l.clock != nil {
 		l.advise(ctx, d, r.Limit, r.Key, time.Time{})
 		return
 	}
 	if !d.Allowed && r.Limit.spec.Jitter > 0 {
-		if j := r.Limit.Jitter(ctx, r.Key); j != 0 {
-			d.RetryAfter += j
-			end = end.Add(j)
-		}
+		d.RetryAfter += r.Limit.Jitter(ctx, r.Key)
 	}
-	d.RetryAt = end
+	d.RetryAt = l.waitEnds(at, d.RetryAfter)
+}
+
+// waitEnds is when a wait that began at the store's reading at (past its
+// Epoch) ends: the reading plus the wait, as two time.Time.Adds would
+// give it, the monotonic reading included, in one Add where their sum is
+// a time.Duration (a wait beyond it saturates, as Add does).
+func (l *Limiter) waitEnds(at, wait time.Duration) time.Time {
+	if wait <= math.MaxInt64-at {
+		return l.epoch.Add(at + wait)
+	}
+	return l.epoch.Add(at).Add(wait)
 }
 
 // Allow is Take for one token of lim under key, reporting only whether it

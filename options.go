@@ -19,7 +19,9 @@ type Options struct {
 // NewWithOptions returns a Limiter over store configured by opts.
 func NewWithOptions(store Store, opts Options) *Limiter {
 	l := &Limiter{store: store, clock: opts.Clock}
-	l.outcome, _ = store.(OutcomeStore)
+	if l.outcome, _ = store.(OutcomeStore); l.outcome != nil {
+		l.epoch = l.outcome.Epoch()
+	}
 	return l
 }
 

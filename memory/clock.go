@@ -5,8 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/sluicehq/sluice/engine"
 )
 
 // The hot path's clock.
@@ -207,39 +205,21 @@ func monoNow() int64 { return atMicros(time.Since(coarse.epoch)) }
 // atMicros is the time d after the anchor, in µs since the Unix epoch.
 func atMicros(d time.Duration) int64 { return coarse.epochU + int64(d/time.Microsecond) }
 
-// waitEnds is the wall-clock time (with the anchor's monotonic reading)
-// at which a wait of wait µs from a reading us of this package's clocks
-// (coarseNow, preciseNow) ends, for a Limiter to date a wait from the
-// reading the decision was made on, without reading the clock again: one
-// time.Time.Add, not one for the reading and one for the wait.
-func waitEnds(us, wait int64) time.Time {
-	if s := us - coarse.epochU; waitNear(s, wait) {
-		return nearEnd(s, wait)
+// sinceEpoch is a reading us of this package's clocks (coarseNow,
+// preciseNow) as the time since the anchor (the store's Epoch), for a
+// Limiter to date a wait from the reading the decision was made on
+// without reading the clock again; negative (no reading) for one before
+// the anchor or beyond time.Duration, which the Limiter then dates by its
+// own clock.
+func sinceEpoch(us int64) time.Duration {
+	if s := us - coarse.epochU; uint64(s) <= uint64(maxSinceMicros) {
+		return time.Duration(s) * time.Microsecond
 	}
-	since := time.Duration(us-coarse.epochU) * time.Microsecond
-	d := engine.Duration(wait)
-	if d > math.MaxInt64-since { // beyond time.Duration: step by step, as Add saturates
-		return coarse.epoch.Add(since).Add(d)
-	}
-	return coarse.epoch.Add(since + d)
+	return -1
 }
 
-// waitNear reports whether a reading s µs after the anchor and a wait
-// of wait µs are waitEnds's usual case: both in time.Duration's range,
-// their sum too. Then nearEnd is waitEnds, small enough to be inlined
-// where the store answers.
-func waitNear(s, wait int64) bool {
-	return uint64(s) <= uint64(maxWaitMicros) && uint64(wait) <= uint64(maxWaitMicros-s)
-}
-
-// nearEnd is waitEnds for a reading s µs after the anchor, when
-// waitNear(s, wait).
-func nearEnd(s, wait int64) time.Time {
-	return coarse.epoch.Add(time.Duration(s+wait) * time.Microsecond)
-}
-
-// maxWaitMicros is the longest time.Duration in whole µs.
-const maxWaitMicros = math.MaxInt64 / int64(time.Microsecond)
+// maxSinceMicros is the longest time.Duration in whole µs.
+const maxSinceMicros = math.MaxInt64 / int64(time.Microsecond)
 
 // preciseNow reads the monotonic clock. A reader that finds the coarse
 // clock more than a tick behind brings it forward, so that a ticker

@@ -2,12 +2,10 @@ package memory
 
 import (
 	"context"
-	"math"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/engine"
 )
 
 // waitFor polls cond until it holds, failing after a generous deadline:
@@ -155,19 +153,27 @@ func TestRetryAtSystemClock(t *testing.T) {
 	}
 }
 
-// waitEnds is the reading plus the wait, as two time.Time.Adds would give
-// it (what the Limiter computed before), the monotonic reading included,
-// for waits up to those beyond time.Duration.
-func TestWaitEndsAsTwoAdds(t *testing.T) {
+// A reading is the time since the anchor, to the µs, for readings at or
+// after it; none (negative) before it.
+func TestSinceEpoch(t *testing.T) {
 	coarse.once.Do(startCoarse)
 	now := preciseNow()
-	since := now - coarse.epochU
-	for _, wait := range []int64{0, 1, 999, 1_000_000, 86_400_000_000, 1 << 53, math.MaxInt64/1000 - since - 1, math.MaxInt64/1000 - since, math.MaxInt64/1000 - since + 1, math.MaxInt64 / 1000, math.MaxInt64/1000 + 1, math.MaxInt64} {
-		for _, us := range []int64{now, now - 5, now + 5, coarse.epochU, coarse.epochU - 5} {
-			want := coarse.epoch.Add(time.Duration(us-coarse.epochU) * time.Microsecond).Add(engine.Duration(wait))
-			if got := waitEnds(us, wait); got != want {
-				t.Errorf("waitEnds(%d, %d) = %v, want %v", us, wait, got, want)
-			}
+	for _, c := range []struct {
+		us   int64
+		want time.Duration
+	}{
+		{coarse.epochU, 0},
+		{now, time.Duration(now-coarse.epochU) * time.Microsecond},
+		{coarse.epochU + 5, 5 * time.Microsecond},
+		{coarse.epochU - 5, -1},
+		{coarse.epochU + maxSinceMicros, time.Duration(maxSinceMicros) * time.Microsecond},
+		{coarse.epochU + maxSinceMicros + 1, -1},
+	} {
+		if got := sinceEpoch(c.us); got != c.want {
+			t.Errorf("sinceEpoch(%d) = %v, want %v", c.us, got, c.want)
 		}
+	}
+	if got := coarse.epoch.Add(sinceEpoch(now)); got.Sub(coarse.epoch) != time.Duration(now-coarse.epochU)*time.Microsecond {
+		t.Errorf("the anchor plus the reading is %v past the anchor", got.Sub(coarse.epoch))
 	}
 }

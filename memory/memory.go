@@ -318,7 +318,7 @@ func (s *Store) Supports(*sluice.Limit) error { return nil }
 // reaches the arithmetic through no frame but this one; every other case
 // is decide's, and what the hot path does not settle is decideRest's, as
 // in decide.
-func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (engine.Outcome, time.Time, error) {
+func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (engine.Outcome, time.Duration, error) {
 	var o engine.Outcome
 	var now int64
 	lim := c.Limit
@@ -365,13 +365,14 @@ func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (en
 		}
 	}
 	if !dated || o.RetryAfter <= 0 || s.clock != nil {
-		return o, time.Time{}, nil
+		return o, -1, nil
 	}
-	if s := now - coarse.epochU; waitNear(s, o.RetryAfter) { // waitEnds, without its call
-		return o, nearEnd(s, o.RetryAfter), nil
-	}
-	return o, waitEnds(now, o.RetryAfter), nil
+	return o, sinceEpoch(now), nil
 }
+
+// Epoch implements sluice.OutcomeStore: the anchor of this package's
+// clocks, from which TakeOutcome's readings count.
+func (s *Store) Epoch() time.Time { return coarse.epoch }
 
 // decideOne applies op to c, returning the outcome and the time it was
 // decided at, on the precise clock when precise is set. Its results fit

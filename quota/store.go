@@ -250,20 +250,30 @@ func leasedCost(r sluice.Charged) (int64, bool) {
 
 // TakeOutcome implements sluice.OutcomeStore: the wrapped store's when it
 // is one and the limit is not leased, so that its fast path stays.
-func (s *Store) TakeOutcome(ctx context.Context, r sluice.Charged, dated bool) (engine.Outcome, time.Time, error) {
+func (s *Store) TakeOutcome(ctx context.Context, r sluice.Charged, dated bool) (engine.Outcome, time.Duration, error) {
 	if s.outcome != nil && s.leased(r.Limit) == nil {
 		return s.outcome.TakeOutcome(ctx, r, dated)
 	}
 	d, err := s.Take(ctx, engine.OpTake, r)
 	if err != nil {
-		return engine.Outcome{}, time.Time{}, err
+		return engine.Outcome{}, -1, err
 	}
 	return engine.Outcome{
 		Allowed:    d.Allowed,
 		Tokens:     int64(math.Round(d.Tokens * engine.TokenScale)),
 		RetryAfter: engine.Micros(d.RetryAfter),
 		ResetAfter: engine.Micros(d.ResetAfter),
-	}, time.Time{}, nil
+	}, -1, nil
+}
+
+// Epoch implements sluice.OutcomeStore: the wrapped store's, whose
+// readings TakeOutcome passes on; zero when it is no OutcomeStore (then
+// TakeOutcome answers no reading).
+func (s *Store) Epoch() time.Time {
+	if s.outcome != nil {
+		return s.outcome.Epoch()
+	}
+	return time.Time{}
 }
 
 // TakeAll implements sluice.Store, all-or-nothing: when every leased

@@ -61,7 +61,7 @@ func TestLimiterRefusesBeforeTheStore(t *testing.T) {
 			return err
 		}, sluice.ErrInvalidLimit, "take 2 of 2: "},
 		{"charged without a limit", func() error {
-			_, err := l.AppendCharged(ctx, engine.OpTake, nil, sluice.Charged{Key: "k"})
+			_, err := l.AppendAll(ctx, engine.OpTake, nil, sluice.Charged{Key: "k"})
 			return err
 		}, sluice.ErrInvalidLimit, "take 1 of 1: "},
 	} {
@@ -100,9 +100,9 @@ func TestChargedIsTheRequestInIntegers(t *testing.T) {
 	}
 }
 
-// AppendCharged decides requests charged by the caller as AppendAll
-// decides them, sharded limits included.
-func TestAppendChargedIsAppendAll(t *testing.T) {
+// AppendAll decides requests charged by the caller as TakeAll and
+// PeekAll decide them, sharded limits included.
+func TestAppendAllIsTakeAll(t *testing.T) {
 	ctx := context.Background()
 	clk := sluice.NewManualClock(time.UnixMicro(1e12))
 	newLimiter := func() *sluice.Limiter {
@@ -114,7 +114,11 @@ func TestAppendChargedIsAppendAll(t *testing.T) {
 	rs := []sluice.Request{{Limit: plain, Key: "k"}, {Limit: sharded, Key: "k", Cost: 1.5}}
 	for i := range 12 {
 		for _, op := range []engine.Op{engine.OpPeek, engine.OpTake} {
-			want, werr := a.AppendAll(ctx, op, nil, rs...)
+			all := a.TakeAll
+			if op == engine.OpPeek {
+				all = a.PeekAll
+			}
+			_, want, werr := all(ctx, rs...)
 			cs := make([]sluice.Charged, len(rs))
 			for k, r := range rs {
 				var err error
@@ -122,7 +126,7 @@ func TestAppendChargedIsAppendAll(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, gerr := b.AppendCharged(ctx, op, nil, cs...)
+			got, gerr := b.AppendAll(ctx, op, nil, cs...)
 			if werr != nil || gerr != nil {
 				t.Fatalf("step %d %v: errors %v, %v", i, op, werr, gerr)
 			}

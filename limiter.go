@@ -59,7 +59,7 @@ type Charged struct {
 // judged: the Limiter calls it once per request and hands the store the
 // result, so every store decides the same input alike, and policy.Enforce
 // calls it to tell an impossible request from one that is merely short of
-// tokens (and hands what it computed to Limiter.AppendCharged).
+// tokens (and hands what it computed to Limiter.AppendAll).
 //
 // The rule:
 //
@@ -401,26 +401,19 @@ func combined(ds []Decision, err error) (Decision, []Decision, error) {
 	return Combine(ds), ds, nil
 }
 
-// AppendAll is TakeAll (op engine.OpTake) or PeekAll (engine.OpPeek)
-// with each limit's decision appended to dst, in dst's memory when it
-// has room, for a caller that decides request after request with one
-// slice (a server's pooled working memory). It returns the decisions
-// alone: their combined decision is Combine(ds), which a caller that
-// combines them its own way (a policy's verdict) need not pay for.
-func (l *Limiter) AppendAll(ctx context.Context, op engine.Op, dst []Decision, rs ...Request) ([]Decision, error) {
+// AppendAll is TakeAll (op engine.OpTake) or PeekAll (engine.OpPeek) of
+// requests the caller has charged with Request.Charged (for
+// engine.OpTake), with each limit's decision appended to dst, in dst's
+// memory when it has room: for a caller that decides request after
+// request with one slice (a server's pooled working memory), and that
+// judges its requests before deciding them (policy.Enforce), so that
+// they are not judged twice. It returns the decisions alone: their
+// combined decision is Combine(ds), which a caller that combines them
+// its own way (a policy's verdict) need not pay for. cs is lent for the
+// call alone.
+func (l *Limiter) AppendAll(ctx context.Context, op engine.Op, dst []Decision, cs ...Charged) ([]Decision, error) {
 	if op != engine.OpTake && op != engine.OpPeek {
 		return nil, fmt.Errorf("sluice: AppendAll takes or peeks, not %v", op)
-	}
-	return l.allInto(ctx, op, dst, rs)
-}
-
-// AppendCharged is AppendAll of requests the caller has charged already
-// with Request.Charged (for engine.OpTake), so that a caller that judges
-// its requests before deciding them (policy.Enforce) does not have them
-// judged twice. cs is lent for the call alone.
-func (l *Limiter) AppendCharged(ctx context.Context, op engine.Op, dst []Decision, cs ...Charged) ([]Decision, error) {
-	if op != engine.OpTake && op != engine.OpPeek {
-		return nil, fmt.Errorf("sluice: AppendCharged takes or peeks, not %v", op)
 	}
 	for i, c := range cs {
 		switch {

@@ -147,11 +147,15 @@ func TestAppendAllAnswersAsTakeAll(t *testing.T) {
 			var want sluice.Decision
 			var gds, wds []sluice.Decision
 			var gerr, werr error
+			cs, err := conformance.ChargeAll(engine.OpTake, rs)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if peek {
-				gds, gerr = a.AppendAll(bg, engine.OpPeek, dst, rs...)
+				gds, gerr = a.AppendAll(bg, engine.OpPeek, dst, cs...)
 				want, wds, werr = b.PeekAll(bg, rs...)
 			} else {
-				gds, gerr = a.AppendAll(bg, engine.OpTake, dst, rs...)
+				gds, gerr = a.AppendAll(bg, engine.OpTake, dst, cs...)
 				want, wds, werr = b.TakeAll(bg, rs...)
 			}
 			var got sluice.Decision
@@ -172,8 +176,11 @@ func TestAppendAllAnswersAsTakeAll(t *testing.T) {
 			clk.Advance(time.Duration(rng.IntN(300)) * time.Millisecond)
 		}
 		// A key that exists: the steady state of a server's calls.
-		rs := []sluice.Request{{Limit: limits[0], Key: "k0"}}
-		if n := testing.AllocsPerRun(100, func() { a.AppendAll(bg, engine.OpTake, dst, rs...) }); n != 0 {
+		cs, err := conformance.ChargeAll(engine.OpTake, []sluice.Request{{Limit: limits[0], Key: "k0"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := testing.AllocsPerRun(100, func() { a.AppendAll(bg, engine.OpTake, dst, cs...) }); n != 0 {
 			t.Errorf("wrapped %v: AppendAll allocates %.0f times a call, want 0", wrap, n)
 		}
 	}

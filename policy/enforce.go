@@ -580,13 +580,21 @@ func (r *Result) judge() bool {
 // as they are, for the error it reports for such a batch.
 func decideCharged(ctx context.Context, lim *sluice.Limiter, op engine.Op, dst []sluice.Decision, cs []sluice.Charged, results []Result, idx []int, uncharged bool) ([]sluice.Decision, error) {
 	if !uncharged {
-		return lim.AppendCharged(ctx, op, dst, cs...)
+		return lim.AppendAll(ctx, op, dst, cs...)
 	}
 	reqs := make([]sluice.Request, len(idx))
 	for k, i := range idx {
 		reqs[k] = results[i].Match.Request
 	}
-	return lim.AppendAll(ctx, op, dst, reqs...)
+	all := lim.TakeAll
+	if op == engine.OpPeek {
+		all = lim.PeekAll
+	}
+	_, ds, err := all(ctx, reqs...)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, ds...), nil
 }
 
 // refuse rejects r as a request that can never succeed, charging nothing;

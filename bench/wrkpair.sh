@@ -34,7 +34,7 @@ taskset -c "$server" "$sluice" serve --config "$here/testdata/frontdoor-proxy.ya
 pids+=($!)
 for _ in $(seq 50); do
   curl -sf -o /dev/null http://127.0.0.1:18490/v1/auth && curl -sf -o /dev/null -H 'X-User: u' http://127.0.0.1:18492/v1/auth &&
-    curl -sf -o /dev/null -H 'X-User: u' http://127.0.0.1:18493/v1/auth && curl -sf -o /dev/null -H 'X-User: u' http://127.0.0.1:18494/v1/auth && break
+    curl -sf -o /dev/null -H 'X-User: u' http://127.0.0.1:18493/v1/auth && curl -sf -o /dev/null -H 'X-User: u' http://127.0.0.1:18498/v1/auth && break
   sleep 0.1
 done
 rps() { # rps ADDR DOOR: requests per second; a non-2xx answer fails the run
@@ -47,7 +47,7 @@ rps() { # rps ADDR DOOR: requests per second; a non-2xx answer fails the run
 for door in $doors; do
   ratios=()
   floor=127.0.0.1:18490 mine=127.0.0.1:18492
-  [ "$door" = proxy ] && floor=127.0.0.1:18493 mine=127.0.0.1:18494
+  [ "$door" = proxy ] && floor=127.0.0.1:18493 mine=127.0.0.1:18498
   for i in $(seq "$pairs"); do
     if [ $((i % 2)) = 1 ]; then b=$(rps $floor "$door"); s=$(rps $mine "$door")
     else s=$(rps $mine "$door"); b=$(rps $floor "$door"); fi

@@ -49,6 +49,18 @@ start_all() {
   start shttp "$sluice" serve --config "$here/testdata/frontdoor-http.yaml" --grpc-listen off
   start sgrpc "$sluice" serve --config "$here/testdata/frontdoor-grpc.yaml"
   sleep 2
+  # Every server is up and listening before the first load: on a busy
+  # machine two seconds may not be enough, and a server that exited (its
+  # port taken) is named here rather than by the load's failure.
+  for port in 18490 18491 18492 18494 18495; do
+    for _ in $(seq 100); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+      sleep 0.1
+    done
+  done
+  for name in bare noop shttp sgrpc; do
+    kill -0 "${!name}" 2>/dev/null || { echo "frontdoor.sh: the $name server exited at start (is its port taken?)" >&2; exit 1; }
+  done
 }
 start_all
 fresh=1 # the servers have answered no pair yet

@@ -12,12 +12,12 @@ import "math/bits"
 // leaves the process, a client cannot choose keys that share a home in
 // the table (a flood of one probe run) any more than it can for a map.
 // Two keys are confused only if both hashes collide.
-func keyHashes(k *[4]uint64, s string) (h, check uint64) {
+func keyHashes(k *[4]uint64, s string, id uint64) (h, check uint64) {
 	var a, b uint64
 	s1, s2, n := k[0], k[2], len(s)
 	switch {
 	case n == 0:
-		return s1, s2
+		return underName(s1, s2, id)
 	case n < 4:
 		a = uint64(s[0]) | uint64(s[n>>1])<<8 | uint64(s[n-1])<<16
 	case n < 8:
@@ -34,7 +34,14 @@ func keyHashes(k *[4]uint64, s string) (h, check uint64) {
 		a, b = le64(s[n-16:]), le64(s[n-8:])
 	}
 	const m5 = 0x1d8e4e27c47d124f
-	return mix(m5^uint64(n), mix(a^k[1], b^s1)), mix(m5^uint64(n), mix(a^k[3], b^s2))
+	return underName(mix(m5^uint64(n), mix(a^k[1], b^s1)), mix(m5^uint64(n), mix(a^k[3], b^s2)), id)
+}
+
+// underName mixes a limit's name (its NameID, id) into a key's hashes, so
+// that one key under two limits is two buckets; h is never zero, the
+// table's empty slot.
+func underName(h, check, id uint64) (uint64, uint64) {
+	return max(h^id*0x9e3779b97f4a7c15, 1), check + id
 }
 
 func mix(a, b uint64) uint64 {

@@ -23,7 +23,7 @@ func TestKeyHashesSeeEveryByte(t *testing.T) {
 	seenH, seenC := map[uint64]string{}, map[uint64]string{}
 	note := func(key string) {
 		t.Helper()
-		h, c := keyHashes(&k, key)
+		h, c := keyHashes(&k, key, 0)
 		if prev, ok := seenH[h]; ok && prev != key {
 			t.Fatalf("h(%q) = h(%q)", key, prev)
 		}
@@ -38,8 +38,8 @@ func TestKeyHashesSeeEveryByte(t *testing.T) {
 	for n := 0; n <= 70; n++ {
 		base := strings.Repeat("a", n)
 		note(base)
-		h, c := keyHashes(&k, base)
-		if oh, oc := keyHashes(&other, base); n > 0 && (oh == h || oc == c) {
+		h, c := keyHashes(&k, base, 0)
+		if oh, oc := keyHashes(&other, base, 0); n > 0 && (oh == h || oc == c) {
 			t.Fatalf("the hashes of %d bytes ignore the store's key", n)
 		}
 		for i := 0; i < n; i++ {

@@ -171,13 +171,7 @@ func (s *Store) preciseTime() int64 {
 // the limit's name, so one key under two limits is two buckets. The key's
 // are keyHashes', one pass over its bytes for both.
 func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
-	n := l.NameID()
-	h, check = keyHashes(&s.hashKey, key)
-	h ^= n * 0x9e3779b97f4a7c15
-	if h == 0 {
-		h = 1
-	}
-	return h, check + n
+	return keyHashes(&s.hashKey, key, l.NameID()) // inlined where a decision starts
 }
 
 // InProcess reports that the store's calls never leave the process and
@@ -327,13 +321,7 @@ func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (en
 		o, now = s.decide(engine.OpTake, &c, false)
 	} else {
 		now = w >> coarseShift
-		// s.hashes, written out.
-		n := lim.NameID()
-		h, check := keyHashes(&s.hashKey, c.Key)
-		if h ^= n * 0x9e3779b97f4a7c15; h == 0 {
-			h = 1
-		}
-		check += n
+		h, check := s.hashes(lim, c.Key)
 		sh := &s.shards[h&s.mask]
 		seq := sh.seq.Load()
 		entries := *sh.view.Load()
@@ -395,13 +383,7 @@ func (s *Store) decide(op engine.Op, c *sluice.Charged, precise bool) (engine.Ou
 	} else {
 		now, early = s.now(p.Algorithm, precise)
 	}
-	// s.hashes, written out.
-	n := lim.NameID()
-	h, check := keyHashes(&s.hashKey, c.Key)
-	if h ^= n * 0x9e3779b97f4a7c15; h == 0 {
-		h = 1
-	}
-	check += n
+	h, check := s.hashes(lim, c.Key)
 	sh := &s.shards[h&s.mask]
 	if op == engine.OpRefund {
 		o, now := s.refund(sh, lim, c.Key, c.Charge, h, check)

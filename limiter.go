@@ -300,9 +300,7 @@ func (l *Limiter) takeInto(ctx context.Context, d *Decision, r *Request) error {
 	case o.RetryAfter <= 0:
 	case at < 0 || l.clock != nil || !o.Allowed && lim.spec.Jitter > 0:
 		l.dateWait(ctx, d, *r, at)
-	case d.RetryAfter <= math.MaxInt64-at: // dateWait's usual answer, without its calls
-		d.RetryAt = l.epoch.Add(at + d.RetryAfter)
-	default:
+	default: // dateWait's usual answer, without its call
 		d.RetryAt = l.waitEnds(at, d.RetryAfter)
 	}
 	return nil

@@ -21,11 +21,8 @@ import (
 // The context is ended with end (a nil *lazyDeadline, when ctx is returned
 // as it is, ends nothing): a method value would be an allocation more.
 func storeContext(ctx context.Context, st sluice.Store, d time.Duration) (context.Context, *lazyDeadline) {
-	if p, ok := st.(deadline.InProcess); ok && p.InProcess() {
-		return ctx, nil
-	}
-	end := time.Now().Add(d)
-	if dl, ok := ctx.Deadline(); ok && !dl.After(end) {
+	end, ok := deadline.Needed(ctx, st, d)
+	if !ok {
 		return ctx, nil
 	}
 	c := &lazyDeadline{parent: ctx, deadline: end}

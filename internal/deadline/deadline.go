@@ -14,10 +14,7 @@ import (
 // its allocations. Envoy, for one, sends every call with a deadline of
 // tens of milliseconds.
 func WithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, d)
+	return ForStore(ctx, nil, d)
 }
 
 // ForStore is WithTimeout for a call on s, a store, except that a store
@@ -26,10 +23,27 @@ func WithTimeout(ctx context.Context, d time.Duration) (context.Context, context
 // is: a deadline cannot cut such a call short, and the timer it arms
 // costs more than the call.
 func ForStore(ctx context.Context, s any, d time.Duration) (context.Context, context.CancelFunc) {
-	if p, ok := s.(InProcess); ok && p.InProcess() {
+	end, ok := Needed(ctx, s, d)
+	if !ok {
 		return ctx, func() {}
 	}
-	return WithTimeout(ctx, d)
+	return context.WithDeadline(ctx, end)
+}
+
+// Needed is the deadline that a call on s (nil: any call that leaves the
+// process), made now under ctx and bounded by d, needs of its own: ok is
+// false when it needs none, because s answers in the process or ctx
+// ends by then. The one rule of ForStore and of contexts that arm their
+// timer lazily (the Envoy service's).
+func Needed(ctx context.Context, s any, d time.Duration) (end time.Time, ok bool) {
+	if p, in := s.(InProcess); in && p.InProcess() {
+		return time.Time{}, false
+	}
+	end = time.Now().Add(d)
+	if dl, has := ctx.Deadline(); has && !dl.After(end) {
+		return time.Time{}, false
+	}
+	return end, true
 }
 
 // InProcess is a store that can say its calls never leave the process

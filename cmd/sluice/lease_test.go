@@ -20,16 +20,7 @@ import (
 // left of its slice back to the store.
 func TestServeLeasedRedis(t *testing.T) {
 	addr := redistest.Server(t)
-	cfg := writePolicy(t, fmt.Sprintf(`store:
-  url: redis://%s/0?timeout=10s&dial_timeout=30s&write_timeout=30s
-rules:
-  - name: shared
-    algorithm_config:
-      rate: 1
-      period: 1h
-      capacity: 200
-      lease: {max_slice: 10, hot_after: 1, term: 1h}
-`, addr))
+	cfg := writePolicy(t, leasedPolicy(addr, "1h"))
 	ctx, stopA := context.WithCancel(context.Background())
 	defer stopA()
 	readyA, exitedA, logsA := make(chan listening, 1), make(chan int, 1), &lockedbuf.Buffer{}
@@ -140,16 +131,7 @@ func TestServeLeasedReload(t *testing.T) {
 	reloadPoll = 10 * time.Millisecond
 	t.Cleanup(func() { reloadPoll = old })
 	addr := redistest.Server(t)
-	conf := fmt.Sprintf(`store:
-  url: redis://%s/0?timeout=10s&dial_timeout=30s&write_timeout=30s
-rules:
-  - name: shared
-    algorithm_config:
-      rate: 1
-      period: 1h
-      capacity: 200
-      lease: {max_slice: 10, hot_after: 1, term: 1m}
-`, addr)
+	conf := leasedPolicy(addr, "1m")
 	cfg := writePolicy(t, conf)
 	l, _ := startServe(t, "--config", cfg)
 	for range 21 {
@@ -170,4 +152,19 @@ rules:
 	if body := scrape(t, l.API); strings.Contains(body, `sluice_lease_tokens_held{rule="shared"}`) {
 		t.Errorf("an exact rule still has lease metrics:\n%s", body)
 	}
+}
+
+// leasedPolicy is the leased rule these tests serve on the Redis at addr,
+// its slices held for term.
+func leasedPolicy(addr, term string) string {
+	return fmt.Sprintf(`store:
+  url: redis://%s/0?timeout=10s&dial_timeout=30s&write_timeout=30s
+rules:
+  - name: shared
+    algorithm_config:
+      rate: 1
+      period: 1h
+      capacity: 200
+      lease: {max_slice: 10, hot_after: 1, term: %s}
+`, addr, term)
 }

@@ -122,3 +122,46 @@ func TestInterceptorKeepsItsResponse(t *testing.T) {
 		t.Errorf("the response the interceptor kept changed: %v", err)
 	}
 }
+
+// A call decoded into memory that an earlier call used keeps nothing of
+// it: a caller that sends many descriptors, then one that sends a single
+// one, must not have the first's leftover descriptors charged to its
+// call, nor its hits_addend, nor be charged under the first's values.
+// Alternating calls of the two shapes, each answers exactly its own
+// descriptors at its own cost.
+func TestAttackRecycledRequestKeepsNoEarlierDescriptors(t *testing.T) {
+	rls := serveRecycle(t, envoyrls.ServerOptions()...)
+	wide := &rlspb.RateLimitRequest{Domain: "d", HitsAddend: 2}
+	for i := range 5 {
+		wide.Descriptors = append(wide.Descriptors, &rlv3.RateLimitDescriptor{
+			Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "wide-" + strconv.Itoa(i)}},
+		})
+	}
+	for n := 1; n <= 40; n++ {
+		resp, err := rls.ShouldRateLimit(context.Background(), wide)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Statuses) != 5 {
+			t.Fatalf("call %d: %d statuses for 5 descriptors", n, len(resp.Statuses))
+		}
+		// The narrow caller's n-th call: its bucket alone, once per call.
+		resp, err = rls.ShouldRateLimit(context.Background(), userCall("narrow"))
+		if err == nil {
+			err = checkOwn(resp, n)
+		}
+		if err != nil {
+			t.Fatalf("the narrow caller after a wide one: %v", err)
+		}
+	}
+	// And the wide caller's buckets were charged only by its own calls.
+	resp, err := rls.ShouldRateLimit(context.Background(), wide)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range resp.Statuses {
+		if st.LimitRemaining != recycleBurst-2*41 {
+			t.Errorf("wide-%d: %d remaining after 41 calls of 2 hits, want %d", i, st.LimitRemaining, recycleBurst-2*41)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/settle"
 )
 
 // Match is one limit that applies to a request.
@@ -27,7 +28,7 @@ type Match struct {
 	// Settle, when not nil, says where the actual cost of the request is
 	// found once it has been served (the limit's settle_from): what it
 	// was charged, Request.Cost, is an estimate to settle.
-	Settle *SettleFrom
+	Settle *settle.Source
 
 	v         *variant      // the limit's settings; nil for a Match built by hand
 	scale     float64       // AtScale's factor; 0 for none

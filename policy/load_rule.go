@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/settle"
 	"gopkg.in/yaml.v3"
 )
 
@@ -639,8 +640,8 @@ func (l *loader) cost(o *obj, path string, c *costSpec) map[string]*yaml.Node {
 		nodes["cost_source"] = n
 		srcName = v
 		if jp, ok := strings.CutPrefix(v, "body:"); ok {
-			if _, msg := parseJSONPath(jp); msg != "" {
-				l.errf(n, join(path, "cost_source"), "%s", msg)
+			if _, err := settle.ParsePath(jp); err != nil {
+				l.errf(n, join(path, "cost_source"), "%v", err)
 			} else {
 				c.src = &source{kind: srcBody, name: jp, text: v}
 			}

@@ -48,6 +48,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/settle"
 )
 
 // Policy is a loaded, validated configuration.
@@ -314,7 +315,7 @@ type variant struct {
 	limit   *sluice.Limit
 	cost    costSpec
 	reserve bool
-	settle  *SettleFrom // nil: the charge is final
+	settle  *settle.Source // nil: the charge is final
 
 	// adaptive, when set, moves the limit's rate (see package adaptive).
 	adaptive *adaptive.Config

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/settle"
 )
 
 const llmCfg = `rules:
@@ -98,12 +99,12 @@ func TestSettleFromLoads(t *testing.T) {
 	if err != nil || len(ms) != 3 {
 		t.Fatalf("match: %v %v", ms, err)
 	}
-	for i, want := range []policy.SettleFrom{
+	for i, want := range []settle.Source{
 		// unsettled_cost defaults to the most one request may cost: the
 		// capacity.
-		{Kind: policy.SettleBody, Path: []string{"usage", "total_tokens"}, Text: "body:usage.total_tokens", Unsettled: 10000, StreamUsage: true},
-		{Kind: policy.SettleHeader, Name: "X-Usage-Tokens", Text: "header:x-usage-tokens", Unsettled: 25},
-		{Kind: policy.SettleTrailer, Name: "X-Cost", Text: "trailer:x-cost", Unsettled: 100},
+		{Kind: settle.Body, Path: []string{"usage", "total_tokens"}, Text: "body:usage.total_tokens", Unsettled: 10000, StreamUsage: true},
+		{Kind: settle.Header, Name: "X-Usage-Tokens", Text: "header:x-usage-tokens", Unsettled: 25},
+		{Kind: settle.Trailer, Name: "X-Cost", Text: "trailer:x-cost", Unsettled: 100},
 	} {
 		if ms[i].Settle == nil || !reflect.DeepEqual(*ms[i].Settle, want) {
 			t.Errorf("match %d (%s) settles from %+v, want %+v", i, ms[i].Request.Limit.Name(), ms[i].Settle, want)
@@ -126,7 +127,7 @@ func TestSettleFromLoads(t *testing.T) {
 		t.Errorf("SettleHeaders %v", got)
 	}
 	m, ok := p.LimitMatch("tokens", "k")
-	if !ok || m.Settle == nil || m.Settle.Kind != policy.SettleBody {
+	if !ok || m.Settle == nil || m.Settle.Kind != settle.Body {
 		t.Errorf("LimitMatch: %+v", m)
 	}
 	if policy.Default().ReadsBody() || len(policy.Default().SettleHeaders()) > 0 {
@@ -166,42 +167,8 @@ func TestSettleFromErrors(t *testing.T) {
 	if p.Settings.SettleSecretEnv != "SLUICE_SETTLE_SECRET" {
 		t.Errorf("settle_secret_env: %q", p.Settings.SettleSecretEnv)
 	}
-	if sf := p.Rules[0].SettleFrom(p.Rules[0].Limit); sf == nil || sf.Kind != policy.SettleCaller {
+	if sf := p.Rules[0].SettleFrom(p.Rules[0].Limit); sf == nil || sf.Kind != settle.Caller {
 		t.Errorf("settle_from: caller loads as %+v", sf)
-	}
-}
-
-// An actual cost is read from a header or a JSON body: a finite number
-// >= 0; a field or key given more than once counts its largest value.
-func TestSettleFromReads(t *testing.T) {
-	h := &policy.SettleFrom{Kind: policy.SettleHeader, Name: "X-Usage"}
-	for vals, want := range map[string]float64{"12": 12, " 7.5 ": 7.5, "0": 0, "3|9|x": 9, "x": -1, "-1": -1, "NaN": -1, "Inf": -1, "": -1} {
-		hdr := http.Header{}
-		for _, v := range strings.Split(vals, "|") {
-			if vals != "" {
-				hdr.Add("X-Usage", v)
-			}
-		}
-		got, ok := h.FromHeader(hdr)
-		if (want < 0) == ok || (ok && got != want) {
-			t.Errorf("header %q: %v %v, want %v", vals, got, ok, want)
-		}
-	}
-	b := &policy.SettleFrom{Kind: policy.SettleBody, Path: []string{"usage", "total_tokens"}}
-	for doc, want := range map[string]float64{
-		`{"usage":{"total_tokens":42}}`: 42,
-		`{"id":"x","choices":[{"usage":{"total_tokens":1}}],"usage":{"prompt_tokens":3,"total_tokens":12}}`: 12,
-		`{"usage":null}`:                                           -1,
-		`{"usage":{"total_tokens":"42"}}`:                          -1,
-		`{"usage":{"total_tokens":42}`:                             -1,
-		`{"usage":{"total_tokens":4},"usage":{"total_tokens":40}}`: 40,
-		`{"usage":{"total_tokens":-4}}`:                            -1,
-		`[]`:                                                       -1,
-	} {
-		got, ok := b.FromJSON([]byte(doc))
-		if (want < 0) == ok || (ok && got != want) {
-			t.Errorf("body %s: %v %v, want %v", doc, got, ok, want)
-		}
 	}
 }
 

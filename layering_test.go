@@ -8,6 +8,9 @@ import (
 // The arrows of the module's layers (see package engine's doc): the
 // application's package imports no store or transport, the engine nothing
 // of sluice's, stores no transport, and the two transports not each other.
+// A feature's home is below the doors and policy, which call it: adaptive
+// imports nothing of sluice's, settle nothing above the root (no policy,
+// store, door or metrics).
 func TestLayering(t *testing.T) {
 	stores := []string{"memory", "redis", "postgres"}
 	transports := []string{"httpgate", "envoyrls"}
@@ -21,7 +24,9 @@ func TestLayering(t *testing.T) {
 		"envoyrls": {"httpgate"},
 		// Leased quotas wrap any store from outside: the root and the
 		// engine only.
-		"quota": append(append([]string{"policy", "metrics", "insight", "conformance"}, stores...), transports...),
+		"quota":    append(append([]string{"policy", "metrics", "insight", "conformance"}, stores...), transports...),
+		"settle":   append(append([]string{"policy", "metrics", "insight", "conformance", "adaptive", "quota"}, stores...), transports...),
+		"adaptive": {""},
 	}
 	for pkg, bad := range forbid {
 		for imp := range moduleImports(t, "./"+pkg) {

@@ -12,6 +12,10 @@
 // interval (Window), judges them (Config.Judge) and applies the law once
 // per interval.
 //
+// It is adaptive rates' one home: a door keeps its limits' controllers in
+// a Registry and measures each upstream answer with Measure (status, and
+// latency from the request's end to the answer's first byte).
+//
 // The law, with its parameters (Config):
 //
 //   - Every Interval (default 1s) the responses measured in it are

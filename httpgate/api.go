@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/deadline"
 	"github.com/sluicehq/sluice/jwtauth"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/settle"
 )
 
 // Bounds on decision API requests: a body never needs more, and a key or
@@ -513,7 +514,8 @@ func (g *Gate) entry(e *DecisionResponse, p *policy.Policy, op engine.Op, v *pol
 	*e = DecisionResponse{Allowed: rr.Decision.Allowed || rr.Shadow, Reason: rr.Reason(), Key: rr.Match.Request.Key, Shadow: rr.Shadow, StoreError: rr.StoreErr != nil}
 	fill(e, rr.Effective(rr.Decision.Allowed), rr.Refused())
 	if op == engine.OpTake && v.Allowed && rr.Match.Settle != nil && rr.Decision.Allowed && rr.StoreErr == nil {
-		e.Settle = g.issueHandle(p, rr.Match.Request)
+		req := rr.Match.Request
+		e.Settle = settle.Issue(g.settleKey(p), req.Limit.Name(), req.Key, req.Cost, g.lim.Now().Add(g.opts.SettleTTL))
 	}
 	if rr.Lease.Held() {
 		e.Lease, e.LeaseMs = rr.Lease.ID().String(), ceilMillis(rr.Lease.Limit().LeaseTerm())

@@ -83,13 +83,15 @@ func newProcessID() (id, host string) {
 	return host + "-" + hex.EncodeToString(b[:]), host
 }
 
-// fleetValues is the store's shared values, nil over a store without
-// them (the memory store: a fleet of one).
+// fleetValues is the store's shared values, found beneath any wrappers
+// (metrics' InstrumentStore); nil over a store without them (the memory
+// store: a fleet of one).
 func (g *Gate) fleetValues() adaptive.Values {
 	if g.lim == nil {
 		return nil
 	}
-	return sharedValues(g.lim.Store())
+	v, _ := beneath[adaptive.Values](g.lim.Store())
+	return v
 }
 
 // ProcessID is the id this process publishes its statistics under.

@@ -156,6 +156,7 @@ func New(p *policy.Policy, lim *sluice.Limiter, opts Options) *Gate {
 	}
 	g.obs = policy.Observers(obs...)
 	g.initSettle()
+	g.initShaping()
 	g.SetPolicy(p)
 	return g
 }

@@ -60,12 +60,6 @@ func (g *Gate) settleKey(p *policy.Policy) []byte {
 	return g.settle.key[:]
 }
 
-// issueHandle returns the handle of req, admitted and charged req.Cost:
-// "" when it cannot have one.
-func (g *Gate) issueHandle(p *policy.Policy, req sluice.Request) string {
-	return settle.Issue(g.settleKey(p), req.Limit.Name(), req.Key, req.Cost, g.lim.Now().Add(g.opts.SettleTTL))
-}
-
 // openHandle verifies a handle and reads it, refusing an expired one.
 func (g *Gate) openHandle(p *policy.Policy, s string) (settle.Handle, *inputError) {
 	h, err := settle.Open(g.settleKey(p), s)

@@ -6,6 +6,8 @@ package policy
 // algorithm_config, a settle.Source, which package settle reads).
 
 import (
+	"slices"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/settle"
@@ -92,12 +94,9 @@ func (r *Rule) SettleFrom(lim *sluice.Limit) *settle.Source {
 	if r == nil {
 		return nil
 	}
-	if r.own != nil && r.own.limit == lim {
-		return r.own.settle
-	}
-	for _, t := range r.Tiers {
-		if t.v != nil && t.v.limit == lim {
-			return t.v.settle
+	for _, v := range r.variants() {
+		if v.limit == lim {
+			return v.settle
 		}
 	}
 	return nil
@@ -107,15 +106,9 @@ func (r *Rule) SettleFrom(lim *sluice.Limit) *settle.Source {
 // (body:PATH), or its stream_usage rewrites it: a caller of Match then
 // sets Input.Body.
 func (p *Policy) ReadsBody() bool {
-	reads := func(v *variant) bool {
-		return v != nil && ((v.cost.src != nil && v.cost.src.kind == srcBody) || (v.settle != nil && v.settle.StreamUsage))
-	}
 	for _, r := range p.Rules {
-		if reads(r.own) {
-			return true
-		}
-		for _, t := range r.Tiers {
-			if reads(t.v) {
+		for _, v := range r.variants() {
+			if (v.cost.src != nil && v.cost.src.kind == srcBody) || (v.settle != nil && v.settle.StreamUsage) {
 				return true
 			}
 		}
@@ -130,21 +123,11 @@ func (p *Policy) ReadsBody() bool {
 // client's own cost.
 func (p *Policy) SettleHeaders() []string {
 	var out []string
-	add := func(v *variant) {
-		if v == nil || v.settle == nil || (v.settle.Kind != settle.Header && v.settle.Kind != settle.Trailer) {
-			return
-		}
-		for _, h := range out {
-			if h == v.settle.Name {
-				return
-			}
-		}
-		out = append(out, v.settle.Name)
-	}
 	for _, r := range p.Rules {
-		add(r.own)
-		for _, t := range r.Tiers {
-			add(t.v)
+		for _, v := range r.variants() {
+			if s := v.settle; s != nil && (s.Kind == settle.Header || s.Kind == settle.Trailer) && !slices.Contains(out, s.Name) {
+				out = append(out, s.Name)
+			}
 		}
 	}
 	return out

@@ -41,4 +41,3 @@ func TestSourceReads(t *testing.T) {
 		}
 	}
 }
-

@@ -432,3 +432,35 @@ func TestControllerShared(t *testing.T) {
 		t.Fatalf("garbage replaced by %q", store.m["adaptive:api"])
 	}
 }
+
+// A Registry makes a limit's controller once and keeps it by name, under
+// the config of the latest request, telling OnRate its rate when made and
+// at each change.
+func TestRegistry(t *testing.T) {
+	var rg adaptive.Registry
+	var told []float64
+	rg.OnRate = func(name string, rate float64, c *adaptive.Config) {
+		if name != "api" || c.Min == 0 {
+			t.Errorf("OnRate(%q, %v, %+v)", name, rate, c)
+		}
+		told = append(told, rate)
+	}
+	ctx, c, now := context.Background(), testConfig(), epoch
+	if rg.Get("api") != nil {
+		t.Fatal("a controller before the limit's first use")
+	}
+	ctl := rg.Controller(ctx, "api", c, now)
+	ctl.Observe("k", 200, time.Millisecond)
+	now = now.Add(c.Interval)
+	if again := rg.Controller(ctx, "api", c, now); again != ctl || rg.Get("api") != ctl {
+		t.Fatal("a second controller for the same limit")
+	}
+	if ctl.Rate() != 60 || len(told) != 2 || told[0] != 50 || told[1] != 60 {
+		t.Fatalf("rate %v, OnRate told %v; want 60 after the step due, told [50 60]", ctl.Rate(), told)
+	}
+	narrow := *c
+	narrow.Min, narrow.Max = 70, 80
+	if rg.Controller(ctx, "api", &narrow, now).Rate() != 70 {
+		t.Fatalf("a reload's bounds do not apply: %v", ctl.Rate())
+	}
+}

@@ -78,20 +78,12 @@ func (e *eval) cost(c costSpec) float64 {
 		case len(vs) == 1:
 			return parseCost(vs[0], c)
 		}
-		most := c.def
-		for _, v := range vs {
-			most = max(most, parseCost(v, c))
-		}
-		return most
+		return mostCost(vs, c)
 	}
 	if c.src.kind == srcQuery {
 		// An ambiguous parameter costs the most any server could read.
 		if vs, st := e.query(c.src.name); st == ambiguous {
-			most := c.def
-			for _, v := range vs {
-				most = max(most, parseCost(v, c))
-			}
-			return most
+			return mostCost(vs, c)
 		}
 	}
 	v, ok := e.value(*c.src)
@@ -99,6 +91,15 @@ func (e *eval) cost(c costSpec) float64 {
 		return c.def
 	}
 	return parseCost(v, c)
+}
+
+// mostCost is the most that any of vs costs, never less than c.def.
+func mostCost(vs []string, c costSpec) float64 {
+	most := c.def
+	for _, v := range vs {
+		most = max(most, parseCost(v, c))
+	}
+	return most
 }
 
 // parseCost reads a declared cost: c.def when it is not a usable number,

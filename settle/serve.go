@@ -40,10 +40,14 @@ const (
 // panic then goes on.
 func Serve(next http.Handler, w http.ResponseWriter, r *http.Request, sources []*Source, body []byte, done func(*Recorder)) {
 	askReadable(r, sources, body)
-	rec := NewRecorder(w, sources)
+	n := len(sources)
+	rec := &Recorder{ResponseWriter: w, sources: sources, actuals: make([]float64, n), found: make([]bool, n), whole: make([]bool, n)}
+	for _, s := range sources {
+		rec.wantBody = rec.wantBody || s.Kind == Body
+	}
 	defer func() {
 		p := recover()
-		rec.Finish(p != nil)
+		rec.finish(p != nil)
 		done(rec)
 		if p != nil {
 			panic(p)
@@ -62,7 +66,6 @@ type Recorder struct {
 	sources []*Source
 
 	wroteHeader bool
-	noBody      bool            // a status that has no body (HEAD answers too)
 	announced   map[string]bool // trailers announced in the Trailer header
 
 	wantBody bool
@@ -77,16 +80,6 @@ type Recorder struct {
 
 	actuals []float64
 	found   []bool
-}
-
-// NewRecorder returns a Recorder of the costs that sources read from the
-// response written to it, which it passes on to w.
-func NewRecorder(w http.ResponseWriter, sources []*Source) *Recorder {
-	rec := &Recorder{ResponseWriter: w, sources: sources, actuals: make([]float64, len(sources)), found: make([]bool, len(sources)), whole: make([]bool, len(sources))}
-	for _, s := range sources {
-		rec.wantBody = rec.wantBody || s.Kind == Body
-	}
-	return rec
 }
 
 // Unwrap lets http.ResponseController reach the connection (Hijack for
@@ -137,8 +130,8 @@ func (rec *Recorder) snapshot(code int) {
 			}
 		}
 	}
-	rec.noBody = code == http.StatusNoContent || code == http.StatusNotModified
-	if !rec.wantBody || rec.noBody {
+	// A status that has no body (HEAD answers too) states no cost in one.
+	if !rec.wantBody || code == http.StatusNoContent || code == http.StatusNotModified {
 		rec.wantBody = false
 		return
 	}
@@ -181,9 +174,9 @@ func (rec *Recorder) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// Finish reads, once the handler has returned (or was aborted), what the
+// finish reads, once the handler has returned (or was aborted), what the
 // response states: its trailers and its body's costs.
-func (rec *Recorder) Finish(aborted bool) {
+func (rec *Recorder) finish(aborted bool) {
 	rec.broken = rec.broken || aborted
 	if !rec.wroteHeader {
 		// Nothing written: the server sends the headers as they stand.

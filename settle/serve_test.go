@@ -1,0 +1,180 @@
+package settle_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sluicehq/sluice/settle"
+)
+
+func mustParse(t *testing.T, v string) *settle.Source {
+	t.Helper()
+	s, err := settle.Parse(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// serve serves a request with h through settle.Serve, reading s, and
+// returns the actual cost read, why it is not to be used, and the
+// response the client got; aborted is whether Serve passed h's panic on.
+func serve(t *testing.T, s *settle.Source, h http.HandlerFunc) (actual float64, why string, w *httptest.ResponseRecorder, aborted bool) {
+	t.Helper()
+	w = httptest.NewRecorder()
+	defer func() { aborted = recover() != nil }()
+	settle.Serve(h, w, httptest.NewRequest("POST", "/", nil), []*settle.Source{s}, nil, func(rec *settle.Recorder) {
+		actual, why = rec.Actual(0)
+	})
+	return actual, why, w, false
+}
+
+func gzipped(s string) []byte {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	io.WriteString(zw, s)
+	zw.Close()
+	return b.Bytes()
+}
+
+// A response states its cost in a header, a trailer (announced, or set
+// with http.TrailerPrefix), its JSON body (gzip or not) or its event
+// stream's last event that has one.
+func TestServeReads(t *testing.T) {
+	body := mustParse(t, "body:usage.total_tokens")
+	for name, c := range map[string]struct {
+		s    *settle.Source
+		h    http.HandlerFunc
+		want float64
+	}{
+		"header": {mustParse(t, "header:x-cost"), func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Add("X-Cost", "4")
+			w.Header().Add("X-Cost", "9") // given twice: the larger
+			io.WriteString(w, "ok")
+		}, 9},
+		"announced trailer": {mustParse(t, "trailer:x-cost"), func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Trailer", "X-Cost")
+			io.WriteString(w, "ok")
+			w.Header().Set("X-Cost", "7")
+		}, 7},
+		"prefixed trailer": {mustParse(t, "trailer:x-cost"), func(w http.ResponseWriter, _ *http.Request) {
+			io.WriteString(w, "ok")
+			w.Header().Set(http.TrailerPrefix+"x-cost", "6")
+		}, 6},
+		"json": {body, func(w http.ResponseWriter, _ *http.Request) {
+			io.WriteString(w, `{"usage":`)
+			io.WriteString(w, `{"total_tokens":12}}`)
+		}, 12},
+		"gzip": {body, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Write(gzipped(`{"usage":{"total_tokens":13}}`))
+		}, 13},
+		"stream": {body, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"usage\":{\"total_tokens\":1}}\r\n\r\ndata: {\"usage\":")
+			io.WriteString(w, "\ndata: {\"total_tokens\":14}}\n\ndata: [DONE]\n\n")
+		}, 14},
+	} {
+		got, why, _, _ := serve(t, c.s, c.h)
+		if got != c.want || why != "" {
+			t.Errorf("%s: read %v (%q), want %v", name, got, why, c.want)
+		}
+	}
+}
+
+// Attack: the client makes the response state no usable cost: a stream
+// without usage, an encoding that is not read, an error status whose body
+// echoes what it sent, a connection dropped before the last event. None
+// is used: the door then charges unsettled_cost.
+func TestAttackServeUnusableCost(t *testing.T) {
+	body := mustParse(t, "body:usage.total_tokens")
+	for name, c := range map[string]struct {
+		h   http.HandlerFunc
+		why string
+	}{
+		"stream without usage": {func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"choices\":[]}\n\ndata: [DONE]\n\n")
+		}, "no cost stated"},
+		"deflate": {func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Encoding", "deflate")
+			io.WriteString(w, `{"usage":{"total_tokens":1}}`)
+		}, "no cost stated"},
+		"gzip stream": {func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Write(gzipped("data: {\"usage\":{\"total_tokens\":1}}\n\n"))
+		}, "no cost stated"},
+		"error status": {func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(400)
+			io.WriteString(w, `{"usage":{"total_tokens":0}}`)
+		}, "error status"},
+		"cut short": {func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"usage\":{\"total_tokens\":1}}\n\n")
+			panic(http.ErrAbortHandler)
+		}, "cut short"},
+	} {
+		_, why, _, aborted := serve(t, body, c.h)
+		if why != c.why || aborted != (c.why == "cut short") {
+			t.Errorf("%s: %q (the panic passed on: %v), want %q", name, why, aborted, c.why)
+		}
+	}
+}
+
+// A stream's event too large to hold, or a JSON response too large, is
+// not read for its cost, and the response passes whole.
+func TestServeBounds(t *testing.T) {
+	big := strings.Repeat("y", 70<<10)
+	for name, c := range map[string]struct {
+		ctype, body string
+		want        float64 // -1: none
+	}{
+		"event": {"text/event-stream", fmt.Sprintf("data: {\"usage\":{\"total_tokens\":3},\"pad\":\"%s\"}\n\n", big), -1},
+		"line":  {"text/event-stream", fmt.Sprintf("data: {\"usage\":{\"total_tokens\":3}}\n\ndata: {\"pad\":\"%s\",\"usage\":{\"total_tokens\":5}}\n\n", big), 3},
+		"json":  {"application/json", fmt.Sprintf("{\"pad\":\"%s\",\"usage\":{\"total_tokens\":3}}", strings.Repeat(big, 16)), -1},
+	} {
+		got, why, w, _ := serve(t, mustParse(t, "body:usage.total_tokens"), func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", c.ctype)
+			io.WriteString(w, c.body)
+		})
+		if w.Body.String() != c.body {
+			t.Errorf("%s: the response did not pass whole", name)
+		}
+		if (c.want < 0) != (why != "") || (c.want >= 0 && got != c.want) {
+			t.Errorf("%s: read %v (%q), want %v", name, got, why, c.want)
+		}
+	}
+}
+
+// A body read for its cost is put back whole; a body longer than the
+// limit, or one that finds the memory spent, is not returned, and its
+// memory is given back.
+func TestReadBody(t *testing.T) {
+	var free atomic.Int64
+	free.Store(100)
+	r := httptest.NewRequest("POST", "/", strings.NewReader(`{"n":1}`))
+	got, release := settle.ReadBody(r, 10, &free)
+	if rest, _ := io.ReadAll(r.Body); string(got) != `{"n":1}` || string(rest) != `{"n":1}` || free.Load() != 100-8 {
+		t.Errorf("read %q, the handler read %q, %d bytes left", got, rest, free.Load())
+	}
+	release()
+	r = httptest.NewRequest("POST", "/", io.NopCloser(strings.NewReader(strings.Repeat("x", 11)))) // no length declared
+	got, release = settle.ReadBody(r, 10, &free)
+	if rest, _ := io.ReadAll(r.Body); got != nil || len(rest) != 11 {
+		t.Errorf("a body past the limit: read %q, the handler read %d bytes", got, len(rest))
+	}
+	release()
+	free.Store(5)
+	r = httptest.NewRequest("POST", "/", strings.NewReader(`{"n":1}`))
+	if got, _ := settle.ReadBody(r, 10, &free); got != nil || free.Load() != 5 {
+		t.Errorf("with the memory spent: read %q, %d bytes left", got, free.Load())
+	}
+}

@@ -1,8 +1,5 @@
 package adaptive
 
-// The measurement of an upstream's answer, for a door that stands in
-// front of it (the reverse proxy, the middleware).
-
 import (
 	"bufio"
 	"io"

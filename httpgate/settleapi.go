@@ -1,9 +1,5 @@
 package httpgate
 
-// Settlement through the decision API: an admitted /v1/take of a limit
-// that settles (settle_from) answers with a handle (settle.Issue), and
-// /v1/settle with that handle and the actual cost settles the take, once.
-
 import (
 	"encoding/hex"
 	"errors"
@@ -19,7 +15,8 @@ import (
 	"github.com/sluicehq/sluice/settle"
 )
 
-// SettleRequest is the body of /v1/settle.
+// SettleRequest is the body of /v1/settle: it settles, once, the take
+// whose /v1/take answer gave the handle (settle.Issue).
 type SettleRequest struct {
 	// Handle is the settle of a /v1/take answer.
 	Handle string `json:"handle"`
@@ -60,20 +57,6 @@ func (g *Gate) settleKey(p *policy.Policy) []byte {
 	return g.settle.key[:]
 }
 
-// openHandle verifies a handle and reads it, refusing an expired one.
-func (g *Gate) openHandle(p *policy.Policy, s string) (settle.Handle, *inputError) {
-	h, err := settle.Open(g.settleKey(p), s)
-	switch {
-	case errors.Is(err, settle.ErrForged):
-		return h, &inputError{http.StatusForbidden, "the handle was not issued by this server (or by one sharing its settle_secret_env key), or was altered"}
-	case err != nil:
-		return h, &inputError{http.StatusBadRequest, `"handle" is malformed: pass the "settle" of a /v1/take answer as it is`}
-	case g.lim.Now().Unix() > h.Expires:
-		return h, &inputError{http.StatusForbidden, fmt.Sprintf("the handle expired at %s: a take is settled within %v of it", time.Unix(h.Expires, 0).UTC().Format(time.RFC3339), g.opts.SettleTTL)}
-	}
-	return h, nil
-}
-
 // settleAPI serves /v1/settle.
 func (g *Gate) settleAPI(w http.ResponseWriter, r *http.Request) {
 	var body SettleRequest
@@ -92,9 +75,16 @@ func (g *Gate) settleAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := g.Policy()
-	h, ie := g.openHandle(p, body.Handle)
-	if ie != nil {
-		badRequest(w, ie.status, ie.msg)
+	h, err := settle.Open(g.settleKey(p), body.Handle)
+	switch {
+	case errors.Is(err, settle.ErrForged):
+		badRequest(w, http.StatusForbidden, "the handle was not issued by this server (or by one sharing its settle_secret_env key), or was altered")
+		return
+	case err != nil:
+		badRequest(w, http.StatusBadRequest, `"handle" is malformed: pass the "settle" of a /v1/take answer as it is`)
+		return
+	case g.lim.Now().Unix() > h.Expires:
+		badRequest(w, http.StatusForbidden, fmt.Sprintf("the handle expired at %s: a take is settled within %v of it", time.Unix(h.Expires, 0).UTC().Format(time.RFC3339), g.opts.SettleTTL))
 		return
 	}
 	rule, lim, err := p.FindLimit(h.Rule)

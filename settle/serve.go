@@ -1,10 +1,5 @@
 package settle
 
-// What a door does around a request whose charge settles from its
-// response: the request readied (its body read for a body:PATH cost and
-// put back whole; a response asked for that can be read), and the
-// response read as it passes (Serve, Recorder).
-
 import (
 	"bytes"
 	"compress/gzip"
@@ -322,11 +317,10 @@ func (s *sseReader) endLine() {
 		s.over = true // a line too long: its event is not read
 	case len(line) == 0:
 		s.dispatch()
-	case bytes.HasPrefix(line, []byte("data")):
-		v, ok := field(line, "data")
-		if !ok {
-			return
-		}
+	case string(line) == "data" || bytes.HasPrefix(line, []byte("data:")):
+		// "data: value", "data:value" or "data" alone (an empty value); not
+		// another field that starts alike ("database").
+		v := bytes.TrimPrefix(bytes.TrimPrefix(line[len("data"):], []byte(":")), []byte(" "))
 		if s.over || len(s.data)+len(v)+1 > maxEventBytes {
 			s.over, s.data = true, s.data[:0]
 			return
@@ -337,23 +331,6 @@ func (s *sseReader) endLine() {
 		s.data = append(s.data, v...)
 		s.hasData = true
 	}
-}
-
-// field returns the value of a "name: value" or "name:value" line of the
-// field name, or of "name" alone (an empty value).
-func field(line []byte, name string) ([]byte, bool) {
-	rest := line[len(name):]
-	switch {
-	case len(rest) == 0:
-		return nil, true
-	case rest[0] != ':':
-		return nil, false // another field that starts alike ("database")
-	}
-	rest = rest[1:]
-	if len(rest) > 0 && rest[0] == ' ' {
-		rest = rest[1:]
-	}
-	return rest, true
 }
 
 // dispatch ends an event: its data, when JSON, may state the costs.

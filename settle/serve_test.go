@@ -81,6 +81,10 @@ func TestServeReads(t *testing.T) {
 			io.WriteString(w, "data: {\"usage\":{\"total_tokens\":1}}\r\n\r\ndata: {\"usage\":")
 			io.WriteString(w, "\ndata: {\"total_tokens\":14}}\n\ndata: [DONE]\n\n")
 		}, 14},
+		"stream fields": {body, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+			io.WriteString(w, "event: usage\ndata:{\"usage\":\ndatabase: {\"usage\":{\"total_tokens\":99}}\ndata\ndata:  {\"total_tokens\":15}}\n\n")
+		}, 15},
 	} {
 		got, why, _, _ := serve(t, c.s, c.h)
 		if got != c.want || why != "" {

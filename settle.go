@@ -116,7 +116,10 @@ func settledCost(actual float64) (int64, error) {
 func (l *Limiter) settleExtra(ctx context.Context, base Request, extra int64) (Settlement, error) {
 	lim := base.Limit
 	bound := lim.settleDebt()
-	extra, forgiven := clampExtra(extra, lim.settleMost(bound))
+	// Even a full bucket cannot owe more than one take on credit may be:
+	// the rest is forgiven.
+	most := lim.settleMost(bound)
+	extra, forgiven := min(extra, most), max(extra-most, 0)
 	var charged int64
 	var last Decision
 	for try := 0; try < settleTries && extra > 0; try++ {
@@ -153,16 +156,6 @@ func (l *Limiter) settleExtra(ctx context.Context, base Request, extra int64) (S
 	forgiven += extra // still unplaced after every try
 	last.Allowed, last.RetryAfter, last.RetryAt = true, 0, time.Time{}
 	return Settlement{Decision: last, Extra: engine.FromMicroTokens(charged), Forgiven: engine.FromMicroTokens(forgiven)}, nil
-}
-
-// clampExtra bounds an extra charge by most, the most one take on credit
-// may be (micro-tokens): even a full bucket cannot owe more. It returns
-// what is to be charged and what is forgiven.
-func clampExtra(extra, most int64) (charge, forgiven int64) {
-	if extra > most {
-		return most, extra - most
-	}
-	return extra, 0
 }
 
 // fitExtra is what of an extra charge fits a bucket holding tokens (may

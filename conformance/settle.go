@@ -3,6 +3,7 @@ package conformance
 import (
 	"cmp"
 	"context"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -173,11 +174,4 @@ func settleConcurrent(t *testing.T, newStore NewStore, lim *sluice.Limit, opts S
 	t.Logf("%d settled, %v tokens forgiven, the bucket at %v", len(done), engine.FromMicroTokens(forgiven), engine.FromMicroTokens(want))
 }
 
-func micro(tokens float64) int64 { return int64(tokens*engine.TokenScale + 0.5*sign(tokens)) }
-
-func sign(x float64) float64 {
-	if x < 0 {
-		return -1
-	}
-	return 1
-}
+func micro(tokens float64) int64 { return int64(math.Round(tokens * engine.TokenScale)) }

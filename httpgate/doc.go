@@ -21,9 +21,10 @@
 // its callers the same from the same functions.
 //
 // The proxy and the middleware also settle the limits whose rules set
-// settle_from, once the response is written, at the actual cost it states
-// (settle.go); the decision API does it through the signed handles of
-// /v1/settle (settleapi.go).
+// settle_from, at the actual cost the response states (package settle
+// reads it; settle.go), and measure the upstream for adaptive rates
+// (package adaptive; adaptive.go); the decision API settles through the
+// signed handles of /v1/settle (settleapi.go).
 //
 // APIServer, LimitConns and ReserveDelay serve forward auth and the
 // decision API as sluice serve does: its deadlines, its cap on

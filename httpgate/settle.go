@@ -34,17 +34,8 @@ type settleState struct {
 	key [32]byte
 	// bodyFree is the memory left for request bodies (Options.BodyMemory).
 	bodyFree atomic.Int64
-	// info caches what the policy in force settles.
-	info atomic.Pointer[settleInfo]
 	// nonces spends the decision API's handles (settle.NonceLimit).
 	nonces *sluice.Limit
-}
-
-// settleInfo is what one policy asks of requests and responses.
-type settleInfo struct {
-	pol       *policy.Policy
-	readsBody bool
-	headers   []string // settle_from headers and trailers, dropped from requests
 }
 
 func (g *Gate) initSettle() {
@@ -59,16 +50,6 @@ func (g *Gate) initSettle() {
 	rand.Read(g.settle.key[:]) // crypto/rand.Read never fails (Go 1.24+)
 }
 
-// settleFor returns what p settles, computed once per policy.
-func (g *Gate) settleFor(p *policy.Policy) *settleInfo {
-	if si := g.settle.info.Load(); si != nil && si.pol == p {
-		return si
-	}
-	si := &settleInfo{pol: p, readsBody: p.ReadsBody(), headers: p.SettleHeaders()}
-	g.settle.info.Store(si)
-	return si
-}
-
 // prepareSettle readies r for p's settlements before it is decided: it
 // drops from r the headers and trailers that settle_from reads from
 // responses (a client must not state its own cost to an upstream that
@@ -76,12 +57,11 @@ func (g *Gate) settleFor(p *policy.Policy) *settleInfo {
 // it. The function it returns gives the body's memory back; call it once
 // the request is done.
 func (g *Gate) prepareSettle(r *http.Request, p *policy.Policy, in *policy.Input) func() {
-	si := g.settleFor(p)
-	for _, h := range si.headers {
+	for _, h := range p.SettleHeaders() {
 		r.Header.Del(h)
 		r.Trailer.Del(h)
 	}
-	if !si.readsBody {
+	if !p.ReadsBody() {
 		return func() {}
 	}
 	body, release := settle.ReadBody(r, policy.CostBodyLimit, &g.settle.bodyFree)

@@ -239,6 +239,7 @@ func (l *loader) policy(root *yaml.Node) *Policy {
 	l.rules(o, p)
 	l.indexLimits(p)
 	l.adaptiveWarnings(p)
+	p.settleNeeds()
 	if n, ok := o.vals["forward_auth"]; ok {
 		l.forwardAuth(n, s)
 	}

@@ -79,6 +79,9 @@ type Policy struct {
 	byName map[string]*Rule
 	limits map[string]namedLimit
 
+	readsBody     bool     // ReadsBody
+	settleHeaders []string // SettleHeaders
+
 	// Rules reachable by name only (NameOnly), by name and by alias.
 	named   []NamedRule
 	namedBy map[string]*Rule

@@ -105,32 +105,27 @@ func (r *Rule) SettleFrom(lim *sluice.Limit) *settle.Source {
 // ReadsBody reports whether a rule's cost_source reads the request body
 // (body:PATH), or its stream_usage rewrites it: a caller of Match then
 // sets Input.Body.
-func (p *Policy) ReadsBody() bool {
-	for _, r := range p.Rules {
-		for _, v := range r.variants() {
-			if (v.cost.src != nil && v.cost.src.kind == srcBody) || (v.settle != nil && v.settle.StreamUsage) {
-				return true
-			}
-		}
-	}
-	return false
-}
+func (p *Policy) ReadsBody() bool { return p.readsBody }
 
 // SettleHeaders lists the headers and trailers that the rules' settle_from
 // read from responses, canonical, each once. A client must not be the one
 // to set them: the proxy and the middleware drop them from requests, so
 // that an upstream that echoes request headers cannot be made to state a
-// client's own cost.
-func (p *Policy) SettleHeaders() []string {
-	var out []string
+// client's own cost. The list is the policy's: not to be changed.
+func (p *Policy) SettleHeaders() []string { return p.settleHeaders }
+
+// settleNeeds finds, once p's rules are loaded, what ReadsBody and
+// SettleHeaders report, so that a door asks them of every request at no
+// cost.
+func (p *Policy) settleNeeds() {
 	for _, r := range p.Rules {
 		for _, v := range r.variants() {
-			if s := v.settle; s != nil && (s.Kind == settle.Header || s.Kind == settle.Trailer) && !slices.Contains(out, s.Name) {
-				out = append(out, s.Name)
+			p.readsBody = p.readsBody || (v.cost.src != nil && v.cost.src.kind == srcBody) || (v.settle != nil && v.settle.StreamUsage)
+			if s := v.settle; s != nil && (s.Kind == settle.Header || s.Kind == settle.Trailer) && !slices.Contains(p.settleHeaders, s.Name) {
+				p.settleHeaders = append(p.settleHeaders, s.Name)
 			}
 		}
 	}
-	return out
 }
 
 // bodyCost reads a body:PATH cost: the values at the path of the request

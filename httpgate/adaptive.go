@@ -12,10 +12,9 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
-// shaping is what a Gate keeps about the upstream it stands in front of:
-// each adaptive limit's controller and each limit's queue of held
-// requests, by limit name, so that both outlive a reload that keeps the
-// name (as bucket state does).
+// shaping is what a Gate keeps about the upstream it stands in front of,
+// by limit name so that it outlives a reload that keeps the name (as
+// bucket state does): the adaptive rates and the queues of held requests.
 type shaping struct {
 	rates  adaptive.Registry
 	mu     sync.Mutex // queues

@@ -1,9 +1,7 @@
 package httpgate
 
 // Charging what was used, in the reverse proxy and the middleware: the
-// HTTP wiring of package settle, which reads the actual cost a response
-// states; here it is settled (sluice.Limiter.Settle), logged, and the
-// request readied for it.
+// actual cost that package settle reads is settled here (Limiter.Settle).
 
 import (
 	"context"
@@ -69,31 +67,22 @@ func (g *Gate) prepareSettle(r *http.Request, p *policy.Policy, in *policy.Input
 	return release
 }
 
-// settling lists the results of v that settle from the response, and
-// their sources: the limits that charged the request (admitted, the
-// store answered) and whose settle_from a response states.
-func settling(v *policy.Verdict) ([]*policy.Result, []*settle.Source) {
-	if !v.Allowed {
-		return nil, nil
-	}
-	var rs []*policy.Result
-	var sources []*settle.Source
-	for i := range v.Results {
-		r := &v.Results[i]
-		if s := r.Match.Settle; s != nil && s.Kind != settle.Caller && r.Decision.Allowed && r.StoreErr == nil {
-			rs, sources = append(rs, r), append(sources, s)
-		}
-	}
-	return rs, sources
-}
-
 // serveSettled serves r with next and then settles the limits of v that
 // settle from the response (settle.Serve), each with the actual cost the
 // response states, or, when it states none that can be used, with the
 // rule's unsettled_cost (never less than the estimate). body is the
 // request body as read for its cost (nil when not read).
 func (g *Gate) serveSettled(next http.Handler, w http.ResponseWriter, r *http.Request, v *policy.Verdict, body []byte) {
-	rs, sources := settling(v)
+	// The limits that charged the request (admitted, the store answered)
+	// and whose settle_from a response states.
+	var rs []*policy.Result
+	var sources []*settle.Source
+	for i := range v.Results {
+		res := &v.Results[i]
+		if s := res.Match.Settle; v.Allowed && s != nil && s.Kind != settle.Caller && res.Decision.Allowed && res.StoreErr == nil {
+			rs, sources = append(rs, res), append(sources, s)
+		}
+	}
 	if len(rs) == 0 {
 		next.ServeHTTP(w, r)
 		return

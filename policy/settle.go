@@ -115,8 +115,7 @@ func (p *Policy) ReadsBody() bool { return p.readsBody }
 func (p *Policy) SettleHeaders() []string { return p.settleHeaders }
 
 // settleNeeds finds, once p's rules are loaded, what ReadsBody and
-// SettleHeaders report, so that a door asks them of every request at no
-// cost.
+// SettleHeaders report: a door asks them of every request.
 func (p *Policy) settleNeeds() {
 	for _, r := range p.Rules {
 		for _, v := range r.variants() {

@@ -17,8 +17,7 @@ import (
 // them is held; a response that says its cost past them states none, and
 // its request is charged the rule's unsettled_cost.
 const (
-	// bodyLimit bounds a JSON response body (compressed and decompressed
-	// alike).
+	// bodyLimit bounds a JSON response body, compressed and decompressed.
 	bodyLimit = 1 << 20
 	// maxEventBytes bounds one event of an event stream (its data lines
 	// together, and each line).
@@ -34,12 +33,9 @@ const (
 // client leaves mid-stream, and that request must be charged too; the
 // panic then goes on.
 func Serve(next http.Handler, w http.ResponseWriter, r *http.Request, sources []*Source, body []byte, done func(*Recorder)) {
-	askReadable(r, sources, body)
 	n := len(sources)
 	rec := &Recorder{ResponseWriter: w, sources: sources, actuals: make([]float64, n), found: make([]bool, n), whole: make([]bool, n)}
-	for _, s := range sources {
-		rec.wantBody = rec.wantBody || s.Kind == Body
-	}
+	rec.wantBody = askReadable(r, sources, body)
 	defer func() {
 		p := recover()
 		rec.finish(p != nil)
@@ -428,26 +424,28 @@ func (e *errReader) Read(p []byte) (int, error) {
 // upstream answer in one it cannot read, and it would be charged
 // unsettled_cost), and, when a source sets stream_usage: include and the
 // body is an OpenAI-style streaming request, with the stream's usage
-// (see includeStreamUsage). The rewritten body replaces r's whole.
-func askReadable(r *http.Request, sources []*Source, body []byte) {
+// (see includeStreamUsage). The rewritten body replaces r's whole. It
+// reports whether a source reads the response's body.
+func askReadable(r *http.Request, sources []*Source, body []byte) (readsBody bool) {
 	usage := false
 	for _, s := range sources {
 		if s.Kind == Body {
 			r.Header.Set("Accept-Encoding", "identity")
-			usage = usage || s.StreamUsage
+			readsBody, usage = true, usage || s.StreamUsage
 		}
 	}
 	if !usage || body == nil {
-		return
+		return readsBody
 	}
 	nb, ok := includeStreamUsage(body)
 	if !ok {
-		return
+		return true
 	}
 	r.Body = &replayBody{Reader: bytes.NewReader(nb), Closer: r.Body}
 	r.ContentLength = int64(len(nb))
 	r.TransferEncoding = nil
 	r.Header.Set("Content-Length", strconv.Itoa(len(nb)))
+	return true
 }
 
 // includeStreamUsage rewrites an OpenAI-style request body that asks for

@@ -15,7 +15,7 @@ func TestLayering(t *testing.T) {
 	stores := []string{"memory", "redis", "postgres"}
 	transports := []string{"httpgate", "envoyrls"}
 	forbid := map[string][]string{
-		".":        append(append([]string{"engine/conformance", "conformance", "policy", "metrics", "insight"}, stores...), transports...),
+		".":        append(append([]string{"engine/conformance", "conformance", "policy", "metrics", "insight", "settle", "adaptive"}, stores...), transports...),
 		"engine":   {""}, // "" is the root: nothing of the module
 		"memory":   transports,
 		"redis":    transports,

@@ -68,7 +68,9 @@ var redisLimiters = []redisLimiter{
 // BenchmarkRedis runs the Zipf workload (10,000 keys, 100/s, burst 100)
 // through each Redis-backed limiter at 1, 16, 64 and 256 goroutines
 // against one local redis-server, reporting checks/s, p50/p99 latency
-// and the server's CPU per check (the INFO cpu delta over the checks).
+// and the server's CPU and script calls per check (the INFO cpu and
+// commandstats deltas over the checks: sluice's batches carry several
+// checks in one script call).
 func BenchmarkRedis(b *testing.B) {
 	addr := redisAddr(b)
 	admin := goredis.NewClient(&goredis.Options{Addr: addr})
@@ -95,7 +97,7 @@ func runRedis(b *testing.B, admin *goredis.Client, allow allower, g int) {
 	var next atomic.Int64
 	lats := make([][]time.Duration, g)
 	var admitted atomic.Int64
-	cpu0 := redisCPU(b, admin)
+	cpu0, scripts0 := redisCPU(b, admin), redisScriptCalls(b, admin)
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -125,6 +127,7 @@ func runRedis(b *testing.B, admin *goredis.Client, allow allower, g int) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cpu := redisCPU(b, admin) - cpu0
+	scripts := redisScriptCalls(b, admin) - scripts0
 	all := slices.Concat(lats...)
 	slices.Sort(all)
 	pct := func(p float64) float64 {
@@ -137,6 +140,7 @@ func runRedis(b *testing.B, admin *goredis.Client, allow allower, g int) {
 	b.ReportMetric(pct(0.50), "p50-us")
 	b.ReportMetric(pct(0.99), "p99-us")
 	b.ReportMetric(cpu*1e6/float64(b.N), "redis-cpu-us/check")
+	b.ReportMetric(scripts/float64(b.N), "scripts/check")
 	b.ReportMetric(float64(admitted.Load())/float64(b.N), "admitted/check")
 	sink.Add(admitted.Load())
 }

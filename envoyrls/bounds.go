@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -55,34 +57,121 @@ func LimitOptions(g serverconf.GRPCLimits, s serverconf.ServerLimits) []grpc.Ser
 var healthCheck = "/" + healthpb.Health_ServiceDesc.ServiceName + "/Check"
 
 // inFlight counts the calls of a server being decided, over all its
-// connections.
+// connections: a call takes a place when its headers arrive (admit) and
+// gives it back when its handler returns (leave). A place is found again
+// from the call's context, which admit wraps, so that taking and giving
+// back cost no allocation beyond that wrapper, and no goroutine: a
+// context.AfterFunc per call would start one for every call as its
+// stream ends (BenchmarkShouldRateLimitGRPC counts the allocations).
+//
+// A call that never reaches the handler (an unknown method, an encoding
+// the server cannot read, a stream reset before its turn) never gives
+// its place back itself. Such places are taken back by a sweep once their
+// streams have ended (grpc-go cancels a stream's context when it ends,
+// whatever the reason): a sweep runs when admit finds no place free, at
+// most once per sweepEvery, so that a flood of refused calls cannot make
+// the server scan its places for each of them.
 type inFlight struct {
-	sem chan struct{}
-	// release gives a place back: one func for every call, rather than a
-	// closure allocated per call.
-	release func()
+	free   chan int32
+	places []atomic.Pointer[place]
+
+	sweeping  sync.Mutex
+	lastSweep time.Time // under sweeping
 }
 
+// sweepEvery is how often, at most, admit looks for the places of ended
+// streams.
+const sweepEvery = time.Millisecond
+
 func newInFlight(n int) *inFlight {
-	f := &inFlight{sem: make(chan struct{}, n)}
-	f.release = func() { <-f.sem }
+	f := &inFlight{free: make(chan int32, n), places: make([]atomic.Pointer[place], n)}
+	for i := range n {
+		f.free <- int32(i)
+	}
 	return f
 }
 
-// admit is the server's InTapHandle: it takes a place for the call, given
-// back when grpc-go ends the call's stream (which cancels its context,
-// whether the call was answered, refused, cancelled or its connection
-// lost), or refuses the call when none is free. It must not block:
-// grpc-go calls it on the connection's reading goroutine.
+// place is a call's context while it holds place i of f.
+type place struct {
+	context.Context
+	f *inFlight
+	i int32
+}
+
+// placeKey is the context key under which a place finds itself.
+type placeKey struct{}
+
+func (p *place) Value(key any) any {
+	if key == (placeKey{}) {
+		return p
+	}
+	return p.Context.Value(key)
+}
+
+// admit is the server's InTapHandle: it takes a place for the call, or
+// refuses the call when none is free. It must not block: grpc-go calls
+// it on the connection's reading goroutine.
 func (f *inFlight) admit(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if info.FullMethodName == healthCheck {
 		return ctx, nil
 	}
+	i, ok := f.take()
+	if !ok {
+		return ctx, status.Error(codes.ResourceExhausted, fmt.Sprintf("the rate limit service is deciding %d calls, its max_in_flight (grpc section): retry later", cap(f.free)))
+	}
+	p := &place{Context: ctx, f: f, i: i}
+	f.places[i].Store(p)
+	return p, nil
+}
+
+// take is a free place, after a sweep when none is.
+func (f *inFlight) take() (int32, bool) {
 	select {
-	case f.sem <- struct{}{}:
-		context.AfterFunc(ctx, f.release)
-		return ctx, nil
+	case i := <-f.free:
+		return i, true
 	default:
-		return ctx, status.Error(codes.ResourceExhausted, fmt.Sprintf("the rate limit service is deciding %d calls, its max_in_flight (grpc section): retry later", cap(f.sem)))
+	}
+	if !f.sweep() {
+		return 0, false
+	}
+	select {
+	case i := <-f.free:
+		return i, true
+	default:
+		return 0, false
+	}
+}
+
+// sweep gives back the places held by calls whose streams have ended,
+// and says whether it found any. A call still running with its stream
+// ended (its client went away) loses its place here, as it would when
+// the stream's end gave it back: its leave then finds the place gone.
+func (f *inFlight) sweep() bool {
+	if !f.sweeping.TryLock() {
+		return false
+	}
+	defer f.sweeping.Unlock()
+	now := time.Now()
+	if now.Sub(f.lastSweep) < sweepEvery {
+		return false
+	}
+	f.lastSweep = now
+	found := false
+	for i := range f.places {
+		p := f.places[i].Load()
+		if p != nil && p.Context.Err() != nil && f.places[i].CompareAndSwap(p, nil) {
+			f.free <- int32(i)
+			found = true
+		}
+	}
+	return found
+}
+
+// leave gives back the place that the call of ctx holds, if it still
+// holds one (none when the server has no LimitOptions).
+func leave(ctx context.Context) {
+	p, ok := ctx.Value(placeKey{}).(*place)
+	if ok && p.f.places[p.i].CompareAndSwap(p, nil) {
+		p.f.free <- p.i
 	}
 }

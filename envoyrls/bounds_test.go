@@ -204,3 +204,48 @@ func TestAttackGRPCInFlightBounded(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Attack: a call takes a place when its headers arrive, before grpc-go
+// knows whether any handler will run it. Calls that never reach the
+// Envoy handler (an unknown method here; an encoding the server cannot
+// read, or a stream reset before its turn, go the same way) would keep
+// their places for good if only the handler gave them back, and
+// max_in_flight of them would leave the server refusing every call. Their
+// places come back once their streams have ended.
+func TestAttackGRPCUnhandledCallsGiveBackTheirPlaces(t *testing.T) {
+	pol, err := policy.Parse("sluice.yaml", []byte(sluiceYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const maxInFlight = 4
+	h := startWith(t, pol, memory.New(memory.Options{}), nil, append(envoyrls.ServerOptions(), envoyrls.LimitOptions(serverconf.GRPCLimits{MaxInFlight: maxInFlight}, serverconf.ServerLimits{})...)...)
+	ctx := context.Background()
+	for range 3 * maxInFlight {
+		err := h.conn.Invoke(ctx, "/envoy.service.ratelimit.v3.RateLimitService/NoSuchMethod", &rlspb.RateLimitRequest{Domain: "edge"}, new(rlspb.RateLimitResponse))
+		if c := status.Code(err); c != codes.Unimplemented && c != codes.ResourceExhausted {
+			t.Fatalf("a call of an unknown method: %v, want Unimplemented (or ResourceExhausted)", err)
+		}
+	}
+	// The unknown calls' places come back when a call finds none free (at
+	// most once a millisecond): retried until then, bounded only so that
+	// a server that lost them fails instead of hanging.
+	call := &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{desc("client", "after")}}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		var wg sync.WaitGroup
+		var fails atomic.Int64
+		for range maxInFlight {
+			wg.Go(func() {
+				if _, err := h.rls.ShouldRateLimit(ctx, call); err != nil {
+					fails.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if fails.Load() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d calls of an unknown method, %d of %d calls are still refused", 3*maxInFlight, fails.Load(), maxInFlight)
+		}
+	}
+}

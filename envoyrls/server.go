@@ -179,6 +179,7 @@ var recycling = vtCompiled && os.Getenv("GRPC_BINARY_LOG_FILTER") == ""
 // recycled memory when nothing but the codec sees the response: no
 // interceptor stands between the handler and grpc-go.
 func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor, generated grpc.MethodHandler) (any, error) {
+	defer leave(ctx)
 	s, ok := srv.(*Server)
 	if !ok || interceptor != nil || !recycling {
 		return generated(srv, ctx, dec, interceptor)

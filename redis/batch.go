@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,32 +14,46 @@ import (
 
 // batcher carries several waiting calls in one script call. Callers
 // enqueue; each of a few writer goroutines takes the first waiting call,
-// adds whatever else is already queued (never waiting for more, so no
-// latency is added), and sends them as one EVALSHA of independent groups.
-// Redis pays its per-call cost (parsing, script lookup, TIME, reply
-// framing) once per batch instead of once per take, which is where a
-// Redis-bound limiter spends most of its CPU. Each group stays atomic on
-// its own; a rejection in one group affects no other.
+// waits for one of the places of script calls in flight (as many as
+// writers) to be free, adds whatever else has queued by then, and sends
+// them as one EVALSHA of independent groups. Redis pays its per-call cost
+// (parsing, script lookup, TIME, reply framing) once per batch instead of
+// once per take, which is where a Redis-bound limiter spends most of its
+// CPU, and this process pays a write and a read per batch: on a host
+// where each write wakes Redis on another processor, the write costs more
+// than the rest of the call. Each group stays atomic on its own; a
+// rejection in one group affects no other.
 //
 // A call that finds no script call in flight goes straight to Redis from
 // its own goroutine: batching only starts when calls overlap, so a lone
-// caller pays no hand-off to a writer.
+// caller pays no hand-off to a writer. Under a steady stream of calls,
+// the places stay taken and every call waits at most for the script call
+// in flight before its own is sent: the calls that arrive during one
+// round trip go in the next, one batch per round trip rather than a lone
+// call and a batch (BenchmarkRedisBatchWrites counts script calls per
+// take).
 //
 // On a Cluster a script may only touch keys of one slot: the writer then
 // groups the drained calls by slot and sends one script call per slot, all
 // in one pipelined round (multi). Takes of a hot key still share a call.
 type batcher struct {
-	active  atomic.Int32 // script calls in flight
-	q       chan *call
-	exec    func(ctx context.Context, keys, args []string) ([]int64, error)
-	slotOf  func(key string) uint16 // nil: one node, one script call per batch
-	multi   func(ctx context.Context, keys, args [][]string) ([][]int64, []error)
-	sizes   func(n int) // told the requests of each script call
-	timeout time.Duration
-	pad     string
-	maxOps  int
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	active atomic.Int32 // script calls in flight, at most writers
+	// overlapping says that the last batch carried more than one call:
+	// calls are overlapping, and one that finds nothing in flight goes to
+	// a writer rather than straight to Redis.
+	overlapping atomic.Bool
+	freed       chan struct{} // told each time a script call ends
+	writers     int32
+	q           chan *call
+	exec        func(ctx context.Context, keys, args []string) ([]int64, error)
+	slotOf      func(key string) uint16 // nil: one node, one script call per batch
+	multi       func(ctx context.Context, keys, args [][]string) ([][]int64, []error)
+	sizes       func(n int) // told the requests of each script call
+	timeout     time.Duration
+	pad         string
+	maxOps      int
+	stop        chan struct{}
+	wg          sync.WaitGroup
 }
 
 // call is one caller's groups, waiting for a writer.
@@ -80,7 +95,7 @@ const (
 var errUnsent = errors.New("redis store: deadline passed before the call was sent (this process is overloaded)")
 
 func newBatcher(writers, maxOps int, timeout time.Duration, pad string, exec func(context.Context, []string, []string) ([]int64, error), sizes func(n int)) *batcher {
-	b := &batcher{q: make(chan *call, 4*maxOps), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{}), sizes: sizes}
+	b := &batcher{q: make(chan *call, 4*maxOps), freed: make(chan struct{}, writers), writers: int32(writers), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{}), sizes: sizes}
 	for range writers {
 		b.wg.Go(b.loop)
 	}
@@ -100,14 +115,14 @@ func (b *batcher) close() {
 // The wait is bounded all the same: a writer takes every call queued
 // (up to maxOps) into its next batch, and each batch ends by its deadline.
 func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) {
-	if b.active.Load() == 0 && b.active.CompareAndSwap(0, 1) {
+	if !b.overlapping.Load() && b.active.Load() == 0 && b.active.CompareAndSwap(0, 1) {
 		b.sizes(len(keys))
 		full := make([]string, 0, len(args)+1)
 		full = append(append(full, b.pad), args...)
 		cctx, cancel := deadline.WithTimeout(ctx, b.timeout)
 		res, err := b.exec(cctx, keys, full)
 		cancel()
-		b.active.Add(-1)
+		b.release()
 		if err == nil && len(res) != replyWidth*len(keys) {
 			err = fmt.Errorf("redis store: script returned %d values for %d keys", len(res), len(keys))
 		}
@@ -160,6 +175,42 @@ func (c *call) recycle() {
 	calls.Put(c)
 }
 
+// acquire takes a place for a script call, if one is free.
+func (b *batcher) acquire() bool {
+	for {
+		n := b.active.Load()
+		if n >= b.writers {
+			return false
+		}
+		if b.active.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// release gives back a script call's place and wakes a writer waiting
+// for one.
+func (b *batcher) release() {
+	b.active.Add(-1)
+	select {
+	case b.freed <- struct{}{}:
+	default: // as many wake-ups wait as there are writers
+	}
+}
+
+// await waits for a place for a script call; false when the batcher is
+// closed first.
+func (b *batcher) await() bool {
+	for !b.acquire() {
+		select {
+		case <-b.freed:
+		case <-b.stop:
+			return false
+		}
+	}
+	return true
+}
+
 func (b *batcher) loop() {
 	batch := make([]*call, 0, 64)
 	var keys, args []string
@@ -170,6 +221,15 @@ func (b *batcher) loop() {
 		case <-b.stop:
 			return
 		}
+		if !b.await() {
+			first.err = fmt.Errorf("redis store closed")
+			first.finish()
+			return
+		}
+		// The calls whose callers are ready to run join this batch rather
+		// than the next: callers woken together by the last batch's replies
+		// tend to come back together.
+		runtime.Gosched()
 		batch = append(batch[:0], first)
 		ops := len(first.keys)
 	drain:
@@ -198,10 +258,13 @@ func (b *batcher) loop() {
 			live = append(live, c)
 		}
 		if len(live) == 0 {
+			b.release()
 			continue
 		}
+		b.overlapping.Store(len(live) > 1)
 		if b.slotOf != nil {
 			b.flushSlots(live)
+			b.release()
 			clear(batch)
 			continue
 		}
@@ -212,10 +275,9 @@ func (b *batcher) loop() {
 		}
 		b.sizes(len(keys))
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		b.active.Add(1)
 		res, err := b.exec(ctx, keys, args)
-		b.active.Add(-1)
 		cancel()
+		b.release()
 		deliver(live, len(keys), res, err)
 		clear(batch)
 	}
@@ -243,9 +305,7 @@ func (b *batcher) flushSlots(live []*call) {
 		b.sizes(len(keys[i]))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-	b.active.Add(1)
 	res, errs := b.multi(ctx, keys, args)
-	b.active.Add(-1)
 	cancel()
 	for i, slot := range slots {
 		deliver(bySlot[slot], len(keys[i]), res[i], errs[i])

@@ -30,7 +30,7 @@ func TestUnsentCallsAreNotRedisFailures(t *testing.T) {
 			return nil, ctx.Err()
 		}
 	}
-	b := newBatcher(1, 256, 5*time.Second, "0", exec, func(int) {})
+	b := newBatcher(2, 256, 5*time.Second, "0", exec, func(int) {})
 	defer b.close()
 
 	call := func(key string, wait time.Duration) error {
@@ -53,8 +53,8 @@ func TestUnsentCallsAreNotRedisFailures(t *testing.T) {
 		}()
 	}
 	// "direct" goes straight to Redis (nothing in flight); "writer" is
-	// taken by the only writer, which then blocks; the rest queue behind it
-	// and run out of time there. The writer is released once they have
+	// taken by a writer into the second place, which then blocks; the rest
+	// wait behind them for a place and run out of time there. The writer is released once they have
 	// all returned, however long a loaded machine took to run them.
 	start("direct", time.Minute)
 	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return sentKeys["direct"] })
@@ -88,6 +88,52 @@ func TestUnsentCallsAreNotRedisFailures(t *testing.T) {
 		if errs[k] != nil {
 			t.Errorf("%s: %v, want its answer", k, errs[k])
 		}
+	}
+}
+
+// While a script call is in flight, the calls that arrive wait for it to
+// end and then go to Redis together, in one script call: a writer that
+// sent the first of them at once would make two script calls (two writes
+// of this process, two calls for Redis) where one does. The script call
+// is a stand-in that holds the first call until the rest have queued.
+func TestCallsArrivingDuringAScriptCallGoTogether(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var sent [][]string
+	exec := func(ctx context.Context, keys, _ []string) ([]int64, error) {
+		mu.Lock()
+		sent = append(sent, append([]string(nil), keys...))
+		first := len(sent) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		return make([]int64, replyWidth*len(keys)), nil
+	}
+	b := newBatcher(1, 256, time.Minute, "0", exec, func(int) {})
+	defer b.close()
+	var wg sync.WaitGroup
+	take := func(key string) {
+		wg.Go(func() {
+			if _, err := b.do(context.Background(), []string{key}, []string{"t1", "tb 1 1 1", "1", ""}); err != nil {
+				t.Errorf("%s: %v", key, err)
+			}
+		})
+	}
+	take("lone")
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sent) == 1 })
+	later := []string{"a", "b", "c", "d", "e"}
+	for _, k := range later {
+		take(k)
+	}
+	// The writer holds one of them and the rest are queued.
+	waitFor(t, func() bool { return len(b.q) == len(later)-1 })
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != 2 || len(sent[1]) != len(later) {
+		t.Fatalf("script calls sent %v, want [lone] then the %d later calls in one", sent, len(later))
 	}
 }
 

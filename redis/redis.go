@@ -171,9 +171,9 @@ type Options struct {
 	BreakerBackoff  time.Duration
 	// NoBatch sends every call as its own script call.
 	NoBatch bool
-	// BatchWriters is the number of batches in flight at once (default 4,
-	// or GOMAXPROCS when fewer); BatchMaxOps bounds the requests in one
-	// batch (default 256). A batch in flight per processor is as many as
+	// BatchWriters is the number of script calls in flight at once, a
+	// lone caller's included (default 4, or GOMAXPROCS when fewer);
+	// BatchMaxOps bounds the requests in one batch (default 256). A batch in flight per processor is as many as
 	// the processors keep busy: one writer carries up to BatchMaxOps
 	// requests per round trip, more than a processor decides in one, and
 	// more writers than processors only split the waiting calls into

@@ -79,6 +79,7 @@ func main() {
 	nkeys := flag.Int("keys", 10_000, "distinct descriptor values")
 	skew := flag.Float64("zipf", 1.1, "Zipf exponent of the values (> 1)")
 	rate := flag.Float64("rate", 0, "offered calls per second in all (0: every caller calls again as soon as answered)")
+	timeout := flag.Duration("timeout", 0, "each call's deadline, sent as grpc-timeout as Envoy sends its rate limit timeout (20ms by default there); 0: none")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole process (callers and in-process server) to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the whole process to this file when it ends")
 	requestBody := flag.String("request-body", "", "only write one call's gRPC request body (user=user-42) to this file, for an HTTP/2 load tool such as h2load")
@@ -163,7 +164,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "envoyload: bad -callers value %q\n", f)
 			os.Exit(2)
 		}
-		run(clients, keys, *skew, n, *rate, *warmup, *duration, pids)
+		run(clients, keys, *skew, n, *rate, *timeout, *warmup, *duration, pids)
 	}
 }
 
@@ -266,7 +267,7 @@ func newServer(addr, storeURL, config string) (*grpc.Server, net.Listener, func(
 // one line of results. With rate > 0 each caller sends at its share of
 // the rate on a fixed schedule and latency counts from the scheduled time,
 // so a slow answer also counts against the calls queued behind it.
-func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, callers int, rate float64, warmup, duration time.Duration, pids cpuPIDs) {
+func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, callers int, rate float64, timeout, warmup, duration time.Duration, pids cpuPIDs) {
 	var measuring, stop atomic.Bool
 	var storeErrs0 int64
 	var over, errs atomic.Int64
@@ -303,7 +304,12 @@ func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, ca
 					}
 					next = next.Add(every)
 				}
-				resp, err := cl.ShouldRateLimit(context.Background(), req)
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if timeout > 0 {
+					ctx, cancel = context.WithTimeout(ctx, timeout)
+				}
+				resp, err := cl.ShouldRateLimit(ctx, req)
+				cancel()
 				d := time.Since(t)
 				if !measuring.Load() {
 					continue

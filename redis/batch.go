@@ -30,8 +30,8 @@ import (
 // the places stay taken and every call waits at most for the script call
 // in flight before its own is sent: the calls that arrive during one
 // round trip go in the next, one batch per round trip rather than a lone
-// call and a batch (BenchmarkRedisBatchWrites counts script calls per
-// take).
+// call and a batch (bench/'s BenchmarkRedis counts script calls per
+// check).
 //
 // On a Cluster a script may only touch keys of one slot: the writer then
 // groups the drained calls by slot and sends one script call per slot, all

@@ -64,6 +64,16 @@ func refuseTrue(what string) func(string, func(string) string) string {
 	}
 }
 
+// refuseUnless refuses every value but want, in any case.
+func refuseUnless(want, what string) func(string, func(string) string) string {
+	return func(v string, _ func(string) string) string {
+		if strings.EqualFold(v, want) {
+			return ""
+		}
+		return what
+	}
+}
+
 func refuseSet(what string) func(string, func(string) string) string {
 	return func(string, func(string) string) string { return what }
 }
@@ -92,12 +102,7 @@ var ReferenceEnvVars = func() []EnvVar {
 			}
 			return "want SINGLE, SENTINEL or CLUSTER"
 		}},
-		{Name: "REDIS_SOCKET_TYPE", Treatment: Refused, Why: "sluice dials Redis over TCP: unix is refused (name a host:port in REDIS_URL and set tcp)", refuse: func(v string, _ func(string) string) string {
-			if strings.EqualFold(v, "tcp") {
-				return ""
-			}
-			return "sluice reaches Redis over TCP only: set REDIS_SOCKET_TYPE=tcp and a host:port in REDIS_URL"
-		}},
+		{Name: "REDIS_SOCKET_TYPE", Treatment: Refused, Why: "sluice dials Redis over TCP: unix is refused (name a host:port in REDIS_URL and set tcp)", refuse: refuseUnless("tcp", "sluice reaches Redis over TCP only: set REDIS_SOCKET_TYPE=tcp and a host:port in REDIS_URL")},
 		{Name: "REDIS_TLS", Treatment: Honoured, Why: "true makes the store URL rediss://"},
 		{Name: "REDIS_TLS_CACERT", Treatment: Refused, Why: "the store verifies Redis with the system's roots", refuse: refuseSet("the Redis store verifies its server with the system's certificate roots: add the CA to the image's roots and unset REDIS_TLS_CACERT")},
 		{Name: "REDIS_TLS_CLIENT_CERT", Treatment: Refused, Why: "the store sends no client certificate", refuse: refuseSet("the Redis store sends no client certificate: use REDIS_AUTH and unset REDIS_TLS_CLIENT_CERT")},
@@ -111,12 +116,7 @@ var ReferenceEnvVars = func() []EnvVar {
 		}},
 		{Name: "REDIS_TIMEOUT", Treatment: Honoured, Why: "the store's per-call timeout (the store URL's timeout)"},
 		{Name: "CACHE_KEY_PREFIX", Treatment: Honoured, Why: "the store's key prefix (the store URL's key_prefix)"},
-		{Name: "BACKEND_TYPE", Treatment: Refused, Why: "redis only: memcache is refused", refuse: func(v string, _ func(string) string) string {
-			if strings.EqualFold(v, "redis") {
-				return ""
-			}
-			return "sluice keeps its buckets in Redis, PostgreSQL or memory, not memcache: set BACKEND_TYPE=redis"
-		}},
+		{Name: "BACKEND_TYPE", Treatment: Refused, Why: "redis only: memcache is refused", refuse: refuseUnless("redis", "sluice keeps its buckets in Redis, PostgreSQL or memory, not memcache: set BACKEND_TYPE=redis")},
 		{Name: "REDIS_PERSECOND", Treatment: Refused, Why: "true is refused: per-second limits share the one store", refuse: refuseTrue("sluice keeps every limit in one store: unset REDIS_PERSECOND (per-second limits then share REDIS_URL's Redis)")},
 		{Name: "GRPC_HOST", Treatment: Honoured, Why: "the gRPC listener's host"},
 		{Name: "GRPC_PORT", Treatment: Honoured, Why: "the gRPC listener's port"},

@@ -1,6 +1,7 @@
 package httpgate
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -75,9 +76,7 @@ func newProcessID() (id, host string) {
 	if len(host) > 64 {
 		host = host[:64]
 	}
-	if host == "" {
-		host = "unknown"
-	}
+	host = cmp.Or(host, "unknown")
 	var b [8]byte
 	rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return host + "-" + hex.EncodeToString(b[:]), host

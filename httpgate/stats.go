@@ -359,9 +359,7 @@ var breakerStates = []string{"closed", "open", "probing"}
 
 func statsStore(snap insight.Snapshot) StatsStore {
 	out := StatsStore{URL: snap.StoreURL, Calls: snap.Store.Calls, Errors: snap.Store.Errors, LatencyMs: snap.Store.MeanMs, MaxMs: snap.Store.MaxMs, Metrics: map[string]float64{}}
-	for k, v := range snap.Readings {
-		out.Metrics[k] = v
-	}
+	maps.Copy(out.Metrics, snap.Readings)
 	if v, ok := snap.Readings["sluice_redis_breaker_state"]; ok && v >= 0 && int(v) < len(breakerStates) {
 		out.Breaker = breakerStates[int(v)]
 	}

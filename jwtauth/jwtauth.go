@@ -227,12 +227,7 @@ func (v *Verifier) setMethods() {
 // the first problem.
 func (k *Keys) AddPEM(file string, data []byte) string {
 	found := 0
-	for {
-		var b *pem.Block
-		b, data = pem.Decode(data)
-		if b == nil {
-			break
-		}
+	for b, rest := pem.Decode(data); b != nil; b, rest = pem.Decode(rest) {
 		var key any
 		var err error
 		switch b.Type {

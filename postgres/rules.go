@@ -354,8 +354,7 @@ func compile(filename string, base []byte, rows []RuleRow, o RulesOptions) (*pol
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres rules: %w", err)
 	}
-	name := filename
-	name = cmp.Or(name, "sluice_rules")
+	name := cmp.Or(filename, "sluice_rules")
 	p, err := policy.Parse(name+" + sluice_rules", merged)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres rules: %w", err)

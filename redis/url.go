@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/internal/defaults"
 )
 
 // Open connects to the Redis that rawURL names and returns a Store that
@@ -30,9 +32,7 @@ func Open(rawURL string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = timeout
-	}
+	defaults.Set(&opts.Timeout, timeout)
 	if err := switches(rawURL, &opts); err != nil {
 		return nil, err
 	}

@@ -221,8 +221,7 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 	if strings.ContainsAny(opts.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("redis store: key prefix %q: braces would make a hash tag", opts.KeyPrefix)
 	}
-	obs := opts.Observer
-	obs = cmp.Or[Observer](obs, noObserver{})
+	obs := cmp.Or[Observer](opts.Observer, noObserver{})
 	s := &Store{
 		client:  client,
 		prefix:  opts.KeyPrefix,

@@ -446,7 +446,8 @@ func (g *Gate) peekHot(ctx context.Context, p *policy.Policy, hot *StatsHot) str
 	var reqs []sluice.Request
 	var where [][]at
 	index := map[insight.Item]int{}
-	for rank, rk := range []*StatsRanking{&hot.ByRejections, &hot.ByTraffic} {
+	ranks := []*StatsRanking{&hot.ByRejections, &hot.ByTraffic}
+	for rank, rk := range ranks {
 		for i, k := range rk.Keys {
 			it := insight.Item{Limit: k.Limit, Key: k.Key}
 			if j, ok := index[it]; ok {
@@ -465,7 +466,6 @@ func (g *Gate) peekHot(ctx context.Context, p *policy.Policy, hot *StatsHot) str
 		}
 	}
 	tokens, retry, problem := g.peekBuckets(ctx, "sluice-ui-peek", reqs)
-	ranks := []*StatsRanking{&hot.ByRejections, &hot.ByTraffic}
 	for j := range tokens {
 		for _, a := range where[j] {
 			k := &ranks[a.rank].Keys[a.i]

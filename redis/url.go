@@ -156,11 +156,9 @@ func ParseURL(rawURL string) (rueidis.ClientOption, time.Duration, error) {
 	// Client-side caching is of no use to scripts that write on every call.
 	co.DisableCache = true
 	co.Dialer.Timeout = cmp.Or(co.Dialer.Timeout, time.Second)
-	if co.ConnWriteTimeout == 0 {
-		// Also how long a silent connection (a dead primary) takes to be
-		// given up on.
-		co.ConnWriteTimeout = time.Second
-	}
+	// Also how long a silent connection (a dead primary) takes to be
+	// given up on.
+	co.ConnWriteTimeout = cmp.Or(co.ConnWriteTimeout, time.Second)
 	return co, timeout, nil
 }
 

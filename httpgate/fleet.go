@@ -73,9 +73,7 @@ func newProcessID() (id, host string) {
 		}
 		return r
 	}, host)
-	if len(host) > 64 {
-		host = host[:64]
-	}
+	host = host[:min(len(host), 64)]
 	host = cmp.Or(host, "unknown")
 	var b [8]byte
 	rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)

@@ -485,8 +485,6 @@ func ranking(shards [][2]*spaceSaving, top int, since time.Time, k int) Ranking 
 		out.Keys = append(out.Keys, merged(r[0], r[1], top)...)
 	}
 	sortHot(out.Keys)
-	if len(out.Keys) > top {
-		out.Keys = out.Keys[:top]
-	}
+	out.Keys = out.Keys[:min(len(out.Keys), top)]
 	return out
 }

@@ -232,15 +232,11 @@ type RefEnv struct {
 // Server is srv with what the environment says of the server: the store,
 // the gRPC listener's address and its TLS.
 func (e RefEnv) Server(srv serverconf.Settings) serverconf.Settings {
-	if e.StoreURL != "" {
-		srv.StoreURL = e.StoreURL
-	}
+	srv.StoreURL = cmp.Or(e.StoreURL, srv.StoreURL)
 	if e.GRPCAddr != "" {
 		srv.GRPCListen, srv.GRPCListenDerived = e.GRPCAddr, false
 	}
-	if e.GRPCTLS != nil {
-		srv.GRPCTLS = e.GRPCTLS
-	}
+	srv.GRPCTLS = cmp.Or(e.GRPCTLS, srv.GRPCTLS)
 	return srv
 }
 

@@ -310,10 +310,10 @@ func clip(s string) string {
 // Suggest returns the candidate closest to name, ignoring case, when it
 // is within an edit distance of 2; else "". Every "did you mean" of
 // sluice uses it.
-func Suggest(name string, allowed []string) string {
+func Suggest(name string, candidates []string) string {
 	best, bestD := "", 3
 	name = strings.ToLower(name)
-	for _, a := range allowed {
+	for _, a := range candidates {
 		// The distance is at least the difference in length: most
 		// candidates are ruled out without the quadratic comparison.
 		if abs(len(a)-len(name)) >= bestD {

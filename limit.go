@@ -360,8 +360,7 @@ func (n *normal) bucketParams(s Spec, p *engine.Params) error {
 	}
 	if s.Algorithm == LeakyBucket {
 		p.Reserve = true
-		delay := s.MaxDelay
-		delay = cmp.Or(delay, time.Second)
+		delay := cmp.Or(s.MaxDelay, time.Second)
 		// The debt that drains in exactly delay.
 		p.MaxReserved = min(engine.MulDiv(engine.Micros(delay), p.RateNum, p.RateDen), engine.MaxDebt(p))
 	} else if p.MaxReserved, err = maxReserved(s.MaxReserved, p); err != nil {

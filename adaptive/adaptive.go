@@ -52,6 +52,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/defaults"
 )
 
 // Defaults of a Config's zero fields (see Config.WithDefaults).
@@ -117,33 +119,17 @@ type Config struct {
 
 // WithDefaults returns c with its zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.Per <= 0 {
-		c.Per = time.Second
-	}
-	if c.Start <= 0 {
-		c.Start = c.Max
-	}
-	if c.Percentile <= 0 {
-		c.Percentile = DefaultPercentile
-	}
+	defaults.Set(&c.Per, time.Second)
+	defaults.Set(&c.Start, c.Max)
+	defaults.Set(&c.Percentile, DefaultPercentile)
 	if c.ErrorStatuses == nil {
 		c.ErrorStatuses = DefaultErrorStatuses
 	}
-	if c.Interval <= 0 {
-		c.Interval = DefaultInterval
-	}
-	if c.Increase <= 0 {
-		c.Increase = c.Max * DefaultIncreaseShare
-	}
-	if c.Decrease <= 0 {
-		c.Decrease = DefaultDecrease
-	}
-	if c.MinKeys <= 0 {
-		c.MinKeys = DefaultMinKeys
-	}
-	if c.MinKeyShare <= 0 {
-		c.MinKeyShare = DefaultMinKeyShare
-	}
+	defaults.Set(&c.Interval, DefaultInterval)
+	defaults.Set(&c.Increase, c.Max*DefaultIncreaseShare)
+	defaults.Set(&c.Decrease, DefaultDecrease)
+	defaults.Set(&c.MinKeys, DefaultMinKeys)
+	defaults.Set(&c.MinKeyShare, DefaultMinKeyShare)
 	return c
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -127,12 +128,7 @@ func (s shared) String() string {
 	b.WriteString(s.State.String())
 	b.WriteByte(' ')
 	b.WriteString(strconv.FormatInt(s.End, 10))
-	hs := make([]uint64, 0, len(s.Counts))
-	for h := range s.Counts {
-		hs = append(hs, h)
-	}
-	slices.Sort(hs)
-	for _, h := range hs {
+	for _, h := range slices.Sorted(maps.Keys(s.Counts)) {
 		w := s.Counts[h]
 		fmt.Fprintf(&b, " %x:%d:%d:%d", h, w.Responses, w.Errors, w.Slow)
 	}

@@ -13,6 +13,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -122,9 +123,7 @@ func (c Case) Compile() (*sluice.Limit, error) {
 	}
 	if c.Limit.Capacity != nil {
 		s.Capacity = *c.Limit.Capacity
-		if s.Capacity == 0 {
-			s.Capacity = sluice.ZeroCapacity
-		}
+		s.Capacity = cmp.Or(s.Capacity, sluice.ZeroCapacity)
 	}
 	if c.Limit.Calendar != "" {
 		var ok bool

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/defaults"
 )
 
 // LeaseOptions tunes RunLeases.
@@ -32,12 +33,8 @@ type LeaseOptions struct {
 // expiry is exact and nothing waits in real time.
 func RunLeases(t *testing.T, newStore NewStore, opts LeaseOptions) {
 	t.Helper()
-	if opts.Goroutines <= 0 {
-		opts.Goroutines = 32
-	}
-	if opts.Rounds <= 0 {
-		opts.Rounds = 20
-	}
+	defaults.Set(&opts.Goroutines, 32)
+	defaults.Set(&opts.Rounds, 20)
 	r := leaseRun{newStore: newStore, opts: opts, lease: 10 * time.Second}
 	for _, tc := range []struct{ n, callers int }{{1, 2}, {5, 6}, {5, opts.Goroutines}} {
 		t.Run(fmt.Sprintf("n%d_of_%d_at_once", tc.n, tc.callers), func(t *testing.T) { r.atOnce(t, tc.n, tc.callers) })

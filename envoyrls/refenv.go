@@ -64,14 +64,25 @@ func refuseTrue(what string) func(string, func(string) string) string {
 	}
 }
 
+// refuseUnless refuses every value but want, in any case.
+func refuseUnless(want, what string) func(string, func(string) string) string {
+	return func(v string, _ func(string) string) string {
+		if strings.EqualFold(v, want) {
+			return ""
+		}
+		return what
+	}
+}
+
 func refuseSet(what string) func(string, func(string) string) string {
 	return func(string, func(string) string) string { return what }
 }
 
-func ignored(names []string, why string) []EnvVar {
+// treatedAlike is variables that sluice treats alike, for the same reason.
+func treatedAlike(t Treatment, why string, names ...string) []EnvVar {
 	out := make([]EnvVar, len(names))
 	for i, n := range names {
-		out[i] = EnvVar{Name: n, Treatment: Ignored, Why: why}
+		out[i] = EnvVar{Name: n, Treatment: t, Why: why}
 	}
 	return out
 }
@@ -92,12 +103,7 @@ var ReferenceEnvVars = func() []EnvVar {
 			}
 			return "want SINGLE, SENTINEL or CLUSTER"
 		}},
-		{Name: "REDIS_SOCKET_TYPE", Treatment: Refused, Why: "sluice dials Redis over TCP: unix is refused (name a host:port in REDIS_URL and set tcp)", refuse: func(v string, _ func(string) string) string {
-			if strings.EqualFold(v, "tcp") {
-				return ""
-			}
-			return "sluice reaches Redis over TCP only: set REDIS_SOCKET_TYPE=tcp and a host:port in REDIS_URL"
-		}},
+		{Name: "REDIS_SOCKET_TYPE", Treatment: Refused, Why: "sluice dials Redis over TCP: unix is refused (name a host:port in REDIS_URL and set tcp)", refuse: refuseUnless("tcp", "sluice reaches Redis over TCP only: set REDIS_SOCKET_TYPE=tcp and a host:port in REDIS_URL")},
 		{Name: "REDIS_TLS", Treatment: Honoured, Why: "true makes the store URL rediss://"},
 		{Name: "REDIS_TLS_CACERT", Treatment: Refused, Why: "the store verifies Redis with the system's roots", refuse: refuseSet("the Redis store verifies its server with the system's certificate roots: add the CA to the image's roots and unset REDIS_TLS_CACERT")},
 		{Name: "REDIS_TLS_CLIENT_CERT", Treatment: Refused, Why: "the store sends no client certificate", refuse: refuseSet("the Redis store sends no client certificate: use REDIS_AUTH and unset REDIS_TLS_CLIENT_CERT")},
@@ -111,12 +117,7 @@ var ReferenceEnvVars = func() []EnvVar {
 		}},
 		{Name: "REDIS_TIMEOUT", Treatment: Honoured, Why: "the store's per-call timeout (the store URL's timeout)"},
 		{Name: "CACHE_KEY_PREFIX", Treatment: Honoured, Why: "the store's key prefix (the store URL's key_prefix)"},
-		{Name: "BACKEND_TYPE", Treatment: Refused, Why: "redis only: memcache is refused", refuse: func(v string, _ func(string) string) string {
-			if strings.EqualFold(v, "redis") {
-				return ""
-			}
-			return "sluice keeps its buckets in Redis, PostgreSQL or memory, not memcache: set BACKEND_TYPE=redis"
-		}},
+		{Name: "BACKEND_TYPE", Treatment: Refused, Why: "redis only: memcache is refused", refuse: refuseUnless("redis", "sluice keeps its buckets in Redis, PostgreSQL or memory, not memcache: set BACKEND_TYPE=redis")},
 		{Name: "REDIS_PERSECOND", Treatment: Refused, Why: "true is refused: per-second limits share the one store", refuse: refuseTrue("sluice keeps every limit in one store: unset REDIS_PERSECOND (per-second limits then share REDIS_URL's Redis)")},
 		{Name: "GRPC_HOST", Treatment: Honoured, Why: "the gRPC listener's host"},
 		{Name: "GRPC_PORT", Treatment: Honoured, Why: "the gRPC listener's port"},
@@ -142,20 +143,18 @@ var ReferenceEnvVars = func() []EnvVar {
 		{Name: "FORCE_START_WITHOUT_INITIAL_CONFIG", Treatment: Ignored, Why: "sluice always starts without waiting for a first snapshot (the reference's true); /readyz fails until one is applied"},
 		{Name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", Treatment: Honoured, Why: "true: /healthcheck answers 500 until a first configuration is applied (else OK at once, as the reference's)"},
 	}
-	for _, n := range []string{"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"} {
-		vs = append(vs, EnvVar{Name: n, Treatment: Honoured, Why: "the xDS client (with CONFIG_TYPE=GRPC_XDS_SOTW)"})
-	}
-	vs = append(vs, ignored([]string{"REDIS_POOL_SIZE", "REDIS_POOL_ON_EMPTY_BEHAVIOR"}, "the store multiplexes one connection per node; no pool to size")...)
-	vs = append(vs, ignored([]string{"REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM"}, "the store pipelines concurrent calls by itself; these tune only latency")...)
-	vs = append(vs, ignored([]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME"}, "sluice starts without waiting for Redis; /readyz asks the store, and a failing store follows on_store_error (allow)")...)
-	vs = append(vs, ignored([]string{"REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL", "REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND_TIMEOUT", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"}, "read only with REDIS_PERSECOND=true, which is refused")...)
-	vs = append(vs, ignored([]string{"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS", "MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"}, "read only with BACKEND_TYPE=memcache, which is refused")...)
-	vs = append(vs, ignored([]string{"GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE"}, "connection lifetime only; a sluice config file's grpc section bounds connections")...)
-	vs = append(vs, ignored([]string{"HOST", "PORT", "DEBUG_HOST", "DEBUG_PORT"}, "sluice's HTTP listener is --listen (default :8080, as PORT's), which answers the reference's /healthcheck too; it has no debug listener")...)
-	vs = append(vs, ignored([]string{"LOG_LEVEL", "LOG_FORMAT"}, "logs only")...)
-	vs = append(vs, ignored([]string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT"}, "with CONFIG_TYPE=FILE the file is --config, reloaded when it changes")...)
-	vs = append(vs, ignored([]string{"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "USE_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "PROMETHEUS_MAPPER_YAML", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"}, "statistics only: sluice serves Prometheus metrics at /metrics on its HTTP listener")...)
-	vs = append(vs, ignored([]string{"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"}, "tracing only")...)
+	vs = append(vs, treatedAlike(Honoured, "the xDS client (with CONFIG_TYPE=GRPC_XDS_SOTW)", "CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")...)
+	vs = append(vs, treatedAlike(Ignored, "the store multiplexes one connection per node; no pool to size", "REDIS_POOL_SIZE", "REDIS_POOL_ON_EMPTY_BEHAVIOR")...)
+	vs = append(vs, treatedAlike(Ignored, "the store pipelines concurrent calls by itself; these tune only latency", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM")...)
+	vs = append(vs, treatedAlike(Ignored, "sluice starts without waiting for Redis; /readyz asks the store, and a failing store follows on_store_error (allow)", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME")...)
+	vs = append(vs, treatedAlike(Ignored, "read only with REDIS_PERSECOND=true, which is refused", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL", "REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND_TIMEOUT", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR")...)
+	vs = append(vs, treatedAlike(Ignored, "read only with BACKEND_TYPE=memcache, which is refused", "MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS", "MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION")...)
+	vs = append(vs, treatedAlike(Ignored, "connection lifetime only; a sluice config file's grpc section bounds connections", "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE")...)
+	vs = append(vs, treatedAlike(Ignored, "sluice's HTTP listener is --listen (default :8080, as PORT's), which answers the reference's /healthcheck too; it has no debug listener", "HOST", "PORT", "DEBUG_HOST", "DEBUG_PORT")...)
+	vs = append(vs, treatedAlike(Ignored, "logs only", "LOG_LEVEL", "LOG_FORMAT")...)
+	vs = append(vs, treatedAlike(Ignored, "with CONFIG_TYPE=FILE the file is --config, reloaded when it changes", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT")...)
+	vs = append(vs, treatedAlike(Ignored, "statistics only: sluice serves Prometheus metrics at /metrics on its HTTP listener", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "USE_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "PROMETHEUS_MAPPER_YAML", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")...)
+	vs = append(vs, treatedAlike(Ignored, "tracing only", "TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE")...)
 	return vs
 }()
 
@@ -233,15 +232,11 @@ type RefEnv struct {
 // Server is srv with what the environment says of the server: the store,
 // the gRPC listener's address and its TLS.
 func (e RefEnv) Server(srv serverconf.Settings) serverconf.Settings {
-	if e.StoreURL != "" {
-		srv.StoreURL = e.StoreURL
-	}
+	srv.StoreURL = cmp.Or(e.StoreURL, srv.StoreURL)
 	if e.GRPCAddr != "" {
 		srv.GRPCListen, srv.GRPCListenDerived = e.GRPCAddr, false
 	}
-	if e.GRPCTLS != nil {
-		srv.GRPCTLS = e.GRPCTLS
-	}
+	srv.GRPCTLS = cmp.Or(e.GRPCTLS, srv.GRPCTLS)
 	return srv
 }
 

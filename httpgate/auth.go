@@ -1,6 +1,7 @@
 package httpgate
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -43,9 +44,7 @@ func (g *Gate) ForwardAuth(w http.ResponseWriter, r *http.Request) {
 		}
 		status, never = n, n
 	}
-	if status == 0 {
-		status = http.StatusTooManyRequests
-	}
+	status = cmp.Or(status, http.StatusTooManyRequests)
 	// The call is over when ForwardAuth returns: what it decides with
 	// is pooled.
 	s := getScratch()

@@ -1,6 +1,7 @@
 package httpgate
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -72,12 +73,8 @@ func newProcessID() (id, host string) {
 		}
 		return r
 	}, host)
-	if len(host) > 64 {
-		host = host[:64]
-	}
-	if host == "" {
-		host = "unknown"
-	}
+	host = host[:min(len(host), 64)]
+	host = cmp.Or(host, "unknown")
 	var b [8]byte
 	rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return host + "-" + hex.EncodeToString(b[:]), host

@@ -1,6 +1,7 @@
 package httpgate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/insight"
 	"github.com/sluicehq/sluice/internal/deadline"
+	"github.com/sluicehq/sluice/internal/defaults"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -131,12 +133,8 @@ type Gate struct {
 
 // New returns a Gate enforcing p with lim.
 func New(p *policy.Policy, lim *sluice.Limiter, opts Options) *Gate {
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.StoreTimeout <= 0 {
-		opts.StoreTimeout = 2 * time.Second
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
+	defaults.Set(&opts.StoreTimeout, 2*time.Second)
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
 	}
@@ -372,9 +370,7 @@ func writeImpossible(w http.ResponseWriter, detail string, names []string, statu
 // rejection (type quota-exceeded, naming the violated limits) whose
 // fields, from RateLimitHeaders, are already set on w.
 func WriteRejection(w http.ResponseWriter, v policy.Verdict, status int) {
-	if status == 0 {
-		status = http.StatusTooManyRequests
-	}
+	status = cmp.Or(status, http.StatusTooManyRequests)
 	ra, _ := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
 	detail, names := v.Violations()
 	writeProblem(w, Problem{

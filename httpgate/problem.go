@@ -1,6 +1,7 @@
 package httpgate
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 )
@@ -26,12 +27,8 @@ type Problem struct {
 
 // writeProblem writes p with status, keeping headers already set on w.
 func writeProblem(w http.ResponseWriter, p Problem) {
-	if p.Type == "" {
-		p.Type = "about:blank"
-	}
-	if p.Title == "" {
-		p.Title = http.StatusText(p.Status)
-	}
+	p.Type = cmp.Or(p.Type, "about:blank")
+	p.Title = cmp.Or(p.Title, http.StatusText(p.Status))
 	body, err := json.Marshal(p)
 	if err != nil { // a Problem always marshals; keep a body anyway
 		body = []byte(`{"type":"about:blank","status":500}`)

@@ -1,6 +1,7 @@
 package httpgate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -11,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/defaults"
 )
 
 // ProxyOptions tunes the reverse proxy's transport. Zero values take the
@@ -57,18 +60,10 @@ var clientAddressHeaders = []string{
 // whose detail (with the upstream's address) goes to the log, not to the
 // client.
 func NewReverseProxy(upstream *url.URL, opts ProxyOptions) *httputil.ReverseProxy {
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.DialTimeout <= 0 {
-		opts.DialTimeout = 10 * time.Second
-	}
-	if opts.ResponseHeaderTimeout <= 0 {
-		opts.ResponseHeaderTimeout = 60 * time.Second
-	}
-	if opts.IdleConnTimeout <= 0 {
-		opts.IdleConnTimeout = 90 * time.Second
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
+	defaults.Set(&opts.DialTimeout, 10*time.Second)
+	defaults.Set(&opts.ResponseHeaderTimeout, 60*time.Second)
+	defaults.Set(&opts.IdleConnTimeout, 90*time.Second)
 	tr := &http.Transport{
 		Proxy:                 nil, // never send upstream traffic through an environment proxy
 		DialContext:           (&net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
@@ -137,9 +132,7 @@ func (g *Gate) Proxy(upstream *url.URL, opts ProxyOptions) http.Handler {
 	if opts.TrustedPeer == nil {
 		opts.TrustedPeer = func(a netip.Addr) bool { return g.Policy().TrustedProxy(a) }
 	}
-	if opts.Logger == nil {
-		opts.Logger = g.opts.Logger
-	}
+	opts.Logger = cmp.Or(opts.Logger, g.opts.Logger)
 	return g.Wrap(NewReverseProxy(upstream, opts))
 }
 

@@ -1,6 +1,7 @@
 package httpgate
 
 import (
+	"cmp"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -51,10 +52,7 @@ func serveRoutes(routes []route) http.Handler {
 		route{"GET", "/", "this list", nil},
 	)
 	for _, rt := range routes {
-		m := rt.method
-		if m == "" {
-			m = "ANY"
-		}
+		m := cmp.Or(rt.method, "ANY")
 		idx.Endpoints = append(idx.Endpoints, Endpoint{Method: m, Path: rt.path, About: rt.about})
 	}
 	// Indented: it is read by people, with curl. (Strings only: it

@@ -4,6 +4,7 @@ package httpgate
 // actual cost that package settle reads is settled here (Limiter.Settle).
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/deadline"
+	"github.com/sluicehq/sluice/internal/defaults"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/settle"
 )
@@ -37,12 +39,8 @@ type settleState struct {
 }
 
 func (g *Gate) initSettle() {
-	if g.opts.SettleTTL <= 0 {
-		g.opts.SettleTTL = DefaultSettleTTL
-	}
-	if g.opts.BodyMemory <= 0 {
-		g.opts.BodyMemory = DefaultBodyMemory
-	}
+	defaults.Set(&g.opts.SettleTTL, DefaultSettleTTL)
+	defaults.Set(&g.opts.BodyMemory, DefaultBodyMemory)
 	g.settle.bodyFree.Store(g.opts.BodyMemory)
 	g.settle.nonces = settle.NonceLimit(g.opts.SettleTTL)
 	rand.Read(g.settle.key[:]) // crypto/rand.Read never fails (Go 1.24+)
@@ -112,10 +110,7 @@ func (g *Gate) settleAll(r *http.Request, rs []*policy.Result, rec *settle.Recor
 // settleOne settles req, charged req.Cost, at actual, logging what was
 // done (and a store's failure, which leaves the estimate charged).
 func (g *Gate) settleOne(ctx context.Context, req sluice.Request, actual float64) (sluice.Settlement, error) {
-	charged := req.Cost
-	if charged == 0 {
-		charged = 1
-	}
+	charged := cmp.Or(req.Cost, 1)
 	s, err := g.lim.Settle(ctx, req, charged, actual)
 	if err != nil {
 		g.storeLog.Log(g.opts.Logger, req.Limit.Name(), req.Key, err, false)

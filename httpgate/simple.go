@@ -1,6 +1,7 @@
 package httpgate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -128,9 +129,7 @@ func limitBy(what, key string, n int, per time.Duration, opts []LimitOption) fun
 	for _, o := range opts {
 		o(&c)
 	}
-	if c.name == "" {
-		c.name = fmt.Sprintf("%s-%d-per-%s", nameSafe(what), n, shortDuration(per))
-	}
+	c.name = cmp.Or(c.name, fmt.Sprintf("%s-%d-per-%s", nameSafe(what), n, shortDuration(per)))
 	if c.alg != sluice.TokenBucket && c.alg != sluice.FixedWindow && c.alg != sluice.SlidingLog {
 		panic(fmt.Sprintf("httpgate: %s does not count n per period (want a token bucket, fixed window or sliding log)", c.alg))
 	}
@@ -230,9 +229,7 @@ func nameSafe(s string) string {
 			b[i] = '_'
 		}
 	}
-	if len(b) > 40 {
-		b = b[:40]
-	}
+	b = b[:min(len(b), 40)]
 	return string(b)
 }
 

@@ -359,9 +359,7 @@ var breakerStates = []string{"closed", "open", "probing"}
 
 func statsStore(snap insight.Snapshot) StatsStore {
 	out := StatsStore{URL: snap.StoreURL, Calls: snap.Store.Calls, Errors: snap.Store.Errors, LatencyMs: snap.Store.MeanMs, MaxMs: snap.Store.MaxMs, Metrics: map[string]float64{}}
-	for k, v := range snap.Readings {
-		out.Metrics[k] = v
-	}
+	maps.Copy(out.Metrics, snap.Readings)
 	if v, ok := snap.Readings["sluice_redis_breaker_state"]; ok && v >= 0 && int(v) < len(breakerStates) {
 		out.Breaker = breakerStates[int(v)]
 	}
@@ -448,7 +446,8 @@ func (g *Gate) peekHot(ctx context.Context, p *policy.Policy, hot *StatsHot) str
 	var reqs []sluice.Request
 	var where [][]at
 	index := map[insight.Item]int{}
-	for rank, rk := range []*StatsRanking{&hot.ByRejections, &hot.ByTraffic} {
+	ranks := []*StatsRanking{&hot.ByRejections, &hot.ByTraffic}
+	for rank, rk := range ranks {
 		for i, k := range rk.Keys {
 			it := insight.Item{Limit: k.Limit, Key: k.Key}
 			if j, ok := index[it]; ok {
@@ -467,7 +466,6 @@ func (g *Gate) peekHot(ctx context.Context, p *policy.Policy, hot *StatsHot) str
 		}
 	}
 	tokens, retry, problem := g.peekBuckets(ctx, "sluice-ui-peek", reqs)
-	ranks := []*StatsRanking{&hot.ByRejections, &hot.ByTraffic}
 	for j := range tokens {
 		for _, a := range where[j] {
 			k := &ranks[a.rank].Keys[a.i]

@@ -1,6 +1,7 @@
 package httpgate
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -317,10 +318,7 @@ func (g *Gate) uiReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if want := g.csrfToken(r); want != "" {
-		got := r.Header.Get("X-CSRF-Token")
-		if got == "" {
-			got = r.PostForm.Get("csrf")
-		}
+		got := cmp.Or(r.Header.Get("X-CSRF-Token"), r.PostForm.Get("csrf"))
 		if !hmac.Equal([]byte(got), []byte(want)) {
 			badRequest(w, http.StatusForbidden, "the reset needs the page's CSRF token (form field csrf or header X-CSRF-Token): reload the live page and press the button again")
 			return

@@ -130,20 +130,13 @@ func DecodeReport(raw string) (Report, error) {
 	if r.ID == "" || len(r.ID) > maxIDLen || len(r.Host) > maxIDLen {
 		return r, errors.New("a fleet report without a valid id")
 	}
-	if len(r.Rules) > MaxReportRules || len(r.ByRejected.Keys) > MaxReportKeys || len(r.ByTraffic.Keys) > MaxReportKeys {
-		return r, errors.New("a fleet report beyond its bounds")
-	}
-	for _, s := range r.Requests {
-		if len(s) > Window {
-			return r, errors.New("a fleet report beyond its bounds")
-		}
-	}
+	series := r.Requests[:]
 	for _, rs := range r.Rules {
-		for _, s := range rs {
-			if len(s) > Window {
-				return r, errors.New("a fleet report beyond its bounds")
-			}
-		}
+		series = append(series, rs[:]...)
+	}
+	if len(r.Rules) > MaxReportRules || len(r.ByRejected.Keys) > MaxReportKeys || len(r.ByTraffic.Keys) > MaxReportKeys ||
+		slices.ContainsFunc(series, func(s []uint64) bool { return len(s) > Window }) {
+		return r, errors.New("a fleet report beyond its bounds")
 	}
 	return r, nil
 }
@@ -214,8 +207,6 @@ func MergeRanking(rks []ReportRanking, n int) ReportRanking {
 	slices.SortStableFunc(out.Keys, func(a, b ReportKey) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Limit, b.Limit), cmp.Compare(a.Key, b.Key))
 	})
-	if len(out.Keys) > n {
-		out.Keys = out.Keys[:n]
-	}
+	out.Keys = out.Keys[:min(len(out.Keys), n)]
 	return out
 }

@@ -27,12 +27,14 @@ package insight
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/defaults"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -87,9 +89,7 @@ type Collector struct {
 
 // New returns a Collector.
 func New(opts Options) *Collector {
-	if opts.Counters <= 0 {
-		opts.Counters = 256
-	}
+	defaults.Set(&opts.Counters, 256)
 	if opts.Period < time.Second {
 		opts.Period = time.Minute
 	}
@@ -131,10 +131,7 @@ func (c *Collector) series(rule string) *ruleSeries {
 	if s := old[rule]; s != nil {
 		return s
 	}
-	m := make(map[string]*ruleSeries, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
+	m := maps.Clone(old)
 	s := &ruleSeries{}
 	m[rule] = s
 	c.rules.Store(&m)
@@ -488,8 +485,6 @@ func ranking(shards [][2]*spaceSaving, top int, since time.Time, k int) Ranking 
 		out.Keys = append(out.Keys, merged(r[0], r[1], top)...)
 	}
 	sortHot(out.Keys)
-	if len(out.Keys) > top {
-		out.Keys = out.Keys[:top]
-	}
+	out.Keys = out.Keys[:min(len(out.Keys), top)]
 	return out
 }

@@ -317,9 +317,7 @@ func merged(a, b *spaceSaving, n int) []HotKey {
 		}
 	}
 	sortHot(out)
-	if len(out) > n {
-		out = out[:n]
-	}
+	out = out[:min(len(out), n)]
 	return out
 }
 

@@ -6,6 +6,7 @@
 package jwtauth
 
 import (
+	"cmp"
 	"crypto/ecdh"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -186,9 +187,6 @@ type Keys struct {
 	ec   []pubKey
 }
 
-// Empty reports whether no key has been added.
-func (k *Keys) Empty() bool { return len(k.hmac)+len(k.rsa)+len(k.ec) == 0 }
-
 // AddHMAC adds an HMAC secret, which the caller has checked is at least
 // MinHMACKey bytes.
 func (k *Keys) AddHMAC(secret []byte) { k.hmac = append(k.hmac, secret) }
@@ -227,12 +225,7 @@ func (v *Verifier) setMethods() {
 // the first problem.
 func (k *Keys) AddPEM(file string, data []byte) string {
 	found := 0
-	for {
-		var b *pem.Block
-		b, data = pem.Decode(data)
-		if b == nil {
-			break
-		}
+	for b, rest := pem.Decode(data); b != nil; b, rest = pem.Decode(rest) {
 		var key any
 		var err error
 		switch b.Type {
@@ -343,12 +336,9 @@ func (k jwk) publicKey() (any, error) {
 	}
 	switch k.Kty {
 	case "RSA":
-		n, err := b64("n", k.N)
-		if err != nil {
-			return nil, err
-		}
-		e, err := b64("e", k.E)
-		if err != nil {
+		n, errN := b64("n", k.N)
+		e, errE := b64("e", k.E)
+		if err := cmp.Or(errN, errE); err != nil {
 			return nil, err
 		}
 		if len(e) > 4 {
@@ -372,12 +362,9 @@ func (k jwk) publicKey() (any, error) {
 		default:
 			return nil, fmt.Errorf("unsupported curve %q", k.Crv)
 		}
-		x, err := b64("x", k.X)
-		if err != nil {
-			return nil, err
-		}
-		y, err := b64("y", k.Y)
-		if err != nil {
+		x, errX := b64("x", k.X)
+		y, errY := b64("y", k.Y)
+		if err := cmp.Or(errX, errY); err != nil {
 			return nil, err
 		}
 		size := (curve.Params().BitSize + 7) / 8

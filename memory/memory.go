@@ -29,6 +29,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/defaults"
 )
 
 // Options configures a Store.
@@ -117,14 +118,10 @@ type shard struct {
 
 // New returns an empty Store.
 func New(opts Options) *Store {
-	if opts.MaxKeys <= 0 {
-		opts.MaxKeys = 1_000_000
-	}
+	defaults.Set(&opts.MaxKeys, 1_000_000)
 	n := 1
 	want := opts.Shards
-	if want <= 0 {
-		want = defaultShards()
-	}
+	defaults.Set(&want, defaultShards())
 	for n < want {
 		n <<= 1
 	}

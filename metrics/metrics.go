@@ -14,6 +14,7 @@ import (
 	"context"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,23 +60,16 @@ type Metrics struct {
 func New(reg *prometheus.Registry) *Metrics {
 	m := &Metrics{
 		reg: reg,
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_decisions_total",
-			Help: "Rate limit decisions by rule and result (allowed, rejected, not_charged, shadow_rejected, store_error).",
-		}, []string{"rule", "result"}),
-		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_store_errors_total",
-			Help: "Store calls that failed, by operation (take, peek, refund, take_all, peek_all, refund_all, reset, acquire, lease_peek, release).",
-		}, []string{"op"}),
+		decisions: newCounterVec("sluice_decisions_total",
+			"Rate limit decisions by rule and result (allowed, rejected, not_charged, shadow_rejected, store_error).", "rule", "result"),
+		storeErrors: newCounterVec("sluice_store_errors_total",
+			"Store calls that failed, by operation (take, peek, refund, take_all, peek_all, refund_all, reset, acquire, lease_peek, release).", "op"),
 		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_store_latency_seconds",
 			Help:    "Latency of store calls, by operation (take, peek, refund, take_all, peek_all, refund_all, reset, acquire, lease_peek, release).",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"op"}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_config_reloads_total",
-			Help: "Configuration reloads by result (success, failure).",
-		}, []string{"result"}),
+		reloads: newCounterVec("sluice_config_reloads_total", "Configuration reloads by result (success, failure).", "result"),
 	}
 	m.byRule.Store(&map[string]*[len(ruleResults)]lazyCounter{})
 	reg.MustRegister(m.decisions, m.storeErrors, m.storeLatency, m.reloads)
@@ -89,6 +83,20 @@ func New(reg *prometheus.Registry) *Metrics {
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
 	return m
+}
+
+// newCounter, newCounterVec and newGaugeVec make a collector of a name,
+// a help and the labels alone.
+func newCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func newCounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func newGaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
 }
 
 // StoreOps are the op labels of the store metrics, one per kind of store
@@ -111,7 +119,7 @@ func (m *Metrics) Observe(rule, result string) {
 	if m == nil {
 		return
 	}
-	k := resultIndex(result)
+	k := slices.Index(ruleResults[:], result)
 	if k < 0 {
 		m.decisions.WithLabelValues(rule, result).Inc()
 		return
@@ -123,26 +131,9 @@ func (m *Metrics) Observe(rule, result string) {
 	m.ruleCounters(rule)[k].Inc()
 }
 
-// ruleResults are the results Observe keeps a rule's counters of, in
-// resultIndex's order.
+// ruleResults are the results Observe keeps a rule's counters of, the
+// most frequent first.
 var ruleResults = [...]string{ResultAllowed, ResultRejected, ResultShadowRejected, ResultStoreError, ResultNotCharged}
-
-// resultIndex is result's place in ruleResults, -1 for another.
-func resultIndex(result string) int {
-	switch result {
-	case ResultAllowed:
-		return 0
-	case ResultRejected:
-		return 1
-	case ResultShadowRejected:
-		return 2
-	case ResultStoreError:
-		return 3
-	case ResultNotCharged:
-		return 4
-	}
-	return -1
-}
 
 // ruleCounters returns rule's decision counters, looked up once: hashing
 // the labels of every decision costs more than counting it. A series is

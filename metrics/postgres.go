@@ -58,14 +58,9 @@ type PostgresObserver struct {
 // NewPostgresObserver returns a PostgresObserver with every count at zero.
 func NewPostgresObserver() *PostgresObserver {
 	o := &PostgresObserver{
-		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_postgres_store_errors_total",
-			Help: "Calls to PostgreSQL that failed (errors, timeouts, lock waits past lock_timeout, or refused by the open circuit breaker).",
-		}),
-		breakerOpens: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_postgres_breaker_opens_total",
-			Help: "Times the PostgreSQL store's circuit breaker opened.",
-		}),
+		errors: newCounter("sluice_postgres_store_errors_total",
+			"Calls to PostgreSQL that failed (errors, timeouts, lock waits past lock_timeout, or refused by the open circuit breaker)."),
+		breakerOpens: newCounter("sluice_postgres_breaker_opens_total", "Times the PostgreSQL store's circuit breaker opened."),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_postgres_breaker_state",
 			Help: "The PostgreSQL store's circuit breaker state: 0 closed, 1 open, 2 probing.",

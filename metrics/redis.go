@@ -22,30 +22,18 @@ type RedisObserver struct {
 // NewRedisObserver returns a RedisObserver with every count at zero.
 func NewRedisObserver() *RedisObserver {
 	o := &RedisObserver{
-		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_redis_store_errors_total",
-			Help: "Calls to Redis that failed (errors, timeouts, or refused by the open circuit breaker).",
-		}),
-		breakerOpens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_redis_breaker_opens_total",
-			Help: "Times the circuit breaker of a node opened (node: a Cluster primary's address, empty for a standalone Redis).",
-		}, []string{"node"}),
-		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_redis_breaker_state",
-			Help: "Circuit breaker state of a node: 0 closed, 1 open, 2 probing (node: a Cluster primary's address, empty for a standalone Redis).",
-		}, []string{"node"}),
-		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_redis_overlimit_cache_hits_total",
-			Help: "Takes rejected in process from the over-limit cache, without a round trip.",
-		}),
-		refundFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_redis_refund_failures_total",
-			Help: "Cluster TakeAll refunds that failed, leaving a charge for a rejected request.",
-		}),
-		dropsLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_redis_overlimit_drops_failures_total",
-			Help: "Failures of the channel that carries Resets and refunds to every process's over-limit cache: a subscription lost or refused (each clears this process's cache), or a publish that failed (the other caches keep the key until its RetryAfter).",
-		}),
+		errors: newCounter("sluice_redis_store_errors_total",
+			"Calls to Redis that failed (errors, timeouts, or refused by the open circuit breaker)."),
+		breakerOpens: newCounterVec("sluice_redis_breaker_opens_total",
+			"Times the circuit breaker of a node opened (node: a Cluster primary's address, empty for a standalone Redis).", "node"),
+		breakerState: newGaugeVec("sluice_redis_breaker_state",
+			"Circuit breaker state of a node: 0 closed, 1 open, 2 probing (node: a Cluster primary's address, empty for a standalone Redis).", "node"),
+		cacheHits: newCounter("sluice_redis_overlimit_cache_hits_total",
+			"Takes rejected in process from the over-limit cache, without a round trip."),
+		refundFailures: newCounter("sluice_redis_refund_failures_total",
+			"Cluster TakeAll refunds that failed, leaving a charge for a rejected request."),
+		dropsLost: newCounter("sluice_redis_overlimit_drops_failures_total",
+			"Failures of the channel that carries Resets and refunds to every process's over-limit cache: a subscription lost or refused (each clears this process's cache), or a publish that failed (the other caches keep the key until its RetryAfter)."),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sluice_redis_batch_requests",
 			Help:    "Requests carried by one script call of the batch writers.",

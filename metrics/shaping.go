@@ -17,21 +17,14 @@ type shaping struct {
 
 func newShaping(reg *prometheus.Registry) *shaping {
 	s := &shaping{
-		rate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_adaptive_rate",
-			Help: "The current rate of an adaptive limit, in tokens per second, by limit (a rule, or RULE.TIER).",
-		}, []string{"rule"}),
+		rate: newGaugeVec("sluice_adaptive_rate",
+			"The current rate of an adaptive limit, in tokens per second, by limit (a rule, or RULE.TIER).", "rule"),
 		// The floor beside the rate: an alert on a rate pinned to its
 		// floor (the upstream keeps failing its target) needs no copy
 		// of the policy's bounds.
-		minRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_adaptive_min_rate",
-			Help: "The floor of an adaptive limit's rate (its min), in tokens per second, by limit (a rule, or RULE.TIER).",
-		}, []string{"rule"}),
-		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_queued",
-			Help: "Requests this process holds for their turn, by limit.",
-		}, []string{"rule"}),
+		minRate: newGaugeVec("sluice_adaptive_min_rate",
+			"The floor of an adaptive limit's rate (its min), in tokens per second, by limit (a rule, or RULE.TIER).", "rule"),
+		queued: newGaugeVec("sluice_queued", "Requests this process holds for their turn, by limit.", "rule"),
 		queueDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_queue_delay_seconds",
 			Help:    "The wait for its turn that each admitted request of a limit that holds requests was given (0 for none), by limit.",

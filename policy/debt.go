@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/defaults"
 )
 
 // A server's reservations are bounded by default. The library keeps
@@ -38,9 +39,7 @@ func DefaultMaxReserved(lim *sluice.Limit, queueDelay time.Duration) float64 {
 		return lim.Capacity()
 	}
 	per := lim.Spec().Period
-	if per <= 0 {
-		per = time.Second
-	}
+	defaults.Set(&per, time.Second)
 	return per.Seconds() * lim.TokensPerSecond()
 }
 

@@ -157,7 +157,7 @@ func (l *loader) forwardAuth(n *yaml.Node, s *Settings) {
 	}
 	if !slices.Contains(ForwardAuthProxies, name) {
 		msg := fmt.Sprintf("unknown proxy %q", name)
-		if sg := suggest(name, ForwardAuthProxies); sg != "" {
+		if sg := Suggest(name, ForwardAuthProxies); sg != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", sg)
 		} else {
 			msg += " (want " + orList(ForwardAuthProxies) + ")"

@@ -4,6 +4,7 @@ package policy
 // algorithm_config and costs.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -144,10 +145,7 @@ func (l *loader) limitKeys(o *obj, r *Rule) {
 // rule's Limit is its own, else its last tier's.
 func (l *loader) ruleLimits(o *obj, r *Rule) {
 	path := o.path
-	limName := r.Name
-	if limName == "" {
-		limName = "rule"
-	}
+	limName := cmp.Or(r.Name, "rule")
 	if cn, ok := o.vals["algorithm_config"]; ok {
 		r.own = l.algConfig(cn, join(path, "algorithm_config"), r.Algorithm, limName)
 	}
@@ -600,10 +598,7 @@ func (l *loader) usableCosts(o *obj, v *variant, costN map[string]*yaml.Node) bo
 	}
 	for _, c := range checks {
 		if _, err := (sluice.Request{Limit: lim, Cost: c.cost, Reserve: v.reserve, MaxReserved: v.queueDebt}).Charged(engine.OpTake); err != nil {
-			at := costN[c.field]
-			if at == nil {
-				at = o.n
-			}
+			at := cmp.Or(costN[c.field], o.n)
 			if errors.Is(err, sluice.ErrCostExceedsLimit) && v.queueDebt > 0 {
 				l.errf(at, join(path, c.field), "%v is above what a request may take within max_queue_delay (capacity %v plus %v tokens of debt): no request could ever pass", c.cost, lim.Capacity(), v.queueDebt)
 			} else if errors.Is(err, sluice.ErrCostExceedsLimit) && (v.reserve || lim.Params().Reserve) && lim.Shards() <= 1 {

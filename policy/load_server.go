@@ -6,6 +6,7 @@ package policy
 // serverconf.Settings (see ParseConfig), which a Policy does not hold.
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"net"
@@ -130,9 +131,7 @@ func (l *loader) checkDistinct(o *obj, addrs map[string]string) {
 			} else {
 				n = o.vals[f]
 			}
-			if n == nil {
-				n = o.n
-			}
+			n = cmp.Or(n, o.n)
 			hint := ""
 			if f == "grpc_listen" && !o.has("grpc_listen") {
 				hint = " (grpc_listen defaults to listen's host with port 8081; set grpc_listen to another address)"

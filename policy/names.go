@@ -150,8 +150,3 @@ func (p *Policy) acceptedNames() []string {
 	}
 	return out
 }
-
-// Suggest returns the candidate closest to name, ignoring case, when it
-// is within an edit distance of 2; else "". Every "did you mean" of
-// sluice uses it.
-func Suggest(name string, candidates []string) string { return suggest(name, candidates) }

@@ -103,14 +103,11 @@ func sameValue(a, b []string) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return false
 	}
-	for _, v := range a {
-		if v != a[0] {
-			return false
-		}
-	}
-	for _, v := range b {
-		if v != a[0] {
-			return false
+	for _, vs := range [2][]string{a, b} {
+		for _, v := range vs {
+			if v != a[0] {
+				return false
+			}
 		}
 	}
 	return true

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"math"
@@ -163,9 +164,7 @@ func (v *Verdict) Reason() string {
 			reason, wait = r.Reason(), r.Decision.RetryAfter
 		}
 	}
-	if reason == "" {
-		reason = "rate_limited"
-	}
+	reason = cmp.Or(reason, "rate_limited")
 	return reason
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/defaults"
 	"github.com/sluicehq/sluice/internal/tick"
 )
 
@@ -181,8 +182,6 @@ func (f *File) Load(_ context.Context, force bool) (*Policy, error) {
 // file.
 func (f *File) Watch(ctx context.Context, changed func(why string)) {
 	poll := f.Poll
-	if poll <= 0 {
-		poll = time.Second
-	}
+	defaults.Set(&poll, time.Second)
 	tick.Every(ctx, poll, func() { changed("file changed") })
 }

@@ -94,7 +94,7 @@ func (l *loader) object(n *yaml.Node, path string, allowed []string) *obj {
 		}
 		if allowed != nil && !slices.Contains(allowed, name) {
 			msg := "unknown field"
-			if s := suggest(name, allowed); s != "" {
+			if s := Suggest(name, allowed); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			} else {
 				msg += " (known: " + strings.Join(allowed, ", ") + ")"
@@ -307,11 +307,13 @@ func clip(s string) string {
 	return s
 }
 
-// suggest returns the allowed name closest to a typo, if close enough.
-func suggest(name string, allowed []string) string {
+// Suggest returns the candidate closest to name, ignoring case, when it
+// is within an edit distance of 2; else "". Every "did you mean" of
+// sluice uses it.
+func Suggest(name string, candidates []string) string {
 	best, bestD := "", 3
 	name = strings.ToLower(name)
-	for _, a := range allowed {
+	for _, a := range candidates {
 		// The distance is at least the difference in length: most
 		// candidates are ruled out without the quadratic comparison.
 		if abs(len(a)-len(name)) >= bestD {

@@ -100,18 +100,13 @@ func Migrate(ctx context.Context, conn *pgx.Conn) (MigrateResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("postgres migrate: read versions: %w", err)
 	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return res, fmt.Errorf("postgres migrate: read versions: %w", err)
-		}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return res, fmt.Errorf("postgres migrate: read versions: %w", err)
+	}
+	for _, v := range versions {
 		applied[v] = true
 		res.Current = max(res.Current, v)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return res, fmt.Errorf("postgres migrate: read versions: %w", err)
 	}
 	if newest := ms[len(ms)-1].Version; res.Current > newest {
 		return res, fmt.Errorf("postgres migrate: the database is at schema version %d, newer than this binary's %d", res.Current, newest)

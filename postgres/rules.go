@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/policy"
@@ -40,16 +41,11 @@ ORDER BY key_pattern, plan NULLS LAST, rule_id`)
 	if err != nil {
 		return nil, fmt.Errorf("postgres rules: %w", err)
 	}
-	defer rows.Close()
-	var out []RuleRow
-	for rows.Next() {
-		var r RuleRow
-		if err := rows.Scan(&r.ID, &r.KeyPattern, &r.Scope, &r.RatePerSecond, &r.Burst, &r.Plan, &r.Active, &r.Description, &r.CreatedAt); err != nil {
-			return nil, fmt.Errorf("postgres rules: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.AppendRows([]RuleRow(nil), rows, func(row pgx.CollectableRow) (r RuleRow, err error) {
+		err = row.Scan(&r.ID, &r.KeyPattern, &r.Scope, &r.RatePerSecond, &r.Burst, &r.Plan, &r.Active, &r.Description, &r.CreatedAt)
+		return r, err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("postgres rules: %w", err)
 	}
 	return out, nil
@@ -354,8 +350,7 @@ func compile(filename string, base []byte, rows []RuleRow, o RulesOptions) (*pol
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres rules: %w", err)
 	}
-	name := filename
-	name = cmp.Or(name, "sluice_rules")
+	name := cmp.Or(filename, "sluice_rules")
 	p, err := policy.Parse(name+" + sluice_rules", merged)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres rules: %w", err)

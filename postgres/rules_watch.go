@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/internal/defaults"
 	"github.com/sluicehq/sluice/internal/tick"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -86,9 +87,7 @@ type PolicySource struct {
 // and the rows of sluice_rules in pool make together. It reads nothing
 // yet: its first Load does.
 func NewRulesSource(pool *pgxpool.Pool, opts PolicySourceOptions) *PolicySource {
-	if opts.Interval <= 0 {
-		opts.Interval = 30 * time.Second
-	}
+	defaults.Set(&opts.Interval, 30*time.Second)
 	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	return &PolicySource{pool: pool, opts: opts, name: opts.Filename, config: opts.Config}
 }

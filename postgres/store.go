@@ -45,6 +45,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/deadline"
+	"github.com/sluicehq/sluice/internal/defaults"
 )
 
 // Options configures a Store.
@@ -261,19 +262,11 @@ CROSS JOIN LATERAL ` + fn + `(coalesce(t.alg = $2::smallint, false), $2::smallin
 // Close. It applies the migrations first when opts.Migrate is set.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
 	opts.HousekeepingInterval = cmp.Or(opts.HousekeepingInterval, time.Minute)
-	if opts.HousekeepingBatch <= 0 {
-		opts.HousekeepingBatch = 1000
-	}
+	defaults.Set(&opts.HousekeepingBatch, 1000)
 	opts.Logger = cmp.Or(opts.Logger, slog.Default())
-	if opts.Timeout <= 0 {
-		opts.Timeout = time.Second
-	}
-	if opts.BreakerFailures <= 0 {
-		opts.BreakerFailures = 5
-	}
-	if opts.BreakerBackoff <= 0 {
-		opts.BreakerBackoff = 500 * time.Millisecond
-	}
+	defaults.Set(&opts.Timeout, time.Second)
+	defaults.Set(&opts.BreakerFailures, 5)
+	defaults.Set(&opts.BreakerBackoff, 500*time.Millisecond)
 	opts.LockTimeout = cmp.Or(opts.LockTimeout, opts.Timeout/4)
 	opts.Observer = cmp.Or[Observer](opts.Observer, noObserver{})
 	if opts.Migrate {
@@ -329,9 +322,7 @@ func lockTimeoutSetting(opts Options) string {
 	d := opts.LockTimeout
 	if d == 0 {
 		t := opts.Timeout
-		if t <= 0 {
-			t = time.Second
-		}
+		defaults.Set(&t, time.Second)
 		d = t / 4
 	}
 	if d < 0 {

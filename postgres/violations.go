@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/internal/defaults"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -73,15 +74,9 @@ var violationColumns = []string{"bucket_key", "user_id", "ip_address", "endpoint
 // NewViolationLog starts a log writing through pool. Close it to write
 // what is queued.
 func NewViolationLog(pool *pgxpool.Pool, opts ViolationOptions) (*ViolationLog, error) {
-	if opts.QueueSize <= 0 {
-		opts.QueueSize = 10000
-	}
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = 500
-	}
-	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = time.Second
-	}
+	defaults.Set(&opts.QueueSize, 10000)
+	defaults.Set(&opts.BatchSize, 500)
+	defaults.Set(&opts.FlushInterval, time.Second)
 	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	v := &ViolationLog{
 		pool: pool, opts: opts,
@@ -274,9 +269,7 @@ type Queryer interface {
 
 // ListViolations returns the violations q selects, newest first.
 func ListViolations(ctx context.Context, db Queryer, q ViolationQuery) ([]Violation, error) {
-	if q.Limit <= 0 {
-		q.Limit = 100
-	}
+	defaults.Set(&q.Limit, 100)
 	sql := `SELECT violation_id, bucket_key, coalesce(user_id, ''), ip_address, coalesce(endpoint, ''),
        requested_at, tokens_at_time, rule, coalesce(rule_id, 0)
 FROM sluice_violations WHERE requested_at >= $1`

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/defaults"
 )
 
 // Options configure a Store.
@@ -49,12 +50,8 @@ type Store struct {
 func New(inner sluice.Store, opts Options) *Store {
 	s := &Store{inner: inner, clock: opts.Clock, maxKeys: int64(opts.MaxKeys), timeout: opts.ReturnTimeout}
 	s.outcome, _ = inner.(sluice.OutcomeStore)
-	if s.maxKeys <= 0 {
-		s.maxKeys = DefaultMaxKeys
-	}
-	if s.timeout <= 0 {
-		s.timeout = 2 * time.Second
-	}
+	defaults.Set(&s.maxKeys, DefaultMaxKeys)
+	defaults.Set(&s.timeout, 2*time.Second)
 	return s
 }
 

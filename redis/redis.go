@@ -111,6 +111,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/deadline"
+	"github.com/sluicehq/sluice/internal/defaults"
 )
 
 // DefaultTimeout is Options.Timeout's default.
@@ -211,29 +212,16 @@ type Store struct {
 
 // New returns a Store over client, which the caller keeps and closes.
 func New(client rueidis.Client, opts Options) (*Store, error) {
-	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
-	}
-	if opts.BreakerFailures <= 0 {
-		opts.BreakerFailures = 5
-	}
-	if opts.BreakerBackoff <= 0 {
-		opts.BreakerBackoff = 500 * time.Millisecond
-	}
-	if opts.OverLimitCacheSize <= 0 {
-		opts.OverLimitCacheSize = 100_000
-	}
-	if opts.BatchWriters <= 0 {
-		opts.BatchWriters = min(4, runtime.GOMAXPROCS(0))
-	}
-	if opts.BatchMaxOps <= 0 {
-		opts.BatchMaxOps = 256
-	}
+	defaults.Set(&opts.Timeout, DefaultTimeout)
+	defaults.Set(&opts.BreakerFailures, 5)
+	defaults.Set(&opts.BreakerBackoff, 500*time.Millisecond)
+	defaults.Set(&opts.OverLimitCacheSize, 100_000)
+	defaults.Set(&opts.BatchWriters, min(4, runtime.GOMAXPROCS(0)))
+	defaults.Set(&opts.BatchMaxOps, 256)
 	if strings.ContainsAny(opts.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("redis store: key prefix %q: braces would make a hash tag", opts.KeyPrefix)
 	}
-	obs := opts.Observer
-	obs = cmp.Or[Observer](obs, noObserver{})
+	obs := cmp.Or[Observer](opts.Observer, noObserver{})
 	s := &Store{
 		client:  client,
 		prefix:  opts.KeyPrefix,

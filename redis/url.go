@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/internal/defaults"
 )
 
 // Open connects to the Redis that rawURL names and returns a Store that
@@ -30,9 +32,7 @@ func Open(rawURL string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = timeout
-	}
+	defaults.Set(&opts.Timeout, timeout)
 	if err := switches(rawURL, &opts); err != nil {
 		return nil, err
 	}
@@ -156,11 +156,9 @@ func ParseURL(rawURL string) (rueidis.ClientOption, time.Duration, error) {
 	// Client-side caching is of no use to scripts that write on every call.
 	co.DisableCache = true
 	co.Dialer.Timeout = cmp.Or(co.Dialer.Timeout, time.Second)
-	if co.ConnWriteTimeout == 0 {
-		// Also how long a silent connection (a dead primary) takes to be
-		// given up on.
-		co.ConnWriteTimeout = time.Second
-	}
+	// Also how long a silent connection (a dead primary) takes to be
+	// given up on.
+	co.ConnWriteTimeout = cmp.Or(co.ConnWriteTimeout, time.Second)
 	return co, timeout, nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"slices"
 )
@@ -92,20 +94,9 @@ func LoadGRPCTLS(certFile, keyFile, clientCAFile, clientSAN string) (*GRPCTLS, e
 // carriesSAN reports whether c names san among its subject alternative
 // names, of any kind.
 func carriesSAN(c *x509.Certificate, san string) bool {
-	if slices.Contains(c.DNSNames, san) || slices.Contains(c.EmailAddresses, san) {
-		return true
-	}
-	for _, ip := range c.IPAddresses {
-		if ip.String() == san {
-			return true
-		}
-	}
-	for _, u := range c.URIs {
-		if u.String() == san {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(c.DNSNames, san) || slices.Contains(c.EmailAddresses, san) ||
+		slices.ContainsFunc(c.IPAddresses, func(ip net.IP) bool { return ip.String() == san }) ||
+		slices.ContainsFunc(c.URIs, func(u *url.URL) bool { return u.String() == san })
 }
 
 // CertPool reads the CERTIFICATE blocks of a PEM file: the CAs that
@@ -114,12 +105,7 @@ func carriesSAN(c *x509.Certificate, san string) bool {
 func CertPool(data []byte) (*x509.CertPool, string) {
 	pool := x509.NewCertPool()
 	found := 0
-	for {
-		var b *pem.Block
-		b, data = pem.Decode(data)
-		if b == nil {
-			break
-		}
+	for b, rest := pem.Decode(data); b != nil; b, rest = pem.Decode(rest) {
 		if b.Type != "CERTIFICATE" {
 			return nil, "holds a " + b.Type + " block; want CERTIFICATE blocks only (the CA that signs client certificates)"
 		}

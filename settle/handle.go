@@ -15,6 +15,7 @@ package settle
 // is made, so a replay is refused on every server that shares the store.
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -87,9 +88,7 @@ func handleSum(secret, payload []byte) []byte {
 // 1) to key of the limit rule, good until expires: "" when it cannot have
 // one (a limit name too long to write).
 func Issue(secret []byte, rule, key string, cost float64, expires time.Time) string {
-	if cost == 0 {
-		cost = 1
-	}
+	cost = cmp.Or(cost, 1)
 	charged, err := engine.ToMicroTokens(cost)
 	if err != nil || len(rule) > 255 {
 		return ""

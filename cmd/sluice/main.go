@@ -188,9 +188,7 @@ func buildVersion(override string, info *debug.BuildInfo) string {
 			dirty = s.Value == "true"
 		}
 	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
+	rev = rev[:min(len(rev), 12)]
 	// A checkout's build also gets a module version, a pseudo-version
 	// made of the commit ("v0.0.0-20250102030405-0123456789ab+dirty"):
 	// the commit form below says the same more plainly. A tag's version

@@ -58,26 +58,27 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args, false); !ok {
 		return code
 	}
+	// exit says why simulate stops, and returns its exit code.
+	exit := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "sluice simulate: "+format+"\n", a...)
+		return code
+	}
 	costGiven := false
 	fs.Visit(func(f *flag.Flag) { costGiven = costGiven || f.Name == "cost" })
 	segs, err := parsePattern(*pattern)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice simulate: --pattern: %v\n--pattern takes %s\n", err, patternSyntax)
-		return 2
+		return exit(2, "--pattern: %v\n--pattern takes %s", err, patternSyntax)
 	}
 	if *step <= 0 {
-		fmt.Fprintln(stderr, "sluice simulate: --step must be positive")
-		return 2
+		return exit(2, "--step must be positive")
 	}
 	if math.IsNaN(*cost) || math.IsInf(*cost, 0) || *cost <= 0 {
-		fmt.Fprintf(stderr, "sluice simulate: --cost must be a finite number > 0, got %v\n", *cost)
-		return 2
+		return exit(2, "--cost must be a finite number > 0, got %v", *cost)
 	}
 	for _, pair := range [][2]string{{"csv", "json"}, {"csv", "svg"}, {"json", "svg"}} {
 		a, b := fs.Lookup(pair[0]).Value.String(), fs.Lookup(pair[1]).Value.String()
 		if a != "" && a == b {
-			fmt.Fprintf(stderr, "sluice simulate: --%s and --%s name the same file\n", pair[0], pair[1])
-			return 2
+			return exit(2, "--%s and --%s name the same file", pair[0], pair[1])
 		}
 	}
 	var total time.Duration
@@ -87,13 +88,11 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		requests += math.Floor(s.rate * s.d.Seconds())
 	}
 	if requests > maxSimRequests {
-		fmt.Fprintf(stderr, "sluice simulate: the pattern makes %.0f requests, at most %d\n", requests, maxSimRequests)
-		return 2
+		return exit(2, "the pattern makes %.0f requests, at most %d", requests, maxSimRequests)
 	}
 	steps := int((total + *step - 1) / *step)
 	if steps > maxSimSteps {
-		fmt.Fprintf(stderr, "sluice simulate: %v in steps of %v is %d lines, at most %d: use a longer --step\n", total, *step, steps, maxSimSteps)
-		return 2
+		return exit(2, "%v in steps of %v is %d lines, at most %d: use a longer --step", total, *step, steps, maxSimSteps)
 	}
 
 	p := policy.Default()
@@ -105,8 +104,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	}
 	lim, err := pickLimit(p, *limitName)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice simulate: %v\n", err)
-		return 2
+		return exit(2, "%v", err)
 	}
 	m, ok := p.LimitMatch(lim.Name(), *key)
 	if !ok {
@@ -120,13 +118,11 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	// The rule every store applies: a reservation may cost up to the
 	// capacity plus max_reserved.
 	if err := m.Judge(); err != nil {
-		fmt.Fprintf(stderr, "sluice simulate: a cost of %v: %v\n", m.Request.Cost, err)
-		return 2
+		return exit(2, "a cost of %v: %v", m.Request.Cost, err)
 	}
 	series, err := simulate(m, segs, *step)
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice simulate: %v\n", err)
-		return 1
+		return exit(1, "%v", err)
 	}
 	table := true
 	for _, out := range []struct {
@@ -140,8 +136,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 			table = false
 		}
 		if err := writeOutput(out.file, stdout, func(w io.Writer) error { return out.write(w, series) }); err != nil {
-			fmt.Fprintf(stderr, "sluice simulate: %v\n", err)
-			return 1
+			return exit(1, "%v", err)
 		}
 	}
 	if table {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/defaults"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
@@ -169,9 +170,7 @@ func postgresOptions(rawURL string) (string, postgres.Options, error) {
 	if o.LogViolations {
 		o.Options.RecordViolations = &postgres.ViolationOptions{}
 	}
-	if o.Options.Timeout <= 0 {
-		o.Options.Timeout = servePostgresTimeout
-	}
+	defaults.Set(&o.Options.Timeout, servePostgresTimeout)
 	return connURL, o.Options, nil
 }
 
@@ -191,13 +190,10 @@ var (
 // while the opening is retried in the background. A URL the store
 // refuses is an error.
 func connectStore(ctx context.Context, rawURL string, reg prometheus.Registerer, log *slog.Logger) (sluice.Store, func() error, error) {
-	k, err := storeKindOf(rawURL)
-	if err == nil {
-		err = k.check(storeURLOrDefault(rawURL))
-	}
-	if err != nil {
+	if err := checkStoreURL(rawURL); err != nil {
 		return nil, nil, fmt.Errorf("store.url: %w", err)
 	}
+	k, _ := storeKindOf(rawURL) // known: checked
 	open := func(ctx context.Context) (sluice.Store, func() error, error) {
 		ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 		defer cancel()

@@ -105,13 +105,12 @@ func (f *sinceFlag) String() string { return f.text }
 
 func (f *sinceFlag) Set(s string) error {
 	s = strings.TrimSpace(s)
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		*f = sinceFlag{at: t, text: s}
-		return nil
-	}
-	if t, err := time.ParseInLocation(time.DateOnly, s, time.Local); err == nil {
-		*f = sinceFlag{at: t, text: s}
-		return nil
+	// A date alone is local midnight; a time names its zone.
+	for _, layout := range []string{time.RFC3339Nano, time.DateOnly} {
+		if t, err := time.ParseInLocation(layout, s, time.Local); err == nil {
+			*f = sinceFlag{at: t, text: s}
+			return nil
+		}
 	}
 	d, err := parseAge(s)
 	if err != nil {

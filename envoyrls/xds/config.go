@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/envoyrls"
+	"github.com/sluicehq/sluice/internal/defaults"
 )
 
 // Config says where the control plane is and how to reach it. Its
@@ -81,19 +82,11 @@ const DefaultMaxRecvBytes = 16 << 20
 // defaults.
 func (c Config) WithDefaults() Config {
 	c.NodeID = cmp.Or(c.NodeID, "default")
-	if c.ConnectRetryInterval <= 0 {
-		c.ConnectRetryInterval = 3 * time.Second
-	}
-	if c.Backoff.Initial <= 0 {
-		c.Backoff.Initial = 10 * time.Second
-	}
-	if c.Backoff.Max <= 0 {
-		c.Backoff.Max = 60 * time.Second
-	}
+	defaults.Set(&c.ConnectRetryInterval, 3*time.Second)
+	defaults.Set(&c.Backoff.Initial, 10*time.Second)
+	defaults.Set(&c.Backoff.Max, 60*time.Second)
 	c.Backoff.Max = max(c.Backoff.Max, c.Backoff.Initial)
-	if c.MaxRecvBytes <= 0 {
-		c.MaxRecvBytes = DefaultMaxRecvBytes
-	}
+	defaults.Set(&c.MaxRecvBytes, DefaultMaxRecvBytes)
 	return c
 }
 
@@ -156,8 +149,7 @@ func FromEnv(getenv func(string) string) (c Config, ok bool, err error) {
 			*into = b
 		}
 	}
-	c.Server = getenv("CONFIG_GRPC_XDS_SERVER_URL")
-	c.Server = cmp.Or(c.Server, "localhost:18000") // the reference server's default
+	c.Server = cmp.Or(getenv("CONFIG_GRPC_XDS_SERVER_URL"), "localhost:18000") // the reference server's default
 	c.NodeID = getenv("CONFIG_GRPC_XDS_NODE_ID")
 	c.NodeMetadata = pairs(getenv("CONFIG_GRPC_XDS_NODE_METADATA"), "=")
 	c.Headers = pairs(getenv("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"), ":")

@@ -20,6 +20,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/defaults"
 )
 
 // Chart is a title, a legend and one or more panels stacked vertically,
@@ -360,9 +362,7 @@ func (w *svg) elem(name, text string, attrs ...attr) {
 // WriteSVG draws the chart.
 func (c *Chart) WriteSVG(out io.Writer) error {
 	width := c.Width
-	if width <= 0 {
-		width = defaultWidth
-	}
+	defaults.Set(&width, defaultWidth)
 	right := float64(marginRight)
 	for _, p := range c.Panels {
 		if p.Y2 != nil {
@@ -396,9 +396,7 @@ func (c *Chart) WriteSVG(out io.Writer) error {
 	for i := range c.Panels {
 		p := &c.Panels[i]
 		h := p.Height
-		if h <= 0 {
-			h = defaultHeight
-		}
+		defaults.Set(&h, defaultHeight)
 		var tb float64
 		if p.Title != "" {
 			y += lineGap

@@ -323,16 +323,8 @@ func postgresChart(s Section[PostgresRow]) *svgplot.Chart {
 }
 
 func envoyChart(s Section[EnvoyRow]) *svgplot.Chart {
-	r := func(r EnvoyRow) string { return "round " + strconv.Itoa(r.Round) }
-	l := func(r EnvoyRow) string { return r.Setup }
-	bands, names := order(s.Rows, r), order(s.Rows, l)
-	calls := grid(s.Rows, names, bands, l, r, func(r EnvoyRow) float64 { return r.CallsPerS })
-	p99 := grid(s.Rows, names, bands, l, r, func(r EnvoyRow) float64 { return r.P99ms })
-	var tp, lat []svgplot.Series
-	for i, n := range names {
-		tp = append(tp, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: calls[n]})
-		lat = append(lat, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: p99[n]})
-	}
+	bands, tp, lat := roundBars(s.Rows, func(r EnvoyRow) (int, string) { return r.Round, r.Setup },
+		func(r EnvoyRow) float64 { return r.CallsPerS }, func(r EnvoyRow) float64 { return r.P99ms })
 	x := svgplot.Bands{Label: "round (each runs every setup in turn), 64 callers", Names: bands}
 	return &svgplot.Chart{
 		Title:    title("Envoy service", s, "64 callers, sluice beside the reference server"),
@@ -384,20 +376,26 @@ func wrkChart(s Section[WrkRow], door, name, floor string) *svgplot.Chart {
 	}
 }
 
+// roundBars is the bands (one per round) and, for two figures of each
+// row, a bar series per setup: rounds that run every setup in turn.
+func roundBars[R any](rows []R, of func(R) (round int, setup string), a, b func(R) float64) (bands []string, as, bs []svgplot.Series) {
+	r := func(x R) string { n, _ := of(x); return "round " + strconv.Itoa(n) }
+	l := func(x R) string { _, s := of(x); return s }
+	bands, names := order(rows, r), order(rows, l)
+	ga, gb := grid(rows, names, bands, l, r, a), grid(rows, names, bands, l, r, b)
+	for i, n := range names {
+		as = append(as, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: ga[n]})
+		bs = append(bs, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: gb[n]})
+	}
+	return bands, as, bs
+}
+
 // envoyRedisChart is the Envoy service on Redis in rounds: the server's
 // CPU per call and the calls per second, sluice serve beside the reference
 // server.
 func envoyRedisChart(s Section[EnvoyRedisRow]) *svgplot.Chart {
-	r := func(r EnvoyRedisRow) string { return "round " + strconv.Itoa(r.Round) }
-	l := func(r EnvoyRedisRow) string { return r.Server }
-	bands, names := order(s.Rows, r), order(s.Rows, l)
-	cpu := grid(s.Rows, names, bands, l, r, func(r EnvoyRedisRow) float64 { return r.ServerCPUus })
-	calls := grid(s.Rows, names, bands, l, r, func(r EnvoyRedisRow) float64 { return r.CallsPerS })
-	var cs, tp []svgplot.Series
-	for i, n := range names {
-		cs = append(cs, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: cpu[n]})
-		tp = append(tp, svgplot.Series{Name: n, Kind: svgplot.Bar, Stack: n, Color: color(n, i), Values: calls[n]})
-	}
+	bands, cs, tp := roundBars(s.Rows, func(r EnvoyRedisRow) (int, string) { return r.Round, r.Server },
+		func(r EnvoyRedisRow) float64 { return r.ServerCPUus }, func(r EnvoyRedisRow) float64 { return r.CallsPerS })
 	x := svgplot.Bands{Label: "round (each runs both servers in turn), 64 callers", Names: bands}
 	return &svgplot.Chart{
 		Title:    title("Envoy service on Redis", s, "sluice serve beside envoyproxy/ratelimit"),

@@ -88,11 +88,15 @@ const (
 	callAbandoned
 )
 
+// errClosed answers the calls that find the batcher closed.
+var errClosed = errors.New("redis store closed")
+
 // errUnsent is returned, wrapped with the context's error, for a call
-// whose deadline passed while it waited in this process for a writer: the
-// process is overloaded, and Redis has not been asked, so the circuit
-// breaker does not count it against Redis.
-var errUnsent = errors.New("redis store: deadline passed before the call was sent (this process is overloaded)")
+// whose deadline passed while it waited in this process for a writer or
+// for a place in flight: Redis has not been asked, so the circuit breaker
+// does not count it against Redis (the script calls in flight that kept
+// it waiting count, if they fail).
+var errUnsent = errors.New("redis store: deadline passed before the call was sent (this process is overloaded, or its script calls in flight are slow)")
 
 func newBatcher(writers, maxOps int, timeout time.Duration, pad string, exec func(context.Context, []string, []string) ([]int64, error), sizes func(n int)) *batcher {
 	b := &batcher{q: make(chan *call, 4*maxOps), freed: make(chan struct{}, writers), writers: int32(writers), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{}), sizes: sizes}
@@ -137,7 +141,7 @@ func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) 
 		return nil, fmt.Errorf("%w: %w", errUnsent, ctx.Err())
 	case <-b.stop:
 		c.recycle()
-		return nil, fmt.Errorf("redis store closed")
+		return nil, errClosed
 	}
 	select {
 	case <-c.done:
@@ -222,7 +226,7 @@ func (b *batcher) loop() {
 			return
 		}
 		if !b.await() {
-			first.err = fmt.Errorf("redis store closed")
+			first.err = errClosed
 			first.finish()
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"go/ast"
+	"go/doc"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -117,4 +118,55 @@ func funcName(fn *ast.FuncDecl) string {
 		}
 		return fmt.Sprintf("%T.%s", typ, fn.Name.Name)
 	}
+}
+
+// maxRootPage bounds the root package's page: what an application uses,
+// as `go doc -short .` lists it, one line per declaration (a const or
+// var group, a type, a function, a type's constructors and its consts).
+// The arithmetic a store implements lives in engine.
+const maxRootPage = 35
+
+// TestRootPageFits counts the lines `go doc -short .` prints for the
+// root package, from go/doc as that command computes them.
+func TestRootPageFits(t *testing.T) {
+	fset := token.NewFileSet()
+	var files []*ast.File
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	p, err := doc.NewFromFiles(fset, files, "github.com/sluicehq/sluice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, v := range append(p.Consts, p.Vars...) {
+		lines = append(lines, strings.Join(v.Names, ", "))
+	}
+	for _, f := range p.Funcs {
+		lines = append(lines, f.Name)
+	}
+	for _, ty := range p.Types {
+		lines = append(lines, ty.Name)
+		for _, v := range append(ty.Consts, ty.Vars...) {
+			lines = append(lines, strings.Join(v.Names, ", "))
+		}
+		for _, f := range ty.Funcs {
+			lines = append(lines, f.Name)
+		}
+	}
+	if len(lines) > maxRootPage {
+		t.Errorf("go doc -short . is %d lines, more than %d: %s", len(lines), maxRootPage, strings.Join(lines, "; "))
+	}
+	t.Logf("root page: %d lines", len(lines))
 }

@@ -49,6 +49,7 @@ type batcher struct {
 	slotOf      func(key string) uint16 // nil: one node, one script call per batch
 	multi       func(ctx context.Context, keys, args [][]string) ([][]int64, []error)
 	sizes       func(n int) // told the requests of each script call
+	expiry      *expiry     // wakes the queued callers whose deadlines pass
 	timeout     time.Duration
 	pad         string
 	maxOps      int
@@ -70,13 +71,18 @@ type call struct {
 	// call (sent) or its caller gives up first (abandoned), never both, so
 	// that an abandoned call is certain never to reach Redis.
 	state atomic.Int32
+	// deadline is ctx's, for the batcher's expiry, which sends expired
+	// one value once it has passed; heapAt is the call's place there.
+	deadline time.Time
+	heapAt   int
+	expired  chan struct{}
 }
 
 // calls keeps the calls whose callers were answered, for later calls:
 // a call, with its channel, is two allocations per take otherwise. A call
 // whose caller gave up is left to the collector, since the writer may
 // still hold it.
-var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1), expired: make(chan struct{}, 1), heapAt: -1} }}
 
 // finish tells c's caller that the writer is done with c: the writer
 // touches c no more.
@@ -99,7 +105,7 @@ var errClosed = errors.New("redis store closed")
 var errUnsent = errors.New("redis store: deadline passed before the call was sent (this process is overloaded, or its script calls in flight are slow)")
 
 func newBatcher(writers, maxOps int, timeout time.Duration, pad string, exec func(context.Context, []string, []string) ([]int64, error), sizes func(n int)) *batcher {
-	b := &batcher{q: make(chan *call, 4*maxOps), freed: make(chan struct{}, writers), writers: int32(writers), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{}), sizes: sizes}
+	b := &batcher{q: make(chan *call, 4*maxOps), freed: make(chan struct{}, writers), writers: int32(writers), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{}), sizes: sizes, expiry: newExpiry()}
 	for range writers {
 		b.wg.Go(b.loop)
 	}
@@ -136,12 +142,29 @@ func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) 
 	c.ctx, c.keys, c.args = ctx, keys, args
 	select {
 	case b.q <- c:
-	case <-ctx.Done():
-		c.recycle()
-		return nil, fmt.Errorf("%w: %w", errUnsent, ctx.Err())
-	case <-b.stop:
-		c.recycle()
-		return nil, errClosed
+	default:
+		select {
+		case b.q <- c:
+		case <-ctx.Done():
+			c.recycle()
+			return nil, fmt.Errorf("%w: %w", errUnsent, ctx.Err())
+		case <-b.stop:
+			c.recycle()
+			return nil, errClosed
+		}
+	}
+	// A caller with a deadline waits for its answer or the batcher's
+	// expiry, and asks for ctx's Done only once the deadline has passed
+	// (see expiry); one without a deadline waits on Done.
+	if dl, ok := ctx.Deadline(); ok {
+		c.deadline = dl
+		b.expiry.watch(c)
+		select {
+		case <-c.done:
+			b.expiry.forget(c)
+			return c.answer()
+		case <-c.expired:
+		}
 	}
 	select {
 	case <-c.done:
@@ -176,6 +199,10 @@ func (c *call) answer() ([]int64, error) {
 func (c *call) recycle() {
 	c.ctx, c.keys, c.args, c.res, c.err = nil, nil, nil, nil, nil
 	c.state.Store(callWaiting)
+	select {
+	case <-c.expired: // expired as it was answered
+	default:
+	}
 	calls.Put(c)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -146,5 +147,63 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// doneCounter is a context with a deadline that counts the calls of its
+// Done, as a context that arms its timer only when asked would (the
+// Envoy service's store deadline).
+type doneCounter struct {
+	context.Context
+	asked *atomic.Int64
+}
+
+func (c doneCounter) Done() <-chan struct{} {
+	c.asked.Add(1)
+	return c.Context.Done()
+}
+
+// TestQueuedCallsDoNotAskForDone: a caller whose call waits for a writer
+// is woken by the batcher's one timer at its deadline, not by its
+// context's Done, which it asks for only once the deadline has passed;
+// a call whose deadline passes while it is queued still returns, with
+// the context's error.
+func TestQueuedCallsDoNotAskForDone(t *testing.T) {
+	release := make(chan struct{})
+	var sent atomic.Int64
+	exec := func(ctx context.Context, keys, _ []string) ([]int64, error) {
+		if sent.Add(1) == 1 {
+			<-release
+		}
+		return make([]int64, replyWidth*len(keys)), nil
+	}
+	b := newBatcher(1, 256, time.Minute, "0", exec, func(int) {})
+	defer b.close()
+	var asked atomic.Int64
+	take := func(key string, d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		_, err := b.do(doneCounter{ctx, &asked}, []string{key}, []string{"t1", "tb 1 1 1", "1", ""})
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, k := range []string{"lone", "a", "b", "c"} {
+		wg.Go(func() {
+			if err := take(k, time.Minute); err != nil {
+				t.Errorf("%s: %v", k, err)
+			}
+		})
+		if k == "lone" {
+			waitFor(t, func() bool { return sent.Load() == 1 })
+		}
+	}
+	// Queued behind the script call in flight, until its deadline.
+	if err := take("short", time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("short: got %v, want its deadline passed", err)
+	}
+	close(release)
+	wg.Wait()
+	if n := asked.Load(); n != 1 {
+		t.Errorf("Done asked %d times, want once, by the call whose deadline passed", n)
 	}
 }

@@ -24,7 +24,7 @@ import (
 // BenchmarkShouldRateLimit is the service's own cost per call, without
 // gRPC: one descriptor over 10,000 values on the memory store.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	benchmarkShouldRateLimit(b, func(b *testing.B) sluice.Store { return memory.New(memory.Options{}) })
+	benchmarkShouldRateLimit(b, 1, func(b *testing.B) sluice.Store { return memory.New(memory.Options{}) })
 }
 
 // BenchmarkShouldRateLimitRedis is BenchmarkShouldRateLimit on the Redis
@@ -33,8 +33,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 // the service's cost per call and the store client's, without gRPC.
 func BenchmarkShouldRateLimitRedis(b *testing.B) {
 	addr := redistest.Server(b)
-	b.SetParallelism(32)
-	benchmarkShouldRateLimit(b, func(b *testing.B) sluice.Store {
+	benchmarkShouldRateLimit(b, 32, func(b *testing.B) sluice.Store {
 		s, err := redis.Open("redis://"+addr+"?timeout=1s", redis.Options{})
 		if err != nil {
 			b.Fatal(err)
@@ -44,7 +43,10 @@ func BenchmarkShouldRateLimitRedis(b *testing.B) {
 	})
 }
 
-func benchmarkShouldRateLimit(b *testing.B, open func(b *testing.B) sluice.Store) {
+// benchmarkShouldRateLimit runs parallelism callers per GOMAXPROCS: set
+// on each sub-benchmark, since a sub-benchmark does not inherit its
+// parent's.
+func benchmarkShouldRateLimit(b *testing.B, parallelism int, open func(b *testing.B) sluice.Store) {
 	for _, c := range []struct{ name, yaml string }{
 		{"sluice", "rules:\n  - name: per-user\n    match: {domain: bench}\n    limit_keys: [\"descriptor:user\"]\n    algorithm: token_bucket\n    algorithm_config: {rps: 100, burst: 100}\n"},
 		{"reference", "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 100}\n"},
@@ -69,8 +71,12 @@ func benchmarkShouldRateLimit(b *testing.B, open func(b *testing.B) sluice.Store
 			}
 			ctx := context.Background()
 			b.ReportAllocs()
+			b.SetParallelism(parallelism)
+			var next atomic.Int64
 			b.RunParallel(func(pb *testing.PB) {
-				i := 0
+				// Each caller starts at a value of its own, as callers
+				// asking for different users do.
+				i := int(next.Add(1)) * 7919
 				for pb.Next() {
 					if _, err := s.ShouldRateLimit(ctx, reqs[i%len(reqs)]); err != nil {
 						b.Fatal(err)

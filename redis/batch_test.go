@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -205,5 +206,49 @@ func TestQueuedCallsDoNotAskForDone(t *testing.T) {
 	wg.Wait()
 	if n := asked.Load(); n != 1 {
 		t.Errorf("Done asked %d times, want once, by the call whose deadline passed", n)
+	}
+}
+
+// TestAttackCancelledCallersReturnWhileRedisHangs: clients that send
+// calls and hang up while Redis does not answer must not keep a
+// goroutine each until their deadlines: a caller whose context is
+// cancelled returns, with Canceled, though its deadline is an hour off.
+// The script call is a stand-in that blocks until released, as a hung
+// Redis does (TestHungRedis stops a real one).
+func TestAttackCancelledCallersReturnWhileRedisHangs(t *testing.T) {
+	release := make(chan struct{})
+	var sent atomic.Int64
+	exec := func(ctx context.Context, keys, _ []string) ([]int64, error) {
+		sent.Add(1)
+		<-release
+		return make([]int64, replyWidth*len(keys)), nil
+	}
+	b := newBatcher(1, 256, time.Hour, "0", exec, func(int) {})
+	defer b.close()
+	defer close(release)
+	args := []string{"t1", "tb 1 1 1", "1", ""}
+	go b.do(context.Background(), []string{"held"}, args)
+	waitFor(t, func() bool { return sent.Load() == 1 })
+	const n = 100
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := b.do(ctx, []string{strconv.Itoa(i)}, args)
+			errs <- err
+		}()
+	}
+	// All wait: one held by the writer, the rest queued.
+	waitFor(t, func() bool { return len(b.q) == n-1 })
+	cancel()
+	for range n {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("a cancelled caller got %v, want Canceled", err)
+			}
+		case <-time.After(time.Minute): // only ends a build that would wait the hour
+			t.Fatal("cancelled callers still wait for their deadline while Redis hangs")
+		}
 	}
 }

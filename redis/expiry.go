@@ -16,10 +16,12 @@ import (
 // arrive in order, so the timer is set again only as the earliest call
 // leaves, not as calls come (BenchmarkShouldRateLimitRedis).
 //
-// Only the deadline is watched: a caller whose context is cancelled
-// before it is waits for its call's answer, or for its deadline. A
-// writer does not send a call whose context has ended, so such a caller
-// waits at most for the script call in flight.
+// A context cancelled before its deadline (a client that hung up) is
+// found by a look at every watched call's Err at least every scanEvery
+// while calls are watched, so that a flood of calls given up while Redis
+// hangs does not keep a goroutine each until their deadlines
+// (TestAttackCancelledCallersReturnWhileRedisHangs); a writer does not
+// send a call whose context has ended.
 type expiry struct {
 	mu    sync.Mutex
 	calls callHeap
@@ -41,10 +43,17 @@ func (e *expiry) watch(c *call) {
 	heap.Push(&e.calls, c)
 	if e.at.IsZero() || c.deadline.Before(e.at) {
 		e.at = c.deadline
-		e.timer.Reset(time.Until(c.deadline))
+		if scan := time.Now().Add(scanEvery); scan.Before(e.at) {
+			e.at = scan
+		}
+		e.timer.Reset(time.Until(e.at))
 	}
 	e.mu.Unlock()
 }
+
+// scanEvery is how long, at most, a watched caller whose context was
+// cancelled before its deadline waits to be woken.
+const scanEvery = 10 * time.Millisecond
 
 // forget stops watching c, if it is still watched.
 func (e *expiry) forget(c *call) {
@@ -55,22 +64,37 @@ func (e *expiry) forget(c *call) {
 	e.mu.Unlock()
 }
 
-// fire wakes the calls whose deadlines have passed and sets the timer
-// for the next.
+// fire wakes the calls whose deadlines have passed or whose contexts
+// have ended, and sets the timer for the next deadline or scan.
 func (e *expiry) fire() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := time.Now()
 	for len(e.calls) > 0 && !e.calls[0].deadline.After(now) {
-		c := heap.Pop(&e.calls).(*call)
-		c.expired <- struct{}{} // buffered, and a call is popped once per watch
+		e.wake(heap.Pop(&e.calls).(*call))
+	}
+	var ended []*call
+	for _, c := range e.calls {
+		if c.ctx.Err() != nil {
+			ended = append(ended, c)
+		}
+	}
+	for _, c := range ended {
+		e.wake(heap.Remove(&e.calls, c.heapAt).(*call))
 	}
 	e.at = time.Time{}
 	if len(e.calls) > 0 {
 		e.at = e.calls[0].deadline
+		if scan := now.Add(scanEvery); scan.Before(e.at) {
+			e.at = scan
+		}
 		e.timer.Reset(e.at.Sub(now))
 	}
 }
+
+// wake tells c's caller, once: c has left the heap, and a call is
+// watched once per wait.
+func (e *expiry) wake(c *call) { c.expired <- struct{}{} }
 
 // callHeap orders watched calls by deadline (container/heap); a call
 // knows its place (heapAt, -1 when not watched) so that it can leave.

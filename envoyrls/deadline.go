@@ -13,8 +13,10 @@ import (
 // storeContext is deadline.ForStore(ctx, st, d), except that the
 // deadline's timer is armed only when something waits for it (Done): a
 // call the store answers without leaving the process, as the Redis store
-// answers a key its over-limit cache knows to be short, arms none, where
-// context.WithTimeout arms and stops a timer for every call. The
+// answers a key its over-limit cache knows to be short, arms none, nor
+// does a call the Redis store queues for a batch (its one timer watches
+// the deadline), where context.WithTimeout arms and stops a timer for
+// every call. The
 // deadline is the same, from the same moment, and so are the answers of
 // Err, Deadline and Value whether or not the timer was armed.
 //

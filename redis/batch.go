@@ -72,9 +72,10 @@ type call struct {
 	// that an abandoned call is certain never to reach Redis.
 	state atomic.Int32
 	// deadline is ctx's, for the batcher's expiry, which sends expired
-	// one value once it has passed; heapAt is the call's place there.
+	// one value once it has passed or ctx has ended; watchAt is the
+	// call's place there.
 	deadline time.Time
-	heapAt   int
+	watchAt  int
 	expired  chan struct{}
 }
 
@@ -82,7 +83,7 @@ type call struct {
 // a call, with its channel, is two allocations per take otherwise. A call
 // whose caller gave up is left to the collector, since the writer may
 // still hold it.
-var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1), expired: make(chan struct{}, 1), heapAt: -1} }}
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1), expired: make(chan struct{}, 1), watchAt: -1} }}
 
 // finish tells c's caller that the writer is done with c: the writer
 // touches c no more.

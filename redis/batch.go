@@ -156,7 +156,7 @@ func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) 
 	}
 	// A caller with a deadline waits for its answer or the batcher's
 	// expiry, and asks for ctx's Done only once the deadline has passed
-	// (see expiry); one without a deadline waits on Done.
+	// or ctx has ended (see expiry); one without a deadline waits on Done.
 	if dl, ok := ctx.Deadline(); ok {
 		c.deadline = dl
 		b.expiry.watch(c)

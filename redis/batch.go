@@ -49,7 +49,7 @@ type batcher struct {
 	slotOf      func(key string) uint16 // nil: one node, one script call per batch
 	multi       func(ctx context.Context, keys, args [][]string) ([][]int64, []error)
 	sizes       func(n int) // told the requests of each script call
-	expiry      *expiry     // wakes the queued callers whose deadlines pass
+	expiry      expiry      // wakes the queued callers whose deadlines pass
 	timeout     time.Duration
 	pad         string
 	maxOps      int
@@ -71,9 +71,8 @@ type call struct {
 	// call (sent) or its caller gives up first (abandoned), never both, so
 	// that an abandoned call is certain never to reach Redis.
 	state atomic.Int32
-	// deadline is ctx's, for the batcher's expiry, which sends expired
-	// one value once it has passed or ctx has ended; watchAt is the
-	// call's place there.
+	// deadline is ctx's: the batcher's expiry sends expired a value once
+	// it passes or ctx ends; watchAt is the call's place there.
 	deadline time.Time
 	watchAt  int
 	expired  chan struct{}
@@ -106,7 +105,7 @@ var errClosed = errors.New("redis store closed")
 var errUnsent = errors.New("redis store: deadline passed before the call was sent (this process is overloaded, or its script calls in flight are slow)")
 
 func newBatcher(writers, maxOps int, timeout time.Duration, pad string, exec func(context.Context, []string, []string) ([]int64, error), sizes func(n int)) *batcher {
-	b := &batcher{q: make(chan *call, 4*maxOps), freed: make(chan struct{}, writers), writers: int32(writers), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{}), sizes: sizes, expiry: newExpiry()}
+	b := &batcher{q: make(chan *call, 4*maxOps), freed: make(chan struct{}, writers), writers: int32(writers), exec: exec, timeout: timeout, pad: pad, maxOps: maxOps, stop: make(chan struct{}), sizes: sizes}
 	for range writers {
 		b.wg.Go(b.loop)
 	}
@@ -154,9 +153,8 @@ func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) 
 			return nil, errClosed
 		}
 	}
-	// A caller with a deadline waits for its answer or the batcher's
-	// expiry, and asks for ctx's Done only once the deadline has passed
-	// or ctx has ended (see expiry); one without a deadline waits on Done.
+	// A caller with a deadline waits for its answer or the expiry, and asks
+	// for Done only once that has woken it; one without waits on Done.
 	if dl, ok := ctx.Deadline(); ok {
 		c.deadline = dl
 		b.expiry.watch(c)

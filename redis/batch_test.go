@@ -252,3 +252,64 @@ func TestAttackCancelledCallersReturnWhileRedisHangs(t *testing.T) {
 		}
 	}
 }
+
+// errCounter is a context that counts the calls of its Err.
+type errCounter struct {
+	context.Context
+	n *atomic.Int64
+}
+
+func (c errCounter) Err() error {
+	c.n.Add(1)
+	return c.Context.Err()
+}
+
+// TestAttackShortDeadlinesDoNotRescanWaitingCallers: a client that sends
+// calls whose deadlines are a moment away makes the batcher's timer fire
+// for each; were every waiting caller's context looked at each time,
+// each such call would cost a look at every other client's waiting call.
+// The contexts are looked at once per scanEvery however often the timer
+// fires: the bound below counts the looks the time taken allows, so it
+// holds at any speed. The script call is a stand-in that holds the one
+// place in flight, so that every call waits.
+func TestAttackShortDeadlinesDoNotRescanWaitingCallers(t *testing.T) {
+	release := make(chan struct{})
+	var sent atomic.Int64
+	exec := func(ctx context.Context, keys, _ []string) ([]int64, error) {
+		if sent.Add(1) == 1 {
+			<-release
+		}
+		return make([]int64, replyWidth*len(keys)), nil
+	}
+	b := newBatcher(1, 256, time.Hour, "0", exec, func(int) {})
+	defer b.close()
+	args := []string{"t1", "tb 1 1 1", "1", ""}
+	go b.do(context.Background(), []string{"held"}, args)
+	waitFor(t, func() bool { return sent.Load() == 1 })
+	// Other clients' calls, waiting with an hour to go.
+	const waiting = 50
+	var looks atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range waiting {
+		wg.Go(func() { b.do(errCounter{ctx, &looks}, []string{"w" + strconv.Itoa(i)}, args) })
+	}
+	waitFor(t, func() bool { return len(b.q) == waiting-1 })
+	// The flood: calls whose deadlines pass as they are made.
+	const flood = 300
+	start := time.Now()
+	for i := range flood {
+		short, stop := context.WithTimeout(context.Background(), time.Nanosecond)
+		if _, err := b.do(short, []string{"f" + strconv.Itoa(i)}, args); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a call past its deadline got %v", err)
+		}
+		stop()
+	}
+	scans := int64(time.Since(start)/scanEvery) + 2
+	if n := looks.Load(); n > scans*waiting {
+		t.Errorf("%d looks at the waiting callers' contexts in %v: at most %d scans of %d, not one per short call", n, time.Since(start), scans, waiting)
+	}
+	close(release)
+	wg.Wait()
+}

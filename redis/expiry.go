@@ -6,42 +6,38 @@ import (
 )
 
 // expiry wakes the callers of a batcher whose deadlines pass while they
-// wait, with one timer for all of them: a caller that waited on its
-// context's Done would make a context whose timer is armed only when
-// asked (the Envoy service's store deadline) arm one for every queued
-// call, with its registration in the parent context, for a deadline that
-// almost never passes (BenchmarkShouldRateLimitRedis). The timer is set
-// for the earliest deadline, and at most scanEvery ahead while calls are
-// watched: each time it fires it also wakes the callers whose contexts
-// were cancelled (a client that hung up), so that a flood of calls given
-// up while Redis hangs does not keep a goroutine each until their
-// deadlines (TestAttackCancelledCallersReturnWhileRedisHangs).
+// wait, with one timer for all: waiting on Done would make the Envoy
+// service's lazily armed store deadline arm a timer, registered in the
+// call's context, per queued call (BenchmarkShouldRateLimitRedis). The
+// timer is set for the earliest deadline, and at most scanEvery after the
+// last look at the contexts, which wakes the callers whose clients hung
+// up (TestAttackCancelledCallersReturnWhileRedisHangs); contexts are not
+// looked at each time short deadlines fire it
+// (TestAttackShortDeadlinesDoNotRescanWaitingCallers).
 type expiry struct {
-	mu    sync.Mutex
-	calls []*call // watched; each knows its place (watchAt, -1 when not)
-	timer *time.Timer
-	at    time.Time // when the timer fires; zero while it is stopped
+	mu      sync.Mutex
+	calls   []*call     // watched; each knows its place (watchAt, -1 when not)
+	timer   *time.Timer // made by the first watch
+	at      time.Time   // when the timer fires; zero while it is stopped
+	scanned time.Time   // when the contexts were last looked at
 }
 
 // scanEvery is how long, at most, a watched caller whose context was
 // cancelled before its deadline waits to be woken.
 const scanEvery = 10 * time.Millisecond
 
-func newExpiry() *expiry {
-	e := &expiry{}
-	e.timer = time.AfterFunc(time.Hour, e.fire)
-	e.timer.Stop()
-	return e
-}
-
 // watch sends c.expired one value once c.deadline has passed or c.ctx
 // has ended, unless forget comes first.
 func (e *expiry) watch(c *call) {
 	e.mu.Lock()
+	now := time.Now()
+	if len(e.calls) == 0 {
+		e.scanned = now // none waited: no context to look at before
+	}
 	c.watchAt = len(e.calls)
 	e.calls = append(e.calls, c)
 	if e.at.IsZero() || c.deadline.Before(e.at) {
-		e.arm(c.deadline, time.Now())
+		e.arm(c.deadline, now)
 	}
 	e.mu.Unlock()
 }
@@ -59,8 +55,7 @@ func (e *expiry) forget(c *call) {
 func (e *expiry) remove(c *call) {
 	last := e.calls[len(e.calls)-1]
 	e.calls[c.watchAt], last.watchAt = last, c.watchAt
-	e.calls[len(e.calls)-1] = nil
-	e.calls = e.calls[:len(e.calls)-1]
+	e.calls[len(e.calls)-1], e.calls = nil, e.calls[:len(e.calls)-1]
 	c.watchAt = -1
 }
 
@@ -70,10 +65,14 @@ func (e *expiry) fire() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := time.Now()
+	scan := now.Sub(e.scanned) >= scanEvery
+	if scan {
+		e.scanned = now
+	}
 	var next time.Time
 	for i := 0; i < len(e.calls); {
 		c := e.calls[i]
-		if !c.deadline.After(now) || c.ctx.Err() != nil {
+		if !c.deadline.After(now) || scan && c.ctx.Err() != nil {
 			e.remove(c)
 			c.expired <- struct{}{} // buffered, and a call is watched once per wait
 			continue
@@ -89,11 +88,15 @@ func (e *expiry) fire() {
 	}
 }
 
-// arm sets the timer for deadline, or scanEvery from now if sooner.
+// arm sets the timer for deadline, or for the next scan if sooner.
 func (e *expiry) arm(deadline, now time.Time) {
 	e.at = deadline
-	if scan := now.Add(scanEvery); scan.Before(e.at) {
+	if scan := e.scanned.Add(scanEvery); scan.Before(e.at) {
 		e.at = scan
 	}
-	e.timer.Reset(e.at.Sub(now))
+	if e.timer == nil {
+		e.timer = time.AfterFunc(e.at.Sub(now), e.fire)
+	} else {
+		e.timer.Reset(e.at.Sub(now))
+	}
 }

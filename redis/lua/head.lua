@@ -9,7 +9,7 @@
 
 -- Library functions used per request, as locals: a global lookup per use
 -- is measurable at hundreds of requests per call.
-local floor, tonumber, spack, sunpack = math.floor, tonumber, struct.pack, struct.unpack
+local floor, tonumber, spack, sunpack, sformat = math.floor, tonumber, struct.pack, struct.unpack, string.format
 
 local function fdiv(a, b) -- floor(a/b) for integers a and b > 0
   local q = floor(a / b)

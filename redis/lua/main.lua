@@ -24,8 +24,9 @@
 --                calendar window (engine.Bounds), computed by the caller
 --                where the time-zone database is; "" for a period
 --
--- Headers and limits repeat across the requests of a batch; each distinct
--- string is parsed once. A group of takes is all-or-nothing: every request
+-- Headers, limits and costs repeat across the requests of a batch; each
+-- distinct string is parsed once (tonumber on a string is libc's strtod).
+-- A group of takes is all-or-nothing: every request
 -- in it is charged, or none. A refund is always allowed, and a refund of
 -- an absent key (a full bucket) writes nothing. Groups are independent of
 -- each other and run in order, so a batch of unrelated takes is many
@@ -65,8 +66,7 @@ if #KEYS > 0 and #KEYS <= 4000 then
   prefetched = true
 end
 
-local function clock(arg)
-  if arg ~= '' then return tonumber(arg) end
+local function clock()
   if not servertime then
     local t = redis.call('TIME')
     servertime = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -74,7 +74,7 @@ local function clock(arg)
   return servertime
 end
 
-local lims, hdrs = {}, {}
+local lims, hdrs, costs = {}, {}, {}
 
 local function limit(d)
   local l = lims[d]
@@ -91,10 +91,10 @@ local function header(h)
   local v = hdrs[h]
   if not v then
     local op, n, now = string.match(h, '^(%a)(%d+):?(%d*)$')
-    v = {op, tonumber(n), now}
+    v = {op, tonumber(n), tonumber(now)} -- no time: nil, clock()'s
     hdrs[h] = v
   end
-  return v[1], v[2], clock(v[3])
+  return v[1], v[2], v[3] or clock()
 end
 
 local save
@@ -169,11 +169,16 @@ local function eval(key, op, now, prev)
   local l = limit(ARGV[ai])
   local carg, extra = ARGV[ai + 1], ARGV[ai + 2]
   ai = ai + 3
-  local cost, reserve, maxres = tonumber(carg), false, 0
-  if not cost then
-    local c, m = string.match(carg, '^(%d+)r(%d+)$')
-    cost, reserve, maxres = tonumber(c), true, tonumber(m)
+  local c = costs[carg]
+  if not c then
+    c = {tonumber(carg), false, 0}
+    if not c[1] then
+      local n, m = string.match(carg, '^(%d+)r(%d+)$')
+      c = {tonumber(n), true, tonumber(m)}
+    end
+    costs[carg] = c
   end
+  local cost, reserve, maxres = c[1], c[2], c[3]
   local alg, cap = l[1], l[2]
   if alg == 'tb' then
     local num, den = l[3], l[4]
@@ -290,7 +295,9 @@ for _, key in ipairs(order) do
     elseif alg == 'fw' or alg == 'cw' then raw = fw_dump(st, cden[key])
     elseif alg == 'sw' then raw = sw_dump(st)
     else raw = sl_dump(st, 1) end
-    redis.call('SET', key, raw, 'PX', cdiv(ttl, 1000) + pad)
+    -- an integer string: a number argument would be written by printf's
+    -- %.17g, its slower double path
+    redis.call('SET', key, raw, 'PX', sformat('%d', cdiv(ttl, 1000) + pad))
   end
 end
 return out

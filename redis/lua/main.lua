@@ -48,7 +48,7 @@ local servertime = nil
 -- once and written once: state (false when absent), algorithm, the unit
 -- the state is in (a token bucket's rate denominator, a fixed or calendar
 -- window's capacity; see convert) and TTL of the state to write.
-local cst, calg, cden, cttl = {}, {}, {}, {}
+local seen = {} -- key: {state, alg, den, ttl}, one table per key
 local order = {}
 local out, nout = {}, 0
 local ai, ki = 2, 1
@@ -120,11 +120,12 @@ end
 -- refund that changes it, as engine.ConvertWindow's callers do: a limit
 -- lowered and raised back before any write finds the count it had.
 local function load(key, alg, den, cap, num, now, period)
-  local v = cst[key]
-  if v ~= nil then
+  local e = seen[key]
+  if e then
+    local v = e[1]
     -- state seen under another unit (a limit changed while this batch was
     -- queued) is converted, as tb_load would
-    return convert(alg, v or nil, cden[key], den, cap, num, period)
+    return convert(alg, v or nil, e[3], den, cap, num, period)
   end
   -- A value sluice did not write (another type, another length) reads as
   -- absent and is overwritten, rather than failing every take in the batch.
@@ -141,8 +142,7 @@ local function load(key, alg, den, cap, num, now, period)
   elseif alg == 'fw' or alg == 'cw' then st, from = fw_load(raw)
   elseif alg == 'sw' then st = sw_load(raw)
   else st = sl_load(raw) end
-  cst[key] = st or false
-  cden[key] = from
+  seen[key] = {st or false, nil, from, nil}
   if from ~= den then return convert(alg, st, from, den, cap, num, period) end
   if converted then
     local full = cap * den
@@ -154,11 +154,13 @@ local function load(key, alg, den, cap, num, now, period)
 end
 
 save = function(key, st, ttl, alg, den)
-  if cttl[key] == nil then order[#order + 1] = key end
-  cst[key] = st or false
-  cttl[key] = ttl
-  calg[key] = alg
-  cden[key] = den
+  local e = seen[key]
+  if not e then
+    e = {}
+    seen[key] = e
+  end
+  if e[4] == nil then order[#order + 1] = key end
+  e[1], e[2], e[3], e[4] = st or false, alg, den, ttl
 end
 
 -- eval decides (or refunds) the request at ARGV[ai] against the state
@@ -284,15 +286,15 @@ while ai <= #ARGV do
 end
 
 for _, key in ipairs(order) do
-  local ttl = cttl[key]
-  local st = cst[key]
+  local e = seen[key]
+  local st, ttl = e[1], e[4]
   if not st or ttl <= 0 then
     redis.call('DEL', key)
   else
-    local alg = calg[key]
+    local alg, den = e[2], e[3]
     local raw
-    if alg == 'tb' then raw = tb_dump(st, cden[key])
-    elseif alg == 'fw' or alg == 'cw' then raw = fw_dump(st, cden[key])
+    if alg == 'tb' then raw = tb_dump(st, den)
+    elseif alg == 'fw' or alg == 'cw' then raw = fw_dump(st, den)
     elseif alg == 'sw' then raw = sw_dump(st)
     else raw = sl_dump(st, 1) end
     -- an integer string: a number argument would be written by printf's

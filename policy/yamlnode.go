@@ -316,7 +316,7 @@ func Suggest(name string, candidates []string) string {
 	for _, a := range candidates {
 		// The distance is at least the difference in length: most
 		// candidates are ruled out without the quadratic comparison.
-		if abs(len(a)-len(name)) >= bestD {
+		if d := len(a) - len(name); max(d, -d) >= bestD {
 			continue
 		}
 		// A short name is a few edits from every other short name.
@@ -326,8 +326,6 @@ func Suggest(name string, candidates []string) string {
 	}
 	return best
 }
-
-func abs(n int) int { return max(n, -n) }
 
 func editDistance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {

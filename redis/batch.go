@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -298,11 +301,7 @@ func (b *batcher) loop() {
 			clear(batch)
 			continue
 		}
-		keys, args = keys[:0], append(args[:0], b.pad)
-		for _, c := range live {
-			keys = append(keys, c.keys...)
-			args = append(args, c.args...)
-		}
+		keys, args = appendCalls(keys[:0], append(args[:0], b.pad), live)
 		b.sizes(len(keys))
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 		res, err := b.exec(ctx, keys, args)
@@ -327,11 +326,7 @@ func (b *batcher) flushSlots(live []*call) {
 	keys := make([][]string, len(slots))
 	args := make([][]string, len(slots))
 	for i, slot := range slots {
-		args[i] = []string{b.pad}
-		for _, c := range bySlot[slot] {
-			keys[i] = append(keys[i], c.keys...)
-			args[i] = append(args[i], c.args...)
-		}
+		keys[i], args[i] = appendCalls(nil, []string{b.pad}, bySlot[slot])
 		b.sizes(len(keys[i]))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
@@ -340,6 +335,29 @@ func (b *batcher) flushSlots(live []*call) {
 	for i, slot := range slots {
 		deliver(bySlot[slot], len(keys[i]), res[i], errs[i])
 	}
+}
+
+// appendCalls appends calls' keys and groups. Calls one after another
+// that are each one request with the same arguments and time go as a run:
+// one header ("T29": 29 groups of one take) and one request's arguments,
+// which Redis parses once (lua/main.lua; TestRunsAnswerAsLoneGroups).
+func appendCalls(keys, args []string, calls []*call) ([]string, []string) {
+	at, n := 0, 0 // the run: its header in args, and its calls
+	for i, c := range calls {
+		keys = append(keys, c.keys...)
+		// Four arguments are a group of one request (1 + 3n): only a call
+		// of four can equal a run's.
+		if i > 0 && slices.Equal(c.args, args[at:at+4]) {
+			n++
+		} else {
+			at, n = len(args), 1
+			args = append(args, c.args...)
+		}
+		if n > 1 && (i+1 == len(calls) || !slices.Equal(calls[i+1].args, args[at:at+4])) {
+			args[at] = strings.ToUpper(args[at][:1]) + strconv.Itoa(n) + args[at][2:]
+		}
+	}
+	return keys, args
 }
 
 // deliver hands each of calls its part of res, the replies of one script

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -312,4 +313,28 @@ func TestAttackShortDeadlinesDoNotRescanWaitingCallers(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
+}
+
+// TestRunsJoinLoneRequestsWithTheSameArguments: consecutive calls that
+// are each one request in a group of its own, with the same op, time and
+// arguments, go as one run; anything else breaks the run.
+func TestRunsJoinLoneRequestsWithTheSameArguments(t *testing.T) {
+	tb, fw := []string{"tb 5 1 1", "1", ""}, []string{"fw 5 5 1 0", "1", ""}
+	lone := func(h string, a []string) []string { return append([]string{h}, a...) }
+	calls := [][]string{
+		lone("t1", tb), lone("t1", tb), lone("t1", tb), // a run of three
+		lone("t1", fw),                     // another limit: alone
+		lone("t1:7", fw), lone("t1:7", fw), // another time: a run of its own
+		lone("p1:7", fw), // another op
+		{"t2", "tb 5 1 1", "1", "", "tb 5 1 1", "1", ""}, // a group of two is never joined
+		lone("t1", tb), lone("t1", []string{"tb 5 1 1", "2", ""}), // another cost
+		lone("r1", tb), lone("r1", tb),
+	}
+	got := JoinRuns(calls)
+	want := []string{"T3", "tb 5 1 1", "1", "", "t1", "fw 5 5 1 0", "1", "", "T2:7", "fw 5 5 1 0", "1", "",
+		"p1:7", "fw 5 5 1 0", "1", "", "t2", "tb 5 1 1", "1", "", "tb 5 1 1", "1", "",
+		"t1", "tb 5 1 1", "1", "", "t1", "tb 5 1 1", "2", "", "R2", "tb 5 1 1", "1", ""}
+	if !slices.Equal(got, want) {
+		t.Fatalf("runs\n got %q\nwant %q", got, want)
+	}
 }

@@ -3,6 +3,8 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -583,6 +585,62 @@ func TestBatchingExact(t *testing.T) {
 				t.Fatalf("%d script calls for %d requests: no batching", count, sum)
 			}
 		})
+	}
+}
+
+// TestRunsAnswerAsLoneGroups: a run of lone requests sharing their
+// arguments ("T3", what the batch writer sends for calls one after
+// another with the same limit and cost) is answered exactly as the same
+// requests each in a group of its own: takes, peeks and refunds of
+// buckets, fixed and sliding windows and sliding logs, with keys repeated
+// within a run, against two copies of the same keys in one script call.
+func TestRunsAnswerAsLoneGroups(t *testing.T) {
+	s := open(t, standaloneURL(t), redis.Options{})
+	ctx := context.Background()
+	zero := time.Duration(0)
+	limits := []*sluice.Limit{
+		uniqueLimit(t, sluice.Spec{Name: "tb", TokensPerSecond: 2, Burst: 4}),
+		uniqueLimit(t, sluice.Spec{Name: "fw", Algorithm: sluice.FixedWindow, Rate: 3, Period: time.Second, Start: &zero}),
+		uniqueLimit(t, sluice.Spec{Name: "sw", Algorithm: sluice.SlidingWindow, Rate: 3, Period: time.Second}),
+		uniqueLimit(t, sluice.Spec{Name: "sl", Algorithm: sluice.SlidingLog, Rate: 3, Period: time.Second}),
+	}
+	ops := []engine.Op{engine.OpTake, engine.OpTake, engine.OpPeek, engine.OpRefund}
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := int64(1_800_000_000_000_000)
+	for round := range 20 {
+		var plain, copies [][]string
+		var keys, copyKeys []string
+		li, op, cost := 0, engine.OpTake, 1.0
+		for range 60 {
+			if rng.IntN(4) == 0 { // mostly the request before's limit, op and cost
+				li, op, cost = rng.IntN(len(limits)), ops[rng.IntN(len(ops))], float64(1+rng.IntN(2))
+			}
+			key := "k" + strconv.Itoa(rng.IntN(3))
+			c, err := sluice.Request{Limit: limits[li], Key: key, Cost: cost}.Charged(op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := redis.LoneGroup(op, c, now)
+			plain, copies = append(plain, g), append(copies, g)
+			keys = append(keys, limits[li].StorageKey("a"+key))
+			copyKeys = append(copyKeys, limits[li].StorageKey("b"+key))
+		}
+		var lone []string
+		for _, g := range plain {
+			lone = append(lone, g...)
+		}
+		runs := redis.JoinRuns(copies)
+		if len(runs) >= len(lone) {
+			t.Fatalf("round %d: no run among %d requests", round, len(plain))
+		}
+		got, err := redis.Script(ctx, s, append(keys, copyKeys...), append(lone, runs...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if half := len(got) / 2; !slices.Equal(got[:half], got[half:]) {
+			t.Fatalf("round %d: lone groups answered\n%v\nthe runs\n%v", round, got[:half], got[half:])
+		}
+		now += int64(rng.IntN(400_000))
 	}
 }
 

@@ -430,7 +430,7 @@ func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluic
 	ka := new([6]string)
 	ka[0] = key
 	args := appendGroup(ka[1:1], 1, opOf(op), s.nowArg())
-	args = appendRequest(args, &r, s.wallNowFor(r.Limit))
+	args = appendRequest(args, &r, "", s.wallNowFor(r.Limit))
 	res, err := s.run(ctx, ka[:1:1], args, true)
 	if op == engine.OpRefund {
 		// The key has tokens again: a cached rejection would keep refusing
@@ -564,7 +564,7 @@ func (s *Store) runGroup(ctx context.Context, rs []sluice.Charged, keys []string
 	args = appendGroup(args, len(ix), op, now)
 	for j, i := range ix {
 		gk[j] = keys[i]
-		args = appendRequest(args, &rs[i], s.wallNowFor(rs[i].Limit))
+		args = appendRequest(args, &rs[i], "", s.wallNowFor(rs[i].Limit))
 	}
 	return s.run(ctx, gk, args, true)
 }
@@ -693,7 +693,7 @@ func (s *Store) rollback(ctx context.Context, rs []sluice.Charged, keys []string
 			default: // a bucket ("tb"): where the take left it
 				extra = strconv.FormatInt(reply[4], 10) + ":" + strconv.FormatInt(reply[1], 10)
 			}
-			args = appendRequestExtra(args, &rs[i], extra, s.wallNowFor(rs[i].Limit))
+			args = appendRequest(args, &rs[i], extra, s.wallNowFor(rs[i].Limit))
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.timeout)
 		_, err := s.exec(rctx, gk, args)

@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
@@ -93,15 +94,8 @@ func fits(l *sluice.Limit, res int64) error {
 // appendGroup writes a group header: op, n requests and the time (""
 // for the server's clock).
 func appendGroup(args []string, n int, op, now string) []string {
-	if now == "" && n < len(groupHeads[0]) {
-		switch op {
-		case opTake:
-			return append(args, groupHeads[0][n])
-		case opPeek:
-			return append(args, groupHeads[1][n])
-		case opRefund:
-			return append(args, groupHeads[2][n])
-		}
+	if i := strings.Index(opTake+opPeek+opRefund, op); now == "" && n < len(groupHeads[0]) && i >= 0 {
+		return append(args, groupHeads[i][n])
 	}
 	h := op + strconv.Itoa(n)
 	if now != "" {
@@ -124,14 +118,10 @@ var groupHeads = func() (h [3][17]string) {
 
 // appendRequest writes one request's arguments (see lua/main.lua): the
 // limit, the cost (with the debt it may leave when it reserves), and extra
-// ("" unless a fixed window hashes its offset from the key, or a calendar
-// window needs its bounds, computed for now, this process's time in
-// microseconds).
-func appendRequest(args []string, r *sluice.Charged, now int64) []string {
-	return appendRequestExtra(args, r, "", now)
-}
-
-func appendRequestExtra(args []string, r *sluice.Charged, extra string, now int64) []string {
+// (a Cluster rollback's, or "" unless a fixed window hashes its offset
+// from the key, or a calendar window needs its bounds, computed for now,
+// this process's time in microseconds).
+func appendRequest(args []string, r *sluice.Charged, extra string, now int64) []string {
 	p, ch := r.Limit.Params(), r.Charge
 	if p.Windowed() {
 		return appendWindow(args, r, now)

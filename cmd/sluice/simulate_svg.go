@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,7 +59,7 @@ func simChart(s *simSeries, pattern string) *svgplot.Chart {
 	bucket := svgplot.Panel{
 		Title: "the bucket",
 		X:     timeAxis,
-		Y:     svgplot.Axis{Label: "tokens left", Min: min(0, minOf(left)), Max: most, Whole: true},
+		Y:     svgplot.Axis{Label: "tokens left", Min: slices.Min(append([]float64{0}, left...)), Max: most, Whole: true},
 		Series: []svgplot.Series{
 			{Name: "tokens left (after the step's last request)", Class: "tokens_left", Kind: svgplot.Step, Color: colorTokens, Values: left},
 		},
@@ -88,14 +89,6 @@ func simChart(s *simSeries, pattern string) *svgplot.Chart {
 			bucket,
 		},
 	}
-}
-
-func minOf(v []float64) float64 {
-	m := 0.0
-	for _, x := range v {
-		m = min(m, x)
-	}
-	return m
 }
 
 // secondsTick writes a wait in seconds as the table does ("50ms", "1.5s").

@@ -6,7 +6,9 @@
 --                "r2:1700000000000000"; op is t (take), p (peek) or
 --                r (refund: sluice.OpRefund, or a Cluster TakeAll rolled
 --                back); the time is in microseconds, and without it the
---                server's clock (TIME) is used
+--                server's clock (TIME) is used. An upper-case op ("T29")
+--                is a run: that many groups of one request, a key each,
+--                whose requests share the three arguments that follow
 --   limit        "tb capacity rate_num rate_den"
 --                "fw capacity window_rate period offset" (offset -1: hashed)
 --                "sl capacity period"
@@ -91,10 +93,14 @@ local function header(h)
   local v = hdrs[h]
   if not v then
     local op, n, now = string.match(h, '^(%a)(%d+):?(%d*)$')
-    v = {op, tonumber(n), tonumber(now)} -- no time: nil, clock()'s
+    -- an upper-case op: a run of n groups of one request, sharing its
+    -- arguments, which the driver takes as n repetitions of a group of one
+    local lower, reps = string.lower(op), 1
+    if lower ~= op then n, reps = 1, n end
+    v = {lower, tonumber(n), tonumber(now), tonumber(reps)} -- no time: nil, clock()'s
     hdrs[h] = v
   end
-  return v[1], v[2], v[3] or clock()
+  return v[1], v[2], v[3] or clock(), v[4]
 end
 
 local save
@@ -244,16 +250,21 @@ local function emit(allowed, tokens, retry, reset, aux)
 end
 
 while ai <= #ARGV do
-  local op, n, now = header(ARGV[ai])
+  local op, n, now, reps = header(ARGV[ai])
   ai = ai + 1
   if n == 1 then
     -- One request: its own answer is the group's; no tentative copies.
-    local key = KEYS[ki]
-    ki = ki + 1
-    local allowed, st, tokens, retry, reset, aux, alg, den = eval(key, op, now, load)
-    -- a refund of an absent key returns no state: absent stays absent
-    if allowed == 1 and op ~= 'p' and st then save(key, st, reset, alg, den) end
-    emit(allowed, tokens, retry, reset, aux)
+    -- A run is reps such groups whose requests share these arguments.
+    local first = ai
+    for _ = 1, reps do
+      ai = first
+      local key = KEYS[ki]
+      ki = ki + 1
+      local allowed, st, tokens, retry, reset, aux, alg, den = eval(key, op, now, load)
+      -- a refund of an absent key returns no state: absent stays absent
+      if allowed == 1 and op ~= 'p' and st then save(key, st, reset, alg, den) end
+      emit(allowed, tokens, retry, reset, aux)
+    end
   else
     local all = true
     local pst, pttl, palg, pden = {}, {}, {}, {} -- tentative, by key

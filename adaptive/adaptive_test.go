@@ -139,6 +139,30 @@ func TestJudge(t *testing.T) {
 	}
 }
 
+// JudgeKeys lowers the rate only when at least MinKeys and MinKeyShare of
+// an interval's keys are unhealthy: one key cannot, and the same bar holds
+// the other way, as many healthy keys keeping the share under it
+// (docs/security.md).
+func TestJudgeKeys(t *testing.T) {
+	c := adaptive.Config{Min: 10, Max: 100}.WithDefaults() // MinKeys 2, MinKeyShare 0.5
+	for _, tc := range []struct {
+		t    adaptive.Tally
+		want adaptive.Health
+	}{
+		{adaptive.Tally{}, adaptive.Idle},
+		{adaptive.Tally{Keys: 1, Unhealthy: 1}, adaptive.Idle},      // one key: not enough
+		{adaptive.Tally{Keys: 3, Unhealthy: 1}, adaptive.Healthy},   // one key among others
+		{adaptive.Tally{Keys: 3, Unhealthy: 2}, adaptive.Unhealthy}, // two, and two thirds
+		{adaptive.Tally{Keys: 4, Unhealthy: 2}, adaptive.Unhealthy}, // half
+		{adaptive.Tally{Keys: 5, Unhealthy: 2}, adaptive.Healthy},   // diluted by healthy keys
+		{adaptive.Tally{Keys: 100, Unhealthy: 49}, adaptive.Healthy},
+	} {
+		if got := c.JudgeKeys(tc.t); got != tc.want {
+			t.Errorf("JudgeKeys(%+v) = %v, want %v", tc.t, got, tc.want)
+		}
+	}
+}
+
 // Judge counts the slow responses and keeps no latency: its verdict is
 // that of the nearest-rank percentile of the latencies themselves.
 func TestJudgeIsNearestRankPercentile(t *testing.T) {

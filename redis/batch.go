@@ -345,8 +345,7 @@ func appendCalls(keys, args []string, calls []*call) ([]string, []string) {
 	at, n := 0, 0 // the run: its header in args, and its calls
 	for i, c := range calls {
 		keys = append(keys, c.keys...)
-		// Four arguments are a group of one request (1 + 3n): only a call
-		// of four can equal a run's.
+		// Four arguments are one request (1 + 3n): only such a call joins.
 		if i > 0 && slices.Equal(c.args, args[at:at+4]) {
 			n++
 		} else {

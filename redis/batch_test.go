@@ -315,6 +315,51 @@ func TestAttackShortDeadlinesDoNotRescanWaitingCallers(t *testing.T) {
 	wg.Wait()
 }
 
+// TestAttackSpreadDeadlinesDoNotFireTheTimerForEach: while the script
+// call in flight hangs, callers whose deadlines pass one after another (a
+// client spacing its calls' deadlines, or a crowd behind a hung Redis)
+// would fire the timer once each, and every firing walks every waiting
+// call: a cost that grows as the square of the callers. The timer fires
+// at most once per fireEvery: the bound counts the firings the time taken
+// allows, so it holds at any speed.
+func TestAttackSpreadDeadlinesDoNotFireTheTimerForEach(t *testing.T) {
+	release := make(chan struct{})
+	var sent atomic.Int64
+	exec := func(ctx context.Context, keys, _ []string) ([]int64, error) {
+		if sent.Add(1) == 1 {
+			<-release
+		}
+		return make([]int64, replyWidth*len(keys)), nil
+	}
+	b := newBatcher(1, 256, time.Hour, "0", exec, func(int) {})
+	defer b.close()
+	args := []string{"t1", "tb 1 1 1", "1", ""}
+	go b.do(context.Background(), []string{"held"}, args)
+	waitFor(t, func() bool { return sent.Load() == 1 })
+	const callers = 300
+	start := time.Now()
+	first := start.Add(5 * time.Millisecond)
+	var wg sync.WaitGroup
+	for i := range callers {
+		ctx, cancel := context.WithDeadline(context.Background(), first.Add(time.Duration(i)*20*time.Microsecond))
+		wg.Go(func() {
+			defer cancel()
+			if _, err := b.do(ctx, []string{"s" + strconv.Itoa(i)}, args); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("a call past its deadline got %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.expiry.mu.Lock()
+	fires := b.expiry.fires
+	b.expiry.mu.Unlock()
+	if bound := int(elapsed/fireEvery) + 2; fires > bound {
+		t.Errorf("the timer fired %d times in %v for %d callers: at most %d", fires, elapsed, callers, bound)
+	}
+	close(release)
+}
+
 // TestRunsJoinLoneRequestsWithTheSameArguments: consecutive calls that
 // are each one request in a group of its own, with the same op, time and
 // arguments, go as one run; anything else breaks the run.

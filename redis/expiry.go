@@ -11,20 +11,22 @@ import (
 // call's context, per queued call (BenchmarkShouldRateLimitRedis). The
 // timer is set for the earliest deadline, and at most scanEvery after the
 // last look at the contexts, which wakes the callers whose clients hung
-// up (TestAttackCancelledCallersReturnWhileRedisHangs); contexts are not
-// looked at each time short deadlines fire it
-// (TestAttackShortDeadlinesDoNotRescanWaitingCallers).
+// up (TestAttackCancelledCallersReturnWhileRedisHangs). Short or spread
+// deadlines neither make it look at the contexts each time
+// (TestAttackShortDeadlinesDoNotRescanWaitingCallers) nor fire it more
+// than once per fireEvery (TestAttackSpreadDeadlinesDoNotFireTheTimerForEach).
 type expiry struct {
-	mu      sync.Mutex
-	calls   []*call     // watched; each knows its place (watchAt, -1 when not)
-	timer   *time.Timer // made by the first watch
-	at      time.Time   // when the timer fires; zero while it is stopped
-	scanned time.Time   // when the contexts were last looked at
+	mu             sync.Mutex
+	calls          []*call     // watched; each knows its place (watchAt, -1 when not)
+	timer          *time.Timer // made by the first watch
+	at             time.Time   // when the timer fires; zero while it is stopped
+	scanned, fired time.Time   // when the contexts were last looked at, and the timer fired
+	fires          int         // the timer's firings
 }
 
-// scanEvery is how long, at most, a watched caller whose context was
-// cancelled before its deadline waits to be woken.
-const scanEvery = 10 * time.Millisecond
+// A watched caller whose context ends early waits at most scanEvery to be
+// woken; one whose deadline passes, fireEvery.
+const scanEvery, fireEvery = 10 * time.Millisecond, time.Millisecond
 
 // watch sends c.expired one value once c.deadline has passed or c.ctx
 // has ended, unless forget comes first.
@@ -65,6 +67,7 @@ func (e *expiry) fire() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := time.Now()
+	e.fired, e.fires = now, e.fires+1
 	scan := now.Sub(e.scanned) >= scanEvery
 	if scan {
 		e.scanned = now
@@ -88,15 +91,14 @@ func (e *expiry) fire() {
 	}
 }
 
-// arm sets the timer for deadline, or for the next scan if sooner.
+// arm sets the timer for deadline, or for the next scan if sooner, and
+// no sooner than fireEvery after the last firing.
 func (e *expiry) arm(deadline, now time.Time) {
-	e.at = deadline
-	if scan := e.scanned.Add(scanEvery); scan.Before(e.at) {
-		e.at = scan
-	}
+	d := max(min(deadline.Sub(now), e.scanned.Add(scanEvery).Sub(now)), e.fired.Add(fireEvery).Sub(now))
+	e.at = now.Add(d)
 	if e.timer == nil {
-		e.timer = time.AfterFunc(e.at.Sub(now), e.fire)
+		e.timer = time.AfterFunc(d, e.fire)
 	} else {
-		e.timer.Reset(e.at.Sub(now))
+		e.timer.Reset(d)
 	}
 }

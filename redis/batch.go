@@ -337,22 +337,22 @@ func (b *batcher) flushSlots(live []*call) {
 	}
 }
 
-// appendCalls appends calls' keys and groups. Calls one after another
-// that are each one request with the same arguments and time go as a run:
-// one header ("T29": 29 groups of one take) and one request's arguments,
-// which Redis parses once (lua/main.lua; TestRunsAnswerAsLoneGroups).
+// appendCalls appends calls' keys and groups. Consecutive calls of one
+// request with equal arguments and time go as a run that Redis parses
+// once: a header ("T29") and one request's arguments (lua/main.lua).
 func appendCalls(keys, args []string, calls []*call) ([]string, []string) {
-	at, n := 0, 0 // the run: its header in args, and its calls
+	at, n, joins := 0, 0, false // the run: its header in args, its calls
 	for i, c := range calls {
 		keys = append(keys, c.keys...)
-		// Four arguments are one request (1 + 3n): only such a call joins.
-		if i > 0 && slices.Equal(c.args, args[at:at+4]) {
+		if joins {
 			n++
 		} else {
 			at, n = len(args), 1
 			args = append(args, c.args...)
 		}
-		if n > 1 && (i+1 == len(calls) || !slices.Equal(calls[i+1].args, args[at:at+4])) {
+		// Four arguments are one request (1 + 3n): only such a call joins.
+		joins = i+1 < len(calls) && slices.Equal(calls[i+1].args, args[at:at+4])
+		if n > 1 && !joins {
 			args[at] = strings.ToUpper(args[at][:1]) + strconv.Itoa(n) + args[at][2:]
 		}
 	}

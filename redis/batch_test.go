@@ -210,26 +210,35 @@ func TestQueuedCallsDoNotAskForDone(t *testing.T) {
 	}
 }
 
+// heldBatcher is a batcher of one writer whose first script call, sent
+// by a caller of its own, hangs until release (or the test's end): every
+// later call waits for it. The script call is a stand-in, as a hung Redis
+// is (TestHungRedis stops a real one); later ones answer at once.
+func heldBatcher(t *testing.T) (b *batcher, args []string, release func()) {
+	t.Helper()
+	held := make(chan struct{})
+	var sent atomic.Int64
+	exec := func(ctx context.Context, keys, _ []string) ([]int64, error) {
+		if sent.Add(1) == 1 {
+			<-held
+		}
+		return make([]int64, replyWidth*len(keys)), nil
+	}
+	b = newBatcher(1, 256, time.Hour, "0", exec, func(int) {})
+	release = sync.OnceFunc(func() { close(held) })
+	t.Cleanup(func() { release(); b.close() })
+	args = []string{"t1", "tb 1 1 1", "1", ""}
+	go b.do(context.Background(), []string{"held"}, args)
+	waitFor(t, func() bool { return sent.Load() == 1 })
+	return b, args, release
+}
+
 // TestAttackCancelledCallersReturnWhileRedisHangs: clients that send
 // calls and hang up while Redis does not answer must not keep a
 // goroutine each until their deadlines: a caller whose context is
 // cancelled returns, with Canceled, though its deadline is an hour off.
-// The script call is a stand-in that blocks until released, as a hung
-// Redis does (TestHungRedis stops a real one).
 func TestAttackCancelledCallersReturnWhileRedisHangs(t *testing.T) {
-	release := make(chan struct{})
-	var sent atomic.Int64
-	exec := func(ctx context.Context, keys, _ []string) ([]int64, error) {
-		sent.Add(1)
-		<-release
-		return make([]int64, replyWidth*len(keys)), nil
-	}
-	b := newBatcher(1, 256, time.Hour, "0", exec, func(int) {})
-	defer b.close()
-	defer close(release)
-	args := []string{"t1", "tb 1 1 1", "1", ""}
-	go b.do(context.Background(), []string{"held"}, args)
-	waitFor(t, func() bool { return sent.Load() == 1 })
+	b, args, _ := heldBatcher(t)
 	const n = 100
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	errs := make(chan error, n)
@@ -271,22 +280,9 @@ func (c errCounter) Err() error {
 // each such call would cost a look at every other client's waiting call.
 // The contexts are looked at once per scanEvery however often the timer
 // fires: the bound below counts the looks the time taken allows, so it
-// holds at any speed. The script call is a stand-in that holds the one
-// place in flight, so that every call waits.
+// holds at any speed.
 func TestAttackShortDeadlinesDoNotRescanWaitingCallers(t *testing.T) {
-	release := make(chan struct{})
-	var sent atomic.Int64
-	exec := func(ctx context.Context, keys, _ []string) ([]int64, error) {
-		if sent.Add(1) == 1 {
-			<-release
-		}
-		return make([]int64, replyWidth*len(keys)), nil
-	}
-	b := newBatcher(1, 256, time.Hour, "0", exec, func(int) {})
-	defer b.close()
-	args := []string{"t1", "tb 1 1 1", "1", ""}
-	go b.do(context.Background(), []string{"held"}, args)
-	waitFor(t, func() bool { return sent.Load() == 1 })
+	b, args, release := heldBatcher(t)
 	// Other clients' calls, waiting with an hour to go.
 	const waiting = 50
 	var looks atomic.Int64
@@ -311,7 +307,7 @@ func TestAttackShortDeadlinesDoNotRescanWaitingCallers(t *testing.T) {
 	if n := looks.Load(); n > scans*waiting {
 		t.Errorf("%d looks at the waiting callers' contexts in %v: at most %d scans of %d, not one per short call", n, time.Since(start), scans, waiting)
 	}
-	close(release)
+	release()
 	wg.Wait()
 }
 
@@ -323,19 +319,7 @@ func TestAttackShortDeadlinesDoNotRescanWaitingCallers(t *testing.T) {
 // at most once per fireEvery: the bound counts the firings the time taken
 // allows, so it holds at any speed.
 func TestAttackSpreadDeadlinesDoNotFireTheTimerForEach(t *testing.T) {
-	release := make(chan struct{})
-	var sent atomic.Int64
-	exec := func(ctx context.Context, keys, _ []string) ([]int64, error) {
-		if sent.Add(1) == 1 {
-			<-release
-		}
-		return make([]int64, replyWidth*len(keys)), nil
-	}
-	b := newBatcher(1, 256, time.Hour, "0", exec, func(int) {})
-	defer b.close()
-	args := []string{"t1", "tb 1 1 1", "1", ""}
-	go b.do(context.Background(), []string{"held"}, args)
-	waitFor(t, func() bool { return sent.Load() == 1 })
+	b, args, _ := heldBatcher(t)
 	const callers = 300
 	start := time.Now()
 	first := start.Add(5 * time.Millisecond)
@@ -357,7 +341,6 @@ func TestAttackSpreadDeadlinesDoNotFireTheTimerForEach(t *testing.T) {
 	if bound := int(elapsed/fireEvery) + 2; fires > bound {
 		t.Errorf("the timer fired %d times in %v for %d callers: at most %d", fires, elapsed, callers, bound)
 	}
-	close(release)
 }
 
 // TestRunsJoinLoneRequestsWithTheSameArguments: consecutive calls that

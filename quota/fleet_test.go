@@ -1,11 +1,14 @@
 package quota_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/postgres"
 	"github.com/sluicehq/sluice/postgres/pgtest"
@@ -151,4 +154,46 @@ func TestFleetRedisRestartedEmpty(t *testing.T) {
 	f.checkTotal(lim.Capacity())
 	t.Logf("%d requests failed while Redis restarted", f.errors.Load())
 	f.close(ctx)
+}
+
+// A client that hangs up as a key's slice ends makes the process drop
+// the slice's leftovers: the give-back is sent under the hung-up
+// request's context, which the store refuses to send, so the tokens are
+// admitted by no one (every client of a global key loses them), at will
+// and once per term, without the attacker being charged a token.
+func TestAttackHungUpRequestDropsSliceLeftovers(t *testing.T) {
+	url := "redis://" + redistest.Server(t)
+	clock := sluice.NewManualClock(epoch)
+	store := openRedis(t, url, clock)()
+	lim := limitTB(t, 0.001, 1000)
+	q := quota.New(store, quota.Options{Clock: clock})
+	if err := q.Configure(map[*sluice.Limit]quota.Settings{lim: {MaxSlice: 50, HotAfter: 1, Term: time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		if d, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: "g"}); err != nil || !d.Allowed {
+			t.Fatalf("%+v %v", d, err)
+		}
+	}
+	held := q.Stats()[0].Held
+	if held <= 0 {
+		t.Fatal("no slice held: the test shows nothing")
+	}
+	clock.Advance(1100 * time.Millisecond) // the slice's term is over
+	gone, cancel := context.WithCancel(ctx)
+	cancel() // the client hung up
+	used := 8.0
+	if hung, _ := conformance.Take(gone, q, engine.OpTake, sluice.Request{Limit: lim, Key: "g"}); hung.Allowed {
+		used++ // the slice it took for itself reached the process
+	}
+	d, err := conformance.Take(ctx, store, engine.OpPeek, sluice.Request{Limit: lim, Key: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What was used is gone; the rest of the slice belongs to the store
+	// or to the process. (A peek answers the tokens a take of one would
+	// leave.)
+	if have := d.Tokens + 1 + q.Stats()[0].Held; have < 1000-used-0.01 {
+		t.Errorf("after a hung-up request the store and the process hold %v tokens, want %v: the %v tokens left in the slice were dropped (dropped slices: %d)", have, 1000-used, held, q.Stats()[0].Dropped)
+	}
 }

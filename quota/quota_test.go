@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -617,5 +618,114 @@ func TestRefusalKeptUntilRetryAfter(t *testing.T) {
 	clock.Advance(time.Second)
 	if !take().Allowed {
 		t.Error("refused a second later, when a token had come")
+	}
+}
+
+// gated wraps a store and holds the calls it is told to hold: a take of
+// hold micro-tokens (a slice's take), and every TakeAll, until released.
+type gated struct {
+	sluice.Store
+	mu         sync.Mutex
+	holdTake   int64
+	takeIn     chan struct{}
+	takeOut    chan struct{}
+	takeAllIn  chan struct{}
+	takeAllOut chan struct{}
+}
+
+func (g *gated) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {
+	g.mu.Lock()
+	hold := op == engine.OpTake && g.holdTake != 0 && r.Cost == g.holdTake
+	if hold {
+		g.holdTake = 0
+	}
+	g.mu.Unlock()
+	if hold {
+		close(g.takeIn)
+		<-g.takeOut
+	}
+	return g.Store.Take(ctx, op, r)
+}
+
+func (g *gated) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, dst []sluice.Decision) ([]sluice.Decision, error) {
+	if g.takeAllIn != nil {
+		close(g.takeAllIn)
+		<-g.takeAllOut
+	}
+	return g.Store.TakeAll(ctx, op, rs, dst)
+}
+
+// A client whose own (exact) limit refuses every request it sends makes
+// the leased global key's slice charge and then take back its cost
+// (TakeAll's put-back). A put-back that lands while the key's next
+// slice is on its way is added to the slice the top-up was sized
+// without: the process then holds more than max_slice tokens of the
+// key, all counted by the store already, and the fleet's overshoot
+// bound (processes x max_slice) no longer holds.
+func TestAttackPutBackDuringTopUpExceedsMaxSlice(t *testing.T) {
+	clock := sluice.NewManualClock(epoch)
+	g := &gated{Store: memory.New(memory.Options{Clock: clock})}
+	global := limitTB(t, 0.001, 10_000)
+	own := limitTB(t, 0.001, 1) // the attacker's per-client limit
+	q := quota.New(g, quota.Options{Clock: clock})
+	const maxSlice = 10
+	if err := q.Configure(map[*sluice.Limit]quota.Settings{global: {MaxSlice: maxSlice, HotAfter: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	take := func(cost float64) {
+		t.Helper()
+		if d, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: global, Key: "g", Cost: cost}); err != nil || !d.Allowed {
+			t.Fatalf("%+v %v", d, err)
+		}
+	}
+	// Slices of 2, 4 and 8 tokens, taken as they run out: the slice
+	// holds 6.
+	for range 8 {
+		take(1)
+	}
+	if h := q.Stats()[0].Held; h != 6 {
+		t.Fatalf("the slice holds %v tokens, want 6", h)
+	}
+	// The attacker uses up its own limit.
+	if d, err := conformance.Take(ctx, g.Store, engine.OpTake, sluice.Request{Limit: own, Key: "attacker"}); err != nil || !d.Allowed {
+		t.Fatalf("%+v %v", d, err)
+	}
+	// Its request, costing the slice's 6 tokens of the global limit: charged to the slice,
+	// then held at the store while its own limit is asked.
+	g.takeAllIn, g.takeAllOut = make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		ds, err := conformance.TakeAll(ctx, q, engine.OpTake, []sluice.Request{{Limit: global, Key: "g", Cost: 6}, {Limit: own, Key: "attacker"}}, nil)
+		if err == nil && ds[1].Allowed {
+			t.Error("the attacker's own limit admitted it")
+		}
+		done <- err
+	}()
+	<-g.takeAllIn
+	// Another client's request finds the slice empty and tops it up to
+	// max_slice (10 tokens, from empty): that take is held at the store
+	// too.
+	g.mu.Lock()
+	g.holdTake = maxSlice * engine.TokenScale
+	g.mu.Unlock()
+	g.takeIn, g.takeOut = make(chan struct{}), make(chan struct{})
+	topped := make(chan struct{})
+	go func() {
+		defer close(topped)
+		if d, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: global, Key: "g"}); err != nil || !d.Allowed {
+			t.Errorf("%+v %v", d, err)
+		}
+	}()
+	<-g.takeIn
+	// The attacker's request is refused by its own limit: its 6 tokens go
+	// back into the slice, then the top-up lands.
+	close(g.takeAllOut)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	close(g.takeOut)
+	<-topped
+	if h := q.Stats()[0].Held; h > maxSlice {
+		t.Errorf("the process holds %v tokens of the key, above max_slice %d: the fleet's bound is processes x max_slice", h, maxSlice)
 	}
 }

@@ -33,6 +33,7 @@ type slot struct {
 	tokens  int64     // micro-tokens left in the slice
 	size    int64     // the next slice's size
 	gen     uint64    // counts slices, so that a put-back finds its own
+	pending int64     // micro-tokens of the take in flight
 	takenAt time.Time // when the slice's take was sent
 	expires time.Time // takenAt + term
 	// windowEnd is when a fixed window's slice stops being usable (see
@@ -109,42 +110,35 @@ func (ru *rule) local(ctx context.Context, s *Store, key string, cost int64) (a 
 		if sl.tokens > 0 && !now.Before(sl.usableUntil()) {
 			back = ru.end(sl, now)
 		}
-		if sl.tokens < cost && cost >= sl.rejectCost && now.Before(sl.rejectUntil) {
-			a = ru.refusal(sl, now)
-			ru.mu.Unlock()
-			_ = s.giveBack(ctx, ru, key, back)
-			return a, true, nil
-		}
-		if sl.tokens >= cost {
+		var wait chan struct{} // a take in flight: this request's (take > 0) or another's
+		var take int64
+		switch {
+		case sl.tokens < cost && cost >= sl.rejectCost && now.Before(sl.rejectUntil):
+			a, ok = ru.refusal(sl, now), true
+		case sl.tokens >= cost:
 			sl.tokens -= cost
 			ru.held.Add(-cost)
-			a = ru.answer(sl, now)
-			ru.mu.Unlock()
-			_ = s.giveBack(ctx, ru, key, back) // a failed refund is counted as dropped
-			return a, true, nil
+			a, ok = ru.answer(sl, now), true
+		case sl.fetch == nil && (sl.hits < ru.set.HotAfter || now.Before(sl.exactUntil)):
+		case sl.fetch != nil: // one take per key at a time: wait for it, then look again
+			wait = sl.fetch
+		default:
+			take, wait = ru.topUp(sl, now, cost), make(chan struct{})
+			sl.fetch, sl.pending = wait, take
 		}
-		if sl.fetch == nil && (sl.hits < ru.set.HotAfter || now.Before(sl.exactUntil)) {
-			ru.mu.Unlock()
-			_ = s.giveBack(ctx, ru, key, back)
-			return a, false, nil
-		}
-		if c := sl.fetch; c != nil {
-			// One take per key at a time: wait for it, then look again.
-			ru.mu.Unlock()
-			_ = s.giveBack(ctx, ru, key, back)
-			select {
-			case <-c:
-				continue
-			case <-ctx.Done():
-				return a, false, ctx.Err()
-			}
-		}
-		take := ru.topUp(sl, now, cost)
-		c := make(chan struct{})
-		sl.fetch = c
 		ru.mu.Unlock()
-		_ = s.giveBack(ctx, ru, key, back)
-		return ru.fetch(ctx, s, key, sl, c, now, take, cost)
+		s.returnLeft(ctx, ru, key, back)
+		switch {
+		case take > 0:
+			return ru.fetch(ctx, s, key, sl, wait, now, take, cost)
+		case wait == nil:
+			return a, ok, nil
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return a, false, ctx.Err()
+		}
 	}
 }
 
@@ -172,11 +166,13 @@ func (ru *rule) fetch(ctx context.Context, s *Store, key string, sl *slot, c cha
 	ch, err := sluice.Request{Limit: ru.lim, Key: key, Cost: engine.FromMicroTokens(take), NoReserve: true}.Charged(engine.OpTake)
 	var d sluice.Decision
 	if err == nil {
-		d, err = s.inner.Take(ctx, engine.OpTake, ch)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout) // as returnLeft's
+		d, err = s.inner.Take(sctx, engine.OpTake, ch)
+		cancel()
 	}
 	ru.mu.Lock()
 	defer ru.mu.Unlock()
-	sl.fetch = nil
+	sl.fetch, sl.pending = nil, 0
 	close(c)
 	if err != nil {
 		return a, false, err
@@ -253,11 +249,13 @@ func (ru *rule) end(sl *slot, now time.Time) int64 {
 }
 
 // putBack gives cost back to key's slice if it is still the slice gen
-// it was charged to.
+// it was charged to, as far as it and a take on its way stay within the
+// max slice (TestAttackPutBackDuringTopUpExceedsMaxSlice).
 func (ru *rule) putBack(key string, cost int64, gen uint64) {
 	ru.mu.Lock()
 	defer ru.mu.Unlock()
 	if sl := ru.keys[key]; sl != nil && sl.gen == gen && !ru.closed {
+		cost = max(min(cost, ru.most-sl.tokens-sl.pending), 0)
 		sl.tokens += cost
 		ru.held.Add(cost)
 	}

@@ -25,7 +25,8 @@ type Options struct {
 	// process hold more slices, or more memory, than this.
 	MaxKeys int
 	// ReturnTimeout bounds the store calls that return slices when
-	// Configure changes the leased limits (default 2s).
+	// Configure changes the leased limits, and a request's takes and
+	// returns of slices, which do not end with it (default 2s).
 	ReturnTimeout time.Duration
 }
 
@@ -120,23 +121,6 @@ func eachRule(ctx context.Context, rules *map[*sluice.Limit]*rule, f func(contex
 	return first
 }
 
-// closeRule ends every slice of ru, returning what can be returned.
-func (s *Store) closeRule(ctx context.Context, ru *rule) error {
-	now := s.now()
-	ru.mu.Lock()
-	ru.closed = true
-	backs := make(map[string]int64)
-	for key, sl := range ru.keys {
-		if back := ru.end(sl, now); back > 0 {
-			backs[key] = back
-		}
-		delete(ru.keys, key)
-		s.keys.Add(-1)
-	}
-	ru.mu.Unlock()
-	return s.giveBackAll(ctx, ru, backs)
-}
-
 // Sweep ends the slices whose term or window is over, returning their
 // unused tokens, and forgets the keys idle for two terms. sluice serve
 // calls it periodically; requests end their own key's slice too.
@@ -144,20 +128,27 @@ func (s *Store) Sweep(ctx context.Context) error {
 	return eachRule(ctx, s.rules.Load(), s.sweepRule)
 }
 
-func (s *Store) sweepRule(ctx context.Context, ru *rule) error {
+func (s *Store) sweepRule(ctx context.Context, ru *rule) error { return s.endSlices(ctx, ru, false) }
+
+func (s *Store) closeRule(ctx context.Context, ru *rule) error { return s.endSlices(ctx, ru, true) }
+
+// endSlices is a sweep of ru, or, closing, ends every slice of ru and
+// forgets every key, returning what can be returned.
+func (s *Store) endSlices(ctx context.Context, ru *rule, closing bool) error {
 	now := s.now()
 	ru.mu.Lock()
+	ru.closed = ru.closed || closing
 	backs := make(map[string]int64)
 	for key, sl := range ru.keys {
-		if sl.fetch != nil {
+		if sl.fetch != nil && !closing {
 			continue
 		}
-		if sl.tokens > 0 && !now.Before(sl.usableUntil()) {
+		if closing || sl.tokens > 0 && !now.Before(sl.usableUntil()) {
 			if back := ru.end(sl, now); back > 0 {
 				backs[key] = back
 			}
 		}
-		if sl.tokens == 0 && now.Sub(sl.termStart) >= 2*ru.set.Term && !now.Before(sl.exactUntil) {
+		if closing || sl.tokens == 0 && now.Sub(sl.termStart) >= 2*ru.set.Term && !now.Before(sl.exactUntil) {
 			delete(ru.keys, key)
 			s.keys.Add(-1)
 		}
@@ -176,6 +167,17 @@ func (s *Store) giveBackAll(ctx context.Context, ru *rule, backs map[string]int6
 		}
 	}
 	return first
+}
+
+// returnLeft is giveBack for a request's path, under a context of its
+// own: a client that hangs up must not make the process lose tokens the
+// store charged (TestAttackHungUpRequestDropsSliceLeftovers).
+func (s *Store) returnLeft(ctx context.Context, ru *rule, key string, back int64) {
+	if back > 0 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer cancel()
+		_ = s.giveBack(ctx, ru, key, back) // a failed refund is counted as dropped
+	}
 }
 
 // giveBack refunds back micro-tokens of an ended slice to the store. A

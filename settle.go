@@ -177,7 +177,7 @@ func fitExtra(extra, tokens, bound int64) (charge, forgiven int64) {
 // maxSettleDebt), whatever the limit's max_reserved, which bounds what a
 // client may reserve, not what it has used. So a key that used more than
 // it was charged owes all of it, and waits until its bucket has refilled
-// that far. A sliding log keeps no debt: zero.
+// that far. A sliding log, sliding window or calendar window keeps none: zero.
 func (l *Limit) SettleDebt() float64 { return engine.FromMicroTokens(l.settleDebt()) }
 
 // settleMost is the most one extra charge on credit of bound may be: the

@@ -76,8 +76,14 @@ type refLimit struct {
 	cl     *rlspb.RateLimitResponse_RateLimit
 }
 
+// period is the limit's window, unit x unit_multiplier, at most 2^52 µs
+// (some 142 years, which every store counts exactly; the reference's
+// longer windows are forever in effect), never a product wrapped around.
 func (l *refLimit) period() time.Duration {
-	return unitLength(l.unit) * time.Duration(max(l.multiplier, 1))
+	if u, n := unitLength(l.unit), time.Duration(max(l.multiplier, 1)); u == 0 || n <= (1<<52)*time.Microsecond/u {
+		return u * n
+	}
+	return (1 << 52) * time.Microsecond
 }
 
 // currentLimit is the limit as the reference server reports it, made

@@ -356,7 +356,7 @@ func (l *loader) algConfig(n *yaml.Node, path string, alg sluice.Algorithm, name
 		spec.Reserve = v.reserve
 	}
 	costN := l.cost(o, path, &v.cost)
-	l.settleFrom(o, v)
+	l.settleFrom(o, v, &spec)
 	l.queueOptions(o, v, alg)
 	if len(l.errs) > errsBefore {
 		return nil

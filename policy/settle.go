@@ -20,14 +20,16 @@ import (
 const CostBodyLimit = 1 << 20
 
 // settleFrom reads an algorithm_config's settle_from, unsettled_cost and
-// stream_usage into v.
-func (l *loader) settleFrom(o *obj, v *variant) {
+// stream_usage into v, for a limit of spec.
+func (l *loader) settleFrom(o *obj, v *variant, spec *sluice.Spec) {
 	s, n, ok := o.str("settle_from")
 	var sf *settle.Source
 	if ok {
 		var err error
 		if sf, err = settle.Parse(s); err != nil {
 			l.errf(n, join(o.path, "settle_from"), "%v", err)
+		} else if spec.Algorithm == sluice.SlidingWindow || spec.Calendar != 0 {
+			l.errf(n, join(o.path, "settle_from"), "a sliding window or a calendar period keeps no debt, so what a response reports beyond its window would be forgiven: settle on a token bucket, or on a fixed window whose period is a duration")
 		}
 	}
 	needs := func(field string) string {

@@ -132,8 +132,8 @@ func (s *Store) sweepRule(ctx context.Context, ru *rule) error { return s.endSli
 
 func (s *Store) closeRule(ctx context.Context, ru *rule) error { return s.endSlices(ctx, ru, true) }
 
-// endSlices is a sweep of ru, or, closing, ends every slice of ru and
-// forgets every key, returning what can be returned.
+// endSlices is a sweep of ru, or, closing, ends every slice and forgets
+// every key; it returns what it can, reporting the first failure.
 func (s *Store) endSlices(ctx context.Context, ru *rule, closing bool) error {
 	now := s.now()
 	ru.mu.Lock()
@@ -154,12 +154,6 @@ func (s *Store) endSlices(ctx context.Context, ru *rule, closing bool) error {
 		}
 	}
 	ru.mu.Unlock()
-	return s.giveBackAll(ctx, ru, backs)
-}
-
-// giveBackAll gives back every key's ended slice in backs, reporting the
-// first failure.
-func (s *Store) giveBackAll(ctx context.Context, ru *rule, backs map[string]int64) error {
 	var first error
 	for key, back := range backs {
 		if err := s.giveBack(ctx, ru, key, back); err != nil && first == nil {
@@ -243,9 +237,7 @@ func (s *Store) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluic
 
 // leasedCost is r's cost in micro-tokens when a slice may answer it: a
 // take that does not reserve.
-func leasedCost(r sluice.Charged) (int64, bool) {
-	return r.Cost, !r.Reserve
-}
+func leasedCost(r sluice.Charged) (int64, bool) { return r.Cost, !r.Reserve }
 
 // TakeOutcome implements sluice.OutcomeStore: the wrapped store's when it
 // is one and the limit is not leased, so that its fast path stays.

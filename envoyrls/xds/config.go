@@ -73,9 +73,9 @@ type Backoff struct {
 	Jitter       bool
 }
 
-// DefaultMaxRecvBytes bounds a control plane's response: a snapshot of
-// every limit of a large Envoy Gateway fits many times over, and no
-// server can make this process hold more.
+// DefaultMaxRecvBytes bounds a control plane's response, many times a
+// large Envoy Gateway's snapshot; compiled, one takes many times
+// its size in memory, which the operator's control plane is trusted with.
 const DefaultMaxRecvBytes = 16 << 20
 
 // WithDefaults fills what c leaves unset with the reference server's

@@ -705,6 +705,4 @@ func sameProbe(rs []Charged, exps []expansion, r *Charged, s int) int {
 }
 
 // toMicro converts a decision's tokens back to micro-tokens.
-func toMicro(tokens float64) int64 {
-	return int64(math.Round(tokens * engine.TokenScale))
-}
+func toMicro(tokens float64) int64 { return int64(math.Round(tokens * engine.TokenScale)) }

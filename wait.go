@@ -195,6 +195,4 @@ func (l *Limiter) giveBack(ctx context.Context, r Request, err error) error {
 // bucket to allow when nothing else bounds it: what every store computes
 // with exactly. The tightest is Redis's Lua, whose doubles hold
 // (capacity + debt) * RateDen exactly below 2^52.
-func maxWaitDebt(p *engine.Params) int64 {
-	return max((1<<52-1)/p.RateDen-p.Capacity-1, 0)
-}
+func maxWaitDebt(p *engine.Params) int64 { return max((1<<52-1)/p.RateDen-p.Capacity-1, 0) }

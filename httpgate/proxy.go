@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"time"
@@ -133,7 +134,20 @@ func (g *Gate) Proxy(upstream *url.URL, opts ProxyOptions) http.Handler {
 		opts.TrustedPeer = func(a netip.Addr) bool { return g.Policy().TrustedProxy(a) }
 	}
 	opts.Logger = cmp.Or(opts.Logger, g.opts.Logger)
-	return g.Wrap(NewReverseProxy(upstream, opts))
+	h := g.Wrap(NewReverseProxy(upstream, opts))
+	// The rules judge what the upstream is sent: the headers Connection
+	// names are hop-by-hop, which the proxy drops (but an upgrade's), so
+	// they go before the decision (TestAttackConnectionHeaderHidesKeyFromUpstream).
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, f := range r.Header["Connection"] {
+			for name := range strings.SplitSeq(f, ",") {
+				if name = textproto.TrimString(name); !strings.EqualFold(name, "Upgrade") {
+					r.Header.Del(name)
+				}
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // dropCookie removes the cookie called name from h's Cookie headers,

@@ -427,3 +427,46 @@ func upgradeTo(t *testing.T, url string) (net.Conn, *bufio.Reader, *http.Respons
 	}
 	return conn, cr, r
 }
+
+// Attack: a rule keys on a header (X-Api-Key), and requests without one
+// share the (absent) bucket. Through the reverse proxy, a client sends a
+// fresh X-Api-Key on every request and names it in Connection
+// ("Connection: X-Api-Key"): httputil.ReverseProxy drops the headers
+// Connection lists (hop-by-hop, RFC 9110 section 7.6.1), so the upstream
+// sees an anonymous request each time, while sluice charged a bucket of
+// the client's choosing. The client is anonymous to the upstream and
+// never limited as one: it must be judged on what the upstream is sent.
+func TestAttackConnectionHeaderHidesKeyFromUpstream(t *testing.T) {
+	e := newEnv(t, `
+rules:
+  - name: per-key
+    limit_keys: ["header:x-api-key"]
+    algorithm_config: {rps: 1, burst: 2}
+`)
+	var mu sync.Mutex
+	var seen []string
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("X-Api-Key"))
+		mu.Unlock()
+	}))
+	t.Cleanup(app.Close)
+	up, _ := url.Parse(app.URL)
+	proxy := httptest.NewServer(e.gate.Proxy(up, httpgate.ProxyOptions{}))
+	t.Cleanup(proxy.Close)
+	addr := strings.TrimPrefix(proxy.URL, "http://")
+	got := statuses(t, 4, func(i int) int {
+		resp, _ := rawRequest(t, addr, "GET", "/data", "X-Api-Key", fmt.Sprintf("fresh-%d", i), "Connection", "X-Api-Key")
+		return resp.StatusCode
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i, k := range seen {
+		if k != "" {
+			t.Fatalf("request %d: the upstream saw X-Api-Key %q; the attack needs it dropped", i, k)
+		}
+	}
+	if got != "200 200 429 429" {
+		t.Errorf("4 requests whose X-Api-Key the proxy drops: %s, want 200 200 429 429 (the upstream saw %d anonymous requests: one (absent) bucket)", got, len(seen))
+	}
+}

@@ -92,9 +92,7 @@ func (q *ruleQueue) enter(most int, key string, fair bool, now time.Time) (*plac
 // fairShare is the most places one key may hold in a queue of most
 // places that keys keys (the asking one counted) hold places in: an
 // equal share with room kept for one more key, at least one place.
-func fairShare(most, keys int) int {
-	return max(1, most/(keys+1))
-}
+func fairShare(most, keys int) int { return max(1, most/(keys+1)) }
 
 // room is how long until the first place of key (any key: "") frees, 0
 // when a place's turn is not known yet (it leaves soon).

@@ -177,9 +177,7 @@ func (s *Store) hashes(l *sluice.Limit, key string) (h, check uint64) {
 func (s *Store) InProcess() bool { return true }
 
 // Len returns the number of keys held.
-func (s *Store) Len() int {
-	return int(s.keys.Load())
-}
+func (s *Store) Len() int { return int(s.keys.Load()) }
 
 // Evictions returns how many keys were evicted at the key bound since the
 // store was created: full ones (whose state was equivalent to none) and

@@ -287,3 +287,55 @@ func TestCostSource(t *testing.T) {
 		t.Errorf("default default_cost: %v", got)
 	}
 }
+
+// Attack: a rule matches host api.example.com. The client sends
+// "Host: api.example.com.:443": a fully qualified name with a port, which
+// front proxies and virtual hosts (nginx drops the trailing dot) serve as
+// api.example.com. hostOnly drops the trailing dot only when there is no
+// port, so the rule does not apply and the request goes through unlimited.
+func TestAttackHostTrailingDotWithPort(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: api
+    limit_keys: ["host"]
+    match: {host: api.example.com}
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	for _, host := range []string{"api.example.com", "api.example.com.", "api.example.com:443", "api.example.com.:443"} {
+		ms, err := p.Match(&policy.Input{Method: "GET", Path: "/", Host: host})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) != 1 || ms[0].Request.Key != "api.example.com" {
+			t.Errorf("Host %q: matches %v, want the api rule keyed api.example.com", host, ms)
+		}
+	}
+}
+
+// Attack: the key header sent twice with different values,
+// "X-Api-Key: decoy-N" then "X-Api-Key: mine". sluice keys the first;
+// servers differ over which one counts (PHP behind nginx's FastCGI takes
+// the last, CGI and WSGI servers join them), exactly as they do for a
+// repeated query parameter, which sluice reads as (ambiguous). Here the
+// client names a fresh bucket per request while such an upstream serves
+// its own key; and a cost header sent as 1 then 100 is charged 1.
+func TestAttackRepeatedHeaderPicksBucket(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: per-key
+    limit_keys: ["header:x-api-key"]
+    algorithm_config: {rps: 1, burst: 2}
+  - name: weighted
+    algorithm_config: {rps: 10, burst: 100, cost_source: "header:x-weight"}
+`)
+	in := fromIP("192.0.2.1")
+	in.Header = http.Header{"X-Api-Key": {"decoy-1", "mine"}, "X-Weight": {"1", "100"}}
+	ms, err := p.Match(in)
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("match %v %v", ms, err)
+	}
+	if got := ms[0].Request.Key; got != policy.AmbiguousMarker {
+		t.Errorf("X-Api-Key sent as decoy-1 then mine is keyed %q, want %q", got, policy.AmbiguousMarker)
+	}
+	if got := ms[1].Request.Cost; got != 100 {
+		t.Errorf("X-Weight sent as 1 then 100 costs %v, want 100 (the most a server reads)", got)
+	}
+}

@@ -80,11 +80,8 @@ func (e *eval) cost(c costSpec) float64 {
 		}
 		return mostCost(vs, c)
 	}
-	if c.src.kind == srcQuery {
-		// An ambiguous parameter costs the most any server could read.
-		if vs, st := e.query(c.src.name); st == ambiguous {
-			return mostCost(vs, c)
-		}
+	if vs, amb := e.ambiguous(*c.src); amb {
+		return mostCost(vs, c) // the most any server could read
 	}
 	v, ok := e.value(*c.src)
 	if !ok {

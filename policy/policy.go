@@ -383,9 +383,7 @@ func (p *Policy) TrustedProxy(addr netip.Addr) bool {
 }
 
 // validName reports whether s is a valid rule or tier name.
-func validName(s string) bool {
-	return sluice.ValidName(s)
-}
+func validName(s string) bool { return sluice.ValidName(s) }
 
 // Errors is every problem found in a configuration file, in line order.
 // Load and Parse return it as a *Errors; each item is an *Error.

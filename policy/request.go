@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -536,13 +537,26 @@ func (e *eval) value(src source) (string, bool) {
 	return "", false
 }
 
-// hostOnly lower-cases a Host header and drops its port.
+// hostOnly lower-cases a Host header and drops its port and a trailing
+// dot (TestAttackHostTrailingDotWithPort).
 func hostOnly(h string) string {
 	h = strings.ToLower(strings.TrimSpace(h))
 	if host, _, err := net.SplitHostPort(h); err == nil {
-		return strings.Trim(host, "[]")
+		h = strings.Trim(host, "[]")
 	}
 	return strings.TrimSuffix(h, ".")
+}
+
+// ambiguous returns every value of src when servers could read it
+// differently: a query parameter so (queryParam), or a header given twice
+// with different values (TestAttackRepeatedHeaderPicksBucket).
+func (e *eval) ambiguous(src source) ([]string, bool) {
+	if src.kind == srcQuery {
+		vs, st := e.query(src.name)
+		return vs, st == ambiguous
+	}
+	vs := e.r.Header[src.name]
+	return vs, src.kind == srcHeader && slices.ContainsFunc(vs, func(v string) bool { return v != vs[0] })
 }
 
 // claim looks a claim up by name, then as a dotted path into nested
@@ -650,9 +664,7 @@ func escape(s, extra string) string {
 // mustEscape reports whether escape escapes c. It stays small enough to
 // be inlined (the search of extra is a call of its own): it runs for
 // every byte of every key.
-func mustEscape(c byte, extra string) bool {
-	return escaped[c] || extra != "" && inExtra(c, extra)
-}
+func mustEscape(c byte, extra string) bool { return escaped[c] || extra != "" && inExtra(c, extra) }
 
 //go:noinline
 func inExtra(c byte, extra string) bool { return strings.IndexByte(extra, c) >= 0 }
@@ -703,10 +715,8 @@ func (e *eval) key(rule *Rule) (string, bool) {
 // keyPart is the component of rule's key that src gives. ok is false when
 // src is absent and the rule skips such requests.
 func (e *eval) keyPart(rule *Rule, src source) (string, bool) {
-	if src.kind == srcQuery {
-		if _, st := e.query(src.name); st == ambiguous {
-			return AmbiguousMarker, true
-		}
+	if _, amb := e.ambiguous(src); amb {
+		return AmbiguousMarker, true
 	}
 	v, ok := e.value(src)
 	if !ok {

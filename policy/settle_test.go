@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"reflect"
 	"strings"
@@ -246,5 +247,40 @@ func TestAttackSettleOvershootForgivenOnBillingWindows(t *testing.T) {
 					admitted, used, forgiven, lim.SettleDebt())
 			}
 		})
+	}
+}
+
+// Attack: a client states its cost in a JSON body twice, once in the
+// rule's spelling and once in another case. Go's encoding/json (the
+// upstream of any Go service, OpenAI-compatible servers among them)
+// matches object keys case-insensitively, Unicode folding included
+// (K, the Kelvin sign, is k), and takes the last: the upstream reads
+// 9000 where sluice reads only the lowercase 1. A key an upstream may
+// read from either member is a key given twice: it must cost the most of
+// its values (and at least default_cost), as an exact repeat does.
+func TestAttackBodyCostCaseFoldedDuplicate(t *testing.T) {
+	p := mustParse(t, llmCfg)
+	for _, body := range []string{
+		`{"max_tokens": 1, "MAX_TOKENS": 9000}`,
+		`{"max_tokens": 1, "Max_Tokens": 9000}`,
+		"{\"max_tokens\": 1, \"max_to\u212aens\": 9000}",
+	} {
+		// What a Go upstream reads.
+		var up struct {
+			MaxTokens float64 `json:"max_tokens"`
+		}
+		if err := json.Unmarshal([]byte(body), &up); err != nil || up.MaxTokens != 9000 {
+			t.Fatalf("%s: encoding/json read %v (%v), want 9000", body, up.MaxTokens, err)
+		}
+		in := fromIP("192.0.2.1")
+		in.Header = http.Header{"X-Api-Key": {"k"}}
+		in.Body = []byte(body)
+		ms, err := p.Match(in)
+		if err != nil || len(ms) < 1 {
+			t.Fatalf("match: %v %v", ms, err)
+		}
+		if got := ms[0].Request.Cost; got < up.MaxTokens {
+			t.Errorf("body %s costs %v, but a Go upstream reads max_tokens %v", body, got, up.MaxTokens)
+		}
 	}
 }

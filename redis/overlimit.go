@@ -54,9 +54,7 @@ func newOverLimit(size int) *overLimit {
 	return c
 }
 
-func (c *overLimit) shard(key string) *overShard {
-	return &c.shards[maphash.String(c.seed, key)&15]
-}
+func (c *overLimit) shard(key string) *overShard { return &c.shards[maphash.String(c.seed, key)&15] }
 
 // get returns the cached rejection of key for a take of cost at now, and
 // the generation to pass to put if the take is sent to Redis instead.

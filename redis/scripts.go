@@ -55,9 +55,7 @@ const (
 // exactly (see maxLuaScaled): a server checks every limit of its policy
 // with it at start and on reload, so that no request finds out. The error
 // is an input error (sluice.ErrInvalidLimit). It needs no connection.
-func Supports(l *sluice.Limit) error {
-	return fits(l, l.Params().MaxReserved)
-}
+func Supports(l *sluice.Limit) error { return fits(l, l.Params().MaxReserved) }
 
 // Supports implements sluice.Store (see the function Supports).
 func (s *Store) Supports(l *sluice.Limit) error { return Supports(l) }

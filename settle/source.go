@@ -157,9 +157,7 @@ func ParseActual(s string) (float64, bool) {
 // FromHeader reads the actual cost from a header (or trailer) map. A field
 // given more than once counts its largest usable value: the one that
 // charges the most, never the one that charges least.
-func (s *Source) FromHeader(h http.Header) (float64, bool) {
-	return largest(h.Values(s.Name))
-}
+func (s *Source) FromHeader(h http.Header) (float64, bool) { return largest(h.Values(s.Name)) }
 
 // FromJSON reads the actual cost at s's path in one JSON document. A key
 // given more than once counts its largest usable value. ok is false when
@@ -184,9 +182,11 @@ func largest(vals []string) (best float64, found bool) {
 
 // Values returns the text of every number at path in the JSON document
 // data ("" for a value there that is no number), each one of a key given
-// more than once at any level; ok is false when data is not exactly one
-// well-formed JSON value, or nests deeper than maxJSONDepth. It reads data
-// token by token, keeping no tree: the memory it takes is its depth.
+// more than once at any level, in any case (Go's encoding/json matches
+// keys so: TestAttackBodyCostCaseFoldedDuplicate); ok is false when data
+// is not exactly one well-formed JSON value, or nests deeper than
+// maxJSONDepth. It reads data token by token, keeping no tree: the
+// memory it takes is its depth.
 func Values(data []byte, path []string) (vals []string, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -242,7 +242,7 @@ func Values(data []byte, path []string) (vals []string, ok bool) {
 			f := &stack[n-1]
 			k, _ := tok.(string)
 			f.key, f.next = false, -1
-			if f.depth >= 0 && f.depth < len(path) && k == path[f.depth] {
+			if f.depth >= 0 && f.depth < len(path) && strings.EqualFold(k, path[f.depth]) {
 				f.next = f.depth + 1
 			}
 			continue

@@ -73,9 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return c.run(rest, stdout, stderr)
 }
 
-func isHelpFlag(s string) bool {
-	return s == "-h" || s == "--help" || s == "-help"
-}
+func isHelpFlag(s string) bool { return s == "-h" || s == "--help" || s == "-help" }
 
 // runHelp lists the commands, or prints one command's help through the
 // command's own flag set, so the two cannot disagree.

@@ -39,9 +39,7 @@ const minHeap = 4 << 20
 // goal, and a GOGC picked for a nearly empty heap would put the goal far
 // above the floor (10,000 meant a first collection at 400 MiB). It is
 // never below 100.
-func maxPercent(floor uint64) int {
-	return int(max(floor*100/minHeap, 100))
-}
+func maxPercent(floor uint64) int { return int(max(floor*100/minHeap, 100)) }
 
 // Percent is the GOGC that puts the heap goal at floor bytes, for a heap
 // whose last collection found live bytes live and scan bytes of stacks

@@ -112,9 +112,7 @@ func (m axisMap) value(y float64) float64 {
 
 // resolution is the value three hundredths of a pixel make at y: WriteSVG
 // rounds every coordinate, the ticks' too, to a hundredth.
-func (m axisMap) resolution(y float64) float64 {
-	return math.Abs(m.value(y+0.03) - m.value(y))
-}
+func (m axisMap) resolution(y float64) float64 { return math.Abs(m.value(y+0.03) - m.value(y)) }
 
 func readPanel(p node) (*PanelRead, error) {
 	bands, err := p.float("data-bands")

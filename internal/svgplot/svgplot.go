@@ -326,9 +326,7 @@ type attr = xml.Attr
 
 func a(name, value string) attr { return xml.Attr{Name: xml.Name{Local: name}, Value: value} }
 
-func px(v float64) string {
-	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64)
-}
+func px(v float64) string { return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64) }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 

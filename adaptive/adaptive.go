@@ -249,9 +249,7 @@ func (c *Config) Judge(w Window) Health {
 }
 
 // percentileRank is the nearest-rank of the p-th percentile of n samples.
-func percentileRank(n int, p float64) int {
-	return min(max(int(math.Ceil(p/100*float64(n))), 1), n)
-}
+func percentileRank(n int, p float64) int { return min(max(int(math.Ceil(p/100*float64(n))), 1), n) }
 
 // Tally is an interval's keys: how many were measured, and how many of
 // them Judge found unhealthy.

@@ -14,9 +14,7 @@ type Audit struct {
 }
 
 // NewAudit writes records to w (typically a file opened for append).
-func NewAudit(w io.Writer) *Audit {
-	return &Audit{log: slog.New(slog.NewJSONHandler(w, nil))}
-}
+func NewAudit(w io.Writer) *Audit { return &Audit{log: slog.New(slog.NewJSONHandler(w, nil))} }
 
 // Record is one rejection.
 type Record struct {

@@ -72,15 +72,11 @@ func WithName(name string) LimitOption {
 
 // WithAlgorithm counts with a (sluice.TokenBucket by default; also
 // sluice.FixedWindow or sluice.SlidingLog).
-func WithAlgorithm(a sluice.Algorithm) LimitOption {
-	return func(c *limitConfig) { c.alg = a }
-}
+func WithAlgorithm(a sluice.Algorithm) LimitOption { return func(c *limitConfig) { c.alg = a } }
 
 // WithOptions gives the middleware's Options: metrics, audit log, logger,
 // store timeout.
-func WithOptions(o Options) LimitOption {
-	return func(c *limitConfig) { c.opts = o }
-}
+func WithOptions(o Options) LimitOption { return func(c *limitConfig) { c.opts = o } }
 
 // LimitByIP admits n requests per period from each client address and
 // answers the rest with a 429: go-chi/httprate's LimitByIP, with

@@ -48,9 +48,7 @@ type Match struct {
 // asks more than its limit can ever hold (sluice.Request.Charged's rule),
 // for a caller that decides such a request apart (the Envoy service). It
 // keeps what it found in m, as Judge does.
-func (m *Match) CostExceedsLimit() bool {
-	return errors.Is(m.Judge(), sluice.ErrCostExceedsLimit)
-}
+func (m *Match) CostExceedsLimit() bool { return errors.Is(m.Judge(), sluice.ErrCostExceedsLimit) }
 
 // Judge charges a take of m's request as it stands
 // (sluice.Request.Charged) and returns the charge's error, for a caller

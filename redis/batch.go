@@ -36,9 +36,9 @@ import (
 // call and a batch (bench/'s BenchmarkRedis counts script calls per
 // check).
 //
-// On a Cluster a script may only touch keys of one slot: the writer then
-// groups the drained calls by slot and sends one script call per slot, all
-// in one pipelined round (multi). Takes of a hot key still share a call.
+// On a Cluster each primary has a batcher (node.batch), and a script may
+// only touch keys of one slot: the writer groups the drained calls by slot
+// and sends one script call per slot, all in one pipelined round (multi).
 type batcher struct {
 	active atomic.Int32 // script calls in flight, at most writers
 	// overlapping says that the last batch carried more than one call:

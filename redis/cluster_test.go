@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -701,5 +702,100 @@ func TestClusterShardsSpreadOverNodes(t *testing.T) {
 	d, err := l.Peek(ctx, sluice.Request{Limit: lim, Key: "*", Cost: 1})
 	if err != nil || !d.Allowed || d.Tokens != 300-120-1 {
 		t.Fatalf("peek after 120 tokens taken: %v %+v", err, d)
+	}
+}
+
+// sentCounter counts the requests the batch writers sent (Observer.Batch).
+type sentCounter struct {
+	redisNoObserver
+	sent atomic.Int64
+}
+
+func (o *sentCounter) Batch(n int) { o.sent.Add(int64(n)) }
+
+type redisNoObserver struct{}
+
+func (redisNoObserver) StoreError()                        {}
+func (redisNoObserver) BreakerChanged(string, int32, bool) {}
+func (redisNoObserver) BreakerRemoved(string)              {}
+func (redisNoObserver) OverLimitCacheHit()                 {}
+func (redisNoObserver) RefundFailed()                      {}
+func (redisNoObserver) DropsLost()                         {}
+
+// A Cluster primary that hangs (SIGSTOP, a lost network) must fail only
+// its own slots, as a killed one does (TestClusterBreakerPerNode): calls
+// to it hold the batch writers' places in flight (and share pipelined
+// rounds with other slots' calls) until the store's deadline, so keys on
+// the primaries that answer wait behind them. Clients of the hung
+// primary's slots (or any caller whose key lands there) stall every
+// other client of the store until their calls time out.
+func TestAttackHungPrimaryStallsOtherPrimaries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of its own")
+	}
+	srvs, addrs := redistest.Primaries(t, 3)
+	obs := &sentCounter{}
+	// A deadline long enough that "answered before the hung calls' deadline"
+	// says nothing of this machine's speed.
+	s := open(t, withQuery("redis+cluster://"+strings.Join(addrs, ","), slowClientTimeouts), redis.Options{
+		NoOverLimitCache: true, Timeout: 5 * time.Second, BreakerBackoff: time.Hour, Observer: obs, BatchWriters: 2,
+	})
+	lim := uniqueLimit(t, sluice.Spec{Name: "hung-node", TokensPerSecond: 1e6, Burst: 1e6})
+	victim := srvs[0]
+	owner := slotOwners(addrs[1])
+	var dead []string
+	live := ""
+	for i := 0; len(dead) < 8 || live == ""; i++ {
+		if i > 10_000 {
+			t.Fatal("no keys found on every primary")
+		}
+		k := "k" + strconv.Itoa(i)
+		switch o := owner(slotOf(t, s.Client(), lim.StorageKey(k))); {
+		case o == "":
+			t.Fatalf("no primary serves the slot of %s", k)
+		case o == victim.Addr():
+			if len(dead) < 8 {
+				dead = append(dead, k)
+			}
+		case live == "":
+			live = k
+		}
+	}
+	ctx := context.Background()
+	take := func(k string) error {
+		_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: k})
+		return err
+	}
+	for _, k := range append([]string{live}, dead...) {
+		if err := take(k); err != nil {
+			t.Fatalf("before the hang: %v", err)
+		}
+	}
+	before := obs.sent.Load()
+
+	if err := victim.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { victim.Signal(syscall.SIGCONT) })
+	var returned atomic.Int64 // calls to the hung primary that came back
+	for _, k := range dead {
+		go func() {
+			take(k)
+			returned.Add(1)
+		}()
+	}
+	// Wait until two of them are in flight to the hung primary: as many
+	// as a batcher has places (BatchWriters).
+	for deadline := time.Now().Add(10 * time.Second); obs.sent.Load()-before < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d calls to the hung primary were sent", obs.sent.Load()-before, len(dead))
+		}
+		time.Sleep(time.Millisecond) // polling for the sends, not for tokens
+	}
+	if err := take(live); err != nil {
+		t.Fatalf("key %s on a live primary failed while another primary hangs: %v", live, err)
+	}
+	if n := returned.Load(); n > 0 {
+		t.Fatalf("a take on a live primary waited for the hung primary: it returned only after %d of %d calls to the hung one had run out their deadline", n, len(dead))
 	}
 }

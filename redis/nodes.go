@@ -22,10 +22,11 @@ const clusterSlots = 16384
 
 // node is one Redis server as the store's calls see it: its address ("" for
 // a standalone Redis, a Sentinel's primary, and a Cluster's slots whose
-// primary is not known yet) and its circuit breaker.
+// primary is not known yet), its circuit breaker and its batch writers.
 type node struct {
-	addr string
-	br   *breaker.Breaker
+	addr  string
+	br    *breaker.Breaker
+	batch *batcher // nil without batching
 }
 
 // nodes are the store's circuit breakers. A standalone Redis has one. A

@@ -172,8 +172,8 @@ type Options struct {
 	BreakerBackoff  time.Duration
 	// NoBatch sends every call as its own script call.
 	NoBatch bool
-	// BatchWriters is the number of script calls in flight at once, a
-	// lone caller's included (default 4, or GOMAXPROCS when fewer);
+	// BatchWriters is the number of script calls in flight at once, per
+	// Cluster primary, a lone caller's included (default 4, or GOMAXPROCS);
 	// BatchMaxOps bounds the requests in one batch (default 256). A batch in flight per processor is as many as
 	// the processors keep busy: one writer carries up to BatchMaxOps
 	// requests per round trip, more than a processor decides in one, and
@@ -198,7 +198,9 @@ type Store struct {
 	pad     string
 	nodes   *nodes
 	cache   *overLimit
-	batch   *batcher
+	// batches are the batch writers of every node made (node.batch).
+	batchMu sync.Mutex
+	batches []*batcher
 	// stopDrops ends the subscription that keeps cache in step with the
 	// other stores (see drops.go); dropsDone is closed when it has.
 	stopDrops context.CancelFunc
@@ -244,9 +246,21 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 		// Told at once, so that a breaker that never changes still shows
 		// its state (closed).
 		obs.BreakerChanged(addr, breaker.Closed, false)
-		return &node{addr: addr, br: breaker.ForDeadline(opts.BreakerFailures, opts.BreakerBackoff, opts.Timeout, func(st int32, opened bool) {
+		n := &node{addr: addr, br: breaker.ForDeadline(opts.BreakerFailures, opts.BreakerBackoff, opts.Timeout, func(st int32, opened bool) {
 			obs.BreakerChanged(addr, st, opened)
 		})}
+		if !opts.NoBatch {
+			// Batch writers of its own: a primary that hangs holds its own
+			// calls only (TestAttackHungPrimaryStallsOtherPrimaries).
+			n.batch = newBatcher(opts.BatchWriters, opts.BatchMaxOps, opts.Timeout, s.pad, s.exec, obs.Batch)
+			if s.cluster {
+				n.batch.slotOf, n.batch.multi = s.slotOf, s.execMulti
+			}
+			s.batchMu.Lock()
+			s.batches = append(s.batches, n.batch)
+			s.batchMu.Unlock()
+		}
+		return n
 	}
 	s.nodes = &nodes{fallback: newNode(""), cluster: s.cluster, newNode: newNode, gone: obs.BreakerRemoved, timeout: opts.Timeout, gap: int64(opts.BreakerBackoff)}
 	if s.cluster {
@@ -275,26 +289,22 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 		case <-time.After(opts.Timeout):
 		}
 	}
-	if !opts.NoBatch {
-		s.batch = newBatcher(opts.BatchWriters, opts.BatchMaxOps, opts.Timeout, s.pad, s.exec, obs.Batch)
-		if s.cluster {
-			s.batch.slotOf, s.batch.multi = s.slotOf, s.execMulti
-		}
-	}
 	return s, nil
 }
 
 // Close stops the batch writers and, if the store opened its client,
 // closes it.
 func (s *Store) Close() error {
-	if s.batch != nil {
-		s.batch.close()
-	}
 	if s.stopDrops != nil {
 		s.stopDrops()
 		<-s.dropsDone
 	}
-	s.nodes.wait()
+	s.nodes.wait() // no node is made after
+	s.batchMu.Lock()
+	for _, b := range s.batches {
+		b.close()
+	}
+	s.batchMu.Unlock()
 	if s.owned {
 		s.client.Close()
 	}
@@ -385,8 +395,8 @@ func (s *Store) run(ctx context.Context, keys, groups []string, batchable bool) 
 	}
 	var res []int64
 	var err error
-	if batchable && s.batch != nil {
-		res, err = s.batch.do(ctx, keys, groups) // the deadline runs from the send
+	if batchable && n.batch != nil {
+		res, err = n.batch.do(ctx, keys, groups) // the deadline runs from the send
 	} else {
 		args := make([]string, 0, len(groups)+1)
 		args = append(append(args, s.pad), groups...)

@@ -230,9 +230,7 @@ func Sentinel(tb testing.TB, name string, primary *Proc) string {
 // replica each, with a short node timeout so that failover is quick. Each
 // server runs in a directory of mkdir's; the servers started are returned
 // even with an error, for the caller to stop.
-func StartCluster(mkdir func() (string, error)) ([]*Proc, error) {
-	return startCluster(mkdir, 6, 1)
-}
+func StartCluster(mkdir func() (string, error)) ([]*Proc, error) { return startCluster(mkdir, 6, 1) }
 
 // StartPrimaries is StartCluster with n primaries (at least 3) and no
 // replicas, which go on serving their slots when one of them dies

@@ -173,7 +173,7 @@ type Options struct {
 	// NoBatch sends every call as its own script call.
 	NoBatch bool
 	// BatchWriters is the number of script calls in flight at once, per
-	// Cluster primary, a lone caller's included (default 4, or GOMAXPROCS);
+	// Cluster primary, a lone caller's included (default 4, or GOMAXPROCS when fewer);
 	// BatchMaxOps bounds the requests in one batch (default 256). A batch in flight per processor is as many as
 	// the processors keep busy: one writer carries up to BatchMaxOps
 	// requests per round trip, more than a processor decides in one, and

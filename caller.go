@@ -35,9 +35,7 @@ func (c *callerCtx) Value(key any) any {
 }
 
 // WithCaller returns ctx carrying c.
-func WithCaller(ctx context.Context, c Caller) context.Context {
-	return &callerCtx{Context: ctx, c: c}
-}
+func WithCaller(ctx context.Context, c Caller) context.Context { return &callerCtx{Context: ctx, c: c} }
 
 // CallerFrom returns the Caller that ctx carries, if any.
 func CallerFrom(ctx context.Context) (Caller, bool) {

@@ -45,9 +45,7 @@ type limitConfig struct {
 
 // WithLimiter keeps the buckets in lim's store (sluice.New(redisStore) for
 // a fleet). The default is an in-memory store of its own per middleware.
-func WithLimiter(lim *sluice.Limiter) LimitOption {
-	return func(c *limitConfig) { c.lim = lim }
-}
+func WithLimiter(lim *sluice.Limiter) LimitOption { return func(c *limitConfig) { c.lim = lim } }
 
 // WithTrustedProxies names the proxies in front whose X-Forwarded-For (or
 // Forwarded) is believed when LimitByIP finds the client address: a
@@ -66,9 +64,7 @@ func WithTrustedProxies(prefixes ...netip.Prefix) LimitOption {
 // ("ip-100-per-1m", "header-x-api-key-10-per-1s", "global-5000-per-1h"),
 // so that limits sharing a store (WithLimiter) never share buckets; two
 // limits given one name would.
-func WithName(name string) LimitOption {
-	return func(c *limitConfig) { c.name = name }
-}
+func WithName(name string) LimitOption { return func(c *limitConfig) { c.name = name } }
 
 // WithAlgorithm counts with a (sluice.TokenBucket by default; also
 // sluice.FixedWindow or sluice.SlidingLog).

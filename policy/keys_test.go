@@ -339,3 +339,35 @@ func TestAttackRepeatedHeaderPicksBucket(t *testing.T) {
 		t.Errorf("X-Weight sent as 1 then 100 costs %v, want 100 (the most a server reads)", got)
 	}
 }
+
+// Attack: PHP reads a query parameter's name with '.' and ' ' turned into
+// '_' (the PHP manual: "a.b becomes $_REQUEST["a_b"]"), and the last of a
+// repeated name wins. ?api_key=decoy&api.key=mine is api_key=mine to a
+// PHP upstream, while sluice reads api_key=decoy, one value, present: the
+// client names a fresh bucket per request (or another client's) while the
+// upstream serves its own key. Such a parameter reads differently on
+// servers sluice says it reads as (docs/concepts.md, "Query parameters":
+// "as browsers, nginx, PHP, Python and Node read them"), so it must be
+// (ambiguous), never a bucket of the client's choosing.
+func TestAttackQueryPHPMangledName(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: per-key
+    limit_keys: ["query:api_key"]
+    algorithm_config: {rps: 1, burst: 2}
+`)
+	for _, q := range []string{
+		"api_key=decoy1&api.key=mine",
+		"api_key=decoy2&api+key=mine",
+		"api_key=decoy3&api%20key=mine",
+	} {
+		in := fromIP("192.0.2.1")
+		in.RawQuery = q
+		ms, err := p.Match(in)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("%s: match %v %v", q, ms, err)
+		}
+		if got := ms[0].Request.Key; got != policy.AmbiguousMarker {
+			t.Errorf("?%s is keyed %q; a PHP upstream reads api_key=mine: want %q", q, got, policy.AmbiguousMarker)
+		}
+	}
+}

@@ -34,9 +34,10 @@ const maxQueryParams = 10000
 //     %-escape is kept as written;
 //   - as older frameworks do: split at '&' and ';';
 //   - as Go's url.ParseQuery does: a part holding ';' or a malformed escape
-//     is dropped, and a query of more than 10000 parts is dropped whole.
+//     is dropped, and a query of more than 10000 parts is dropped whole;
+//   - as PHP does: a name's '.' and ' ' read as '_' (phpName).
 //
-// When all three see the same single value (or all see none), that is the
+// When all of them see the same single value (or all see none), that is the
 // parameter: present with vals[0], or absent. Otherwise, or when the
 // parameter is repeated with different values (servers differ over which
 // one counts), it is ambiguous and vals holds every value any of them
@@ -48,13 +49,18 @@ func queryParam(raw, name string) (vals []string, st presence) {
 		return nil, absent
 	}
 	goWhole := strings.Count(raw, "&") < maxQueryParams
-	var w, l, g []string
+	php := phpName(name) == name // a name PHP can read at all
+	var w, l, g, p []string
 	for part := range strings.SplitSeq(raw, "&") {
 		if part == "" {
 			continue
 		}
 		k, v, _ := strings.Cut(part, "=")
 		wk, wok := queryUnescape(k)
+		if php && phpName(wk) == name {
+			pv, _ := queryUnescape(v)
+			p = append(p, pv)
+		}
 		if wk == name {
 			wv, vok := queryUnescape(v)
 			w = append(w, wv)
@@ -79,14 +85,14 @@ func queryParam(raw, name string) (vals []string, st presence) {
 			}
 		}
 	}
-	if len(w) == 0 && len(l) == 0 && len(g) == 0 {
+	if len(w) == 0 && len(l) == 0 && len(g) == 0 && len(p) == 0 {
 		return nil, absent
 	}
-	if sameValue(w, l) && sameValue(w, g) {
+	if sameValue(w, l) && sameValue(w, g) && (!php || sameValue(w, p)) {
 		return w[:1], present
 	}
 	seen := map[string]bool{}
-	for _, list := range [][]string{w, l, g} {
+	for _, list := range [][]string{w, l, g, p} {
 		for _, v := range list {
 			if !seen[v] {
 				seen[v] = true
@@ -112,6 +118,12 @@ func sameValue(a, b []string) bool {
 	}
 	return true
 }
+
+// phpName is the name PHP gives a query parameter named k: leading
+// spaces dropped, ' ' and '.' as '_' (TestAttackQueryPHPMangledName).
+func phpName(k string) string { return phpNames.Replace(strings.TrimLeft(k, " ")) }
+
+var phpNames = strings.NewReplacer(" ", "_", ".", "_")
 
 // queryUnescape decodes a query component as WHATWG urlencoded parsing
 // does: '+' is a space, %XX a byte, and a '%' not followed by two hex
@@ -147,6 +159,4 @@ func lenientUnescape(s string, plus bool) string {
 	return b.String()
 }
 
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }

@@ -124,9 +124,7 @@ func eachRule(ctx context.Context, rules *map[*sluice.Limit]*rule, f func(contex
 // Sweep ends the slices whose term or window is over, returning their
 // unused tokens, and forgets the keys idle for two terms. sluice serve
 // calls it periodically; requests end their own key's slice too.
-func (s *Store) Sweep(ctx context.Context) error {
-	return eachRule(ctx, s.rules.Load(), s.sweepRule)
-}
+func (s *Store) Sweep(ctx context.Context) error { return eachRule(ctx, s.rules.Load(), s.sweepRule) }
 
 func (s *Store) sweepRule(ctx context.Context, ru *rule) error { return s.endSlices(ctx, ru, false) }
 

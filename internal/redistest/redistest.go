@@ -8,6 +8,7 @@ package redistest
 import (
 	"bufio"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -47,22 +48,21 @@ func Need(tb testing.TB, name, envURL string) {
 	}
 }
 
-// FreePorts returns n distinct free loopback ports.
+// FreePorts returns n distinct loopback ports free a moment ago, below
+// the kernel's ephemeral ports (32768 and up by default), which another
+// test's outgoing connection could take before the server binds one.
 func FreePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
 	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
+	for tries := 0; len(ports) < n; tries++ {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil && tries < 1000 {
+			continue
+		} else if err != nil {
 			return nil, err
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		defer l.Close() // held until every port is picked: distinct ports
+		ports = append(ports, port)
 	}
 	return ports, nil
 }

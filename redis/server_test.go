@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/realserver"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -67,7 +68,7 @@ func standaloneURL(t testing.TB) string {
 		t.Fatal(err)
 	}
 	shared.dirs = append(shared.dirs, dir)
-	ports, err := redistest.FreePorts(1)
+	ports, err := realserver.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ func writeCert(t *testing.T, dir string) (*x509.CertPool, string, string, string
 // rediss:// with a private CA.
 func TestTLS(t *testing.T) {
 	redistest.Need(t, "redis-server", "")
-	ports, err := redistest.FreePorts(2)
+	ports, err := realserver.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/internal/proxytest"
 	"github.com/sluicehq/sluice/internal/testcert"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/serverconf"
@@ -58,22 +59,10 @@ func TestEnvoyServesExample(t *testing.T) {
 	}
 }
 
-// envoyFreeAddr returns a loopback address with a port that was free a
-// moment ago.
-func envoyFreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestServeReferenceConfig runs sluice serve on the reference server's
 // format, as a deployment switching from it would, and asks over gRPC.
 func TestServeReferenceConfig(t *testing.T) {
-	addr := envoyFreeAddr(t)
+	addr := proxytest.FreeAddr(t)
 	startServe(t, "--config", "../../examples/ratelimit-config.yaml", "--grpc-listen", addr)
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -486,7 +486,7 @@ func checkRecipeEnvoyBootstrap(t *testing.T, path string) {
 // ask: one client's burst, OVER_LIMIT, another client still OK.
 func TestRecipeEnvoy(t *testing.T) {
 	checkRecipeEnvoyBootstrap(t, filepath.Join(recipesDir, "envoy", "envoy.yaml"))
-	addr := envoyFreeAddr(t)
+	addr := proxytest.FreeAddr(t)
 	startServe(t, "--config", recipePolicy(t, "envoy"), "--grpc-listen", addr)
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

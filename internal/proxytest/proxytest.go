@@ -9,23 +9,25 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/lockedbuf"
+	"github.com/sluicehq/sluice/internal/realserver"
 	"github.com/sluicehq/sluice/internal/testbin"
 )
 
-// FreeAddr returns a loopback address whose port was free a moment ago.
+// FreeAddr returns a loopback address whose port was free a moment ago
+// (realserver.FreePorts).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := realserver.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return "127.0.0.1:" + strconv.Itoa(ports[0])
 }
 
 // Rewrite replaces the first occurrence of each pair's old text in cfg

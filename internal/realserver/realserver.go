@@ -6,7 +6,10 @@
 package realserver
 
 import (
+	"math/rand/v2"
+	"net"
 	"os"
+	"strconv"
 	"testing"
 )
 
@@ -36,4 +39,23 @@ func Message(binary, aptPackage, envURL string) string {
 		msg += " or set " + envURL
 	}
 	return msg
+}
+
+// FreePorts returns n distinct loopback ports free a moment ago, below
+// the kernel's ephemeral ports (32768 and up by default), which another
+// test's outgoing connection could take before the server binds one.
+func FreePorts(n int) ([]int, error) {
+	var ports []int
+	for tries := 0; len(ports) < n; tries++ {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil && tries < 1000 {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		defer l.Close() // held until every port is picked: distinct ports
+		ports = append(ports, port)
+	}
+	return ports, nil
 }

@@ -8,7 +8,6 @@ package redistest
 import (
 	"bufio"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -46,25 +45,6 @@ func Need(tb testing.TB, name, envURL string) {
 		}
 		realserver.Missing(tb, name, pkg, envURL)
 	}
-}
-
-// FreePorts returns n distinct loopback ports free a moment ago, below
-// the kernel's ephemeral ports (32768 and up by default), which another
-// test's outgoing connection could take before the server binds one.
-func FreePorts(n int) ([]int, error) {
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		port := 20000 + rand.IntN(12000)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil && tries < 1000 {
-			continue
-		} else if err != nil {
-			return nil, err
-		}
-		defer l.Close() // held until every port is picked: distinct ports
-		ports = append(ports, port)
-	}
-	return ports, nil
 }
 
 // Start starts redis-server on 127.0.0.1:port, in dir, with extra config
@@ -150,7 +130,7 @@ func CLI(addr string, args ...string) (string, error) {
 func New(tb testing.TB, extra ...string) *Proc {
 	tb.Helper()
 	Need(tb, "redis-server", "")
-	ports, err := FreePorts(1)
+	ports, err := realserver.FreePorts(1)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -198,7 +178,7 @@ func Sentinel(tb testing.TB, name string, primary *Proc) string {
 	tb.Helper()
 	Need(tb, "redis-server", "")
 	Need(tb, "redis-cli", "")
-	ports, err := FreePorts(1)
+	ports, err := realserver.FreePorts(1)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -261,7 +241,7 @@ func Primaries(t testing.TB, n int) ([]*Proc, []string) {
 }
 
 func startCluster(mkdir func() (string, error), n, replicas int, extra ...string) ([]*Proc, error) {
-	ports, err := FreePorts(2 * n)
+	ports, err := realserver.FreePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}

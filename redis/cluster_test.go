@@ -249,6 +249,30 @@ func slotOwners(addr string) func(slot uint16) string {
 	}
 }
 
+// keysByOwner finds request keys of lim on the Cluster addr belongs to:
+// nVictim whose slots victim serves, and nOther served by the others.
+func keysByOwner(t *testing.T, s *redis.Store, lim *sluice.Limit, addr, victim string, nVictim, nOther int) (onVictim, elsewhere []string) {
+	t.Helper()
+	owner := slotOwners(addr)
+	for i := 0; len(onVictim) < nVictim || len(elsewhere) < nOther; i++ {
+		if i > 10_000 {
+			t.Fatalf("no keys found on every primary (%d on the victim, %d elsewhere)", len(onVictim), len(elsewhere))
+		}
+		k := "k" + strconv.Itoa(i)
+		switch o := owner(slotOf(t, s.Client(), lim.StorageKey(k))); {
+		case o == "":
+			t.Fatalf("no primary serves the slot of %s", k)
+		case o == victim:
+			if len(onVictim) < nVictim {
+				onVictim = append(onVictim, k)
+			}
+		case len(elsewhere) < nOther:
+			elsewhere = append(elsewhere, k)
+		}
+	}
+	return onVictim, elsewhere
+}
+
 // One primary of three dies (no replica to take over, and the others go
 // on serving their slots): the store's breaker for that primary opens,
 // failing its keys at once, while keys on the other two primaries see no
@@ -268,26 +292,9 @@ func TestClusterBreakerPerNode(t *testing.T) {
 	ctx := context.Background()
 	lim := uniqueLimit(t, sluice.Spec{Name: "per-node", TokensPerSecond: 1e6, Burst: 1e6})
 	victim := srvs[0]
-	owner := slotOwners(addrs[1])
 	// More keys on the victim than elsewhere: its failures are most of the
 	// calls, as many as open a breaker shared by every slot.
-	var dead, live []string // request keys on the victim's slots, and on the others'
-	for i := 0; len(dead) < 8 || len(live) < 4; i++ {
-		if i > 10_000 {
-			t.Fatalf("no keys found on every primary (%d on the victim, %d elsewhere)", len(dead), len(live))
-		}
-		k := "k" + strconv.Itoa(i)
-		switch o := owner(slotOf(t, s.Client(), lim.StorageKey(k))); {
-		case o == "":
-			t.Fatalf("no primary serves the slot of %s", k)
-		case o == victim.Addr():
-			if len(dead) < 8 {
-				dead = append(dead, k)
-			}
-		case len(live) < 4:
-			live = append(live, k)
-		}
-	}
+	dead, live := keysByOwner(t, s, lim, addrs[1], victim.Addr(), 8, 4)
 	take := func(k string) error {
 		_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: k})
 		return err
@@ -742,25 +749,8 @@ func TestAttackHungPrimaryStallsOtherPrimaries(t *testing.T) {
 	})
 	lim := uniqueLimit(t, sluice.Spec{Name: "hung-node", TokensPerSecond: 1e6, Burst: 1e6})
 	victim := srvs[0]
-	owner := slotOwners(addrs[1])
-	var dead []string
-	live := ""
-	for i := 0; len(dead) < 8 || live == ""; i++ {
-		if i > 10_000 {
-			t.Fatal("no keys found on every primary")
-		}
-		k := "k" + strconv.Itoa(i)
-		switch o := owner(slotOf(t, s.Client(), lim.StorageKey(k))); {
-		case o == "":
-			t.Fatalf("no primary serves the slot of %s", k)
-		case o == victim.Addr():
-			if len(dead) < 8 {
-				dead = append(dead, k)
-			}
-		case live == "":
-			live = k
-		}
-	}
+	dead, lives := keysByOwner(t, s, lim, addrs[1], victim.Addr(), 8, 1)
+	live := lives[0]
 	ctx := context.Background()
 	take := func(k string) error {
 		_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: k})

@@ -551,12 +551,15 @@ func hostOnly(h string) string {
 // differently: a query parameter so (queryParam), or a header given twice
 // with different values (TestAttackRepeatedHeaderPicksBucket).
 func (e *eval) ambiguous(src source) ([]string, bool) {
-	if src.kind == srcQuery {
+	switch src.kind {
+	case srcQuery:
 		vs, st := e.query(src.name)
 		return vs, st == ambiguous
+	case srcHeader:
+		vs := e.r.Header[src.name]
+		return vs, slices.ContainsFunc(vs, func(v string) bool { return v != vs[0] })
 	}
-	vs := e.r.Header[src.name]
-	return vs, src.kind == srcHeader && slices.ContainsFunc(vs, func(v string) bool { return v != vs[0] })
+	return nil, false
 }
 
 // claim looks a claim up by name, then as a dotted path into nested

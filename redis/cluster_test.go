@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/redis"
 )
 
@@ -712,22 +713,14 @@ func TestClusterShardsSpreadOverNodes(t *testing.T) {
 	}
 }
 
-// sentCounter counts the requests the batch writers sent (Observer.Batch).
+// sentCounter counts the requests the batch writers sent (Observer.Batch),
+// the rest of what it is told going to the Observer it embeds.
 type sentCounter struct {
-	redisNoObserver
+	redis.Observer
 	sent atomic.Int64
 }
 
 func (o *sentCounter) Batch(n int) { o.sent.Add(int64(n)) }
-
-type redisNoObserver struct{}
-
-func (redisNoObserver) StoreError()                        {}
-func (redisNoObserver) BreakerChanged(string, int32, bool) {}
-func (redisNoObserver) BreakerRemoved(string)              {}
-func (redisNoObserver) OverLimitCacheHit()                 {}
-func (redisNoObserver) RefundFailed()                      {}
-func (redisNoObserver) DropsLost()                         {}
 
 // A Cluster primary that hangs (SIGSTOP, a lost network) must fail only
 // its own slots, as a killed one does (TestClusterBreakerPerNode): calls
@@ -741,7 +734,7 @@ func TestAttackHungPrimaryStallsOtherPrimaries(t *testing.T) {
 		t.Skip("starts a cluster of its own")
 	}
 	srvs, addrs := redistest.Primaries(t, 3)
-	obs := &sentCounter{}
+	obs := &sentCounter{Observer: metrics.NewRedisObserver()}
 	// A deadline long enough that "answered before the hung calls' deadline"
 	// says nothing of this machine's speed.
 	s := open(t, withQuery("redis+cluster://"+strings.Join(addrs, ","), slowClientTimeouts), redis.Options{

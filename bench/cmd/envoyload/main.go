@@ -11,6 +11,13 @@
 // with -addr it drives a server already running (sluice, or the reference
 // server for a comparison).
 //
+// -client chooses the callers: grpc-go's client, a goroutine per caller
+// (the default), or h2, gRPC framed by hand over HTTP/2, the callers a
+// connection's streams in flight, one goroutine per connection. The h2
+// client spends a fraction of grpc-go's CPU per call, so on a core shared
+// with Redis the server's own core, not the client's, bounds the calls
+// per second; each of its calls draws its value as the grpc client's do.
+//
 // With -addr, -pid and -redis-pid name the server's and Redis's
 // processes: each run then also reports their CPU time per call, the
 // load client's own, and the server's read and write system calls per
@@ -19,6 +26,7 @@
 //	go run ./cmd/envoyload -store memory:// -callers 16,64,256
 //	go run ./cmd/envoyload -store redis://127.0.0.1:16379 -callers 16,64,256
 //	go run ./cmd/envoyload -addr 127.0.0.1:18484 -pid 4242 -redis-pid 4243 -callers 64
+//	go run ./cmd/envoyload -addr 127.0.0.1:18484 -client h2 -callers 64
 package main
 
 import (
@@ -75,6 +83,7 @@ func main() {
 	config := flag.String("config", "", "policy of the in-process server, sluice's format or the reference server's (default: a token bucket per user, 100/s, burst 100)")
 	callersFlag := flag.String("callers", "16,64,256", "concurrent callers, one run per value")
 	conns := flag.Int("conns", 4, "gRPC connections the callers share")
+	client := flag.String("client", "grpc", "grpc: grpc-go's client, a goroutine per caller; h2: gRPC framed by hand over HTTP/2, a goroutine per connection, its callers its streams in flight (a lighter client, as h2load is)")
 	duration := flag.Duration("duration", 10*time.Second, "measured time per run")
 	warmup := flag.Duration("warmup", 2*time.Second, "unmeasured time before each run")
 	nkeys := flag.Int("keys", 10_000, "distinct descriptor values")
@@ -138,25 +147,44 @@ func main() {
 			target += ", policy " + *config
 		}
 	}
-	clients := make([]rlspb.RateLimitServiceClient, *conns)
-	for i := range clients {
-		cc, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	keys := make([]string, *nkeys)
+	for i := range keys {
+		keys[i] = "user-" + strconv.Itoa(i)
+	}
+	var drive driver
+	switch *client {
+	case "grpc":
+		clients := make([]rlspb.RateLimitServiceClient, *conns)
+		for i := range clients {
+			cc, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "envoyload:", err)
+				os.Exit(1)
+			}
+			defer cc.Close()
+			clients[i] = rlspb.NewRateLimitServiceClient(cc)
+		}
+		drive = grpcDriver(clients, keys, *skew, *rate, *timeout)
+	case "h2":
+		if *rate > 0 {
+			fmt.Fprintln(os.Stderr, "envoyload: -client h2 drives a closed loop only (no -rate)")
+			os.Exit(2)
+		}
+		d, err := h2Driver(*addr, *conns, keys, *skew, *timeout)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "envoyload:", err)
 			os.Exit(1)
 		}
-		defer cc.Close()
-		clients[i] = rlspb.NewRateLimitServiceClient(cc)
-	}
-	keys := make([]string, *nkeys)
-	for i := range keys {
-		keys[i] = "user-" + strconv.Itoa(i)
+		drive = d
+	default:
+		fmt.Fprintf(os.Stderr, "envoyload: -client is grpc or h2, not %q\n", *client)
+		os.Exit(2)
 	}
 	mode := "closed loop"
 	if *rate > 0 {
 		mode = fmt.Sprintf("offered %.0f calls/s", *rate)
 	}
-	fmt.Printf("%s; %d connections, %d Zipf(%.2f) values, %s, %v per run\n", target, *conns, *nkeys, *skew, mode, *duration)
+	fmt.Printf("%s; %s client, %d connections, %d Zipf(%.2f) values, %s, %v per run\n", target, *client, *conns, *nkeys, *skew, mode, *duration)
 	pids := cpuPIDs{server: *serverPID, redis: *redisPID}
 	fmt.Printf("%8s %12s %10s %10s %10s %10s %8s %8s %9s%s\n", "callers", "req/s", "p50", "p90", "p99", "p99.9", "over%", "errors", "storeerr", pids.header())
 	for _, f := range strings.Split(*callersFlag, ",") {
@@ -165,7 +193,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "envoyload: bad -callers value %q\n", f)
 			os.Exit(2)
 		}
-		run(clients, keys, *skew, n, *rate, *timeout, *warmup, *duration, pids)
+		run(drive, n, *warmup, *duration, pids)
 	}
 }
 
@@ -264,82 +292,102 @@ func newServer(addr, storeURL, config string) (*grpc.Server, net.Listener, func(
 	return g, ln, closeStore, nil
 }
 
-// run drives callers concurrent callers for warmup+duration and prints
-// one line of results. With rate > 0 each caller sends at its share of
-// the rate on a fixed schedule and latency counts from the scheduled time,
-// so a slow answer also counts against the calls queued behind it.
-func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, callers int, rate float64, timeout, warmup, duration time.Duration, pids cpuPIDs) {
-	var measuring, stop atomic.Bool
-	var storeErrs0 int64
-	var over, errs atomic.Int64
-	lat := make([][]time.Duration, callers)
-	var wg sync.WaitGroup
-	for c := 0; c < callers; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(c), 42))
-			z := rand.NewZipf(rng, skew, 1, uint64(len(keys)-1))
-			cl := clients[c%len(clients)]
-			ls := make([]time.Duration, 0, 1<<16)
-			var every time.Duration
-			next := time.Now()
-			if rate > 0 {
-				every = time.Duration(float64(callers) / rate * float64(time.Second))
-				next = next.Add(time.Duration(rng.Int64N(int64(every)))) // spread the callers' phases
-			}
-			for !stop.Load() {
-				req := &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
-					Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: keys[z.Uint64()]}},
-				}}}
-				t := time.Now()
-				if every > 0 {
-					// On schedule, the call starts when the timer wakes (its
-					// lateness is not the server's); behind schedule, the
-					// wait since the call was due counts too.
-					if w := next.Sub(t); w > 0 {
-						time.Sleep(w)
-						t = time.Now()
-					} else {
-						t = next
+// load is one run's shared state: whether it is being measured, whether
+// it is to stop, and its tallies, which a driver adds to.
+type load struct {
+	measuring, stop   atomic.Bool
+	calls, over, errs atomic.Int64 // while measuring
+}
+
+// driver starts callers concurrent callers on l and returns a function
+// that, once l.stop is set, waits for them and returns the latencies
+// each measured.
+type driver func(l *load, callers int) (wait func() [][]time.Duration)
+
+// grpcDriver drives the server through grpc-go's client, the callers
+// sharing clients' connections. With rate > 0 each caller sends at its
+// share of the rate on a fixed schedule and latency counts from the
+// scheduled time, so a slow answer also counts against the calls queued
+// behind it.
+func grpcDriver(clients []rlspb.RateLimitServiceClient, keys []string, skew, rate float64, timeout time.Duration) driver {
+	return func(l *load, callers int) func() [][]time.Duration {
+		lat := make([][]time.Duration, callers)
+		var wg sync.WaitGroup
+		for c := 0; c < callers; c++ {
+			wg.Add(1)
+			go func(c int) {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(c), 42))
+				z := rand.NewZipf(rng, skew, 1, uint64(len(keys)-1))
+				cl := clients[c%len(clients)]
+				ls := make([]time.Duration, 0, 1<<16)
+				var every time.Duration
+				next := time.Now()
+				if rate > 0 {
+					every = time.Duration(float64(callers) / rate * float64(time.Second))
+					next = next.Add(time.Duration(rng.Int64N(int64(every)))) // spread the callers' phases
+				}
+				for !l.stop.Load() {
+					req := &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
+						Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: keys[z.Uint64()]}},
+					}}}
+					t := time.Now()
+					if every > 0 {
+						// On schedule, the call starts when the timer wakes (its
+						// lateness is not the server's); behind schedule, the
+						// wait since the call was due counts too.
+						if w := next.Sub(t); w > 0 {
+							time.Sleep(w)
+							t = time.Now()
+						} else {
+							t = next
+						}
+						next = next.Add(every)
 					}
-					next = next.Add(every)
+					ctx, cancel := context.Background(), context.CancelFunc(func() {})
+					if timeout > 0 {
+						ctx, cancel = context.WithTimeout(ctx, timeout)
+					}
+					resp, err := cl.ShouldRateLimit(ctx, req)
+					cancel()
+					d := time.Since(t)
+					if !l.measuring.Load() {
+						continue
+					}
+					ls = append(ls, d)
+					l.calls.Add(1)
+					switch {
+					case err != nil:
+						l.errs.Add(1)
+					case resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT:
+						l.over.Add(1)
+					}
 				}
-				ctx, cancel := context.Background(), context.CancelFunc(func() {})
-				if timeout > 0 {
-					ctx, cancel = context.WithTimeout(ctx, timeout)
-				}
-				resp, err := cl.ShouldRateLimit(ctx, req)
-				cancel()
-				d := time.Since(t)
-				if !measuring.Load() {
-					continue
-				}
-				ls = append(ls, d)
-				switch {
-				case err != nil:
-					errs.Add(1)
-				case resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT:
-					over.Add(1)
-				}
-			}
-			lat[c] = ls
-		}(c)
+				lat[c] = ls
+			}(c)
+		}
+		return func() [][]time.Duration { wg.Wait(); return lat }
 	}
+}
+
+// run drives callers concurrent callers for warmup+duration and prints
+// one line of results.
+func run(drive driver, callers int, warmup, duration time.Duration, pids cpuPIDs) {
+	l := new(load)
+	wait := drive(l, callers)
 	time.Sleep(warmup)
-	storeErrs0 = storeErrors.n.Load()
-	measuring.Store(true)
+	storeErrs0 := storeErrors.n.Load()
+	l.measuring.Store(true)
 	cpu0 := pids.read()
 	began := time.Now()
 	time.Sleep(duration)
-	measuring.Store(false)
+	l.measuring.Store(false)
 	elapsed := time.Since(began)
 	cpu := pids.read()
 	storeErrs := storeErrors.n.Load() - storeErrs0
-	stop.Store(true)
-	wg.Wait()
+	l.stop.Store(true)
 	var all []time.Duration
-	for _, ls := range lat {
+	for _, ls := range wait() {
 		all = append(all, ls...)
 	}
 	if len(all) == 0 {
@@ -350,7 +398,7 @@ func run(clients []rlspb.RateLimitServiceClient, keys []string, skew float64, ca
 	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
 	fmt.Printf("%8d %12.0f %10v %10v %10v %10v %7.1f%% %8d %9d%s\n", callers, float64(len(all))/elapsed.Seconds(),
 		pct(0.50).Round(time.Microsecond), pct(0.90).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(0.999).Round(time.Microsecond),
-		100*float64(over.Load())/float64(len(all)), errs.Load(), storeErrs, pids.perCall(cpu0, cpu, len(all)))
+		100*float64(l.over.Load())/float64(len(all)), l.errs.Load(), storeErrs, pids.perCall(cpu0, cpu, len(all)))
 	if storeErrs > 0 {
 		fmt.Printf("%8s %d answers came from on_store_error, not the store: not a measure of the store (for a saturated closed loop, give the store a longer ?timeout=)\n", "", storeErrs)
 	}

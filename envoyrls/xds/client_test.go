@@ -311,6 +311,31 @@ func TestXDSEnvoyGatewaySnapshotsMemory(t *testing.T) {
 	ruleset(t, memory.New(memory.Options{Clock: clock}), clock)
 }
 
+// TestXDSSnapshotOverMaxRecvBytes: by default a snapshot is bounded as
+// the reference server's client bounds it (grpc-go's 4 MiB), so that the
+// memory a control plane can make sluice compile is what the reference
+// would: one beyond it is never compiled, the last good policy keeps
+// serving, and the client's status says why.
+func TestXDSSnapshotOverMaxRecvBytes(t *testing.T) {
+	clock := sluice.NewManualClock(t0)
+	cp := startControlPlane(t, "127.0.0.1:0")
+	r := startRig(t, cp, memory.New(memory.Options{Clock: clock}), clock)
+	cp.push(t, "envoy-gateway-ratelimit", "1", listener(2))
+	r.waitVersion(t, "1")
+	big := &rlsconf.RateLimitConfig{Name: "default/big", Domain: "default/big"}
+	for i := range 5 << 10 { // 5,120 descriptors of over 1 KiB: over 5 MiB
+		big.Descriptors = append(big.Descriptors, node("k", fmt.Sprintf("%s%d", strings.Repeat("v", 1<<10), i), 1, rlsconf.RateLimitUnit_SECOND))
+	}
+	cp.push(t, "envoy-gateway-ratelimit", "2", listener(2), big)
+	waitFor(t, "the stream to end on the 5 MiB snapshot", func() bool {
+		st := r.client.Status()
+		return st.Version == "2" || st.Reconnects > 0 && strings.Contains(st.LastError, "larger than max")
+	})
+	if st := r.client.Status(); st.Version != "1" || !strings.HasSuffix(r.pol.Load().Source, "@1") {
+		t.Fatalf("a 5 MiB snapshot was taken: status %+v, serving %s", st, r.pol.Load().Source)
+	}
+}
+
 func TestXDSEnvoyGatewaySnapshotsRedis(t *testing.T) {
 	addr := redistest.Server(t)
 	clock := sluice.NewManualClock(t0)

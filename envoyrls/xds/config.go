@@ -58,7 +58,7 @@ type Config struct {
 	// snapshot is applied (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); by
 	// default it answers OK at once, as the reference's does.
 	HealthyOnceApplied bool
-	// MaxRecvBytes bounds a response (default 16 MiB).
+	// MaxRecvBytes bounds a response (default 4 MiB).
 	MaxRecvBytes int
 	// Modes are the reference server's global SHADOW_MODE and QUOTA_MODE
 	// that every snapshot's policy is served with (from the environment;
@@ -73,10 +73,10 @@ type Backoff struct {
 	Jitter       bool
 }
 
-// DefaultMaxRecvBytes bounds a control plane's response, many times a
-// large Envoy Gateway's snapshot; compiled, one takes many times
-// its size in memory, which the operator's control plane is trusted with.
-const DefaultMaxRecvBytes = 16 << 20
+// DefaultMaxRecvBytes bounds a control plane's response as the reference
+// server's client does (grpc-go's default), so that sluice takes what it
+// takes: a snapshot compiles to many times its size in memory.
+const DefaultMaxRecvBytes = 4 << 20
 
 // WithDefaults fills what c leaves unset with the reference server's
 // defaults.

@@ -59,7 +59,11 @@ func h2Driver(addr string, conns int, keys []string, skew float64, timeout time.
 		{Name: "te", Value: "trailers"},
 	}
 	if timeout > 0 {
-		fields = append(fields, hpack.HeaderField{Name: "grpc-timeout", Value: strconv.FormatInt(timeout.Microseconds(), 10) + "u"})
+		v := strconv.FormatInt(timeout.Microseconds(), 10) + "u"
+		if len(v) > 9 { // grpc-timeout has at most 8 digits
+			v = strconv.FormatInt(timeout.Milliseconds(), 10) + "m"
+		}
+		fields = append(fields, hpack.HeaderField{Name: "grpc-timeout", Value: v})
 	}
 	return func(l *load, callers int) func() [][]time.Duration {
 		lat := make([][]time.Duration, conns)

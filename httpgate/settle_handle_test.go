@@ -164,3 +164,22 @@ func between(s, from, to string) string {
 	v, _, _ := strings.Cut(rest, to)
 	return v
 }
+
+// Attack: a caller settles a take at once, claiming it used nothing, and
+// settles the same handle again when its nonce has refilled, SettleTTL
+// later, in the last second before the expiry (which a handle writes in
+// whole seconds): a second refund of a take refunded already. The nonce
+// refills only once the handle is no longer good.
+func TestAttackSettleHandleReplayedAtExpiry(t *testing.T) {
+	e := newEnv(t, llmPolicy)
+	e.takeHandle("api", "k", 500)
+	h := e.takeHandle("api", "k", 100)
+	if status, m := e.settleStatus(h, 0); status != 200 || m["refunded"] != 100.0 {
+		t.Fatalf("the first settlement: %d %v", status, m)
+	}
+	e.takeHandle("api", "k", 100)
+	e.clk.Advance(httpgate.DefaultSettleTTL)
+	if status, m := e.settleStatus(h, 0); status == 200 {
+		t.Fatalf("the handle settled again as its expiry came: %d %v, want 403", status, m)
+	}
+}

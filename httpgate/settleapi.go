@@ -83,7 +83,7 @@ func (g *Gate) settleAPI(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		badRequest(w, http.StatusBadRequest, `"handle" is malformed: pass the "settle" of a /v1/take answer as it is`)
 		return
-	case g.lim.Now().Unix() > h.Expires:
+	case g.lim.Now().Unix() >= h.Expires:
 		badRequest(w, http.StatusForbidden, fmt.Sprintf("the handle expired at %s: a take is settled within %v of it", time.Unix(h.Expires, 0).UTC().Format(time.RFC3339), g.opts.SettleTTL))
 		return
 	}

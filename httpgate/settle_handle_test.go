@@ -183,3 +183,42 @@ func TestAttackSettleHandleReplayedAtExpiry(t *testing.T) {
 		t.Fatalf("the handle settled again as its expiry came: %d %v, want 403", status, m)
 	}
 }
+
+// aheadClock is a server's clock running ahead of the others'.
+type aheadClock struct {
+	sluice.Clock
+	by time.Duration
+}
+
+func (c aheadClock) Now() time.Time { return c.Clock.Now().Add(c.by) }
+
+// Attack: in a fleet, the server that issued a handle runs a few seconds
+// ahead of another (clocks are never quite together), so the handle
+// expires later, on the other's clock, than a nonce spent at once
+// refills. The caller settles at once, then sends the handle again to
+// the server behind, at the moment the nonce refills, until one lands.
+// A spent nonce outlives its handle on any clock within a minute of its
+// issuer's.
+func TestAttackSettleHandleReplayedOnLaggingServer(t *testing.T) {
+	key := strings.Repeat("s", 32)
+	t.Setenv("SETTLE_KEY", key)
+	p := mustPolicy(t, "settle_secret_env: SETTLE_KEY\n"+llmPolicy)
+	clk := sluice.NewManualClock(sluiceEpoch)
+	store := memory.New(memory.Options{Clock: clk})
+	gate := func(c sluice.Clock) *served {
+		lim := sluice.NewWithOptions(store, sluice.Options{Clock: c})
+		g := httpgate.New(p, lim, httpgate.Options{Getenv: func(string) string { return key }, Logger: slog.New(slog.DiscardHandler)})
+		return serve(t, g.Handler())
+	}
+	ahead, behind := gate(aheadClock{clk, 5 * time.Second}), gate(clk)
+	call(t, ahead, "/v1/take", `{"rule":"api","key":"k","cost":500}`)
+	_, take := call(t, ahead, "/v1/take", `{"rule":"api","key":"k","cost":100}`)
+	h := between(take, `"settle":"`, `"`)
+	if status, body := call(t, behind, "/v1/settle", fmt.Sprintf(`{"handle":%q,"actual":0}`, h)); status != 200 {
+		t.Fatalf("the first settlement: %d %s", status, body)
+	}
+	clk.Advance(httpgate.DefaultSettleTTL)
+	if status, body := call(t, behind, "/v1/settle", fmt.Sprintf(`{"handle":%q,"actual":0}`, h)); status == 200 {
+		t.Fatalf("the handle settled again on the server behind: %d %s", status, body)
+	}
+}

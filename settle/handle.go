@@ -54,12 +54,12 @@ type Handle struct {
 	Key     string
 }
 
-// NonceLimit spends handles: one token per handle's nonce, refilled only
-// after ttl, by which time the handle has expired. Its name holds a space,
-// which no rule's name and no sluice.NewLimit may: its buckets are apart
-// from every other limit's.
+// NonceLimit spends handles: one token per handle's nonce, refilled a
+// minute after ttl, when its handle has expired on any clock that far
+// from its issuer's. Its name holds a space, which no rule's name and no
+// sluice.NewLimit may: its buckets are apart from every other limit's.
 func NonceLimit(ttl time.Duration) *sluice.Limit {
-	l, err := reserved.NewLimit(sluice.Spec{Name: "sluice settle", Rate: 1, Period: ttl.Truncate(time.Microsecond)})
+	l, err := reserved.NewLimit(sluice.Spec{Name: "sluice settle", Rate: 1, Period: ttl.Truncate(time.Microsecond) + time.Minute})
 	if err != nil { // a positive whole-microsecond period always compiles
 		panic(err)
 	}

@@ -137,10 +137,15 @@ func (s Lease) Held() bool { return s.l != nil && !s.id.IsZero() }
 // Release frees the slot. Releasing the zero Lease, or a lease already
 // released or expired, does nothing and is no error; the error is the
 // store's failure, after which the slot is freed when its lease ends.
+// ctx is most often a request's, done when its client hangs up, so the
+// release runs on one of its own (keeping ctx's values), bounded as a
+// reservation's refund is: a client cannot keep its slot by leaving.
 func (s Lease) Release(ctx context.Context) error {
 	if !s.Held() {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
 	_, err := s.l.Release(ctx, Request{Limit: s.lim, Key: s.key}, s.id)
 	return err
 }

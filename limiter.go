@@ -149,10 +149,7 @@ func (r Request) charge(op engine.Op) (engine.Charge, error) {
 		return r.shardedCharge(op)
 	}
 	p := &r.Limit.params
-	cost := r.Cost
-	if cost == 0 {
-		cost = 1
-	}
+	cost := r.costOrOne()
 	ch := engine.Charge{Reserve: (r.Reserve || p.Reserve) && !r.NoReserve, MaxReserved: p.MaxReserved}
 	if ch.Reserve && (p.Algorithm == engine.SlidingLog || p.Windowed()) {
 		return engine.Charge{}, fmt.Errorf("limit %q (%s): %w", r.Limit.Name(), p.Algorithm, ErrReserveUnsupported)

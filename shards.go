@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -240,12 +241,7 @@ func (r Request) shardedCharge(op engine.Op) (engine.Charge, error) {
 	return ch, nil
 }
 
-func (r Request) costOrOne() float64 {
-	if r.Cost == 0 {
-		return 1
-	}
-	return r.Cost
-}
+func (r Request) costOrOne() float64 { return cmp.Or(r.Cost, 1) }
 
 // Slot tags.
 

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -61,5 +62,25 @@ func TestAttackLeaseRenewOfNothingWritesNothing(t *testing.T) {
 	}
 	if _, d, err := lim.Acquire(ctx, sluice.Request{Limit: cc, Key: "held"}); err != nil || !d.Allowed || rows() != 1 {
 		t.Fatalf("an acquire: %+v, %v, %d rows; want its row", d, err, rows())
+	}
+}
+
+// Attack: hold a concurrency slot past the request by hanging up (see
+// the redis package's test of the same name).
+func TestAttackHungUpClientKeepsItsSlot(t *testing.T) {
+	lim := sluice.New(newStoreOpts(t, postgres.Options{}))
+	cc := sluice.MustLimit(sluice.Spec{Name: fmt.Sprintf("hangup%d", time.Now().UnixNano()), Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: time.Hour})
+	req := sluice.Request{Limit: cc, Key: "upstream"}
+	ctx, hangUp := context.WithCancel(pgtest.Context(t))
+	lease, d, err := lim.Acquire(ctx, req)
+	if err != nil || !d.Allowed {
+		t.Fatalf("acquire: %+v, %v", d, err)
+	}
+	hangUp()
+	if err := lease.Release(ctx); err != nil {
+		t.Errorf("release after the client hung up: %v", err)
+	}
+	if _, d, err := lim.Acquire(pgtest.Context(t), req); err != nil || !d.Allowed {
+		t.Fatalf("the next client's acquire: %+v, %v; want the slot the hung-up client's request released", d, err)
 	}
 }

@@ -93,3 +93,26 @@ func TestAttackLeaseRenewOfNothingWritesNothing(t *testing.T) {
 		t.Fatalf("an acquire: %+v, %v, keys %v; want its key", d, err, keys())
 	}
 }
+
+// Attack: hold a concurrency slot past the request by hanging up. A
+// handler's Release is deferred on the request's context, which is done
+// once its client has gone; the release is cleanup, and still frees the
+// slot, on a global key as on the client's own.
+func TestAttackHungUpClientKeepsItsSlot(t *testing.T) {
+	s := open(t, standaloneURL(t), redis.Options{KeyPrefix: fmt.Sprintf("hangup%d:", testSeq.Add(1))})
+	lim := sluice.New(s)
+	cc := sluice.MustLimit(sluice.Spec{Name: "cc", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: time.Hour})
+	req := sluice.Request{Limit: cc, Key: "upstream"}
+	ctx, hangUp := context.WithCancel(context.Background())
+	lease, d, err := lim.Acquire(ctx, req)
+	if err != nil || !d.Allowed {
+		t.Fatalf("acquire: %+v, %v", d, err)
+	}
+	hangUp()
+	if err := lease.Release(ctx); err != nil {
+		t.Errorf("release after the client hung up: %v", err)
+	}
+	if _, d, err := lim.Acquire(context.Background(), req); err != nil || !d.Allowed {
+		t.Fatalf("the next client's acquire: %+v, %v; want the slot the hung-up client's request released", d, err)
+	}
+}

@@ -215,15 +215,9 @@ const (
 	Unhealthy
 )
 
-func (h Health) String() string {
-	switch h {
-	case Healthy:
-		return "healthy"
-	case Unhealthy:
-		return "unhealthy"
-	}
-	return "idle"
-}
+func (h Health) String() string { return healthNames[min(h, 3)] }
+
+var healthNames = [...]string{"idle", "healthy", "unhealthy", "idle"}
 
 // Window is one key's measurements in an interval.
 type Window struct {

@@ -3,6 +3,7 @@ package adaptive_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -486,5 +487,36 @@ func TestRegistry(t *testing.T) {
 	narrow.Min, narrow.Max = 70, 80
 	if rg.Controller(ctx, "api", &narrow, now).Rate() != 70 {
 		t.Fatalf("a reload's bounds do not apply: %v", ctl.Rate())
+	}
+}
+
+// Attack: lower a fleet's rate from one process by filling the fleet's
+// tally there first. The attacker's keys are a quarter of the fleet's,
+// all on process a, which reports first; the interval must be judged on
+// a sample of every process's keys, not on the first report's alone.
+func TestAttackAdaptiveFleetTallyFilledFirst(t *testing.T) {
+	c := testConfig()
+	c.MinKeys = adaptive.DefaultMinKeys
+	store := &values{m: map[string]string{}}
+	ctx := context.Background()
+	a := adaptive.NewController("api", c, store, epoch)
+	b := adaptive.NewController("api", c, store, epoch)
+	now := epoch.Add(c.Interval)
+	for i := range adaptive.MaxKeys {
+		a.Observe(fmt.Sprintf("attacker-%d", i), 500, time.Millisecond)
+	}
+	for i := range 3 * adaptive.MaxKeys {
+		b.Observe(fmt.Sprintf("client-%d", i), 200, time.Millisecond)
+	}
+	for _, ctl := range []*adaptive.Controller{a, b} {
+		if err := ctl.Tick(ctx, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Tick(ctx, now.Add(c.Interval)); err != nil {
+		t.Fatal(err)
+	}
+	if b.Rate() < c.Start {
+		t.Fatalf("the rate fell to %v on %d failing keys of %d", b.Rate(), adaptive.MaxKeys, 4*adaptive.MaxKeys)
 	}
 }

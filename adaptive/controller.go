@@ -138,13 +138,13 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) error {
 	defer c.busy.Store(false)
 	cfg := c.Config()
 	c.mu.Lock()
-	counts := c.keys.take()
+	counts, seen := c.keys.take()
 	local := c.state
 	c.mu.Unlock()
 	c.due.Store(c.nextDue(cfg, now))
 	next, err := Next(cfg, local, cfg.JudgeKeys(tallyOf(cfg, counts)), now), error(nil)
 	if c.shared != nil {
-		next, err = c.step(ctx, cfg, local, due, counts, now)
+		next, err = c.step(ctx, cfg, local, due, counts, seen, now)
 	}
 	c.mu.Lock()
 	c.state = next
@@ -163,7 +163,7 @@ func (c *Controller) Sync(ctx context.Context, now time.Time) error {
 	c.mu.Lock()
 	local := c.state
 	c.mu.Unlock()
-	next, err := c.step(ctx, cfg, local, 0, nil, now)
+	next, err := c.step(ctx, cfg, local, 0, nil, 0, now)
 	c.mu.Lock()
 	c.state = next
 	c.publish(next.Rate)
@@ -180,15 +180,15 @@ const conflictRetries = 3
 // processes: this interval's step is skipped.
 var errConflict = errors.New("the shared rate kept changing; this interval's step is skipped")
 
-// step reports counts, this process's measurements of the interval that
-// ended at end (Unix microseconds; 0: none, a Sync), to the fleet's
-// tally. It first judges the tally there, applying Next to the shared
-// state as of the tally's interval's end, when this report is of a later
-// interval or an interval has passed since that one ended (every process
-// has had an interval to report it). A report of an interval already
-// judged is dropped. On a store failure it steps local on counts alone
-// instead.
-func (c *Controller) step(ctx context.Context, cfg *Config, local State, end int64, counts map[uint64]Window, now time.Time) (State, error) {
+// step reports counts, this process's measurements of a sample of seen
+// keys in the interval that ended at end (Unix microseconds; 0: none, a
+// Sync), to the fleet's tally. It first judges the tally there, applying
+// Next to the shared state as of the tally's interval's end, when this
+// report is of a later interval or an interval has passed since that one
+// ended (every process has had an interval to report it). A report of an
+// interval already judged is dropped. On a store failure it steps local
+// on counts alone instead.
+func (c *Controller) step(ctx context.Context, cfg *Config, local State, end int64, counts map[uint64]Window, seen int, now time.Time) (State, error) {
 	for range conflictRetries {
 		raw, ok, err := c.shared.LoadValue(ctx, c.key)
 		if err != nil {
@@ -210,11 +210,10 @@ func (c *Controller) step(ctx context.Context, cfg *Config, local State, end int
 		case end == 0 || len(counts) == 0 || end <= cur.End && next.End == 0:
 			// Nothing to report, or a report of an interval judged.
 		case next.End == 0:
-			next.End, next.Counts = end, counts
+			next.End, next.Counts, next.Seen = end, make(map[uint64]Window, len(counts)), 0
+			fallthrough
 		case next.End == end:
-			next.Counts = make(map[uint64]Window, len(cur.Counts)+len(counts))
-			merge(next.Counts, cur.Counts)
-			merge(next.Counts, counts)
+			next.Seen = merge(next.Counts, next.Seen, counts, seen)
 		}
 		// The rate is kept within this configuration's bounds, as Next
 		// does (a state written under another's).
@@ -240,10 +239,7 @@ func (c *Controller) step(ctx context.Context, cfg *Config, local State, end int
 
 // publish makes rate the one requests see; c.mu is held.
 func (c *Controller) publish(rate float64) {
-	if math.Float64bits(rate) == c.rate.Swap(math.Float64bits(rate)) {
-		return
-	}
-	if c.OnChange != nil {
+	if math.Float64bits(rate) != c.rate.Swap(math.Float64bits(rate)) && c.OnChange != nil {
 		c.OnChange(rate)
 	}
 }

@@ -15,9 +15,9 @@ import (
 // interval, and the keys of a fleet's tally of one interval. Past it a
 // process keeps a uniform sample of the interval's keys (reservoir
 // sampling: each new key replaces a random kept one with the chance that
-// keeps the sample uniform), and a fleet's tally keeps the keys reported
-// first: the verdict is then a share of a sample of the keys, never of
-// one key's traffic.
+// keeps the sample uniform), and a fleet's tally gives each report the
+// share of its places that its keys are of all (merge): the verdict is a
+// share of a sample of the keys, never of one key's or one process's.
 const MaxKeys = 512
 
 // keyHash is what a key is counted under: 64 bits of its SHA-256, the
@@ -67,15 +67,15 @@ func (t *keyTable) observe(h uint64, isErr, slow bool) {
 	}
 }
 
-// take returns the interval's counts and empties t for the next one.
-func (t *keyTable) take() map[uint64]Window {
-	out := make(map[uint64]Window, len(t.keys))
+// take returns the interval's counts (of a sample of seen keys), emptying t.
+func (t *keyTable) take() (out map[uint64]Window, seen int) {
+	out, seen = make(map[uint64]Window, len(t.keys)), t.seen
 	for i, h := range t.keys {
 		out[h] = t.wins[i]
 	}
 	clear(t.idx)
 	t.keys, t.wins, t.seen = t.keys[:0], t.wins[:0], 0
-	return out
+	return out, seen
 }
 
 // tallyOf judges each key of counts under c.
@@ -93,41 +93,46 @@ func tallyOf(c *Config, counts map[uint64]Window) Tally {
 	return t
 }
 
-// merge adds counts to into, keeping at most MaxKeys keys (a key already
-// in the tally always adds to it).
-func merge(into, counts map[uint64]Window) {
+// merge adds counts, a uniform sample of seen keys, to into, one of had,
+// and returns the keys the tally samples: past MaxKeys each side keeps as
+// many random keys as its share of the keys sampled (one in both adds up).
+func merge(into map[uint64]Window, had int64, counts map[uint64]Window, seen int) int64 {
+	old, fresh := slices.Collect(maps.Keys(into)), []uint64{}
 	for h, w := range counts {
 		cur, ok := into[h]
-		if !ok && len(into) >= MaxKeys {
-			continue
+		if !ok {
+			fresh = append(fresh, h)
 		}
-		cur.Responses += w.Responses
-		cur.Errors += w.Errors
-		cur.Slow += w.Slow
-		into[h] = cur
+		into[h] = Window{cur.Responses + w.Responses, cur.Errors + w.Errors, cur.Slow + w.Slow}
 	}
+	take := min(len(fresh), max(MaxKeys-len(old), int(MaxKeys*int64(seen)/max(had+int64(seen), 1))))
+	for _, ks := range [][]uint64{old, fresh} {
+		rand.Shuffle(len(ks), func(i, j int) { ks[i], ks[j] = ks[j], ks[i] })
+	}
+	for _, h := range append(old[:max(len(old)+take-MaxKeys, 0)], fresh[take:]...) {
+		delete(into, h)
+	}
+	return had + int64(seen)
 }
 
 // shared is what a fleet keeps under a limit's key: the State and the
 // tally of the interval that ends at End (Unix microseconds; zero: none
-// yet), by key hash.
+// yet), by key hash, a uniform sample of Seen keys.
 type shared struct {
 	State
-	End    int64
-	Counts map[uint64]Window
+	End, Seen int64
+	Counts    map[uint64]Window
 }
 
 // String encodes s: State's "RATE CHANGED DECREASED", then, when there is
-// a tally, "END" and one "HASH:RESPONSES:ERRORS:SLOW" per key, in hash
-// order (so that equal contents are equal strings).
+// a tally, "END/SEEN" and one "HASH:RESPONSES:ERRORS:SLOW" per key, in
+// hash order (so that equal contents are equal strings).
 func (s shared) String() string {
 	if s.End == 0 {
 		return s.State.String()
 	}
 	var b strings.Builder
-	b.WriteString(s.State.String())
-	b.WriteByte(' ')
-	b.WriteString(strconv.FormatInt(s.End, 10))
+	fmt.Fprintf(&b, "%s %d/%d", s.State, s.End, s.Seen)
 	for _, h := range slices.Sorted(maps.Keys(s.Counts)) {
 		w := s.Counts[h]
 		fmt.Fprintf(&b, " %x:%d:%d:%d", h, w.Responses, w.Errors, w.Slow)
@@ -150,8 +155,12 @@ func parseShared(v string) (shared, error) {
 	if len(f) == 3 {
 		return s, nil
 	}
-	if s.End, err = strconv.ParseInt(f[3], 10, 64); err != nil || s.End <= 0 {
+	end, seen, _ := strings.Cut(f[3], "/")
+	if s.End, err = strconv.ParseInt(end, 10, 64); err != nil || s.End <= 0 {
 		return shared{}, fmt.Errorf("adaptive state: bad tally end %q", f[3])
+	}
+	if s.Seen, err = strconv.ParseInt(seen, 10, 64); err != nil || s.Seen < int64(len(f)-4) {
+		return shared{}, fmt.Errorf("adaptive state: bad tally size %q", f[3])
 	}
 	if len(f)-4 > MaxKeys {
 		return shared{}, fmt.Errorf("adaptive state: %d keys in a tally, more than %d", len(f)-4, MaxKeys)

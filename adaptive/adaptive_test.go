@@ -490,6 +490,39 @@ func TestRegistry(t *testing.T) {
 	}
 }
 
+// A tally written by an earlier version, "END" without "/SEEN", is read
+// as a sample of the keys it holds, so that a fleet being upgraded keeps
+// both versions' reports of an interval.
+func TestSharedTallyOfEarlierVersion(t *testing.T) {
+	c := testConfig()
+	c.MinKeys = 2
+	store := &values{m: map[string]string{}}
+	ctx := context.Background()
+	a := adaptive.NewController("api", c, store, epoch)
+	b := adaptive.NewController("api", c, store, epoch)
+	a.Observe("x", 500, time.Millisecond)
+	b.Observe("y", 500, time.Millisecond)
+	now := epoch.Add(c.Interval)
+	if err := a.Tick(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(store.m["adaptive:api"])
+	end, _, ok := strings.Cut(f[3], "/")
+	if !ok {
+		t.Fatalf("no tally size in %q", store.m["adaptive:api"])
+	}
+	f[3] = end
+	store.m["adaptive:api"] = strings.Join(f, " ")
+	for _, at := range []time.Time{now.Add(time.Millisecond), now.Add(c.Interval)} {
+		if err := b.Tick(ctx, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.Rate() != 25 {
+		t.Fatalf("two unhealthy keys, one in an earlier version's tally: rate %v, want 25", b.Rate())
+	}
+}
+
 // Attack: lower a fleet's rate from one process by filling the fleet's
 // tally there first. The attacker's keys are a quarter of the fleet's,
 // all on process a, which reports first; the interval must be judged on

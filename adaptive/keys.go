@@ -155,7 +155,10 @@ func parseShared(v string) (shared, error) {
 	if len(f) == 3 {
 		return s, nil
 	}
-	end, seen, _ := strings.Cut(f[3], "/")
+	end, seen, ok := strings.Cut(f[3], "/")
+	if !ok { // written by an earlier version: a sample of the keys it holds
+		seen = strconv.Itoa(len(f) - 4)
+	}
 	if s.End, err = strconv.ParseInt(end, 10, 64); err != nil || s.End <= 0 {
 		return shared{}, fmt.Errorf("adaptive state: bad tally end %q", f[3])
 	}

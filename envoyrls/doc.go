@@ -116,7 +116,7 @@
 //   - detailed_metric, value_to_metric: accepted; they only shape the
 //     reference server's statistics.
 //   - A descriptor's own limit override (RateLimitDescriptor.limit) replaces
-//     the configured limit, as in the reference server.
+//     the configured limit, counted per domain as in the reference server.
 //
 // Unknown keys are errors, as they are for the reference server. Where the
 // reference server counts every descriptor even when another rejects the

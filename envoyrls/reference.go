@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"gopkg.in/yaml.v3"
@@ -418,14 +419,14 @@ func limitID(domain, chain string) string {
 // "key_value", then the first wildcard "key_prefix*" that matches, then the
 // bare "key" (any value); the limit applies only when the node reached by
 // the last entry has one.
-func (cfg *Reference) lookup(domain string, entries []entry) *refLimit {
+func (cfg *Reference) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry) *refLimit {
 	n := cfg.domains[domain]
 	if n == nil {
 		return nil
 	}
 	var found *refLimit
 	for i, en := range entries {
-		final := en.key + "_" + en.value
+		final := en.Key + "_" + en.Value
 		next := n.children[final]
 		if next == nil {
 			for _, w := range n.wildcards {
@@ -436,7 +437,7 @@ func (cfg *Reference) lookup(domain string, entries []entry) *refLimit {
 			}
 		}
 		if next == nil {
-			next = n.children[en.key]
+			next = n.children[en.Key]
 		}
 		if next == nil {
 			return nil
@@ -451,8 +452,6 @@ func (cfg *Reference) lookup(domain string, entries []entry) *refLimit {
 	}
 	return found
 }
-
-type entry struct{ key, value string }
 
 // clampU32 converts a count to the protocol's uint32, saturating.
 func clampU32(v int64) uint32 { return uint32(min(max(v, 0), math.MaxUint32)) }

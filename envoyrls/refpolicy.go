@@ -169,16 +169,6 @@ func (cfg *Reference) matchInto(req *rlspb.RateLimitRequest, sc *scratch) error 
 	return nil
 }
 
-// lookupDescriptor is lookup for a request's descriptor.
-func (cfg *Reference) lookupDescriptor(domain string, d *rlv3.RateLimitDescriptor) *refLimit {
-	var buf [8]entry
-	es := buf[:0]
-	for _, en := range d.Entries {
-		es = append(es, entry{en.Key, en.Value})
-	}
-	return cfg.lookup(domain, es)
-}
-
 // limitsFor appends to out the limit of each descriptor of req as the
 // reference server finds it: a descriptor's own limit override, else the
 // configured lookup; then every limit named in another found limit's
@@ -190,7 +180,7 @@ func (cfg *Reference) limitsFor(req *rlspb.RateLimitRequest, out []*refLimit) []
 		if d.Limit != nil {
 			l = cfg.override(req.Domain, d.Limit)
 		} else {
-			l = cfg.lookupDescriptor(req.Domain, d)
+			l = cfg.lookup(req.Domain, d.Entries)
 		}
 		out = append(out, l)
 		if l != nil && len(l.replaces) > 0 {
@@ -272,7 +262,7 @@ func (cfg *Reference) override(domain string, o *rlv3.RateLimitDescriptor_RateLi
 	if unitLength(unit) == 0 || cfg.domains[domain] == nil {
 		return nil
 	}
-	k := overrideKey{o.RequestsPerUnit, unit}
+	k := overrideKey{domain, o.RequestsPerUnit, unit}
 	cfg.overMu.Lock()
 	defer cfg.overMu.Unlock()
 	if l, ok := cfg.overrides[k]; ok {
@@ -280,7 +270,9 @@ func (cfg *Reference) override(domain string, o *rlv3.RateLimitDescriptor_RateLi
 	}
 	l := &refLimit{rpu: o.RequestsPerUnit, unit: unit, multiplier: 1}
 	if l.rpu > 0 {
-		l.rule = fmt.Sprintf("envoy.override.%d.%s", l.rpu, strings.ToLower(unit.String()))
+		// Per domain, as the reference server keys an override's counts; no
+		// chain of the file starts with two NULs.
+		l.rule = limitID(domain, fmt.Sprintf("\x00\x00override.%d.%s", l.rpu, strings.ToLower(unit.String())))
 		lim, err := sluice.NewLimit(sluice.Spec{Name: l.rule, Algorithm: sluice.FixedWindow, Rate: float64(l.rpu), Period: l.period(), Start: new(time.Duration)})
 		if err != nil {
 			return nil
@@ -298,6 +290,7 @@ func (cfg *Reference) override(domain string, o *rlv3.RateLimitDescriptor_RateLi
 const maxOverrides = 1024
 
 type overrideKey struct {
-	rpu  uint32
-	unit rlspb.RateLimitResponse_RateLimit_Unit
+	domain string
+	rpu    uint32
+	unit   rlspb.RateLimitResponse_RateLimit_Unit
 }

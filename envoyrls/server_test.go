@@ -349,6 +349,24 @@ func TestDescriptorLimitOverride(t *testing.T) {
 	expect(t, h.call(t, "test", 0, desc("k", "o")), OK, OK, 2)
 }
 
+// TestAttackOverrideSharedAcrossDomains: a descriptor's limit override is
+// counted per domain, as the reference server keys its buckets (the
+// domain, then the entries): calls of one domain must not spend the
+// override bucket that another domain's same descriptor is counted in.
+func TestAttackOverrideSharedAcrossDomains(t *testing.T) {
+	pol, err := envoyrls.ParseReferenceConfig("two.yaml", []byte("domain: public\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n---\ndomain: internal\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, pol)
+	d := desc("generic_key", "checkout")
+	d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
+	expect(t, h.call(t, "public", 0, d), OK, OK, 0)
+	expect(t, h.call(t, "public", 0, d), OVER, OVER, 0)
+	// The internal domain's bucket of the same descriptor is untouched.
+	expect(t, h.call(t, "internal", 0, d), OK, OK, 0)
+}
+
 func TestStoreDownAllows(t *testing.T) {
 	h := startRef(t)
 	h.store.Down.Store(true)

@@ -111,7 +111,8 @@
 //     environment, ReferenceEnvVars says what each variable does).
 //   - replaces: [{name}]: a limit named in another applicable limit's
 //     replaces does not apply to the call.
-//   - share_threshold: every value matching the wildcard shares one bucket.
+//   - share_threshold: every value matching the wildcard counts as one, in
+//     the limit of that descriptor and in those nested under it.
 //   - name: reported as current_limit.name.
 //   - detailed_metric, value_to_metric: accepted; they only shape the
 //     reference server's statistics.
@@ -128,9 +129,8 @@
 // the other descriptors of an admitted call (sluice counts them). The
 // reference adds no response headers unless asked to; a store failure
 // fails its call, where sluice follows on_store_error. sluice's own format
-// can say more:
-// token buckets, any period (not only whole units), burst above the rate,
-// rollover, tiers, per-rule on_store_error, and costs from headers.
+// can say more: token buckets, any period (not only whole units), burst
+// above the rate, rollover, tiers, per-rule on_store_error, and costs from headers.
 //
 // # Building
 //

@@ -70,7 +70,7 @@ type refLimit struct {
 	quota      bool   // quota_mode (see Found.Quota)
 	id         string // the name its buckets are kept under (limitID)
 	replaces   []string
-	share      string // share_threshold: the wildcard value whose matches share one bucket
+	share      []string // per entry, the wildcard value all its matches count as (share_threshold), or ""
 	policyRule *policy.Rule
 
 	clOnce sync.Once
@@ -150,18 +150,12 @@ func (e *refError) add(line int, path, format string, a ...any) {
 	e.lines = append(e.lines, line)
 }
 
-// sort orders the problems by line, as a reader goes through the file.
-func (e *refError) sort() {
-	idx := make([]int, len(e.list))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return e.lines[idx[a]] < e.lines[idx[b]] })
-	list := make([]string, len(idx))
-	for i, j := range idx {
-		list[i] = e.list[j]
-	}
-	e.list = list
+// A refError sorts its problems by line (sort.Stable), as a reader goes
+// through the file.
+func (e *refError) Len() int           { return len(e.list) }
+func (e *refError) Less(a, b int) bool { return e.lines[a] < e.lines[b] }
+func (e *refError) Swap(a, b int) {
+	e.list[a], e.list[b], e.lines[a], e.lines[b] = e.list[b], e.list[a], e.lines[b], e.lines[a]
 }
 
 // addYAML reports a decoding error, each of a TypeError's problems at its
@@ -253,7 +247,7 @@ func parseReference(filename string, data []byte) (*Reference, error) {
 		cfg.addDomain(e, r, root.Line, descriptorLines(root))
 	}
 	if len(e.list) > 0 {
-		e.sort()
+		sort.Stable(e)
 		return nil, e
 	}
 	return cfg, nil
@@ -273,7 +267,7 @@ func (cfg *Reference) addDomain(e *refError, r refRoot, line int, lines map[stri
 	}
 	top := &refNode{}
 	cfg.domains[r.Domain] = top
-	cfg.load(e, r.Domain, top, r.Descriptors, "descriptors", "", lines)
+	cfg.load(e, r.Domain, top, r.Descriptors, "descriptors", "", nil, lines)
 }
 
 // descriptorLines maps each descriptor's path to its line, so messages
@@ -309,8 +303,9 @@ func descriptorLines(root *yaml.Node) map[string]int {
 
 // load compiles ds under parent; path is where they are in the file (for
 // messages), chain the keys and values that lead to them (for the
-// limits' identity, see limitID).
-func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []refDescriptor, path, chain string, lines map[string]int) {
+// limits' identity, see limitID), share what each of those entries
+// counts as (refLimit.share).
+func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []refDescriptor, path, chain string, share []string, lines map[string]int) {
 	parent.children = map[string]*refNode{}
 	for i, d := range ds {
 		p := fmt.Sprintf("%s[%d]", path, i)
@@ -332,12 +327,21 @@ func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []ref
 		if d.Value != "" && strings.HasSuffix(d.Value, "*") {
 			parent.wildcards = append(parent.wildcards, refWildcard{prefix: strings.TrimSuffix(final, "*"), node: n})
 		}
-		c := chain + "\x00" + final
+		c, sh := chain+"\x00"+final, append(share[:len(share):len(share)], "")
+		if d.ShareThreshold {
+			// As the reference server's: whether or not the limit is this
+			// descriptor's own, every value matching it counts as one.
+			if !strings.HasSuffix(d.Value, "*") {
+				e.add(line, p+".share_threshold", "applies to wildcard values (\"prefix*\") only")
+			}
+			sh[len(sh)-1] = d.Value
+		}
 		if rl := d.RateLimit; rl != nil {
 			n.limit = cfg.compileLimit(e, domain, d, p, c, lines)
+			n.limit.share = sh
 		}
 		if len(d.Descriptors) > 0 {
-			cfg.load(e, domain, n, d.Descriptors, p+".descriptors", c, lines)
+			cfg.load(e, domain, n, d.Descriptors, p+".descriptors", c, sh, lines)
 		}
 	}
 }
@@ -379,12 +383,6 @@ func (cfg *Reference) compileLimit(e *refError, domain string, d refDescriptor, 
 	}
 	if rl.RequestsPerUnit != nil {
 		l.rpu = *rl.RequestsPerUnit // absent is 0, as in the reference server: every request is over the limit
-	}
-	if d.ShareThreshold {
-		if !strings.HasSuffix(d.Value, "*") {
-			e.add(line, p+".share_threshold", "applies to wildcard values (\"prefix*\") only")
-		}
-		l.share = d.Value
 	}
 	if l.rpu > 0 {
 		l.rule = l.id

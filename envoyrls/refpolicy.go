@@ -208,7 +208,7 @@ func (cfg *Reference) limitsFor(req *rlspb.RateLimitRequest, out []*refLimit) []
 func refKey(d *rlv3.RateLimitDescriptor, l *refLimit) string {
 	var b strings.Builder
 	// The usual key (nothing to escape, no share) in one allocation.
-	n := len(l.share)
+	n := 0
 	for _, en := range d.Entries {
 		n += len(en.Key) + len(en.Value) + 2
 	}
@@ -218,8 +218,8 @@ func refKey(d *rlv3.RateLimitDescriptor, l *refLimit) string {
 			b.WriteByte('|')
 		}
 		v := en.Value
-		if l.share != "" && i == len(d.Entries)-1 {
-			v = l.share
+		if i < len(l.share) && l.share[i] != "" {
+			v = l.share[i]
 		}
 		b.WriteString(keyComponent(en.Key))
 		b.WriteByte('=')

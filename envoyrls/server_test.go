@@ -367,6 +367,23 @@ func TestAttackOverrideSharedAcrossDomains(t *testing.T) {
 	expect(t, h.call(t, "internal", 0, d), OK, OK, 0)
 }
 
+// TestAttackShareThresholdParentWildcard: share_threshold on a wildcard
+// whose limit is on a nested descriptor counts every matching value in
+// one bucket, as the reference server does; counted per value, a client
+// varying the value (a path under api/*) gets a fresh bucket each time.
+func TestAttackShareThresholdParentWildcard(t *testing.T) {
+	pol, err := envoyrls.ParseReferenceConfig("share.yaml", []byte("domain: d\ndescriptors:\n  - key: route\n    value: api/*\n    share_threshold: true\n    descriptors:\n      - key: method\n        rate_limit: {unit: minute, requests_per_unit: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, pol)
+	expect(t, h.call(t, "d", 0, desc("route", "api/1", "method", "GET")), OK, OK, 1)
+	expect(t, h.call(t, "d", 0, desc("route", "api/2", "method", "GET")), OK, OK, 0)
+	expect(t, h.call(t, "d", 0, desc("route", "api/3", "method", "GET")), OVER, OVER, 0)
+	// The nested entry still counts per value.
+	expect(t, h.call(t, "d", 0, desc("route", "api/4", "method", "POST")), OK, OK, 1)
+}
+
 func TestStoreDownAllows(t *testing.T) {
 	h := startRef(t)
 	h.store.Down.Store(true)

@@ -89,10 +89,10 @@
 //     YAML documents in one file configure several domains.
 //   - descriptors: key, value: a tree. A call's descriptor walks it entry
 //     by entry, at each level preferring "key: value" exactly, then the
-//     first wildcard value "prefix*" that matches, then the bare key (any
-//     value). The limit applies only when the node reached by the last
-//     entry has a rate_limit: a descriptor longer or shorter than the
-//     configured path is not limited.
+//     first wildcard value that matches ("api/*", "a*b": a * is any bytes),
+//     then the bare key (any value). The limit applies only when the node
+//     reached by the last entry has a rate_limit: a descriptor longer or
+//     shorter than the configured path is not limited.
 //   - rate_limit: {unit, requests_per_unit}: a sluice fixed window of one
 //     unit (second, minute, hour, day, week, month = 30 days, year = 365
 //     days; times unit_multiplier) holding requests_per_unit, with windows

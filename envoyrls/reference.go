@@ -103,14 +103,25 @@ func (l *refLimit) currentLimit() *rlspb.RateLimitResponse_RateLimit {
 type refNode struct {
 	limit *refLimit
 	// children by "key_value" (exact) and "key" (any value);
-	// wildcards ("key_prefix*") are tried in file order.
+	// wildcards ("key_val*ue*") are tried in file order.
 	children  map[string]*refNode
 	wildcards []refWildcard
 }
 
 type refWildcard struct {
-	prefix string // "key_prefix" without the star
-	node   *refNode
+	parts []string // "key_value" cut at each star
+	node  *refNode
+}
+
+// matches reports whether s is w's parts in order with anything between
+// them, as the reference server matches a star anywhere in a value.
+func (w refWildcard) matches(s string) bool {
+	last := len(w.parts) - 1
+	rest, ok := strings.CutPrefix(s, w.parts[0])
+	for i := 1; ok && i < last; i++ {
+		_, rest, ok = strings.Cut(rest, w.parts[i])
+	}
+	return ok && strings.HasSuffix(rest, w.parts[last])
 }
 
 // Reference is a file in the reference server's format, compiled: one
@@ -199,11 +210,7 @@ func checkKeys(n *yaml.Node, path string, e *refError) {
 				e.add(k.Line, path, "unknown key %q", k.Value)
 				continue
 			}
-			p := k.Value
-			if path != "" {
-				p = path + "." + k.Value
-			}
-			checkKeys(n.Content[i+1], p, e)
+			checkKeys(n.Content[i+1], strings.TrimPrefix(path+"."+k.Value, "."), e) // no known key starts with "."
 		}
 	case yaml.SequenceNode:
 		for i, c := range n.Content {
@@ -324,15 +331,15 @@ func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []ref
 		}
 		n := &refNode{}
 		parent.children[final] = n
-		if d.Value != "" && strings.HasSuffix(d.Value, "*") {
-			parent.wildcards = append(parent.wildcards, refWildcard{prefix: strings.TrimSuffix(final, "*"), node: n})
+		if strings.Contains(final, "*") {
+			parent.wildcards = append(parent.wildcards, refWildcard{strings.Split(final, "*"), n})
 		}
 		c, sh := chain+"\x00"+final, append(share[:len(share):len(share)], "")
 		if d.ShareThreshold {
 			// As the reference server's: whether or not the limit is this
 			// descriptor's own, every value matching it counts as one.
-			if !strings.HasSuffix(d.Value, "*") {
-				e.add(line, p+".share_threshold", "applies to wildcard values (\"prefix*\") only")
+			if !strings.Contains(final, "*") {
+				e.add(line, p+".share_threshold", "applies to wildcard values (holding a \"*\") only")
 			}
 			sh[len(sh)-1] = d.Value
 		}
@@ -414,7 +421,7 @@ func limitID(domain, chain string) string {
 
 // lookup finds the limit for one descriptor the way the reference server
 // does: walk the entries in order, at each level preferring the exact
-// "key_value", then the first wildcard "key_prefix*" that matches, then the
+// "key_value", then the first wildcard "key_va*ue*" that matches, then the
 // bare "key" (any value); the limit applies only when the node reached by
 // the last entry has one.
 func (cfg *Reference) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry) *refLimit {
@@ -428,7 +435,7 @@ func (cfg *Reference) lookup(domain string, entries []*rlv3.RateLimitDescriptor_
 		next := n.children[final]
 		if next == nil {
 			for _, w := range n.wildcards {
-				if strings.HasPrefix(final, w.prefix) {
+				if w.matches(final) {
 					next = w.node
 					break
 				}

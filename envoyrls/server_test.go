@@ -384,6 +384,38 @@ func TestAttackShareThresholdParentWildcard(t *testing.T) {
 	expect(t, h.call(t, "d", 0, desc("route", "api/4", "method", "POST")), OK, OK, 1)
 }
 
+// TestAttackWildcardInsideValue: a '*' anywhere in a configured value is
+// a wildcard to the reference server, standing for any run of bytes
+// ("/api/*/upload", "svc*ep*rpc"); read as a literal value, such a limit
+// holds no request that the reference server limits with it.
+func TestAttackWildcardInsideValue(t *testing.T) {
+	cfg := "domain: d\ndescriptors:\n  - key: path\n    value: /api/*/upload\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: route\n    value: svc*ep*rpc\nSHARE    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+	pol, err := envoyrls.ParseReferenceConfig("mid.yaml", []byte(strings.Replace(cfg, "SHARE", "", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, pol)
+	expect(t, h.call(t, "d", 0, desc("path", "/api/v1/upload")), OK, OK, 0)
+	expect(t, h.call(t, "d", 0, desc("path", "/api/v1/upload")), OVER, OVER, 0)
+	expect(t, h.call(t, "d", 0, desc("path", "/api/v2/upload")), OK, OK, 0)
+	expect(t, h.call(t, "d", 0, desc("route", "svc-a-ep-b-rpc")), OK, OK, 0)
+	expect(t, h.call(t, "d", 0, desc("route", "svc-a-ep-b-rpc")), OVER, OVER, 0)
+	// Not matching: no limit applies.
+	resp := h.call(t, "d", 0, desc("route", "svc-rpc"), desc("path", "/api/upload"))
+	expect(t, resp, OK, OK, 0, OK, 0)
+	if resp.Statuses[0].CurrentLimit != nil || resp.Statuses[1].CurrentLimit != nil {
+		t.Errorf("a value the wildcards do not match is limited: %v", resp.Statuses)
+	}
+	// share_threshold counts every value such a wildcard matches as one.
+	pol, err = envoyrls.ParseReferenceConfig("mid.yaml", []byte(strings.Replace(cfg, "SHARE", "    share_threshold: true\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = start(t, pol)
+	expect(t, h.call(t, "d", 0, desc("route", "svc-a-ep-b-rpc")), OK, OK, 0)
+	expect(t, h.call(t, "d", 0, desc("route", "svceprpc")), OVER, OVER, 0)
+}
+
 func TestStoreDownAllows(t *testing.T) {
 	h := startRef(t)
 	h.store.Down.Store(true)

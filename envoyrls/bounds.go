@@ -126,19 +126,15 @@ func (f *inFlight) admit(ctx context.Context, info *tap.Info) (context.Context, 
 
 // take is a free place, after a sweep when none is.
 func (f *inFlight) take() (int32, bool) {
-	select {
-	case i := <-f.free:
-		return i, true
-	default:
-	}
-	if !f.sweep() {
-		return 0, false
-	}
-	select {
-	case i := <-f.free:
-		return i, true
-	default:
-		return 0, false
+	for swept := false; ; swept = true {
+		select {
+		case i := <-f.free:
+			return i, true
+		default:
+		}
+		if swept || !f.sweep() {
+			return 0, false
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"fmt"
 	"sync"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -81,7 +82,7 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // Unmarshal is the proto codec's, except that a RateLimitRequest of the
-// usual shape is decoded by decodeRequest.
+// usual shape is decoded by decodeRequest, and a crowded one refused.
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	req, ok := v.(*rlspb.RateLimitRequest)
 	if !ok {
@@ -91,6 +92,9 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	defer buf.Free()
 	b := buf.ReadOnlyData()
 	proto.Reset(req)
+	if crowded(b, 2, maxDescriptors) {
+		return fmt.Errorf("more than %d descriptors, or a descriptor of more than %d entries", maxDescriptors, maxEntries)
+	}
 	if decodeRequest(b, req) {
 		return nil
 	}

@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"bytes"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -159,5 +161,35 @@ func BenchmarkCodecMarshal(b *testing.B) {
 				data.Free()
 			}
 		})
+	}
+}
+
+// TestAttackEmptyDescriptorsAmplifyDecoding: an empty descriptor or
+// entry is two bytes on the wire and some eighty decoded, so a call of
+// max_recv_bytes made of them made the server allocate some forty times
+// its size before validate refused it for its count: max_in_flight such
+// calls at once could have it allocate GiBs, where the bounds promise
+// max_in_flight x max_recv_bytes. A call with more descriptors, or a
+// descriptor with more entries, than a call may have is refused before
+// it is decoded, by either decoder (a limit override sends it to
+// proto.Unmarshal).
+func TestAttackEmptyDescriptorsAmplifyDecoding(t *testing.T) {
+	domain := []byte{0x0a, 0x01, 'd'}
+	empty := bytes.Repeat([]byte{0x12, 0x00}, 120_000)
+	entries := bytes.Repeat([]byte{0x0a, 0x00}, 120_000)
+	many := append(append(append([]byte{}, domain...), 0x12), protowire.AppendVarint(nil, uint64(len(entries)))...)
+	for name, b := range map[string][]byte{
+		"descriptors":                 append(append([]byte{}, domain...), empty...),
+		"entries":                     append(many, entries...),
+		"descriptors after overrides": append(append(append([]byte{}, domain...), 0x12, 0x02, 0x12, 0x00), empty...),
+	} {
+		var req rlspb.RateLimitRequest
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := newCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &req)
+		runtime.ReadMemStats(&after)
+		if n := after.TotalAlloc - before.TotalAlloc; err == nil || n > uint64(len(b)) {
+			t.Errorf("%s: a %d-byte call allocated %d bytes to decode (error %v), want it refused before decoding", name, len(b), n, err)
+		}
 	}
 }

@@ -106,6 +106,26 @@ func decodeRequest(b []byte, req *rlspb.RateLimitRequest) bool {
 	return true
 }
 
+// crowded reports whether b holds field (2: a request's descriptors) more
+// than most times, or a descriptor more than maxEntries entries: an empty
+// one is two bytes sent and some eighty decoded, so it is refused unread.
+func crowded(b []byte, field protowire.Number, most int) bool {
+	for n := 0; len(b) > 0; {
+		num, typ, t := protowire.ConsumeTag(b)
+		l := protowire.ConsumeFieldValue(num, typ, b[max(t, 0):])
+		if t < 0 || l < 0 {
+			return false // malformed: the decoder refuses it
+		}
+		if v, _ := protowire.ConsumeBytes(b[t:]); num == field && typ == protowire.BytesType {
+			if n++; n > most || field == 2 && crowded(v, 1, maxEntries) {
+				return true
+			}
+		}
+		b = b[t+l:]
+	}
+	return false
+}
+
 // oneEntry is a request's one descriptor of one entry.
 type oneEntry struct {
 	d  [1]rlv3.RateLimitDescriptor

@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 	"weak"
@@ -64,19 +65,17 @@ func (m rules) Match(req *rlspb.RateLimitRequest, found []Found) error {
 // every descriptor share sc.ms.
 func (m rules) matchInto(req *rlspb.RateLimitRequest, sc *scratch) error {
 	for i, d := range req.Descriptors {
-		sc.entries = appendEntries(sc.entries[:0], d)
+		sc.entries = sc.entries[:0]
+		for _, en := range d.Entries {
+			sc.entries = append(sc.entries, policy.DescriptorEntry{Key: en.Key, Value: en.Value})
+		}
 		sc.in = policy.Input{Domain: req.Domain, Descriptor: sc.entries}
 		start := len(sc.ms)
 		var err error
 		if sc.ms, err = m.pol.AppendMatch(sc.ms, &sc.in); err != nil {
 			return fmt.Errorf("descriptors[%d]: %v", i, err)
 		}
-		limited := sc.ms[start:start]
-		for _, match := range sc.ms[start:] {
-			if match.Request.Limit != nil {
-				limited = append(limited, match)
-			}
-		}
+		limited := slices.DeleteFunc(sc.ms[start:], func(m policy.Match) bool { return m.Request.Limit == nil })
 		sc.ms = sc.ms[:start+len(limited)]
 		// Capped, so that no later append writes into another's limits.
 		sc.found[i] = Found{Limits: limited[:len(limited):len(limited)]}

@@ -68,14 +68,6 @@ func validate(req *rlspb.RateLimitRequest, maxBytes int) error {
 	return nil
 }
 
-// appendEntries appends d's entries to dst.
-func appendEntries(dst []policy.DescriptorEntry, d *rlv3.RateLimitDescriptor) []policy.DescriptorEntry {
-	for _, en := range d.Entries {
-		dst = append(dst, policy.DescriptorEntry{Key: en.Key, Value: en.Value})
-	}
-	return dst
-}
-
 // ask sets m's request as the Server asks it: cost, and no reservation.
 // Envoy has no notion of a reserved turn: it would pass at once every
 // turn a leaky bucket or a bucket of zero capacity gives.

@@ -531,13 +531,11 @@ func (s *Server) respond(c *call, sc *scratch, e *loaded, into *recycled) *rlspb
 }
 
 // identityOf seeds the Retry-After jitter: the first descriptor, which
-// usually names the client (remote_address, an API key).
+// usually names the client (remote_address, an API key); validate saw
+// that it has an entry.
 func identityOf(req *rlspb.RateLimitRequest) string {
-	d := req.Descriptors[0]
-	if len(d.Entries) == 0 {
-		return ""
-	}
-	return d.Entries[0].Key + "=" + d.Entries[0].Value
+	en := req.Descriptors[0].Entries[0]
+	return en.Key + "=" + en.Value
 }
 
 // apply decides one group, with its results and its store calls in
@@ -638,10 +636,7 @@ func resetOf(l *sluice.Limit, d sluice.Decision, rejected bool, now *reading) (r
 
 // ceilSecond rounds d up to a whole second.
 func ceilSecond(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return (d + time.Second - 1) / time.Second * time.Second
+	return (max(d, 0) + time.Second - 1) / time.Second * time.Second
 }
 
 // reading is the Limiter's clock, read once for a response, and only if
@@ -684,9 +679,6 @@ func untilBoundary(now time.Time, period time.Duration, offset int64) time.Durat
 	if p <= 0 {
 		return 0
 	}
-	into := (now.UnixMicro() - offset) % p
-	if into < 0 {
-		into += p
-	}
-	return engine.Duration(p - into)
+	x := now.UnixMicro() - offset
+	return engine.Duration(p - (x - engine.FloorDiv(x, p)*p))
 }

@@ -189,11 +189,12 @@ func TestAttackEnvoyDenyStatusFromClient(t *testing.T) {
 // loginSpellings are ways to write /login that some upstream serves as
 // /login: percent-encoded, doubled slashes, dot segments, other case,
 // path parameters (Tomcat), backslashes (IIS), a trailing slash (Express),
-// double encoding.
+// double encoding, a fragment (nginx).
 var loginSpellings = []string{
 	"/%6Cogin", "/%6c%6F%67%69%6E", "//login", "///login", "/x/../login", "/./login",
 	"/x/..//login", "/LOGIN", "/Login", "/%4C%4F%47%49%4E", "/login/", "/login;jsessionid=1",
 	"/login;/", "/x/..;/login", `/x\..\login`, "/%5Clogin", "/%256Cogin", "/login?next=/", "/LOGIN/.",
+	"/login#/../x",
 }
 
 // adminSpellings are ways to reach under /admin/.

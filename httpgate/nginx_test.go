@@ -1,9 +1,11 @@
 package httpgate_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -112,4 +114,30 @@ func TestAttackNginxForgedHeaders(t *testing.T) {
 	e := newEnv(t, "forward_auth: {proxy: nginx}\n"+loginRules)
 	addr, logs := startNginx(t, e, newApp(t))
 	attackThroughProxy(t, e, addr, logs)
+}
+
+// Attack (through a real nginx running examples/nginx.conf): the client
+// writes its login as "/login#/../xN". nginx routes it as /login and
+// passes it on as sent, and an upstream that reads the target as a URI
+// reference (Go's url.Parse, Node's url.parse, which Express routes by)
+// serves /login; X-Original-URI carries it whole, and read as a path it
+// was /xN, out of the login rule and a fresh bucket each time. What
+// follows '#' is a fragment, never the path: three logins, then 429s.
+func TestAttackNginxFragmentHidesPath(t *testing.T) {
+	e := newEnv(t, "forward_auth: {proxy: nginx}\n"+loginRules)
+	var logins atomic.Int64
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, err := url.Parse(r.RequestURI); err == nil && u.Path == "/login" {
+			logins.Add(1)
+		}
+	}))
+	t.Cleanup(app.Close)
+	addr, logs := startNginx(t, e, app)
+	got := statuses(t, 5, func(i int) int {
+		resp, _ := rawRequest(t, addr, "POST", fmt.Sprintf("/login#/../x%d", i))
+		return resp.StatusCode
+	})
+	if got != "200 200 200 429 429" || logins.Load() != 3 {
+		t.Fatalf("five POSTs to /login#/../xN: %s, the app served /login %d times; want 200 200 200 429 429 and 3\naudit: %s\n%s", got, logins.Load(), e.audit.String(), logs())
+	}
 }

@@ -18,7 +18,9 @@ import (
 // proxy passes the client's own headers on, so X-Forwarded-Uri reaching
 // sluice through an nginx that sets X-Original-URI is the client's
 // invention. prefix is the path the call is routed by ("/v1/auth"), which
-// Envoy's ext_authz puts before the original path.
+// Envoy's ext_authz puts before the original path. A '#' in the URI starts
+// a fragment, as nginx and the URI parsers of upstreams read it, not the
+// path: "/login#/../x" is /login (TestAttackNginxFragmentHidesPath).
 //
 // Otherwise (an untrusted caller, or no forward_auth) no header describes
 // the request: the call is judged as itself, with the socket peer as the
@@ -82,6 +84,7 @@ func (p *Policy) fromForwardAuth(in *Input, r *http.Request, prefix string) erro
 	if strings.ContainsAny(in.Host, ", \t") {
 		return fmt.Errorf("forward auth (%s): the original host %q is not one host name", fa.Proxy, in.Host)
 	}
+	uri, _, _ = strings.Cut(uri, "#")
 	u, err := url.ParseRequestURI(uri)
 	if err != nil {
 		return fmt.Errorf("forward auth (%s): the original URI %q is not a request URI", fa.Proxy, uri)

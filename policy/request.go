@@ -506,10 +506,7 @@ func (e *eval) value(src source) (string, bool) {
 		return strings.ToUpper(r.Method), true
 	case srcHost:
 		h := hostOnly(r.Host)
-		if h == "" {
-			return "", false
-		}
-		return h, true
+		return h, h != ""
 	case srcDescriptorKey:
 		for _, en := range r.Descriptor {
 			if en.Key == src.name {

@@ -470,3 +470,39 @@ rules:
 		t.Errorf("4 requests whose X-Api-Key the proxy drops: %s, want 200 200 429 429 (the upstream saw %d anonymous requests: one (absent) bucket)", got, len(seen))
 	}
 }
+
+// Attack: a rule limits GET /search (an expensive query, or an oracle
+// whose status says whether a name exists); the client sends HEAD
+// instead. Go's mux, like Express and Rails, serves HEAD with GET's
+// handler, which does all of its work and only leaves the body unsent. A
+// HEAD is a GET to the rules: three searches, then 429s.
+func TestAttackHeadEscapesGetRule(t *testing.T) {
+	e := newEnv(t, `
+rules:
+  - name: search
+    match: {path: /search, method: GET}
+    algorithm_config: {rps: 1, burst: 3}
+`)
+	var searches atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /search", func(w http.ResponseWriter, r *http.Request) {
+		searches.Add(1)
+		io.WriteString(w, "results")
+	})
+	app := httptest.NewServer(mux)
+	t.Cleanup(app.Close)
+	up, _ := url.Parse(app.URL)
+	proxy := httptest.NewServer(e.gate.Proxy(up, httpgate.ProxyOptions{}))
+	t.Cleanup(proxy.Close)
+	got := statuses(t, 5, func(int) int {
+		resp, err := http.Head(proxy.URL + "/search?q=a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	})
+	if got != "200 200 200 429 429" || searches.Load() != 3 {
+		t.Errorf("five HEAD /search: %s, the app searched %d times; want 200 200 200 429 429 and 3", got, searches.Load())
+	}
+}

@@ -256,7 +256,7 @@ func (l *loader) match(n *yaml.Node, path string) []cond {
 				}
 				values[j] = cleanPath(val)
 			case c.src.kind == srcMethod:
-				values[j] = strings.ToUpper(val)
+				values[j] = method(val)
 			case c.src.kind == srcHost:
 				values[j] = hostOnly(val)
 			case c.src.kind == srcPath:

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -201,15 +202,10 @@ func parseHostAddr(s string) netip.Addr {
 	if s == "" || len(s) > 64 {
 		return netip.Addr{}
 	}
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap().WithZone("")
-	}
 	if host, _, err := net.SplitHostPort(s); err == nil {
 		s = host
-	} else {
-		s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
 	}
-	a, err := netip.ParseAddr(s)
+	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
 	if err != nil {
 		return netip.Addr{}
 	}
@@ -355,10 +351,7 @@ func (e *eval) paths() (clean, lenient string) {
 // share a bucket.
 func (e *eval) keyPath() string {
 	c, l := e.paths()
-	if l != "" {
-		return l
-	}
-	return c
+	return cmp.Or(l, c)
 }
 
 // cleanPath roots a decoded path, resolves dot segments and repeated
@@ -500,10 +493,7 @@ func (e *eval) value(src source) (string, bool) {
 	case srcPath:
 		return e.keyPath(), true
 	case srcMethod:
-		if r.Method == "" {
-			return "", false
-		}
-		return strings.ToUpper(r.Method), true
+		return method(r.Method), r.Method != ""
 	case srcHost:
 		h := hostOnly(r.Host)
 		return h, h != ""
@@ -532,6 +522,15 @@ func (e *eval) value(src source) (string, bool) {
 		return r.Domain, r.Domain != ""
 	}
 	return "", false
+}
+
+// method is a method as rules read it: upper-cased, and HEAD as GET, since
+// servers answer HEAD with GET's handler, its work and all.
+func method(m string) string {
+	if m = strings.ToUpper(m); m == "HEAD" {
+		return "GET"
+	}
+	return m
 }
 
 // hostOnly lower-cases a Host header and drops its port and a trailing

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -252,6 +253,49 @@ func TestAttackPathSpellings(t *testing.T) {
 	for _, s := range []string{"/LOGIN", "/%6Cogin", "//login", "/x/../login", "/login;x", "/login/"} {
 		if resp, _ := rawRequest(t, strings.TrimPrefix(mw.URL, "http://"), "GET", s); resp.StatusCode != 429 {
 			t.Errorf("middleware %s: %d, want 429", s, resp.StatusCode)
+		}
+	}
+}
+
+// Attack: an upstream that compares paths without case by upper-casing
+// each letter, as Java's String.equalsIgnoreCase does, serves "/ſignin"
+// (a long s, which Unicode case folding also takes for s) and "/sıgnin"
+// (a dotless i) as /signin: both letters upper-case to ASCII. Lower-cased
+// alone, they were other paths, out of the signin rule and fresh buckets.
+// Rules fold a path's case as such an upstream does: three sign-ins,
+// then 429s.
+func TestAttackPathUnicodeCaseFold(t *testing.T) {
+	e := newEnv(t, `
+trusted_proxies: ["127.0.0.1/32"]
+forward_auth: {proxy: nginx}
+rules:
+  - name: signin
+    match: {path: /signin}
+    algorithm_config: {rps: 1, burst: 3}
+  - name: per-path
+    limit_keys: ["path"]
+    algorithm_config: {rps: 1, burst: 3}
+`)
+	var signins atomic.Int64
+	mw := httptest.NewServer(e.gate.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.ToUpper(r.URL.Path) == "/SIGNIN" {
+			signins.Add(1)
+		}
+	})))
+	t.Cleanup(mw.Close)
+	spellings := []string{"/%C5%BFignin", "/s%C4%B1gnin", "/%C5%BF%C4%B1gnin", "/SIGN%C4%B1N", "/%C5%BFIGNIN"}
+	got := statuses(t, len(spellings), func(i int) int {
+		resp, _ := rawRequest(t, strings.TrimPrefix(mw.URL, "http://"), "POST", spellings[i])
+		return resp.StatusCode
+	})
+	if got != "200 200 200 429 429" || signins.Load() != 3 {
+		t.Errorf("middleware %v: %s, the app signed in %d times; want 200 200 200 429 429 and 3", spellings, got, signins.Load())
+	}
+	// Forward auth reads X-Original-URI as the middleware reads the path
+	// (the signin rule is one bucket, spent).
+	for _, s := range spellings[:2] {
+		if resp, _ := e.get("/v1/auth", "X-Original-Method", "POST", "X-Original-URI", s, "X-Original-Host", "app.example", "X-Real-IP", "198.51.100.1"); resp.StatusCode != 429 {
+			t.Errorf("forward auth %s after three sign-ins: %d, want 429", s, resp.StatusCode)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Input describes one request to limit: the parts of an HTTP request (or
@@ -355,10 +356,12 @@ func (e *eval) keyPath() string {
 }
 
 // cleanPath roots a decoded path, resolves dot segments and repeated
-// slashes (path.Clean, keeping a trailing slash) and lower-cases it. Rules
+// slashes (path.Clean, keeping a trailing slash) and folds its case. Rules
 // compare paths without case because upstreams differ (IIS, macOS file
 // systems and many routers take /LOGIN for /login): a case-sensitive
-// /login rule would let /LOGIN through to them.
+// /login rule would let /LOGIN through to them. Each letter is upper-cased
+// before it is lower-cased, as Java's equalsIgnoreCase compares them:
+// "/ſignin" and "/sıgnin" are /signin (TestAttackPathUnicodeCaseFold).
 func cleanPath(p string) string {
 	if p == "" {
 		return "/"
@@ -367,7 +370,7 @@ func cleanPath(p string) string {
 	if strings.HasSuffix(p, "/") && c != "/" {
 		c += "/"
 	}
-	return strings.ToLower(c)
+	return strings.Map(func(r rune) rune { return unicode.ToLower(unicode.ToUpper(r)) }, c)
 }
 
 // lenientPath reads a decoded path as the most lenient upstreams do:
@@ -486,10 +489,7 @@ func (e *eval) value(src source) (string, bool) {
 			return s, true
 		}
 		b, err := json.Marshal(v)
-		if err != nil {
-			return "", false
-		}
-		return string(b), true
+		return string(b), err == nil
 	case srcPath:
 		return e.keyPath(), true
 	case srcMethod:
@@ -600,16 +600,14 @@ func claimStrings(v any) []string {
 	if s, ok := scalarString(v); ok {
 		return []string{s}
 	}
-	if arr, ok := v.([]any); ok {
-		var out []string
-		for _, x := range arr {
-			if s, ok := scalarString(x); ok {
-				out = append(out, s)
-			}
+	arr, _ := v.([]any)
+	var out []string
+	for _, x := range arr {
+		if s, ok := scalarString(x); ok {
+			out = append(out, s)
 		}
-		return out
 	}
-	return nil
+	return out
 }
 
 // maxComponent bounds one key component; longer ones are hashed.

@@ -39,9 +39,10 @@ type ProxyOptions struct {
 
 // clientAddressHeaders are the headers besides X-Forwarded-For and
 // Forwarded (which httputil.ReverseProxy already rewrites) that upstreams
-// and their frameworks take as the client's address, host, scheme or
-// original URL. A client sends them to pose as another address or path
-// to the upstream; the proxy never passes them on.
+// and their frameworks take as the client's address, host, scheme,
+// original URL or method (Symfony and Laravel read a POST's
+// X-HTTP-Method-Override). A client sends them to pose as another address,
+// path or method to the upstream; the proxy never passes them on.
 var clientAddressHeaders = []string{
 	"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Client-Ip", "Cf-Connecting-Ip",
 	"Fastly-Client-Ip", "X-Cluster-Client-Ip", "X-Original-Forwarded-For",
@@ -49,7 +50,7 @@ var clientAddressHeaders = []string{
 	"X-Forwarded-Ssl", "X-Forwarded-Scheme", "X-Url-Scheme", "Front-End-Https",
 	"X-Forwarded-Prefix", "X-Forwarded-Uri", "X-Forwarded-Method",
 	"X-Original-Uri", "X-Original-Url", "X-Original-Method", "X-Original-Host",
-	"X-Rewrite-Url", "X-Envoy-External-Address", "X-Envoy-Original-Path",
+	"X-Rewrite-Url", "X-Envoy-External-Address", "X-Envoy-Original-Path", "X-Http-Method-Override", "X-Http-Method", "X-Method-Override",
 }
 
 // NewReverseProxy forwards requests to upstream with
@@ -119,10 +120,8 @@ func peerAddr(remote string) netip.Addr {
 	if ap, err := netip.ParseAddrPort(remote); err == nil {
 		return ap.Addr().Unmap()
 	}
-	if a, err := netip.ParseAddr(remote); err == nil {
-		return a.Unmap()
-	}
-	return netip.Addr{}
+	a, _ := netip.ParseAddr(remote) // the zero Addr, unparsed
+	return a.Unmap()
 }
 
 // Proxy returns the reverse proxy handler: requests the current policy

@@ -506,3 +506,42 @@ rules:
 		t.Errorf("five HEAD /search: %s, the app searched %d times; want 200 200 200 429 429 and 3", got, searches.Load())
 	}
 }
+
+// Attack: a rule limits DELETE /items; the client sends POST with
+// X-HTTP-Method-Override: DELETE, which Symfony and Laravel (and
+// Express's method-override) honour on a POST, so the upstream deletes
+// while the rules judged a POST. The proxy drops the override headers:
+// the upstream serves the POST that was judged.
+func TestAttackMethodOverrideHeaderEscapesRule(t *testing.T) {
+	e := newEnv(t, `
+rules:
+  - name: deletes
+    match: {path: /items, method: DELETE}
+    algorithm_config: {rps: 1, burst: 2}
+`)
+	var deletes atomic.Int64
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := r.Method
+		for _, h := range []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"} {
+			if o := r.Header.Get(h); m == "POST" && o != "" {
+				m = strings.ToUpper(o)
+			}
+		}
+		if m == "DELETE" {
+			deletes.Add(1)
+		}
+	}))
+	t.Cleanup(app.Close)
+	up, _ := url.Parse(app.URL)
+	proxy := httptest.NewServer(e.gate.Proxy(up, httpgate.ProxyOptions{}))
+	t.Cleanup(proxy.Close)
+	addr := strings.TrimPrefix(proxy.URL, "http://")
+	for _, h := range []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"} {
+		for i := 0; i < 2; i++ {
+			rawRequest(t, addr, "POST", "/items", h, "DELETE")
+		}
+	}
+	if n := deletes.Load(); n > 2 {
+		t.Errorf("the upstream deleted %d times through POSTs with an override header; the rule admits 2 DELETEs", n)
+	}
+}

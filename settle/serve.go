@@ -259,7 +259,7 @@ func gunzip(b []byte) []byte {
 // vals and found, for each Body source, the value at its path of the last
 // event whose data is JSON with a number there. It holds one event at
 // most, bounded by maxEventBytes: a longer event, or line, is skipped
-// whole.
+// whole, and leaves no cost found, as it may have stated a later one.
 type sseReader struct {
 	sources []*Source
 	vals    []float64 // the Recorder's, by source
@@ -329,19 +329,20 @@ func (s *sseReader) endLine() {
 	}
 }
 
-// dispatch ends an event: its data, when JSON, may state the costs.
+// dispatch ends an event: its data, when JSON, may state the costs; one
+// skipped for its size may have, so what came before it no longer counts.
 func (s *sseReader) dispatch() {
-	if s.hasData && !s.over {
-		if string(s.data) == "[DONE]" {
-			s.done = true
+	if s.hasData && !s.over && string(s.data) == "[DONE]" {
+		s.done = true
+	}
+	for i, p := range s.sources {
+		if p.Kind != Body || !(s.hasData || s.over) {
+			continue
 		}
-		for i, p := range s.sources {
-			if p.Kind != Body {
-				continue
-			}
-			if v, ok := p.FromJSON(s.data); ok {
-				s.vals[i], s.found[i], s.done = v, true, false
-			}
+		if s.over {
+			s.found[i] = false
+		} else if v, ok := p.FromJSON(s.data); ok {
+			s.vals[i], s.found[i], s.done = v, true, false
 		}
 	}
 	s.data, s.hasData, s.over = s.data[:0], false, false

@@ -134,7 +134,8 @@ func TestAttackServeUnusableCost(t *testing.T) {
 }
 
 // A stream's event too large to hold, or a JSON response too large, is
-// not read for its cost, and the response passes whole.
+// not read for its cost (nor is an earlier event's, which the skipped one
+// may have updated), and the response passes whole.
 func TestServeBounds(t *testing.T) {
 	big := strings.Repeat("y", 70<<10)
 	for name, c := range map[string]struct {
@@ -142,7 +143,7 @@ func TestServeBounds(t *testing.T) {
 		want        float64 // -1: none
 	}{
 		"event": {"text/event-stream", fmt.Sprintf("data: {\"usage\":{\"total_tokens\":3},\"pad\":\"%s\"}\n\n", big), -1},
-		"line":  {"text/event-stream", fmt.Sprintf("data: {\"usage\":{\"total_tokens\":3}}\n\ndata: {\"pad\":\"%s\",\"usage\":{\"total_tokens\":5}}\n\n", big), 3},
+		"line":  {"text/event-stream", fmt.Sprintf("data: {\"usage\":{\"total_tokens\":3}}\n\ndata: {\"pad\":\"%s\",\"usage\":{\"total_tokens\":5}}\n\n", big), -1},
 		"json":  {"application/json", fmt.Sprintf("{\"pad\":\"%s\",\"usage\":{\"total_tokens\":3}}", strings.Repeat(big, 16)), -1},
 	} {
 		got, why, w, _ := serve(t, mustParse(t, "body:usage.total_tokens"), func(w http.ResponseWriter, _ *http.Request) {
@@ -180,5 +181,23 @@ func TestReadBody(t *testing.T) {
 	r = httptest.NewRequest("POST", "/", strings.NewReader(`{"n":1}`))
 	if got, _ := settle.ReadBody(r, 10, &free); got != nil || free.Load() != 5 {
 		t.Errorf("with the memory spent: read %q, %d bytes left", got, free.Load())
+	}
+}
+
+// Attack: the upstream states a running total of the usage in every event
+// of its stream (as Gemini's usageMetadata does), and the client has the
+// last one carry content of its choosing (a function call's arguments)
+// past the bound on an event. That event is skipped, and the total of an
+// earlier one, far smaller than what the upstream billed, must not settle
+// the charge: the stream states no usable cost.
+func TestAttackStreamEventPastBoundKeepsEarlierUsage(t *testing.T) {
+	args := strings.Repeat("a", 70<<10)
+	got, why, w, _ := serve(t, mustParse(t, "body:usage.total_tokens"), func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"text\":\"ok\",\"usage\":{\"total_tokens\":12}}\n\n")
+		fmt.Fprintf(w, "data: {\"call\":{\"args\":\"%s\"},\"usage\":{\"total_tokens\":90000}}\n\n", args)
+	})
+	if w.Code != 200 || why == "" {
+		t.Fatalf("settled at %v (%q): the stream's last usage was skipped, and an earlier, smaller one charged", got, why)
 	}
 }

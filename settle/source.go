@@ -120,8 +120,7 @@ func validHeaderName(s string) bool {
 	if s == "" || len(s) > 128 {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	for _, c := range []byte(s) {
 		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
 			return false
 		}

@@ -113,12 +113,10 @@ func (rec *Recorder) snapshot(code int) {
 	}
 	for _, line := range h.Values("Trailer") {
 		for _, name := range strings.Split(line, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				if rec.announced == nil {
-					rec.announced = map[string]bool{}
-				}
-				rec.announced[http.CanonicalHeaderKey(name)] = true
+			if rec.announced == nil {
+				rec.announced = map[string]bool{}
 			}
+			rec.announced[http.CanonicalHeaderKey(strings.TrimSpace(name))] = true
 		}
 	}
 	// A status that has no body (HEAD answers too) states no cost in one.
@@ -259,7 +257,8 @@ func gunzip(b []byte) []byte {
 // vals and found, for each Body source, the value at its path of the last
 // event whose data is JSON with a number there. It holds one event at
 // most, bounded by maxEventBytes: a longer event, or line, is skipped
-// whole, and leaves no cost found, as it may have stated a later one.
+// whole, and leaves no cost found, as it may have stated a later one (so
+// does an event whose data is not JSON that can be read, but "[DONE]").
 type sseReader struct {
 	sources []*Source
 	vals    []float64 // the Recorder's, by source
@@ -329,19 +328,20 @@ func (s *sseReader) endLine() {
 	}
 }
 
-// dispatch ends an event: its data, when JSON, may state the costs; one
-// skipped for its size may have, so what came before it no longer counts.
+// dispatch ends an event: its data, when JSON, may state the costs. One
+// not read (past its bound, or not JSON read here, as when nested too
+// deep; "[DONE]" aside) may have stated later ones than those read before.
 func (s *sseReader) dispatch() {
-	if s.hasData && !s.over && string(s.data) == "[DONE]" {
-		s.done = true
-	}
+	end := !s.over && string(s.data) == "[DONE]"
+	s.done = s.done || end
 	for i, p := range s.sources {
-		if p.Kind != Body || !(s.hasData || s.over) {
+		if p.Kind != Body || !(s.hasData || s.over) || end {
 			continue
 		}
-		if s.over {
+		vals, ok := Values(s.data, p.Path)
+		if v, found := largest(vals); s.over || !ok {
 			s.found[i] = false
-		} else if v, ok := p.FromJSON(s.data); ok {
+		} else if found {
 			s.vals[i], s.found[i], s.done = v, true, false
 		}
 	}

@@ -201,3 +201,20 @@ func TestAttackStreamEventPastBoundKeepsEarlierUsage(t *testing.T) {
 		t.Fatalf("settled at %v (%q): the stream's last usage was skipped, and an earlier, smaller one charged", got, why)
 	}
 }
+
+// Attack: as TestAttackStreamEventPastBoundKeepsEarlierUsage, but the
+// client has the last event's content (a function call's arguments, a
+// JSON object) nest deeper than a cost is read from. That event states
+// its running total all the same: the earlier, smaller one must not
+// settle the charge.
+func TestAttackStreamEventTooDeepKeepsEarlierUsage(t *testing.T) {
+	args := strings.Repeat("[", 200) + strings.Repeat("]", 200)
+	got, why, _, _ := serve(t, mustParse(t, "body:usage.total_tokens"), func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"text\":\"ok\",\"usage\":{\"total_tokens\":12}}\n\n")
+		fmt.Fprintf(w, "data: {\"call\":{\"args\":%s},\"usage\":{\"total_tokens\":90000}}\n\n", args)
+	})
+	if why == "" {
+		t.Fatalf("settled at %v: the stream's last usage was not read, and an earlier, smaller one charged", got)
+	}
+}

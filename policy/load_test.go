@@ -224,7 +224,7 @@ rules:
     algorithm_config: {rps: 1, burst: 1}
 `, []string{
 			`c.yaml:1: listen: must be an address such as ":8080" or "127.0.0.1:8080" (got "8080")`,
-			`c.yaml:3: store.url: must be a URL such as "memory://", "redis://host:6379" or "postgres://..." (got "localhost")`,
+			`c.yaml:3: store.url: must be a URL such as "memory://", "redis://host:6379" or "postgres://..." (not repeated: it may hold the store's password)`,
 			`c.yaml:4: admin_token_env: must be the name of an environment variable, such as SLUICE_ADMIN_TOKEN (got "not a name")`,
 			`c.yaml:5: trusted_proxies: "10.0.0.1/8" has host bits set; did you mean "10.0.0.0/8"?`,
 			`c.yaml:5: trusted_proxies: must be a CIDR such as "10.0.0.0/8" or an address (got "nonsense")`,

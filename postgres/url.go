@@ -37,7 +37,7 @@ func SplitURL(raw string) (string, URLOptions, error) {
 	var o URLOptions
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", o, fmt.Errorf("postgres url: %w", err)
+		return "", o, fmt.Errorf("postgres url: %w", err.(*url.Error).Err) // not err: it repeats the URL, password and all
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 		return "", o, fmt.Errorf("postgres url: scheme %q, want postgres or postgresql", u.Scheme)

@@ -52,3 +52,14 @@ func TestCheckURL(t *testing.T) {
 		}
 	}
 }
+
+// A URL that net/url cannot parse (a port or an escape mistyped) is
+// reported without its password: url.Parse's error repeats the whole URL.
+func TestAttackStoreURLParseErrorEchoesPassword(t *testing.T) {
+	for _, bad := range []string{"postgres://u:hunter2@db:port/app", "postgres://u:hunter2@db/app%zz"} {
+		_, _, err := postgres.SplitURL(bad)
+		if err == nil || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: %v, want an error without the password", bad, err)
+		}
+	}
+}

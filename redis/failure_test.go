@@ -411,6 +411,17 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+// A URL that net/url cannot parse (a port or an escape mistyped) is
+// reported without its password: url.Parse's error repeats the whole URL.
+func TestAttackStoreURLParseErrorEchoesPassword(t *testing.T) {
+	for _, bad := range []string{"redis://:hunter2@h:port", "redis://u:hunter2@h:1%zz", "redis+cluster://u:hunter2@[::1:1,h:2", "redis+sentinel://:hunter2@h:port/m"} {
+		err := redis.CheckURL(bad)
+		if err == nil || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: %v, want an error without the password", bad, err)
+		}
+	}
+}
+
 // CheckURL refuses what Open would, without a server to connect to.
 func TestCheckURL(t *testing.T) {
 	for _, ok := range []string{"redis://127.0.0.1:1/0", "rediss://h:2?key_prefix=app:", "redis+cluster://a:1,b:2?batch=0"} {

@@ -134,7 +134,7 @@ func ParseURL(rawURL string) (rueidis.ClientOption, time.Duration, error) {
 	}
 	u, err := url.Parse(plain)
 	if err != nil {
-		return bad("%v", err)
+		return bad("%v", err.(*url.Error).Err) // not the error itself: it repeats the URL, password and all
 	}
 	var timeout time.Duration
 	if v := u.Query().Get("timeout"); v != "" {

@@ -96,7 +96,7 @@ func CheckListen(v string) string {
 func CheckStoreURL(v string) string {
 	u, err := url.Parse(v)
 	if err != nil || u.Scheme == "" || !strings.Contains(v, "://") {
-		return fmt.Sprintf("must be a URL such as \"memory://\", \"redis://host:6379\" or \"postgres://...\" (got %q)", v)
+		return `must be a URL such as "memory://", "redis://host:6379" or "postgres://..." (not repeated: it may hold the store's password)`
 	}
 	return ""
 }

@@ -46,3 +46,13 @@ func TestDefault(t *testing.T) {
 		t.Fatalf("bounds: %+v %+v", d.Server, d.GRPC)
 	}
 }
+
+// A store URL the loader refuses is not repeated in its message: it holds
+// the store's password, and the message goes to the log on a reload.
+func TestAttackStoreURLErrorEchoesPassword(t *testing.T) {
+	for _, bad := range []string{"redis://:hunter2@h:port", "redis//:hunter2@h:6379", "postgres://u:hunter2@db/app%zz"} {
+		if msg := serverconf.CheckStoreURL(bad); msg == "" || strings.Contains(msg, "hunter2") {
+			t.Errorf("%s: %q, want a refusal without the password", bad, msg)
+		}
+	}
+}

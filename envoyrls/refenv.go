@@ -252,7 +252,7 @@ func ReadReferenceEnv(getenv func(string) string) (RefEnv, error) {
 		if val := getenv(v.Name); val != "" && v.refuse != nil {
 			if why := v.refuse(val, getenv); why != "" && !said[why] {
 				said[why] = true
-				errs = append(errs, fmt.Errorf("%s=%q: %s", v.Name, val, why))
+				errs = append(errs, fmt.Errorf("%s: %s", v.Name, why)) // not val: REDIS_SENTINEL_AUTH's is a password
 			}
 		}
 	}

@@ -118,7 +118,7 @@ func TestReadReferenceEnv(t *testing.T) {
 		{env: map[string]string{"NEAR_LIMIT_RATIO": "0.5", "LOCAL_CACHE_SIZE_IN_BYTES": "1000", "REDIS_PIPELINE_WINDOW": "150us", "REDIS_PIPELINE_LIMIT": "8", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "GRPC_SERVER_USE_TLS": "false"}},
 		{env: map[string]string{"SHADOW_MODE": "yes"}, refused: `SHADOW_MODE="yes": want true or false`},
 		{env: map[string]string{"LIMIT_RESET_HEADER": "X-Reset"}, refused: "LIMIT_RESET_HEADER"},
-		{env: map[string]string{"REDIS_SOCKET_TYPE": "unix"}, refused: "REDIS_SOCKET_TYPE=\"unix\": sluice reaches Redis over TCP only"},
+		{env: map[string]string{"REDIS_SOCKET_TYPE": "unix"}, refused: "REDIS_SOCKET_TYPE: sluice reaches Redis over TCP only"},
 		{env: map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "s1:26379"}, refused: "master name"},
 		{env: map[string]string{"REDIS_URL": "a:1,b:2"}, refused: "REDIS_TYPE=sentinel or cluster"},
 		{env: map[string]string{"REDIS_TLS_CACERT": "/ca.pem"}, refused: "REDIS_TLS_CACERT"},
@@ -163,5 +163,15 @@ func TestParserReferenceEnvModes(t *testing.T) {
 	env["MERGE_DOMAIN_CONFIG"] = "true"
 	if _, _, err := parse("ref.yaml", file); err == nil || !strings.Contains(err.Error(), "MERGE_DOMAIN_CONFIG") {
 		t.Errorf("a refused variable: %v", err)
+	}
+}
+
+// A refused variable is named without its value: REDIS_SENTINEL_AUTH's is
+// a password, and the refusal goes to the log of a failed start.
+func TestAttackRefusedEnvEchoesPassword(t *testing.T) {
+	env := map[string]string{"REDIS_URL": "m,s1:26379", "REDIS_TYPE": "sentinel", "REDIS_AUTH": "storepw", "REDIS_SENTINEL_AUTH": "hunter2-sentinel"}
+	_, err := envoyrls.ReadReferenceEnv(func(k string) string { return env[k] })
+	if err == nil || !strings.Contains(err.Error(), "REDIS_SENTINEL_AUTH") || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("%v: want REDIS_SENTINEL_AUTH refused without its value", err)
 	}
 }

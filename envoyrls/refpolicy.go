@@ -270,10 +270,10 @@ func (cfg *Reference) override(domain string, o *rlv3.RateLimitDescriptor_RateLi
 	}
 	l := &refLimit{rpu: o.RequestsPerUnit, unit: unit, multiplier: 1}
 	if l.rpu > 0 {
-		// Per domain, as the reference server keys an override's counts; no
-		// chain of the file starts with two NULs.
-		l.rule = limitID(domain, fmt.Sprintf("\x00\x00override.%d.%s", l.rpu, strings.ToLower(unit.String())))
-		lim, err := sluice.NewLimit(sluice.Spec{Name: l.rule, Algorithm: sluice.FixedWindow, Rate: float64(l.rpu), Period: l.period(), Start: new(time.Duration)})
+		// Counted per domain and rate, as the reference server counts (no chain of the file starts
+		// with two NULs), but reported per domain and unit: every rule name is a series kept for good.
+		l.rule = limitID(domain, "\x00\x00override."+strings.ToLower(unit.String()))
+		lim, err := sluice.NewLimit(sluice.Spec{Name: limitID(domain, fmt.Sprintf("\x00\x00override.%d.%s", l.rpu, strings.ToLower(unit.String()))), Algorithm: sluice.FixedWindow, Rate: float64(l.rpu), Period: l.period(), Start: new(time.Duration)})
 		if err != nil {
 			return nil
 		}

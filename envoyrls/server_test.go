@@ -367,6 +367,46 @@ func TestAttackOverrideSharedAcrossDomains(t *testing.T) {
 	expect(t, h.call(t, "internal", 0, d), OK, OK, 0)
 }
 
+// ruleNames records the rule names a server reports decisions of.
+type ruleNames map[string]bool
+
+func (r ruleNames) Observe(rule, _ string) { r[rule] = true }
+
+// TestAttackOverridesMintRuleNames: a descriptor's limit override is
+// counted in a bucket of its own for each requests_per_unit, but its
+// decisions are reported under one rule per domain and unit: the metrics
+// and the live page keep a series per rule name forever, so a caller
+// varying requests_per_unit would grow them, and the server, without
+// bound.
+func TestAttackOverridesMintRuleNames(t *testing.T) {
+	pol, err := envoyrls.ParseReferenceConfig("o.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := ruleNames{}
+	s := envoyrls.New(pol, sluice.New(memory.New(memory.Options{})), envoyrls.Options{Observer: names, StoreTimeout: time.Minute})
+	for rpu := uint32(1); rpu <= 50; rpu++ {
+		d := desc("k", "v")
+		d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: typev3.RateLimitUnit_MINUTE}
+		for range 2 { // the second call of 1 per minute is over the limit: separate buckets still
+			if _, err := s.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{d}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(names) != 1 {
+		t.Fatalf("50 overrides reported under %d rule names, want 1", len(names))
+	}
+	h := start(t, pol)
+	d := desc("k", "v")
+	d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
+	expect(t, h.call(t, "d", 0, d), OK, OK, 0)
+	d.Limit.RequestsPerUnit = 2 // another override: its own bucket
+	expect(t, h.call(t, "d", 0, d), OK, OK, 1)
+	d.Limit.RequestsPerUnit = 1
+	expect(t, h.call(t, "d", 0, d), OVER, OVER, 0)
+}
+
 // TestAttackShareThresholdParentWildcard: share_threshold on a wildcard
 // whose limit is on a nested descriptor counts every matching value in
 // one bucket, as the reference server does; counted per value, a client

@@ -197,30 +197,30 @@ const BearerSource = "Authorization"
 // token held in the environment variable the policy's api_token_env names
 // (read on every call, so the policy in force decides): from
 // "Authorization: Bearer TOKEN" when from is BearerSource, else from the
-// header named from (TokenHeader). Without api_token_env, h is open. A
+// header named from (TokenHeader). Without api_token_env, h is open, but
+// from BearerSource a request with an Origin (a browser's) is a 403. A
 // missing or wrong token is a 401 problem with a Bearer challenge.
 func (g *Gate) RequireToken(from string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		env := g.Policy().Settings.APITokenEnv
-		if env == "" {
+		switch {
+		case env == "" && from == BearerSource && r.Header.Get("Origin") != "":
+			// Without a token the address is the guard, which a browser inside crosses (a page's
+			// no-cors POST, DNS rebinding): browsers send Origin with every POST, services none.
+			badRequest(w, http.StatusForbidden, "a request from a browser (it has an Origin) is refused while the decision API has no token (api_token_env)")
+		case env == "":
 			h.ServeHTTP(w, r)
-			return
-		}
-		got := ""
-		if from == BearerSource {
-			got = jwtauth.BearerToken(r.Header)
-		} else {
-			got = strings.TrimSpace(r.Header.Get(from))
-		}
-		if ok, wait := g.checkServiceToken(r, got, g.opts.Getenv(env)); !ok {
-			how := "Authorization: Bearer <token>"
-			if from != BearerSource {
-				how = from + ": <token>"
+		default:
+			got, how := strings.TrimSpace(r.Header.Get(from)), from+": <token>"
+			if from == BearerSource {
+				got, how = jwtauth.BearerToken(r.Header), "Authorization: Bearer <token>"
 			}
-			refuseToken(w, wait, "a valid API token is required: "+how+" (the token of api_token_env)")
-			return
+			if ok, wait := g.checkServiceToken(r, got, g.opts.Getenv(env)); !ok {
+				refuseToken(w, wait, "a valid API token is required: "+how+" (the token of api_token_env)")
+				return
+			}
+			h.ServeHTTP(w, r)
 		}
-		h.ServeHTTP(w, r)
 	})
 }
 

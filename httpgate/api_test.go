@@ -625,6 +625,29 @@ func TestAttackDrainAnothersBucketNeedsToken(t *testing.T) {
 	}
 }
 
+// Attack: without api_token_env the decision API's guard is its private
+// address, which a browser inside the network crosses: a page's no-cors
+// POST as text/plain needs no preflight, and DNS rebinding makes the page
+// same-origin. Browsers send Origin with every POST, services none, so a
+// take or peek with an Origin is refused there and charges nothing.
+func TestAttackBrowserDrainsTokenlessAPI(t *testing.T) {
+	e := newEnv(t, apiPolicy)
+	drain := `{"rule":"per-user","key":"victim","cost":3}`
+	for _, origin := range []string{"https://evil.example", "null", e.srv.URL} {
+		for _, path := range []string{"/v1/take", "/v1/peek"} {
+			if resp, m := e.post(path, drain, "Origin", origin, "Content-Type", "text/plain"); resp.StatusCode != http.StatusForbidden {
+				t.Errorf("%s from Origin %s: %d %v, want 403", path, origin, resp.StatusCode, m)
+			}
+		}
+	}
+	if n := e.store.Len(); n != 0 {
+		t.Fatalf("refused takes created %d keys", n)
+	}
+	if resp, m := e.post("/v1/take", drain); resp.StatusCode != 200 || m["allowed"] != true {
+		t.Fatalf("a service's take: %d %v", resp.StatusCode, m)
+	}
+}
+
 // Attack (RFC 9110 section 11.1: the auth scheme is case-insensitive):
 // /v1/reset refused "bearer TOKEN" that /v1/auth's JWT reading accepts.
 // One parser reads bearer tokens everywhere now.

@@ -42,12 +42,10 @@ func (g *Gate) holdSlots(r *http.Request, v *policy.Verdict) func() {
 }
 
 // releaseSlots frees the slots v holds for r. The request's context may
-// be done already (a client that went away): the release runs on one of
-// its own, bounded by the store timeout, keeping r's values.
+// be done already (a client that went away): sluice.Lease.Release runs
+// on a context of its own, keeping r's values.
 func (g *Gate) releaseSlots(r *http.Request, v *policy.Verdict) {
-	ctx, cancel := deadline.WithTimeout(context.WithoutCancel(r.Context()), g.opts.StoreTimeout)
-	defer cancel()
-	if err := v.Release(ctx); err != nil {
+	if err := v.Release(r.Context()); err != nil {
 		g.storeLog.Log(g.opts.Logger, "concurrency", "", fmt.Errorf("releasing concurrency slots (each is freed when its lease ends): %w", err), false)
 	}
 }

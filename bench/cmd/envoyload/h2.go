@@ -11,12 +11,10 @@ import (
 	"sync"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 )
 
 // The h2 client speaks gRPC over HTTP/2 framed by hand: each connection
@@ -42,13 +40,10 @@ const recvWindow = 1 << 30
 func h2Driver(addr string, conns int, keys []string, skew float64, timeout time.Duration) (driver, error) {
 	bodies := make([][]byte, len(keys))
 	for i, k := range keys {
-		b, err := proto.Marshal(&rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
-			Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: k}},
-		}}})
-		if err != nil {
+		var err error
+		if bodies[i], err = grpcMessage(request(k)); err != nil {
 			return nil, err
 		}
-		bodies[i] = append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...)
 	}
 	fields := []hpack.HeaderField{
 		{Name: ":method", Value: "POST"},

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"encoding/binary"
 	"testing"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/proto"
 )
 
 // TestH2DriverAgainstService drives sluice's service in this process
@@ -52,11 +50,11 @@ func TestH2DriverAgainstService(t *testing.T) {
 
 func TestOverLimit(t *testing.T) {
 	frame := func(m *rlspb.RateLimitResponse) []byte {
-		b, err := proto.Marshal(m)
+		b, err := grpcMessage(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...)
+		return b
 	}
 	for _, c := range []struct {
 		name     string

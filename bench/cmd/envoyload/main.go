@@ -198,16 +198,30 @@ func main() {
 }
 
 // writeRequestBody writes one ShouldRateLimit request as a gRPC message
-// on the wire: an uncompressed flag, the length, the protobuf.
+// on the wire.
 func writeRequestBody(path string) error {
-	b, err := proto.Marshal(&rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
-		Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "user-42"}},
-	}}})
+	b, err := grpcMessage(request("user-42"))
 	if err != nil {
 		return err
 	}
-	framed := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b)))
-	return os.WriteFile(path, append(framed, b...), 0o644)
+	return os.WriteFile(path, b, 0o644)
+}
+
+// request is the call every caller makes: one descriptor [user=value].
+func request(value string) *rlspb.RateLimitRequest {
+	return &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
+		Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: value}},
+	}}}
+}
+
+// grpcMessage is m as a gRPC message on the wire: an uncompressed flag,
+// the length, the protobuf.
+func grpcMessage(m proto.Message) ([]byte, error) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...), nil
 }
 
 // storeErrors counts the in-process server's decisions made by a rule's
@@ -328,9 +342,7 @@ func grpcDriver(clients []rlspb.RateLimitServiceClient, keys []string, skew, rat
 					next = next.Add(time.Duration(rng.Int64N(int64(every)))) // spread the callers' phases
 				}
 				for !l.stop.Load() {
-					req := &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
-						Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: keys[z.Uint64()]}},
-					}}}
+					req := request(keys[z.Uint64()])
 					t := time.Now()
 					if every > 0 {
 						// On schedule, the call starts when the timer wakes (its

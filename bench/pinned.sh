@@ -10,13 +10,24 @@
 #   memory.test  cd .. && go test -c ./memory
 #   sluice-before (optional) sluice built from an earlier commit: its front
 #                doors are driven too, against the same floors
+#   bench-before.test, memory-before.test (optional) the test binaries of
+#                an earlier commit: each run of parts 1-3 alternates with a
+#                run of the earlier binary, written beside it as
+#                NAME-before.txt, for benchstat
+#   envoyload, ratelimit (optional) cd bench && go build -tags vtprotobuf
+#                ./cmd/envoyload, and envoyproxy/ratelimit's
+#                `go build ./src/service_cmd`: with both, and redis-server
+#                on PATH (or REDIS_SERVER), envoyredis.sh runs sluice and
+#                the reference on Redis, the server on ENVOY_CPUS (default
+#                12,13,14: the server's, Redis's and the load's core)
 #
 # It prints the machine, then:
 #   1. BenchmarkMemory on two pinned cores (PAIR_CPUS, default 2,3; -cpu 2);
 #   2. BenchmarkMemory's parallel column on every core (-cpu $(nproc));
 #   3. the memory store's in-package benchmarks on one core (ONE_CPU, 2);
 #   4. frontdoor.sh with the servers on SERVER_CPUS (0-3) and the load on
-#      CLIENT_CPUS (4-11), for sluice (and sluice-before).
+#      CLIENT_CPUS (4-11), for sluice (and sluice-before);
+#   5. envoyredis.sh, where its binaries are here.
 # Each part's output is also written to $OUT (default /tmp/pinned).
 # BENCHTIME (default 400ms) and COUNT (default 6) set the Go benchmarks'
 # length; ROUNDS, DURATION and CONNS pass to frontdoor.sh, and so do PAIRS,
@@ -48,11 +59,23 @@ pair=${PAIR_CPUS:-2,3} one=${ONE_CPU:-2} cpus=$(nproc) bt=${BENCHTIME:-400ms} co
   uptime
 } | tee "$out/machine.txt"
 
-bench() { # bench NAME CPUS ARGS...: a test binary's benchmarks, pinned
-  local name=$1 pin=$2
-  shift 2
+bench() { # bench NAME CPUS BINARY ARGS...: a test binary's benchmarks, pinned;
+  # with BINARY-before beside it, COUNT runs of one each, alternated
+  local name=$1 pin=$2 binary=$3 n=1 prev=
+  shift 3
   echo "== $name (cores $pin)"
-  taskset -c "$pin" "$@" -test.run '^$' -test.benchmem | grep -E '^(Benchmark|cpu:)' | tee "$out/$name.txt"
+  if [ -x "${binary%.test}-before.test" ]; then
+    for a in "$@"; do case $prev in -test.count) n=$a ;; esac; prev=$a; done
+    : >"$out/$name.txt"
+    : >"$out/$name-before.txt"
+    for _ in $(seq "$n"); do
+      taskset -c "$pin" "$binary" "$@" -test.count 1 -test.run '^$' -test.benchmem | grep -E '^(Benchmark|cpu:)' | tee -a "$out/$name.txt"
+      taskset -c "$pin" "${binary%.test}-before.test" "$@" -test.count 1 -test.run '^$' -test.benchmem | grep -E '^(Benchmark|cpu:)' | sed 's/^/before: /' | tee -a "$out/$name-before.txt"
+    done
+    sed -i 's/^before: //' "$out/$name-before.txt"
+    return
+  fi
+  taskset -c "$pin" "$binary" "$@" -test.run '^$' -test.benchmem | grep -E '^(Benchmark|cpu:)' | tee "$out/$name.txt"
 }
 bench memory-2cores "$pair" "$bin/bench.test" -test.bench 'Memory|Clock|Monotonic' -test.cpu 2 -test.count "$count" -test.benchtime "$bt"
 bench memory-allcores "0-$((cpus - 1))" "$bin/bench.test" -test.bench 'Memory/.*/parallel' -test.cpu "$cpus" -test.count $(((count + 1) / 2)) -test.benchtime "$bt"
@@ -74,3 +97,9 @@ for s in sluice sluice-before; do
   "$here/frontdoor.sh" "$bin/$s" "$bin/fd" | tee "$out/frontdoor-$s.txt"
   sleep 1 # the servers' ports are free again before the next
 done
+
+if [ -x "$bin/envoyload" ] && [ -x "$bin/ratelimit" ]; then
+  IFS=, read -r ecore rcore lcores <<<"${ENVOY_CPUS:-12,13,14}"
+  echo "== Envoy service on Redis: server on core $ecore, Redis on $rcore, load on $lcores"
+  SERVER_CPU=$ecore REDIS_CPU=$rcore CLIENT_CPUS=$lcores "$here/envoyredis.sh" "$bin/sluice" "$bin/ratelimit" "$bin/envoyload" | tee "$out/envoyredis.txt"
+fi

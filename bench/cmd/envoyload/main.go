@@ -51,12 +51,12 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
@@ -490,16 +490,15 @@ func ioCalls(pid int) (n [2]int64) {
 	return n
 }
 
-// cpuClock is the CPU time of process pid so far, every thread's, from
-// its CPU-time clock (clock_gettime on the clock id that
-// clock_getcpuclockid(3) makes for pid), to the nanosecond; 0 for pid 0.
+// cpuClock is the CPU time of process pid so far (bench.ProcessCPU); 0
+// for pid 0.
 func cpuClock(pid int) time.Duration {
 	if pid == 0 {
 		return 0
 	}
-	var ts unix.Timespec
-	if err := unix.ClockGettime(int32((^pid)<<3|2), &ts); err != nil { // CPUCLOCK_SCHED of the whole process
-		log.Fatalf("CPU of process %d: %v", pid, err)
+	d, err := bench.ProcessCPU(pid)
+	if err != nil {
+		log.Fatal(err)
 	}
-	return time.Duration(ts.Nano())
+	return d
 }

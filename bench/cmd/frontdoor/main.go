@@ -48,7 +48,6 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -319,13 +318,11 @@ func profileCPU(file string) func() {
 	}
 }
 
-// cpuClock is the CPU time of process pid so far, every thread's, from
-// its CPU-time clock (clock_gettime on the clock id that
-// clock_getcpuclockid(3) makes for pid), to the nanosecond.
+// cpuClock is the CPU time of process pid so far (bench.ProcessCPU).
 func cpuClock(pid int) time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(int32((^pid)<<3|2), &ts); err != nil { // CPUCLOCK_SCHED of the whole process
-		log.Fatalf("server CPU of process %d: %v", pid, err)
+	d, err := bench.ProcessCPU(pid)
+	if err != nil {
+		log.Fatalf("server CPU: %v", err)
 	}
-	return time.Duration(ts.Nano())
+	return d
 }

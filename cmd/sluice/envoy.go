@@ -48,6 +48,12 @@ func startEnvoy(s *server, set runSettings, ln net.Listener) (addr string, stop 
 	}()
 	s.Logger.Info("listening", "server", "envoy-rls", "addr", ln.Addr().String(), "security", security, "allow_negative_hits", set.pol.AllowNegativeHits,
 		"max_conns", conns, "max_concurrent_streams", bounds.MaxConcurrentStreams, "max_in_flight", bounds.MaxInFlight, "max_recv_bytes", bounds.MaxRecvBytes)
+	// gRPC callers carry no token: beyond loopback, only mutual TLS tells
+	// Envoy from anyone else on the network, as api_token_env does for
+	// the decision API (serve warns of that one too).
+	if (set.GRPCTLS == nil || set.GRPCTLS.ClientCAFile == "") && !loopback(ln.Addr().String()) {
+		s.Logger.Warn("the Envoy rate limit service is open to anyone who reaches it: any caller can charge any descriptor's bucket; set grpc_listen on a private address, or grpc_tls with a client_ca_file", "addr", ln.Addr().String())
+	}
 	return ln.Addr().String(), func() {
 		health.Shutdown() // tell Envoy's health checks first
 		done := make(chan struct{})

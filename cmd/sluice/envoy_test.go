@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,5 +233,30 @@ func TestAttackGRPCPlaintextToTLSService(t *testing.T) {
 	}
 	if _, err := askEnvoy(ctx, dialEnvoy(t, addr, clientTLS(t, ca, nil, nil))); err != nil {
 		t.Errorf("a TLS client was refused: %v", err)
+	}
+}
+
+// Envoy's calls carry no token, so beyond loopback anyone on the network
+// can charge any bucket over gRPC; serve says so at start, as it does for
+// a decision API without api_token_env, and stays quiet on loopback.
+func TestServeWarnsOfListenersOpenToTheNetwork(t *testing.T) {
+	const grpcWarning, apiWarning = "the Envoy rate limit service is open to anyone", "the decision API is open to anyone"
+	for _, c := range []struct {
+		listen string
+		warn   bool
+	}{
+		{"0.0.0.0:0", true},
+		{"127.0.0.1:0", false},
+	} {
+		t.Run(c.listen, func(t *testing.T) {
+			cfg := writePolicy(t, "listen: \""+c.listen+"\"\ngrpc_listen: \""+strings.TrimSuffix(c.listen, ":0")+":0\"\n"+envoyRule)
+			_, logs := startServeArgs(t, "--config", cfg)
+			got := logs.String()
+			for _, w := range []string{grpcWarning, apiWarning} {
+				if strings.Contains(got, w) != c.warn {
+					t.Errorf("listening on %s, warned %q: %v, want %v:\n%s", c.listen, w, !c.warn, c.warn, got)
+				}
+			}
+		})
 	}
 }

@@ -669,3 +669,53 @@ func TestAttackSharedRateOutOfBounds(t *testing.T) {
 		})
 	}
 }
+
+// globalAdaptive is an adaptive limit that every client shares (no
+// limit_keys): each response is evidence of the client's identity, here
+// its address behind a trusted proxy.
+const globalAdaptive = `trusted_proxies: ["127.0.0.1/32"]
+rules:
+  - name: global
+    limit_keys: []
+    algorithm_config:
+      rps: 1000
+      burst_seconds: 1
+      adaptive:
+        min: 100
+        max: 2000
+        interval: 1s
+`
+
+// Attack: one host holds a whole IPv6 /64 and speaks from a fresh address
+// for each request the upstream fails (its own bad input). Were each
+// address a key of its own, its many unhealthy keys would outnumber the
+// other clients' healthy ones and halve the rate every client shares; as
+// ip:address keys do, its addresses count as one client, by ipv6_prefix.
+func TestAttackAdaptiveIPv6AddressesMintKeys(t *testing.T) {
+	e := newEnv(t, globalAdaptive)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if strings.Contains(r.Header.Get("X-Forwarded-For"), "2001:db8:bad:") {
+			http.Error(w, "bad input", http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	proxy := proxyOf(t, e.gate, up.URL)
+	start := e.gate.AdaptiveRates()[0].Rate
+	for interval := range 4 {
+		for i := range 3 {
+			if st, _ := call(t, proxy, "/", "", "X-Forwarded-For", fmt.Sprintf("2001:db8:%d::1", i+1)); st != 200 {
+				t.Fatalf("interval %d: victim %d: %d", interval, i+1, st)
+			}
+		}
+		for i := range 16 {
+			call(t, proxy, "/", "", "X-Forwarded-For", fmt.Sprintf("2001:db8:bad:0:%x::1", i+1))
+		}
+		if r := e.gate.AdaptiveRates()[0].Rate; r < start {
+			t.Fatalf("interval %d: the shared rate fell from %v to %v on the addresses of one /64", interval, start, r)
+		}
+		e.clk.Advance(time.Second)
+	}
+}

@@ -3,7 +3,6 @@ package httpgate
 import (
 	"context"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"time"
 
@@ -51,13 +50,10 @@ func newGuesses(clock sluice.Clock) *guesses {
 func (g *Gate) guessKey(r *http.Request) string {
 	p := g.Policy()
 	a := p.FromHTTP(r).ClientIP
-	switch {
-	case !a.IsValid():
+	if !a.IsValid() {
 		return "unknown"
-	case a.Is6():
-		return netip.PrefixFrom(a, p.Settings.IPv6Prefix).Masked().String()
 	}
-	return a.String()
+	return p.Settings.ClientKey(a)
 }
 
 // checkToken reports whether got is want (tokenMatches), charging the

@@ -152,7 +152,12 @@ func (e *eval) identity() string {
 			return "sub:" + sub
 		}
 	}
-	if ip := e.clientIP(); ip.IsValid() {
+	if ip := e.clientIP(); ip.Is6() {
+		// A host commonly holds a whole /64: evidence of its addresses
+		// (an adaptive limit's per-key verdict) is one client's
+		// (TestAttackAdaptiveIPv6AddressesMintKeys).
+		return "ip:" + e.p.Settings.ClientKey(ip)
+	} else if ip.IsValid() {
 		if e.r.peerIdentity != "" && ip == peerHost(e.r.Peer) {
 			return e.r.peerIdentity // the client is the connection's peer
 		}

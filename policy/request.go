@@ -58,8 +58,8 @@ type Input struct {
 	// not read or was longer.
 	Body []byte
 
-	// peerIdentity is the identity of Peer's address ("ip:ADDR"), made
-	// once for the connection (WithPeer); "" when it was not.
+	// peerIdentity is the identity of Peer's IPv4 address ("ip:ADDR"),
+	// made once for the connection (WithPeer); "" when it was not.
 	peerIdentity string
 }
 
@@ -113,7 +113,7 @@ func parsePeer(remote string) netip.AddrPort {
 func WithPeer(ctx context.Context, c net.Conn) context.Context {
 	remote := c.RemoteAddr().String() // what net/http puts in RemoteAddr
 	p := &connPeer{remote: remote, addr: parsePeer(remote)}
-	if p.addr.IsValid() {
+	if peerHost(p.addr).Is4() { // an IPv6 peer's identity is its prefix's, by the policy in force
 		p.identity = ipIdentity(peerHost(p.addr))
 	}
 	return context.WithValue(ctx, peerKey{}, p)
@@ -464,10 +464,7 @@ func (e *eval) value(src source) (string, bool) {
 		if !a.IsValid() {
 			return "", false
 		}
-		if a.Is6() {
-			return netip.PrefixFrom(a, e.p.Settings.IPv6Prefix).Masked().String(), true
-		}
-		return a.String(), true
+		return e.p.Settings.ClientKey(a), true
 	case srcHeader:
 		vs := r.Header[src.name]
 		if len(vs) == 0 {

@@ -99,3 +99,56 @@ func TestAttackBodyMemory(t *testing.T) {
 		t.Error("the upstream did not get the large body")
 	}
 }
+
+// Attack: a model server written in Python (FastAPI's request.json(), as
+// vLLM's) reads a request body with json.loads, which takes UTF-16, UTF-32
+// and a UTF-8 byte order mark, and NaN and Infinity as numbers. A client
+// sending max_tokens in such a body, which Go's JSON reader refuses,
+// would pay default_cost for a request the upstream serves whole; the
+// cost reader reads the body as json.loads does.
+func TestAttackBodyCostReadAsPythonReadsIt(t *testing.T) {
+	e := newLLMEnv(t, llmPolicy)
+	body := `{"max_tokens": 9000, "messages": []}`
+	utf16 := func(big bool) string {
+		var b []byte
+		for _, c := range "\ufeff" + body {
+			if big {
+				b = append(b, byte(c>>8), byte(c))
+			} else {
+				b = append(b, byte(c), byte(c>>8))
+			}
+		}
+		return string(b)
+	}
+	utf32le := func() string {
+		var b []byte
+		for _, c := range body {
+			b = append(b, byte(c), 0, 0, 0)
+		}
+		return string(b)
+	}
+	cases := []struct{ name, body string }{
+		{"a UTF-8 byte order mark", "\xef\xbb\xbf" + body},
+		{"UTF-16, big-endian with its mark", utf16(true)},
+		{"UTF-16, little-endian with its mark", utf16(false)},
+		{"UTF-32 without a mark", utf32le()},
+		{"NaN elsewhere", `{"max_tokens": 9000, "temperature": NaN, "x": [Infinity, -Infinity]}`},
+		{"NaN in a string is no token", `{"max_tokens": 9000, "stop": "NaN\"Infinity"}`},
+	}
+	for i, c := range cases {
+		key := fmt.Sprintf("py%d", i)
+		if status, _ := call(t, e.proxy, "/v1/c", c.body, "X-Api-Key", key); status != 200 {
+			t.Fatalf("%s: %d", c.name, status)
+		}
+		if got := 10000 - e.level("tokens", key); got != 9000 {
+			t.Errorf("%s: charged %v, want 9000", c.name, got)
+		}
+	}
+	// A NaN where the cost is costs the default, as a string there does.
+	if status, _ := call(t, e.proxy, "/v1/c", `{"max_tokens": NaN}`, "X-Api-Key", "nan"); status != 200 {
+		t.Fatalf("NaN cost: %d", status)
+	}
+	if got := 10000 - e.level("tokens", "nan"); got != 4000 {
+		t.Errorf("NaN cost: charged %v, want 4000", got)
+	}
+}

@@ -19,6 +19,7 @@ package settle
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
@@ -26,6 +27,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 )
 
 // maxJSONDepth bounds the nesting of a JSON document read for a cost: a
@@ -184,10 +186,11 @@ func largest(vals []string) (best float64, found bool) {
 // more than once at any level, in any case (Go's encoding/json matches
 // keys so: TestAttackBodyCostCaseFoldedDuplicate); ok is false when data
 // is not exactly one well-formed JSON value, or nests deeper than
-// maxJSONDepth. It reads data token by token, keeping no tree: the
-// memory it takes is its depth.
+// maxJSONDepth. It reads data as Python's json.loads reads bytes (see
+// asPython), token by token, keeping no tree: the memory it takes is its
+// depth.
 func Values(data []byte, path []string) (vals []string, ok bool) {
-	dec := json.NewDecoder(bytes.NewReader(data))
+	dec := json.NewDecoder(bytes.NewReader(asPython(data)))
 	dec.UseNumber()
 	// Each open container: whether it is an object, how many segments of
 	// path lead to it (-1: off the path), whether a key comes next, and
@@ -252,4 +255,71 @@ func Values(data []byte, path []string) (vals []string, ok bool) {
 		}
 		valueDone()
 	}
+}
+
+// asPython returns data as Python's json.loads reads bytes, as model
+// servers read requests (FastAPI's request.json()): decoded from UTF-16
+// or UTF-32, which it detects by a byte order mark or the zero bytes of
+// the first characters, without a UTF-8 byte order mark, and with its
+// NaN, Infinity and -Infinity, numbers to it, as null (no usable cost). A
+// body Go's reader refused there would pay default_cost, whatever the
+// cost the upstream reads (TestAttackBodyCostReadAsPythonReadsIt).
+func asPython(b []byte) []byte {
+	var order binary.ByteOrder = binary.BigEndian
+	width := 0
+	switch {
+	case bytes.HasPrefix(b, []byte{0xef, 0xbb, 0xbf}):
+		b = b[3:]
+	case bytes.HasPrefix(b, []byte{0, 0, 0xfe, 0xff}):
+		width, b = 4, b[4:]
+	case bytes.HasPrefix(b, []byte{0xff, 0xfe, 0, 0}):
+		width, order, b = 4, binary.LittleEndian, b[4:]
+	case bytes.HasPrefix(b, []byte{0xfe, 0xff}):
+		width, b = 2, b[2:]
+	case bytes.HasPrefix(b, []byte{0xff, 0xfe}):
+		width, order, b = 2, binary.LittleEndian, b[2:]
+	case len(b) >= 4 && b[0] == 0:
+		width = 4 - 2*min(int(b[1]), 1)
+	case len(b) >= 4 && b[1] == 0:
+		width, order = 4-2*min(int(b[2])+int(b[3]), 1), binary.LittleEndian
+	}
+	if width > 0 {
+		if len(b)%width != 0 {
+			return nil // Python cannot decode it either
+		}
+		u := make([]uint16, 0, len(b)/2)
+		for i := 0; i < len(b); i += width {
+			if width == 2 {
+				u = append(u, order.Uint16(b[i:]))
+			} else {
+				u = utf16.AppendRune(u, rune(order.Uint32(b[i:])))
+			}
+		}
+		b = []byte(string(utf16.Decode(u)))
+	}
+	if !bytes.Contains(b, []byte("NaN")) && !bytes.Contains(b, []byte("Infinity")) {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	inString, escaped := false, false
+next:
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case escaped:
+			escaped = false
+		case inString:
+			inString, escaped = c != '"', c == '\\'
+		case c == '"':
+			inString = true
+		default:
+			for _, w := range []string{"NaN", "Infinity", "-Infinity"} {
+				if bytes.HasPrefix(b[i:], []byte(w)) {
+					out, i = append(out, "null"...), i+len(w)-1
+					continue next
+				}
+			}
+		}
+		out = append(out, b[i])
+	}
+	return out
 }

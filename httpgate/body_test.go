@@ -152,3 +152,28 @@ func TestAttackBodyCostReadAsPythonReadsIt(t *testing.T) {
 		t.Errorf("NaN cost: charged %v, want 4000", got)
 	}
 }
+
+// Attack: a model server that validates its request with pydantic (vLLM,
+// and FastAPI services generally) reads an integer field given as a
+// string, "9000", " 9000 " or "9_000", as the number. A client sending
+// max_tokens so would pay default_cost for the request the upstream
+// serves with 9000; the cost reader reads a number in a string as it.
+func TestAttackBodyCostNumberInString(t *testing.T) {
+	e := newLLMEnv(t, llmPolicy)
+	for i, v := range []string{`"9000"`, `" 9000 "`, `"9_000"`, `"9000.0"`} {
+		key := fmt.Sprintf("str%d", i)
+		if status, _ := call(t, e.proxy, "/v1/c", `{"max_tokens": `+v+`}`, "X-Api-Key", key); status != 200 {
+			t.Fatalf("%s: %d", v, status)
+		}
+		if got := 10000 - e.level("tokens", key); got != 9000 {
+			t.Errorf("max_tokens %s: charged %v, want 9000", v, got)
+		}
+	}
+	// A string that is no number costs the default.
+	if status, _ := call(t, e.proxy, "/v1/c", `{"max_tokens": "many"}`, "X-Api-Key", "many"); status != 200 {
+		t.Fatalf("many: %d", status)
+	}
+	if got := 10000 - e.level("tokens", "many"); got != 4000 {
+		t.Errorf(`max_tokens "many": charged %v, want 4000`, got)
+	}
+}

@@ -7,6 +7,8 @@ package policy
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
@@ -137,5 +139,14 @@ func (e *eval) bodyCost(src source) (vals []string, ok bool) {
 		return nil, false
 	}
 	path, _ := settle.ParsePath(src.name)
-	return settle.Values(e.r.Body, path)
+	vals, ok = settle.Values(e.r.Body, path)
+	for i, v := range vals {
+		// A number in a string is read as pydantic reads one for an
+		// integer field, as model servers validate their requests:
+		// "9_000" is 9000 (TestAttackBodyCostNumberInString).
+		if s, err := strconv.Unquote(v); err == nil {
+			vals[i] = strings.ReplaceAll(s, "_", "")
+		}
+	}
+	return vals, ok
 }

@@ -56,7 +56,8 @@ func TestBodyCost(t *testing.T) {
 		`{"max_tokens": 250}`: 250,
 		`{"model":"m","messages":[{"max_tokens":9}],"max_tokens":300}`: 300,
 		`{"nested":{"max_tokens":9}}`:                                  4000,
-		`{"max_tokens": "250"}`:                                        4000,
+		`{"max_tokens": "250"}`:                                        250, // as pydantic reads it
+		`{"max_tokens": "many"}`:                                       4000,
 		`{"max_tokens": null}`:                                         4000,
 		`{"max_tokens": -5}`:                                           4000,
 		`{"max_tokens": 0.5}`:                                          1,    // min_cost

@@ -182,11 +182,11 @@ func largest(vals []string) (best float64, found bool) {
 }
 
 // Values returns the text of every number at path in the JSON document
-// data ("" for a value there that is no number), each one of a key given
-// more than once at any level, in any case (Go's encoding/json matches
-// keys so: TestAttackBodyCostCaseFoldedDuplicate); ok is false when data
-// is not exactly one well-formed JSON value, or nests deeper than
-// maxJSONDepth. It reads data as Python's json.loads reads bytes (see
+// data, and of every string there quoted as JSON ("" for another value),
+// each one of a key given more than once at any level, in any case (Go's
+// encoding/json matches keys so: TestAttackBodyCostCaseFoldedDuplicate);
+// ok is false when data is not exactly one well-formed JSON value, or
+// nests deeper than maxJSONDepth. It reads data as Python's json.loads reads bytes (see
 // asPython), token by token, keeping no tree: the memory it takes is its
 // depth.
 func Values(data []byte, path []string) (vals []string, ok bool) {
@@ -250,8 +250,14 @@ func Values(data []byte, path []string) (vals []string, ok bool) {
 			continue
 		}
 		if depth() == len(path) {
-			num, _ := tok.(json.Number)
-			vals = append(vals, num.String())
+			v := ""
+			switch tok := tok.(type) {
+			case json.Number:
+				v = tok.String()
+			case string:
+				v = strconv.Quote(tok)
+			}
+			vals = append(vals, v)
 		}
 		valueDone()
 	}

@@ -1,6 +1,7 @@
 package httpgate_test
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"compress/zlib"
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -824,5 +827,54 @@ func TestProxyStreamUsage(t *testing.T) {
 		if s.body != want || s.length != int64(len(want)) || s.encoding != "identity" {
 			t.Errorf("%s: the upstream read %s (Content-Length %d, Accept-Encoding %q), want %s", c.in, s.body, s.length, s.encoding, want)
 		}
+	}
+}
+
+// Attack: a client upgrades a request that a settled limit charged (a
+// websocket, as realtime model APIs take) and uses the upstream over the
+// upgraded connection for as long as it likes: no cost is read from it,
+// and the request is charged unsettled_cost once, which no longer bounds
+// what one request uses. The upgrade is not passed on: the upstream
+// answers the request as a plain one.
+func TestAttackUpgradeEscapesSettlement(t *testing.T) {
+	e := newEnv(t, llmPolicy)
+	var upgraded atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "want Upgrade: echo", http.StatusUpgradeRequired)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		upgraded.Add(1)
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		io.Copy(conn, brw)
+	}))
+	t.Cleanup(up.Close)
+	upURL, _ := url.Parse(up.URL)
+	proxy := serve(t, e.gate.Proxy(upURL, httpgate.ProxyOptions{}))
+	for _, path := range []string{"/v1/realtime", "/plain/ws"} {
+		conn, err := net.Dial("tcp", proxy.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\nX-Api-Key: k\r\n\r\n", path)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+		<-proxy.done
+		settled := path == "/v1/realtime"
+		if got := resp.StatusCode == http.StatusSwitchingProtocols; got == settled {
+			t.Errorf("%s: %d, want an upgrade only where no limit settles", path, resp.StatusCode)
+		}
+	}
+	if upgraded.Load() != 1 {
+		t.Errorf("the upstream upgraded %d connections, want 1 (the unsettled path's)", upgraded.Load())
 	}
 }

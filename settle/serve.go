@@ -419,8 +419,11 @@ func (e *errReader) Read(p []byte) (int, error) {
 	return e.orig.Read(p)
 }
 
-// askReadable asks for a response whose cost can be read, for a request
-// that sources settle from its body: in an encoding the Recorder decodes
+// askReadable asks for a response whose cost can be read: never an
+// upgraded connection (a websocket), which states no cost and carries
+// what the client likes for as long as it likes
+// (TestAttackUpgradeEscapesSettlement), and, for a request that sources
+// settle from its body, one in an encoding the Recorder decodes
 // (identity: a client's Accept-Encoding of br or deflate would have the
 // upstream answer in one it cannot read, and it would be charged
 // unsettled_cost), and, when a source sets stream_usage: include and the
@@ -428,6 +431,7 @@ func (e *errReader) Read(p []byte) (int, error) {
 // (see includeStreamUsage). The rewritten body replaces r's whole. It
 // reports whether a source reads the response's body.
 func askReadable(r *http.Request, sources []*Source, body []byte) (readsBody bool) {
+	r.Header.Del("Upgrade")
 	usage := false
 	for _, s := range sources {
 		if s.Kind == Body {

@@ -367,6 +367,25 @@ func TestAttackOverrideSharedAcrossDomains(t *testing.T) {
 	expect(t, h.call(t, "internal", 0, d), OK, OK, 0)
 }
 
+// TestAttackDomainsShareLimitName: a limit's buckets are named by its
+// domain's first 20 characters (made safe), its last key and a hash of
+// its domain and path; with the hash cut to 32 bits, two domains found by
+// a short birthday search (or one chosen against another's in minutes)
+// got one name, and calls of one domain spent the other's buckets.
+func TestAttackDomainsShareLimitName(t *testing.T) {
+	const a, b = "tenant/payments-east/57836", "tenant/payments-east/74493"
+	cfg := "domain: " + a + "\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 1}\n---\ndomain: " + b + "\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+	pol, err := envoyrls.ParseReferenceConfig("two.yaml", []byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, pol)
+	d := desc("remote_address", "198.51.100.7")
+	expect(t, h.call(t, a, 0, d), OK, OK, 0)
+	expect(t, h.call(t, a, 0, d), OVER, OVER, 0)
+	expect(t, h.call(t, b, 0, d), OK, OK, 0)
+}
+
 // ruleNames records the rule names a server reports decisions of.
 type ruleNames map[string]bool
 

@@ -538,7 +538,7 @@ func TestUnknownRuleListsLimits(t *testing.T) {
 
 // A file in envoyproxy/ratelimit's format: /v1/take reaches its limits by
 // the file's own names (per-address) and by their rule names
-// (envoy.edge.remote_address.799c02b8), an unknown name's error lists both, and a take under
+// (envoy.edge.remote_address.b8139932fb309819), an unknown name's error lists both, and a take under
 // the key the Envoy service builds for a descriptor shares its bucket.
 func TestReferenceFileNames(t *testing.T) {
 	data, err := os.ReadFile("../examples/ratelimit-config.yaml")
@@ -555,12 +555,12 @@ func TestReferenceFileNames(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("per-address: %d %v", resp.StatusCode, m)
 	}
-	wantFields(t, m, map[string]any{"allowed": true, "rule": "envoy.edge.remote_address.799c02b8", "limit": 600, "remaining": 599})
-	_, m = e.post("/v1/peek", `{"rule":"envoy.edge.remote_address.799c02b8","key":"`+key+`"}`)
+	wantFields(t, m, map[string]any{"allowed": true, "rule": "envoy.edge.remote_address.b8139932fb309819", "limit": 600, "remaining": 599})
+	_, m = e.post("/v1/peek", `{"rule":"envoy.edge.remote_address.b8139932fb309819","key":"`+key+`"}`)
 	wantFields(t, m, map[string]any{"allowed": true, "remaining": 598})
 	// shadow_mode holds on the decision API too.
 	_, m = e.post("/v1/take", `{"rule":"tenant-trial","key":"t"}`)
-	wantFields(t, m, map[string]any{"allowed": true, "shadow": true, "rule": "envoy.edge.tenant.15d4be1e"})
+	wantFields(t, m, map[string]any{"allowed": true, "shadow": true, "rule": "envoy.edge.tenant.81040c135a462f13"})
 
 	srv := envoyrls.New(p, e.gate.Limiter(), envoyrls.Options{})
 	out, err := srv.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{
@@ -575,7 +575,7 @@ func TestReferenceFileNames(t *testing.T) {
 
 	resp, m = e.post("/v1/take", `{"rule":"per-adress","key":"k"}`)
 	d, _ := m["detail"].(string)
-	if resp.StatusCode != 400 || !strings.Contains(d, `unknown rule "per-adress" (did you mean "per-address"?); the limits are: envoy.edge.remote_address.799c02b8 (per-address), envoy.edge.client_id.75e5c8c9 (search-per-client), envoy.edge.client_id_batch-importer.49d112c8, envoy.edge.user_agent_bot-_.05cc0eeb (bots)`) {
+	if resp.StatusCode != 400 || !strings.Contains(d, `unknown rule "per-adress" (did you mean "per-address"?); the limits are: envoy.edge.remote_address.b8139932fb309819 (per-address), envoy.edge.client_id.5e4498c45d97a14d (search-per-client), envoy.edge.client_id_batch-importer.5a4a19c195d92c6c, envoy.edge.user_agent_bot-_.4e867b9753289f01 (bots)`) {
 		t.Errorf("%d %q", resp.StatusCode, d)
 	}
 }

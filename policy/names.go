@@ -106,7 +106,7 @@ func (p *Policy) NamedLimits() []*sluice.Limit {
 }
 
 // ListLimits lists the first names FindLimit resolves, for people: a
-// name-only rule's alias follows its name ("envoy.edge.remote_address.799c02b8 (per-address)"),
+// name-only rule's alias follows its name ("envoy.edge.remote_address.b8139932fb309819 (per-address)"),
 // and beyond the first 20 the rest are counted. "" when there are none.
 func (p *Policy) ListLimits() string {
 	var b strings.Builder

@@ -126,20 +126,20 @@ func TestSimulateFixedWindowBoundary(t *testing.T) {
 func TestSimulateReferenceFile(t *testing.T) {
 	// 600 a minute, asked 1,200 times in a minute that starts on a window
 	// boundary: the first half minute takes the window's 600.
-	rows, out := simulateRows(t, "--config", "../../examples/ratelimit-config.yaml", "--limit", "envoy.edge.remote_address.799c02b8", "--pattern", "20/s for 60s", "--step", "30s")
+	rows, out := simulateRows(t, "--config", "../../examples/ratelimit-config.yaml", "--limit", "envoy.edge.remote_address.b8139932fb309819", "--pattern", "20/s for 60s", "--step", "30s")
 	wantRows(t, rows, out, "0s 600 600 0 0", "30s 600 0 600 0")
-	if !strings.Contains(out, "limit envoy.edge.remote_address.799c02b8: fixed window of 600 per 1m") {
+	if !strings.Contains(out, "limit envoy.edge.remote_address.b8139932fb309819: fixed window of 600 per 1m") {
 		t.Fatalf("summary:\n%s", out)
 	}
 	// The file's own name for the limit is the same limit, as on /v1/take.
 	rows, out = simulateRows(t, "--config", "../../examples/ratelimit-config.yaml", "--limit", "per-address", "--pattern", "20/s for 60s", "--step", "30s")
 	wantRows(t, rows, out, "0s 600 600 0 0", "30s 600 0 600 0")
-	if !strings.Contains(out, "limit envoy.edge.remote_address.799c02b8: fixed window of 600 per 1m") {
+	if !strings.Contains(out, "limit envoy.edge.remote_address.b8139932fb309819: fixed window of 600 per 1m") {
 		t.Fatalf("summary:\n%s", out)
 	}
 	var errb bytes.Buffer
 	if code := run([]string{"simulate", "--config", "../../examples/ratelimit-config.yaml", "--limit", "per-adress", "--pattern", "1/s for 1s"}, io.Discard, &errb); code != 2 ||
-		!strings.Contains(errb.String(), `unknown rule "per-adress" (did you mean "per-address"?); the limits are: envoy.edge.remote_address.799c02b8 (per-address), envoy.edge.client_id.75e5c8c9 (search-per-client)`) {
+		!strings.Contains(errb.String(), `unknown rule "per-adress" (did you mean "per-address"?); the limits are: envoy.edge.remote_address.b8139932fb309819 (per-address), envoy.edge.client_id.5e4498c45d97a14d (search-per-client)`) {
 		t.Errorf("per-adress: exit %d, %s", code, errb.String())
 	}
 }

@@ -139,3 +139,32 @@ func TestAppendAllIsTakeAll(t *testing.T) {
 		clk.Advance(300 * time.Millisecond)
 	}
 }
+
+// TestAttackTinyCostsGrowSlidingLog: a sliding log keeps an entry per
+// admitted take, its state O(capacity) only while each take costs a
+// token. A caller of /v1/take (or of a rule whose min_cost lets costs be
+// fractional) taking a micro-token at a time grew one key's log to a
+// million entries per token of capacity, every take reading them all (in
+// Redis, one value rewritten whole per call).
+func TestAttackTinyCostsGrowSlidingLog(t *testing.T) {
+	sl := sluice.MustLimit(sluice.Spec{Name: "sl", Algorithm: sluice.SlidingLog, Rate: 10, Period: time.Hour})
+	lim := sluice.New(memory.New(memory.Options{Clock: sluice.NewManualClock(time.Unix(1e9, 0))}))
+	admitted := 0
+	for range 1000 {
+		d, err := lim.Take(context.Background(), sluice.Request{Limit: sl, Key: "k", Cost: 0.000001})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted > 10 {
+		t.Fatalf("%d takes of a micro-token admitted, each an entry of the log: want at most the capacity, 10", admitted)
+	}
+	// A log whose capacity is below a token still takes one take.
+	half := sluice.MustLimit(sluice.Spec{Name: "half", Algorithm: sluice.SlidingLog, Rate: 0.5, Period: time.Hour})
+	if d, err := lim.Take(context.Background(), sluice.Request{Limit: half, Key: "k", Cost: 0.000001}); err != nil || !d.Allowed {
+		t.Fatalf("a micro-token of a half-token log: %+v %v", d, err)
+	}
+}

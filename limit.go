@@ -460,11 +460,14 @@ func (l *Limit) TokensPerSecond() float64 {
 
 // cost is the cost half of Request.Charged's rule (see there): most is the
 // most one request can be charged, in micro-tokens.
-func (l *Limit) cost(op engine.Op, cost float64, most int64) (int64, error) {
+func (l *Limit) cost(op engine.Op, cost float64, most int64, extra bool) (int64, error) {
 	if l.shards != nil && op != engine.OpRefund {
 		return l.shardCost(cost)
 	}
 	c, err := engine.ToMicroTokens(cost)
+	if op != engine.OpRefund && !extra {
+		c = l.logEntry(c) // c is unused when err is set
+	}
 	if err == nil && c <= most {
 		return c, nil
 	}
@@ -482,6 +485,16 @@ func (l *Limit) cost(op engine.Op, cost float64, most int64) (int64, error) {
 		what = fmt.Sprintf("the capacity (%v) plus max_reserved (%v)", l.Capacity(), engine.FromMicroTokens(most-l.params.Capacity))
 	}
 	return 0, costAbove(l.spec.Name, cost, what)
+}
+
+// logEntry is a take's charge c, or on a sliding log, an entry per take,
+// at least a token (its capacity when less): a micro-token at a time, a
+// key's log held a million per token (TestAttackTinyCostsGrowSlidingLog).
+func (l *Limit) logEntry(c int64) int64 {
+	if l.params.Algorithm != engine.SlidingLog {
+		return c
+	}
+	return max(c, min(engine.TokenScale, l.params.Capacity))
 }
 
 // rational expresses rate tokens per period microseconds as num/den

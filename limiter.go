@@ -18,7 +18,7 @@ type Request struct {
 	// under two limits is two buckets.
 	Key string
 	// Cost is the number of tokens asked for; zero means 1. Fractions are
-	// fine (0.5 is half a token).
+	// fine (0.5 is half a token), but a sliding log charges a token at least.
 	Cost float64
 	// Reserve admits the request even when the bucket is short, by taking
 	// the tokens on credit up to MaxReserved (without bound when no
@@ -36,6 +36,9 @@ type Request struct {
 	// bucket then admits one request per 1/rate; a bucket of zero capacity
 	// admits nothing.
 	NoReserve bool
+	// extra marks settlement's charge of what a request used beyond its
+	// take: exactly that, never rounded up to a log entry's token.
+	extra bool
 }
 
 // Charged is a request that Request.Charged has validated: its limit and
@@ -167,7 +170,7 @@ func (r Request) charge(op engine.Op) (engine.Charge, error) {
 	case ch.Reserve:
 		most += ch.MaxReserved
 	}
-	if ch.Cost, err = r.Limit.cost(op, cost, most); err != nil {
+	if ch.Cost, err = r.Limit.cost(op, cost, most, r.extra); err != nil {
 		return engine.Charge{}, err
 	}
 	return ch, nil

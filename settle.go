@@ -124,7 +124,7 @@ func (l *Limiter) settleExtra(ctx context.Context, base Request, extra int64) (S
 	var last Decision
 	for try := 0; try < settleTries && extra > 0; try++ {
 		req := base
-		req.Cost = engine.FromMicroTokens(extra)
+		req.Cost, req.extra = engine.FromMicroTokens(extra), true
 		if bound > 0 {
 			req.Reserve, req.MaxReserved = true, engine.FromMicroTokens(bound)
 		} else {

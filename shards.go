@@ -167,7 +167,7 @@ func (l *Limit) MaxCost() float64 {
 func (l *Limit) shardCost(cost float64) (int64, error) {
 	most := 2 * l.shards.lim.params.Capacity
 	c, err := engine.ToMicroTokens(cost)
-	if err == nil && c <= most {
+	if c = l.logEntry(c); err == nil && c <= most {
 		return c, nil
 	}
 	if err != nil && !(cost > engine.FromMicroTokens(most)) {
@@ -225,7 +225,7 @@ func (r Request) shardJudge(op engine.Op) (cost int64, reservable bool, err erro
 // shardedCharge is Request.Charged's charge for a sharded limit (see shardJudge).
 func (r Request) shardedCharge(op engine.Op) (engine.Charge, error) {
 	if op == engine.OpRefund {
-		c, err := r.Limit.cost(op, r.costOrOne(), r.Limit.params.Capacity+r.Limit.params.MaxReserved)
+		c, err := r.Limit.cost(op, r.costOrOne(), r.Limit.params.Capacity+r.Limit.params.MaxReserved, true)
 		return engine.Charge{Cost: c}, err
 	}
 	c, _, err := r.shardJudge(op)

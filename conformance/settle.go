@@ -46,16 +46,18 @@ func RunSettle(t *testing.T, newStore NewStore, opts SettleOptions) {
 }
 
 // Level reads the tokens of key's bucket without changing them: a peek
-// of a micro-token reports what would be left after it when admitted,
-// and what there is when refused.
+// of a micro-token (a sliding log's charge: a token) reports what would
+// be left after it when admitted, and what there is when refused.
 func Level(t *testing.T, l *sluice.Limiter, lim *sluice.Limit, key string) float64 {
 	t.Helper()
-	d, err := l.Peek(context.Background(), sluice.Request{Limit: lim, Key: key, Cost: 1e-6})
-	if err != nil {
+	r := sluice.Request{Limit: lim, Key: key, Cost: 1e-6}
+	ch, err := r.Charged(engine.OpPeek) // a sliding log's is a token
+	d, err2 := l.Peek(context.Background(), r)
+	if err := cmp.Or(err, err2); err != nil {
 		t.Fatal(err)
 	}
 	if d.Allowed {
-		return d.Tokens + 1e-6
+		return d.Tokens + engine.FromMicroTokens(ch.Cost)
 	}
 	return d.Tokens
 }

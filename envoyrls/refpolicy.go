@@ -217,7 +217,7 @@ func refKey(d *rlv3.RateLimitDescriptor, l *refLimit) string {
 		if i > 0 {
 			b.WriteByte('|')
 		}
-		v := en.Value
+		v := policy.DescriptorValue(en.Key, en.Value, refIPv6Prefix)
 		if i < len(l.share) && l.share[i] != "" {
 			v = l.share[i]
 		}
@@ -227,6 +227,10 @@ func refKey(d *rlv3.RateLimitDescriptor, l *refLimit) string {
 	}
 	return b.String()
 }
+
+// refIPv6Prefix groups IPv6 clients in keys (policy.DescriptorValue) as
+// ipv6_prefix does by default: the reference format sets none.
+var refIPv6Prefix = policy.DefaultSettings().IPv6Prefix
 
 // keyComponent escapes one key part so that no value can forge another
 // entry, a Redis Cluster hash tag or another limit's key; long parts are

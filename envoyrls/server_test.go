@@ -386,6 +386,35 @@ func TestAttackDomainsShareLimitName(t *testing.T) {
 	expect(t, h.call(t, b, 0, d), OK, OK, 0)
 }
 
+// TestAttackIPv6RemoteAddressMintsBuckets: Envoy's remote_address action
+// sends the client's whole address, and one host commonly holds a whole
+// IPv6 /64; keyed per value, a client stepping through its addresses (as
+// privacy addressing does by itself) found a fresh bucket at each, in
+// the reference format and in sluice's own alike. Keys hold an IPv6
+// remote_address by its /64 (ipv6_prefix), as ip:address holds a peer.
+func TestAttackIPv6RemoteAddressMintsBuckets(t *testing.T) {
+	ref, err := envoyrls.ParseReferenceConfig("r.yaml", []byte("domain: d\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := policy.Parse("p.yaml", []byte("rules:\n  - name: per-address\n    limit_keys: [\"descriptor:remote_address\"]\n    algorithm: fixed_window\n    algorithm_config: {rate: 1, period: 1m}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := policy.Parse("w.yaml", []byte("rules:\n  - name: per-descriptor\n    limit_keys: [descriptor]\n    algorithm: fixed_window\n    algorithm_config: {rate: 1, period: 1m}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pol := range []*policy.Policy{ref, own, whole} {
+		h := start(t, pol)
+		expect(t, h.call(t, "d", 0, desc("remote_address", "2001:db8:1:2::1")), OK, OK, 0)
+		expect(t, h.call(t, "d", 0, desc("remote_address", "2001:db8:1:2:a:b:c:d")), OVER, OVER, 0)
+		expect(t, h.call(t, "d", 0, desc("remote_address", "2001:db8:1:3::1")), OK, OK, 0)
+		expect(t, h.call(t, "d", 0, desc("remote_address", "198.51.100.7")), OK, OK, 0)
+		expect(t, h.call(t, "d", 0, desc("remote_address", "198.51.100.8")), OK, OK, 0)
+	}
+}
+
 // ruleNames records the rule names a server reports decisions of.
 type ruleNames map[string]bool
 

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // Token guesses. Every admin token a client presents (the live page's
@@ -49,11 +50,10 @@ func newGuesses(clock sluice.Clock) *guesses {
 // keys it.
 func (g *Gate) guessKey(r *http.Request) string {
 	p := g.Policy()
-	a := p.FromHTTP(r).ClientIP
-	if !a.IsValid() {
-		return "unknown"
+	if a := p.FromHTTP(r).ClientIP; a.IsValid() {
+		return policy.AddressKey(a, p.Settings.IPv6Prefix)
 	}
-	return p.Settings.ClientKey(a)
+	return "unknown"
 }
 
 // checkToken reports whether got is want (tokenMatches), charging the

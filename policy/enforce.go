@@ -156,7 +156,7 @@ func (e *eval) identity() string {
 		// A host commonly holds a whole /64: evidence of its addresses
 		// (an adaptive limit's per-key verdict) is one client's
 		// (TestAttackAdaptiveIPv6AddressesMintKeys).
-		return "ip:" + e.p.Settings.ClientKey(ip)
+		return "ip:" + AddressKey(ip, e.p.Settings.IPv6Prefix)
 	} else if ip.IsValid() {
 		if e.r.peerIdentity != "" && ip == peerHost(e.r.Peer) {
 			return e.r.peerIdentity // the client is the connection's peer

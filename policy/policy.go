@@ -137,15 +137,6 @@ type Settings struct {
 	SettleSecretEnv string
 }
 
-// ClientKey is what a client's address counts as: an IPv6 address its
-// IPv6Prefix (one host commonly holds a whole /64), an IPv4 one itself.
-func (s *Settings) ClientKey(a netip.Addr) string {
-	if a.Is6() {
-		return netip.PrefixFrom(a, s.IPv6Prefix).Masked().String()
-	}
-	return a.String()
-}
-
 // UI is the ui section, the live page's settings.
 type UI struct {
 	// ShowKeys shows the hottest keys as they are (default true); false

@@ -461,10 +461,7 @@ func (e *eval) value(src source) (string, bool) {
 	switch src.kind {
 	case srcIP:
 		a := e.clientIP()
-		if !a.IsValid() {
-			return "", false
-		}
-		return e.p.Settings.ClientKey(a), true
+		return AddressKey(a, e.p.Settings.IPv6Prefix), a.IsValid()
 	case srcHeader:
 		vs := r.Header[src.name]
 		if len(vs) == 0 {
@@ -512,7 +509,7 @@ func (e *eval) value(src source) (string, bool) {
 			}
 			b.WriteString(escape(en.Key, ",="))
 			b.WriteByte('=')
-			b.WriteString(escape(en.Value, ",="))
+			b.WriteString(escape(DescriptorValue(en.Key, en.Value, e.p.Settings.IPv6Prefix), ",="))
 		}
 		return b.String(), true
 	case srcDomain:
@@ -719,7 +716,33 @@ func (e *eval) keyPart(rule *Rule, src source) (string, bool) {
 		}
 		return AbsentMarker, true
 	}
+	if src.kind == srcDescriptorKey {
+		v = DescriptorValue(src.name, v, e.p.Settings.IPv6Prefix)
+	}
 	return component(src, v), true
+}
+
+// AddressKey is client address a as keys hold it: an IPv6 one by its
+// prefix of bits (ipv6_prefix), since one host commonly holds a whole /64
+// and would otherwise mint buckets at will.
+func AddressKey(a netip.Addr, bits int) string {
+	if a = a.Unmap().WithZone(""); a.Is6() {
+		return netip.PrefixFrom(a, bits).Masked().String()
+	}
+	return a.String()
+}
+
+// DescriptorValue is the value v of a descriptor's entry k as keys hold
+// it: remote_address, the client's address that Envoy's action of that
+// name sends, as AddressKey holds it (TestAttackIPv6RemoteAddressMintsBuckets).
+func DescriptorValue(k, v string, bits int) string {
+	if k != "remote_address" {
+		return v
+	}
+	if a, err := netip.ParseAddr(v); err == nil {
+		return AddressKey(a, bits)
+	}
+	return v
 }
 
 // KeyComponent returns the value v (of a header, query parameter or JWT

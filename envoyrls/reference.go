@@ -313,6 +313,12 @@ func descriptorLines(root *yaml.Node) map[string]int {
 // limits' identity, see limitID), share what each of those entries
 // counts as (refLimit.share).
 func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []refDescriptor, path, chain string, share []string, lines map[string]int) {
+	if len(share) >= maxEntries {
+		// No call reaches them, and each level copies its ancestors' path
+		// and chain: deep nesting would compile to the square of its size.
+		e.add(lines[path], path, "nested deeper than %d levels, the most entries a call's descriptor may have", maxEntries)
+		return
+	}
 	parent.children = map[string]*refNode{}
 	for i, d := range ds {
 		p := fmt.Sprintf("%s[%d]", path, i)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"math"
 	"regexp"
@@ -61,7 +62,7 @@ type refReplace struct {
 type refLimit struct {
 	rule       string // the sluice rule that enforces it ("" when unlimited or zero)
 	name       string // rate_limit.name, "" when unnamed
-	path       string // where it is in the file, for messages
+	path       string // where it is in its domain, for messages (not the domain: a long one would be kept once per limit)
 	rpu        uint32
 	unit       rlspb.RateLimitResponse_RateLimit_Unit
 	multiplier uint32
@@ -274,7 +275,9 @@ func (cfg *Reference) addDomain(e *refError, r refRoot, line int, lines map[stri
 	}
 	top := &refNode{}
 	cfg.domains[r.Domain] = top
-	cfg.load(e, r.Domain, top, r.Descriptors, "descriptors", "", nil, lines)
+	root := sha256.New() // the domain length-prefixed, so that no domain's chain reads as another's
+	io.WriteString(root, strconv.Itoa(len(r.Domain))+":"+r.Domain)
+	cfg.load(e, r.Domain, top, r.Descriptors, "descriptors", root, nil, lines)
 }
 
 // descriptorLines maps each descriptor's path to its line, so messages
@@ -309,13 +312,13 @@ func descriptorLines(root *yaml.Node) map[string]int {
 }
 
 // load compiles ds under parent; path is where they are in the file (for
-// messages), chain the keys and values that lead to them (for the
-// limits' identity, see limitID), share what each of those entries
+// messages), chain the hash of the keys and values that lead to them (for the
+// limits' identity, see chainOf), share what each of those entries
 // counts as (refLimit.share).
-func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []refDescriptor, path, chain string, share []string, lines map[string]int) {
+func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []refDescriptor, path string, chain hash.Hash, share []string, lines map[string]int) {
 	if len(share) >= maxEntries {
 		// No call reaches them, and each level copies its ancestors' path
-		// and chain: deep nesting would compile to the square of its size.
+		// and shares: deep nesting would compile to the square of its size.
 		e.add(lines[path], path, "nested deeper than %d levels, the most entries a call's descriptor may have", maxEntries)
 		return
 	}
@@ -340,7 +343,7 @@ func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []ref
 		if strings.Contains(final, "*") {
 			parent.wildcards = append(parent.wildcards, refWildcard{strings.Split(final, "*"), n})
 		}
-		c, sh := chain+"\x00"+final, append(share[:len(share):len(share)], "")
+		c, sh := chainOf(chain, final), append(share[:len(share):len(share)], "")
 		if d.ShareThreshold {
 			// As the reference server's: whether or not the limit is this
 			// descriptor's own, every value matching it counts as one.
@@ -350,7 +353,7 @@ func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []ref
 			sh[len(sh)-1] = d.Value
 		}
 		if rl := d.RateLimit; rl != nil {
-			n.limit = cfg.compileLimit(e, domain, d, p, c, lines)
+			n.limit = cfg.compileLimit(e, domain, d, p, final, c, lines)
 			n.limit.share = sh
 		}
 		if len(d.Descriptors) > 0 {
@@ -359,11 +362,11 @@ func (cfg *Reference) load(e *refError, domain string, parent *refNode, ds []ref
 	}
 }
 
-func (cfg *Reference) compileLimit(e *refError, domain string, d refDescriptor, p, chain string, lines map[string]int) *refLimit {
+func (cfg *Reference) compileLimit(e *refError, domain string, d refDescriptor, p, last string, chain hash.Hash, lines map[string]int) *refLimit {
 	rl := d.RateLimit
 	rp := p + ".rate_limit"
 	line := lines[rp]
-	l := &refLimit{name: rl.Name, path: domain + "." + p, unlimited: rl.Unlimited, shadow: d.ShadowMode, quota: d.QuotaMode, id: limitID(domain, chain)}
+	l := &refLimit{name: rl.Name, path: p, unlimited: rl.Unlimited, shadow: d.ShadowMode, quota: d.QuotaMode, id: limitID(domain, last, chain)}
 	if rl.UnitMultiplier != nil {
 		l.multiplier = *rl.UnitMultiplier
 		if l.multiplier == 0 {
@@ -407,8 +410,8 @@ func (cfg *Reference) compileLimit(e *refError, domain string, d refDescriptor, 
 // ruleUnsafe is what a rule name may not hold.
 var ruleUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 
-// limitID names the buckets of the limit that the descriptors chain (each
-// "key" or "key_value", NUL-separated) reach in domain: the same wherever
+// limitID names the buckets of the limit that the descriptors of chain
+// (see chainOf), the last of them last, reach in domain: the same wherever
 // the limit sits in its file or among a control plane's resources, and
 // whatever its rate, so that a reload that moves, adds or removes other
 // limits, or changes this one's rate, keeps its buckets (which the rule's
@@ -416,15 +419,33 @@ var ruleUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 // a limit name's bounds and free of the characters domains may hold; it
 // alone tells apart domains that read alike, so 64 bits, not 32, whose
 // collisions a second's search finds (TestAttackDomainsShareLimitName).
-func limitID(domain, chain string) string {
-	d := ruleUnsafe.ReplaceAllString(domain, "_")
-	d = d[:min(len(d), 20)]
+func limitID(domain, last string, chain hash.Hash) string {
 	// The last key names the limit for a reader ("remote_address").
-	last := chain[strings.LastIndexByte(chain, 0)+1:]
-	k := ruleUnsafe.ReplaceAllString(last, "_")
-	k = k[:min(len(k), 24)]
-	sum := sha256.Sum256([]byte(strconv.Itoa(len(domain)) + ":" + domain + chain))
-	return "envoy." + d + "." + k + "." + hex.EncodeToString(sum[:8])
+	return "envoy." + safePrefix(domain, 20) + "." + safePrefix(last, 24) + "." + hex.EncodeToString(chain.Sum(nil)[:8])
+}
+
+// chainOf is chain, the hash of a length-prefixed domain and of the "\x00key" or
+// "\x00key_value" of each descriptor leading to one, with final's after
+// it. A descriptor extends its parent's hash rather than hashing its
+// path again: a long key above many descriptors is read once, not once
+// for each.
+func chainOf(chain hash.Hash, final string) hash.Hash {
+	h, _ := chain.(hash.Cloner).Clone() // a sha256 always clones
+	io.WriteString(h, "\x00"+final)
+	return h
+}
+
+// safePrefix is ruleUnsafe.ReplaceAllString(s, "_")[:n] (or less), reading
+// no more of s than that needs: each rune becomes one byte.
+func safePrefix(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			s = s[:i]
+			break
+		}
+		n--
+	}
+	return ruleUnsafe.ReplaceAllString(s, "_")
 }
 
 // lookup finds the limit for one descriptor the way the reference server

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,7 +69,7 @@ func referencePolicy(filename string, cfg *Reference) (*policy.Policy, error) {
 		}
 		lim, err := sluice.NewLimit(sluice.Spec{Name: l.id, Algorithm: sluice.FixedWindow, Rate: float64(l.rpu), Period: l.period(), Start: new(time.Duration)})
 		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", filename, l.path, err)
+			return nil, fmt.Errorf("%s: %s: %s: %w", filename, l.id, l.path, err)
 		}
 		l.policyRule = &policy.Rule{Name: l.rule, Mode: mode, OnStoreError: policy.AllowOnError, Limit: lim, Algorithm: sluice.FixedWindow}
 		named = append(named, policy.NamedRule{Rule: l.policyRule, Alias: l.name})
@@ -276,8 +278,8 @@ func (cfg *Reference) override(domain string, o *rlv3.RateLimitDescriptor_RateLi
 	if l.rpu > 0 {
 		// Counted per domain and rate, as the reference server counts (no chain of the file starts
 		// with two NULs), but reported per domain and unit: every rule name is a series kept for good.
-		l.rule = limitID(domain, "\x00\x00override."+strings.ToLower(unit.String()))
-		lim, err := sluice.NewLimit(sluice.Spec{Name: limitID(domain, fmt.Sprintf("\x00\x00override.%d.%s", l.rpu, strings.ToLower(unit.String()))), Algorithm: sluice.FixedWindow, Rate: float64(l.rpu), Period: l.period(), Start: new(time.Duration)})
+		l.rule = overrideID(domain, "override."+strings.ToLower(unit.String()))
+		lim, err := sluice.NewLimit(sluice.Spec{Name: overrideID(domain, fmt.Sprintf("override.%d.%s", l.rpu, strings.ToLower(unit.String()))), Algorithm: sluice.FixedWindow, Rate: float64(l.rpu), Period: l.period(), Start: new(time.Duration)})
 		if err != nil {
 			return nil
 		}
@@ -287,6 +289,14 @@ func (cfg *Reference) override(domain string, o *rlv3.RateLimitDescriptor_RateLi
 		cfg.overrides[k] = l
 	}
 	return l
+}
+
+// overrideID is limitID for the chain "\x00\x00"+name, which no chain of
+// a file starts with.
+func overrideID(domain, name string) string {
+	h := sha256.New()
+	io.WriteString(h, strconv.Itoa(len(domain))+":"+domain+"\x00\x00"+name)
+	return limitID(domain, name, h)
 }
 
 // maxOverrides bounds the compiled overrides kept; others are compiled

@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -41,4 +42,30 @@ func nonNil(d *rlsconf.RateLimitDescriptor) []*rlsconf.RateLimitDescriptor {
 		return nil
 	}
 	return []*rlsconf.RateLimitDescriptor{d}
+}
+
+// TestAttackLongKeyAboveManyDescriptors: a control plane puts one long
+// domain and key above thousands of small descriptors with limits.
+// Each descriptor's limit was named by hashing its whole path, the long
+// key and domain included, anew, so that a 1 MiB snapshot made
+// gigabytes of garbage and seconds of CPU; each now extends its parent's
+// hash.
+func TestAttackLongKeyAboveManyDescriptors(t *testing.T) {
+	rl := &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 1}
+	kids := make([]*rlsconf.RateLimitDescriptor, 10000)
+	for i := range kids {
+		kids[i] = &rlsconf.RateLimitDescriptor{Key: "k", Value: strconv.Itoa(i), RateLimit: rl}
+	}
+	long := strings.Repeat("k", 256<<10)
+	rc := &rlsconf.RateLimitConfig{Domain: long, Descriptors: []*rlsconf.RateLimitDescriptor{{Key: long, Descriptors: kids}}}
+	size := proto.Size(rc)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := ParseReferenceResources("xds://cp", []*rlsconf.RateLimitConfig{rc}); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 100*uint64(size) {
+		t.Fatalf("a %d-byte snapshot allocated %d MiB to compile", size, alloc>>20)
+	}
 }

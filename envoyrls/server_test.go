@@ -646,3 +646,33 @@ func TestNegativeHitsAllowedBySluicePolicy(t *testing.T) {
 	expect(t, h.call(t, "edge", 0, negative(desc("client", "c"), 2)), OK, OK, 2)
 	expect(t, h.call(t, "edge", 0, negative(desc("client", "c"), 1000)), OK, OK, 5)
 }
+
+// TestAttackHTTPRuleSharedOverEnvoy: a file's per-address rule for HTTP
+// (ip:address), served on the default gRPC listener too, met every Envoy
+// descriptor with its address absent: all of them, whatever the domain,
+// shared its one (absent) bucket, and one client behind Envoy used it up
+// for every other. A rule keyed only on what Envoy never sends does not
+// apply to Envoy's calls.
+func TestAttackHTTPRuleSharedOverEnvoy(t *testing.T) {
+	pol, err := policy.Parse("p.yaml", []byte(`
+rules:
+  - name: per-ip-http
+    limit_keys: ["ip:address"]
+    algorithm_config: {rps: 1, burst: 1}
+  - name: per-key-http
+    limit_keys: ["header:x-api-key", "path"]
+    algorithm_config: {rps: 1, burst: 1}
+  - name: per-ip
+    match: {domain: edge}
+    limit_keys: ["descriptor:remote_address"]
+    algorithm_config: {rps: 1, burst: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, pol)
+	expect(t, h.call(t, "edge", 0, desc("remote_address", "192.0.2.1")), OK, OK, 0)
+	expect(t, h.call(t, "other", 0, desc("remote_address", "192.0.2.2")), OK)
+	expect(t, h.call(t, "edge", 0, desc("remote_address", "192.0.2.3")), OK, OK, 0)
+	expect(t, h.call(t, "edge", 0, desc("remote_address", "192.0.2.1")), OVER, OVER, 0)
+}

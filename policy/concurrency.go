@@ -89,17 +89,31 @@ func (l *loader) concurrencyTransports(p *Policy) {
 // readsDescriptor reports whether r's key, match or tiers read what only
 // Envoy's rate limit service sends: a descriptor, or the domain.
 func (r *Rule) readsDescriptor() bool {
-	desc := func(s source) bool {
-		return s.kind == srcDescriptor || s.kind == srcDescriptorKey || s.kind == srcDomain
-	}
 	conds := slices.Clone(r.match)
 	for _, t := range r.Tiers {
 		conds = append(conds, t.match...)
 	}
-	if slices.ContainsFunc(r.keys, desc) {
-		return true
+	return slices.ContainsFunc(r.keys, source.fromEnvoy) || slices.ContainsFunc(conds, func(c cond) bool { return c.src.fromEnvoy() })
+}
+
+// fromEnvoy reports whether s is what only Envoy's rate limit service
+// sends (a descriptor, or the domain), and never an HTTP request.
+func (s source) fromEnvoy() bool {
+	return s.kind == srcDescriptor || s.kind == srcDescriptorKey || s.kind == srcDomain
+}
+
+// keyedFor reports whether r has no limit_keys or one that a request of
+// its transport (an Envoy descriptor when envoy, else an HTTP request)
+// can carry. A rule keyed only on what the other sends would find every
+// such request's key absent (or, for path, "/"), one bucket that any one
+// client could use up for every other.
+func (r *Rule) keyedFor(envoy bool) bool {
+	for _, s := range r.keys {
+		if s.fromEnvoy() == envoy {
+			return true
+		}
 	}
-	return slices.ContainsFunc(conds, func(c cond) bool { return desc(c.src) })
+	return len(r.keys) == 0
 }
 
 // isSlot reports whether l is a concurrency limit, whose requests hold

@@ -66,7 +66,9 @@ func (m *Match) Judge() error {
 // the rule's own limit if it has one), with the key built from the rule's
 // limit_keys and the cost from its cost_source. A rule whose key source is
 // absent applies with AbsentMarker in the key (missing_key: shared, the
-// default) or not at all (skip). The error is reserved for input that
+// default) or not at all (skip); a rule keyed only on what the other
+// transport sends (descriptors for an HTTP request, an HTTP request's
+// parts for an Envoy descriptor) does not apply. The error is reserved for input that
 // cannot be evaluated at all; none is currently produced.
 func (p *Policy) Match(in *Input) ([]Match, error) { return p.AppendMatch(nil, in) }
 
@@ -76,8 +78,9 @@ func (p *Policy) AppendMatch(out []Match, in *Input) ([]Match, error) {
 	e := &eval{p: p, r: in}
 	base := len(out)
 	identity := ""
+	envoy := in.Domain != "" || len(in.Descriptor) > 0
 	for _, rule := range p.Rules {
-		if !e.holds(rule.match) {
+		if !rule.keyedFor(envoy) || !e.holds(rule.match) {
 			continue
 		}
 		v, tier := rule.ownVariant(), (*Tier)(nil)

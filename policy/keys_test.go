@@ -152,6 +152,33 @@ func TestAbsentKey(t *testing.T) {
 	}
 }
 
+// TestAttackEnvoyRuleSharedOverHTTP: a rule keyed on an Envoy
+// descriptor with no domain to match met every HTTP request (forward
+// auth, the proxy) with its key absent, one bucket that one client used
+// up for every other. A rule keyed only on what HTTP requests never carry
+// does not apply to them; one keyed on both still does.
+func TestAttackEnvoyRuleSharedOverHTTP(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: per-address
+    limit_keys: ["descriptor:remote_address"]
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	if k := keyOf(t, p, &policy.Input{Path: "/", Peer: peer("192.0.2.1:1")}); k != "-" {
+		t.Fatalf("an HTTP request was charged under %q", k)
+	}
+	if k := keyOf(t, p, &policy.Input{Domain: "edge", Descriptor: []policy.DescriptorEntry{{Key: "remote_address", Value: "192.0.2.1"}}}); k != "192.0.2.1" {
+		t.Fatalf("an Envoy descriptor was charged under %q", k)
+	}
+	both := mustParse(t, `rules:
+  - name: per-key
+    limit_keys: ["descriptor:user", "header:x-user"]
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	if k := keyOf(t, both, &policy.Input{Header: http.Header{"X-User": {"a"}}}); k != policy.AbsentMarker+"|a" {
+		t.Fatalf("a rule keyed on both was charged under %q", k)
+	}
+}
+
 func TestKeyInjection(t *testing.T) {
 	p := mustParse(t, `rules:
   - name: per-org-rps

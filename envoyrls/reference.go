@@ -200,9 +200,19 @@ var knownRefKeys = map[string]bool{
 	"name": true, "replaces": true, "quota_mode": true,
 }
 
+// maxRefPath bounds the path of a node of a file that its checks
+// descend to, far beyond the deepest a call reaches: each level copies
+// its parent's path, so that a file nested thousands deep would be
+// checked in the square of its size.
+const maxRefPath = 2048
+
 // checkKeys reports keys the reference server does not know: it refuses
 // them too, and a misspelt "shadow_mode" must not silently enforce.
 func checkKeys(n *yaml.Node, path string, e *refError) {
+	if len(path) > maxRefPath {
+		e.add(n.Line, "", "nested too deep: no call's descriptor has more than %d entries", maxEntries)
+		return
+	}
 	switch n.Kind {
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -286,7 +296,7 @@ func descriptorLines(root *yaml.Node) map[string]int {
 	out := map[string]int{}
 	var walk func(n *yaml.Node, path string)
 	walk = func(n *yaml.Node, path string) {
-		if n.Kind != yaml.MappingNode {
+		if n.Kind != yaml.MappingNode || len(path) > maxRefPath {
 			return
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {

@@ -69,3 +69,32 @@ func TestAttackLongKeyAboveManyDescriptors(t *testing.T) {
 		t.Fatalf("a %d-byte snapshot allocated %d MiB to compile", size, alloc>>20)
 	}
 }
+
+// TestAttackDeepFileCheckedQuadratic: a file in the reference format
+// nested thousands deep (as descriptors, or as mappings under
+// "descriptors") was checked key by key and line by line with the path
+// of every node, each a copy of its parent's: a 225 KB file made close to
+// a gigabyte before it was refused.
+func TestAttackDeepFileCheckedQuadratic(t *testing.T) {
+	for _, level := range []string{"[{key: k, rate_limit: {unit: second, requests_per_unit: 1}, descriptors: ", "{descriptors: "} {
+		var b strings.Builder
+		b.WriteString("domain: d\ndescriptors: ")
+		for range 3000 {
+			b.WriteString(level)
+		}
+		b.WriteString("[]")
+		for range 3000 {
+			b.WriteString(map[bool]string{true: "}]", false: "}"}[strings.HasPrefix(level, "[")])
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := ParseReferenceConfig("deep.yaml", []byte(b.String()))
+		runtime.ReadMemStats(&after)
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 200*uint64(b.Len()) {
+			t.Fatalf("a %d-byte file nested 3000 deep allocated %d MiB to check", b.Len(), alloc>>20)
+		}
+		if err == nil {
+			t.Fatal("a file nested 3000 deep was accepted")
+		}
+	}
+}

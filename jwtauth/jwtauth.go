@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -91,6 +92,17 @@ func BearerToken(h http.Header) string {
 		return ""
 	}
 	return strings.TrimSpace(a[7:])
+}
+
+// AmbiguousBearer reports whether upstreams may read another bearer token
+// from h than BearerToken: Authorization given twice (PHP takes the last),
+// or holding more than a scheme and a credential (Laravel takes what
+// follows the last "Bearer "; others split at commas).
+func AmbiguousBearer(h http.Header) bool {
+	vs := h["Authorization"]
+	return slices.ContainsFunc(vs, func(v string) bool {
+		return v != vs[0] || strings.Contains(v, ",") || len(strings.Fields(v)) > 2
+	})
 }
 
 // keyFor offers the keys of the token's algorithm family only, so a

@@ -267,3 +267,37 @@ func TestAttackJWTWithoutExp(t *testing.T) {
 		t.Errorf("require_exp: false: a token without exp got %q, want api-key.enterprise", got)
 	}
 }
+
+// Attack: the Authorization header sent twice, "Bearer junk" then the
+// client's own token, or once as "Bearer junk, Bearer TOKEN". sluice read
+// no claims, so a per-user rule charged the shared (absent) bucket, or
+// none under missing_key: skip, while an upstream that takes the last
+// header (PHP behind nginx's FastCGI) or the last "Bearer " (Laravel)
+// serves the request as the client: it escaped its own bucket. Like any
+// header that servers read differently, the claims' key is (ambiguous).
+func TestAttackRepeatedAuthorizationEscapesUserBucket(t *testing.T) {
+	t.Setenv("JWT_SECRET", testSecret)
+	tok := sign(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{"sub": "u1", "exp": time.Now().Add(time.Hour).Unix()})
+	for _, missing := range []string{"shared", "skip"} {
+		p := mustParse(t, `jwt: {hmac_secret_env: JWT_SECRET}
+missing_key: `+missing+`
+rules:
+  - name: per-user
+    limit_keys: ["jwt:sub"]
+    algorithm_config: {rps: 1, burst: 1}
+`)
+		for _, hs := range [][]string{{"Bearer junk", "Bearer " + tok}, {"Bearer " + tok, "Bearer other"}, {"Bearer junk, Bearer " + tok}, {"Bearer junkBearer " + tok}} {
+			ms, err := p.Match(&policy.Input{Header: http.Header{"Authorization": hs}})
+			if err != nil || len(ms) != 1 {
+				t.Fatalf("missing_key %s, %q: match %v %v, want the per-user rule", missing, hs, ms, err)
+			}
+			if got := ms[0].Request.Key; got != policy.AmbiguousMarker {
+				t.Errorf("missing_key %s, %q: keyed %q, want %q", missing, hs, got, policy.AmbiguousMarker)
+			}
+		}
+		ms, _ := p.Match(&policy.Input{Header: http.Header{"Authorization": {"Bearer " + tok, "Bearer " + tok}}})
+		if len(ms) != 1 || ms[0].Request.Key != "u1" {
+			t.Errorf("missing_key %s: the same token twice: %v, want keyed u1", missing, ms)
+		}
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/sluicehq/sluice/jwtauth"
 )
 
 // Input describes one request to limit: the parts of an HTTP request (or
@@ -548,6 +550,8 @@ func (e *eval) ambiguous(src source) ([]string, bool) {
 	case srcHeader:
 		vs := e.r.Header[src.name]
 		return vs, slices.ContainsFunc(vs, func(v string) bool { return v != vs[0] })
+	case srcJWT:
+		return nil, jwtauth.AmbiguousBearer(e.r.Header)
 	}
 	return nil, false
 }

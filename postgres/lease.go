@@ -63,7 +63,7 @@ func (s *Store) Lease(ctx context.Context, op engine.Op, r sluice.Request, id en
 		return sluice.Decision{}, err
 	}
 	p := r.Limit.Params()
-	key := []byte(s.opts.KeyPrefix + r.Limit.StorageKey(r.Key))
+	key := s.rowKey(r.Limit, r.Key)
 	sql, letter, what := leasePeekSQL, "p", "lease peek"
 	switch op {
 	case engine.OpTake:

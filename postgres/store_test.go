@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -77,5 +78,44 @@ func TestFixedWindowRowWithoutCapacity(t *testing.T) {
 	var den int64
 	if err := s.Pool().QueryRow(ctx, `SELECT den FROM sluice_buckets WHERE position($1::bytea in key) > 0`, key).Scan(&den); err != nil || den != 5_000_000 {
 		t.Fatalf("den after a write: %d (%v), want the capacity, 5000000", den, err)
+	}
+}
+
+// Attack: a key of a few kilobytes (an application keying the library by
+// a header or a path as the client sent it). The memory and Redis stores
+// keep its bucket; PostgreSQL's primary key index refused any row key
+// longer than about 2.7 KB, so every take of such a key was an error, and
+// an application that lets a request through when its limiter fails
+// (sluice serve's on_store_error: allow) let the client through
+// unlimited. Long keys are kept as a prefix and a hash of the whole.
+func TestAttackLongKeyEscapesPostgres(t *testing.T) {
+	s := newStoreOpts(t, postgres.Options{})
+	ctx := context.Background()
+	l := sluice.New(s)
+	lim := sluice.MustLimit(sluice.Spec{Name: "long-keys", TokensPerSecond: 1, Burst: 1})
+	conc := sluice.MustLimit(sluice.Spec{Name: "long-keys-conc", Algorithm: sluice.Concurrency, MaxInFlight: 1})
+	win := sluice.MustLimit(sluice.Spec{Name: "long-keys-win", Algorithm: sluice.SlidingWindow, Rate: 1, Period: time.Hour})
+	// Random bytes: a key that compresses is stored compressed.
+	b := make([]byte, 10_000)
+	rand.NewChaCha8([32]byte{1}).Read(b)
+	long := string(b)
+	for _, k := range []string{long + "1", long + "2", long[:3000]} {
+		for _, lm := range []*sluice.Limit{lim, win} {
+			if d, err := l.Take(ctx, sluice.Request{Limit: lm, Key: k}); err != nil || !d.Allowed {
+				t.Fatalf("%s: first take of a %d-byte key: %+v %v, want allowed", lm.Name(), len(k), d, err)
+			}
+			if d, err := l.Take(ctx, sluice.Request{Limit: lm, Key: k}); err != nil || d.Allowed {
+				t.Fatalf("%s: second take of a %d-byte key: %+v %v, want refused (its bucket is kept)", lm.Name(), len(k), d, err)
+			}
+		}
+		if _, d, err := l.Acquire(ctx, sluice.Request{Limit: conc, Key: k}); err != nil || !d.Allowed {
+			t.Fatalf("acquire of a %d-byte key: %+v %v, want allowed", len(k), d, err)
+		}
+		if err := l.Reset(ctx, lim, k); err != nil {
+			t.Fatalf("reset of a %d-byte key: %v", len(k), err)
+		}
+		if d, err := l.Take(ctx, sluice.Request{Limit: lim, Key: k}); err != nil || !d.Allowed {
+			t.Fatalf("take after reset of a %d-byte key: %+v %v, want allowed", len(k), d, err)
+		}
 	}
 }

@@ -62,7 +62,7 @@ func (s *Store) windowArgs(r sluice.Charged, now any) []any {
 		bounds = b[:]
 	}
 	return []any{
-		[]byte(s.opts.KeyPrefix + r.Limit.StorageKey(r.Key)), int16(p.Algorithm), unit(p), now,
+		s.rowKey(r.Limit, r.Key), int16(p.Algorithm), unit(p), now,
 		ch.Cost, p.Capacity, p.Period, bounds,
 	}
 }

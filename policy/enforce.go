@@ -80,12 +80,12 @@ func (p *Policy) AppendMatch(out []Match, in *Input) ([]Match, error) {
 	identity := ""
 	envoy := in.Domain != "" || len(in.Descriptor) > 0
 	for _, rule := range p.Rules {
-		if !rule.keyedFor(envoy) || !e.holds(rule.match) {
+		if !rule.keyedFor(envoy) || !e.holds(rule.match, true) {
 			continue
 		}
 		v, tier := rule.ownVariant(), (*Tier)(nil)
 		for _, t := range rule.Tiers {
-			if e.holds(t.match) {
+			if e.holds(t.match, false) {
 				v, tier = t.v, t
 				break
 			}

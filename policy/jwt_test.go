@@ -274,15 +274,17 @@ func TestAttackJWTWithoutExp(t *testing.T) {
 // none under missing_key: skip, while an upstream that takes the last
 // header (PHP behind nginx's FastCGI) or the last "Bearer " (Laravel)
 // serves the request as the client: it escaped its own bucket. Like any
-// header that servers read differently, the claims' key is (ambiguous).
+// header that servers read differently, the claims' key is (ambiguous),
+// and a rule matching a claim applies.
 func TestAttackRepeatedAuthorizationEscapesUserBucket(t *testing.T) {
 	t.Setenv("JWT_SECRET", testSecret)
-	tok := sign(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{"sub": "u1", "exp": time.Now().Add(time.Hour).Unix()})
+	tok := sign(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{"sub": "u1", "plan": "free", "exp": time.Now().Add(time.Hour).Unix()})
 	for _, missing := range []string{"shared", "skip"} {
 		p := mustParse(t, `jwt: {hmac_secret_env: JWT_SECRET}
 missing_key: `+missing+`
 rules:
   - name: per-user
+    match: {"jwt:plan": free}
     limit_keys: ["jwt:sub"]
     algorithm_config: {rps: 1, burst: 1}
 `)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/jwtauth"
 )
 
 // cond is one match condition: the source's value equals one of values,
@@ -17,9 +18,13 @@ type cond struct {
 	prefix bool
 }
 
-func (e *eval) holds(cs []cond) bool {
+// holds reports whether every condition of cs holds. With anyClaim, a
+// claim's condition also holds when upstreams may read another bearer
+// token than sluice (jwtauth.AmbiguousBearer): a rule then applies, as
+// it would to the token they read (a tier does not: it could be a larger one).
+func (e *eval) holds(cs []cond, anyClaim bool) bool {
 	for _, c := range cs {
-		if !e.holdsOne(c) {
+		if !e.holdsOne(c) && !(anyClaim && c.src.kind == srcJWT && jwtauth.AmbiguousBearer(e.r.Header)) {
 			return false
 		}
 	}

@@ -59,10 +59,11 @@ const MinHMACKey = 32
 const minRSABits = 2048
 
 // Claims returns the verified claims of the request's bearer token, or
-// nil.
+// nil: also when servers may read another token (AmbiguousBearer), which
+// the gateway in front may have verified instead.
 func (v *Verifier) Claims(h http.Header) map[string]any {
 	tok := BearerToken(h)
-	if tok == "" {
+	if tok == "" || AmbiguousBearer(h) {
 		return nil
 	}
 	claims := jwt.MapClaims{}

@@ -303,3 +303,26 @@ rules:
 		}
 	}
 }
+
+// Attack: under verify: false the gateway in front checks one bearer
+// token, and an upstream serves it; a client sends a token it made up
+// (plan: enterprise, unsigned) first and its own last. A gateway or
+// upstream taking the last checks and serves the client's own, while
+// sluice read the made-up claims and picked the enterprise tier. Claims
+// are read only from an Authorization that every server reads alike.
+func TestAttackRepeatedAuthorizationPicksTier(t *testing.T) {
+	exp := time.Now().Add(time.Hour).Unix()
+	forged := sign(t, jwt.SigningMethodHS256, []byte("made-up-secret-of-enough-length-0123456789"), jwt.MapClaims{"plan": "enterprise", "sub": "u1", "exp": exp})
+	own := sign(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{"plan": "free", "sub": "u1", "exp": exp})
+	p := mustParse(t, "jwt:\n  verify: false\n"+tieredCfg)
+	for _, auth := range [][]string{{"Bearer " + forged, "Bearer " + own}, {"Bearer " + forged + ", Bearer " + own}} {
+		h := http.Header{"X-Api-Key": {"k-1"}, "Authorization": auth}
+		ms, err := p.Match(&policy.Input{Method: "GET", Path: "/", Header: h})
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("matches %v, err %v", ms, err)
+		}
+		if got := ms[0].Request.Limit.Name(); got != "api-key.free" {
+			t.Errorf("%d Authorization values: limited by %s, want api-key.free (no claims)", len(auth), got)
+		}
+	}
+}

@@ -202,8 +202,8 @@ func (v *ViolationLog) write(batch []Violation) []Violation {
 	rows := make([][]any, len(batch))
 	for i, x := range batch {
 		// Client-supplied text must not fail the whole batch: the columns
-		// take valid UTF-8 without NUL, and two have a length limit.
-		rows[i] = []any{clean(x.BucketKey, 256), orNull(clean(x.UserID, 0)), orNull(x.IP), orNull(clean(x.Endpoint, 255)), x.At, x.Tokens, clean(x.Rule, 0), orNull(x.RuleID)}
+		// take valid UTF-8 without NUL, and three have a length limit.
+		rows[i] = []any{clean(x.BucketKey, 256), orNull(clean(x.UserID, maxUserID)), orNull(x.IP), orNull(clean(x.Endpoint, 255)), x.At, x.Tokens, clean(x.Rule, 0), orNull(x.RuleID)}
 	}
 	n, err := v.pool.CopyFrom(ctx, pgx.Identifier{"sluice_violations"}, violationColumns, pgx.CopyFromRows(rows))
 	if err != nil {
@@ -215,6 +215,10 @@ func (v *ViolationLog) write(batch []Violation) []Violation {
 	clear(batch)
 	return batch[:0]
 }
+
+// maxUserID bounds a user id in characters, so that user_id's index
+// (which refuses rows of 2704 bytes, failing the batch) takes it.
+const maxUserID = 512
 
 // clean makes s storable in a text column: invalid UTF-8 and NUL become
 // U+FFFD, and it is cut to max characters when max > 0.
@@ -275,7 +279,7 @@ func ListViolations(ctx context.Context, db Queryer, q ViolationQuery) ([]Violat
 FROM sluice_violations WHERE requested_at >= $1`
 	args := []any{q.Since, q.Limit}
 	if q.UserID != "" {
-		args = append(args, q.UserID)
+		args = append(args, clean(q.UserID, maxUserID))
 		sql += fmt.Sprintf(" AND user_id = $%d", len(args))
 	}
 	if q.IP.IsValid() {

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -331,5 +332,45 @@ func TestListViolationsNotMigrated(t *testing.T) {
 	_, err = postgres.ListViolations(ctx, conn, postgres.ViolationQuery{Since: time.Now().Add(-time.Hour)})
 	if !errors.Is(err, postgres.ErrNotMigrated) {
 		t.Fatalf("err = %v, want ErrNotMigrated", err)
+	}
+}
+
+// Attack: a user id of a few kilobytes (a user name the client chose,
+// which an application names with sluice.WithCaller, or an identity
+// provider's sub). user_id has a btree index, which refuses rows of about
+// 2.7 KB, so COPY failed and the whole batch was lost: every other
+// client's violations written with it, which the client so kept out of
+// the audit trail by being refused once a second. The id is cut short
+// enough for the index, where it is written and where it is looked up.
+func TestAttackLongUserIDLosesViolations(t *testing.T) {
+	p := pool(t)
+	ctx := pgtestContext(t)
+	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{BatchSize: 10, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vl.Close()
+	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	b := make([]byte, 6000)
+	rand.NewChaCha8([32]byte{3}).Read(b)
+	for i := range b {
+		b[i] = letters[int(b[i])%len(letters)]
+	}
+	long, victim := string(b), fmt.Sprintf("victim-%d", time.Now().UnixNano())
+	base := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
+	for _, u := range []string{victim, long, "é" + long} {
+		vl.Record(postgres.Violation{BucketKey: "tb:per-user:" + u, UserID: u, At: base, Rule: "per-user"})
+	}
+	if err := vl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if vl.Failed() != 0 {
+		t.Fatalf("%d violations lost to a failed write", vl.Failed())
+	}
+	for _, u := range []string{victim, long, "é" + long} {
+		got, err := postgres.ListViolations(ctx, p, postgres.ViolationQuery{Since: base, UserID: u})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("violations of a %d-byte user id: %d, %v; want 1", len(u), len(got), err)
+		}
 	}
 }

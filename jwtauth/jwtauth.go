@@ -84,12 +84,13 @@ func (v *Verifier) Claims(h http.Header) map[string]any {
 }
 
 // BearerToken returns the token of an "Authorization: Bearer" header (the
-// scheme in any case, RFC 9110 section 11.1), or "" when there is none or
-// it is longer than any token sluice reads. Every reader of bearer tokens
+// scheme in any case, RFC 9110 section 11.1, and a space or a tab after
+// it, as league/oauth2-server reads it), or "" when there is none or it
+// is longer than any token sluice reads. Every reader of bearer tokens
 // uses it, so they agree on what a bearer token is.
 func BearerToken(h http.Header) string {
 	a := h.Get("Authorization")
-	if len(a) > maxToken+7 || len(a) < 7 || !strings.EqualFold(a[:7], "bearer ") {
+	if len(a) > maxToken+7 || len(a) < 7 || !strings.EqualFold(a[:6], "bearer") || (a[6] != ' ' && a[6] != '\t') {
 		return ""
 	}
 	return strings.TrimSpace(a[7:])

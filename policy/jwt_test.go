@@ -326,3 +326,25 @@ func TestAttackRepeatedAuthorizationPicksTier(t *testing.T) {
 		}
 	}
 }
+
+// Attack: "Authorization: Bearer<TAB>TOKEN". RFC 9110 puts a space after
+// the scheme, and sluice read no bearer token without one, so a per-user
+// rule charged the shared (absent) bucket; but league/oauth2-server
+// (Laravel Passport) takes any white space there and serves the client
+// as itself. The token is read as the most lenient upstream reads it.
+func TestAttackTabAfterBearerHidesClaims(t *testing.T) {
+	t.Setenv("JWT_SECRET", testSecret)
+	tok := sign(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{"sub": "u1", "exp": time.Now().Add(time.Hour).Unix()})
+	p := mustParse(t, `jwt: {hmac_secret_env: JWT_SECRET}
+rules:
+  - name: per-user
+    limit_keys: ["jwt:sub"]
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	for _, a := range []string{"Bearer\t" + tok, "bearer \t " + tok} {
+		ms, err := p.Match(&policy.Input{Header: http.Header{"Authorization": {a}}})
+		if err != nil || len(ms) != 1 || ms[0].Request.Key != "u1" {
+			t.Errorf("%q: %v %v, want keyed u1", a[:9], ms, err)
+		}
+	}
+}

@@ -348,3 +348,31 @@ rules:
 		}
 	}
 }
+
+// Attack: the client's token in the query, ?access_token=TOKEN (RFC 6750
+// section 2.3), without an Authorization header. passport-http-bearer
+// reads it by default and serves the client as itself, while sluice read
+// no claims: a per-user rule charged the shared (absent) bucket, or none
+// under missing_key: skip. Its claims' key is (ambiguous), and a rule
+// matching a claim applies.
+func TestAttackAccessTokenQueryHidesClaims(t *testing.T) {
+	t.Setenv("JWT_SECRET", testSecret)
+	tok := sign(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{"sub": "u1", "plan": "free", "exp": time.Now().Add(time.Hour).Unix()})
+	p := mustParse(t, `jwt: {hmac_secret_env: JWT_SECRET}
+missing_key: skip
+rules:
+  - name: per-user
+    match: {"jwt:plan": free}
+    limit_keys: ["jwt:sub"]
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	ms, err := p.Match(&policy.Input{RawQuery: "access_token=" + tok})
+	if err != nil || len(ms) != 1 || ms[0].Request.Key != policy.AmbiguousMarker {
+		t.Fatalf("?access_token=: %v %v, want the per-user rule keyed %q", ms, err, policy.AmbiguousMarker)
+	}
+	// Beside a bearer header it is not read (or the request is refused).
+	ms, err = p.Match(&policy.Input{RawQuery: "access_token=x", Header: http.Header{"Authorization": {"Bearer " + tok}}})
+	if err != nil || len(ms) != 1 || ms[0].Request.Key != "u1" {
+		t.Fatalf("?access_token= beside Authorization: %v %v, want keyed u1", ms, err)
+	}
+}

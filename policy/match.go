@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/jwtauth"
 )
 
 // cond is one match condition: the source's value equals one of values,
@@ -20,11 +19,11 @@ type cond struct {
 
 // holds reports whether every condition of cs holds. With anyClaim, a
 // claim's condition also holds when upstreams may read another bearer
-// token than sluice (jwtauth.AmbiguousBearer): a rule then applies, as
+// token than sluice (bearerAmbiguous): a rule then applies, as
 // it would to the token they read (a tier does not: it could be a larger one).
 func (e *eval) holds(cs []cond, anyClaim bool) bool {
 	for _, c := range cs {
-		if !e.holdsOne(c) && !(anyClaim && c.src.kind == srcJWT && jwtauth.AmbiguousBearer(e.r.Header)) {
+		if !e.holdsOne(c) && !(anyClaim && c.src.kind == srcJWT && e.bearerAmbiguous()) {
 			return false
 		}
 	}

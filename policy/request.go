@@ -551,9 +551,24 @@ func (e *eval) ambiguous(src source) ([]string, bool) {
 		vs := e.r.Header[src.name]
 		return vs, slices.ContainsFunc(vs, func(v string) bool { return v != vs[0] })
 	case srcJWT:
-		return nil, jwtauth.AmbiguousBearer(e.r.Header)
+		return nil, e.bearerAmbiguous()
 	}
 	return nil, false
+}
+
+// bearerAmbiguous reports whether upstreams may read another bearer token
+// than the claims' (jwtauth.AmbiguousBearer), or one where sluice reads
+// none: an access_token query parameter without a bearer header (RFC 6750
+// section 2.3), which passport-http-bearer reads by default.
+func (e *eval) bearerAmbiguous() bool {
+	if jwtauth.AmbiguousBearer(e.r.Header) {
+		return true
+	}
+	if jwtauth.BearerToken(e.r.Header) != "" {
+		return false
+	}
+	_, st := e.query("access_token")
+	return st != absent
 }
 
 // claim looks a claim up by name, then as a dotted path into nested

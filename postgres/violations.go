@@ -324,13 +324,16 @@ FROM sluice_violations WHERE requested_at >= $1`
 
 // keyComponents returns the forms v takes as a component of a bucket key:
 // escaped, as a header's, query parameter's or claim's value is, and, for
-// an address or a prefix, as ip:address writes it (not escaped).
+// an address or a prefix, as ip:address writes it (not escaped) and as a
+// remote_address descriptor's value is (escaped); an IPv6 address as its
+// prefix (policy.AddressKey, by the default ipv6_prefix), as both key it.
 func keyComponents(v string) []string {
 	cs := []string{policy.KeyComponent(v)}
 	if a, err := netip.ParseAddr(v); err == nil {
-		cs = append(cs, a.Unmap().String())
+		k := policy.AddressKey(a, policy.DefaultSettings().IPv6Prefix)
+		cs = append(cs, a.Unmap().String(), k, policy.KeyComponent(k))
 	} else if p, err := netip.ParsePrefix(v); err == nil {
-		cs = append(cs, p.Masked().String())
+		cs = append(cs, p.Masked().String(), policy.KeyComponent(p.Masked().String()))
 	}
 	return cs
 }

@@ -277,6 +277,7 @@ func TestListViolationsByKey(t *testing.T) {
 		"tb:hot:{5300}alice", // shards of a sharded limit
 		"tb:hot:{12}bob|alice",
 		"tb:hot:{7}xalice",
+		"tb:per-client:" + policy.KeyComponent("2001:db8::/64"), // Envoy's remote_address
 	}
 	for i, k := range keys {
 		vl.Record(postgres.Violation{BucketKey: k, Rule: "r", At: base.Add(time.Duration(i) * time.Millisecond)})
@@ -292,7 +293,8 @@ func TestListViolationsByKey(t *testing.T) {
 		{"/api/x", []int{3}},
 		{"a:b|c", []int{6}},
 		{"alic", nil},
-		{"2001:db8::/64", []int{7}},
+		{"2001:db8::/64", []int{13, 7}},
+		{"2001:db8::42", []int{13, 7}}, // an IPv6 client's buckets are its /64's
 		{"192.0.2.7", []int{9}},
 		{"tb:per-user:alice2", []int{1}},
 		{"bob", []int{11, 5, 4, 2}}, // rule alice's bucket of bob too

@@ -9,7 +9,6 @@ import (
 	"hash"
 	"io"
 	"math"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -417,9 +416,6 @@ func (cfg *Reference) compileLimit(e *refError, domain string, d refDescriptor, 
 	return l
 }
 
-// ruleUnsafe is what a rule name may not hold.
-var ruleUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
-
 // limitID names the buckets of the limit that the descriptors of chain
 // (see chainOf), the last of them last, reach in domain: the same wherever
 // the limit sits in its file or among a control plane's resources, and
@@ -445,17 +441,23 @@ func chainOf(chain hash.Hash, final string) hash.Hash {
 	return h
 }
 
-// safePrefix is ruleUnsafe.ReplaceAllString(s, "_")[:n] (or less), reading
-// no more of s than that needs: each rune becomes one byte.
+// safePrefix is s's first n runes as a rule name may hold them: each
+// letter, digit, '_', '.' or '-' as it is, any other rune as '_'. It
+// reads no more of s than that, and needs no regexp, whose matcher
+// allocates in proportion to its input when its pool is empty.
 func safePrefix(s string, n int) string {
-	for i := range s {
-		if n == 0 {
-			s = s[:i]
+	b := make([]byte, 0, n)
+	for _, r := range s {
+		if len(b) == n {
 			break
 		}
-		n--
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-' {
+			b = append(b, byte(r))
+		} else {
+			b = append(b, '_')
+		}
 	}
-	return ruleUnsafe.ReplaceAllString(s, "_")
+	return string(b)
 }
 
 // lookup finds the limit for one descriptor the way the reference server

@@ -143,7 +143,7 @@ func (l *loader) checkDistinct(o *obj, addrs map[string]string) {
 	}
 }
 
-var serverFields = []string{"read_header_timeout", "read_timeout", "write_timeout", "idle_timeout", "max_header_bytes", "max_conns", "shutdown_drain"}
+var serverFields = []string{"read_header_timeout", "read_timeout", "write_timeout", "idle_timeout", "max_header_bytes", "max_conns", "max_conns_per_client", "shutdown_drain"}
 
 // serverLimits reads the server section into s, which holds the defaults.
 // Zero would mean "no deadline" to net/http, so every timeout must be
@@ -167,6 +167,7 @@ func (l *loader) serverLimits(n *yaml.Node, s *serverconf.ServerLimits) {
 		}
 	}
 	o.intIn("max_conns", 1, 1<<20, &s.MaxConns)
+	o.intIn("max_conns_per_client", 1, 1<<20, &s.MaxConnsPerClient)
 }
 
 var grpcFields = []string{"max_conns", "max_concurrent_streams", "max_recv_bytes", "max_in_flight", "keepalive_min_time", "max_connection_idle"}

@@ -131,6 +131,18 @@ type connPeer struct {
 	identity string
 }
 
+// ConnClient names the client a connection from a is counted as against
+// server.max_conns_per_client: its address as ip:address keys it, or ""
+// for a trusted proxy (whose connections carry every client's requests)
+// and a peer without an address.
+func (p *Policy) ConnClient(a net.Addr) string {
+	peer := peerHost(parsePeer(a.String()))
+	if !peer.IsValid() || p.TrustedProxy(peer) {
+		return ""
+	}
+	return AddressKey(peer, p.Settings.IPv6Prefix)
+}
+
 // ResolveClient sets in.ClientIP: the socket peer, unless the peer is a
 // trusted proxy; then X-Forwarded-For (or, when the request has none,
 // Forwarded) is walked from the right, skipping trusted hops, and the first

@@ -24,6 +24,11 @@ type ServerLimits struct {
 	// means automatic (DefaultMaxConns, lowered to fit the process's
 	// open file limit).
 	MaxConns int
+	// MaxConnsPerClient bounds the connections one client (an address
+	// outside trusted_proxies, an IPv6 one by its ipv6_prefix) holds or
+	// waits with on a listener, so that one host cannot take every place;
+	// 0 means a quarter of MaxConns, at most DefaultMaxConnsPerClient.
+	MaxConnsPerClient int
 	// ShutdownDrain is how long sluice serve, told to stop, keeps serving
 	// while /readyz answers 503, before its listeners stop accepting: the
 	// time a load balancer or a Kubernetes endpoint update needs to see it
@@ -45,6 +50,10 @@ var DefaultServerLimits = ServerLimits{
 // DefaultMaxConns is the per-listener connection cap when max_conns is
 // not set and the open file limit allows it.
 const DefaultMaxConns = 10000
+
+// DefaultMaxConnsPerClient is the most a client holds of a listener's
+// connections when max_conns_per_client is not set.
+const DefaultMaxConnsPerClient = 256
 
 // WithDefaults fills the limits left zero with DefaultServerLimits.
 func (s ServerLimits) WithDefaults() ServerLimits {

@@ -26,7 +26,7 @@ func slowConns(t *testing.T, addr, partial string, n int) []net.Conn {
 		}
 	})
 	for i := 0; i < n; i++ {
-		c, err := net.Dial("tcp", addr)
+		c, err := dialFrom(i).Dial("tcp", addr)
 		if err != nil {
 			t.Fatalf("connection %d of %d: %v", i, n, err)
 		}
@@ -36,6 +36,12 @@ func slowConns(t *testing.T, addr, partial string, n int) []net.Conn {
 		}
 	}
 	return conns
+}
+
+// dialFrom dials from one of 64 loopback addresses, the i-th: many
+// connections spread over them stay within server.max_conns_per_client.
+func dialFrom(i int) *net.Dialer {
+	return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i%64))}}
 }
 
 // closedByServer waits, at most until deadline, for the server to close
@@ -233,7 +239,7 @@ rules:
 	// answered at once, an idle one closed for it.
 	idle := make([]net.Conn, max)
 	for i := range idle {
-		c, err := net.Dial("tcp", l.API)
+		c, err := dialFrom(i).Dial("tcp", l.API)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,6 +257,46 @@ rules:
 	if err := <-get(); err != nil {
 		t.Fatalf("with %d idle connections at the cap: %v", max, err)
 	}
+}
+
+// Attack: one client holds every place. A single host opens max_conns
+// connections and never finishes a request on any of them, and again as
+// each is cut at read_header_timeout: every other client waited for a
+// place, served by nobody, without the attacker sending one valid
+// request. Now a client (an address, an IPv6 client's prefix) outside
+// trusted_proxies holds at most max_conns_per_client (a quarter of the
+// cap by default), and its connections beyond are closed at once.
+func TestAttackOneClientHoldsEveryConnection(t *testing.T) {
+	const max = 8
+	cfg := writePolicy(t, fmt.Sprintf(`
+server:
+  read_header_timeout: 1h
+  read_timeout: 1h
+  idle_timeout: 1h
+  max_conns: %d
+rules:
+  - name: per-ip
+    limit_keys: ["ip:address"]
+    algorithm_config: {rps: 10000, burst: 10000}
+`, max))
+	l, _ := startServe(t, "--config", cfg)
+	var held []net.Conn
+	for i := 0; i < max; i++ {
+		c, err := net.Dial("tcp", l.API)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\n") // a connection closed already may refuse it
+		held = append(held, c)
+	}
+	other := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: dialFrom(1).DialContext, DisableKeepAlives: true}}
+	resp, err := other.Get("http://" + l.API + "/healthz")
+	if err != nil {
+		t.Fatalf("another client, while one holds %d connections without a request: %v", max, err)
+	}
+	resp.Body.Close()
+	closedByServer(t, "the holder's connections beyond its share", held[max/4:], time.Now().Add(30*time.Second))
 }
 
 // Attack: the decision API served wherever forward auth is. With

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -342,6 +343,7 @@ func startHTTP(s *server, rs runSettings, lns map[string]net.Listener, errc chan
 	if nofile > 0 && uint64(conns*len(handlers)) > nofile {
 		log.Warn("server.max_conns exceeds the open file limit: slow clients can exhaust file descriptors before the cap stops them", "max_conns", conns, "listeners", len(handlers), "open_file_limit", nofile)
 	}
+	perClient := cmp.Or(limits.MaxConnsPerClient, min(serverconf.DefaultMaxConnsPerClient, max(conns/4, 1)))
 	var servers []*http.Server
 	addr := map[string]string{}
 	for _, l := range rs.listeners() {
@@ -354,6 +356,7 @@ func startHTTP(s *server, rs runSettings, lns map[string]net.Listener, errc chan
 			mk = proxyServer
 		}
 		lc := httpgate.LimitConns(lns[l.name], conns)
+		lc.PerClient(perClient, func(a net.Addr) string { return gate.Policy().ConnClient(a) })
 		hs := mk(h, limits, lc)
 		servers = append(servers, hs)
 		go func(name string) {

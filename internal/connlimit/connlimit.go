@@ -41,22 +41,61 @@ type Listener struct {
 	// one has been claimed for it: the next to become idle is.
 	want atomic.Bool
 
-	mu    sync.Mutex
-	conns map[*limitedConn]struct{} // every connection holding a place
+	mu      sync.Mutex
+	conns   map[*limitedConn]struct{} // every connection holding a place
+	clients map[string]int            // connections held or waiting, by client
+
+	perClient int
+	clientOf  func(net.Addr) string
 }
 
 // New caps ln at max connections held at once.
 func New(ln net.Listener, max int) *Listener {
-	return &Listener{Listener: ln, sem: make(chan struct{}, max), done: make(chan struct{}), conns: map[*limitedConn]struct{}{}}
+	return &Listener{Listener: ln, sem: make(chan struct{}, max), done: make(chan struct{}), conns: map[*limitedConn]struct{}{}, clients: map[string]int{}}
+}
+
+// PerClient caps each client at n connections, held or waiting, so that
+// one client cannot take every place; one more is closed at once. clientOf
+// names a connection's client by its peer address, "" for one not capped
+// (a trusted proxy, whose connections carry every client's requests).
+func (l *Listener) PerClient(n int, clientOf func(net.Addr) string) {
+	l.perClient, l.clientOf = n, clientOf
 }
 
 // Accept returns the next connection once the listener holds fewer than
 // its cap.
 func (l *Listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for ; err == nil; c, err = l.Listener.Accept() {
+		if lc := l.admit(c); lc != nil {
+			return l.place(lc)
+		}
+		c.Close()
 	}
+	return nil, err
+}
+
+// admit counts c against its client's cap, nil when the client has no
+// connection left.
+func (l *Listener) admit(c net.Conn) *limitedConn {
+	lc := &limitedConn{Conn: c, l: l}
+	if l.clientOf == nil {
+		return lc
+	}
+	if lc.client = l.clientOf(c.RemoteAddr()); lc.client == "" {
+		return lc
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.clients[lc.client] >= l.perClient {
+		return nil
+	}
+	l.clients[lc.client]++
+	return lc
+}
+
+// place waits for a place for c.
+func (l *Listener) place(c *limitedConn) (net.Conn, error) {
 	select {
 	case l.sem <- struct{}{}:
 		return l.hold(c), nil
@@ -79,18 +118,18 @@ func (l *Listener) Accept() (net.Conn, error) {
 	case l.sem <- struct{}{}:
 		return l.hold(c), nil
 	case <-l.done:
-		c.Close()
+		c.release()
+		c.Conn.Close()
 		return nil, net.ErrClosed
 	}
 }
 
-// hold wraps c, which has a place, and counts it among the connections.
-func (l *Listener) hold(c net.Conn) *limitedConn {
-	lc := &limitedConn{Conn: c, l: l}
+// hold counts c, which has a place, among the connections.
+func (l *Listener) hold(c *limitedConn) *limitedConn {
 	l.mu.Lock()
-	l.conns[lc] = struct{}{}
+	l.conns[c] = struct{}{}
 	l.mu.Unlock()
-	return lc
+	return c
 }
 
 // idleConn claims an idle connection for closing, if there is one.
@@ -141,18 +180,32 @@ const (
 
 type limitedConn struct {
 	net.Conn
-	l     *Listener
-	state atomic.Int32
-	once  sync.Once
+	l      *Listener
+	client string // "" when not capped per client
+	state  atomic.Int32
+	once   sync.Once
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
+		c.release()
 		c.l.mu.Lock()
 		delete(c.l.conns, c)
 		c.l.mu.Unlock()
 		<-c.l.sem
 	})
 	return err
+}
+
+// release gives c's client's count back.
+func (c *limitedConn) release() {
+	if c.client == "" {
+		return
+	}
+	c.l.mu.Lock()
+	if c.l.clients[c.client]--; c.l.clients[c.client] == 0 {
+		delete(c.l.clients, c.client)
+	}
+	c.l.mu.Unlock()
 }

@@ -11,10 +11,12 @@ import (
 	"net/netip"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/defaults"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // ProxyOptions tunes the reverse proxy's transport. Zero values take the
@@ -43,15 +45,12 @@ type ProxyOptions struct {
 // original URL or method (Symfony and Laravel read a POST's
 // X-HTTP-Method-Override). A client sends them to pose as another address,
 // path or method to the upstream; the proxy never passes them on.
-var clientAddressHeaders = []string{
-	"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Client-Ip", "Cf-Connecting-Ip",
-	"Fastly-Client-Ip", "X-Cluster-Client-Ip", "X-Original-Forwarded-For",
-	"X-Forwarded", "Forwarded-For", "X-Forwarded-Port", "X-Forwarded-Server",
+var clientAddressHeaders = slices.Concat(policy.AddressHeaders[2:], []string{"X-Forwarded-Port", "X-Forwarded-Server",
 	"X-Forwarded-Ssl", "X-Forwarded-Scheme", "X-Url-Scheme", "Front-End-Https",
 	"X-Forwarded-Prefix", "X-Forwarded-Uri", "X-Forwarded-Method",
 	"X-Original-Uri", "X-Original-Url", "X-Original-Method", "X-Original-Host",
-	"X-Rewrite-Url", "X-Envoy-External-Address", "X-Envoy-Original-Path", "X-Http-Method-Override", "X-Http-Method", "X-Method-Override",
-}
+	"X-Rewrite-Url", "X-Envoy-Original-Path", "X-Http-Method-Override", "X-Http-Method", "X-Method-Override",
+})
 
 // NewReverseProxy forwards requests to upstream with
 // httputil.ReverseProxy: hop-by-hop headers are dropped, Upgrade requests

@@ -398,3 +398,24 @@ func TestAttackQueryPHPMangledName(t *testing.T) {
 		}
 	}
 }
+
+// Attack: a per-address rule written as limit_keys: [header:X-Forwarded-For]
+// (or X-Real-IP, CF-Connecting-IP and the like). The value is whatever the
+// client sent, or begins with it where a proxy appends, so a client that
+// sends a new address with each request gets a fresh bucket each time; the
+// file loaded without a word. Now the loader warns, pointing at
+// ip:address, which reads X-Forwarded-For only from trusted_proxies.
+func TestAttackAddressHeaderKeyMintsBuckets(t *testing.T) {
+	for _, h := range []string{"X-Forwarded-For", "forwarded", "X-Real-IP", "CF-Connecting-IP", "True-Client-IP"} {
+		p := mustParse(t, "rules:\n  - name: per-ip\n    limit_keys: [\"header:"+h+"\"]\n    algorithm_config: {rps: 1, burst: 1}\n")
+		a, b := fromIP("10.0.0.1"), fromIP("10.0.0.1")
+		a.Header = http.Header{http.CanonicalHeaderKey(h): {"192.0.2.1, 203.0.113.9"}}
+		b.Header = http.Header{http.CanonicalHeaderKey(h): {"192.0.2.2, 203.0.113.9"}}
+		if keyOf(t, p, a) == keyOf(t, p, b) {
+			t.Fatalf("%s: the attack no longer mints buckets; this test needs another", h)
+		}
+		if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "header:"+h+" is the client's address as the client, or a proxy in front, states it") {
+			t.Errorf("%s: warnings %q, want one saying the client picks its address", h, p.Warnings)
+		}
+	}
+}

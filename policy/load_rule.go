@@ -135,9 +135,26 @@ func (l *loader) limitKeys(o *obj, r *Rule) {
 			}
 			seen[src.text] = true
 			l.noteJWT(src, nodes[i], p)
+			l.warnAddressHeader(src, nodes[i], p)
 			r.keys = append(r.keys, src)
 			r.LimitKeys = append(r.LimitKeys, v)
 		}
+	}
+}
+
+// AddressHeaders are the headers that carry a client's address as the
+// client, or a proxy in front, states it: X-Forwarded-For and Forwarded,
+// lists a proxy appends to, first.
+var AddressHeaders = []string{"X-Forwarded-For", "Forwarded",
+	"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Client-Ip", "Cf-Connecting-Ip",
+	"Fastly-Client-Ip", "X-Cluster-Client-Ip", "X-Original-Forwarded-For",
+	"X-Forwarded", "Forwarded-For", "X-Envoy-External-Address"}
+
+// warnAddressHeader warns about a key read from one of AddressHeaders,
+// which the client can set to a new value with each request.
+func (l *loader) warnAddressHeader(src source, n *yaml.Node, path string) {
+	if src.kind == srcHeader && slices.Contains(AddressHeaders, src.name) {
+		l.warnf(n, path, "%s is the client's address as the client, or a proxy in front, states it (X-Forwarded-For and Forwarded begin with what the client sent): unless every proxy in front overwrites it, a client sending a new one with each request gets a fresh bucket each time; key on ip:address, which reads X-Forwarded-For only from trusted_proxies", src.text)
 	}
 }
 

@@ -75,6 +75,7 @@ func (l *loader) rulesTable(top *obj, trusted bool) RulesTable {
 			continue
 		}
 		l.noteJWT(src, vn, path)
+		l.warnAddressHeader(src, vn, path)
 		*f.dst = v
 		if (src.kind == srcHeader || src.kind == srcQuery) && !trusted {
 			l.warnf(vn, path, "%s is whatever the client sends and no trusted_proxies are configured, so nothing in front sets or strips it: any client can pick its %s (read it from a verified claim, jwt:CLAIM, or have the proxy in front set it on every request and list that proxy in trusted_proxies)", v, f.field)

@@ -51,6 +51,13 @@ func FromRules(s Settings, rules ...CodeRule) (*Policy, error) {
 	if s.IPv6Prefix < 1 || s.IPv6Prefix > 128 {
 		bad("IPv6Prefix", "must be between 1 and 128 (got %d): start from DefaultSettings", s.IPv6Prefix)
 	}
+	p.Settings.TrustedProxies = slices.Clone(s.TrustedProxies)
+	for i, pr := range p.Settings.TrustedProxies {
+		var msg string
+		if p.Settings.TrustedProxies[i], msg = trustedPrefix(pr.Masked(), pr.String()); msg != "" {
+			bad(fmt.Sprintf("TrustedProxies[%d]", i), "%s", msg)
+		}
+	}
 	if len(s.Headers) == 0 {
 		bad("Headers", "must name at least one header set (draft, trio, legacy), or none: start from DefaultSettings")
 	}

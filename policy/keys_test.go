@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -416,6 +417,30 @@ func TestAttackAddressHeaderKeyMintsBuckets(t *testing.T) {
 		}
 		if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "header:"+h+" is the client's address as the client, or a proxy in front, states it") {
 			t.Errorf("%s: warnings %q, want one saying the client picks its address", h, p.Warnings)
+		}
+	}
+}
+
+// Attack: trusted_proxies that trust (nearly) everyone, 0.0.0.0/0 or ::/0
+// as "trust the proxy" is often written. Every peer is then a trusted
+// proxy, so any client names its own address in X-Forwarded-For, a fresh
+// one with each request, or another client's to spend that client's
+// bucket. Such a prefix is refused, in a file and in code.
+func TestAttackTrustEveryone(t *testing.T) {
+	for _, cidr := range []string{"0.0.0.0/0", "::/0", "64.0.0.0/2", "::ffff:0.0.0.0/96", "2000::/3", "::ffff:0.0.0.0/100"} {
+		_, err := policy.Parse("c.yaml", []byte("trusted_proxies: [\""+cidr+"\"]\nproxy: {listen: 127.0.0.1:0, upstream: http://127.0.0.1:1}\nrules:\n  - name: per-ip\n    limit_keys: [ip:address]\n    algorithm_config: {rps: 1, burst: 1}\n"))
+		if err == nil || !strings.Contains(err.Error(), "trusted_proxies: \""+cidr+"\" trusts") {
+			t.Errorf("trusted_proxies: [%s]: %v, want it refused", cidr, err)
+		}
+		s := policy.DefaultSettings()
+		s.TrustedProxies = []netip.Prefix{netip.MustParsePrefix(cidr)}
+		if _, err := policy.FromRules(s, policy.CodeRule{Limit: sluice.MustLimit(sluice.Spec{Name: "per-ip", TokensPerSecond: 1, Burst: 1})}); err == nil || !strings.Contains(err.Error(), "trusts") {
+			t.Errorf("TrustedProxies %s in code: %v, want it refused", cidr, err)
+		}
+	}
+	for _, cidr := range []string{"10.0.0.0/8", "fc00::/7", "2400:cb00::/32", "::ffff:10.0.0.0/104"} {
+		if _, err := policy.Parse("c.yaml", []byte("trusted_proxies: [\""+cidr+"\"]\nproxy: {listen: 127.0.0.1:0, upstream: http://127.0.0.1:1}\nrules:\n  - name: per-ip\n    limit_keys: [ip:address]\n    algorithm_config: {rps: 1, burst: 1}\n")); err != nil {
+			t.Errorf("trusted_proxies: [%s]: %v", cidr, err)
 		}
 	}
 }

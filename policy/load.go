@@ -282,6 +282,20 @@ func (l *loader) trustedProxies(o *obj, s *Settings) {
 	}
 }
 
+// trustedPrefix is pr, written v, as TrustedProxy reads it (an
+// IPv4-mapped prefix as IPv4), or why it is refused: a prefix of a large
+// part of the Internet (shorter than /8, and not fc00::/7) makes nearly
+// every client a trusted proxy that names its own address.
+func trustedPrefix(pr netip.Prefix, v string) (netip.Prefix, string) {
+	if pr.Addr().Is4In6() && pr.Bits() >= 96 {
+		pr = netip.PrefixFrom(pr.Addr().Unmap(), pr.Bits()-96)
+	}
+	if pr.IsValid() && pr.Bits() < 8 && !pr.Addr().IsPrivate() {
+		return pr, fmt.Sprintf("%q trusts nearly every address as a proxy, so any client names its own address in X-Forwarded-For; list only the proxies in front", v)
+	}
+	return pr, ""
+}
+
 // minToken is the shortest token accepted in api_token_env and
 // admin_token_env: a token is the only thing between the network and
 // what it opens (every bucket; resets and the live page), and guesses
@@ -388,10 +402,7 @@ func parseCIDR(v string) (netip.Prefix, string) {
 		if pr.Masked() != pr {
 			return pr, fmt.Sprintf("%q has host bits set; did you mean %q?", v, pr.Masked().String())
 		}
-		if pr.Addr().Is4In6() {
-			pr = netip.PrefixFrom(pr.Addr().Unmap(), pr.Bits()-96)
-		}
-		return pr, ""
+		return trustedPrefix(pr, v)
 	}
 	a, err := netip.ParseAddr(v)
 	if err != nil {

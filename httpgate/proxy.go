@@ -82,7 +82,7 @@ func NewReverseProxy(upstream *url.URL, opts ProxyOptions) *httputil.ReverseProx
 			// Keep the client's Host header? Upstreams behind a proxy
 			// usually expect their own; SetURL already set it. Extend the
 			// forwarding chain only when the peer is a proxy we trust.
-			if peer := peerAddr(pr.In.RemoteAddr); peer.IsValid() && opts.TrustedPeer != nil && opts.TrustedPeer(peer) {
+			if peer := policy.PeerAddr(pr.In.RemoteAddr); peer.IsValid() && opts.TrustedPeer != nil && opts.TrustedPeer(peer) {
 				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			}
 			pr.SetXForwarded()
@@ -112,15 +112,6 @@ func NewReverseProxy(upstream *url.URL, opts ProxyOptions) *httputil.ReverseProx
 			writeProblem(w, Problem{Status: status, Detail: detail})
 		},
 	}
-}
-
-// peerAddr parses a RemoteAddr ("ip:port" or "ip").
-func peerAddr(remote string) netip.Addr {
-	if ap, err := netip.ParseAddrPort(remote); err == nil {
-		return ap.Addr().Unmap()
-	}
-	a, _ := netip.ParseAddr(remote) // the zero Addr, unparsed
-	return a.Unmap()
 }
 
 // Proxy returns the reverse proxy handler: requests the current policy

@@ -100,6 +100,10 @@ func peerOf(r *http.Request) (_ netip.AddrPort, identity string) {
 // IPv6 unmapped, without a zone.
 func peerHost(ap netip.AddrPort) netip.Addr { return ap.Addr().Unmap().WithZone("") }
 
+// PeerAddr parses a RemoteAddr ("ip:port", "ip", "[ipv6]") as a client
+// address; invalid when it is none.
+func PeerAddr(remote string) netip.Addr { return peerHost(parsePeer(remote)) }
+
 func parsePeer(remote string) netip.AddrPort {
 	if ap, err := netip.ParseAddrPort(remote); err == nil {
 		return ap
@@ -136,7 +140,7 @@ type connPeer struct {
 // for a trusted proxy (whose connections carry every client's requests)
 // and a peer without an address.
 func (p *Policy) ConnClient(a net.Addr) string {
-	peer := peerHost(parsePeer(a.String()))
+	peer := PeerAddr(a.String())
 	if !peer.IsValid() || p.TrustedProxy(peer) {
 		return ""
 	}

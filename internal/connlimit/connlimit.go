@@ -79,15 +79,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 // connection left.
 func (l *Listener) admit(c net.Conn) *limitedConn {
 	lc := &limitedConn{Conn: c, l: l}
-	if l.clientOf == nil {
-		return lc
-	}
-	if lc.client = l.clientOf(c.RemoteAddr()); lc.client == "" {
-		return lc
+	if l.clientOf != nil {
+		lc.client = l.clientOf(c.RemoteAddr())
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.clients[lc.client] >= l.perClient {
+	if lc.client != "" && l.clients[lc.client] >= l.perClient {
 		return nil
 	}
 	l.clients[lc.client]++
@@ -181,7 +178,7 @@ const (
 type limitedConn struct {
 	net.Conn
 	l      *Listener
-	client string // "" when not capped per client
+	client string // "" when not capped per client, all counted as one
 	state  atomic.Int32
 	once   sync.Once
 }
@@ -190,20 +187,15 @@ func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
 		c.release()
-		c.l.mu.Lock()
-		delete(c.l.conns, c)
-		c.l.mu.Unlock()
 		<-c.l.sem
 	})
 	return err
 }
 
-// release gives c's client's count back.
+// release uncounts c, among the connections and its client's.
 func (c *limitedConn) release() {
-	if c.client == "" {
-		return
-	}
 	c.l.mu.Lock()
+	delete(c.l.conns, c)
 	if c.l.clients[c.client]--; c.l.clients[c.client] == 0 {
 		delete(c.l.clients, c.client)
 	}

@@ -13,10 +13,11 @@ import (
 )
 
 // holdSlots keeps the concurrency slots of v, an admitted verdict of r,
-// while r runs: each lease is renewed every half lease (sluice.Lease.Keep),
-// so a request that runs longer than its lease keeps its slot. The
-// returned function stops the renewals and releases the slots; the
-// middleware defers it, so it runs however the handler ends.
+// while r waits for its turn and runs: each lease is renewed every half
+// lease (sluice.Lease.Keep), so a request that runs longer than its
+// lease keeps its slot. The returned function stops the renewals and
+// releases the slots; the middleware defers it, so it runs however the
+// handler ends.
 func (g *Gate) holdSlots(r *http.Request, v *policy.Verdict) func() {
 	leases := v.Leases()
 	if len(leases) == 0 {
@@ -37,16 +38,11 @@ func (g *Gate) holdSlots(r *http.Request, v *policy.Verdict) func() {
 		for _, stop := range stops {
 			stop()
 		}
-		g.releaseSlots(r, v)
-	}
-}
-
-// releaseSlots frees the slots v holds for r. The request's context may
-// be done already (a client that went away): sluice.Lease.Release runs
-// on a context of its own, keeping r's values.
-func (g *Gate) releaseSlots(r *http.Request, v *policy.Verdict) {
-	if err := v.Release(r.Context()); err != nil {
-		g.storeLog.Log(g.opts.Logger, "concurrency", "", fmt.Errorf("releasing concurrency slots (each is freed when its lease ends): %w", err), false)
+		// r's context may be done (a client that went away): Release
+		// runs on a context of its own, keeping r's values.
+		if err := v.Release(r.Context()); err != nil {
+			g.storeLog.Log(g.opts.Logger, "concurrency", "", fmt.Errorf("releasing concurrency slots (each is freed when its lease ends): %w", err), false)
+		}
 	}
 }
 

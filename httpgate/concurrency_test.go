@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // inflightPolicy allows 3 requests per API key in flight, on leases of
@@ -756,4 +758,94 @@ rules:
 	if got := e.slotsFree("one", "global"); got != 1 {
 		t.Fatalf("forward auth held a slot (%d free)", got)
 	}
+}
+
+// heldSlotPolicy holds one request at a time (on leases of a second) and
+// spaces each API key's requests a second apart, holding them up to 10s.
+const heldSlotPolicy = `
+rules:
+  - name: inflight
+    algorithm: concurrency
+    algorithm_config: {max_in_flight: 1, lease: 1s}
+  - name: shaped
+    algorithm: leaky_bucket
+    limit_keys: ["header:x-api-key"]
+    algorithm_config: {rps: 1, max_delay: 10s}
+`
+
+// A request admitted with its concurrency slot and a turn seconds ahead
+// waits for the turn holding the slot's lease unrenewed: the lease ends
+// during the wait, another client takes the "free" slot, and both then
+// reach the upstream, two in flight under max_in_flight 1. The slot's
+// lease must be kept while its request waits, as while it is served.
+func TestAttackTurnOutlastsConcurrencyLease(t *testing.T) {
+	up := newHoldingUpstream(t)
+	held, resume := make(chan time.Duration, 1), make(chan struct{})
+	e := newEnvOpts(t, mustPolicy(t, heldSlotPolicy), nil, func(_ *env, o *httpgate.Options) {
+		o.Delay = func(ctx context.Context, d time.Duration) error {
+			held <- d
+			<-resume
+			return nil
+		}
+	})
+	proxy := e.proxyTo(up.URL, httpgate.ProxyOptions{})
+	// Key a owes the leaky bucket three turns: its next request waits 3s.
+	in := &policy.Input{Method: "GET", Path: "/hold", Header: http.Header{"X-Api-Key": {"a"}}, ClientIP: netip.MustParseAddr("192.0.2.1")}
+	ms, err := e.gate.Policy().Match(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slot sluice.Request
+	for _, m := range ms {
+		if m.Request.Limit.Name() == "inflight" {
+			slot = m.Request
+		}
+		if m.Request.Limit.Name() == "shaped" {
+			for range 3 {
+				if _, err := e.gate.Limiter().Take(context.Background(), m.Request); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	results := make(chan int, 2)
+	get := func(key string) {
+		resp, _, err := getWith(t, context.Background(), proxy.URL+"/hold", key)
+		if err != nil {
+			results <- -1
+			return
+		}
+		results <- resp.StatusCode
+	}
+	go get("a")
+	d := <-held
+	if d < 2*time.Second {
+		t.Fatalf("a's turn is %v ahead, want seconds", d)
+	}
+	// Time passes during the wait, a quarter of a lease at a time; the
+	// slot must stay held past each step (renewed by a goroutine, which
+	// the test waits for, not for time).
+	const step = 250 * time.Millisecond
+	for passed, kept := time.Duration(0), true; passed < d && kept; passed += step {
+		e.clk.Advance(step)
+		deadline := time.Now().Add(2 * time.Second)
+		for kept = false; !kept && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			d, err := e.gate.Limiter().Peek(context.Background(), slot)
+			kept = err == nil && !d.Allowed && d.RetryAfter > step
+		}
+	}
+	go get("b")
+	select {
+	case <-up.arrived:
+	case s := <-results:
+		if s != 429 {
+			t.Fatalf("b, while a waits its turn holding the only slot: %d, want 429", s)
+		}
+	}
+	close(resume)
+	<-up.arrived
+	if n := up.in.Load(); n != 1 {
+		t.Errorf("%d requests in the upstream under max_in_flight 1", n)
+	}
+	close(up.release)
 }

@@ -214,11 +214,11 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 		p := g.Policy()
 		in := p.FromHTTP(r)
 		defer g.prepareSettle(r, p, in)()
-		v, ok := g.enforceHeld(w, r, p, in, http.StatusTooManyRequests, http.StatusUnprocessableEntity, true, nil)
+		v, done, ok := g.enforceHeld(w, r, p, in, http.StatusTooManyRequests, http.StatusUnprocessableEntity, true, nil)
 		if !ok {
 			return
 		}
-		defer g.holdSlots(r, &v)()
+		defer done()
 		settled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveSettled(next, w, r, &v, in.Body) })
 		g.serveMeasured(settled, w, r, &v)
 	})
@@ -288,44 +288,47 @@ func withCaller(ctx context.Context, ms []policy.Match, clientIP netip.Addr, pat
 // a rejection no wait would end (a cost above a limit's burst: see
 // policy.Verdict.Impossible). It reports whether the request may proceed.
 func (g *Gate) enforce(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus, neverStatus int, s *policy.Scratch) bool {
-	_, ok := g.enforceHeld(w, r, p, in, denyStatus, neverStatus, false, s)
+	_, _, ok := g.enforceHeld(w, r, p, in, denyStatus, neverStatus, false, s)
 	return ok
 }
 
 // enforceHeld is enforce, with concurrency slots held when hold is set:
-// an admitted verdict's leases are then the caller's to release
-// (holdSlots). A request that does not go ahead holds none. s, when not
-// nil, keeps the matches and the verdict (see checkHeld).
-func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus, neverStatus int, hold bool, s *policy.Scratch) (policy.Verdict, bool) {
+// an admitted verdict's leases are then kept (holdSlots) until the
+// caller calls done. A request that does not go ahead holds none. s,
+// when not nil, keeps the matches and the verdict (see checkHeld).
+func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Policy, in *policy.Input, denyStatus, neverStatus int, hold bool, s *policy.Scratch) (v policy.Verdict, done func(), ok bool) {
 	v, q, err := g.checkHeld(r.Context(), p, in, hold, s)
 	defer q.release()
 	if err != nil {
 		badRequest(w, http.StatusBadRequest, err.Error())
-		return v, false
+		return v, nil, false
 	}
 	setRateLimitHeaders(w.Header(), &v, v.Identity(), in.Path, p.Settings.Headers)
 	if !v.Allowed {
 		if v.Reason() == policy.ReasonConcurrencyUnsupported {
 			writeUnsupported(w, v)
-			return v, false
+			return v, nil, false
 		}
 		if detail, names, never := v.Impossible(); never {
 			writeImpossible(w, detail, names, neverStatus)
-			return v, false
+			return v, nil, false
 		}
 		WriteRejection(w, v, denyStatus)
-		return v, false
+		return v, nil, false
 	}
+	// Kept from the decision, not from the turn: a turn may come after an
+	// unrenewed lease ended, and another request took its slot.
+	done = g.holdSlots(r, &v)
 	// An admitted reservation (a leaky bucket shaping traffic) goes ahead
 	// when its turn comes: holding it here is what spaces the requests.
 	if d := v.Overall.RetryAfter; d > 0 {
 		if err := g.opts.Delay(withHeld(r.Context(), w), d); err != nil {
-			g.releaseSlots(r, &v)
+			done()
 			g.giveBack(r, &v)
-			return v, false // the client gave up; nobody to answer
+			return v, nil, false // the client gave up; nobody to answer
 		}
 	}
-	return v, true
+	return v, done, true
 }
 
 // giveBack refunds what v charged for a request whose client went away

@@ -55,7 +55,14 @@ type Charged struct {
 	// A sharded limit's request as given, which the Limiter spreads over
 	// the shards (see Limit.Shards); zero for any other limit.
 	cost, maxReserved float64
+	sampled           bool // see Sampled
 }
+
+// Sampled returns c for a peek that reads a sharded limit as a take
+// does, two shards at random, rather than every shard: for a caller that
+// peeks only to report what a refused request left, which must not cost
+// the store a read of every shard.
+func (c Charged) Sampled() Charged { c.sampled = true; return c }
 
 // Charged validates r under op and computes its charge, in the integer
 // form the algorithms take. It is the one place where a request's cost is

@@ -428,8 +428,8 @@ func (l *Limiter) shardedOnce(ctx context.Context, op engine.Op, rs []Charged) (
 }
 
 // expandSharded judges each sharded request of rs and picks the shards it
-// samples (every shard for a peek), returning the expansions in the
-// caller's order and the probes that read the sampled shards.
+// samples (every shard for a peek not Sampled), returning the expansions
+// in the caller's order and the probes that read the sampled shards.
 func (l *Limiter) expandSharded(op engine.Op, rs []Charged) ([]expansion, []Charged, error) {
 	exps := make([]expansion, 0, len(rs))
 	var probes []Charged
@@ -445,7 +445,7 @@ func (l *Limiter) expandSharded(op engine.Op, rs []Charged) ([]expansion, []Char
 			_, e.reservable, _ = r.shardJudge(op)
 		}
 		n := r.Limit.shards.n
-		if op == engine.OpPeek {
+		if op == engine.OpPeek && !rs[i].sampled {
 			e.sampled = make([]int, n)
 			for s := range e.sampled {
 				e.sampled[s] = s

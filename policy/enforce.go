@@ -402,6 +402,11 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 		if op == engine.OpPeek || impossible || !slotted {
 			ask = engine.OpPeek
 		}
+		for k := range cs {
+			if op != engine.OpPeek && ask == engine.OpPeek { // a free refusal: read two shards, not all
+				cs[k] = cs[k].Sampled()
+			}
+		}
 		ds, err := decideCharged(ctx, lim, ask, decBuf, cs, v.Results, idx, uncharged)
 		for k, i := range idx {
 			if err == nil {
@@ -442,11 +447,14 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 		// Asked as the enforced limits are (TakeAll), on the precise clock:
 		// a server that reads the memory store's coarse clock keeps its
 		// ticker waking a thousand times a second (see memory/clock.go).
-		ask := engine.OpTake
+		ask, cs := engine.OpTake, []sluice.Charged{r.Match.judgedCharged}
 		if op == engine.OpPeek || !v.Allowed {
 			ask = engine.OpPeek
 		}
-		if ds, err := decideCharged(ctx, lim, ask, decBuf, []sluice.Charged{r.Match.judgedCharged}, v.Results, []int{i}, r.Match.judgedErr != nil); err != nil {
+		if op != engine.OpPeek && !v.Allowed {
+			cs[0] = cs[0].Sampled()
+		}
+		if ds, err := decideCharged(ctx, lim, ask, decBuf, cs, v.Results, []int{i}, r.Match.judgedErr != nil); err != nil {
 			r.storeFailed(err)
 		} else {
 			r.Decision = ds[0]

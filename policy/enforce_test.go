@@ -485,3 +485,50 @@ func TestAttackInputErrorIsNotAStoreFailure(t *testing.T) {
 		}
 	}
 }
+
+// readCounter is a store that counts the keys it is asked about.
+type readCounter struct {
+	sluice.Store
+	keys int
+}
+
+func (c *readCounter) Take(ctx context.Context, op engine.Op, r sluice.Charged) (sluice.Decision, error) {
+	c.keys++
+	return c.Store.Take(ctx, op, r)
+}
+
+func (c *readCounter) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, dst []sluice.Decision) ([]sluice.Decision, error) {
+	c.keys += len(rs)
+	return c.Store.TakeAll(ctx, op, rs, dst)
+}
+
+// Attack: a request that another rule refuses without charging (a cost
+// it can never be granted, here one the client declares, or a full
+// concurrency limit) is answered with a peek of its other limits, and a
+// peek of a sharded limit read every shard: each such request, free to
+// the client, cost the store a read of all 64 shards of a hot limit, 30
+// times what an admitted take reads. It reads two, as a take does.
+func TestAttackRefusedRequestReadsEveryShard(t *testing.T) {
+	p := mustParse(t, `rules:
+  - name: per-client
+    limit_keys: ["ip:address"]
+    algorithm_config: {rps: 1, burst: 10, cost_source: "header:x-weight"}
+  - name: hot
+    algorithm_config: {rps: 6400, burst: 6400, shards: 64}
+  - name: hot-shadow
+    mode: shadow
+    algorithm_config: {rps: 6400, burst: 6400, shards: 64}
+`)
+	clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+	st := &readCounter{Store: memory.New(memory.Options{Clock: clk})}
+	lim := sluice.New(st)
+	in := fromIP("192.0.2.7")
+	in.Header = http.Header{"X-Weight": {"1000"}}
+	v := decide(t, p, lim, in, engine.OpTake, nil)
+	if v.Allowed || v.Results[0].Reason() != "cost_exceeds_limit" {
+		t.Fatalf("a cost of 1000 against a burst of 10: %+v", v.Results[0])
+	}
+	if st.keys > 2*(2+2) {
+		t.Fatalf("a refused request read %d keys of the store; want at most the two shards of each sharded limit a take reads, and their charge", st.keys)
+	}
+}

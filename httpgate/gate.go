@@ -333,14 +333,18 @@ func (g *Gate) enforceHeld(w http.ResponseWriter, r *http.Request, p *policy.Pol
 
 // giveBack refunds what v charged for a request whose client went away
 // before its turn: the request is never served, so its turn must not stay
-// owed by the bucket's other requests. The client's context is done, so
-// the refund runs on one of its own, bounded by the store timeout.
+// owed by the bucket's other requests. What it took of a window without
+// a turn there stays taken, as a served request's: a refund counts in the
+// window of its moment, a later one by now. The client's context is done,
+// so the refund runs on one of its own, bounded by the store timeout.
 func (g *Gate) giveBack(r *http.Request, v *policy.Verdict) {
 	ms := make([]policy.Match, 0, len(v.Results))
 	for i := range v.Results {
 		// A limit that was not charged (a store failure admitted, a
 		// shadow rule that would have refused) has nothing to give back.
-		if res := &v.Results[i]; res.StoreErr == nil && res.Decision.Allowed {
+		res := &v.Results[i]
+		alg := res.Match.Request.Limit.Algorithm()
+		if res.StoreErr == nil && res.Decision.Allowed && (alg == sluice.TokenBucket || alg == sluice.LeakyBucket || res.Decision.RetryAfter > 0) {
 			ms = append(ms, res.Match)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/httpgate"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // holding is a gate whose Delay holds each request until the test lets
@@ -519,4 +521,88 @@ func TestAttackQueueFlood(t *testing.T) {
 	}
 	close(h.release)
 	<-c
+}
+
+// windowAndTurnPolicy counts each client in windows of a minute, and
+// spaces its requests to /slow a minute apart.
+const windowAndTurnPolicy = `rules:
+  - name: per-minute
+    limit_keys: ["header:x-client"]
+    algorithm: fixed_window
+    algorithm_config: {rate: 1, period: 1m, start: 0s}
+  - name: slow
+    match: {path: /slow}
+    limit_keys: ["header:x-client"]
+    algorithm: leaky_bucket
+    algorithm_config: {rate: 1, period: 1m, max_delay: 5m}
+`
+
+// A client that leaves before its turn is given back what its request
+// was charged, but a refund lands in the window of the moment it is
+// made: a request charged in one minute's window and abandoned in the
+// next gave that next window a request more than its limit. Only the
+// turn it leaves is given back; the limits it merely took from keep it,
+// as for a request that was served.
+func TestAttackAbandonedTurnRefundsLaterWindow(t *testing.T) {
+	h := newHolding(t, windowAndTurnPolicy)
+	get := func(ctx context.Context, path string) chan *http.Response {
+		out := make(chan *http.Response, 1)
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, "GET", h.srv.URL+path, nil)
+			req.Header.Set("X-Client", "a")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				out <- nil
+				return
+			}
+			resp.Body.Close()
+			out <- resp
+		}()
+		return out
+	}
+	in := &policy.Input{Method: "GET", Path: "/slow", Header: http.Header{"X-Client": {"a"}}, ClientIP: netip.MustParseAddr("192.0.2.1")}
+	ms, err := h.gate.Policy().Match(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var turn sluice.Request
+	for _, m := range ms {
+		if m.Request.Limit.Name() == "slow" {
+			turn = m.Request
+		}
+	}
+	for range 2 { // a's earlier requests to /slow: its next turn is minutes away
+		if _, err := h.gate.Limiter().Take(context.Background(), turn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owed := func() time.Duration {
+		d, err := h.gate.Limiter().Peek(context.Background(), turn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.RetryAfter
+	}
+	ctx, leave := context.WithCancel(context.Background())
+	defer leave()
+	abandoned := get(ctx, "/slow") // this minute's one request, held for its turn
+	if d := h.wait(t); d < time.Minute {
+		t.Fatalf("the held request waits %v", d)
+	}
+	next := h.clk.Now().Truncate(time.Minute).Add(time.Minute + time.Second)
+	h.clk.Set(next)
+	if r := <-get(context.Background(), "/other"); r == nil || r.StatusCode != 200 {
+		t.Fatalf("the next minute's one request: %+v", r)
+	}
+	before := owed()
+	leave()
+	<-abandoned
+	for deadline := time.Now().Add(10 * time.Second); owed() >= before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned turn was not given back")
+		}
+	}
+	if r := <-get(context.Background(), "/other"); r == nil || r.StatusCode != 429 {
+		t.Fatalf("a second request in a minute of one: %+v, want 429", r)
+	}
 }

@@ -133,3 +133,63 @@ func TestHousekeepingLoop(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestAttackHousekeepingHoldsFullBuckets: a transaction holding one full
+// bucket's row (a TakeAll in flight, a WithTx caller) made housekeeping's
+// DELETE, which had already deleted other full buckets, wait for it while
+// holding those rows; every take of those keys then waited past its
+// deadline and was answered by on_store_error (allow, by default).
+func TestAttackHousekeepingHoldsFullBuckets(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(5_000_000_000_000))
+	s := newStoreOpts(t, postgres.Options{Clock: clock, Timeout: 5 * time.Second})
+	ctx := context.Background()
+	lim := sluice.MustLimit(sluice.Spec{Name: "hk-held", TokensPerSecond: 1, Burst: 1})
+	take := func(s sluice.Store, key string) error {
+		_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: key})
+		return err
+	}
+	for _, k := range []string{"other", "held"} { // "other" first: the lower ctid
+		if err := take(s, k); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(10 * time.Millisecond)
+	}
+	clock.Advance(2 * time.Second) // both full: housekeeping deletes them
+
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := take(s.WithTx(tx), "held"); err != nil {
+		t.Fatal(err)
+	}
+
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	hk := make(chan error, 1)
+	go func() { _, err := s.Housekeep(hctx); hk <- err }()
+	// Housekeeping is done, or waits for the held row's lock.
+	for waiting := false; !waiting; {
+		select {
+		case err := <-hk:
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiting = true
+			hk <- nil
+		default:
+			if err := s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+				WHERE datname = current_database() AND query LIKE 'DELETE FROM sluice_buckets%' AND wait_event_type = 'Lock')`).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := take(s, "other"); err != nil {
+		t.Fatalf("a take of a full bucket that housekeeping deleted waited for another key's transaction: %v", err)
+	}
+	tx.Rollback(ctx)
+	if err := <-hk; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -634,14 +634,14 @@ func (s *Store) Len(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// housekeepSQL deletes one batch of full buckets. The inner SELECT walks
-// the full_at index; the outer condition is re-checked on the newest row
-// version, so a row that a concurrent take just charged is left alone.
+// housekeepSQL deletes one batch of full buckets, skipping rows a transaction
+// holds, for which it waited holding those it had deleted (TestAttackHousekeepingHoldsFullBuckets);
+// the outer condition is re-checked, so a row a take just charged stays.
 var housekeepSQL = `DELETE FROM sluice_buckets
 WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM sluice_buckets
     WHERE full_at <= coalesce($1::bigint, ` + clockSQL + `) AND ` + hasPrefix("$2") + `
-    LIMIT $3::int))
+    LIMIT $3::int FOR UPDATE SKIP LOCKED))
   AND full_at <= coalesce($1::bigint, ` + clockSQL + `) AND ` + hasPrefix("$2")
 
 // hasPrefix is the SQL condition "key starts with the bytea parameter p".

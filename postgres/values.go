@@ -43,7 +43,7 @@ WHERE key = $1::bytea AND value = $5::text AND expires_at > ` + nowSQL("$4")
 WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM sluice_values
     WHERE expires_at <= ` + nowSQL("$1") + ` AND ` + hasPrefix("$2") + `
-    LIMIT $3::int))
+    LIMIT $3::int FOR UPDATE SKIP LOCKED))
   AND expires_at <= ` + nowSQL("$1") + ` AND ` + hasPrefix("$2")
 )
 

@@ -212,6 +212,23 @@ rules:
 	}
 }
 
+// serve names a Redis eviction policy under which a client minting keys
+// refills drained buckets or fails every take to on_store_error
+// (redis.TestAttackKeyFloodEvictsDrainedBuckets).
+func TestServeWarnsOfRedisEvictionPolicy(t *testing.T) {
+	p := redistest.New(t, "--maxmemory-policy", "allkeys-lru")
+	cfg := writePolicy(t, `
+store: {url: "redis://`+p.Addr()+`/0"}
+rules:
+  - name: r
+    algorithm_config: {rate: 1, period: 1h, capacity: 1}
+`)
+	_, logs := startServe(t, "--config", cfg)
+	if !strings.Contains(logs.String(), "maxmemory-policy is allkeys-lru") {
+		t.Errorf("the eviction policy is not named:\n%s", logs.String())
+	}
+}
+
 // PostgreSQL's pool connects on demand, so only migrations need the
 // server at start: with sluice_migrate=true and no server, serve starts
 // as it does without Redis, and retries the opening (migrations included).

@@ -197,7 +197,13 @@ func connectStore(ctx context.Context, rawURL string, reg prometheus.Registerer,
 	open := func(ctx context.Context) (sluice.Store, func() error, error) {
 		ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 		defer cancel()
-		return k.open(ctx, storeURLOrDefault(rawURL), reg)
+		s, release, err := k.open(ctx, storeURLOrDefault(rawURL), reg)
+		if e, ok := s.(interface{ EvictionWarning(context.Context) string }); ok && err == nil {
+			if w := e.EvictionWarning(ctx); w != "" {
+				log.Warn(w, "store", redact(rawURL))
+			}
+		}
+		return s, release, err
 	}
 	s, closeStore, err := open(ctx)
 	if err == nil {

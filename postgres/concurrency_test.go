@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/postgres"
+	"github.com/sluicehq/sluice/postgres/pgtest"
 )
 
 // serverMicros reads the server's clock, the one the takes use.
@@ -247,5 +248,72 @@ func TestTakeAllNoDeadlock(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// TestAttackSerializableDatabaseFailsContendedTakes: on a database whose
+// default_transaction_isolation is repeatable read or serializable, a
+// take that waited for another's lock on its row failed with a
+// serialization error, answered by on_store_error and charging nothing,
+// so a client sending its requests at once had them admitted past its
+// limit. A store Open makes reads committed on every connection.
+func TestAttackSerializableDatabaseFailsContendedTakes(t *testing.T) {
+	pool(t) // the server is up
+	ctx := pgtest.Context(t)
+	url, err := server.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup, err := postgres.Open(ctx, url, postgres.Options{Migrate: true, HousekeepingInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer setup.Close()
+	if _, err := setup.Pool().Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = serializable', current_database()); END $$`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := postgres.Open(ctx, url, postgres.Options{HousekeepingInterval: -1, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	lim := sluice.MustLimit(sluice.Spec{Name: "contended", TokensPerSecond: 1, Burst: 100})
+	take := func() error {
+		_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		return err
+	}
+	if err := take(); err != nil {
+		t.Fatal(err)
+	}
+	// Another take holds the row: this one waits for it, then finds it changed.
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := func() error {
+		_, err := conformance.Take(ctx, s.WithTx(tx), engine.OpTake, sluice.Request{Limit: lim, Key: "k"})
+		return err
+	}(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- take() }()
+	for waiting := false; !waiting; {
+		select {
+		case err := <-done:
+			t.Fatalf("the take did not wait for the held row: %v", err)
+		default:
+		}
+		if err := setup.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'INSERT INTO sluice_buckets%' AND wait_event_type = 'Lock')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a take that waited for another's row failed: %v", err)
 	}
 }

@@ -261,7 +261,8 @@ CROSS JOIN LATERAL ` + fn + `(coalesce(t.alg = $2::smallint, false), $2::smallin
 }
 
 // New returns a Store over pool, which the caller keeps and closes after
-// Close. It applies the migrations first when opts.Migrate is set.
+// Close; its connections must read committed, as Open's do. It applies
+// the migrations first when opts.Migrate is set.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
 	opts.HousekeepingInterval = cmp.Or(opts.HousekeepingInterval, time.Minute)
 	defaults.Set(&opts.HousekeepingBatch, 1000)
@@ -304,6 +305,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		// A startup parameter: every connection has it, without a round trip.
 		cfg.ConnConfig.RuntimeParams["lock_timeout"] = v
 	}
+	// Takes are race-free under read committed; under a stricter default a
+	// take that waited for a row fails (TestAttackSerializableDatabaseFailsContendedTakes).
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres store: %w", err)

@@ -782,3 +782,54 @@ func TestAttackHungPrimaryStallsOtherPrimaries(t *testing.T) {
 		t.Fatalf("a take on a live primary waited for the hung primary: it returned only after %d of %d calls to the hung one had run out their deadline", n, len(dead))
 	}
 }
+
+// TestAttackFailedRollbackAdmitsRejected: a Cluster TakeAll that a later
+// slot rejects refunds the slots it charged first. When that refund
+// failed (their primary hung or went away after the charge), the call
+// returned an error, and on_store_error (allow, by default) admitted the
+// request a limit had just rejected. The rejection stands; the charge
+// left in place is capacity lost until the bucket refills.
+func TestAttackFailedRollbackAdmitsRejected(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of its own")
+	}
+	srvs, addrs := redistest.Primaries(t, 3)
+	s := open(t, withQuery("redis+cluster://"+strings.Join(addrs, ","), slowClientTimeouts), redis.Options{
+		NoOverLimitCache: true, Timeout: time.Second, BreakerBackoff: time.Hour,
+	})
+	c := s.Client()
+	ctx := context.Background()
+	first := uniqueLimit(t, sluice.Spec{Name: "first", TokensPerSecond: 1, Burst: 10})
+	gate := uniqueLimit(t, sluice.Spec{Name: "gate", TokensPerSecond: 1, Burst: 1})
+	owner := slotOwners(addrs[1])
+	// first's key in a low slot, the gate's in a high one on another
+	// primary: the TakeAll charges first, then the gate rejects.
+	key, gateKey := "", ""
+	for i := 0; key == "" || gateKey == ""; i++ {
+		k := "k" + strconv.Itoa(i)
+		if key == "" && slotOf(t, c, first.StorageKey(k)) < 4000 {
+			key = k
+		} else if key != "" && slotOf(t, c, gate.StorageKey(k)) > 12000 && owner(slotOf(t, c, gate.StorageKey(k))) != owner(slotOf(t, c, first.StorageKey(key))) {
+			gateKey = k
+		}
+	}
+	var victim *redistest.Proc
+	for _, p := range srvs {
+		if p.Addr() == owner(slotOf(t, c, first.StorageKey(key))) {
+			victim = p
+		}
+	}
+	if _, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: gate, Key: gateKey}); err != nil {
+		t.Fatal(err) // the gate is empty
+	}
+	redis.SetBeforeRollback(s, func() {
+		if err := victim.Signal(syscall.SIGSTOP); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Cleanup(func() { victim.Signal(syscall.SIGCONT) })
+	ds, err := conformance.TakeAll(ctx, s, engine.OpTake, []sluice.Request{{Limit: first, Key: key}, {Limit: gate, Key: gateKey}}, nil)
+	if err != nil || sluice.Combine(ds).Allowed {
+		t.Fatalf("TakeAll past an empty gate whose refund failed: %+v, %v; want rejected, without an error on_store_error would answer", ds, err)
+	}
+}

@@ -225,7 +225,7 @@ func (r Request) shardJudge(op engine.Op) (cost int64, reservable bool, err erro
 // shardedCharge is Request.Charged's charge for a sharded limit (see shardJudge).
 func (r Request) shardedCharge(op engine.Op) (engine.Charge, error) {
 	if op == engine.OpRefund {
-		c, err := r.Limit.cost(op, r.costOrOne(), r.Limit.params.Capacity+r.Limit.params.MaxReserved, true)
+		c, err := r.Limit.cost(op, r.costOrOne(), r.Limit.params.Capacity+r.Limit.params.MaxReserved, false)
 		return engine.Charge{Cost: c}, err
 	}
 	c, _, err := r.shardJudge(op)

@@ -103,7 +103,11 @@ func BearerToken(h http.Header) string {
 func AmbiguousBearer(h http.Header) bool {
 	vs := h["Authorization"]
 	return slices.ContainsFunc(vs, func(v string) bool {
-		return v != vs[0] || strings.Contains(v, ",") || len(strings.Fields(v)) > 2
+		fields := 0
+		for range strings.FieldsSeq(v) {
+			fields++
+		}
+		return v != vs[0] || strings.Contains(v, ",") || fields > 2
 	})
 }
 

@@ -155,25 +155,24 @@ func (e *eval) identity() string {
 			return "sub:" + sub
 		}
 	}
-	if ip := e.clientIP(); ip.Is6() {
-		// A host commonly holds a whole /64: evidence of its addresses
-		// (an adaptive limit's per-key verdict) is one client's
-		// (TestAttackAdaptiveIPv6AddressesMintKeys).
-		return "ip:" + AddressKey(ip, e.p.Settings.IPv6Prefix)
-	} else if ip.IsValid() {
+	if ip := e.clientIP(); ip.IsValid() {
 		if e.r.peerIdentity != "" && ip == peerHost(e.r.Peer) {
-			return e.r.peerIdentity // the client is the connection's peer
+			return e.r.peerIdentity // the client is the connection's (IPv4) peer
 		}
-		return ipIdentity(ip)
+		// An IPv6 client by its prefix: a host commonly holds a whole /64,
+		// and evidence of its addresses (an adaptive limit's per-key
+		// verdict) is one client's (TestAttackAdaptiveIPv6AddressesMintKeys).
+		return ipIdentity(ip, e.p.Settings.IPv6Prefix)
 	}
 	return ""
 }
 
-// ipIdentity is the identity of a client known by its address alone, in
-// one string rather than the address's and then the concatenation.
-func ipIdentity(ip netip.Addr) string {
+// ipIdentity is the identity of a client known by its address alone, as
+// its key holds it (AddressKey, an IPv6 one by its prefix of bits), in
+// one string rather than the key's and then the concatenation.
+func ipIdentity(ip netip.Addr, bits int) string {
 	var buf [64]byte
-	return string(ip.AppendTo(append(buf[:0], "ip:"...)))
+	return string(appendAddressKey(append(buf[:0], "ip:"...), ip, bits))
 }
 
 // Verdict is the outcome of Enforce.
@@ -402,8 +401,8 @@ func decide(ctx context.Context, lim *sluice.Limiter, ms []Match, o Options, buf
 		if op == engine.OpPeek || impossible || !slotted {
 			ask = engine.OpPeek
 		}
-		for k := range cs {
-			if op != engine.OpPeek && ask == engine.OpPeek { // a free refusal: read two shards, not all
+		if op != engine.OpPeek && ask == engine.OpPeek { // a free refusal: read two shards, not all
+			for k := range cs {
 				cs[k] = cs[k].Sampled()
 			}
 		}

@@ -119,8 +119,8 @@ func parsePeer(remote string) netip.AddrPort {
 func WithPeer(ctx context.Context, c net.Conn) context.Context {
 	remote := c.RemoteAddr().String() // what net/http puts in RemoteAddr
 	p := &connPeer{remote: remote, addr: parsePeer(remote)}
-	if peerHost(p.addr).Is4() { // an IPv6 peer's identity is its prefix's, by the policy in force
-		p.identity = ipIdentity(peerHost(p.addr))
+	if h := peerHost(p.addr); h.Is4() { // an IPv6 peer's identity is its prefix's, by the policy in force
+		p.identity = ipIdentity(h, 0)
 	}
 	return context.WithValue(ctx, peerKey{}, p)
 }
@@ -761,10 +761,16 @@ func (e *eval) keyPart(rule *Rule, src source) (string, bool) {
 // prefix of bits (ipv6_prefix), since one host commonly holds a whole /64
 // and would otherwise mint buckets at will.
 func AddressKey(a netip.Addr, bits int) string {
+	var buf [64]byte
+	return string(appendAddressKey(buf[:0], a, bits))
+}
+
+// appendAddressKey appends AddressKey(a, bits) to b.
+func appendAddressKey(b []byte, a netip.Addr, bits int) []byte {
 	if a = a.Unmap().WithZone(""); a.Is6() {
-		return netip.PrefixFrom(a, bits).Masked().String()
+		return netip.PrefixFrom(a, bits).Masked().AppendTo(b)
 	}
-	return a.String()
+	return a.AppendTo(b)
 }
 
 // DescriptorValue is the value v of a descriptor's entry k as keys hold
@@ -774,7 +780,7 @@ func DescriptorValue(k, v string, bits int) string {
 	if k != "remote_address" {
 		return v
 	}
-	if a, err := netip.ParseAddr(v); err == nil {
+	if a, err := netip.ParseAddr(v); err == nil && !a.Is4() { // an IPv4 one is its own key, as sent
 		return AddressKey(a, bits)
 	}
 	return v

@@ -1,6 +1,9 @@
 package serverconf
 
-import "time"
+import (
+	"cmp"
+	"time"
+)
 
 // ServerLimits are the deadlines and bounds of sluice serve's HTTP
 // listeners: they decide how long a slow or silent client may hold a
@@ -54,6 +57,13 @@ const DefaultMaxConns = 10000
 // DefaultMaxConnsPerClient is the most a client holds of a listener's
 // connections when max_conns_per_client is not set.
 const DefaultMaxConnsPerClient = 256
+
+// ConnsPerClient is the most connections one client holds of a listener
+// that holds conns: MaxConnsPerClient, or by default a quarter of conns,
+// at most DefaultMaxConnsPerClient.
+func (s ServerLimits) ConnsPerClient(conns int) int {
+	return cmp.Or(s.MaxConnsPerClient, min(DefaultMaxConnsPerClient, max(conns/4, 1)))
+}
 
 // WithDefaults fills the limits left zero with DefaultServerLimits.
 func (s ServerLimits) WithDefaults() ServerLimits {

@@ -56,3 +56,15 @@ func TestAttackStoreURLErrorEchoesPassword(t *testing.T) {
 		}
 	}
 }
+
+// A listener's per-client cap: the setting, else a quarter of the
+// listener's, at least one and at most DefaultMaxConnsPerClient.
+func TestConnsPerClient(t *testing.T) {
+	for _, c := range []struct{ set, conns, want int }{
+		{0, 10000, serverconf.DefaultMaxConnsPerClient}, {0, 100, 25}, {0, 2, 1}, {7, 10000, 7},
+	} {
+		if got := (serverconf.ServerLimits{MaxConnsPerClient: c.set}).ConnsPerClient(c.conns); got != c.want {
+			t.Errorf("max_conns_per_client %d of %d: %d, want %d", c.set, c.conns, got, c.want)
+		}
+	}
+}

@@ -181,13 +181,10 @@ rules:
 	t.Logf("slow connections closed %v after the attack began", time.Since(start).Round(time.Millisecond))
 }
 
-// Attack: more connections than the process can hold. Each listener holds
-// at most server.max_conns: at the cap, a new connection waits for a
-// place; one frees when a held connection closes, and an idle keep-alive
-// connection gives its place up at once.
-func TestAttackConnectionCap(t *testing.T) {
-	const max = 8
-	cfg := writePolicy(t, fmt.Sprintf(`
+// connCapPolicy is a policy whose listeners hold max connections, with
+// every deadline an hour away, so that only the cap closes one.
+func connCapPolicy(t *testing.T, max int) string {
+	return writePolicy(t, fmt.Sprintf(`
 server:
   read_header_timeout: 1h
   read_timeout: 1h
@@ -198,6 +195,15 @@ rules:
     limit_keys: ["ip:address"]
     algorithm_config: {rps: 10000, burst: 10000}
 `, max))
+}
+
+// Attack: more connections than the process can hold. Each listener holds
+// at most server.max_conns: at the cap, a new connection waits for a
+// place; one frees when a held connection closes, and an idle keep-alive
+// connection gives its place up at once.
+func TestAttackConnectionCap(t *testing.T) {
+	const max = 8
+	cfg := connCapPolicy(t, max)
 	l, _ := startServe(t, "--config", cfg)
 	get := func() chan error {
 		done := make(chan error, 1)
@@ -268,17 +274,7 @@ rules:
 // cap by default), and its connections beyond are closed at once.
 func TestAttackOneClientHoldsEveryConnection(t *testing.T) {
 	const max = 8
-	cfg := writePolicy(t, fmt.Sprintf(`
-server:
-  read_header_timeout: 1h
-  read_timeout: 1h
-  idle_timeout: 1h
-  max_conns: %d
-rules:
-  - name: per-ip
-    limit_keys: ["ip:address"]
-    algorithm_config: {rps: 10000, burst: 10000}
-`, max))
+	cfg := connCapPolicy(t, max)
 	l, _ := startServe(t, "--config", cfg)
 	var held []net.Conn
 	for i := 0; i < max; i++ {

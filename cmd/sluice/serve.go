@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -343,7 +342,7 @@ func startHTTP(s *server, rs runSettings, lns map[string]net.Listener, errc chan
 	if nofile > 0 && uint64(conns*len(handlers)) > nofile {
 		log.Warn("server.max_conns exceeds the open file limit: slow clients can exhaust file descriptors before the cap stops them", "max_conns", conns, "listeners", len(handlers), "open_file_limit", nofile)
 	}
-	perClient := cmp.Or(limits.MaxConnsPerClient, min(serverconf.DefaultMaxConnsPerClient, max(conns/4, 1)))
+	perClient := limits.ConnsPerClient(conns)
 	var servers []*http.Server
 	addr := map[string]string{}
 	for _, l := range rs.listeners() {

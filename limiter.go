@@ -249,15 +249,19 @@ func New(store Store) *Limiter { return NewWithOptions(store, Options{}) }
 type OutcomeStore interface {
 	Store
 	// TakeOutcome is Take of engine.OpTake (the one a Limiter asks this
-	// way) answering in an engine.Outcome. Its parameters are few enough
-	// for the charged request to pass in registers. When dated is set
-	// and the Outcome has a wait, it also answers when the store read
-	// the clock it decided by, as the time since Epoch, if that was the
-	// system clock, and a negative duration otherwise: the Limiter dates
-	// Decision.RetryAt from that reading (one time.Time.Add, the only
-	// one) instead of reading the clock again. A caller that asks only
-	// whether the request was admitted (Allow) leaves dated unset.
-	TakeOutcome(ctx context.Context, c Charged, dated bool) (engine.Outcome, time.Duration, error)
+	// way) for the charge ch of key under lim, a limit that is not
+	// sharded, answering in an engine.Outcome. It takes the Charged's
+	// parts, not a Charged, so that every argument passes in registers:
+	// an argument that does not fit is built in the caller's frame and
+	// copied to the call's, and that copy's wide loads stall on the
+	// narrow stores that built it (store forwarding fails), a large share
+	// of an in-process decision. When the Outcome has a wait, it also
+	// answers when the store read the clock it decided by, as the time
+	// since Epoch, if that was the system clock, and a negative duration
+	// otherwise: the Limiter dates Decision.RetryAt from that reading
+	// (one time.Time.Add, the only one) instead of reading the clock
+	// again.
+	TakeOutcome(ctx context.Context, lim *Limit, key string, ch engine.Charge) (engine.Outcome, time.Duration, error)
 	// Epoch is the moment TakeOutcome's readings count from, with the
 	// process's monotonic reading, the same for every call.
 	Epoch() time.Time
@@ -288,16 +292,15 @@ func (l *Limiter) takeInto(ctx context.Context, d *Decision, r *Request) error {
 	var at time.Duration
 	var err error
 	if r.one() {
-		// chargeOne's Charged, every field given, so that it is built
-		// where the call reads it without being cleared first.
+		// chargeOne's charge.
 		one := &lim.one
-		o, at, err = l.outcome.TakeOutcome(ctx, Charged{Limit: lim, Key: r.Key, Charge: engine.Charge{Cost: one.Cost, Reserve: one.Reserve && !r.NoReserve, MaxReserved: one.MaxReserved}, cost: 0, maxReserved: 0}, true)
+		o, at, err = l.outcome.TakeOutcome(ctx, lim, r.Key, engine.Charge{Cost: one.Cost, Reserve: one.Reserve && !r.NoReserve, MaxReserved: one.MaxReserved})
 	} else {
 		c, err := r.Charged(engine.OpTake)
 		if err != nil {
 			return err
 		}
-		o, at, err = l.outcome.TakeOutcome(ctx, c, true)
+		o, at, err = l.outcome.TakeOutcome(ctx, lim, c.Key, c.Charge)
 	}
 	if err != nil {
 		return err
@@ -359,16 +362,15 @@ func (l *Limiter) Allow(ctx context.Context, lim *Limit, key string) bool {
 	}
 	if l.outcome != nil && lim != nil && lim.shards == nil {
 		if lim.plain {
-			// chargeOne's Charged of a request with no NoReserve, built
-			// as takeInto builds it.
-			o, _, err := l.outcome.TakeOutcome(ctx, Charged{Limit: lim, Key: key, Charge: lim.one, cost: 0, maxReserved: 0}, false)
+			// chargeOne's charge of a request with no NoReserve.
+			o, _, err := l.outcome.TakeOutcome(ctx, lim, key, lim.one)
 			return err == nil && o.Allowed
 		}
 		c, err := Request{Limit: lim, Key: key, Cost: 1}.Charged(engine.OpTake)
 		if err != nil {
 			return false
 		}
-		o, _, err := l.outcome.TakeOutcome(ctx, c, false)
+		o, _, err := l.outcome.TakeOutcome(ctx, lim, key, c.Charge)
 		return err == nil && o.Allowed
 	}
 	d, err := l.one(ctx, engine.OpTake, Request{Limit: lim, Key: key, Cost: 1})

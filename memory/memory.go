@@ -307,16 +307,15 @@ func (s *Store) Supports(*sluice.Limit) error { return nil }
 // reaches the arithmetic through no frame but this one; every other case
 // is decide's, and what the hot path does not settle is decideRest's, as
 // in decide.
-func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (engine.Outcome, time.Duration, error) {
+func (s *Store) TakeOutcome(_ context.Context, lim *sluice.Limit, key string, ch engine.Charge) (engine.Outcome, time.Duration, error) {
 	var o engine.Outcome
 	var now int64
-	lim := c.Limit
 	p := lim.Params()
 	if w := coarse.word.Load(); (p.Algorithm != engine.TokenBucket && p.Algorithm != engine.LeakyBucket) || w&coarseFlags != 0 || s.clock != nil || s.precise {
-		o, now = s.decide(engine.OpTake, &c, false)
+		o, now = s.decide(engine.OpTake, &sluice.Charged{Limit: lim, Key: key, Charge: ch}, false)
 	} else {
 		now = w >> coarseShift
-		h, check := s.hashes(lim, c.Key)
+		h, check := s.hashes(lim, key)
 		sh := &s.shards[h&s.mask]
 		seq := sh.seq.Load()
 		entries := *sh.view.Load()
@@ -330,24 +329,24 @@ func (s *Store) TakeOutcome(_ context.Context, c sluice.Charged, dated bool) (en
 		}
 		var next engine.BucketState
 		if plain {
-			next, o = engine.TakeTokenBucket(p, st, i >= 0, now, c.Cost, c.Reserve, c.MaxReserved)
+			next, o = engine.TakeTokenBucket(p, st, i >= 0, now, ch.Cost, ch.Reserve, ch.MaxReserved)
 		}
 		switch {
 		case !plain || seq&1 != 0 || sh.seq.Load() != seq:
-			o, now = s.decideRest(sh, &c, h, check, now, true, true)
+			o, now = s.decideRest(sh, &sluice.Charged{Limit: lim, Key: key, Charge: ch}, h, check, now, true, true)
 		case o.Allowed: // to be written, under the lock
 			// Field by field: a literal of the attempt is copied from a
 			// zero one in static memory before its fields are written.
 			var at attempt
 			at.seq, at.valid, at.present, at.i = seq, true, i >= 0, i
 			at.tokens, at.stamp, at.o, at.now, at.early = next.Scaled, next.Stamp, o, now, true
-			o, now = s.decideLocked(sh, &at, lim, c.Key, c.Charge, h, check, true)
+			o, now = s.decideLocked(sh, &at, lim, key, ch, h, check, true)
 		case o.RetryAfter <= recheckWithin:
 			// Near the boundary the precise clock decides (see clock.go).
-			o, now = s.decideRest(sh, &c, h, check, preciseNow(), false, true)
+			o, now = s.decideRest(sh, &sluice.Charged{Limit: lim, Key: key, Charge: ch}, h, check, preciseNow(), false, true)
 		}
 	}
-	if !dated || o.RetryAfter <= 0 || s.clock != nil {
+	if o.RetryAfter <= 0 || s.clock != nil {
 		return o, -1, nil
 	}
 	return o, sinceEpoch(now), nil
@@ -366,7 +365,8 @@ func (s *Store) decideOne(op engine.Op, c sluice.Charged, precise bool) (engine.
 
 // decide is decideOne of the Charged at c: a Charged is too large to
 // be kept in registers, so a function handed one by value stores it in
-// its frame, and a caller that holds one already (TakeOutcome) lends it.
+// its frame, and a caller lends the one it holds (TakeOutcome builds
+// one only off its hot path).
 func (s *Store) decide(op engine.Op, c *sluice.Charged, precise bool) (engine.Outcome, int64) {
 	lim := c.Limit
 	p := lim.Params()

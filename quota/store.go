@@ -239,11 +239,11 @@ func leasedCost(r sluice.Charged) (int64, bool) { return r.Cost, !r.Reserve }
 
 // TakeOutcome implements sluice.OutcomeStore: the wrapped store's when it
 // is one and the limit is not leased, so that its fast path stays.
-func (s *Store) TakeOutcome(ctx context.Context, r sluice.Charged, dated bool) (engine.Outcome, time.Duration, error) {
-	if s.outcome != nil && s.leased(r.Limit) == nil {
-		return s.outcome.TakeOutcome(ctx, r, dated)
+func (s *Store) TakeOutcome(ctx context.Context, lim *sluice.Limit, key string, ch engine.Charge) (engine.Outcome, time.Duration, error) {
+	if s.outcome != nil && s.leased(lim) == nil {
+		return s.outcome.TakeOutcome(ctx, lim, key, ch)
 	}
-	d, err := s.Take(ctx, engine.OpTake, r)
+	d, err := s.Take(ctx, engine.OpTake, sluice.Charged{Limit: lim, Key: key, Charge: ch})
 	if err != nil {
 		return engine.Outcome{}, -1, err
 	}

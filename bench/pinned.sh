@@ -29,6 +29,9 @@
 #      CLIENT_CPUS (4-11), for sluice (and sluice-before);
 #   5. envoyredis.sh, where its binaries are here.
 # Each part's output is also written to $OUT (default /tmp/pinned).
+# PARTS (default "1 2 3 4 5") names the parts to run, and MEMORY_BENCH
+# (default 'Memory|Clock|Monotonic') part 1's benchmarks, for a run that
+# must fit a short lease.
 # BENCHTIME (default 400ms) and COUNT (default 6) set the Go benchmarks'
 # length; ROUNDS, DURATION and CONNS pass to frontdoor.sh, and so do PAIRS,
 # SLICE and RESTARTS (frontdoor pair: alternating slices, medians with
@@ -50,6 +53,8 @@ for f in "$dir"/*; do
 done
 chmod +x "$bin"/*
 pair=${PAIR_CPUS:-2,3} one=${ONE_CPU:-2} cpus=$(nproc) bt=${BENCHTIME:-400ms} count=${COUNT:-6}
+parts=" ${PARTS:-1 2 3 4 5} "
+part() { [[ $parts == *" $1 "* ]]; }
 
 {
   date -u
@@ -77,11 +82,13 @@ bench() { # bench NAME CPUS BINARY ARGS...: a test binary's benchmarks, pinned;
   fi
   taskset -c "$pin" "$binary" "$@" -test.run '^$' -test.benchmem | grep -E '^(Benchmark|cpu:)' | tee "$out/$name.txt"
 }
-bench memory-2cores "$pair" "$bin/bench.test" -test.bench 'Memory|Clock|Monotonic' -test.cpu 2 -test.count "$count" -test.benchtime "$bt"
-bench memory-allcores "0-$((cpus - 1))" "$bin/bench.test" -test.bench 'Memory/.*/parallel' -test.cpu "$cpus" -test.count $(((count + 1) / 2)) -test.benchtime "$bt"
-bench memory-inpackage "$one" "$bin/memory.test" -test.bench 'OneKey|ManyKeysParallel|AllThree' -test.cpu 1 -test.count $(((count + 1) / 2)) -test.benchtime "$bt"
+part 1 && bench memory-2cores "$pair" "$bin/bench.test" -test.bench "${MEMORY_BENCH:-Memory|Clock|Monotonic}" -test.cpu 2 -test.count "$count" -test.benchtime "$bt"
+part 2 && bench memory-allcores "0-$((cpus - 1))" "$bin/bench.test" -test.bench 'Memory/.*/parallel' -test.cpu "$cpus" -test.count $(((count + 1) / 2)) -test.benchtime "$bt"
+part 3 && bench memory-inpackage "$one" "$bin/memory.test" -test.bench 'OneKey|ManyKeysParallel|AllThree' -test.cpu 1 -test.count $(((count + 1) / 2)) -test.benchtime "$bt"
 
-if command -v perf >/dev/null && perf stat -e instructions true 2>&1 | grep -q '[0-9] *instructions'; then
+if ! part 1; then
+  :
+elif command -v perf >/dev/null && perf stat -e instructions true 2>&1 | grep -q '[0-9] *instructions'; then
   echo "== perf counters, sluice onekey and serial (core 2)"
   for b in 'Memory/sluice-take/onekey' 'Memory/sethvargo/onekey' 'Memory/sluice-take/serial' 'Memory/sethvargo/serial'; do
     echo "-- $b"
@@ -92,13 +99,13 @@ else
 fi
 
 for s in sluice sluice-before; do
-  [ -x "$bin/$s" ] || continue
+  part 4 && [ -x "$bin/$s" ] || continue
   echo "== front doors: $s, servers on ${SERVER_CPUS:-0-3}, load on ${CLIENT_CPUS:-4-11}"
   "$here/frontdoor.sh" "$bin/$s" "$bin/fd" | tee "$out/frontdoor-$s.txt"
   sleep 1 # the servers' ports are free again before the next
 done
 
-if [ -x "$bin/envoyload" ] && [ -x "$bin/ratelimit" ]; then
+if part 5 && [ -x "$bin/envoyload" ] && [ -x "$bin/ratelimit" ]; then
   IFS=, read -r ecore rcore lcores <<<"${ENVOY_CPUS:-12,13,14}"
   echo "== Envoy service on Redis: server on core $ecore, Redis on $rcore, load on $lcores"
   SERVER_CPU=$ecore REDIS_CPU=$rcore CLIENT_CPUS=$lcores "$here/envoyredis.sh" "$bin/sluice" "$bin/ratelimit" "$bin/envoyload" | tee "$out/envoyredis.txt"

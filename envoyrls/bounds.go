@@ -39,6 +39,18 @@ func LimitOptions(g serverconf.GRPCLimits, s serverconf.ServerLimits) []grpc.Ser
 		grpc.MaxHeaderListSize(uint32(min(s.MaxHeaderBytes, math.MaxUint32))),
 		grpc.ConnectionTimeout(s.ReadHeaderTimeout),
 		grpc.InTapHandle(f.admit),
+		// Fixed flow-control windows of HTTP/2's initial size. grpc-go
+		// otherwise estimates each connection's bandwidth-delay product:
+		// it pings the client after receiving data, again whenever the
+		// ack returns, for as long as the connection carries calls
+		// (Envoy's small messages never grow the window to the
+		// estimate's limit, which stops it), costing frames, reads and
+		// writes of every busy connection; and a client that fills its
+		// windows could have them grown to 16 MiB a stream, which the
+		// server would take before reading. What a stream may have
+		// buffered is then this window.
+		grpc.InitialWindowSize(flowWindow),
+		grpc.InitialConnWindowSize(flowWindow),
 		// Envoy may ping a connection while it carries calls; a client
 		// pinging an idle one, or too often, is closed (grpc-go's
 		// too_many_pings), so that pings cannot keep a place or a
@@ -50,6 +62,11 @@ func LimitOptions(g serverconf.GRPCLimits, s serverconf.ServerLimits) []grpc.Ser
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: g.MaxConnectionIdle, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
 	}
 }
+
+// flowWindow is each stream's and connection's HTTP/2 flow-control
+// window: HTTP/2's initial 65,535 bytes, the least grpc-go takes as a
+// fixed window.
+const flowWindow = 1<<16 - 1
 
 // healthCheck is the health service's unary method: tiny, and answered
 // even while the rate limit calls fill every place, so that Envoy's

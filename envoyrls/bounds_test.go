@@ -1,7 +1,10 @@
 package envoyrls_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +19,8 @@ import (
 	"github.com/sluicehq/sluice/envoyrls"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/policy"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -246,6 +251,88 @@ func TestAttackGRPCUnhandledCallsGiveBackTheirPlaces(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("after %d calls of an unknown method, %d of %d calls are still refused", 3*maxInFlight, fails.Load(), maxInFlight)
+		}
+	}
+}
+
+// The server holds every connection to fixed flow-control windows: it
+// announces HTTP/2's initial window and, carrying calls, sends no ping of
+// its own. grpc-go's bandwidth estimate would ping the client after each
+// call's data, for as long as the calls come, and grow a stream's window
+// up to 16 MiB for a client that fills it.
+func TestFixedFlowControlWindows(t *testing.T) {
+	pol, err := policy.Parse("sluice.yaml", []byte(sluiceYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startWith(t, pol, memory.New(memory.Options{}), nil, append(envoyrls.ServerOptions(), envoyrls.LimitOptions(serverconf.GRPCLimits{}, serverconf.ServerLimits{})...)...)
+	c, err := net.Dial("tcp", h.conn.Target())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	fr.WriteSettings()
+	msg, err := proto.Marshal(&rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{desc("client", "c1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg)))
+	body = append(body, msg...)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	const calls = 8
+	for i := range calls {
+		hb.Reset()
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}, {":authority", "rls"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		id := uint32(2*i + 1)
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true})
+		fr.WriteData(id, true, body)
+	}
+	ours := [8]byte{'s', 'l', 'u', 'i', 'c', 'e'}
+	var window uint32 = 65535
+	ended, serverPings := 0, 0
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("after %d of %d answers: %v", ended, calls, err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
+				window = v
+			}
+			if !f.IsAck() {
+				fr.WriteSettingsAck()
+			}
+		case *http2.PingFrame:
+			if f.IsAck() && f.Data == ours {
+				if serverPings != 0 {
+					t.Errorf("the server sent %d pings of its own while carrying %d calls, want none", serverPings, calls)
+				}
+				if window != 65535 {
+					t.Errorf("the server announced a stream window of %d, want 65535", window)
+				}
+				return
+			}
+			if !f.IsAck() {
+				serverPings++
+				fr.WritePing(true, f.Data)
+			}
+		case *http2.HeadersFrame:
+			if f.StreamEnded() {
+				// Once every call is answered, a ping of the client's own:
+				// its ack comes after any frame the server queued before.
+				if ended++; ended == calls {
+					fr.WritePing(false, ours)
+				}
+			}
 		}
 	}
 }

@@ -44,8 +44,8 @@ func LimitOptions(g serverconf.GRPCLimits, s serverconf.ServerLimits) []grpc.Ser
 		// it pings the client after receiving data, again whenever the
 		// ack returns, for as long as the connection carries calls
 		// (Envoy's small messages never grow the window to the
-		// estimate's limit, which stops it), costing frames, reads and
-		// writes of every busy connection; and a client that fills its
+		// estimate's limit, which stops it), a frame each way per round
+		// trip of every busy connection; and a client that fills its
 		// windows could have them grown to 16 MiB a stream, which the
 		// server would take before reading. What a stream may have
 		// buffered is then this window.

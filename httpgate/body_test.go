@@ -2,13 +2,17 @@ package httpgate_test
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
@@ -97,6 +101,174 @@ func TestAttackBodyMemory(t *testing.T) {
 	}
 	if up.bodies[1] == "" {
 		t.Error("the upstream did not get the large body")
+	}
+}
+
+// Attack: one client opens many requests that declare large bodies and
+// sends them slowly, to hold every byte of BodyMemory, so that every other
+// client's body goes unread and is charged default_cost, the most a
+// request may use: one client would move every other client's limit. A
+// client holds at most its share of the bound
+// (Options.BodyMemoryPerClient, a quarter by default); a body beyond it is
+// its own to go unread, and another client's is read and charged what it
+// says.
+func TestAttackBodyMemoryHeldByOneClient(t *testing.T) {
+	b := newBodyHolder(t, httpgate.Options{BodyMemory: 1000}) // a share of 250 bytes
+	var held []*heldBody
+	for i := range 4 { // a body of 249 bytes holds 250, a share's worth: four hold the whole bound
+		held = append(held, b.hold("192.0.2.1", fmt.Sprintf("atk%d", i), 249))
+	}
+	if got := b.charged("atk1"); got != 4000 {
+		t.Errorf("the attacker's body beyond its share: charged %v, want default_cost 4000", got)
+	}
+	b.send("198.51.100.7", "victim", `{"max_tokens": 7}`)
+	if got := b.charged("victim"); got != 7 {
+		t.Errorf("another client's body while one holds its share: charged %v, want 7", got)
+	}
+	for _, h := range held {
+		h.finish(t)
+	}
+	if got := b.charged("atk0"); got != 7 {
+		t.Errorf("the attacker's body within its share: charged %v, want 7", got)
+	}
+}
+
+// A client's share comes back once the requests that held it end, however
+// they end: a body sent whole, or one whose reading failed (a client that
+// hung up, a read deadline that passed).
+func TestBodyMemoryPerClientReleased(t *testing.T) {
+	b := newBodyHolder(t, httpgate.Options{BodyMemory: 1000})
+	whole := b.hold("2001:db8::1", "whole", 124)   // 125 bytes each: the two hold the share
+	failed := b.hold("2001:db8::2", "failed", 124) // the same client, by its /64
+	b.send("2001:db8::3", "over", `{"max_tokens": 7}`)
+	if got := b.charged("over"); got != 4000 {
+		t.Errorf("beyond the share: charged %v, want default_cost 4000", got)
+	}
+	whole.finish(t)
+	failed.pw.CloseWithError(errors.New("the client hung up"))
+	failed.wait(t)
+	// 249 bytes take the whole share of 250.
+	b.send("2001:db8::4", "after", bodyOf(249))
+	if got := b.charged("after"); got != 7 {
+		t.Errorf("with the share given back: charged %v, want 7", got)
+	}
+}
+
+// Options.BodyMemoryPerClient sets the share: here two bodies of 250
+// bytes, where the default quarter holds one.
+func TestBodyMemoryPerClientOption(t *testing.T) {
+	b := newBodyHolder(t, httpgate.Options{BodyMemory: 1000, BodyMemoryPerClient: 500})
+	first := b.hold("192.0.2.1", "first", 249)
+	second := b.hold("192.0.2.1", "second", 249)
+	b.send("192.0.2.1", "third", `{"max_tokens": 7}`)
+	first.finish(t)
+	second.finish(t)
+	for key, want := range map[string]float64{"first": 7, "second": 7, "third": 4000} {
+		if got := b.charged(key); got != want {
+			t.Errorf("%s: charged %v, want %v", key, got, want)
+		}
+	}
+}
+
+// bodyHolder is a middleware whose rule reads the cost from the body,
+// and whose handler reads each body whole.
+type bodyHolder struct {
+	t   *testing.T
+	lim *sluice.Limiter
+	p   *policy.Policy
+	h   http.Handler
+}
+
+func newBodyHolder(t *testing.T, opts httpgate.Options) *bodyHolder {
+	clk := sluice.NewManualClock(sluiceEpoch)
+	lim := sluice.NewWithOptions(memory.New(memory.Options{Clock: clk}), sluice.Options{Clock: clk})
+	// The handler states no usage: each request is charged its estimate
+	// (unsettled_cost is below every one), which shows what was read.
+	p := mustPolicy(t, strings.Replace(llmPolicy, "unsettled_cost: 2000", "unsettled_cost: 1", 1))
+	opts.Logger = slog.New(slog.DiscardHandler)
+	g := httpgate.New(p, lim, opts)
+	h := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	return &bodyHolder{t, lim, p, h}
+}
+
+// bodyOf is a body of n bytes that states max_tokens 7.
+func bodyOf(n int) string {
+	const head, tail = `{"max_tokens": 7, "pad": "`, `"}`
+	return head + strings.Repeat("x", n-len(head)-len(tail)) + tail
+}
+
+// request is a request from addr for key with body.
+func (b *bodyHolder) request(addr, key string, body io.Reader, n int) *http.Request {
+	r := httptest.NewRequest("POST", "/v1/c", body)
+	r.ContentLength = int64(n)
+	r.RemoteAddr = net.JoinHostPort(addr, "40000")
+	r.Header.Set("X-Api-Key", key)
+	return r
+}
+
+// send sends a whole body from addr for key.
+func (b *bodyHolder) send(addr, key, body string) {
+	b.h.ServeHTTP(httptest.NewRecorder(), b.request(addr, key, strings.NewReader(body), len(body)))
+}
+
+// charged is what key's requests were charged.
+func (b *bodyHolder) charged(key string) float64 {
+	return 10000 - conformance.Level(b.t, b.lim, b.p.Limit("tokens"), key)
+}
+
+// heldBody is a request whose body is sent in part.
+type heldBody struct {
+	pw   *io.PipeWriter
+	rest string
+	done chan struct{}
+}
+
+// hold sends from addr, for key, a request that declares a body of n
+// bytes and sends its first 20 only. It returns once the gate has read
+// them: the body is then in the gate's hands, held for its cost or
+// handed on unread (and the request decided).
+func (b *bodyHolder) hold(addr, key string, n int) *heldBody {
+	pr, pw := io.Pipe()
+	body := bodyOf(n)
+	h := &heldBody{pw: pw, rest: body[20:], done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		b.h.ServeHTTP(httptest.NewRecorder(), b.request(addr, key, pr, n))
+	}()
+	h.write(b.t, body[:20])
+	return h
+}
+
+// write sends s, waiting until it is read.
+func (h *heldBody) write(t *testing.T, s string) {
+	t.Helper()
+	wrote := make(chan error, 1)
+	go func() { _, err := io.WriteString(h.pw, s); wrote <- err }()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing read the body")
+	}
+}
+
+// finish sends the rest of the body and waits for the request to end.
+func (h *heldBody) finish(t *testing.T) {
+	t.Helper()
+	h.write(t, h.rest)
+	h.pw.Close()
+	h.wait(t)
+}
+
+// wait waits for the request to end.
+func (h *heldBody) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not end")
 	}
 }
 

@@ -65,6 +65,15 @@ type Options struct {
 	// request that finds it spent is charged its rule's default_cost, its
 	// body streamed on unread.
 	BodyMemory int64
+	// BodyMemoryPerClient bounds the bytes of BodyMemory that the bodies
+	// of one client (its address as ip:address keys it: through
+	// trusted_proxies, an IPv6 one by its ipv6_prefix) hold at once
+	// (default a quarter of BodyMemory), so that one client holding
+	// bodies, declared large and sent slowly, cannot leave every other
+	// client's unread and charged default_cost. A body beyond its
+	// client's share is treated as one beyond BodyMemory. Requests with no
+	// client address (a Unix socket) are bounded by BodyMemory alone.
+	BodyMemoryPerClient int64
 }
 
 // Metrics is what a Gate asks of its metrics: to count each decision and

@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/rand"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -32,8 +31,9 @@ type settleState struct {
 	// key signs the decision API's handles when the policy names no
 	// settle_secret_env: random, so they are good in this process only.
 	key [32]byte
-	// bodyFree is the memory left for request bodies (Options.BodyMemory).
-	bodyFree atomic.Int64
+	// bodyMemory bounds the request bodies held at once
+	// (Options.BodyMemory, Options.BodyMemoryPerClient).
+	bodyMemory *settle.BodyMemory
 	// nonces spends the decision API's handles (settle.NonceLimit).
 	nonces *sluice.Limit
 }
@@ -41,7 +41,8 @@ type settleState struct {
 func (g *Gate) initSettle() {
 	defaults.Set(&g.opts.SettleTTL, DefaultSettleTTL)
 	defaults.Set(&g.opts.BodyMemory, DefaultBodyMemory)
-	g.settle.bodyFree.Store(g.opts.BodyMemory)
+	defaults.Set(&g.opts.BodyMemoryPerClient, max(g.opts.BodyMemory/4, 1))
+	g.settle.bodyMemory = settle.NewBodyMemory(g.opts.BodyMemory, g.opts.BodyMemoryPerClient)
 	g.settle.nonces = settle.NonceLimit(g.opts.SettleTTL)
 	rand.Read(g.settle.key[:]) // crypto/rand.Read never fails (Go 1.24+)
 }
@@ -60,9 +61,20 @@ func (g *Gate) prepareSettle(r *http.Request, p *policy.Policy, in *policy.Input
 	if !p.ReadsBody() {
 		return func() {}
 	}
-	body, release := settle.ReadBody(r, policy.CostBodyLimit, &g.settle.bodyFree)
+	body, release := settle.ReadBody(r, policy.CostBodyLimit, g.settle.bodyMemory, bodyClient(p, in))
 	in.Body = body
 	return release
+}
+
+// bodyClient is who holds a request's body in memory: its client address
+// as the policy resolves it (through trusted_proxies), IPv6 by the
+// policy's prefix, as ip:address keys it; "" when there is none to tell
+// clients apart by (a Unix socket), bounded by BodyMemory alone.
+func bodyClient(p *policy.Policy, in *policy.Input) string {
+	if !in.ClientIP.IsValid() {
+		return ""
+	}
+	return policy.AddressKey(in.ClientIP, p.Settings.IPv6Prefix)
 }
 
 // serveSettled serves r with next and then settles the limits of v that

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 )
 
 // Bounds on what a response is read for its actual cost. Nothing beyond
@@ -351,12 +351,13 @@ func (s *sseReader) dispatch() {
 // ReadBody reads up to limit bytes of r's body for a body:PATH cost, and
 // puts them back in front of the rest, so that the handler (or the
 // upstream) reads the body whole. A body declared or found longer than
-// limit is not returned (nil: the rule's default_cost), nor is one when
-// the bodies already held use up free, the memory left for them, which
-// it takes from: a client cannot buy a cheaper charge, or the server's
-// memory, with a large body. release gives the memory back; call it once
-// the request is done.
-func ReadBody(r *http.Request, limit int64, free *atomic.Int64) (body []byte, release func()) {
+// limit is not returned (nil: the rule's default_cost), nor is one that
+// does not fit in mem, the memory for the bodies held at once, in all and
+// for client (who sent r, "" when not known): a client cannot buy a
+// cheaper charge, the server's memory, or another client's reading, with
+// large bodies. release gives the memory back; call it once the request
+// is done, however it ends.
+func ReadBody(r *http.Request, limit int64, mem *BodyMemory, client string) (body []byte, release func()) {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength > limit {
 		return nil, func() {}
 	}
@@ -364,11 +365,12 @@ func ReadBody(r *http.Request, limit int64, free *atomic.Int64) (body []byte, re
 	if r.ContentLength >= 0 {
 		want = r.ContentLength + 1
 	}
-	if free.Add(-want) < 0 {
-		free.Add(want)
+	if !mem.take(client, want) {
 		return nil, func() {}
 	}
-	release = func() { free.Add(want) }
+	// Once: a second call would give back memory that other bodies hold.
+	var once sync.Once
+	release = func() { once.Do(func() { mem.give(client, want) }) }
 	orig := r.Body
 	buf := make([]byte, 0, min(want, 64<<10))
 	buf, err := readUpTo(orig, buf, int(want))

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/sluicehq/sluice/settle"
@@ -160,27 +159,65 @@ func TestServeBounds(t *testing.T) {
 }
 
 // A body read for its cost is put back whole; a body longer than the
-// limit, or one that finds the memory spent, is not returned, and its
-// memory is given back.
+// limit, or one that does not fit the memory left, is not returned, and
+// its memory is given back.
 func TestReadBody(t *testing.T) {
-	var free atomic.Int64
-	free.Store(100)
+	mem := settle.NewBodyMemory(100, 100)
 	r := httptest.NewRequest("POST", "/", strings.NewReader(`{"n":1}`))
-	got, release := settle.ReadBody(r, 10, &free)
-	if rest, _ := io.ReadAll(r.Body); string(got) != `{"n":1}` || string(rest) != `{"n":1}` || free.Load() != 100-8 {
-		t.Errorf("read %q, the handler read %q, %d bytes left", got, rest, free.Load())
+	got, release := settle.ReadBody(r, 10, mem, "a")
+	if rest, _ := io.ReadAll(r.Body); string(got) != `{"n":1}` || string(rest) != `{"n":1}` {
+		t.Errorf("read %q, the handler read %q", got, rest)
 	}
 	release()
+	release()                                                                                      // a second call gives back nothing more
 	r = httptest.NewRequest("POST", "/", io.NopCloser(strings.NewReader(strings.Repeat("x", 11)))) // no length declared
-	got, release = settle.ReadBody(r, 10, &free)
+	got, release = settle.ReadBody(r, 10, mem, "a")
 	if rest, _ := io.ReadAll(r.Body); got != nil || len(rest) != 11 {
 		t.Errorf("a body past the limit: read %q, the handler read %d bytes", got, len(rest))
 	}
 	release()
-	free.Store(5)
+	// All 100 bytes were given back: 99 of them fit at once, and then
+	// not one more.
+	big := httptest.NewRequest("POST", "/", strings.NewReader(strings.Repeat(" ", 98)))
+	if got, _ := settle.ReadBody(big, 200, mem, "a"); len(got) != 98 {
+		t.Fatalf("with the memory given back: read %d bytes, want 98", len(got))
+	}
 	r = httptest.NewRequest("POST", "/", strings.NewReader(`{"n":1}`))
-	if got, _ := settle.ReadBody(r, 10, &free); got != nil || free.Load() != 5 {
-		t.Errorf("with the memory spent: read %q, %d bytes left", got, free.Load())
+	if got, _ := settle.ReadBody(r, 10, mem, "b"); got != nil {
+		t.Errorf("with the memory spent: read %q", got)
+	}
+}
+
+// Each client holds at most its share of the memory: a body that would
+// take it beyond is not read, whatever is left in all, while another
+// client's is; the share comes back with the bodies' release. A request
+// with no client known is bounded by the total alone.
+func TestReadBodyPerClient(t *testing.T) {
+	mem := settle.NewBodyMemory(100, 40)
+	read := func(client string, n int) ([]byte, func()) {
+		return settle.ReadBody(httptest.NewRequest("POST", "/", strings.NewReader(strings.Repeat(" ", n))), 1000, mem, client)
+	}
+	got, releaseA := read("a", 39) // 40 bytes: a's whole share
+	if len(got) != 39 {
+		t.Fatalf("within the share: read %d bytes", len(got))
+	}
+	if got, release := read("a", 1); got != nil {
+		t.Errorf("beyond the share: read %q", got)
+		release()
+	}
+	if got, _ := read("b", 39); len(got) != 39 {
+		t.Errorf("another client: read %d bytes, want 39", len(got))
+	}
+	// 20 bytes left in all: the unknown client gets them, past any share.
+	if got, _ := read("", 19); len(got) != 19 {
+		t.Errorf("no client known: read %d bytes, want 19", len(got))
+	}
+	if got, _ := read("c", 1); got != nil {
+		t.Errorf("with the memory spent: read %q", got)
+	}
+	releaseA()
+	if got, _ := read("a", 39); len(got) != 39 {
+		t.Errorf("after its release, a's share: read %d bytes, want 39", len(got))
 	}
 }
 

@@ -1,6 +1,7 @@
 package httpgate
 
 import (
+	"container/heap"
 	"sync"
 	"time"
 
@@ -30,12 +31,23 @@ import (
 // share cannot tell apart: its requests may fill the whole queue.
 
 // ruleQueue is one limit's queue in this process.
+//
+// A refused request is told how long until a place frees (room), under
+// the mutex every request of the limit takes: the queue, and each key's
+// share of it, keep their places in order of turn (turns), so that
+// answer costs the same however many places are held, by whichever
+// keys. Were it a scan of the places, one client refused again and
+// again would make every refusal cost max_queued steps, all of them
+// holding up every other request of the limit.
 type ruleQueue struct {
 	name  string
 	m     ShapingMetrics
 	mu    sync.Mutex
 	held  map[*place]struct{}
-	byKey map[string]int // the places each key holds
+	all   turns             // every held place
+	byKey map[string]*turns // the places each key holds
+	// examined counts the places room has looked at, for tests.
+	examined int
 }
 
 // place is one request's place in a queue: until its turn is known, at
@@ -44,6 +56,19 @@ type place struct {
 	q   *ruleQueue
 	key string
 	at  time.Time
+	// i is the place's index in the queue's turns (byQueue) and in its
+	// key's (byOwnKey), while its turn is known.
+	i [2]int
+}
+
+// The indexes of a place's position in its queue's turns and its key's.
+const (
+	byQueue = iota
+	byOwnKey
+)
+
+func newRuleQueue(name string, m ShapingMetrics) *ruleQueue {
+	return &ruleQueue{name: name, m: m, held: map[*place]struct{}{}, all: turns{which: byQueue}, byKey: map[string]*turns{}}
 }
 
 // queue returns the queue of the limit called name.
@@ -55,7 +80,7 @@ func (g *Gate) queue(name string) *ruleQueue {
 		if g.shaping.queues == nil {
 			g.shaping.queues = map[string]*ruleQueue{}
 		}
-		q = &ruleQueue{name: name, m: g.shapingMetrics(), held: map[*place]struct{}{}, byKey: map[string]int{}}
+		q = newRuleQueue(name, g.shapingMetrics())
 		g.shaping.queues[name] = q
 	}
 	return q
@@ -72,10 +97,11 @@ func (q *ruleQueue) enter(most int, key string, fair bool, now time.Time) (*plac
 	full := most > 0 && len(q.held) >= most
 	if !full && most > 0 && fair {
 		keys := len(q.byKey)
-		if q.byKey[key] == 0 {
+		own := q.byKey[key].len()
+		if own == 0 {
 			keys++
 		}
-		if q.byKey[key] >= fairShare(most, keys) {
+		if own >= fairShare(most, keys) {
 			return nil, q.room(key, now)
 		}
 	}
@@ -84,7 +110,13 @@ func (q *ruleQueue) enter(most int, key string, fair bool, now time.Time) (*plac
 	}
 	p := &place{q: q, key: key}
 	q.held[p] = struct{}{}
-	q.byKey[key]++
+	k := q.byKey[key]
+	if k == nil {
+		k = &turns{which: byOwnKey}
+		q.byKey[key] = k
+	}
+	q.all.add(p)
+	k.add(p)
 	q.m.Queued(q.name, int64(len(q.held)))
 	return p, 0
 }
@@ -97,16 +129,31 @@ func fairShare(most, keys int) int { return max(1, most/(keys+1)) }
 // room is how long until the first place of key (any key: "") frees, 0
 // when a place's turn is not known yet (it leaves soon).
 func (q *ruleQueue) room(key string, now time.Time) time.Duration {
-	room := time.Duration(-1)
-	for p := range q.held {
-		if key != "" && p.key != key {
-			continue
-		}
-		if w := p.at.Sub(now); room < 0 || w < room {
-			room = w
-		}
+	t := &q.all
+	if key != "" {
+		t = q.byKey[key]
 	}
-	return max(room, 0)
+	if t == nil || t.unknown > 0 || len(t.known) == 0 {
+		return 0
+	}
+	q.examined++
+	return max(t.known[0].at.Sub(now), 0)
+}
+
+// setTurn records p's turn, at.
+func (q *ruleQueue) setTurn(p *place, at time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if _, ok := q.held[p]; !ok {
+		p.at = at
+		return
+	}
+	k := q.byKey[p.key]
+	q.all.remove(p)
+	k.remove(p)
+	p.at = at
+	q.all.add(p)
+	k.add(p)
 }
 
 // leave gives p up.
@@ -117,7 +164,9 @@ func (q *ruleQueue) leave(p *place) {
 		return
 	}
 	delete(q.held, p)
-	if q.byKey[p.key]--; q.byKey[p.key] <= 0 {
+	q.all.remove(p)
+	k := q.byKey[p.key]
+	if k.remove(p); k.len() == 0 {
 		delete(q.byKey, p.key)
 	}
 	q.m.Queued(q.name, int64(len(q.held)))
@@ -180,9 +229,7 @@ func (q *queued) decided(v *policy.Verdict) {
 			qm.p.q.leave(qm.p)
 			continue
 		}
-		qm.p.q.mu.Lock()
-		qm.p.at = now.Add(d.RetryAfter)
-		qm.p.q.mu.Unlock()
+		qm.p.q.setTurn(qm.p, now.Add(d.RetryAfter))
 		kept = append(kept, qm)
 	}
 	q.places = kept
@@ -200,4 +247,60 @@ func (q *queued) release() {
 		}
 	}
 	q.places = nil
+}
+
+// turns is a set of places in order of turn: those whose turn is not
+// known yet counted, the others in a heap by turn, the first at known[0].
+type turns struct {
+	which   int // which of a place's indexes (byQueue, byOwnKey) is this set's
+	unknown int
+	known   []*place
+}
+
+// len is the places in t; 0 for a nil t.
+func (t *turns) len() int {
+	if t == nil {
+		return 0
+	}
+	return t.unknown + len(t.known)
+}
+
+func (t *turns) add(p *place) {
+	if p.at.IsZero() {
+		t.unknown++
+		return
+	}
+	heap.Push((*turnHeap)(t), p)
+}
+
+func (t *turns) remove(p *place) {
+	if p.at.IsZero() {
+		t.unknown--
+		return
+	}
+	heap.Remove((*turnHeap)(t), p.i[t.which])
+}
+
+// turnHeap is turns' known places as a heap.Interface.
+type turnHeap turns
+
+func (h *turnHeap) Len() int           { return len(h.known) }
+func (h *turnHeap) Less(i, j int) bool { return h.known[i].at.Before(h.known[j].at) }
+func (h *turnHeap) Swap(i, j int) {
+	h.known[i], h.known[j] = h.known[j], h.known[i]
+	h.known[i].i[h.which], h.known[j].i[h.which] = i, j
+}
+
+func (h *turnHeap) Push(x any) {
+	p := x.(*place)
+	p.i[h.which] = len(h.known)
+	h.known = append(h.known, p)
+}
+
+func (h *turnHeap) Pop() any {
+	n := len(h.known) - 1
+	p := h.known[n]
+	h.known[n] = nil
+	h.known = h.known[:n]
+	return p
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/sluicehq/sluice/internal/duration"
 	"github.com/sluicehq/sluice/postgres"
 )
 
@@ -138,41 +138,14 @@ func (f *sinceFlag) describe() string {
 	return "in the last " + f.text
 }
 
-// parseAge reads a Go duration that may also count days (d, 24h) and
-// weeks (w, 7d) ahead of its hours: "1d", "2w", "1w3d", "1d12h".
+// parseAge reads --since's durations, with days and weeks: "1d", "2w",
+// "1w3d", "1d12h".
 func parseAge(s string) (time.Duration, error) {
-	bad := fmt.Errorf("%q is not a duration or an RFC 3339 time: write 90m, 36h, 1d, 2w, 2025-01-02T15:04:05Z or 2025-01-02", s)
-	var total time.Duration
-	rest := s
-	for _, u := range []struct {
-		suffix string
-		d      time.Duration
-	}{{"w", 7 * 24 * time.Hour}, {"d", 24 * time.Hour}} {
-		i := 0
-		for i < len(rest) && (rest[i] >= '0' && rest[i] <= '9' || rest[i] == '.') {
-			i++
-		}
-		if i == 0 || i == len(rest) || !strings.HasPrefix(rest[i:], u.suffix) {
-			continue
-		}
-		n, err := strconv.ParseFloat(rest[:i], 64)
-		if err != nil || n*float64(u.d) > math.MaxInt64/2 {
-			return 0, bad
-		}
-		total += time.Duration(n * float64(u.d))
-		rest = rest[i+len(u.suffix):]
+	d, err := duration.Parse(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration or an RFC 3339 time: write 90m, 36h, 1d, 2w, 2025-01-02T15:04:05Z or 2025-01-02", s)
 	}
-	if rest == "" {
-		if total == 0 && s == "" {
-			return 0, bad
-		}
-		return total, nil
-	}
-	d, err := time.ParseDuration(rest)
-	if err != nil || total > math.MaxInt64/2-max(d, 0) {
-		return 0, bad
-	}
-	return total + d, nil
+	return d, nil
 }
 
 // dash makes a field safe for a terminal: "-" when empty, and escapes in

@@ -5,12 +5,14 @@ import (
 )
 
 // ViolationCounts is what a violation log counts (postgres.ViolationLog):
-// rejections dropped because its queue was full, written, and lost with
-// a batch that could not be written.
+// rejections dropped because its queue was full, written, lost with a
+// batch that could not be written, and not recorded because their
+// bucket's was within the same interval.
 type ViolationCounts interface {
 	Dropped() uint64
 	Written() uint64
 	Failed() uint64
+	Coalesced() uint64
 }
 
 // NewViolationLogCollector exports v's counts as counters, to register
@@ -24,6 +26,7 @@ func NewViolationLogCollector(v ViolationCounts) prometheus.Collector {
 		counter("sluice_postgres_violations_dropped_total", "Violations not recorded because the write queue was full.", v.Dropped),
 		counter("sluice_postgres_violations_written_total", "Violations written to sluice_violations.", v.Written),
 		counter("sluice_postgres_violations_failed_total", "Violations lost because their batch could not be written.", v.Failed),
+		counter("sluice_postgres_violations_coalesced_total", "Violations not recorded because their bucket's was recorded within the same interval (sluice_violations_per_bucket).", v.Coalesced),
 	}
 }
 

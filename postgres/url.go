@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/internal/duration"
 )
 
 // URL parameters sluice reads from a store URL and removes before handing
@@ -20,17 +22,26 @@ const (
 	paramTimeout      = "sluice_timeout"      // Options.Timeout, e.g. 150ms
 )
 
+// The violation log's settings, with sluice_violations=true.
+const (
+	paramViolationsRetention = "sluice_violations_retention"  // ViolationOptions.Retention, e.g. 30d; 0 keeps rows for ever
+	paramViolationsPerBucket = "sluice_violations_per_bucket" // ViolationOptions.PerBucket, e.g. 10s; 0 records every rejection
+)
+
 // URLOptions are the sluice settings found in a store URL.
 type URLOptions struct {
 	Options
-	// LogViolations asks the opener to attach a ViolationLog.
-	LogViolations bool
+	// LogViolations asks the opener to attach a ViolationLog, with
+	// ViolationOptions (Retention and PerBucket, when the URL sets them).
+	LogViolations    bool
+	ViolationOptions ViolationOptions
 	// Rules asks serve to load sluice_rules into its policy.
 	Rules bool
 }
 
 // SplitURL separates sluice's own parameters (sluice_migrate,
-// sluice_key_prefix, sluice_housekeeping, sluice_violations, sluice_rules,
+// sluice_key_prefix, sluice_housekeeping, sluice_violations,
+// sluice_violations_retention, sluice_violations_per_bucket, sluice_rules,
 // sluice_timeout) from a postgres:// URL and returns the URL pgx should
 // connect with.
 func SplitURL(raw string) (string, URLOptions, error) {
@@ -64,6 +75,29 @@ func SplitURL(raw string) (string, URLOptions, error) {
 			o.HousekeepingInterval = -1
 		}
 	}
+	// A retention counts days and weeks (7d, 2w) as sluice violations
+	// --since does; 0 turns the setting off, as for housekeeping, since
+	// the options' zero is the default.
+	for _, p := range []struct {
+		name  string
+		dst   *time.Duration
+		parse func(string) (time.Duration, error)
+		eg    string
+	}{
+		{paramViolationsRetention, &o.ViolationOptions.Retention, duration.Parse, "36h, 7d, 2w"},
+		{paramViolationsPerBucket, &o.ViolationOptions.PerBucket, time.ParseDuration, "500ms, 10s, 1m"},
+	} {
+		if v := q.Get(p.name); v != "" {
+			d, err := p.parse(v)
+			if err != nil || d < 0 {
+				return "", o, fmt.Errorf("postgres url: %s=%q is not a duration >= 0 (%s; 0 turns it off)", p.name, v, p.eg)
+			}
+			*p.dst = d
+			if d == 0 {
+				*p.dst = -1
+			}
+		}
+	}
 	if v := q.Get(paramTimeout); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -71,7 +105,7 @@ func SplitURL(raw string) (string, URLOptions, error) {
 		}
 		o.Timeout = d
 	}
-	for _, p := range []string{paramMigrate, paramKeyPrefix, paramHousekeeping, paramViolations, paramRules, paramTimeout} {
+	for _, p := range []string{paramMigrate, paramKeyPrefix, paramHousekeeping, paramViolations, paramViolationsRetention, paramViolationsPerBucket, paramRules, paramTimeout} {
 		q.Del(p)
 	}
 	u.RawQuery = q.Encode()

@@ -19,8 +19,30 @@ func TestSplitURL(t *testing.T) {
 	if !o.Migrate || o.KeyPrefix != "a1:" || o.HousekeepingInterval != -1 || !o.LogViolations || !o.Rules || o.Timeout != 150*time.Millisecond {
 		t.Fatalf("options %+v", o)
 	}
-	if _, o, err := postgres.SplitURL("postgres://db/app"); err != nil || o.Timeout != 0 || o.Migrate {
+	if _, o, err := postgres.SplitURL("postgres://db/app"); err != nil || o.Timeout != 0 || o.Migrate || o.ViolationOptions != (postgres.ViolationOptions{}) {
 		t.Fatalf("no parameters: %+v, %v", o, err)
+	}
+	// The violation log's retention counts days and weeks; 0 turns a
+	// setting off (negative in the options, whose zero is the default).
+	for _, c := range []struct {
+		query                string
+		retention, perBucket time.Duration
+	}{
+		{"sluice_violations_retention=7d&sluice_violations_per_bucket=10s", 7 * 24 * time.Hour, 10 * time.Second},
+		{"sluice_violations_retention=1w12h&sluice_violations_per_bucket=250ms", 7*24*time.Hour + 12*time.Hour, 250 * time.Millisecond},
+		{"sluice_violations_retention=36h", 36 * time.Hour, 0},
+		{"sluice_violations_retention=0&sluice_violations_per_bucket=0", -1, -1},
+	} {
+		conn, o, err := postgres.SplitURL("postgres://db/app?sluice_violations=true&" + c.query)
+		if err != nil {
+			t.Fatalf("%s: %v", c.query, err)
+		}
+		if strings.Contains(conn, "sluice_") {
+			t.Errorf("%s: pgx's URL %q keeps a sluice parameter", c.query, conn)
+		}
+		if o.ViolationOptions.Retention != c.retention || o.ViolationOptions.PerBucket != c.perBucket {
+			t.Errorf("%s: %+v, want retention %v and per bucket %v", c.query, o.ViolationOptions, c.retention, c.perBucket)
+		}
 	}
 	for _, bad := range []struct{ url, want string }{
 		{"mysql://db/app", "scheme"},
@@ -28,6 +50,11 @@ func TestSplitURL(t *testing.T) {
 		{"postgres://db/app?sluice_housekeeping=-1s", "sluice_housekeeping"},
 		{"postgres://db/app?sluice_timeout=0", "sluice_timeout"},
 		{"postgres://db/app?sluice_timeout=soon", "sluice_timeout"},
+		{"postgres://db/app?sluice_violations_retention=-1d", "sluice_violations_retention"},
+		{"postgres://db/app?sluice_violations_retention=forever", "sluice_violations_retention"},
+		{"postgres://db/app?sluice_violations_retention=99999999w", "sluice_violations_retention"},
+		{"postgres://db/app?sluice_violations_per_bucket=-1s", "sluice_violations_per_bucket"},
+		{"postgres://db/app?sluice_violations_per_bucket=1d", "sluice_violations_per_bucket"},
 	} {
 		if _, _, err := postgres.SplitURL(bad.url); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: %v, want an error naming %s", bad.url, err, bad.want)

@@ -45,13 +45,33 @@ type ViolationOptions struct {
 	// FlushInterval is the longest a violation waits for its batch to fill
 	// (default one second).
 	FlushInterval time.Duration
-	// Logger reports failed writes (default slog.Default()).
+	// PerBucket is the interval in which a bucket's rejections are
+	// recorded once (default one second): its first rejection is queued,
+	// the others within the interval are counted in Coalesced, so that a
+	// client flooding a limit it is over writes a row a second rather than
+	// one a request. Intervals are aligned to the Unix epoch and judged by
+	// the violations' At. Negative records every rejection.
+	PerBucket time.Duration
+	// Retention is how long rows of sluice_violations are kept (default
+	// seven days): the log deletes older ones at start and every minute
+	// after, in batches (Expire). Negative keeps them for ever.
+	Retention time.Duration
+	// Logger reports failed writes and deletes (default slog.Default()).
 	Logger *slog.Logger
 }
 
+// Expiry's pace: how often the log deletes rows past their retention,
+// the most rows one DELETE removes (which bounds how long it holds row
+// locks), and the deadline of each DELETE.
+const (
+	retentionInterval = time.Minute
+	expireBatch       = 1000
+	expireTimeout     = 10 * time.Second
+)
+
 // ViolationLog writes violations to sluice_violations off the request
 // path: Record queues without blocking and one goroutine writes the queue
-// in batches with COPY.
+// in batches with COPY. Another deletes the rows past their retention.
 type ViolationLog struct {
 	pool    *pgxpool.Pool
 	opts    ViolationOptions
@@ -60,12 +80,26 @@ type ViolationLog struct {
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
+	// expiring ends with the retention goroutine's pass in flight, at
+	// Close; expired is closed when that goroutine has returned.
+	expiring  context.Context
+	endExpiry context.CancelFunc
+	expired   chan struct{}
 
 	ruleIDs atomic.Pointer[map[string]int64] // limit name -> sluice_rules row
 
-	// The counts that Dropped, Written and Failed read, and that package
-	// metrics exports (metrics.NewViolationLogCollector).
-	dropped, written, failed atomic.Uint64
+	// seen holds the bucket keys recorded in interval (At divided by
+	// PerBucket). It holds at most QueueSize keys: one more starts a new
+	// map, so that a flood of distinct keys bounds its memory, and a key
+	// recorded before then may be recorded once more, which a client can
+	// only buy with QueueSize rows of other buckets.
+	mu       sync.Mutex
+	interval int64
+	seen     map[string]struct{}
+
+	// The counts that Dropped, Written, Failed and Coalesced read, and
+	// that package metrics exports (metrics.NewViolationLogCollector).
+	dropped, written, failed, coalesced atomic.Uint64
 }
 
 // violationColumns are the columns COPY fills, in order.
@@ -77,6 +111,8 @@ func NewViolationLog(pool *pgxpool.Pool, opts ViolationOptions) (*ViolationLog, 
 	defaults.Set(&opts.QueueSize, 10000)
 	defaults.Set(&opts.BatchSize, 500)
 	defaults.Set(&opts.FlushInterval, time.Second)
+	opts.PerBucket = cmp.Or(opts.PerBucket, time.Second)
+	opts.Retention = cmp.Or(opts.Retention, 7*24*time.Hour)
 	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	v := &ViolationLog{
 		pool: pool, opts: opts,
@@ -84,17 +120,31 @@ func NewViolationLog(pool *pgxpool.Pool, opts ViolationOptions) (*ViolationLog, 
 		flushed: make(chan chan struct{}),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
+		expired: make(chan struct{}),
+		seen:    map[string]struct{}{},
 	}
+	v.expiring, v.endExpiry = context.WithCancel(context.Background())
 	go v.run()
+	if opts.Retention > 0 {
+		go v.expireLoop()
+	} else {
+		close(v.expired)
+	}
 	return v, nil
 }
 
-// Record queues x for writing and reports whether it was queued; a full
-// queue drops it (counted in Dropped and the metrics). It never blocks.
+// Record queues x for writing and reports whether it was queued: a
+// rejection of a bucket already recorded within the current PerBucket
+// interval is not (counted in Coalesced), and a full queue drops it
+// (counted in Dropped); both are exported as metrics. It never blocks.
 // A zero At is the current time.
 func (v *ViolationLog) Record(x Violation) bool {
 	if x.At.IsZero() {
 		x.At = time.Now()
+	}
+	if v.opts.PerBucket > 0 && !v.first(x) {
+		v.coalesced.Add(1)
+		return false
 	}
 	if x.RuleID == 0 {
 		if ids := v.ruleIDs.Load(); ids != nil {
@@ -110,6 +160,33 @@ func (v *ViolationLog) Record(x Violation) bool {
 	}
 }
 
+// first reports whether x is its bucket's first violation in its
+// PerBucket interval, and notes it. A violation of an earlier interval
+// than the last one seen (a clock stepped back, or a caller's At a
+// moment older than another's at a boundary) starts a new one too: the
+// cost is a row more, where keeping the later interval would record
+// nothing until the clock caught up with it.
+func (v *ViolationLog) first(x Violation) bool {
+	interval := x.At.UnixNano() / int64(v.opts.PerBucket)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if interval != v.interval {
+		v.newInterval(interval)
+	} else if _, ok := v.seen[x.BucketKey]; ok {
+		return false
+	} else if len(v.seen) >= v.opts.QueueSize {
+		v.newInterval(interval)
+	}
+	v.seen[x.BucketKey] = struct{}{}
+	return true
+}
+
+// newInterval forgets the buckets seen, with a fresh map rather than
+// clear: a flood of keys would otherwise leave its buckets' memory behind.
+func (v *ViolationLog) newInterval(interval int64) {
+	v.interval, v.seen = interval, make(map[string]struct{}, min(len(v.seen), 64))
+}
+
 // SetRuleIDs tells the log which sluice_rules row each limit name came
 // from (RuleIDs): Record fills a violation's RuleID from it when the
 // caller left it 0. A PolicySource given the log calls it on every reload.
@@ -123,6 +200,10 @@ func (v *ViolationLog) Written() uint64 { return v.written.Load() }
 
 // Failed returns how many violations were lost to failed writes.
 func (v *ViolationLog) Failed() uint64 { return v.failed.Load() }
+
+// Coalesced returns how many violations were not recorded because their
+// bucket's was within the same PerBucket interval.
+func (v *ViolationLog) Coalesced() uint64 { return v.coalesced.Load() }
 
 // Flush writes everything queued before it was called, or returns when ctx
 // ends.
@@ -143,10 +224,73 @@ func (v *ViolationLog) Flush(ctx context.Context) error {
 	}
 }
 
-// Close writes what is queued and stops the writer.
+// Close writes what is queued and stops the writer, and the deleting of
+// expired rows.
 func (v *ViolationLog) Close() {
-	v.once.Do(func() { close(v.stop) })
+	v.once.Do(func() {
+		close(v.stop)
+		v.endExpiry()
+	})
 	<-v.done
+	<-v.expired
+}
+
+// expireSQL deletes one batch of rows older than $1, skipping rows a
+// transaction holds (TestAttackHousekeepingHoldsFullBuckets tells why a
+// delete must not wait for them), through the index on requested_at.
+const expireSQL = `DELETE FROM sluice_violations
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM sluice_violations
+    WHERE requested_at < $1
+    LIMIT $2::int FOR UPDATE SKIP LOCKED))
+  AND requested_at < $1`
+
+// Expire deletes the rows of sluice_violations older than Retention, one
+// batch per statement, each within its own deadline, until a batch comes
+// back short, and returns how many it deleted. With Retention negative
+// it deletes nothing. The log runs it at start and every minute after;
+// rows of all the processes writing the table go, whichever runs it.
+func (v *ViolationLog) Expire(ctx context.Context) (int64, error) {
+	if v.opts.Retention <= 0 {
+		return 0, nil
+	}
+	cutoff := time.Now().Add(-v.opts.Retention)
+	var total int64
+	for {
+		sctx, cancel := context.WithTimeout(ctx, expireTimeout)
+		tag, err := v.pool.Exec(sctx, expireSQL, cutoff, expireBatch)
+		cancel()
+		if err != nil {
+			return total, fmt.Errorf("postgres violations: deleting rows older than %v: %w", v.opts.Retention, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < expireBatch {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
+}
+
+func (v *ViolationLog) expireLoop() {
+	defer close(v.expired)
+	t := time.NewTicker(retentionInterval)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(v.expiring, retentionInterval)
+		// A failed pass is retried at the next tick: the rows it left are
+		// only older.
+		if _, err := v.Expire(ctx); err != nil && v.expiring.Err() == nil {
+			v.opts.Logger.Warn("postgres: deleting expired violations failed", "err", err)
+		}
+		cancel()
+		select {
+		case <-v.expiring.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (v *ViolationLog) run() {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
@@ -137,13 +138,16 @@ func TestViolationLogDropsWhenFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A failure must not leave the table locked for the tests after.
+	defer lock.Rollback(ctx)
 	if _, err := lock.Exec(ctx, "LOCK TABLE sluice_violations IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}
 	const total = 200
 	start := time.Now()
 	for i := 0; i < total; i++ {
-		vl.Record(postgres.Violation{BucketKey: "k", Rule: "r", Tokens: 0})
+		// A bucket each: one bucket's would be recorded once a second.
+		vl.Record(postgres.Violation{BucketKey: fmt.Sprintf("k%d", i), Rule: "r", Tokens: 0})
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("recording blocked for %v", d)
@@ -171,7 +175,8 @@ func TestViolationLogDropsWhenFull(t *testing.T) {
 func TestStoreRecordsRejections(t *testing.T) {
 	p := pool(t)
 	ctx := pgtestContext(t)
-	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{})
+	// Every rejection: the bucket's two below come within a second.
+	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{PerBucket: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,5 +379,212 @@ func TestAttackLongUserIDLosesViolations(t *testing.T) {
 		if err != nil || len(got) != 1 {
 			t.Fatalf("violations of a %d-byte user id: %d, %v; want 1", len(u), len(got), err)
 		}
+	}
+}
+
+// Attack: a client flooding a limit it is over. Every rejection was
+// queued and written as a row, thousands a second for as long as the
+// client kept at it, with no bound and nothing deleting them: one client
+// filled the database's disk. A bucket's rejections within one interval
+// (ViolationOptions.PerBucket, a second by default) are one row, the
+// others counted.
+func TestAttackRejectionFloodFillsViolations(t *testing.T) {
+	p := pool(t)
+	ctx := pgtestContext(t)
+	reg := prometheus.NewRegistry()
+	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(metrics.NewViolationLogCollector(vl))
+	defer vl.Close()
+	key := fmt.Sprintf("tb:per-user:flood-%d", time.Now().UnixNano())
+	// The start of a second, and 10,000 rejections within it.
+	base := time.Now().Add(-time.Minute).Truncate(time.Second)
+	queued := 0
+	for i := range 10000 {
+		if vl.Record(postgres.Violation{BucketKey: key, Rule: "per-user", At: base.Add(time.Duration(i) * 50 * time.Microsecond)}) {
+			queued++
+		}
+	}
+	if err := vl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := p.QueryRow(ctx, "SELECT count(*) FROM sluice_violations WHERE bucket_key = $1", key).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if queued != 1 || rows != 1 {
+		t.Fatalf("10,000 rejections of one bucket within a second: %d queued, %d rows written; want 1", queued, rows)
+	}
+	if vl.Coalesced() != 9999 || metricValue(t, reg, "sluice_postgres_violations_coalesced_total") != 9999 || vl.Dropped() != 0 {
+		t.Fatalf("coalesced %d (metric %v), dropped %d; want 9999 and 0", vl.Coalesced(), metricValue(t, reg, "sluice_postgres_violations_coalesced_total"), vl.Dropped())
+	}
+}
+
+// A bucket is recorded once per interval of PerBucket, aligned to the
+// Unix epoch, each bucket apart from the others; a violation of an
+// earlier interval (a clock stepped back) starts one too. More buckets in
+// an interval than the queue holds start a new one rather than grow the
+// map: a bucket may then be recorded once more.
+func TestViolationLogCoalescesPerBucket(t *testing.T) {
+	p := pool(t)
+	ctx := pgtestContext(t)
+	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{QueueSize: 100, PerBucket: 10 * time.Second, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vl.Close()
+	// The start of an interval of ten seconds, where no other test records.
+	base := time.Now().Add(-2 * time.Hour).Truncate(10 * time.Second)
+	key := func(s string) string { return fmt.Sprintf("tb:coalesce:%s-%d", s, base.UnixNano()) }
+	for _, step := range []struct {
+		key  string
+		at   time.Duration
+		want bool
+	}{
+		{"a", 0, true},
+		{"b", time.Second, true},
+		{"a", 9*time.Second + 999*time.Millisecond, false},
+		{"b", 5 * time.Second, false},
+		{"a", 10 * time.Second, true}, // the next interval
+		{"b", 19 * time.Second, true},
+		{"b", 19 * time.Second, false},
+		{"a", 3 * time.Second, true}, // back to the first: a new one
+		{"a", 4 * time.Second, false},
+	} {
+		if got := vl.Record(postgres.Violation{BucketKey: key(step.key), Rule: "r", At: base.Add(step.at)}); got != step.want {
+			t.Errorf("%s at +%v: queued %v, want %v", step.key, step.at, got, step.want)
+		}
+	}
+	if vl.Coalesced() != 4 {
+		t.Fatalf("coalesced %d, want 4", vl.Coalesced())
+	}
+
+	// 100 buckets fill the map; the 101st starts an interval afresh, in
+	// which the first is recorded once more, and once only.
+	at := base.Add(25 * time.Second)
+	for i := range 100 {
+		vl.Record(postgres.Violation{BucketKey: key(fmt.Sprint("m", i)), Rule: "r", At: at})
+	}
+	if err := vl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if vl.Record(postgres.Violation{BucketKey: key("m1"), Rule: "r", At: at}) {
+		t.Fatal("a bucket recorded twice before the map was full")
+	}
+	if !vl.Record(postgres.Violation{BucketKey: key("new"), Rule: "r", At: at}) {
+		t.Fatal("a new bucket in a full map was not recorded")
+	}
+	if !vl.Record(postgres.Violation{BucketKey: key("m1"), Rule: "r", At: at}) || vl.Record(postgres.Violation{BucketKey: key("m1"), Rule: "r", At: at}) {
+		t.Fatal("after a full map, a bucket is recorded once again, and once")
+	}
+
+	// PerBucket negative records every rejection.
+	every, err := postgres.NewViolationLog(p, postgres.ViolationOptions{PerBucket: -1, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer every.Close()
+	for i := range 3 {
+		if !every.Record(postgres.Violation{BucketKey: key("every"), Rule: "r", At: base.Add(time.Duration(i))}) {
+			t.Fatal("a rejection not recorded with PerBucket negative")
+		}
+	}
+	if every.Coalesced() != 0 {
+		t.Fatalf("coalesced %d with PerBucket negative", every.Coalesced())
+	}
+}
+
+// Rows older than Retention are deleted at the log's start and by Expire,
+// in batches; younger rows and the other tables are kept.
+func TestViolationLogRetention(t *testing.T) {
+	pgtest.Require(t, server)
+	ctx := pgtestContext(t)
+	// A database of its own: its rows are days old, which a log of
+	// another test would delete.
+	u, err := server.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pgxpool.New(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := postgres.MigratePool(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	s, err := postgres.New(ctx, p, postgres.Options{HousekeepingInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	lim := sluice.MustLimit(sluice.Spec{Name: "kept", TokensPerSecond: 1, Burst: 5})
+	if _, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	insertOld := func(n int) {
+		t.Helper()
+		// Between eight and nine days old.
+		if _, err := p.Exec(ctx, `INSERT INTO sluice_violations (bucket_key, requested_at, tokens_at_time, rule)
+			SELECT 'tb:old:' || i, now() - interval '8 days' - i * interval '1 second', 0, 'old' FROM generate_series(1, $1) i`, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(sql string) int {
+		t.Helper()
+		var n int
+		if err := p.QueryRow(ctx, sql).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	insertOld(2500)
+	if _, err := p.Exec(ctx, `INSERT INTO sluice_violations (bucket_key, requested_at, tokens_at_time, rule)
+		VALUES ('tb:young:1', now() - interval '1 hour', 0, 'young'), ('tb:young:2', now() - interval '6 days', 0, 'young')`); err != nil {
+		t.Fatal(err)
+	}
+
+	// Negative keeps every row.
+	keep, err := postgres.NewViolationLog(p, postgres.ViolationOptions{Retention: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := keep.Expire(ctx); n != 0 || err != nil {
+		t.Fatalf("Expire with Retention negative: %d, %v", n, err)
+	}
+	keep.Close()
+	if n := count("SELECT count(*) FROM sluice_violations"); n != 2502 {
+		t.Fatalf("%d rows with Retention negative, want 2502", n)
+	}
+
+	// The default, seven days: the start's pass deletes the old rows.
+	vl, err := postgres.NewViolationLog(p, postgres.ViolationOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vl.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for count("SELECT count(*) FROM sluice_violations WHERE rule = 'old'") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the old rows were not deleted at the log's start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	insertOld(1500)
+	if n, err := vl.Expire(ctx); n != 1500 || err != nil {
+		t.Fatalf("Expire deleted %d, %v; want the 1500 old rows", n, err)
+	}
+	if n := count("SELECT count(*) FROM sluice_violations WHERE rule = 'young'"); n != 2 {
+		t.Fatalf("%d young rows left, want 2", n)
+	}
+	if n := count("SELECT count(*) FROM sluice_buckets"); n != 1 {
+		t.Fatalf("%d bucket rows, want the one the take wrote", n)
+	}
+
+	// The batch is found through the index on requested_at.
+	if plan := explain(t, "SELECT ctid FROM sluice_violations WHERE requested_at < now() - interval '7 days' LIMIT 1000 FOR UPDATE SKIP LOCKED"); !strings.Contains(plan, "sluice_violations_time") {
+		t.Errorf("the expired rows are not found by the index:\n%s", plan)
 	}
 }

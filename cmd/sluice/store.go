@@ -124,7 +124,9 @@ func openRedis(_ context.Context, rawURL string, reg prometheus.Registerer) (slu
 // openPostgres opens a postgres:// store URL. Besides pgx's settings the
 // URL may carry sluice_migrate=true (apply migrations at start),
 // sluice_key_prefix, sluice_housekeeping=30s, sluice_timeout and
-// sluice_violations=true (record every rejection in sluice_violations).
+// sluice_violations=true (record rejections in sluice_violations, a
+// bucket's once per sluice_violations_per_bucket, kept for
+// sluice_violations_retention).
 // Its failed calls and breaker are counted by a metrics.PostgresObserver
 // registered with reg.
 func openPostgres(ctx context.Context, rawURL string, reg prometheus.Registerer) (sluice.Store, func() error, error) {
@@ -168,7 +170,7 @@ func postgresOptions(rawURL string) (string, postgres.Options, error) {
 		return "", postgres.Options{}, err
 	}
 	if o.LogViolations {
-		o.Options.RecordViolations = &postgres.ViolationOptions{}
+		o.Options.RecordViolations = &o.ViolationOptions
 	}
 	defaults.Set(&o.Options.Timeout, servePostgresTimeout)
 	return connURL, o.Options, nil

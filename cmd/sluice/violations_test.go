@@ -17,11 +17,12 @@ import (
 )
 
 // A store opened from a URL with sluice_migrate and sluice_violations
-// records its rejections, and `sluice violations` lists them, newest
-// first, filtered by user or IP.
+// records its rejections (every one, with sluice_violations_per_bucket=0:
+// a bucket's two below come within a second), and `sluice violations`
+// lists them, newest first, filtered by user or IP.
 func testViolationsCommand(t *testing.T, u string) {
 	ctx := context.Background()
-	store, closeStore, err := openStore(ctx, withParams(u, "sluice_migrate=true&sluice_violations=true&sluice_housekeeping=0&sluice_timeout=1m"), nil)
+	store, closeStore, err := openStore(ctx, withParams(u, "sluice_migrate=true&sluice_violations=true&sluice_violations_per_bucket=0&sluice_housekeeping=0&sluice_timeout=1m"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -268,7 +268,7 @@ func (v *ViolationLog) Expire(ctx context.Context) (int64, error) {
 			return total, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return total, err
+			return total, fmt.Errorf("postgres violations: deleting rows older than %v: %w", v.opts.Retention, err)
 		}
 	}
 }

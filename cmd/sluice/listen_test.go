@@ -205,10 +205,13 @@ func TestAttackConnectionCap(t *testing.T) {
 	const max = 8
 	cfg := connCapPolicy(t, max)
 	l, _ := startServe(t, "--config", cfg)
-	get := func() chan error {
+	// Each new client dials from an address of its own, so that
+	// max_conns_per_client never closes it, whatever the server has yet to
+	// notice of the connections closed before it.
+	get := func(from int) chan error {
 		done := make(chan error, 1)
 		go func() {
-			c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: dialFrom(from).DialContext}}
 			resp, err := c.Get("http://" + l.API + "/healthz")
 			if err == nil {
 				resp.Body.Close()
@@ -224,7 +227,7 @@ func TestAttackConnectionCap(t *testing.T) {
 	// The cap held by connections that never finish their headers: a
 	// new request waits...
 	held := slowConns(t, l.API, "GET /healthz HTTP/1.1\r\n", max)
-	done := get()
+	done := get(max)
 	select {
 	case err := <-done:
 		t.Fatalf("answered past the cap of %d held connections (err %v)", max, err)
@@ -260,7 +263,7 @@ func TestAttackConnectionCap(t *testing.T) {
 		resp.Body.Close()
 		idle[i] = c
 	}
-	if err := <-get(); err != nil {
+	if err := <-get(max + 1); err != nil {
 		t.Fatalf("with %d idle connections at the cap: %v", max, err)
 	}
 }

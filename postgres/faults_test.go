@@ -111,6 +111,62 @@ func TestAttackLockedRowFailsAtLockTimeout(t *testing.T) {
 	}
 }
 
+// Attack: a client over its own limit sends its requests while a shared
+// limit's row is held (a flood of everyone's requests on one global
+// limit holds it in turn). Its TakeAll answered the own limit's
+// rejection, then failed on the shared row at lock_timeout, and the
+// error, not the rejection, reached on_store_error, whose default
+// admits: over its limit, the client was served whenever the shared row
+// was contended. A take already rejected now stays rejected, charging
+// nothing.
+func TestAttackLockedSharedRowAdmitsRejected(t *testing.T) {
+	pgtest.Require(t, server)
+	ctx := pgtest.Context(t)
+	url, err := server.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := postgres.Open(ctx, url, postgres.Options{Migrate: true, HousekeepingInterval: -1, Timeout: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// The client's own limit sorts before the shared one, so the batch
+	// asks it first.
+	own := sluice.MustLimit(sluice.Spec{Name: "a-own", Rate: 1, Period: time.Hour, Capacity: 1})
+	shared := sluice.MustLimit(sluice.Spec{Name: "z-shared", Rate: 1000, Period: time.Hour, Capacity: 1000})
+	for _, r := range []sluice.Request{{Limit: own, Key: "mallory"}, {Limit: shared, Key: "all"}} {
+		if d, err := conformance.Take(ctx, s, engine.OpTake, r); err != nil || !d.Allowed {
+			t.Fatalf("%s: %+v, %v", r.Limit.Name(), d, err)
+		}
+	}
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if tag, err := tx.Exec(ctx, `SELECT 1 FROM sluice_buckets WHERE position('z-shared'::bytea in key) > 0 FOR UPDATE`); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("locking the shared row: %v, %v rows", err, tag.RowsAffected())
+	}
+	ds, err := conformance.TakeAll(ctx, s, engine.OpTake, []sluice.Request{{Limit: shared, Key: "all"}, {Limit: own, Key: "mallory"}}, nil)
+	if err != nil {
+		t.Fatalf("a take its own limit rejected failed instead (on_store_error: allow admits it): %v", err)
+	}
+	if ds[0].Allowed || ds[1].Allowed {
+		t.Fatalf("admitted: %+v", ds)
+	}
+	if c := sluice.Combine(ds); c.Rule != "a-own" || c.RetryAfter <= 0 {
+		t.Fatalf("the combined decision %+v, want a-own's rejection with its wait", c)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d, err := conformance.Take(ctx, s, engine.OpPeek, sluice.Request{Limit: shared, Key: "all"})
+	if err != nil || d.Remaining != 998 {
+		t.Fatalf("the shared limit after the rejected take: %+v, %v; want 998 remaining (one take before, nothing charged by it)", d, err)
+	}
+}
+
 // A server that stops (fast shutdown: its sessions end with
 // admin_shutdown, new connections are refused) opens the breaker, and
 // the observer, which serve exports as sluice_postgres_breaker_state and

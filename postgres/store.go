@@ -501,8 +501,9 @@ func (s *Store) Supports(*sluice.Limit) error { return nil }
 // TakeAll implements sluice.Store. The takes run in one transaction (a
 // savepoint inside a caller's), sent as one batch in the order of their
 // storage keys, which is the order every TakeAll locks rows in; when any
-// rejects, the transaction is rolled back and nothing is charged. Refunds
-// run the same way and always commit.
+// rejects, the transaction is rolled back and nothing is charged, also
+// when a later take then fails (the rejection stands; see takeAll).
+// Refunds run the same way and always commit.
 func (s *Store) TakeAll(ctx context.Context, op engine.Op, rs []sluice.Charged, _ []sluice.Decision) ([]sluice.Decision, error) {
 	if len(rs) == 0 {
 		return []sluice.Decision{}, nil
@@ -568,21 +569,40 @@ func (s *Store) takeAll(ctx context.Context, op engine.Op, rs []sluice.Charged) 
 		br = s.q.SendBatch(ctx, b)
 	}
 	all := true
-	for _, it := range items {
+	answered := len(items) // the takes answered, in items' order
+	for k, it := range items {
 		o := &out[it.i]
 		if err := br.QueryRow().Scan(&o.Allowed, &o.Tokens, &o.RetryAfter, &o.ResetAfter); err != nil {
 			br.Close()
-			return nil, fmt.Errorf("postgres take all %q: %w", it.args[0], err)
+			if op != engine.OpTake || all {
+				return nil, fmt.Errorf("postgres take all %q: %w", it.args[0], err)
+			}
+			// A take already rejected stays rejected: the transaction,
+			// rolled back, charges nothing whatever the rest would have
+			// answered. Answering the error instead would let a store
+			// error policy (on_store_error: allow) admit a request over
+			// its limit whenever a later row's lock is held past the
+			// deadline, as a flood on a shared limit holds it. The takes
+			// not answered are reported rejected with nothing known of
+			// their buckets (an empty Outcome: no wait, which
+			// sluice.Combine never picks over the known rejection's).
+			answered = k
+			break
 		}
 		all = all && o.Allowed
 	}
-	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("postgres take all: %w", err)
+	if answered == len(items) {
+		if err := br.Close(); err != nil {
+			return nil, fmt.Errorf("postgres take all: %w", err)
+		}
+	}
+	for _, it := range items[answered:] {
+		out[it.i] = engine.Outcome{}
 	}
 	ds := make([]sluice.Decision, len(rs))
 	for i, r := range rs {
 		if !all {
-			if op == engine.OpTake && !out[i].Allowed {
+			if op == engine.OpTake && !out[i].Allowed && slices.IndexFunc(items[:answered], func(it item) bool { return it.i == i }) >= 0 {
 				s.recordViolation(ctx, items[slices.IndexFunc(items, func(it item) bool { return it.i == i })].args[0].([]byte), r.Limit.Decide(out[i]))
 			}
 			out[i].Allowed = false

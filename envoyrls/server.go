@@ -79,6 +79,10 @@ type Server struct {
 	obs     policy.Observer
 	source  func() *policy.Policy
 	limits  sync.Map // *sluice.Limit -> *rlspb.RateLimitResponse_RateLimit
+	// loading is held by the call that loads a policy the source has
+	// just answered (current); loads counts the policies loaded.
+	loading sync.Mutex
+	loads   atomic.Int64
 	// storeLog keeps an outage from writing a line per call.
 	storeLog policy.StoreErrorLog
 }
@@ -129,6 +133,7 @@ func (s *Server) setPolicy(pol *policy.Policy) *loaded {
 	for _, l := range pol.Limits() {
 		e.limits[l] = inferLimit(l.Name(), l)
 	}
+	s.loads.Add(1)
 	s.loaded.Store(e)
 	s.limits.Clear() // the old policy's limits are no longer asked about
 	return e
@@ -294,13 +299,27 @@ func (s *Server) answer(ctx context.Context, req *rlspb.RateLimitRequest, into *
 	return s.respond(&c, sc, e, into), nil
 }
 
-// current is the loaded policy in force (Options.Source).
+// current is the loaded policy in force (Options.Source). One call
+// loads a policy the source has just answered, compiling its matcher;
+// the calls that find it changed meanwhile wait for that one and use what
+// it loaded. Each loading it again, every call in flight at a reload
+// would compile the policy at once, the compile's CPU and memory times
+// the calls (TestReloadLoadsOnce). Under the lock the source is asked
+// again, so that a call that read an older policy does not load it over
+// a newer one.
 func (s *Server) current() *loaded {
 	e := s.loaded.Load()
-	if s.source != nil {
-		if p := s.source(); p != nil && p != e.pol {
-			e = s.setPolicy(p)
-		}
+	if s.source == nil {
+		return e
+	}
+	if p := s.source(); p == nil || p == e.pol {
+		return e
+	}
+	s.loading.Lock()
+	defer s.loading.Unlock()
+	e = s.loaded.Load()
+	if p := s.source(); p != nil && p != e.pol {
+		e = s.setPolicy(p)
 	}
 	return e
 }

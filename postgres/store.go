@@ -602,8 +602,8 @@ func (s *Store) takeAll(ctx context.Context, op engine.Op, rs []sluice.Charged) 
 	ds := make([]sluice.Decision, len(rs))
 	for i, r := range rs {
 		if !all {
-			if op == engine.OpTake && !out[i].Allowed && slices.IndexFunc(items[:answered], func(it item) bool { return it.i == i }) >= 0 {
-				s.recordViolation(ctx, items[slices.IndexFunc(items, func(it item) bool { return it.i == i })].args[0].([]byte), r.Limit.Decide(out[i]))
+			if k := slices.IndexFunc(items, func(it item) bool { return it.i == i }); op == engine.OpTake && !out[i].Allowed && k < answered {
+				s.recordViolation(ctx, items[k].args[0].([]byte), r.Limit.Decide(out[i]))
 			}
 			out[i].Allowed = false
 		}

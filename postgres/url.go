@@ -65,25 +65,16 @@ func SplitURL(raw string) (string, URLOptions, error) {
 		}
 	}
 	o.KeyPrefix = q.Get(paramKeyPrefix)
-	if v := q.Get(paramHousekeeping); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return "", o, fmt.Errorf("postgres url: %s=%q is not a duration >= 0", paramHousekeeping, v)
-		}
-		o.HousekeepingInterval = d
-		if d == 0 {
-			o.HousekeepingInterval = -1
-		}
-	}
-	// A retention counts days and weeks (7d, 2w) as sluice violations
-	// --since does; 0 turns the setting off, as for housekeeping, since
-	// the options' zero is the default.
+	// Each turns its setting off with 0, since the options' zero is the
+	// default; a retention counts days and weeks (7d, 2w) as sluice
+	// violations --since does.
 	for _, p := range []struct {
 		name  string
 		dst   *time.Duration
 		parse func(string) (time.Duration, error)
 		eg    string
 	}{
+		{paramHousekeeping, &o.HousekeepingInterval, time.ParseDuration, "30s, 5m"},
 		{paramViolationsRetention, &o.ViolationOptions.Retention, duration.Parse, "36h, 7d, 2w"},
 		{paramViolationsPerBucket, &o.ViolationOptions.PerBucket, time.ParseDuration, "500ms, 10s, 1m"},
 	} {

@@ -120,7 +120,13 @@ func NewReverseProxy(upstream *url.URL, opts ProxyOptions) *httputil.ReverseProx
 // and never reach the upstream.
 func (g *Gate) Proxy(upstream *url.URL, opts ProxyOptions) http.Handler {
 	if opts.TrustedPeer == nil {
-		opts.TrustedPeer = func(a netip.Addr) bool { return g.Policy().TrustedProxy(a) }
+		// Only a chain the trusted proxy writes is extended: behind one
+		// that writes another header (client_header), X-Forwarded-For is
+		// the client's.
+		opts.TrustedPeer = func(a netip.Addr) bool {
+			pol := g.Policy()
+			return pol.Settings.ClientHeader == "X-Forwarded-For" && pol.TrustedProxy(a)
+		}
 	}
 	opts.Logger = cmp.Or(opts.Logger, g.opts.Logger)
 	h := g.Wrap(NewReverseProxy(upstream, opts))

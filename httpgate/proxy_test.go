@@ -71,6 +71,46 @@ func newUpstream(t *testing.T) *upstream {
 	return u
 }
 
+// Behind a trusted proxy that writes Forwarded (client_header: Forwarded),
+// the X-Forwarded-For a request carries is the client's own: extended to
+// the upstream, it named the client's address of choice to an upstream
+// that reads X-Forwarded-For. Only the proxy's own address goes on, and
+// the rules count the address the proxy wrote.
+func TestAttackClientXFFPastForwardedProxyReachesUpstream(t *testing.T) {
+	up := newUpstream(t)
+	e := newEnv(t, `
+trusted_proxies: ["127.0.0.1/32", "::1/128"]
+client_header: Forwarded
+rules:
+  - name: per-ip
+    limit_keys: ["ip:address"]
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	upURL, _ := url.Parse(up.URL)
+	proxy := httptest.NewServer(e.gate.Proxy(upURL, httpgate.ProxyOptions{}))
+	t.Cleanup(proxy.Close)
+	get := func(xff string) (int, string) {
+		req, _ := http.NewRequest("GET", proxy.URL+"/hello", nil)
+		req.Header.Set("X-Forwarded-For", xff)
+		req.Header.Set("Forwarded", "for=198.51.100.9")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get("192.0.2.44")
+	if code != 200 || !strings.Contains(body, "xff=127.0.0.1 ") {
+		t.Fatalf("%d: upstream saw %q, want X-Forwarded-For 127.0.0.1 alone", code, body)
+	}
+	// A fresh X-Forwarded-For is no fresh bucket: the client is 198.51.100.9.
+	if code, body := get("192.0.2.45"); code != 429 {
+		t.Fatalf("second request with another X-Forwarded-For: %d %q, want 429", code, body)
+	}
+}
+
 func TestReverseProxy(t *testing.T) {
 	up := newUpstream(t)
 	e := newEnv(t, tightPolicy)

@@ -47,8 +47,8 @@ type limitConfig struct {
 // a fleet). The default is an in-memory store of its own per middleware.
 func WithLimiter(lim *sluice.Limiter) LimitOption { return func(c *limitConfig) { c.lim = lim } }
 
-// WithTrustedProxies names the proxies in front whose X-Forwarded-For (or
-// Forwarded) is believed when LimitByIP finds the client address: a
+// WithTrustedProxies names the proxies in front whose X-Forwarded-For is
+// believed when LimitByIP finds the client address: a
 // request from one of them is counted against the first address in the
 // header, read from the right, that is not one of them. Without it (the
 // default) the address is the connection's peer and every forwarding

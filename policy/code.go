@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 
 	"github.com/sluicehq/sluice"
@@ -57,6 +58,13 @@ func FromRules(s Settings, rules ...CodeRule) (*Policy, error) {
 		if p.Settings.TrustedProxies[i], msg = trustedPrefix(pr.Masked(), pr.String()); msg != "" {
 			bad(fmt.Sprintf("TrustedProxies[%d]", i), "%s", msg)
 		}
+	}
+	if s.ClientHeader == "" {
+		p.Settings.ClientHeader = "X-Forwarded-For" // as in a file without client_header
+	} else if msg := checkClientHeader(s.ClientHeader); msg != "" {
+		bad("ClientHeader", "%s", msg)
+	} else {
+		p.Settings.ClientHeader = http.CanonicalHeaderKey(s.ClientHeader)
 	}
 	if len(s.Headers) == 0 {
 		bad("Headers", "must name at least one header set (draft, trio, legacy), or none: start from DefaultSettings")

@@ -97,6 +97,18 @@ func TestFromRulesErrors(t *testing.T) {
 	if _, err := policy.FromRules(policy.Settings{}, policy.CodeRule{Limit: ok}); err == nil || !strings.Contains(err.Error(), "IPv6Prefix: must be between 1 and 128 (got 0): start from DefaultSettings") {
 		t.Fatalf("zero settings: %v", err)
 	}
+	bad := policy.DefaultSettings()
+	bad.ClientHeader = "X Real IP"
+	if _, err := policy.FromRules(bad, policy.CodeRule{Limit: ok}); err == nil || !strings.Contains(err.Error(), `ClientHeader: must be a header name`) {
+		t.Fatalf("ClientHeader: %v", err)
+	}
+	fwd := policy.DefaultSettings()
+	fwd.ClientHeader = "forwarded"
+	if p, err := policy.FromRules(fwd, policy.CodeRule{Limit: ok}); err != nil {
+		t.Fatalf("ClientHeader forwarded: %v", err)
+	} else if p.Settings.ClientHeader != "Forwarded" {
+		t.Fatalf("ClientHeader %q, want the canonical Forwarded", p.Settings.ClientHeader)
+	}
 	if _, err := policy.FromRules(policy.DefaultSettings()); err == nil || err.Error() != "rules: must hold at least one rule" {
 		t.Fatalf("no rules: %v", err)
 	}

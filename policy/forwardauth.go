@@ -91,14 +91,7 @@ func (p *Policy) fromForwardAuth(in *Input, r *http.Request, prefix string) erro
 	}
 	in.Path, in.RawQuery = u.Path, u.RawQuery
 
-	var hops []string
-	for _, line := range r.Header.Values(fa.ClientHeader) {
-		for part := range strings.SplitSeq(line, ",") {
-			if part = strings.TrimSpace(part); part != "" {
-				hops = append(hops, part)
-			}
-		}
-	}
+	hops := clientHops(r.Header, fa.ClientHeader)
 	if len(hops) == 0 {
 		return fmt.Errorf("forward auth (%s): the front proxy sent no %s header with the client's address", fa.Proxy, fa.ClientHeader)
 	}

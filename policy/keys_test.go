@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -57,7 +58,8 @@ rules:
 		{"garbage hop stops at the last trusted address", "10.0.0.1:80", http.Header{"X-Forwarded-For": {"1.2.3.4, garbage"}}, "10.0.0.1"},
 		{"garbage before the client", "10.0.0.1:80", http.Header{"X-Forwarded-For": {"garbage, 1.2.3.4"}}, "1.2.3.4"},
 		{"XFF with ports", "10.0.0.1:80", http.Header{"X-Forwarded-For": {"1.2.3.4:5678"}}, "1.2.3.4"},
-		{"Forwarded when there is no XFF", "10.0.0.1:80", http.Header{"Forwarded": {`for="[2001:db8::1]:443";proto=https, for=10.0.0.9`}}, "2001:db8::/64"},
+		{"Forwarded is not read: client_header is X-Forwarded-For", "10.0.0.1:80", http.Header{"Forwarded": {`for="[2001:db8::1]:443";proto=https, for=10.0.0.9`}}, "10.0.0.1"},
+		{"empty XFF items are skipped", "10.0.0.1:80", http.Header{"X-Forwarded-For": {"6.6.6.6,, 1.2.3.4 ,"}}, "1.2.3.4"},
 		{"XFF wins over a client-supplied Forwarded", "10.0.0.1:80", http.Header{"X-Forwarded-For": {"1.2.3.4"}, "Forwarded": {"for=6.6.6.6"}}, "1.2.3.4"},
 		{"IPv6 trusted proxy", "[fd00::1]:80", http.Header{"X-Forwarded-For": {"1.2.3.4"}}, "1.2.3.4"},
 		{"IPv4-mapped peer", "[::ffff:203.0.113.5]:80", nil, "203.0.113.5"},
@@ -91,6 +93,64 @@ rules:
 	in := p.FromHTTP(r)
 	if in.ClientIP.String() != "198.51.100.7" || in.Path != "/b" && in.Path != "/a/../b" || in.Method != "GET" || in.RawQuery != "x=1" {
 		t.Fatalf("FromHTTP: %+v", in)
+	}
+}
+
+// A proxy that writes the client's address in Forwarded passes a
+// client's own X-Forwarded-For on untouched. Read beside Forwarded (as
+// X-Forwarded-For was, whenever present, before client_header), it let
+// every client name its address, a fresh one per request; with
+// client_header: Forwarded only the proxy's header is read.
+func TestAttackXForwardedForPastForwardedProxy(t *testing.T) {
+	p := mustParse(t, `trusted_proxies: ["10.0.0.0/8"]
+client_header: forwarded
+rules:
+  - name: per-ip
+    limit_keys: ["ip:address"]
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	if got := p.Settings.ClientHeader; got != "Forwarded" {
+		t.Fatalf("ClientHeader %q, want the canonical Forwarded", got)
+	}
+	for i := range 20 {
+		in := &policy.Input{Peer: peer("10.0.0.1:80"), Header: http.Header{
+			"X-Forwarded-For": {fmt.Sprintf("198.51.100.%d", i)}, // the client's
+			"Forwarded":       {`for="[2001:db8::1]:443";proto=https, for=203.0.113.9`},
+		}}
+		if got := keyOf(t, p, in); got != "203.0.113.9" {
+			t.Fatalf("request %d: key %q, want the address the proxy wrote in Forwarded, 203.0.113.9", i, got)
+		}
+	}
+	// The proxy appends to a Forwarded the client sent: the walk from the
+	// right stops at the first address outside trusted_proxies.
+	in := &policy.Input{Peer: peer("10.0.0.1:80"), Header: http.Header{"Forwarded": {"for=6.6.6.6", "for=203.0.113.9;proto=http"}}}
+	if got := keyOf(t, p, in); got != "203.0.113.9" {
+		t.Fatalf("key %q, want 203.0.113.9", got)
+	}
+	// Nothing but the named header: X-Forwarded-For alone is the client's.
+	in = &policy.Input{Peer: peer("10.0.0.1:80"), Header: http.Header{"X-Forwarded-For": {"198.51.100.1"}}}
+	if got := keyOf(t, p, in); got != "10.0.0.1" {
+		t.Fatalf("key %q, want the proxy's own address when its header is missing", got)
+	}
+}
+
+func TestClientHeaderSetting(t *testing.T) {
+	p := mustParse(t, `trusted_proxies: ["10.0.0.0/8"]
+client_header: x-real-ip
+rules:
+  - name: per-ip
+    limit_keys: ["ip:address"]
+    algorithm_config: {rps: 1, burst: 1}
+`)
+	in := &policy.Input{Peer: peer("10.0.0.1:80"), Header: http.Header{"X-Real-Ip": {"203.0.113.9"}, "X-Forwarded-For": {"198.51.100.1"}}}
+	if got := keyOf(t, p, in); got != "203.0.113.9" {
+		t.Fatalf("key %q, want X-Real-IP's 203.0.113.9", got)
+	}
+	for _, bad := range []string{`"X Real IP"`, "Host", "Connection", `""`} {
+		_, err := policy.Parse("p.yaml", []byte("client_header: "+bad+"\nrules: [{name: a, algorithm_config: {rps: 1, burst: 1}}]\n"))
+		if err == nil || !strings.Contains(err.Error(), "p.yaml:1") || !strings.Contains(err.Error(), "client_header") {
+			t.Errorf("client_header: %s: error %v, want one naming p.yaml:1 and client_header", bad, err)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -179,7 +180,7 @@ func (l *loader) load(data []byte) *Policy {
 	return l.policy(doc.Content[0])
 }
 
-var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits", "api_listen", "api_token_env", "server", "forward_auth", "ui", "settle_secret_env", "grpc", "xds"}
+var topFields = []string{"listen", "grpc_listen", "store", "admin_token_env", "trusted_proxies", "client_header", "jwt", "proxy", "headers", "deny_status", "audit_log", "ipv6_prefix", "missing_key", "rules", "rules_table", "grpc_tls", "allow_negative_hits", "api_listen", "api_token_env", "server", "forward_auth", "ui", "settle_secret_env", "grpc", "xds"}
 
 // newPolicy returns a policy holding the default of every top-level
 // setting: what a file that gives only rules gets.
@@ -188,6 +189,7 @@ func newPolicy(file string) *Policy {
 	s := &p.Settings
 	s.Headers = []string{"draft", "trio"}
 	s.DenyStatus, s.IPv6Prefix = 429, 64
+	s.ClientHeader = "X-Forwarded-For"
 	s.UI.ShowKeys = true
 	return p
 }
@@ -280,6 +282,26 @@ func (l *loader) trustedProxies(o *obj, s *Settings) {
 			s.TrustedProxies = append(s.TrustedProxies, pr)
 		}
 	}
+	if v, vn, ok := o.str("client_header"); ok {
+		if msg := checkClientHeader(v); msg != "" {
+			l.errf(vn, "client_header", "%s", msg)
+		} else {
+			s.ClientHeader = http.CanonicalHeaderKey(v)
+		}
+	}
+}
+
+// checkClientHeader checks client_header, the header the trusted proxies
+// state the client's address in: why it is refused, or "".
+func checkClientHeader(v string) string {
+	if msg := checkForwardHeader("client_header", v); msg != "" {
+		return msg
+	}
+	switch http.CanonicalHeaderKey(v) {
+	case "Host", "Cookie", "Authorization", "Content-Length", "Content-Type":
+		return fmt.Sprintf("%q holds no client address: name the header the proxies in front write it in (X-Forwarded-For, Forwarded, X-Real-IP)", v)
+	}
+	return ""
 }
 
 // trustedPrefix is pr, written v, as TrustedProxy reads it (an

@@ -105,9 +105,17 @@ type Settings struct {
 	// ("" = off).
 	AuditLog string
 
-	// TrustedProxies are the peers whose X-Forwarded-For / Forwarded (and,
-	// on forward auth, ForwardAuth's) headers are believed.
+	// TrustedProxies are the peers whose ClientHeader (and, on forward
+	// auth, ForwardAuth's headers) are believed.
 	TrustedProxies []netip.Prefix
+	// ClientHeader names the one header in which the trusted proxies state
+	// the client's address (client_header; default X-Forwarded-For):
+	// Forwarded (its for= parameters) or a comma-separated list of
+	// addresses, walked from the right past trusted_proxies. No other
+	// header is read. A proxy passes on the forwarding headers it does not
+	// write itself, so a second header read beside it (X-Forwarded-For
+	// behind a proxy that writes Forwarded) would be the client's to fill.
+	ClientHeader string
 	// IPv6Prefix is the prefix length IPv6 clients are grouped by in
 	// ip:address keys (default 64).
 	IPv6Prefix int

@@ -148,8 +148,8 @@ func (p *Policy) ConnClient(a net.Addr) string {
 }
 
 // ResolveClient sets in.ClientIP: the socket peer, unless the peer is a
-// trusted proxy; then X-Forwarded-For (or, when the request has none,
-// Forwarded) is walked from the right, skipping trusted hops, and the first
+// trusted proxy; then the addresses in client_header (Settings.ClientHeader)
+// are walked from the right, skipping trusted hops, and the first
 // untrusted hop is the client. An unparsable hop stops the walk at the last
 // trusted address, so garbage never mints a fresh identity. ClientIP stays
 // invalid when there is no peer (Envoy, a Unix socket).
@@ -165,7 +165,7 @@ func (p *Policy) clientIP(in *Input) netip.Addr {
 	if !p.TrustedProxy(peer) {
 		return peer
 	}
-	return p.walkHops(peer, forwardedFor(in.Header))
+	return p.walkHops(peer, clientHops(in.Header, p.Settings.ClientHeader))
 }
 
 // walkHops finds the client in a list of forwarding hops (oldest first)
@@ -187,23 +187,25 @@ func (p *Policy) walkHops(peer netip.Addr, hops []string) netip.Addr {
 	return client
 }
 
-// forwardedFor lists the hops of X-Forwarded-For, or of Forwarded's for=
-// parameters when there is no X-Forwarded-For, oldest first. A trusted
-// proxy must append to X-Forwarded-For (every common one does): when it
-// is present, a client-supplied Forwarded header is never consulted.
-func forwardedFor(h http.Header) []string {
+// clientHops lists the addresses in h's header name, oldest first: the
+// for= parameters of Forwarded (RFC 7239), or the comma-separated items
+// of any other header (X-Forwarded-For, X-Real-IP). Only the one header
+// the trusted proxies write is read: a proxy that appends to Forwarded
+// passes a client's X-Forwarded-For on untouched, and one that appends to
+// X-Forwarded-For a client's Forwarded, so reading the other as well lets
+// the client name any address.
+func clientHops(h http.Header, name string) []string {
 	var hops []string
-	for _, line := range h.Values("X-Forwarded-For") {
-		for _, part := range strings.Split(line, ",") {
-			hops = append(hops, strings.TrimSpace(part))
-		}
-	}
-	if len(hops) > 0 {
-		return hops
-	}
-	for _, line := range h.Values("Forwarded") {
-		for _, elem := range strings.Split(line, ",") {
-			for _, pair := range strings.Split(elem, ";") {
+	forwarded := name == "Forwarded"
+	for _, line := range h.Values(name) {
+		for elem := range strings.SplitSeq(line, ",") {
+			if !forwarded {
+				if elem = strings.TrimSpace(elem); elem != "" {
+					hops = append(hops, elem)
+				}
+				continue
+			}
+			for pair := range strings.SplitSeq(elem, ";") {
 				k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
 				if ok && strings.EqualFold(strings.TrimSpace(k), "for") {
 					hops = append(hops, strings.Trim(strings.TrimSpace(v), `"`))

@@ -21,7 +21,9 @@
 //
 // A Collector is a policy.ResultsObserver: policy.Enforce tells it every
 // decision. It takes no clock reading per decision (see seconds), one
-// short lock per call, and allocates nothing once it has seen each rule.
+// short lock per call, and allocates nothing once it has seen each rule
+// but a copy of a key new to the current period's rankings (see
+// spaceSaving.add).
 package insight
 
 import (
@@ -62,8 +64,9 @@ type Options struct {
 // Collector gathers the statistics. It is safe for concurrent use. Its
 // memory is fixed but for one series per rule that decided in the last
 // Window: about 40 KiB per rule, and 8 shards of four summaries of
-// Options.Counters counters (about 90 KiB a shard at 256) and a queue
-// of 64 decisions (3 KiB).
+// Options.Counters counters (about 90 KiB a shard at 256, and a copy of
+// each key counted) and a queue of 64 decisions (3 KiB, and the
+// requests their keys are part of until they are counted).
 type Collector struct {
 	opts Options
 	sec  seconds
@@ -233,9 +236,11 @@ func (r *rankings) queue(it Item, h uint64, rejected bool) {
 func (r *rankings) count() {
 	q := r.pending[:r.npending]
 	for i := range q {
-		r.traffic[0].add(q[i].it, q[i].h)
+		// The traffic summary counts every decision, so it holds the
+		// item from then on: its copy of the key serves both.
+		it := r.traffic[0].add(q[i].it, q[i].h, false)
 		if q[i].rejected {
-			r.rejected[0].add(q[i].it, q[i].h)
+			r.rejected[0].add(it, q[i].h, true)
 		}
 	}
 	clear(q) // the keys' memory is the summaries' or no one's

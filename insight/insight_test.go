@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,7 +43,7 @@ func TestSpaceSavingBounds(t *testing.T) {
 			for range 50000 {
 				it := Item{Limit: "l", Key: fmt.Sprint(tc.next(r))}
 				exact[it]++
-				s.add(it, hashItem(it))
+				s.add(it, hashItem(it), false)
 			}
 			checkStreamSummary(t, s)
 			n := s.total
@@ -86,9 +88,9 @@ func TestMergedBound(t *testing.T) {
 		it := Item{Limit: "l", Key: fmt.Sprint(rand.NewZipf(r, 1.1, 1, 10000).Uint64())}
 		exact[it]++
 		if i < 8000 {
-			b.add(it, hashItem(it))
+			b.add(it, hashItem(it), false)
 		} else {
-			a.add(it, hashItem(it))
+			a.add(it, hashItem(it), false)
 		}
 	}
 	bound := (a.total + b.total) / k
@@ -229,29 +231,39 @@ func TestQueuedDecisionsCountInTheirPeriod(t *testing.T) {
 }
 
 // TestObserveAllocatesNothing: the decision path pays no allocation for
-// the statistics, even while a flood of fresh keys churns the rankings.
+// the statistics while the rankings hold its key, and one at most, the
+// key's copy, while a flood of fresh keys churns them.
 func TestObserveAllocatesNothing(t *testing.T) {
-	c := New(Options{Counters: 16})
-	keys := make([]policy.Result, 1000)
-	for i := range keys {
-		keys[i] = result(ruleIP, fmt.Sprint("client-", i), i%3 == 0)
-	}
-	one := make([]policy.Result, 1)
-	i := 0
-	observe := func() {
-		one[0] = keys[i%len(keys)]
-		i++
-		c.ObserveResults(one)
-	}
-	for range 5000 { // warm: the rule's series, the maps' room
-		observe()
-	}
-	if n := testing.AllocsPerRun(5000, observe); n != 0 {
-		t.Errorf("ObserveResults allocates %v per call", n)
-	}
-	c.StoreCall("take", time.Millisecond, false)
-	if n := testing.AllocsPerRun(1000, func() { c.StoreCall("take", time.Millisecond, true) }); n != 0 {
-		t.Errorf("StoreCall allocates %v per call", n)
+	clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0)) // no new period meanwhile
+	for _, tc := range []struct {
+		keys, counters int
+		most           float64
+	}{
+		{16, 64, 0}, // every key held: a shard holds at most 16
+		{1000, 16, 1},
+	} {
+		c := New(Options{Clock: clk, Counters: tc.counters})
+		keys := make([]policy.Result, tc.keys)
+		for i := range keys {
+			keys[i] = result(ruleIP, fmt.Sprint("client-", i), i%3 == 0)
+		}
+		one := make([]policy.Result, 1)
+		i := 0
+		observe := func() {
+			one[0] = keys[i%len(keys)]
+			i++
+			c.ObserveResults(one)
+		}
+		for range 5000 { // warm: the rule's series, the maps' room
+			observe()
+		}
+		if n := testing.AllocsPerRun(5000, observe); n > tc.most {
+			t.Errorf("%d keys in %d counters: ObserveResults allocates %v per call, want at most %v", tc.keys, tc.counters, n, tc.most)
+		}
+		c.StoreCall("take", time.Millisecond, false)
+		if n := testing.AllocsPerRun(1000, func() { c.StoreCall("take", time.Millisecond, true) }); n != 0 {
+			t.Errorf("StoreCall allocates %v per call", n)
+		}
 	}
 }
 
@@ -358,4 +370,61 @@ func TestAttackKeyFloodBounded(t *testing.T) {
 	if len(top.Keys) != 1 || top.Keys[0].Key != "real-attacker" {
 		t.Errorf("the flood hid the real attacker: %+v", top)
 	}
+}
+
+// Attack: long request lines under fresh keys. A key read from a query
+// parameter is a piece of the request line (or of forward auth's header
+// naming the original URI), which a client may make as long as
+// max_header_bytes (64 KiB by default); a counter that kept
+// the key as it came kept the whole line, so a client sending fresh keys
+// with padded queries had each of the rankings' thousands of counters
+// hold 64 KiB: 8 shards x 4 summaries x 256 counters, half a gigabyte,
+// in statistics documented at a few megabytes. The rankings keep a copy
+// of each key instead, its own size.
+func TestAttackLongRequestLinesHeldByRankings(t *testing.T) {
+	p, err := policy.Parse("p.yaml", []byte(`rules:
+  - name: per-key
+    limit_keys: ["query:api_key"]
+    algorithm_config: {rps: 1, burst: 5}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+	const counters = 64
+	c := New(Options{Clock: clk, Counters: counters})
+	pad := strings.Repeat("x", 64<<10)
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	one := make([]policy.Result, 1)
+	for i := range 3000 {
+		if i == 1500 {
+			clk.Advance(time.Minute) // both periods held
+		}
+		// As net/http makes it: the query, a piece of one string of the
+		// request line.
+		line := "GET /v1/items?api_key=k" + strconv.Itoa(i) + "&pad=" + pad + " HTTP/1.1"
+		q := line[strings.IndexByte(line, '?')+1 : strings.LastIndexByte(line, ' ')]
+		ms, err := p.Match(&policy.Input{Method: "GET", Path: "/v1/items", RawQuery: q})
+		if err != nil || len(ms) != 1 || ms[0].Request.Key != "k"+strconv.Itoa(i) {
+			t.Fatalf("match: %v %+v", err, ms)
+		}
+		one[0] = policy.Result{Match: ms[0]}
+		one[0].Decision.Allowed = i%2 == 0
+		one[0].Violated = i%2 != 0
+		c.ObserveResults(one)
+	}
+	grew := int64(heap()) - int64(before)
+	// The counters' own memory, and each shard's queue of decisions not
+	// yet counted, still holding their lines (8 x 63 x 64 KiB at most),
+	// where the counters held every line they had counted, too.
+	if most := int64(nShards*(batch-1)*(64<<10) + 8<<20); grew > most {
+		t.Errorf("the statistics hold %d MiB after 3000 requests of 64 KiB; want at most %d MiB", grew>>20, most>>20)
+	}
+	runtime.KeepAlive(c)
 }

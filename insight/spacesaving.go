@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"hash/maphash"
 	"slices"
+	"strings"
 )
 
 // Item is what the heavy-hitters rankings count: one bucket, named by its
@@ -33,7 +34,8 @@ type Item struct {
 // counter through an open-addressing table of twice k places (linear
 // probing, deletion by backward shift, no tombstones). Everything is
 // allocated up front as arrays of k, linked by index: the decision path
-// never allocates, however the items churn.
+// allocates nothing, however the items churn, but the copy of a key that
+// takes a counter (see add).
 type spaceSaving struct {
 	k int
 	n int // counters in use
@@ -227,13 +229,26 @@ func (s *spaceSaving) increment(slot int32) {
 	}
 }
 
-// add counts one more for it, whose hashItem is h.
-func (s *spaceSaving) add(it Item, h uint64) {
+// add counts one more for it, whose hashItem is h, and returns it as the
+// summary holds it. A key that takes a counter is copied first, unless
+// owned says that it is a copy already (another summary's): a key may
+// be a piece of a larger string, as a query parameter is of the request
+// line (or of forward auth's header naming the original URI), up to
+// max_header_bytes, which the counter would keep whole for as long as it
+// counts the key, so that a client sending long request lines under
+// fresh keys had every counter hold one
+// (TestAttackLongRequestLinesHeldByRankings).
+func (s *spaceSaving) add(it Item, h uint64, owned bool) Item {
 	s.total++
 	slot, at := s.find(it, h)
-	switch {
-	case slot != none:
+	if slot != none {
 		s.increment(slot)
+		return s.slots[slot].item
+	}
+	if !owned {
+		it.Key = strings.Clone(it.Key)
+	}
+	switch {
 	case s.n < s.k:
 		slot = int32(s.n)
 		s.n++
@@ -256,6 +271,7 @@ func (s *spaceSaving) add(it Item, h uint64) {
 		s.table[at] = slot + 1
 		s.increment(slot)
 	}
+	return it
 }
 
 // min is the smallest count while every counter is in use (an item

@@ -163,3 +163,65 @@ func TestStatsFleetOfOne(t *testing.T) {
 		t.Errorf("requests: %d admitted, %d rejected; want 6 and 2", sum(s.Requests.Admitted), sum(s.Requests.Rejected))
 	}
 }
+
+// Attack: a report in the store with a time that JSON cannot write (at
+// or started past the year 9999 or before year 0, a ranking's since
+// before year 0, the earliest one the page shows), written by anyone who
+// writes the store. Every process's page reads every
+// report, and json.Marshal refused the whole answer: /v1/stats was a 500
+// on each process of the fleet for as long as the report stayed. Such a
+// report is refused as DecodeReport refuses one beyond its bounds, and
+// the page shows the other processes.
+func TestAttackFleetReportTimeBreaksPage(t *testing.T) {
+	addr := redistest.Server(t)
+	prefix := fmt.Sprintf("fleetattack%d:", time.Now().UnixNano())
+	open := func() *redis.Store {
+		st, err := redis.Open("redis://"+addr+"/0", redis.Options{Clock: sluice.NewManualClock(sluiceEpoch), KeyPrefix: prefix, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	e1, e2 := newFleetEnv(t, func() sluice.Store { return open() }), newFleetEnv(t, func() sluice.Store { return open() })
+	e2.post("/v1/take", `{"rule":"per-user","key":"alice"}`)
+	e1.clk.Advance(time.Second)
+	e2.clk.Advance(time.Second)
+	ctx := context.Background()
+	for _, e := range []*env{e1, e2} {
+		if err := e.gate.PublishFleet(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := open()
+	now := sluiceEpoch.UnixMilli()
+	for i, tc := range []struct{ name, fields string }{
+		{"at past 9999", fmt.Sprintf(`"at":%d,"started":%d`, int64(1)<<62, now)},
+		{"at just past 9999", fmt.Sprintf(`"at":253402300800000,"started":%d`, now)},
+		{"started before 0", fmt.Sprintf(`"at":%d,"started":%d`, now, -int64(1)<<62)},
+		{"since before 0", fmt.Sprintf(`"at":%d,"started":%d,"by_traffic":{"since":%d,"keys":[]}`, now, now, -int64(1)<<40)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprint("crafted-", i)
+			old, _, err := st.LoadValue(ctx, "fleet:roster")
+			if err != nil {
+				t.Fatal(err)
+			}
+			roster := fmt.Sprintf(`{%q:%d,%q:%d,%q:%d}`, e1.gate.ProcessID(), now, e2.gate.ProcessID(), now, id, now)
+			if ok, err := st.CompareAndSwapValue(ctx, "fleet:roster", old, roster, time.Minute); !ok || err != nil {
+				t.Fatalf("roster: %v %v", ok, err)
+			}
+			rep := `{"id":"` + id + `","host":"h",` + tc.fields + `,"requests":[[1],[]]}`
+			if ok, err := st.CompareAndSwapValue(ctx, "fleet:proc:"+id, "", rep, time.Minute); !ok || err != nil {
+				t.Fatalf("report: %v %v", ok, err)
+			}
+			s := getStats(t, e1, "Authorization", "Bearer "+adminToken) // a 500 fails here
+			if len(s.Fleet.Processes) != 2 || s.Fleet.Error != "" {
+				t.Fatalf("fleet: %+v, want the two honest processes", s.Fleet)
+			}
+			if p2 := processOf(t, s, e2.gate.ProcessID()); p2.Admitted != 1 || sum(s.Requests.Admitted) != 1 {
+				t.Errorf("process 2 %+v, fleet admitted %d; want 1 and 1", p2, sum(s.Requests.Admitted))
+			}
+		})
+	}
+}

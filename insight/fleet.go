@@ -27,6 +27,10 @@ const (
 	MaxReportBytes = 256 << 10
 	// maxIDLen bounds a process id.
 	maxIDLen = 128
+	// maxReportMs is the last millisecond of the year 9999, the last a
+	// time is written in JSON (RFC 3339) as: the page's answer holds a
+	// Report's times, and one past it could not be written at all.
+	maxReportMs = 253402300799999
 )
 
 // Report is what one process publishes to its fleet: its requests and
@@ -117,8 +121,9 @@ func (r Report) Encode() (string, error) {
 }
 
 // DecodeReport reads a Report another process published: one larger
-// than MaxReportBytes, or with series or rankings beyond a Report's
-// bounds, is refused (it is not one of ours to trust).
+// than MaxReportBytes, with series or rankings beyond a Report's bounds,
+// or with a time (At, Started, a ranking's Since) before 1970 or past the
+// year 9999, is refused (it is not one of ours to trust).
 func DecodeReport(raw string) (Report, error) {
 	var r Report
 	if len(raw) > MaxReportBytes {
@@ -137,6 +142,13 @@ func DecodeReport(raw string) (Report, error) {
 	if len(r.Rules) > MaxReportRules || len(r.ByRejected.Keys) > MaxReportKeys || len(r.ByTraffic.Keys) > MaxReportKeys ||
 		slices.ContainsFunc(series, func(s []uint64) bool { return len(s) > Window }) {
 		return r, errors.New("a fleet report beyond its bounds")
+	}
+	// Every process's page shows these times, and one that JSON cannot
+	// write made the whole answer fail (TestAttackFleetReportTimeBreaksPage).
+	outside := func(t, most int64) bool { return t < 0 || t > most }
+	if outside(r.At, maxReportMs) || outside(r.Started, maxReportMs) ||
+		outside(r.ByRejected.Since, maxReportMs/1000) || outside(r.ByTraffic.Since, maxReportMs/1000) {
+		return r, errors.New("a fleet report with a time out of range")
 	}
 	return r, nil
 }

@@ -44,7 +44,8 @@ func TestMergeRankingBounds(t *testing.T) {
 }
 
 // TestReportBounds: a report too large drops rules' series to fit, and
-// one read beyond a report's bounds is refused.
+// one read beyond a report's bounds, or with a time out of range, is
+// refused; one at the last millisecond of the year 9999 is read.
 func TestReportBounds(t *testing.T) {
 	big := make([]uint64, Window)
 	for i := range big {
@@ -67,10 +68,18 @@ func TestReportBounds(t *testing.T) {
 		"too large": `{"id":"x","host":"` + strings.Repeat("a", MaxReportBytes) + `"}`,
 		"long":      `{"id":"x","requests":[[` + strings.TrimSuffix(strings.Repeat("1,", Window+1), ",") + `],[]]}`,
 		"not json":  `<x>`,
+		// Times before 1970 or past the year 9999.
+		"at":           `{"id":"x","at":253402300800000}`,
+		"started":      `{"id":"x","started":-1}`,
+		"since":        `{"id":"x","by_rejected":{"since":253402300800}}`,
+		"since before": `{"id":"x","by_traffic":{"since":-9223372036854775808}}`,
 	} {
 		if _, err := DecodeReport(bad); err == nil {
 			t.Errorf("%s: decoded", name)
 		}
+	}
+	if _, err := DecodeReport(`{"id":"x","at":253402300799999,"started":0,"by_traffic":{"since":253402300799}}`); err != nil {
+		t.Errorf("the last times: %v", err)
 	}
 }
 

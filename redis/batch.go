@@ -58,6 +58,19 @@ type batcher struct {
 	maxOps      int
 	stop        chan struct{}
 	wg          sync.WaitGroup
+	// err answers the calls that find the batcher closed; it is set, once
+	// (closeOnce), before stop is closed.
+	err       error
+	closeOnce sync.Once
+	// entry is held, shared, by the callers putting a call in q, and
+	// taken by close before it empties q, so that no call is put there
+	// after: a call queued once the writers had gone would wait for an
+	// answer that never comes. closed is under entry.
+	entry  sync.RWMutex
+	closed bool
+	// retire is the timer that closes the batcher of a primary gone from
+	// the Cluster's slot table (Store.retire); under Store.batchMu.
+	retire *time.Timer
 }
 
 // call is one caller's groups, waiting for a writer.
@@ -97,8 +110,14 @@ const (
 	callAbandoned
 )
 
-// errClosed answers the calls that find the batcher closed.
-var errClosed = errors.New("redis store closed")
+// errClosed answers the calls that find the store's batcher closed, and
+// errRetired, wrapped with the node's address, those that find the
+// batcher of a primary gone from the Cluster's slot table closed (see
+// Store.retire). Neither call reached Redis.
+var (
+	errClosed  = errors.New("redis store closed")
+	errRetired = errors.New("redis store: the node left the Cluster's slot table before the call was sent")
+)
 
 // errUnsent is returned, wrapped with the context's error, for a call
 // whose deadline passed while it waited in this process for a writer or
@@ -115,9 +134,44 @@ func newBatcher(writers, maxOps int, timeout time.Duration, pad string, exec fun
 	return b
 }
 
-func (b *batcher) close() {
-	close(b.stop)
-	b.wg.Wait()
+// close closes b as the store closes.
+func (b *batcher) close() { b.closeWith(errClosed) }
+
+// closeWith stops b's writers and answers err to every call not sent:
+// those queued now, and those that come later. Only the first close of b
+// counts; a later one waits for it to be done.
+func (b *batcher) closeWith(err error) {
+	b.closeOnce.Do(func() {
+		b.err = err
+		close(b.stop) // wakes the writers, and the callers waiting for room in q
+		b.entry.Lock()
+		b.closed = true
+		b.entry.Unlock()
+		// No call is put in q from here on. The calls a writer takes are
+		// answered by it; the rest, now.
+	drain:
+		for {
+			select {
+			case c := <-b.q:
+				c.state.CompareAndSwap(callWaiting, callAbandoned)
+				c.err = err
+				c.finish()
+			default:
+				break drain
+			}
+		}
+		b.wg.Wait()
+	})
+}
+
+// stopped reports whether b is closed.
+func (b *batcher) stopped() bool {
+	select {
+	case <-b.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // do runs c's groups in some batch and returns their replies. The
@@ -127,7 +181,12 @@ func (b *batcher) close() {
 // deadline that counted it would read a busy process as a failed store.
 // The wait is bounded all the same: a writer takes every call queued
 // (up to maxOps) into its next batch, and each batch ends by its deadline.
+// A closed batcher (the store's, or a retired primary's) answers b.err
+// to every call it has not sent, at once.
 func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) {
+	if b.stopped() {
+		return nil, b.err
+	}
 	if !b.overlapping.Load() && b.active.Load() == 0 && b.active.CompareAndSwap(0, 1) {
 		b.sizes(len(keys))
 		full := make([]string, 0, len(args)+1)
@@ -143,18 +202,9 @@ func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) 
 	}
 	c := calls.Get().(*call)
 	c.ctx, c.keys, c.args = ctx, keys, args
-	select {
-	case b.q <- c:
-	default:
-		select {
-		case b.q <- c:
-		case <-ctx.Done():
-			c.recycle()
-			return nil, fmt.Errorf("%w: %w", errUnsent, ctx.Err())
-		case <-b.stop:
-			c.recycle()
-			return nil, errClosed
-		}
+	if err := b.enqueue(ctx, c); err != nil {
+		c.recycle()
+		return nil, err
 	}
 	// A caller with a deadline waits for its answer or the expiry, and asks
 	// for Done only once that has woken it; one without waits on Done.
@@ -186,6 +236,28 @@ func (b *batcher) do(ctx context.Context, keys, args []string) ([]int64, error) 
 			return nil, fmt.Errorf("%w: %w", errUnsent, ctx.Err())
 		}
 		return nil, ctx.Err()
+	}
+}
+
+// enqueue puts c in q for a writer, unless b is closed or ctx ends first.
+func (b *batcher) enqueue(ctx context.Context, c *call) error {
+	b.entry.RLock()
+	defer b.entry.RUnlock()
+	if b.closed {
+		return b.err
+	}
+	select {
+	case b.q <- c:
+		return nil
+	default:
+	}
+	select {
+	case b.q <- c:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", errUnsent, ctx.Err())
+	case <-b.stop:
+		return b.err
 	}
 }
 
@@ -255,7 +327,8 @@ func (b *batcher) loop() {
 			return
 		}
 		if !b.await() {
-			first.err = errClosed
+			first.state.CompareAndSwap(callWaiting, callAbandoned)
+			first.err = b.err
 			first.finish()
 			return
 		}

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -364,5 +365,41 @@ func TestRunsJoinLoneRequestsWithTheSameArguments(t *testing.T) {
 		"t1", "tb 5 1 1", "1", "", "t1", "tb 5 1 1", "2", "", "R2", "tb 5 1 1", "1", ""}
 	if !slices.Equal(got, want) {
 		t.Fatalf("runs\n got %q\nwant %q", got, want)
+	}
+}
+
+// A batcher retired as its primary left the Cluster's slot table answers
+// every call it has not sent with errRetired, at once, though the script
+// call in flight hangs: the calls queued behind it, and those that reach
+// it later, as a call the old table routed may. None waits for a
+// deadline (these have none), and closing it again as the store closes
+// is harmless (heldBatcher's cleanup).
+func TestRetiredBatcherRefusesCalls(t *testing.T) {
+	b, args, _ := heldBatcher(t)
+	const n = 10
+	errs := make(chan error, n+1)
+	for i := range n {
+		go func() {
+			_, err := b.do(context.Background(), []string{strconv.Itoa(i)}, args)
+			errs <- err
+		}()
+	}
+	// One taken by the writer, waiting for the place the hung call holds;
+	// the rest queued.
+	waitFor(t, func() bool { return len(b.q) == n-1 })
+	b.closeWith(fmt.Errorf("node 10.0.0.1:6379: %w", errRetired))
+	go func() {
+		_, err := b.do(context.Background(), []string{"late"}, args)
+		errs <- err
+	}()
+	for range n + 1 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, errRetired) {
+				t.Fatalf("a call to a retired batcher got %v, want errRetired", err)
+			}
+		case <-time.After(time.Minute): // only ends a build that would wait for ever
+			t.Fatal("calls to a retired batcher still wait")
+		}
 	}
 }

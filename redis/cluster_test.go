@@ -449,6 +449,187 @@ func TestClusterFailover(t *testing.T) {
 	}
 }
 
+// A Cluster whose primaries change over and over (here each shard failed
+// over to its replica and back, as repeated failovers or resharding do)
+// keeps batch writers for the primaries it has, not for every primary it
+// has seen: each primary that comes back is a new node with writers of
+// its own, and a gone one's writers exited only at Close, so a
+// long-running process grew by a batcher per change. Once the calls the
+// old table sent them are done, a gone primary's writers exit; the takes
+// running throughout all return.
+func TestClusterTopologyChurnRetiresBatchers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("failovers take seconds")
+	}
+	url := clusterURL(t)
+	shared.mu.Lock()
+	srvs := shared.clusterSrvs
+	shared.mu.Unlock()
+	if srvs == nil {
+		t.Skip("failovers need the test's own cluster, not SLUICE_REDIS_CLUSTER_URL")
+	}
+	var addrs []string
+	for _, sv := range srvs {
+		addrs = append(addrs, sv.Addr())
+	}
+	s := open(t, url, redis.Options{Timeout: 100 * time.Millisecond, NoOverLimitCache: true, BreakerBackoff: 50 * time.Millisecond})
+	lim := uniqueLimit(t, sluice.Spec{Name: "churn", TokensPerSecond: 1e6, Burst: 1e6})
+	// A key on each primary, and its slot.
+	owner := slotOwners(addrs[0])
+	var keys []string
+	var slots []uint16
+	seen := map[string]bool{}
+	for i := 0; len(keys) < 3; i++ {
+		if i > 10_000 {
+			t.Fatalf("no key found on every primary (%d found)", len(keys))
+		}
+		k := "k" + strconv.Itoa(i)
+		slot := slotOf(t, s.Client(), lim.StorageKey(k))
+		if o := owner(slot); o != "" && !seen[o] {
+			seen[o] = true
+			keys, slots = append(keys, k), append(slots, slot)
+		}
+	}
+	if err := redis.RefreshSlots(s); err != nil {
+		t.Fatal(err)
+	}
+	base := redis.Batchers(s) // the fallback's and the primaries'
+
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var answered, failed atomic.Int64
+	for range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: keys[i%len(keys)]})
+				if err == nil {
+					answered.Add(1)
+				} else {
+					if sluice.IsInputError(err) {
+						t.Errorf("store failure reported as input error: %v", err)
+					}
+					failed.Add(1)
+				}
+				time.Sleep(time.Millisecond) // pacing the takes on a small machine, not waiting for tokens
+			}
+		})
+	}
+
+	// Each shard over to its replica, then back, which leaves the Cluster
+	// as it was for the tests that follow. No node wins two elections
+	// here: one that won within twice the node timeout can read a new
+	// request as that election, already won, and stay a replica (it is
+	// asked again then, while its primary holds writes for the failover).
+	failovers := 0
+	for range 2 {
+		for _, slot := range slots {
+			primary := nodeForSlot(addrs, slot)
+			replica := waitReplicaOf(t, primary)
+			for deadline, asked := time.Now().Add(time.Minute), (time.Time{}); !slotServedBy(addrs, slot, replica); {
+				if time.Now().After(deadline) {
+					out, _ := redistest.CLI(replica, "CLUSTER", "NODES")
+					t.Fatalf("the nodes do not all name %s the primary of slot %d after its failover; its CLUSTER NODES:\n%s", replica, slot, out)
+				}
+				if time.Since(asked) > 6*time.Second {
+					if out, err := redistest.CLI(replica, "CLUSTER", "FAILOVER"); err != nil || !strings.Contains(out, "OK") {
+						t.Fatalf("CLUSTER FAILOVER on %s: %q, %v", replica, out, err)
+					}
+					asked = time.Now()
+				}
+				time.Sleep(50 * time.Millisecond) // waiting for the cluster, not for tokens
+			}
+			failovers++
+			if err := redistest.WaitClusterOK(addrs, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			// What a failed call does, at most once per backoff: a manual
+			// failover fails none (rueidis follows the MOVED).
+			if err := redis.RefreshSlots(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	for deadline := time.Now().Add(30 * time.Second); redis.Batchers(s) > base; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d batchers after %d failovers, want %d (the fallback's and one per primary): a gone primary's writers run until Close", redis.Batchers(s), failovers, base)
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for the retirement, not for tokens
+	}
+	close(stop)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute): // only ends a build that would hang
+		t.Fatal("takes still wait after the failovers")
+	}
+	for _, k := range keys {
+		if _, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: lim, Key: k}); err != nil {
+			t.Fatalf("take of %s after the failovers: %v", k, err)
+		}
+	}
+	t.Logf("%d failovers: %d takes answered, %d failed", failovers, answered.Load(), failed.Load())
+}
+
+// waitReplicaOf waits until the primary at addr has a replica, and
+// returns its address: after a failover, the old primary serves no slot
+// for a moment before it follows the new one.
+func waitReplicaOf(t *testing.T, addr string) string {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if r := replicaOf(addr); r != "" {
+			return r
+		}
+		if time.Now().After(deadline) {
+			out, _ := redistest.CLI(addr, "CLUSTER", "NODES")
+			t.Fatalf("no replica of %s:\n%s", addr, out)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for the cluster, not for tokens
+	}
+}
+
+// replicaOf is the address of a replica of the primary at addr, from its
+// CLUSTER NODES ("" when it names none).
+func replicaOf(addr string) string {
+	out, err := redistest.CLI(addr, "CLUSTER", "NODES")
+	if err != nil {
+		return ""
+	}
+	var self string
+	lines := strings.Split(out, "\n")
+	for _, line := range lines {
+		if f := strings.Fields(line); len(f) > 2 && strings.Contains(f[2], "myself") {
+			self = f[0]
+		}
+	}
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if len(f) > 3 && strings.Contains(f[2], "slave") && !strings.Contains(f[2], "fail") && f[3] == self {
+			node, _, _ := strings.Cut(f[1], "@")
+			return node
+		}
+	}
+	return ""
+}
+
+// slotServedBy reports whether every node of addrs names primary the
+// primary of slot.
+func slotServedBy(addrs []string, slot uint16, primary string) bool {
+	for _, a := range addrs {
+		if slotOwners(a)(slot) != primary {
+			return false
+		}
+	}
+	return true
+}
+
 // takeThroughFailover takes from lim's key "k" in 8 goroutines while
 // victim, the primary of the key's slot, is killed, and fails unless the
 // takes are answered again within a minute.

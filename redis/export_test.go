@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 
 	"github.com/sluicehq/sluice"
@@ -40,4 +41,24 @@ func JoinRuns(calls [][]string) []string {
 // batch.
 func Script(ctx context.Context, s *Store, keys, args []string) ([]int64, error) {
 	return s.exec(ctx, keys, append([]string{"0"}, args...))
+}
+
+// Batchers is the number of s's batchers not retired: the fallback
+// node's and the Cluster primaries'. A retired one is counted until its
+// writers have exited.
+func Batchers(s *Store) int {
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
+	return len(s.batches)
+}
+
+// RefreshSlots reads the Cluster's slot table into s now, as a failed
+// call makes it do (at most once per backoff), after any refresh in
+// flight.
+func RefreshSlots(s *Store) error {
+	for !s.nodes.busy.CompareAndSwap(false, true) {
+		runtime.Gosched()
+	}
+	defer s.nodes.busy.Store(false)
+	return s.nodes.refresh()
 }

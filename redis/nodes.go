@@ -43,9 +43,12 @@ type nodes struct {
 	// table is the Cluster's slot owners (nil until first read).
 	table atomic.Pointer[slotTable]
 	// newNode makes the breaker of a primary seen for the first time;
-	// gone tells the observer of a primary that no longer owns slots.
+	// gone tells the observer of a primary that no longer owns slots, and
+	// retire is given its node, which no call finds from then on but those
+	// the old table sent there (a primary that comes back is a new node).
 	newNode func(addr string) *node
 	gone    func(addr string)
+	retire  func(n *node)
 	fetch   func(ctx context.Context) (map[string][][2]int64, error)
 	timeout time.Duration
 	// gap is the least time between two refreshes, in nanoseconds; last
@@ -134,9 +137,10 @@ func (ns *nodes) refresh() error {
 	}
 	slices.SortFunc(t.primaries, func(a, b *node) int { return cmp.Compare(a.addr, b.addr) })
 	ns.table.Store(t)
-	for addr := range known {
+	for addr, n := range known {
 		if _, ok := groups[addr]; !ok {
 			ns.gone(addr)
+			ns.retire(n)
 		}
 	}
 	if covered == clusterSlots {
@@ -239,13 +243,14 @@ func (s *Store) call(ctx context.Context, key string, f func(ctx context.Context
 
 // done records a call to n that went through allow: err nil is a
 // success; an error counts against n unless ctx's own end (the caller gave
-// up) or a call that never left this process caused it.
+// up) or a call that never left this process caused it (a deadline that
+// passed before it was sent, a primary retired from under it).
 func (s *Store) done(ctx context.Context, n *node, err error) {
 	if err == nil {
 		n.br.Done(true)
 		return
 	}
-	if ctx.Err() == nil && !errors.Is(err, errUnsent) {
+	if ctx.Err() == nil && !errors.Is(err, errUnsent) && !errors.Is(err, errRetired) {
 		n.br.Done(false)
 		s.nodes.suspect()
 	} else {

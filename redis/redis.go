@@ -198,9 +198,14 @@ type Store struct {
 	pad     string
 	nodes   *nodes
 	cache   *overLimit
-	// batches are the batch writers of every node made (node.batch).
-	batchMu sync.Mutex
-	batches []*batcher
+	// batches are the batch writers of every node made (node.batch) but
+	// those retired; closed says that Close has begun, after which none is
+	// made or retired. retireAfter is how long a retired node's writers
+	// go on answering the calls the old slot table sent them.
+	batchMu     sync.Mutex
+	batches     []*batcher
+	closed      bool
+	retireAfter time.Duration
 	// stopDrops ends the subscription that keeps cache in step with the
 	// other stores (see drops.go); dropsDone is closed when it has.
 	stopDrops context.CancelFunc
@@ -234,6 +239,9 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 		epoch:   time.Now(),
 		pad:     "0",
 		obs:     obs,
+		// A call the old table sent is in flight for at most Timeout; one
+		// waiting for a place behind such calls, about a Timeout more.
+		retireAfter: 2 * opts.Timeout,
 	}
 	if opts.Clock != nil {
 		// Test clocks jump far ahead of real time; keys must outlive the
@@ -257,12 +265,17 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 				n.batch.slotOf, n.batch.multi = s.slotOf, s.execMulti
 			}
 			s.batchMu.Lock()
-			s.batches = append(s.batches, n.batch)
+			if s.closed {
+				// A refresh begun as the store closed: its writers stop now.
+				n.batch.close()
+			} else {
+				s.batches = append(s.batches, n.batch)
+			}
 			s.batchMu.Unlock()
 		}
 		return n
 	}
-	s.nodes = &nodes{fallback: newNode(""), cluster: s.cluster, newNode: newNode, gone: obs.BreakerRemoved, timeout: opts.Timeout, gap: int64(opts.BreakerBackoff)}
+	s.nodes = &nodes{fallback: newNode(""), cluster: s.cluster, newNode: newNode, gone: obs.BreakerRemoved, retire: s.retire, timeout: opts.Timeout, gap: int64(opts.BreakerBackoff)}
 	if s.cluster {
 		s.nodes.fetch = clusterSlotsOf(client)
 		// Read now, so that the first failures count against their own
@@ -292,6 +305,35 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// retire closes the batch writers of n, a Cluster primary gone from the
+// slot table (a failover, a resharding, a node removed), once retireAfter
+// has passed: the calls the old table sent there have had their script
+// call's deadline by then, and one still waiting, or one that reaches
+// them later, is refused (errRetired) rather than left waiting. Without it every primary the store ever saw would keep
+// its writers until Close, and a Cluster whose primaries change over and
+// over would make the process grow without bound
+// (TestClusterTopologyChurnRetiresBatchers).
+func (s *Store) retire(n *node) {
+	b := n.batch
+	if b == nil {
+		return
+	}
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
+	if s.closed || b.retire != nil {
+		return
+	}
+	err := fmt.Errorf("node %s: %w", n.addr, errRetired)
+	b.retire = time.AfterFunc(s.retireAfter, func() {
+		b.closeWith(err)
+		s.batchMu.Lock()
+		if i := slices.Index(s.batches, b); i >= 0 {
+			s.batches = slices.Delete(s.batches, i, i+1)
+		}
+		s.batchMu.Unlock()
+	})
+}
+
 // Close stops the batch writers and, if the store opened its client,
 // closes it.
 func (s *Store) Close() error {
@@ -299,12 +341,22 @@ func (s *Store) Close() error {
 		s.stopDrops()
 		<-s.dropsDone
 	}
-	s.nodes.wait() // no node is made after
+	// A refresh in flight ends first; one that a call begins later finds
+	// the store closed (newNode, retire).
+	s.nodes.wait()
 	s.batchMu.Lock()
-	for _, b := range s.batches {
+	s.closed = true
+	bs := s.batches
+	s.batches = nil // a retire timer that fires now finds nothing to remove
+	s.batchMu.Unlock()
+	for _, b := range bs {
+		if b.retire != nil {
+			b.retire.Stop()
+		}
+		// A batcher whose retire timer has fired is closed once, by
+		// whichever comes first; the other waits for it.
 		b.close()
 	}
-	s.batchMu.Unlock()
 	if s.owned {
 		s.client.Close()
 	}

@@ -46,6 +46,8 @@ func TestClusterTakeAllRefund(t *testing.T) {
 		uniqueLimit(t, sluice.Spec{Name: "ref-fw", Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Second, Start: &start}),
 		uniqueLimit(t, sluice.Spec{Name: "ref-sl", Algorithm: sluice.SlidingLog, Rate: 4, Period: time.Second}),
 		uniqueLimit(t, sluice.Spec{Name: "ref-tb2", TokensPerSecond: 1, Burst: 3}),
+		uniqueLimit(t, sluice.Spec{Name: "ref-sw", Algorithm: sluice.SlidingWindow, Rate: 4, Period: time.Second}),
+		uniqueLimit(t, sluice.Spec{Name: "ref-cw", Algorithm: sluice.FixedWindow, Rate: 4, Calendar: sluice.CalendarDay}),
 	}
 	var reqs []sluice.Request
 	var keys []string
@@ -1012,5 +1014,84 @@ func TestAttackFailedRollbackAdmitsRejected(t *testing.T) {
 	ds, err := conformance.TakeAll(ctx, s, engine.OpTake, []sluice.Request{{Limit: first, Key: key}, {Limit: gate, Key: gateKey}}, nil)
 	if err != nil || sluice.Combine(ds).Allowed {
 		t.Fatalf("TakeAll past an empty gate whose refund failed: %+v, %v; want rejected, without an error on_store_error would answer", ds, err)
+	}
+}
+
+// TestAttackClusterRollbackRefundsLaterWindow: a Cluster TakeAll that a
+// later slot rejects refunds the slots it charged first, a round trip or
+// two after the charge. A refund counts in the window of its moment, so
+// a charge made in a window's last instant and refunded in the next gave
+// that next window its cost again: a client whose own limit (in a higher
+// slot) refuses it could send requests just before a boundary and have
+// the shared window admit up to twice its capacity after it (a sliding
+// window half as much again). The rollback now tells the refund the
+// window its take counted in, and a window that has ended keeps the
+// charge (capacity lost, never admitted twice).
+func TestAttackClusterRollbackRefundsLaterWindow(t *testing.T) {
+	boundary := time.Date(2031, 3, 14, 0, 0, 0, 0, time.UTC) // a midnight: every window below starts there
+	zero := time.Duration(0)
+	for _, tc := range []struct {
+		name    string
+		spec    sluice.Spec
+		period  time.Duration
+		phantom float64 // charged just before the boundary, then rolled back
+	}{
+		{"fixed_window", sluice.Spec{Name: "rb-fw", Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Second, Start: &zero}, time.Second, 10},
+		{"calendar_day", sluice.Spec{Name: "rb-cw", Algorithm: sluice.FixedWindow, Rate: 10, Calendar: sluice.CalendarDay}, 24 * time.Hour, 10},
+		{"sliding_window", sluice.Spec{Name: "rb-sw", Algorithm: sluice.SlidingWindow, Rate: 10, Period: time.Second}, time.Second, 5},
+		{"calendar_sliding", sluice.Spec{Name: "rb-csw", Algorithm: sluice.SlidingWindow, Rate: 10, Calendar: sluice.CalendarDay, Timezone: "UTC"}, 24 * time.Hour, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := sluice.NewManualClock(boundary.Add(-time.Millisecond))
+			s := open(t, clusterURL(t), redis.Options{Clock: clock, NoOverLimitCache: true})
+			c := s.Client()
+			ctx := context.Background()
+			shared := uniqueLimit(t, tc.spec)
+			gate := uniqueLimit(t, sluice.Spec{Name: "gate", TokensPerSecond: 0.001, Burst: 1})
+			key, gateKey := "", ""
+			for i := 0; key == "" || gateKey == ""; i++ {
+				k := "k" + strconv.Itoa(i)
+				switch {
+				case key == "" && slotOf(t, c, shared.StorageKey(k)) < 4000:
+					key = k
+				case key != "" && slotOf(t, c, gate.StorageKey(k)) > 12000:
+					gateKey = k
+				}
+			}
+			// drain takes one token at a time until the window refuses.
+			drain := func() int {
+				t.Helper()
+				n := 0
+				for ; n < 100; n++ {
+					d, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: shared, Key: key})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !d.Allowed {
+						break
+					}
+				}
+				return n
+			}
+			if _, err := conformance.Take(ctx, s, engine.OpTake, sluice.Request{Limit: gate, Key: gateKey}); err != nil {
+				t.Fatal(err) // the client's own limit is empty
+			}
+			admitted := 0
+			redis.SetBeforeRollback(s, func() {
+				clock.Set(boundary.Add(time.Millisecond))
+				admitted += drain() // the next window, before the refund lands
+			})
+			ds, err := conformance.TakeAll(ctx, s, engine.OpTake, []sluice.Request{{Limit: shared, Key: key, Cost: tc.phantom}, {Limit: gate, Key: gateKey}}, nil)
+			if err != nil || sluice.Combine(ds).Allowed {
+				t.Fatalf("TakeAll past an empty gate: %+v, %v; want rejected", ds, err)
+			}
+			redis.SetBeforeRollback(s, nil)
+			admitted += drain()
+			clock.Set(boundary.Add(tc.period - time.Millisecond))
+			admitted += drain()
+			if capacity := int(shared.Capacity()); admitted > capacity {
+				t.Errorf("the window after the boundary admitted %d, above its capacity %d: a charge of the window before was refunded into it", admitted, capacity)
+			}
+		})
 	}
 }

@@ -49,7 +49,10 @@
 // none. On a Cluster, the keys of one slot go in one script; slots are
 // charged one after another in ascending slot order, and when a later slot
 // rejects, the earlier ones are refunded (the scaled cost added back,
-// capped at full; a sliding log's entry removed). Until the refund lands,
+// capped at full; a sliding log's entry removed; a window's charge taken
+// out of the window it counted in, and left in place once that window
+// has ended, since a refund after the boundary would give the next
+// window the cost again). Until the refund lands,
 // about one round trip, the earlier buckets hold a charge that in the end
 // was not made: a concurrent request may be rejected that would have
 // passed. The error is towards rejecting, never admitting too much. While
@@ -748,14 +751,23 @@ func (s *Store) rollback(ctx context.Context, rs []sluice.Charged, keys []string
 			gk = append(gk, keys[i])
 			reply := g.res[replyWidth*j:]
 			var extra string
+			window := false
 			switch rs[i].Limit.Algorithm() {
-			case sluice.FixedWindow:
+			case sluice.FixedWindow, sluice.SlidingWindow: // calendar windows too
+				window = true
 			case sluice.SlidingLog: // the entry the take added
 				extra = strconv.FormatInt(reply[4], 10)
 			default: // a bucket ("tb"): where the take left it
 				extra = strconv.FormatInt(reply[4], 10) + ":" + strconv.FormatInt(reply[1], 10)
 			}
 			args = appendRequest(args, &rs[i], extra, s.wallNowFor(rs[i].Limit))
+			if window {
+				// The window the take counted in: a refund counts in the
+				// window of its moment, and one that lands after the
+				// boundary would give the next window the cost again
+				// (TestAttackClusterRollbackRefundsLaterWindow).
+				args[len(args)-2] = strconv.FormatInt(rs[i].Cost, 10) + "w" + strconv.FormatInt(reply[4], 10)
+			}
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.timeout)
 		_, err := s.exec(rctx, gk, args)

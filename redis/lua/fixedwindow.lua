@@ -105,10 +105,14 @@ end
 -- sluice.RefundFixedWindow: roll the window forward as a take would, then
 -- give cost back (debt first), capped at the capacity. An absent key is
 -- full and stays absent (nil state). Returns the state, tokens and
--- reset_after.
-local function fw_refund(st, now, cost, cap, wrate, period)
+-- reset_after. since, a Cluster rollback's, is the start of the window
+-- its take counted in: once that window has ended the charge stays, for
+-- a refund counts in the window of its moment, and would give that one
+-- the cost again (TestAttackClusterRollbackRefundsLaterWindow).
+local function fw_refund(st, now, cost, cap, wrate, period, since)
   if not st then return nil, cap, 0 end
   local tokens, start = fw_roll(st, now, cap, wrate, period)
+  if since and start ~= since then cost = 0 end
   if cost >= cap - tokens then tokens = cap else tokens = tokens + cost end
   local reset = 0
   if tokens < cap then reset = start + cdiv(cap - tokens, wrate) * period - now end

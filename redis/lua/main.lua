@@ -15,7 +15,10 @@
 --                "sw capacity period" (a sliding window; period 0: calendar)
 --                "cw capacity 0" (a fixed window on calendar boundaries)
 --   cost         micro-tokens; a reservation (tb, fw) appends "r" and the
---                debt it may leave in micro-tokens: "16000000r4000000"
+--                debt it may leave in micro-tokens: "16000000r4000000";
+--                a Cluster TakeAll's rollback of a window's take (fw, cw,
+--                sw) appends "w" and the start of the window the take
+--                counted in, which its reply gave: "5000000w1700000000000000"
 --   extra        tb: "" but when a Cluster TakeAll is rolled back, the
 --                stamp and tokens its take answered: "1700000000000000:-2000000"
 --                fw: the request key when the offset is hashed, else ""
@@ -34,8 +37,9 @@
 -- each other and run in order, so a batch of unrelated takes is many
 -- groups of one. The reply has five integers per request: allowed, tokens
 -- left (micro-tokens), retry_after, reset_after (microseconds) and the
--- stamp of the state a take left (token buckets) or that an admitted
--- entry got (sliding logs).
+-- stamp of the state a take left (token buckets), that an admitted
+-- entry got (sliding logs) or of the window a take counted in (fw, cw,
+-- sw).
 --
 -- Writes are deferred to the end of the script: a hot key taken by many
 -- groups of one batch is read once and written once.
@@ -182,11 +186,16 @@ local function eval(key, op, now, prev)
     c = {tonumber(carg), false, 0}
     if not c[1] then
       local n, m = string.match(carg, '^(%d+)r(%d+)$')
-      c = {tonumber(n), true, tonumber(m)}
+      if n then
+        c = {tonumber(n), true, tonumber(m)}
+      else
+        n, m = string.match(carg, '^(%d+)w(%-?%d+)$')
+        c = {tonumber(n), false, 0, tonumber(m)}
+      end
     end
     costs[carg] = c
   end
-  local cost, reserve, maxres = c[1], c[2], c[3]
+  local cost, reserve, maxres, since = c[1], c[2], c[3], c[4]
   local alg, cap = l[1], l[2]
   if alg == 'tb' then
     local num, den = l[3], l[4]
@@ -206,27 +215,27 @@ local function eval(key, op, now, prev)
     local wrate, period = l[3], l[4]
     local st = prev(key, alg, cap, cap, wrate, now, period)
     if op == 'r' then
-      local nst, tokens, reset = fw_refund(st, now, cost, cap, wrate, period)
+      local nst, tokens, reset = fw_refund(st, now, cost, cap, wrate, period, since)
       return 1, nst, tokens, 0, reset, 0, alg, cap
     end
     local allowed, nst, tokens, retry, reset = fw_take(st, now, cost, reserve, maxres, cap, wrate, period, l[5], extra)
-    return allowed, nst, tokens, retry, reset, 0, alg, cap
+    return allowed, nst, tokens, retry, reset, nst[2], alg, cap
   elseif alg == 'sw' then
     local st = prev(key, alg, 0)
     if op == 'r' then
-      local nst, tokens, reset = sw_refund(st, now, cost, cap, l[3], extra)
+      local nst, tokens, reset = sw_refund(st, now, cost, cap, l[3], extra, since)
       return 1, nst, tokens, 0, reset, 0, alg, 0
     end
     local allowed, nst, tokens, retry, reset = sw_take(st, now, cost, cap, l[3], extra)
-    return allowed, nst, tokens, retry, reset, 0, alg, 0
+    return allowed, nst, tokens, retry, reset, nst[1], alg, 0
   elseif alg == 'cw' then
     local st = prev(key, alg, cap, cap, 0, now, 0)
     if op == 'r' then
-      local nst, tokens, reset = cw_refund(st, now, cost, cap, extra)
+      local nst, tokens, reset = cw_refund(st, now, cost, cap, extra, since)
       return 1, nst, tokens, 0, reset, 0, alg, cap
     end
     local allowed, nst, tokens, retry, reset = cw_take(st, now, cost, cap, extra)
-    return allowed, nst, tokens, retry, reset, 0, alg, cap
+    return allowed, nst, tokens, retry, reset, nst[2], alg, cap
   end
   local period = l[3]
   local log = prev(key, alg, 0) or {}

@@ -67,7 +67,7 @@ local function sw_roll(st, now, period, bounds)
     if st[1] >= start then count, prev, stamp = st[2], st[3], st[1]
     elseif st[1] >= before then prev = st[2] end
   end
-  return count, prev, sw_weigh(prev, now, start, stop), stamp, start, stop, nxt
+  return count, prev, sw_weigh(prev, now, start, stop), stamp, start, stop, nxt, before
 end
 
 local function sw_reset(count, weighted, now, stop, nxt)
@@ -97,14 +97,21 @@ local function sw_take(st, now, cost, cap, period, bounds)
   return allowed, {stamp, count, prev}, cap - used, retry, sw_reset(count, weighted, now, stop, nxt)
 end
 
--- An absent key has counted nothing: nil state, nothing written.
-local function sw_refund(st, now, cost, cap, period, bounds)
+-- An absent key has counted nothing: nil state, nothing written. since,
+-- a Cluster rollback's, is the start of the window its take counted in:
+-- the charge comes out of that window's count alone, the current one's
+-- or the previous one's, and stays once neither is that window, for a
+-- refund out of a later window's count would let it admit the cost again
+-- (TestAttackClusterRollbackRefundsLaterWindow).
+local function sw_refund(st, now, cost, cap, period, bounds, since)
   if not st then return nil, cap, 0 end
-  local count, prev, weighted, stamp, start, stop, nxt = sw_roll(st, now, period, bounds)
+  local count, prev, weighted, stamp, start, stop, nxt, before = sw_roll(st, now, period, bounds)
   local back = cost
+  if since and since < start then back = 0 end
   if back > count then back = count end
   count = count - back
   back = cost - back
+  if since and (since >= start or since < before) then back = 0 end
   if back > prev then back = prev end
   prev = prev - back
   weighted = sw_weigh(prev, now, start, stop)
@@ -132,9 +139,12 @@ local function cw_take(st, now, cost, cap, bounds)
   return allowed, {tokens, start}, tokens, retry, reset
 end
 
-local function cw_refund(st, now, cost, cap, bounds)
+-- since, a Cluster rollback's, is the start of the window its take
+-- counted in: as fw_refund, the charge of a window that has ended stays.
+local function cw_refund(st, now, cost, cap, bounds, since)
   if not st then return nil, cap, 0 end
   local tokens, start, stop = cw_roll(st, now, cap, bounds)
+  if since and start ~= since then cost = 0 end
   if cost > cap then cost = cap end
   tokens = tokens + cost
   if tokens > cap then tokens = cap end

@@ -70,8 +70,10 @@
 // the clocks read, and a margin (a twentieth of the period, at most
 // 250ms) covers the local clock running slow. A slice's leftovers go
 // back only while a margin remains before that end; later they are
-// dropped. A refund that is delayed into the next window anyway adds at
-// most one slice of the process to it, within the same N x max_slice.
+// dropped, and so is a TakeAll's put-back that finds the next slice on
+// its way, which may be charged to the next window. A refund that is
+// delayed into the next window anyway adds at most one slice of the
+// process to it, within the same N x max_slice.
 //
 // The default max slice, 0.3% of the capacity, keeps three processes
 // within 0.9% of a hot key's exact limit. Keys no process sees HotAfter

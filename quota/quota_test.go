@@ -729,3 +729,78 @@ func TestAttackPutBackDuringTopUpExceedsMaxSlice(t *testing.T) {
 		t.Errorf("the process holds %v tokens of the key, above max_slice %d: the fleet's bound is processes x max_slice", h, maxSlice)
 	}
 }
+
+// A client whose own limit refuses its requests makes a fixed window's
+// slice charge them and then take them back (TakeAll's put-back). One
+// that lands while the key's next slice is on its way, after the
+// window's boundary, was added to that slice: tokens the store counted
+// in the window before were admitted in the next, which then let more
+// than its capacity through with every refund on time.
+func TestAttackPutBackCarriesWindowIntoNext(t *testing.T) {
+	zero := time.Duration(0)
+	clock := sluice.NewManualClock(epoch.Add(500 * time.Millisecond))
+	g := &gated{Store: memory.New(memory.Options{Clock: clock})}
+	global := sluice.MustLimit(sluice.Spec{Name: uniqueName(t, "fw"), Algorithm: sluice.FixedWindow, Rate: 100, Period: time.Second, Start: &zero})
+	own := limitTB(t, 0.001, 1) // the attacker's per-client limit
+	q := quota.New(g, quota.Options{Clock: clock})
+	const maxSlice = 10
+	if err := q.Configure(map[*sluice.Limit]quota.Settings{global: {MaxSlice: maxSlice, HotAfter: 1, Term: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	take := func() bool {
+		t.Helper()
+		d, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: global, Key: "g"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Allowed
+	}
+	// A first slice of 2 tokens, one of them left.
+	if !take() {
+		t.Fatal("the first request refused")
+	}
+	if h := q.Stats()[0].Held; h != 1 {
+		t.Fatalf("the slice holds %v tokens, want 1", h)
+	}
+	if d, err := conformance.Take(ctx, g.Store, engine.OpTake, sluice.Request{Limit: own, Key: "attacker"}); err != nil || !d.Allowed {
+		t.Fatalf("%+v %v", d, err)
+	}
+	// The attacker's request takes the slice's last token, then is held
+	// at the store while its own limit is asked.
+	g.takeAllIn, g.takeAllOut = make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := conformance.TakeAll(ctx, q, engine.OpTake, []sluice.Request{{Limit: global, Key: "g"}, {Limit: own, Key: "attacker"}}, nil)
+		done <- err
+	}()
+	<-g.takeAllIn
+	// The next window: a request finds the slice empty and tops it up
+	// (4 tokens, the size doubled); that take is held at the store.
+	clock.Set(epoch.Add(time.Second + 100*time.Millisecond))
+	g.mu.Lock()
+	g.holdTake = 4 * engine.TokenScale
+	g.mu.Unlock()
+	g.takeIn, g.takeOut = make(chan struct{}), make(chan struct{})
+	topped := make(chan bool, 1)
+	go func() { topped <- take() }()
+	<-g.takeIn
+	// The attacker's own limit refuses it: its token goes back, then the
+	// top-up lands.
+	close(g.takeAllOut)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	close(g.takeOut)
+	admitted := 0
+	if <-topped {
+		admitted++
+	}
+	for range 300 {
+		if take() {
+			admitted++
+		}
+	}
+	if admitted > 100 {
+		t.Errorf("the window after the put-back admitted %d, above its capacity 100: a token counted in the window before was spent in it", admitted)
+	}
+}

@@ -152,8 +152,12 @@ func (ru *rule) topUp(sl *slot, now time.Time, cost int64) int64 {
 	}
 	if ru.window {
 		// Leftovers of a window's slice are not carried into a slice that
-		// the store may charge to the next window: dropped.
+		// the store may charge to the next window: dropped. So are the
+		// charges put back to it meanwhile (a new generation), which
+		// the slice on its way would carry there too
+		// (TestAttackPutBackCarriesWindowIntoNext).
 		ru.discard(sl)
+		sl.gen++
 	}
 	want := min(max(sl.size, cost), ru.most)
 	return want - sl.tokens

@@ -138,6 +138,9 @@ type Gate struct {
 	settle   settleState
 	shaping  shaping  // adaptive rates and queues (adaptive.go, queue.go)
 	guess    *guesses // token guesses per address (guess.go)
+	// layered marks a simple middleware's gate (stacked), whose admitted
+	// requests note until when their charge may be given back.
+	layered bool
 }
 
 // New returns a Gate enforcing p with lim.
@@ -228,6 +231,9 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		defer done()
+		if g.layered {
+			noteRefundable(r, &v, g.lim.Now())
+		}
 		settled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveSettled(next, w, r, &v, in.Body) })
 		g.serveMeasured(settled, w, r, &v)
 	})

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -27,9 +28,14 @@ import (
 // are all or nothing, as one policy's rules are: when an inner one
 // rejects a request, the outer ones give back the token they charged it
 // (a refund, so for the moment between the two the outer bucket holds
-// it). Other middlewares between them do not change that; a Middleware
-// built from a policy file does not take part (put its limits in one
-// policy, which is all or nothing by itself).
+// it). A refund counts at the moment it lands, so a fixed window gives
+// a charge back only while the window it counted in lasts, and a
+// sliding log never (it would take out its newest entry, not the
+// request's): a middleware between two layers that holds a request
+// across a window's end (reading a slow body) would otherwise hand the
+// next window the charge again. Other middlewares between them do not
+// change the rest; a Middleware built from a policy file does not take
+// part (put its limits in one policy, which is all or nothing by itself).
 
 // LimitOption changes a limit that LimitByIP, LimitByHeader or
 // LimitGlobal builds.
@@ -142,7 +148,9 @@ func limitBy(what, key string, n int, per time.Duration, opts []LimitOption) fun
 	if c.lim == nil {
 		c.lim = sluice.New(memory.New(memory.Options{}))
 	}
-	return stacked(New(p, c.lim, c.opts))
+	g := New(p, c.lim, c.opts)
+	g.layered = true
+	return stacked(g)
 }
 
 // A request through stacked simple middlewares (LimitByIP(...)(
@@ -161,6 +169,36 @@ type layerKey struct{}
 type layer struct {
 	passed  atomic.Bool // it passed the request on: it charged
 	refused atomic.Bool // a simple middleware below it did not pass it on
+	// refundBy is until when (Unix nanoseconds on the limiter's clock)
+	// its charge may be given back (noteRefundable).
+	refundBy atomic.Int64
+}
+
+// noteRefundable notes in r's layer until when the charge of v, admitted
+// at now, may be given back: a bucket's at any time, since a refund
+// restores what it took whenever it lands; a fixed window's until the
+// window it counted in ends (ResetAfter: a simple limit's capacity is one
+// window's), since a refund after that counts in the next window and
+// gives it the charge again (TestAttackStackedRefundCarriesIntoNextWindow);
+// a sliding log's never, since a refund takes out the log's newest entry,
+// which by then may be a later request's, and frees room early.
+func noteRefundable(r *http.Request, v *policy.Verdict, now time.Time) {
+	me, _ := r.Context().Value(layerKey{}).(*layer)
+	if me == nil {
+		return
+	}
+	by := int64(math.MaxInt64)
+	for i := range v.Results {
+		res := &v.Results[i]
+		switch res.Match.Request.Limit.Algorithm() {
+		case sluice.TokenBucket, sluice.LeakyBucket:
+		case sluice.FixedWindow:
+			by = min(by, now.Add(res.Decision.ResetAfter).UnixNano())
+		default:
+			by = math.MinInt64
+		}
+	}
+	me.refundBy.Store(by)
 }
 
 // stacked is g.Wrap, all or nothing with the simple middlewares around it.
@@ -174,7 +212,7 @@ func stacked(g *Gate) func(http.Handler) http.Handler {
 			}
 			me.passed.Store(true)
 			next.ServeHTTP(w, r)
-			if me.refused.Load() {
+			if me.refused.Load() && g.lim.Now().UnixNano() < me.refundBy.Load() {
 				g.refund(r)
 			}
 		}))

@@ -322,3 +322,66 @@ func TestAttackStackedSimpleMiddlewaresAllOrNothing(t *testing.T) {
 		t.Fatalf("the fourth admitted request of the key: %d, want 429", w.Code)
 	}
 }
+
+// Attack: stacked simple middlewares give the outer charge back when an
+// inner layer refuses, and a refund counts in the window of its moment. A
+// middleware between the layers that holds a request (reading a body the
+// client trickles) let a client's request, charged to a shared fixed
+// window just before its end, be refused by the client's own spent key
+// after it, and the refund gave the next window the charge again: that
+// window admitted more than its capacity. A fixed window now gives back
+// only inside the window the charge counted in.
+func TestAttackStackedRefundCarriesIntoNextWindow(t *testing.T) {
+	lim, clk := manualLimiter()
+	var h http.Handler
+	slow := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Slow") != "" {
+				// The body arrives a window later, and meanwhile other
+				// clients spend the new window.
+				clk.Advance(time.Minute)
+				for i := range 3 {
+					if w := recordFrom(h, fmt.Sprintf("198.51.100.%d:1", 10+i), "X-Api-Key", fmt.Sprintf("other-%d", i)); w.Code != 200 {
+						t.Errorf("another client's request %d in the new window: %d, want 200\n%s", i, w.Code, dump(w))
+					}
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	h = httpgate.LimitGlobal(3, time.Minute, httpgate.WithLimiter(lim), httpgate.WithAlgorithm(sluice.FixedWindow))(
+		slow(httpgate.LimitByHeader("X-Api-Key", 1, time.Hour, httpgate.WithLimiter(lim))(hello)))
+	if w := recordFrom(h, "198.51.100.7:1", "X-Api-Key", "spent"); w.Code != 200 {
+		t.Fatalf("the key's one request: %d\n%s", w.Code, dump(w))
+	}
+	if w := recordFrom(h, "198.51.100.7:1", "X-Api-Key", "spent", "X-Slow", "1"); w.Code != 429 {
+		t.Fatalf("the spent key's slow request: %d, want 429 from its own limit\n%s", w.Code, dump(w))
+	}
+	if w := recordFrom(h, "198.51.100.20:1", "X-Api-Key", "fresh"); w.Code != 429 {
+		t.Fatalf("a fourth request in a window of 3: %d, want 429: the refund of the last window's charge landed in this one\n%s", w.Code, dump(w))
+	}
+	// Inside one window the outer charge is still given back.
+	clk.Advance(time.Minute)
+	for range 5 {
+		recordFrom(h, "198.51.100.7:1", "X-Api-Key", "spent")
+	}
+	for i := range 3 {
+		if w := recordFrom(h, "198.51.100.30:1", "X-Api-Key", fmt.Sprintf("late-%d", i)); w.Code != 200 {
+			t.Fatalf("request %d of 3 after the spent key's refusals in the same window: %d, want 200\n%s", i, w.Code, dump(w))
+		}
+	}
+}
+
+// A sliding log outside a refusing layer keeps its charge: a refund takes
+// out the log's newest entry, by then perhaps a later request's, which
+// would free room before the refused request's own entry expires.
+func TestStackedSlidingLogKeepsCharge(t *testing.T) {
+	lim, _ := manualLimiter()
+	h := httpgate.LimitGlobal(2, time.Minute, httpgate.WithLimiter(lim), httpgate.WithAlgorithm(sluice.SlidingLog))(
+		httpgate.LimitByHeader("X-Api-Key", 1, time.Hour, httpgate.WithLimiter(lim))(hello))
+	for i, want := range []int{200, 429, 429} {
+		if w := recordFrom(h, "198.51.100.7:1", "X-Api-Key", []string{"spent", "spent", "fresh"}[i]); w.Code != want {
+			t.Fatalf("request %d: %d, want %d\n%s", i, w.Code, want, dump(w))
+		}
+	}
+}

@@ -3,7 +3,9 @@ package quota_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -437,6 +439,49 @@ func TestAttackManyKeysBoundSlices(t *testing.T) {
 	if st.Keys > 100 || st.Held > 100*50 || st.Taken > 100 {
 		t.Errorf("after 5000 made-up keys: %d keys followed, %d slices taken, %v tokens held; want at most 100 keys and their slices", st.Keys, st.Taken, st.Held)
 	}
+}
+
+// Attack: a key read from a query parameter is a piece of the request
+// line (up to max_header_bytes). The keys a rule follows were kept as
+// they came, so each of up to MaxKeys followed keys kept a whole line:
+// fresh keys with padded queries had one process hold MaxKeys x 64 KiB.
+// A followed key is a copy of its own.
+func TestAttackLongRequestLinesHeldByFollowedKeys(t *testing.T) {
+	clock := sluice.NewManualClock(epoch)
+	mem := memory.New(memory.Options{Clock: clock})
+	lim := limitTB(t, 1000, 1000)
+	q := quota.New(mem, quota.Options{Clock: clock, MaxKeys: 10_000})
+	if err := q.Configure(map[*sluice.Limit]quota.Settings{lim: {MaxSlice: 50, HotAfter: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	pad := strings.Repeat("x", 64<<10)
+	before := heap()
+	const n = 2000
+	for i := range n {
+		// As net/http makes it: the key, a piece of one string of the
+		// request line.
+		line := "GET /v1/items?api_key=k" + strconv.Itoa(i) + "&pad=" + pad + " HTTP/1.1"
+		start := strings.Index(line, "k")
+		key := line[start : start+strings.IndexByte(line[start:], '&')]
+		if _, err := conformance.Take(ctx, q, engine.OpTake, sluice.Request{Limit: lim, Key: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := q.Stats()[0]; st.Keys < n/2 {
+		t.Fatalf("%d keys followed, want most of %d: the test no longer reaches the followed keys", st.Keys, n)
+	}
+	// The followed keys' own slots, against n x 64 KiB (125 MiB) when each
+	// kept its line.
+	if grew := int64(heap()) - int64(before); grew > 16<<20 {
+		t.Errorf("%d followed keys hold %d MiB; want at most 16 MiB", n, grew>>20)
+	}
+	runtime.KeepAlive(q)
 }
 
 // A request that costs more than the max slice never makes a slice of

@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,7 +98,10 @@ func (ru *rule) local(ctx context.Context, s *Store, key string, cost int64) (a 
 		}
 		if sl == nil {
 			sl = &slot{size: ru.least, termStart: now}
-			ru.keys[key] = sl
+			// A copy: a key may be a piece of a request line (a query
+			// parameter), which the map would keep whole for as long as
+			// it follows the key (TestAttackLongRequestLinesHeldByFollowedKeys).
+			ru.keys[strings.Clone(key)] = sl
 		}
 		if !counted {
 			counted = true

@@ -30,8 +30,10 @@ func (l *loader) settleFrom(o *obj, v *variant, spec *sluice.Spec) {
 		var err error
 		if sf, err = settle.Parse(s); err != nil {
 			l.errf(n, join(o.path, "settle_from"), "%v", err)
-		} else if spec.Algorithm == sluice.SlidingWindow || spec.Calendar != 0 {
-			l.errf(n, join(o.path, "settle_from"), "a sliding window or a calendar period keeps no debt, so what a response reports beyond its window would be forgiven: settle on a token bucket, or on a fixed window whose period is a duration")
+		} else if spec.Algorithm == sluice.SlidingWindow || spec.Algorithm == sluice.SlidingLog || spec.Calendar != 0 {
+			// Each forgives what a request used beyond its window at the
+			// window's end (TestAttackSettleOvershootForgivenOnSlidingLog).
+			l.errf(n, join(o.path, "settle_from"), "a sliding window, a sliding log or a calendar period keeps no debt, so what a response reports beyond its window would be forgiven: settle on a token bucket, or on a fixed window whose period is a duration")
 		}
 	}
 	needs := func(field string) string {

@@ -208,46 +208,62 @@ func TestAttackSettleOvershootForgivenOnBillingWindows(t *testing.T) {
 		"calendar month": {"fixed_window", `{rate: 100, period: month, timezone: UTC, cost_source: "body:max_tokens", settle_from: "body:usage.total_tokens"}`},
 		"sliding window": {"sliding_window", `{rate: 100, period: 720h, cost_source: "body:max_tokens", settle_from: "body:usage.total_tokens"}`},
 	} {
-		t.Run(name, func(t *testing.T) {
-			cfg := "rules:\n  - name: budget\n    limit_keys: [\"header:x-api-key\"]\n    algorithm: " + alg[0] + "\n    algorithm_config: " + alg[1] + "\n"
-			p, err := policy.Parse("test.yaml", []byte(cfg))
-			if err != nil {
-				if !strings.Contains(err.Error(), "settle_from") {
-					t.Fatalf("parse: %v", err)
-				}
-				return // refused: settle on a token bucket or a fixed window
-			}
-			_, lim, err := p.FindLimit("budget")
+		t.Run(name, func(t *testing.T) { overshootForgiven(t, alg[0], alg[1]) })
+	}
+}
+
+// TestAttackSettleOvershootForgivenOnSlidingLog: a sliding log keeps no
+// debt either (Limit.SettleDebt is 0 there): its entries leave the log
+// at the window's end whatever the request went on to use, so a client
+// declaring max_tokens 1 and using 1,000 was charged at most the log's
+// 100 a window and forgiven the rest, the attack the loader already
+// refuses on a sliding window, month after month.
+func TestAttackSettleOvershootForgivenOnSlidingLog(t *testing.T) {
+	overshootForgiven(t, "sliding_log", `{rate: 100, period: 720h, cost_source: "body:max_tokens", settle_from: "body:usage.total_tokens"}`)
+}
+
+// overshootForgiven runs the billing-window attack on a rule of
+// algorithm alg with algorithm_config cfg: the loader refuses it, or
+// nothing a request used beyond its estimate is forgiven over 12 windows.
+func overshootForgiven(t *testing.T, alg, algCfg string) {
+	t.Helper()
+	cfg := "rules:\n  - name: budget\n    limit_keys: [\"header:x-api-key\"]\n    algorithm: " + alg + "\n    algorithm_config: " + algCfg + "\n"
+	p, err := policy.Parse("test.yaml", []byte(cfg))
+	if err != nil {
+		if !strings.Contains(err.Error(), "settle_from") {
+			t.Fatalf("parse: %v", err)
+		}
+		return // refused: settle on a token bucket or a fixed window
+	}
+	_, lim, err := p.FindLimit("budget")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := sluice.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := sluice.New(memory.New(memory.Options{Clock: clk}))
+	ctx := context.Background()
+	var used, forgiven float64
+	admitted := 0
+	for month := 0; month < 12; month++ {
+		req := sluice.Request{Limit: lim, Key: "attacker", Cost: 1}
+		d, err := l.Take(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+			s, err := l.Settle(ctx, req, 1, 1000)
 			if err != nil {
 				t.Fatal(err)
 			}
-			clk := sluice.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			l := sluice.New(memory.New(memory.Options{Clock: clk}))
-			ctx := context.Background()
-			var used, forgiven float64
-			admitted := 0
-			for month := 0; month < 12; month++ {
-				req := sluice.Request{Limit: lim, Key: "attacker", Cost: 1}
-				d, err := l.Take(ctx, req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d.Allowed {
-					admitted++
-					s, err := l.Settle(ctx, req, 1, 1000)
-					if err != nil {
-						t.Fatal(err)
-					}
-					used += 1000
-					forgiven += s.Forgiven
-				}
-				clk.Set(time.Date(2026, time.Month(month+2), 1, 0, 0, 1, 0, time.UTC))
-			}
-			if forgiven > 0 {
-				t.Errorf("%d requests admitted over 12 windows of 100 tokens used %v tokens; settlement forgave %v of them (Limit.SettleDebt() = %v), want the overshoot carried as debt",
-					admitted, used, forgiven, lim.SettleDebt())
-			}
-		})
+			used += 1000
+			forgiven += s.Forgiven
+		}
+		clk.Set(time.Date(2026, time.Month(month+2), 1, 0, 0, 1, 0, time.UTC))
+	}
+	if forgiven > 0 {
+		t.Errorf("%d requests admitted over 12 windows of 100 tokens used %v tokens; settlement forgave %v of them (Limit.SettleDebt() = %v), want the overshoot carried as debt",
+			admitted, used, forgiven, lim.SettleDebt())
 	}
 }
 

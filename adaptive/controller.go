@@ -129,7 +129,8 @@ func (c *Controller) Observe(key string, status int, latency time.Duration) {
 // fleet's tally and the state read, stepped and written back with a
 // compare-and-swap, retried on a conflict with another process; when the
 // store fails the step is taken on this process's own state and counts,
-// and the error returned.
+// and the error returned. The store is called until ctx's deadline even
+// once ctx is cancelled: the step is the process's, not its caller's.
 func (c *Controller) Tick(ctx context.Context, now time.Time) error {
 	due := c.due.Load()
 	if now.UnixMicro() < due || !c.busy.CompareAndSwap(false, true) {
@@ -189,6 +190,8 @@ var errConflict = errors.New("the shared rate kept changing; this interval's ste
 // interval already judged is dropped. On a store failure it steps local
 // on counts alone instead.
 func (c *Controller) step(ctx context.Context, cfg *Config, local State, end int64, counts map[uint64]Window, seen int, now time.Time) (State, error) {
+	ctx, cancel := stepContext(ctx)
+	defer cancel()
 	for range conflictRetries {
 		raw, ok, err := c.shared.LoadValue(ctx, c.key)
 		if err != nil {
@@ -235,6 +238,23 @@ func (c *Controller) step(ctx context.Context, cfg *Config, local State, end int
 		}
 	}
 	return local, fmt.Errorf("adaptive %q: %w", c.name, errConflict)
+}
+
+// stepTimeout bounds a step whose caller set no deadline.
+const stepTimeout = 2 * time.Second
+
+// stepContext is ctx without its cancellation, to its deadline (or
+// stepTimeout's): a step is taken by whichever request comes first after
+// an interval, and it reports the whole process's counts, not that
+// request's. On the request's context, a client that hung up as it sent
+// its request (at an interval's end, which every client can compute)
+// failed the step, and this process's keys were left out of the fleet's
+// verdict.
+func stepContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(ctx), dl)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
 }
 
 // publish makes rate the one requests see; c.mu is held.

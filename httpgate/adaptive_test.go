@@ -514,6 +514,59 @@ func TestAttackAdaptiveFleetAttackerOnOneProcess(t *testing.T) {
 	}
 }
 
+// Attack: keep a process's clients out of the fleet's verdict by hanging
+// up. The first request after an interval's end takes the process's step,
+// which reports the interval's counts to the fleet's tally; an attacker
+// sending a request at each interval's end (the boundaries are multiples
+// of the interval, known to all) and hanging up at once had that report
+// run on its request's context, which the hang-up ended: the step failed,
+// the process's counts were dropped, and the fleet judged the attacker's
+// keys on process 2 alone, halving every process's rate each interval.
+// The step is the fleet's, and runs to its deadline whoever takes it.
+func TestAttackAdaptiveHungUpRequestDropsFleetReport(t *testing.T) {
+	addr := redistest.Server(t)
+	clk := sluice.NewManualClock(sluiceEpoch)
+	prefix := fmt.Sprintf("adaptive-hangup%d:", time.Now().UnixNano())
+	gate := func() *httpgate.Gate {
+		st, err := redis.Open("redis://"+addr+"/0", redis.Options{Clock: clk, KeyPrefix: prefix, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		lim := sluice.NewWithOptions(st, sluice.Options{Clock: clk})
+		return httpgate.New(mustPolicy(t, perClientAdaptive), lim, httpgate.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}
+	p1, p2 := gate(), gate()
+	up := blamingUpstream(t)
+	px1, px2 := proxyOf(t, p1, up.URL), proxyOf(t, p2, up.URL)
+	upURL, _ := url.Parse(up.URL)
+	direct1 := p1.Proxy(upURL, httpgate.ProxyOptions{})
+	gone, hangUp := context.WithCancel(context.Background())
+	hangUp()
+	for interval := range 6 {
+		// The client has gone by the time its request is decided.
+		req := httptest.NewRequestWithContext(gone, "GET", "/", nil)
+		req.Header.Set("X-Client", "attacker-1")
+		direct1.ServeHTTP(httptest.NewRecorder(), req)
+		for _, v := range []string{"v1", "v2", "v3", "v4"} {
+			for range 2 {
+				if st, _ := call(t, px1, "/", "", "X-Client", v); st != 200 {
+					t.Fatalf("interval %d: victim %s on process 1: %d", interval, v, st)
+				}
+			}
+		}
+		for _, a := range []string{"attacker-1", "attacker-2"} {
+			for range 5 {
+				call(t, px2, "/", "", "X-Client", a)
+			}
+		}
+		if r := p2.AdaptiveRates()[0].Rate; r < 10 {
+			t.Fatalf("interval %d: the fleet's rate fell to %v: process 1's healthy keys were left out of its verdict", interval, r)
+		}
+		clk.Advance(time.Second)
+	}
+}
+
 // A client that sends Expect: 100-continue has the upstream answer 100
 // as soon as it starts reading the body: that interim answer is not the
 // upstream's answer, so an upstream slow for everyone does not read as

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/deadline"
 )
 
 // Values is a store that keeps small values every process of a fleet
@@ -190,7 +192,13 @@ var errConflict = errors.New("the shared rate kept changing; this interval's ste
 // interval already judged is dropped. On a store failure it steps local
 // on counts alone instead.
 func (c *Controller) step(ctx context.Context, cfg *Config, local State, end int64, counts map[uint64]Window, seen int, now time.Time) (State, error) {
-	ctx, cancel := stepContext(ctx)
+	// A step is taken by whichever request comes first after an
+	// interval, and it reports the whole process's counts, not that
+	// request's: on the request's context, a client that hung up as it
+	// sent its request (at an interval's end, which every client can
+	// compute) failed the step, and this process's keys were left out of
+	// the fleet's verdict.
+	ctx, cancel := deadline.Detached(ctx, stepTimeout)
 	defer cancel()
 	for range conflictRetries {
 		raw, ok, err := c.shared.LoadValue(ctx, c.key)
@@ -242,20 +250,6 @@ func (c *Controller) step(ctx context.Context, cfg *Config, local State, end int
 
 // stepTimeout bounds a step whose caller set no deadline.
 const stepTimeout = 2 * time.Second
-
-// stepContext is ctx without its cancellation, to its deadline (or
-// stepTimeout's): a step is taken by whichever request comes first after
-// an interval, and it reports the whole process's counts, not that
-// request's. On the request's context, a client that hung up as it sent
-// its request (at an interval's end, which every client can compute)
-// failed the step, and this process's keys were left out of the fleet's
-// verdict.
-func stepContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if dl, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(context.WithoutCancel(ctx), dl)
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
-}
 
 // publish makes rate the one requests see; c.mu is held.
 func (c *Controller) publish(rate float64) {

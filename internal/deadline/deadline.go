@@ -52,3 +52,15 @@ func Needed(ctx context.Context, s any, d time.Duration) (end time.Time, ok bool
 type InProcess interface {
 	InProcess() bool
 }
+
+// Detached is ctx without its cancellation, ending at its deadline, or d
+// from now when it has none: for a store call whose effect outlives the
+// caller that makes it (a step a whole process shares, a slot the store
+// may take before the caller hears of it), which a caller that gives up
+// must not cut short after the store has acted. It keeps ctx's values.
+func Detached(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if end, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(ctx), end)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}

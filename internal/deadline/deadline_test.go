@@ -40,3 +40,24 @@ func TestWithTimeout(t *testing.T) {
 		t.Fatalf("longer caller deadline kept: %v", time.Until(dl))
 	}
 }
+
+func TestDetached(t *testing.T) {
+	// A cancelled caller: the detached context lives on, to its deadline.
+	parent, pcancel := context.WithTimeout(context.Background(), time.Hour)
+	want, _ := parent.Deadline()
+	pcancel()
+	ctx, cancel := Detached(parent, time.Second)
+	defer cancel()
+	if ctx.Err() != nil {
+		t.Fatal("the caller's cancellation ended the detached context")
+	}
+	if dl, ok := ctx.Deadline(); !ok || !dl.Equal(want) {
+		t.Fatalf("deadline %v, %v; want the caller's %v", dl, ok, want)
+	}
+	// No caller deadline: one of d.
+	ctx, cancel = Detached(context.Background(), time.Minute)
+	defer cancel()
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > time.Minute {
+		t.Fatalf("no caller deadline: got %v, %v; want a minute from the call", dl, ok)
+	}
+}

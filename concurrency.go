@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/deadline"
 )
 
 // newConcurrency validates and compiles the Spec of a concurrency limit:
@@ -179,13 +180,22 @@ func (s Lease) Reacquire(ctx context.Context) (Decision, error) {
 // a rejected caller decides whether to wait. A request holds one slot
 // (Cost 0 or 1). A store error leaves no slot held by the caller; if the
 // store acquired one before failing to answer, it is freed when its lease
-// ends.
+// ends. The acquire runs to ctx's deadline (or a bound of its own when ctx
+// has none) even once ctx is cancelled, so a caller that gives up while
+// the store decides still gets the slot it was given, to release.
 func (l *Limiter) Acquire(ctx context.Context, r Request) (Lease, Decision, error) {
 	if err := r.keyedSlot(); err != nil {
 		return Lease{}, Decision{}, err
 	}
 	id := engine.NewLeaseID()
-	d, err := l.store.Lease(ctx, engine.OpTake, r, id)
+	// ctx is most often a request's, done when its client hangs up: a
+	// store that had taken the slot answered after the cancellation
+	// into the void, and the slot stayed held under an id no caller had
+	// until its lease ended, so a client hanging up as its request was
+	// decided took a slot per hang-up with none of its own held.
+	sctx, cancel := deadline.Detached(ctx, giveBackTimeout)
+	defer cancel()
+	d, err := l.store.Lease(sctx, engine.OpTake, r, id)
 	if err != nil {
 		return Lease{}, Decision{}, err
 	}

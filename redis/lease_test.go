@@ -3,6 +3,8 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,5 +116,81 @@ func TestAttackHungUpClientKeepsItsSlot(t *testing.T) {
 	}
 	if _, d, err := lim.Acquire(context.Background(), req); err != nil || !d.Allowed {
 		t.Fatalf("the next client's acquire: %+v, %v; want the slot the hung-up client's request released", d, err)
+	}
+}
+
+// Attack: hold a concurrency slot with no request at all, by hanging up
+// while the acquire is on its way. The store takes the slot and answers;
+// an acquire that returned the caller's cancellation instead left a slot
+// held under an id no one was given, until its lease ended: a client
+// capped at its own slots (a per-client rule acquired first, released
+// when the request ends) took one of a global rule's slots per hang-up.
+// The acquire runs to its deadline, so the slot comes back to be
+// released. Redis holds the acquire while writes are paused, so the
+// hang-up lands after Redis has it and before it answers.
+func TestAttackHangUpDuringAcquireHoldsSlot(t *testing.T) {
+	srv := newStandalone(t)
+	url := "redis://" + srv.Addr()
+	lim := sluice.New(open(t, url, redis.Options{}))
+	admin := open(t, url, redis.Options{}).Client()
+	bg := context.Background()
+	cmd := func(args ...string) string {
+		t.Helper()
+		v, err := admin.Do(bg, admin.B().Arbitrary(args...).Build()).ToAny()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return fmt.Sprint(v)
+	}
+	cc := sluice.MustLimit(sluice.Spec{Name: "global", Algorithm: sluice.Concurrency, MaxInFlight: 1, LeaseTerm: time.Hour})
+	req := sluice.Request{Limit: cc, Key: "upstream"}
+	// The script is loaded, as on a server in use (a first EVALSHA is
+	// answered NOSCRIPT, and its EVAL sent only if the caller still waits).
+	if lease, _, err := lim.Acquire(bg, req); err != nil || lease.Release(bg) != nil {
+		t.Fatal(err)
+	}
+	// Calls at once, as a server in use makes them, put the connection in
+	// the mode where a call returns as soon as its caller gives up.
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 20 {
+				lim.Peek(bg, req)
+			}
+		})
+	}
+	wg.Wait()
+	cmd("CLIENT", "PAUSE", "60000", "WRITE")
+	ctx, hangUp := context.WithTimeout(bg, 30*time.Second)
+	type acquired struct {
+		lease sluice.Lease
+		err   error
+	}
+	done := make(chan acquired, 1)
+	go func() {
+		lease, _, err := lim.Acquire(ctx, req)
+		done <- acquired{lease, err}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(cmd("INFO", "clients"), "blocked_clients:1"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the acquire never reached Redis")
+		}
+	}
+	hangUp()
+	var got acquired
+	select {
+	case got = <-done: // the acquire gave up with its caller
+	case <-time.After(100 * time.Millisecond): // it runs on, to its deadline
+	}
+	cmd("CLIENT", "UNPAUSE")
+	if got == (acquired{}) {
+		got = <-done
+	}
+	// What a caller does however its acquire went: release what it holds.
+	if err := got.lease.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, err := lim.Acquire(bg, req); err != nil || !d.Allowed {
+		t.Fatalf("the next client's acquire: %+v, %v; the hung-up caller's acquire (%v) left the only slot held", d, err, got.err)
 	}
 }

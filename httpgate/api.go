@@ -486,6 +486,12 @@ func (g *Gate) decide(w http.ResponseWriter, r *http.Request, op engine.Op) {
 	if op == engine.OpTake {
 		g.record(ctx, &v, in.ClientIP, r.URL.Path)
 	}
+	if r.Context().Err() != nil {
+		// The caller has gone and will never read its leases' ids: the
+		// acquire ran on (see sluice.Limiter.Acquire), and its slots are
+		// given back now rather than held for a lease.
+		v.Release(r.Context())
+	}
 	var out DecisionResponse
 	if single {
 		// One take: the answer is that take's, without its key.

@@ -577,6 +577,20 @@ func TestAttackForgedLeaseFreesNothing(t *testing.T) {
 	wantFields(t, m, map[string]any{"released": true, "remaining": 1})
 }
 
+// A caller of /v1/take that has gone by the time its slot is acquired
+// never reads the lease: the slot is released, not held for lease_ms.
+func TestTakeOfGoneCallerHoldsNoSlot(t *testing.T) {
+	e := newClosedEnv(t, twoSlotRules)
+	gone, hangUp := context.WithCancel(context.Background())
+	hangUp()
+	req := httptest.NewRequestWithContext(gone, "POST", "/v1/take", strings.NewReader(`{"rule":"jobs","key":"k"}`))
+	req.Header.Set("Authorization", "Bearer "+apiToken)
+	e.gate.Handler().ServeHTTP(httptest.NewRecorder(), req)
+	if got := e.slotsFree("jobs", "k"); got != 1 {
+		t.Fatalf("a take whose caller had gone holds its slot (%d free)", got)
+	}
+}
+
 func flip(c byte) string {
 	if c == '0' {
 		return "1"

@@ -465,7 +465,7 @@ func TestAttackQueryPHPMangledName(t *testing.T) {
 // client sent, or begins with it where a proxy appends, so a client that
 // sends a new address with each request gets a fresh bucket each time; the
 // file loaded without a word. Now the loader warns, pointing at
-// ip:address, which reads X-Forwarded-For only from trusted_proxies.
+// ip:address, which reads client_header only from trusted_proxies.
 func TestAttackAddressHeaderKeyMintsBuckets(t *testing.T) {
 	for _, h := range []string{"X-Forwarded-For", "forwarded", "X-Real-IP", "CF-Connecting-IP", "True-Client-IP"} {
 		p := mustParse(t, "rules:\n  - name: per-ip\n    limit_keys: [\"header:"+h+"\"]\n    algorithm_config: {rps: 1, burst: 1}\n")

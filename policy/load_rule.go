@@ -154,7 +154,7 @@ var AddressHeaders = []string{"X-Forwarded-For", "Forwarded",
 // which the client can set to a new value with each request.
 func (l *loader) warnAddressHeader(src source, n *yaml.Node, path string) {
 	if src.kind == srcHeader && slices.Contains(AddressHeaders, src.name) {
-		l.warnf(n, path, "%s is the client's address as the client, or a proxy in front, states it (X-Forwarded-For and Forwarded begin with what the client sent): unless every proxy in front overwrites it, a client sending a new one with each request gets a fresh bucket each time; key on ip:address, which reads X-Forwarded-For only from trusted_proxies", src.text)
+		l.warnf(n, path, "%s is the client's address as the client, or a proxy in front, states it (X-Forwarded-For and Forwarded begin with what the client sent): unless every proxy in front overwrites it, a client sending a new one with each request gets a fresh bucket each time; key on ip:address, which reads client_header (X-Forwarded-For by default) only from trusted_proxies", src.text)
 	}
 }
 

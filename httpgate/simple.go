@@ -42,11 +42,12 @@ import (
 type LimitOption func(*limitConfig)
 
 type limitConfig struct {
-	lim     *sluice.Limiter
-	trusted []netip.Prefix
-	name    string
-	alg     sluice.Algorithm
-	opts    Options
+	lim          *sluice.Limiter
+	trusted      []netip.Prefix
+	clientHeader string
+	name         string
+	alg          sluice.Algorithm
+	opts         Options
 }
 
 // WithLimiter keeps the buckets in lim's store (sluice.New(redisStore) for
@@ -63,6 +64,17 @@ func WithLimiter(lim *sluice.Limiter) LimitOption { return func(c *limitConfig) 
 // the proxy is named here.
 func WithTrustedProxies(prefixes ...netip.Prefix) LimitOption {
 	return func(c *limitConfig) { c.trusted = append(c.trusted, prefixes...) }
+}
+
+// WithClientHeader names the one header in which the trusted proxies
+// (WithTrustedProxies) write the client's address: "X-Forwarded-For" by
+// default, "Forwarded" (its for= parameters) or another comma-separated
+// list such as "X-Real-IP". No other header is read: a proxy passes on
+// the forwarding headers it does not write, so behind one that writes
+// Forwarded, X-Forwarded-For is the client's to fill. A name that is
+// not a header name panics at start-up.
+func WithClientHeader(name string) LimitOption {
+	return func(c *limitConfig) { c.clientHeader = name }
 }
 
 // WithName names the limit in the RateLimit fields, the 429 body and the
@@ -141,6 +153,7 @@ func limitBy(what, key string, n int, per time.Duration, opts []LimitOption) fun
 	}
 	s := policy.DefaultSettings()
 	s.TrustedProxies = c.trusted
+	s.ClientHeader = cmp.Or(c.clientHeader, s.ClientHeader)
 	p, err := policy.FromRules(s, rule)
 	if err != nil {
 		panic("httpgate: " + err.Error())

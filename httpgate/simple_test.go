@@ -117,6 +117,29 @@ func TestLimitByIPTrustedProxy(t *testing.T) {
 	}
 }
 
+// Behind proxies that write Forwarded, WithClientHeader reads that header
+// alone: an X-Forwarded-For the client sent names no address.
+func TestLimitByIPClientHeader(t *testing.T) {
+	lim, _ := manualLimiter()
+	h := httpgate.LimitByIP(1, time.Hour, httpgate.WithLimiter(lim),
+		httpgate.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")), httpgate.WithClientHeader("Forwarded"))(hello)
+	if w := recordFrom(h, "10.0.0.5:443", "Forwarded", "for=198.51.100.1", "X-Forwarded-For", "203.0.113.1"); w.Code != 200 {
+		t.Fatalf("first request: %d", w.Code)
+	}
+	if w := recordFrom(h, "10.0.0.5:443", "Forwarded", "for=198.51.100.1", "X-Forwarded-For", "203.0.113.2"); w.Code != 429 {
+		t.Fatalf("the same client with another X-Forwarded-For: %d, want 429", w.Code)
+	}
+	if w := recordFrom(h, "10.0.0.5:443", "Forwarded", `for="[2001:db8::7]:443"`); w.Code != 200 {
+		t.Fatalf("another client: %d", w.Code)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("WithClientHeader(\"X Real IP\") did not panic")
+		}
+	}()
+	httpgate.LimitByIP(1, time.Hour, httpgate.WithClientHeader("X Real IP"))
+}
+
 // Each header value is a bucket; requests without the header share one.
 func TestLimitByHeader(t *testing.T) {
 	lim, _ := manualLimiter()

@@ -112,8 +112,8 @@ func (c *Controller) Scale() float64 { return c.Config().Scale(c.Rate()) }
 // client's: the rule's key, or its identity): its status and its latency
 // (from when the request was fully sent to the upstream's first byte,
 // never the client's own upload). A status of 0 is a request whose
-// client went away before any answer: it says nothing of the upstream
-// and is not counted.
+// client went away before any answer, or failed to send its body
+// (Measure): it says nothing of the upstream and is not counted.
 func (c *Controller) Observe(key string, status int, latency time.Duration) {
 	if status == 0 {
 		return

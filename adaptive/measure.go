@@ -2,12 +2,14 @@ package adaptive
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,8 +21,12 @@ import (
 // interim 1xx answer). So a client trickling its body, or drawing a 100
 // Continue with its Expect header, is not a slow (or fast) upstream, and
 // an event stream's length says nothing of the upstream's health. status
-// is 0 when the client went away before any answer: nothing is known of
-// the upstream. now is the clock the times are read from.
+// is 0 when the client went away before any answer, or when reading the
+// request's body failed (the client hung up mid-upload, or sent a body
+// that is not HTTP): nothing is known of the upstream, whatever next
+// answered, since a proxy's transport and many handlers answer a body
+// they could not read with a 5xx of their own. now is the clock the
+// times are read from.
 func Measure(next http.Handler, w http.ResponseWriter, r *http.Request, now func() time.Time) (status int, latency time.Duration) {
 	rec := &statusRecorder{ResponseWriter: w, now: now}
 	lt := &latencyTrace{now: now, sent: now()}
@@ -29,10 +35,15 @@ func Measure(next http.Handler, w http.ResponseWriter, r *http.Request, now func
 		GotFirstResponseByte: func() { lt.mark(&lt.first) },
 		Got1xxResponse:       lt.interim,
 	}))
+	var body *bodyEnd
 	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = &bodyEnd{ReadCloser: r.Body, lt: lt}
+		body = &bodyEnd{ReadCloser: r.Body, lt: lt}
+		r.Body = body
 	}
 	next.ServeHTTP(rec, r)
+	if body != nil && body.failed.Load() {
+		return 0, 0
+	}
 	status, at := rec.status, rec.at
 	if status == 0 && r.Context().Err() == nil {
 		status, at = http.StatusOK, now() // net/http's implicit 200
@@ -89,16 +100,25 @@ func (l *latencyTrace) latency(headers time.Time) time.Duration {
 }
 
 // bodyEnd marks when the handler has read the request's body to its end:
-// the client's upload is over.
+// the client's upload is over; or notes that reading it failed, which is
+// the client's doing. The transport reads it on its own goroutine.
 type bodyEnd struct {
 	io.ReadCloser
-	lt *latencyTrace
+	lt     *latencyTrace
+	failed atomic.Bool
 }
 
 func (b *bodyEnd) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		b.lt.mark(&b.lt.sent)
+	case err != nil && !errors.Is(err, http.ErrBodyReadAfterClose):
+		// A read after Close is the reader's doing: a transport
+		// that had the upstream's answer before it sent the whole
+		// body closes it, and that early answer (a 503 shedding
+		// load) is the upstream's.
+		b.failed.Store(true)
 	}
 	return n, err
 }

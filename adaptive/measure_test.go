@@ -8,6 +8,7 @@ import (
 	"net/http/httptrace"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
@@ -50,6 +51,47 @@ func TestMeasureStatus(t *testing.T) {
 		t.Errorf("a client gone before any answer measured status %d, want 0", got)
 	}
 }
+
+// Attack: a client hangs up mid-upload to a handler (or a proxy's
+// transport) that answers the body it could not read with a 5xx of its
+// own, which counted against the upstream. A failed upload is measured
+// as nothing (0); a read after the handler closed the body is the
+// handler's own doing, and its answer (an upstream shedding load before
+// reading the body) counts.
+func TestAttackMeasureFailedUploadIsNotUpstreamError(t *testing.T) {
+	c := newClock()
+	cut := request("")
+	cut.Body = io.NopCloser(io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(io.ErrUnexpectedEOF)))
+	if got, _ := measure(c, func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+		}
+	}, cut); got != 0 {
+		t.Errorf("a failed upload measured status %d, want 0", got)
+	}
+	if got, _ := measure(c, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		r.Body.Close()
+		r.Body.Read(make([]byte, 1))
+	}, httptest.NewRequest("POST", "/", &closable{Reader: strings.NewReader("abc")})); got != http.StatusServiceUnavailable {
+		t.Errorf("an early answer, the body read after close: status %d, want 503", got)
+	}
+}
+
+// closable is a body that, as net/http's, fails a Read after Close.
+type closable struct {
+	io.Reader
+	closed bool
+}
+
+func (c *closable) Read(p []byte) (int, error) {
+	if c.closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	return c.Reader.Read(p)
+}
+
+func (c *closable) Close() error { c.closed = true; return nil }
 
 // Attack: a client trickles its request body, so that the upstream seems
 // slow and the adaptive rate of every client falls. The latency is

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpgate"
+	"github.com/sluicehq/sluice/internal/lockedbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/postgres"
@@ -768,6 +770,183 @@ func TestAttackAdaptiveIPv6AddressesMintKeys(t *testing.T) {
 		}
 		if r := e.gate.AdaptiveRates()[0].Rate; r < start {
 			t.Fatalf("interval %d: the shared rate fell from %v to %v on the addresses of one /64", interval, start, r)
+		}
+		e.clk.Advance(time.Second)
+	}
+}
+
+// hangUpMidUpload sends a POST to addr as client, with a Content-Length
+// of 100 and 3 bytes of it, and hangs up once the upstream has started
+// reading it (reading).
+func hangUpMidUpload(t *testing.T, addr, client string, reading <-chan struct{}) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nX-Client: %s\r\nContent-Length: 100\r\n\r\nabc", client)
+	select {
+	case <-reading:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream never saw the request")
+	}
+	conn.Close()
+}
+
+// Attack: lower the rule's rate, every client's, with requests the
+// upstream never fails. A client that hangs up in the middle of its
+// request body made the transport fail reading it, an unexpected EOF
+// that the proxy answered as a 502 "upstream unreachable", and the
+// adaptive rate counted it as the upstream's failure: two keys doing so
+// each interval halved the rate of the rule (10, 5, 7, 3.5 ...) while the
+// upstream answered everyone else at once. A body the client failed to
+// send is the client's: not counted, not logged as the upstream's.
+func TestAttackAdaptiveUploadHangUpIsNotUpstreamFailure(t *testing.T) {
+	logs := &lockedbuf.Buffer{}
+	e := newEnvOpts(t, mustPolicy(t, perClientAdaptive), nil, func(_ *env, o *httpgate.Options) { o.Logger = newTextLogger(logs) })
+	reading := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.Header.Get("X-Client"), "attacker") {
+			reading <- struct{}{}
+		}
+		io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	proxy := proxyOf(t, e.gate, up.URL)
+	for interval := range 4 {
+		for _, c := range []string{"attacker-1", "attacker-2"} {
+			hangUpMidUpload(t, proxy.Listener.Addr().String(), c, reading)
+			<-proxy.done
+		}
+		if st, _ := call(t, proxy, "/", "", "X-Client", "victim"); st != 200 {
+			t.Fatalf("interval %d: victim: %d", interval, st)
+		}
+		if r := e.gate.AdaptiveRates()[0].Rate; r < 10 {
+			t.Fatalf("interval %d: the rule's rate fell to %v on clients hanging up mid-upload\n%s", interval, r, logs.String())
+		}
+		e.clk.Advance(time.Second)
+	}
+	if l := logs.String(); strings.Contains(l, "upstream unreachable") || strings.Contains(l, "upstream timed out") {
+		t.Errorf("the log blames the upstream for the clients' hang-ups:\n%s", l)
+	}
+}
+
+// Attack: lower the rule's rate, every client's, without even hanging up:
+// a chunked body that is not HTTP made the transport fail reading it, a
+// 502 "upstream unreachable" counted against the upstream. It is the
+// client's: a 400, not counted, not logged as the upstream's.
+func TestAttackAdaptiveBrokenChunkedBodyIsNotUpstreamFailure(t *testing.T) {
+	logs := &lockedbuf.Buffer{}
+	e := newEnvOpts(t, mustPolicy(t, perClientAdaptive), nil, func(_ *env, o *httpgate.Options) { o.Logger = newTextLogger(logs) })
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	proxy := proxyOf(t, e.gate, up.URL)
+	addr := proxy.Listener.Addr().String()
+	for interval := range 3 {
+		for _, c := range []string{"broken-1", "broken-2"} {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nX-Client: %s\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\nzz\r\n", c)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			conn.Close()
+			<-proxy.done
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("%s: %d, want 400", c, resp.StatusCode)
+			}
+		}
+		if st, _ := call(t, proxy, "/", "", "X-Client", "victim"); st != 200 {
+			t.Fatalf("interval %d: victim: %d", interval, st)
+		}
+		if r := e.gate.AdaptiveRates()[0].Rate; r < 10 {
+			t.Fatalf("interval %d: the rule's rate fell to %v on broken bodies", interval, r)
+		}
+		e.clk.Advance(time.Second)
+	}
+	if l := logs.String(); strings.Contains(l, "upstream unreachable") {
+		t.Errorf("the log blames the upstream for the clients' broken bodies:\n%s", l)
+	}
+}
+
+// Attack: lower the rule's rate through the Go middleware by hanging up
+// mid-upload to a handler that answers a body it could not read with a
+// 500 (as many do): the 500 was counted as the handler's failure. A body
+// the client failed to send says nothing of the handler.
+func TestAttackAdaptiveMiddlewareUploadHangUp(t *testing.T) {
+	e := newEnv(t, perClientAdaptive)
+	reading := make(chan struct{}, 1)
+	srv := serve(t, e.gate.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.Header.Get("X-Client"), "attacker") {
+			reading <- struct{}{}
+		}
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	})))
+	for interval := range 4 {
+		for _, c := range []string{"attacker-1", "attacker-2"} {
+			hangUpMidUpload(t, srv.Listener.Addr().String(), c, reading)
+			<-srv.done
+		}
+		if st, _ := call(t, srv, "/", "", "X-Client", "victim"); st != 200 {
+			t.Fatalf("interval %d: victim: %d", interval, st)
+		}
+		if r := e.gate.AdaptiveRates()[0].Rate; r < 10 {
+			t.Fatalf("interval %d: the rule's rate fell to %v on clients hanging up mid-upload", interval, r)
+		}
+		e.clk.Advance(time.Second)
+	}
+}
+
+// A client that hangs up while the upstream's answer is being copied to
+// it is not counted against the upstream: the proxy aborts the response
+// (http.ErrAbortHandler) and nothing is measured.
+func TestAdaptiveResponseHangUpIsNotUpstreamFailure(t *testing.T) {
+	e := newEnv(t, perClientAdaptive)
+	sent := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.Header.Get("X-Client"), "leaver") {
+			fmt.Fprint(w, "ok")
+			return
+		}
+		w.Write([]byte("first"))
+		w.(http.Flusher).Flush()
+		sent <- struct{}{}
+		<-r.Context().Done() // the proxy gives up on the rest once its client has gone
+	}))
+	t.Cleanup(up.Close)
+	proxy := proxyOf(t, e.gate, up.URL)
+	addr := proxy.Listener.Addr().String()
+	for interval := range 3 {
+		for _, c := range []string{"leaver-1", "leaver-2"} {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: x\r\nX-Client: %s\r\n\r\n", c)
+			if _, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil {
+				t.Fatal(err)
+			}
+			<-sent
+			conn.Close()
+			<-proxy.done
+		}
+		if st, _ := call(t, proxy, "/", "", "X-Client", "victim"); st != 200 {
+			t.Fatalf("interval %d: victim: %d", interval, st)
+		}
+		if r := e.gate.AdaptiveRates()[0].Rate; r < 10 {
+			t.Fatalf("interval %d: the rule's rate fell to %v on clients hanging up mid-response", interval, r)
 		}
 		e.clk.Advance(time.Second)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/defaults"
@@ -59,7 +61,8 @@ var clientAddressHeaders = slices.Concat(policy.AddressHeaders[2:], []string{"X-
 // set, other client-sent forwarding headers (X-Real-IP and the like) are
 // dropped, and an unreachable or slow upstream is a 502 or 504 problem
 // whose detail (with the upstream's address) goes to the log, not to the
-// client.
+// client. A failure that is the client's is neither: a client that went
+// away is not answered, a body that cannot be read is a 400.
 func NewReverseProxy(upstream *url.URL, opts ProxyOptions) *httputil.ReverseProxy {
 	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	defaults.Set(&opts.DialTimeout, 10*time.Second)
@@ -90,17 +93,31 @@ func NewReverseProxy(upstream *url.URL, opts ProxyOptions) *httputil.ReverseProx
 				pr.Out.Header.Del(h)
 			}
 			dropCookie(pr.Out.Header, uiCookie)
+			if pr.Out.Body != nil && pr.Out.Body != http.NoBody {
+				pr.Out.Body = &clientBody{ReadCloser: pr.Out.Body}
+			}
 		},
 		Transport:     tr,
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			// The transport reports the client's failures as its own (a
+			// client hanging up mid-upload is an unexpected EOF reading
+			// from its connection): they are not the upstream's, and a
+			// 502 for them would tell the log, and the adaptive rates,
+			// that the upstream failed.
+			if errors.Is(r.Context().Err(), context.Canceled) {
+				opts.Logger.Debug("proxy: the client went away", "method", r.Method, "path", r.URL.Path, "err", err)
+				return // nobody to answer
+			}
+			if b, ok := r.Body.(*clientBody); ok && b.failed.Load() {
+				opts.Logger.Debug("proxy: the client's request body could not be read", "method", r.Method, "path", r.URL.Path, "err", err)
+				writeProblem(w, Problem{Status: http.StatusBadRequest, Detail: "the request body could not be read"})
+				return
+			}
 			status := http.StatusBadGateway
 			var ne net.Error
 			if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 				status = http.StatusGatewayTimeout
-			}
-			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
-				return // the client went away; nobody to answer
 			}
 			detail := "upstream unreachable"
 			if status == http.StatusGatewayTimeout {
@@ -112,6 +129,24 @@ func NewReverseProxy(upstream *url.URL, opts ProxyOptions) *httputil.ReverseProx
 			writeProblem(w, Problem{Status: status, Detail: detail})
 		},
 	}
+}
+
+// clientBody is a proxied request's body, noting whether reading it
+// failed: the client hung up mid-upload or sent a body that is not HTTP,
+// which the transport then reports as its own failure.
+type clientBody struct {
+	io.ReadCloser
+	failed atomic.Bool
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	// A read after Close is the transport's, which closes the body once
+	// the upstream has answered.
+	if err != nil && err != io.EOF && !errors.Is(err, http.ErrBodyReadAfterClose) {
+		b.failed.Store(true)
+	}
+	return n, err
 }
 
 // Proxy returns the reverse proxy handler: requests the current policy

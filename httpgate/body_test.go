@@ -170,12 +170,73 @@ func TestBodyMemoryPerClientOption(t *testing.T) {
 	}
 }
 
+// Attack: one client's requests have the upstream answer large JSON,
+// whose usage the gate reads once the body ends, and it reads the answers
+// slowly, to have the gate hold a buffer of each in flight: the server's
+// memory, and every other client's settlement, in its hands. The JSON
+// held is bounded as request bodies are (Options.BodyMemory and its
+// per-client share): the client's answers beyond its share are passed on
+// whole, unread, and charged unsettled_cost; another client's answer is
+// read and settled at the usage it states.
+func TestAttackResponseBodyMemoryHeldByOneClient(t *testing.T) {
+	doc := fmt.Sprintf(`{"pad":"%s","usage":{"total_tokens":3}}`, strings.Repeat("x", 900<<10))
+	arrived, release := make(chan struct{}), make(chan struct{})
+	b := newBodyHolder(t, httpgate.Options{BodyMemory: 4 << 20, BodyMemoryPerClient: 2 << 20}) // two answers a client
+	b.h = b.g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(len(doc)))
+		io.WriteString(w, doc[:len(doc)-10])
+		if r.Header.Get("X-Api-Key") != "victim" {
+			arrived <- struct{}{} // read slowly: held until release
+			<-release
+		}
+		io.WriteString(w, doc[len(doc)-10:])
+	}))
+	got := make([]*httptest.ResponseRecorder, 4)
+	done := make(chan struct{})
+	for i := range got {
+		got[i] = httptest.NewRecorder()
+		go func() {
+			defer func() { done <- struct{}{} }()
+			body := `{"max_tokens": 7}`
+			b.h.ServeHTTP(got[i], b.request("192.0.2.1", fmt.Sprintf("atk%d", i), strings.NewReader(body), len(body)))
+		}()
+	}
+	for range got {
+		<-arrived
+	}
+	b.send("198.51.100.7", "victim", `{"max_tokens": 7}`)
+	if got := b.charged("victim"); got != 3 {
+		t.Errorf("another client's answer while one holds its share: charged %v, want the 3 stated", got)
+	}
+	close(release)
+	for range got {
+		<-done
+	}
+	settled := 0
+	for i, w := range got {
+		if w.Body.String() != doc {
+			t.Errorf("atk%d: the answer did not reach the client whole", i)
+		}
+		switch c := b.charged(fmt.Sprintf("atk%d", i)); c {
+		case 3:
+			settled++
+		case 7: // unsettled_cost, never below the estimate
+		default:
+			t.Errorf("atk%d: charged %v, want 3 or the unsettled 7", i, c)
+		}
+	}
+	if settled != 2 {
+		t.Errorf("%d of the client's 4 answers in flight read and settled, want its share's 2", settled)
+	}
+}
+
 // bodyHolder is a middleware whose rule reads the cost from the body,
 // and whose handler reads each body whole.
 type bodyHolder struct {
 	t   *testing.T
 	lim *sluice.Limiter
 	p   *policy.Policy
+	g   *httpgate.Gate
 	h   http.Handler
 }
 
@@ -188,7 +249,7 @@ func newBodyHolder(t *testing.T, opts httpgate.Options) *bodyHolder {
 	opts.Logger = slog.New(slog.DiscardHandler)
 	g := httpgate.New(p, lim, opts)
 	h := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
-	return &bodyHolder{t, lim, p, h}
+	return &bodyHolder{t, lim, p, g, h}
 }
 
 // bodyOf is a body of n bytes that states max_tokens 7.

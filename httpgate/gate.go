@@ -60,18 +60,21 @@ type Options struct {
 	// SettleTTL is how long a settlement handle of /v1/take may be used
 	// (default DefaultSettleTTL).
 	SettleTTL time.Duration
-	// BodyMemory bounds the bytes of request bodies held at once for
-	// body:PATH costs, over every request (default DefaultBodyMemory). A
-	// request that finds it spent is charged its rule's default_cost, its
-	// body streamed on unread.
+	// BodyMemory bounds the bytes of request bodies, and of JSON response
+	// bodies, held at once for body:PATH costs, over every request
+	// (default DefaultBodyMemory). A request that finds it spent is
+	// charged its rule's default_cost, its body streamed on unread; a
+	// response that does not fit is passed on whole, unread, and its
+	// request charged the rule's unsettled_cost.
 	BodyMemory int64
 	// BodyMemoryPerClient bounds the bytes of BodyMemory that the bodies
 	// of one client (its address as ip:address keys it: through
 	// trusted_proxies, an IPv6 one by its ipv6_prefix) hold at once
 	// (default a quarter of BodyMemory), so that one client holding
-	// bodies, declared large and sent slowly, cannot leave every other
-	// client's unread and charged default_cost. A body beyond its
-	// client's share is treated as one beyond BodyMemory. Requests with no
+	// bodies, declared large and sent slowly (or responses, large and
+	// read slowly), cannot leave every other client's unread and charged
+	// default_cost or unsettled_cost. A body beyond its client's share is
+	// treated as one beyond BodyMemory. Requests with no
 	// client address (a Unix socket) are bounded by BodyMemory alone.
 	BodyMemoryPerClient int64
 }
@@ -234,7 +237,9 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 		if g.layered {
 			noteRefundable(r, &v, g.lim.Now())
 		}
-		settled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveSettled(next, w, r, &v, in.Body) })
+		settled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			g.serveSettled(next, w, r, &v, in.Body, bodyClient(p, in))
+		})
 		g.serveMeasured(settled, w, r, &v)
 	})
 }

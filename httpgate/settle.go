@@ -21,8 +21,8 @@ import (
 const (
 	// DefaultSettleTTL is how long a settlement handle may be used.
 	DefaultSettleTTL = time.Hour
-	// DefaultBodyMemory bounds the request bodies held at once for
-	// body:PATH costs.
+	// DefaultBodyMemory bounds the request bodies, and the JSON response
+	// bodies, held at once for body:PATH costs.
 	DefaultBodyMemory = 64 << 20
 )
 
@@ -32,7 +32,13 @@ type settleState struct {
 	// settle_secret_env: random, so they are good in this process only.
 	key [32]byte
 	// bodyMemory bounds the request bodies held at once
-	// (Options.BodyMemory, Options.BodyMemoryPerClient).
+	// (Options.BodyMemory, Options.BodyMemoryPerClient), and the JSON
+	// response bodies held to read their cost. One bound for both, not a
+	// second of its own: they are the memory that settlement holds for a
+	// client, which an operator sizes once, and a client that fills its
+	// share with one kind (large requests, or requests that make large
+	// answers) is held to the same share as one mixing both; a second
+	// bound would have the server hold twice what BodyMemory says.
 	bodyMemory *settle.BodyMemory
 	// nonces spends the decision API's handles (settle.NonceLimit).
 	nonces *sluice.Limit
@@ -66,7 +72,8 @@ func (g *Gate) prepareSettle(r *http.Request, p *policy.Policy, in *policy.Input
 	return release
 }
 
-// bodyClient is who holds a request's body in memory: its client address
+// bodyClient is who holds a request's body, and its response's, in
+// memory: its client address
 // as the policy resolves it (through trusted_proxies), IPv6 by the
 // policy's prefix, as ip:address keys it; "" when there is none to tell
 // clients apart by (a Unix socket), bounded by BodyMemory alone.
@@ -81,8 +88,9 @@ func bodyClient(p *policy.Policy, in *policy.Input) string {
 // settle from the response (settle.Serve), each with the actual cost the
 // response states, or, when it states none that can be used, with the
 // rule's unsettled_cost (never less than the estimate). body is the
-// request body as read for its cost (nil when not read).
-func (g *Gate) serveSettled(next http.Handler, w http.ResponseWriter, r *http.Request, v *policy.Verdict, body []byte) {
+// request body as read for its cost (nil when not read); a JSON response
+// is held for its cost in the gate's body memory, for client (bodyClient).
+func (g *Gate) serveSettled(next http.Handler, w http.ResponseWriter, r *http.Request, v *policy.Verdict, body []byte, client string) {
 	// The limits that charged the request (admitted, the store answered)
 	// and whose settle_from a response states.
 	var rs []*policy.Result
@@ -97,7 +105,7 @@ func (g *Gate) serveSettled(next http.Handler, w http.ResponseWriter, r *http.Re
 		next.ServeHTTP(w, r)
 		return
 	}
-	settle.Serve(next, w, r, sources, body, func(rec *settle.Recorder) { g.settleAll(r, rs, rec) })
+	settle.Serve(next, w, r, sources, body, g.settle.bodyMemory, client, func(rec *settle.Recorder) { g.settleAll(r, rs, rec) })
 }
 
 // settleAll settles each of rs at what rec read of the response.

@@ -17,8 +17,12 @@ import (
 // them is held; a response that says its cost past them states none, and
 // its request is charged the rule's unsettled_cost.
 const (
-	// bodyLimit bounds a JSON response body, compressed and decompressed.
+	// bodyLimit bounds a JSON response body, compressed and decompressed:
+	// each buffer's capacity, not only its length.
 	bodyLimit = 1 << 20
+	// firstBuffer is the least a JSON body's buffer starts at when its
+	// length was not declared; it doubles from there, up to bodyLimit.
+	firstBuffer = 4 << 10
 	// maxEventBytes bounds one event of an event stream (its data lines
 	// together, and each line).
 	maxEventBytes = 64 << 10
@@ -32,9 +36,18 @@ const (
 // ends: httputil.ReverseProxy panics with http.ErrAbortHandler when the
 // client leaves mid-stream, and that request must be charged too; the
 // panic then goes on.
-func Serve(next http.Handler, w http.ResponseWriter, r *http.Request, sources []*Source, body []byte, done func(*Recorder)) {
+//
+// A JSON body is held, to read its cost once it has ended, in mem, for
+// client (who sent r, "" when not known), as ReadBody holds request
+// bodies: a client whose requests have the upstream answer large JSON,
+// read slowly, must not make the server hold a buffer for each response
+// in flight with no bound in all, nor take another client's share. A
+// response that does not fit is passed on whole and unread: it states no
+// cost, as one too large does, and is charged the rule's unsettled_cost.
+func Serve(next http.Handler, w http.ResponseWriter, r *http.Request, sources []*Source, body []byte, mem *BodyMemory, client string, done func(*Recorder)) {
 	n := len(sources)
 	rec := &Recorder{ResponseWriter: w, sources: sources, actuals: make([]float64, n), found: make([]bool, n), whole: make([]bool, n)}
+	rec.json = heldBytes{mem: mem, client: client}
 	rec.wantBody = askReadable(r, sources, body)
 	defer func() {
 		p := recover()
@@ -49,9 +62,10 @@ func Serve(next http.Handler, w http.ResponseWriter, r *http.Request, sources []
 
 // Recorder passes a response through while reading the actual costs it
 // states: the settle_from headers as the response's headers are sent,
-// its trailers once it ends, and its body (JSON, held up to bodyLimit, or
-// an event stream, read event by event) as it is written. It holds
-// nothing else back: every write goes on at once.
+// its trailers once it ends, and its body (JSON, held up to bodyLimit
+// within the memory Serve was given, or an event stream, read event by
+// event) as it is written. It holds nothing else back: every write goes
+// on at once.
 type Recorder struct {
 	http.ResponseWriter
 	sources []*Source
@@ -62,8 +76,9 @@ type Recorder struct {
 	wantBody bool
 	encoding string // "" or "gzip"; another leaves the body unread
 	sse      *sseReader
-	json     []byte
-	over     bool // the JSON body went past bodyLimit
+	json     heldBytes
+	declared int  // the JSON body's Content-Length, when declared within bodyLimit
+	over     bool // the JSON body went past bodyLimit, or past the memory it may hold
 
 	status int    // the status sent
 	broken bool   // a write failed, or the handler was aborted: the response was cut short
@@ -124,6 +139,17 @@ func (rec *Recorder) snapshot(code int) {
 		rec.wantBody = false
 		return
 	}
+	// A declared length sizes the buffer once, when it is first written
+	// to (a HEAD answer's, never written, holds nothing); a body longer
+	// than it grows on as one undeclared. One past bodyLimit is not held
+	// at all.
+	if cl, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64); err == nil && cl >= 0 {
+		if cl > bodyLimit {
+			rec.over = true
+		} else {
+			rec.declared = int(cl)
+		}
+	}
 	switch enc := strings.ToLower(strings.TrimSpace(h.Get("Content-Encoding"))); enc {
 	case "", "identity":
 	case "gzip":
@@ -150,10 +176,11 @@ func (rec *Recorder) Write(b []byte) (int, error) {
 		switch {
 		case rec.sse != nil:
 			rec.sse.Write(b)
-		case !rec.over && len(rec.json)+len(b) <= bodyLimit:
-			rec.json = append(rec.json, b...)
+		case !rec.over && rec.json.grow(len(b), rec.declared):
+			rec.json.b = append(rec.json.b, b...)
 		default:
-			rec.over, rec.json = true, nil
+			rec.over = true
+			rec.json.release()
 		}
 	}
 	n, err := rec.ResponseWriter.Write(b)
@@ -174,10 +201,15 @@ func (rec *Recorder) finish(aborted bool) {
 	}
 	h := rec.Header()
 	var body []byte
+	// The decompressed body is held beside the compressed one, in the same
+	// memory.
+	unzipped := heldBytes{mem: rec.json.mem, client: rec.json.client}
+	defer rec.json.release()
+	defer unzipped.release()
 	if rec.wantBody && rec.sse == nil && !rec.over {
-		body = rec.json
+		body = rec.json.b
 		if rec.encoding == "gzip" {
-			body = gunzip(body)
+			body = gunzip(body, &unzipped)
 		}
 	}
 	for i, s := range rec.sources {
@@ -238,18 +270,80 @@ func (rec *Recorder) Actual(i int) (float64, string) {
 	return rec.actuals[i], ""
 }
 
-// gunzip decompresses a gzip body of at most bodyLimit bytes; nil when it
-// is not gzip or decompresses to more.
-func gunzip(b []byte) []byte {
+// gunzip decompresses a gzip body of at most bodyLimit bytes into out;
+// nil when it is not gzip, decompresses to more, or does not fit the
+// memory out holds.
+func gunzip(b []byte, out *heldBytes) []byte {
 	zr, err := gzip.NewReader(bytes.NewReader(b))
 	if err != nil {
 		return nil
 	}
-	out, err := io.ReadAll(io.LimitReader(zr, bodyLimit+1))
-	if err != nil || len(out) > bodyLimit {
-		return nil
+	for {
+		if len(out.b) == cap(out.b) && !out.grow(1, 0) {
+			if len(out.b) < bodyLimit {
+				return nil // the memory is spent
+			}
+			// bodyLimit bytes, whole when no byte more is there.
+			var one [1]byte
+			if _, err := io.ReadFull(zr, one[:]); err == io.EOF {
+				return out.b
+			}
+			return nil
+		}
+		n, err := zr.Read(out.b[len(out.b):cap(out.b)])
+		out.b = out.b[:len(out.b)+n]
+		switch {
+		case err == io.EOF:
+			return out.b
+		case err != nil:
+			return nil
+		}
 	}
-	return out
+}
+
+// heldBytes is a buffer whose capacity is held in a BodyMemory for a
+// client: it grows only by what take reserved, never past bodyLimit, so
+// that what the memory counts is what the buffers hold.
+type heldBytes struct {
+	mem    *BodyMemory
+	client string
+	b      []byte
+	held   int64 // reserved in mem: cap(b)
+}
+
+// grow makes room in h.b for n bytes more, reporting whether they fit
+// bodyLimit and the memory. A new buffer is made at size when that is
+// enough (a declared length), or else at twice the last, and what it
+// adds is reserved before it is made. The last, dropped once copied, is
+// garbage like any other: what is counted is what the buffers hold.
+func (h *heldBytes) grow(n, size int) bool {
+	need := len(h.b) + n
+	if need > bodyLimit {
+		return false
+	}
+	if need <= cap(h.b) {
+		return true
+	}
+	c := min(max(need, 2*cap(h.b), firstBuffer), bodyLimit)
+	if size >= need && h.b == nil {
+		c = size
+	}
+	if !h.mem.take(h.client, int64(c)-h.held) {
+		return false
+	}
+	b := make([]byte, len(h.b), c)
+	copy(b, h.b)
+	h.b, h.held = b, int64(c)
+	return true
+}
+
+// release drops the buffer and gives its memory back; it may be called
+// again.
+func (h *heldBytes) release() {
+	if h.held > 0 {
+		h.mem.give(h.client, h.held)
+	}
+	h.b, h.held = nil, 0
 }
 
 // sseReader reads an event stream (text/event-stream, as the HTML

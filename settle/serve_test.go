@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice/settle"
@@ -29,7 +30,8 @@ func serve(t *testing.T, s *settle.Source, h http.HandlerFunc) (actual float64, 
 	t.Helper()
 	w = httptest.NewRecorder()
 	defer func() { aborted = recover() != nil }()
-	settle.Serve(h, w, httptest.NewRequest("POST", "/", nil), []*settle.Source{s}, nil, func(rec *settle.Recorder) {
+	mem := settle.NewBodyMemory(64<<20, 64<<20)
+	settle.Serve(h, w, httptest.NewRequest("POST", "/", nil), []*settle.Source{s}, nil, mem, "c", func(rec *settle.Recorder) {
 		actual, why = rec.Actual(0)
 	})
 	return actual, why, w, false
@@ -253,5 +255,163 @@ func TestAttackStreamEventTooDeepKeepsEarlierUsage(t *testing.T) {
 	})
 	if why == "" {
 		t.Fatalf("settled at %v: the stream's last usage was not read, and an earlier, smaller one charged", got)
+	}
+}
+
+// slowClient is a client that reads a response slowly: its last write
+// blocks, once the Recorder has taken in the whole body, until release.
+type slowClient struct {
+	*httptest.ResponseRecorder
+	last    int // the length of the body once the last write is in
+	arrived chan<- struct{}
+	release <-chan struct{}
+}
+
+func (c *slowClient) Write(b []byte) (int, error) {
+	if c.Body.Len()+len(b) == c.last {
+		c.arrived <- struct{}{}
+		<-c.release
+	}
+	return c.ResponseRecorder.Write(b)
+}
+
+// inFlight serves doc, a JSON response, to one request of each of
+// clients at once, all in flight until every one has been written up to
+// its last piece, and returns what of mem was free then and the most one
+// client held, why each was not settled ("" when it was), and
+// whether each client got doc whole. declared sets Content-Length.
+func inFlight(t *testing.T, mem *settle.BodyMemory, clients []string, doc string, declared bool) (free, ofOne int64, whys []string, whole []bool) {
+	t.Helper()
+	src := mustParse(t, "body:usage.total_tokens")
+	arrived, release := make(chan struct{}), make(chan struct{})
+	whys, whole = make([]string, len(clients)), make([]bool, len(clients))
+	var wg sync.WaitGroup
+	for i, client := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := &slowClient{ResponseRecorder: httptest.NewRecorder(), last: len(doc), arrived: arrived, release: release}
+			h := func(w http.ResponseWriter, _ *http.Request) {
+				if declared {
+					w.Header().Set("Content-Length", fmt.Sprint(len(doc)))
+				}
+				// In pieces, as a proxy copies an upstream's body.
+				for rest := doc; rest != ""; {
+					n := min(len(rest), 32<<10)
+					io.WriteString(w, rest[:n])
+					rest = rest[n:]
+					// The buffer never holds more than was reserved for it.
+					if c, r := w.(*settle.Recorder).Buffer(); int64(c) != r {
+						t.Errorf("a buffer of %d bytes, %d reserved", c, r)
+					}
+				}
+			}
+			settle.Serve(http.HandlerFunc(h), w, httptest.NewRequest("POST", "/", nil), []*settle.Source{src}, nil, mem, client, func(rec *settle.Recorder) {
+				var got float64
+				if got, whys[i] = rec.Actual(0); whys[i] == "" && got != 3 {
+					t.Errorf("settled at %v, want the 3 stated", got)
+				}
+			})
+			whole[i] = w.Body.String() == doc
+		}()
+	}
+	for range clients {
+		<-arrived
+	}
+	for _, c := range clients {
+		ofOne = max(ofOne, mem.HeldBy(c))
+	}
+	free = mem.Free()
+	close(release)
+	wg.Wait()
+	return free, ofOne, whys, whole
+}
+
+// Attack: many clients, or one, have the upstream answer large JSON (a
+// body:PATH cost is read from it once it ends) and read the answers
+// slowly, to have the server hold a buffer of up to a MiB, and more, for
+// each response in flight, with no bound. The JSON held at once is
+// bounded, in all and for each client, as request bodies are
+// (BodyMemory); a response beyond it is not held, is passed on whole all
+// the same, and states no cost: the door charges it unsettled_cost.
+func TestAttackResponseBodyMemory(t *testing.T) {
+	const total, share = 4 << 20, 2 << 20
+	doc := fmt.Sprintf(`{"pad":"%s","usage":{"total_tokens":3}}`, strings.Repeat("x", 900<<10))
+	for _, declared := range []bool{true, false} {
+		mem := settle.NewBodyMemory(total, share)
+		// One client: two responses fill its share, whatever is left in all.
+		one := make([]string, 6)
+		for i := range one {
+			one[i] = "192.0.2.1"
+		}
+		// Many clients: four responses fill the bound in all (undeclared
+		// lengths hold a MiB each, as their buffers double to it).
+		var many []string
+		for i := range 10 {
+			many = append(many, fmt.Sprintf("198.51.100.%d", i))
+		}
+		for _, c := range []struct {
+			name    string
+			clients []string
+			settled int
+			bound   int64
+		}{
+			{"one client", one, 2, share},
+			{"many clients", many, 4, total},
+		} {
+			free, ofOne, whys, whole := inFlight(t, mem, c.clients, doc, declared)
+			settled := 0
+			for i, why := range whys {
+				if !whole[i] {
+					t.Errorf("%s (length declared: %v): a response did not reach its client whole", c.name, declared)
+				}
+				switch why {
+				case "":
+					settled++
+				case "no cost stated": // charged unsettled_cost
+				default:
+					t.Errorf("%s (length declared: %v): %q, want no cost stated", c.name, declared, why)
+				}
+			}
+			// Undeclared, the buffers grow as they are written, and those
+			// in flight may share the bound in ways none of them can grow
+			// through: fewer may be held.
+			if settled > c.settled || settled < 1 || declared && settled != c.settled || total-free > c.bound || ofOne > share {
+				t.Errorf("%s (length declared: %v): %d of %d responses held and settled, %d bytes held (%d by one client), want %d within %d",
+					c.name, declared, settled, len(whys), total-free, ofOne, c.settled, c.bound)
+			}
+			if free := mem.Free(); free != total {
+				t.Errorf("%s: %d bytes still held once the responses ended", c.name, total-free)
+			}
+		}
+	}
+}
+
+// A gzip response's body is held decompressed too, in the same memory:
+// one that decompresses to more than is left states no cost, and one
+// that fits settles what it states.
+func TestServeGzipHeld(t *testing.T) {
+	doc := fmt.Sprintf(`{"pad":"%s","usage":{"total_tokens":3}}`, strings.Repeat("x", 900<<10))
+	zipped := gzipped(doc)
+	for _, c := range []struct {
+		total int64
+		want  string
+	}{{2 << 20, ""}, {512 << 10, "no cost stated"}} {
+		mem := settle.NewBodyMemory(c.total, c.total)
+		w := httptest.NewRecorder()
+		var got float64
+		var why string
+		settle.Serve(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Write(zipped)
+		}), w, httptest.NewRequest("POST", "/", nil), []*settle.Source{mustParse(t, "body:usage.total_tokens")}, nil, mem, "c", func(rec *settle.Recorder) {
+			got, why = rec.Actual(0)
+		})
+		if why != c.want || (why == "" && got != 3) || !bytes.Equal(w.Body.Bytes(), zipped) {
+			t.Errorf("in %d bytes: read %v (%q), want %q", c.total, got, why, c.want)
+		}
+		if mem.Free() != c.total {
+			t.Errorf("in %d bytes: %d still held once the response ended", c.total, c.total-mem.Free())
+		}
 	}
 }

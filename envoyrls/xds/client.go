@@ -49,6 +49,11 @@ type Client struct {
 
 	mu      sync.Mutex
 	pending *policy.Policy // applied, not yet taken by Load
+	// taken: Load has handed out an applied snapshot, which sluice serve
+	// installs as it returns. Ready waits for it: Applied alone said
+	// ready while the watcher had yet to take the snapshot, and a call
+	// let in then was decided by the empty policy of the start.
+	taken   bool
 	changed func(why string)
 	st      Status
 	applied [32]byte // the applied snapshot's content
@@ -112,12 +117,15 @@ func (c *Client) Status() Status {
 }
 
 // Ready says why /readyz should fail, nil when it should not: before the
-// first snapshot is applied, and, with UnreadyWhenLost, while no stream
-// is open.
+// first snapshot is applied and taken by Load (sluice serve installs it
+// as Load returns it), and, with UnreadyWhenLost, while no stream is
+// open.
 func (c *Client) Ready() error {
-	st := c.Status()
+	c.mu.Lock()
+	st, taken := c.st, c.taken
+	c.mu.Unlock()
 	switch {
-	case !st.Applied:
+	case !st.Applied || !taken:
 		return fmt.Errorf("no rate limit configuration from the control plane %s yet", c.cfg.Server)
 	case c.cfg.UnreadyWhenLost && !st.Connected:
 		return fmt.Errorf("control plane %s lost (serving version %q)", c.cfg.Server, st.Version)
@@ -142,6 +150,7 @@ func (c *Client) Load(context.Context, bool) (*policy.Policy, error) {
 	defer c.mu.Unlock()
 	p := c.pending
 	c.pending = nil
+	c.taken = c.taken || p != nil
 	return p, nil
 }
 

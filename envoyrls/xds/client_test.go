@@ -435,3 +435,33 @@ func TestXDSControlPlaneRestart(t *testing.T) {
 		t.Fatalf("dave admitted %d under the restarted server's snapshot", n)
 	}
 }
+
+// Ready waits for the applied snapshot to be taken by Load, which serve
+// installs as it returns: on Applied alone, /readyz said ready while the
+// watcher had yet to take it, and a call let in then was decided by the
+// empty policy of the start (TestServeXDSReferenceEnv saw OK twice under
+// 1 a year).
+func TestReadyOnceTaken(t *testing.T) {
+	cp := startControlPlane(t, "127.0.0.1:0")
+	c := xds.New(xds.Config{Server: cp.addr, NodeID: "envoy-gateway-ratelimit",
+		Backoff: xds.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond}, ConnectRetryInterval: 5 * time.Millisecond},
+		policy.Default().Settings, slog.New(slog.DiscardHandler))
+	if _, err := c.Initial(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	cp.push(t, "envoy-gateway-ratelimit", "1", listener(2))
+	waitFor(t, "the snapshot applied", func() bool { return c.Status().Applied })
+	if err := c.Ready(); err == nil {
+		t.Fatal("ready with the snapshot applied but not yet taken by Load")
+	}
+	if p, err := c.Load(ctx, false); err != nil || p == nil {
+		t.Fatalf("Load: %v, %v; want the applied snapshot", p, err)
+	}
+	if err := c.Ready(); err != nil {
+		t.Fatalf("not ready once the snapshot was taken: %v", err)
+	}
+}

@@ -477,42 +477,63 @@ func TestAttackAdaptiveSlowBodyIsNotSlowUpstream(t *testing.T) {
 // up. (Before, each process judged its own traffic alone and stepped the
 // shared rate on it: process 2 halved it every interval.)
 func TestAttackAdaptiveFleetAttackerOnOneProcess(t *testing.T) {
+	f := newAdaptiveFleet(t, "adaptive-attack", slog.New(slog.NewTextHandler(t.Output(), nil)))
+	for interval := range 8 {
+		f.interval(t, interval)
+		if r := f.p1.AdaptiveRates()[0].Rate; r < 10 {
+			t.Fatalf("interval %d: process 1's rate fell to %v on process 2's attacker", interval, r)
+		}
+		f.clk.Advance(time.Second)
+	}
+	if r := f.p1.AdaptiveRates()[0].Rate; r <= 10 {
+		t.Fatalf("the fleet's healthy intervals did not raise the rate: %v", r)
+	}
+}
+
+// adaptiveFleet is two processes on one Redis serving perClientAdaptive
+// in front of blamingUpstream, on one manual clock.
+type adaptiveFleet struct {
+	clk      *sluice.ManualClock
+	p1, p2   *httpgate.Gate
+	up       *httptest.Server
+	px1, px2 *served
+}
+
+func newAdaptiveFleet(t *testing.T, name string, log *slog.Logger) *adaptiveFleet {
 	addr := redistest.Server(t)
-	clk := sluice.NewManualClock(sluiceEpoch)
-	prefix := fmt.Sprintf("adaptive-attack%d:", time.Now().UnixNano())
+	f := &adaptiveFleet{clk: sluice.NewManualClock(sluiceEpoch)}
+	prefix := fmt.Sprintf("%s%d:", name, time.Now().UnixNano())
 	gate := func() *httpgate.Gate {
-		st, err := redis.Open("redis://"+addr+"/0", redis.Options{Clock: clk, KeyPrefix: prefix, Timeout: 2 * time.Second})
+		st, err := redis.Open("redis://"+addr+"/0", redis.Options{Clock: f.clk, KeyPrefix: prefix, Timeout: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
-		lim := sluice.NewWithOptions(st, sluice.Options{Clock: clk})
-		return httpgate.New(mustPolicy(t, perClientAdaptive), lim, httpgate.Options{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		lim := sluice.NewWithOptions(st, sluice.Options{Clock: f.clk})
+		return httpgate.New(mustPolicy(t, perClientAdaptive), lim, httpgate.Options{Logger: log})
 	}
-	p1, p2 := gate(), gate()
-	up := blamingUpstream(t)
-	px1, px2 := proxyOf(t, p1, up.URL), proxyOf(t, p2, up.URL)
-	victims := []string{"v1", "v2", "v3", "v4"}
-	for interval := range 8 {
-		for _, v := range victims {
-			for range 2 {
-				if st, _ := call(t, px1, "/", "", "X-Client", v); st != 200 {
-					t.Fatalf("interval %d: victim %s on process 1: %d", interval, v, st)
-				}
+	f.p1, f.p2 = gate(), gate()
+	f.up = blamingUpstream(t)
+	f.px1, f.px2 = proxyOf(t, f.p1, f.up.URL), proxyOf(t, f.p2, f.up.URL)
+	return f
+}
+
+// interval is one interval's traffic: four healthy clients on process 1,
+// each admitted twice, and two attacker keys on process 2 that the
+// upstream answers with failures.
+func (f *adaptiveFleet) interval(t *testing.T, interval int) {
+	t.Helper()
+	for _, v := range []string{"v1", "v2", "v3", "v4"} {
+		for range 2 {
+			if st, _ := call(t, f.px1, "/", "", "X-Client", v); st != 200 {
+				t.Fatalf("interval %d: victim %s on process 1: %d", interval, v, st)
 			}
 		}
-		for _, a := range []string{"attacker-1", "attacker-2"} {
-			for range 5 {
-				call(t, px2, "/", "", "X-Client", a)
-			}
-		}
-		if r := p1.AdaptiveRates()[0].Rate; r < 10 {
-			t.Fatalf("interval %d: process 1's rate fell to %v on process 2's attacker", interval, r)
-		}
-		clk.Advance(time.Second)
 	}
-	if r := p1.AdaptiveRates()[0].Rate; r <= 10 {
-		t.Fatalf("the fleet's healthy intervals did not raise the rate: %v", r)
+	for _, a := range []string{"attacker-1", "attacker-2"} {
+		for range 5 {
+			call(t, f.px2, "/", "", "X-Client", a)
+		}
 	}
 }
 
@@ -526,23 +547,9 @@ func TestAttackAdaptiveFleetAttackerOnOneProcess(t *testing.T) {
 // keys on process 2 alone, halving every process's rate each interval.
 // The step is the fleet's, and runs to its deadline whoever takes it.
 func TestAttackAdaptiveHungUpRequestDropsFleetReport(t *testing.T) {
-	addr := redistest.Server(t)
-	clk := sluice.NewManualClock(sluiceEpoch)
-	prefix := fmt.Sprintf("adaptive-hangup%d:", time.Now().UnixNano())
-	gate := func() *httpgate.Gate {
-		st, err := redis.Open("redis://"+addr+"/0", redis.Options{Clock: clk, KeyPrefix: prefix, Timeout: 2 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		lim := sluice.NewWithOptions(st, sluice.Options{Clock: clk})
-		return httpgate.New(mustPolicy(t, perClientAdaptive), lim, httpgate.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	}
-	p1, p2 := gate(), gate()
-	up := blamingUpstream(t)
-	px1, px2 := proxyOf(t, p1, up.URL), proxyOf(t, p2, up.URL)
-	upURL, _ := url.Parse(up.URL)
-	direct1 := p1.Proxy(upURL, httpgate.ProxyOptions{})
+	f := newAdaptiveFleet(t, "adaptive-hangup", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	upURL, _ := url.Parse(f.up.URL)
+	direct1 := f.p1.Proxy(upURL, httpgate.ProxyOptions{})
 	gone, hangUp := context.WithCancel(context.Background())
 	hangUp()
 	for interval := range 6 {
@@ -550,22 +557,11 @@ func TestAttackAdaptiveHungUpRequestDropsFleetReport(t *testing.T) {
 		req := httptest.NewRequestWithContext(gone, "GET", "/", nil)
 		req.Header.Set("X-Client", "attacker-1")
 		direct1.ServeHTTP(httptest.NewRecorder(), req)
-		for _, v := range []string{"v1", "v2", "v3", "v4"} {
-			for range 2 {
-				if st, _ := call(t, px1, "/", "", "X-Client", v); st != 200 {
-					t.Fatalf("interval %d: victim %s on process 1: %d", interval, v, st)
-				}
-			}
-		}
-		for _, a := range []string{"attacker-1", "attacker-2"} {
-			for range 5 {
-				call(t, px2, "/", "", "X-Client", a)
-			}
-		}
-		if r := p2.AdaptiveRates()[0].Rate; r < 10 {
+		f.interval(t, interval)
+		if r := f.p2.AdaptiveRates()[0].Rate; r < 10 {
 			t.Fatalf("interval %d: the fleet's rate fell to %v: process 1's healthy keys were left out of its verdict", interval, r)
 		}
-		clk.Advance(time.Second)
+		f.clk.Advance(time.Second)
 	}
 }
 

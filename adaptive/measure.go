@@ -113,14 +113,20 @@ func (b *bodyEnd) Read(p []byte) (int, error) {
 	switch {
 	case err == io.EOF:
 		b.lt.mark(&b.lt.sent)
-	case err != nil && !errors.Is(err, http.ErrBodyReadAfterClose):
-		// A read after Close is the reader's doing: a transport
-		// that had the upstream's answer before it sent the whole
-		// body closes it, and that early answer (a 503 shedding
-		// load) is the upstream's.
+	case ClientFailed(err):
 		b.failed.Store(true)
 	}
 	return n, err
+}
+
+// ClientFailed reports whether err, from reading a request's body, is
+// the client's failure: it hung up mid-upload, or sent a body that is not
+// HTTP. io.EOF is the body's end, and a read after Close is the reader's
+// doing: a transport that had the upstream's answer before it sent the
+// whole body closes it, and that early answer (a 503 shedding load) is
+// the upstream's.
+func ClientFailed(err error) bool {
+	return err != nil && err != io.EOF && !errors.Is(err, http.ErrBodyReadAfterClose)
 }
 
 // statusRecorder notes the status of a response and when its headers

@@ -237,9 +237,7 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 		if g.layered {
 			noteRefundable(r, &v, g.lim.Now())
 		}
-		settled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			g.serveSettled(next, w, r, &v, in.Body, bodyClient(p, in))
-		})
+		settled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveSettled(next, w, r, &v, p, in) })
 		g.serveMeasured(settled, w, r, &v)
 	})
 }

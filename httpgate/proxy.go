@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/internal/defaults"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -141,9 +142,7 @@ type clientBody struct {
 
 func (b *clientBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	// A read after Close is the transport's, which closes the body once
-	// the upstream has answered.
-	if err != nil && err != io.EOF && !errors.Is(err, http.ErrBodyReadAfterClose) {
+	if adaptive.ClientFailed(err) {
 		b.failed.Store(true)
 	}
 	return n, err

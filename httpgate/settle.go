@@ -87,10 +87,11 @@ func bodyClient(p *policy.Policy, in *policy.Input) string {
 // serveSettled serves r with next and then settles the limits of v that
 // settle from the response (settle.Serve), each with the actual cost the
 // response states, or, when it states none that can be used, with the
-// rule's unsettled_cost (never less than the estimate). body is the
-// request body as read for its cost (nil when not read); a JSON response
-// is held for its cost in the gate's body memory, for client (bodyClient).
-func (g *Gate) serveSettled(next http.Handler, w http.ResponseWriter, r *http.Request, v *policy.Verdict, body []byte, client string) {
+// rule's unsettled_cost (never less than the estimate). in is r as p
+// read it, with its body as read for its cost (nil when not read); a JSON
+// response is held for its cost in the gate's body memory, for in's
+// client (bodyClient), worked out only for a response that settles.
+func (g *Gate) serveSettled(next http.Handler, w http.ResponseWriter, r *http.Request, v *policy.Verdict, p *policy.Policy, in *policy.Input) {
 	// The limits that charged the request (admitted, the store answered)
 	// and whose settle_from a response states.
 	var rs []*policy.Result
@@ -105,7 +106,7 @@ func (g *Gate) serveSettled(next http.Handler, w http.ResponseWriter, r *http.Re
 		next.ServeHTTP(w, r)
 		return
 	}
-	settle.Serve(next, w, r, sources, body, g.settle.bodyMemory, client, func(rec *settle.Recorder) { g.settleAll(r, rs, rec) })
+	settle.Serve(next, w, r, sources, in.Body, g.settle.bodyMemory, bodyClient(p, in), func(rec *settle.Recorder) { g.settleAll(r, rs, rec) })
 }
 
 // settleAll settles each of rs at what rec read of the response.
